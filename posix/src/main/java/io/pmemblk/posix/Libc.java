@@ -1,0 +1,207 @@
+package io.pmemblk.posix;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.FunctionDescriptor;
+import java.lang.foreign.Linker;
+import java.lang.foreign.MemoryLayout;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.StructLayout;
+import java.lang.foreign.SymbolLookup;
+import java.lang.foreign.ValueLayout;
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.VarHandle;
+
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+import static java.lang.foreign.ValueLayout.JAVA_LONG;
+
+/**
+ * The libc functions pmemblk needs, bound once through FFM. Nothing else in the project touches
+ * {@link Linker} for libc. Every failing call becomes a {@link NativeException} carrying errno,
+ * its text, and the arguments that were asked for.
+ */
+public final class Libc {
+    private Libc() {}
+
+    // <sys/mman.h> on x86-64 Linux
+    public static final int PROT_READ = 0x1;
+    public static final int PROT_WRITE = 0x2;
+    public static final int MAP_SHARED = 0x01;
+    public static final int MAP_PRIVATE = 0x02;
+    public static final int MAP_ANONYMOUS = 0x20;
+    public static final int MAP_POPULATE = 0x8000;
+    public static final int MS_ASYNC = 1;
+    public static final int MS_SYNC = 4;
+    public static final long MAP_FAILED = -1L;
+    // <fcntl.h>
+    public static final int O_RDONLY = 0, O_RDWR = 02, O_CREAT = 0100, O_CLOEXEC = 02000000;
+
+    private static final Linker LINKER = Linker.nativeLinker();
+    private static final SymbolLookup LIBC = LINKER.defaultLookup();
+    private static final StructLayout CAPTURE = Linker.Option.captureStateLayout();
+    private static final VarHandle ERRNO =
+            CAPTURE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
+    private static final Linker.Option CAPTURE_ERRNO = Linker.Option.captureCallState("errno");
+
+    private static final MethodHandle MMAP = find("mmap",
+            FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, JAVA_INT, JAVA_LONG), true);
+    private static final MethodHandle MUNMAP = find("munmap",
+            FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG), true);
+    private static final MethodHandle MSYNC = find("msync",
+            FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT), true);
+    private static final MethodHandle IOCTL = find("ioctl",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG, ADDRESS), true);
+    private static final MethodHandle OPEN = find("open",
+            FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT), true);
+    private static final MethodHandle CLOSE = find("close",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT), true);
+    private static final MethodHandle STRERROR = find("strerror",
+            FunctionDescriptor.of(ADDRESS.withTargetLayout(MemoryLayout.sequenceLayout(256, ValueLayout.JAVA_BYTE)), JAVA_INT), false);
+    private static final MethodHandle GETPID = find("getpid", FunctionDescriptor.of(JAVA_INT), false);
+    private static final MethodHandle SYSCONF = find("sysconf", FunctionDescriptor.of(JAVA_LONG, JAVA_INT), false);
+
+    private static MethodHandle find(String name, FunctionDescriptor fd, boolean captureErrno) {
+        MemorySegment symbol = LIBC.find(name)
+                .orElseThrow(() -> new UnsatisfiedLinkError("libc has no symbol " + name));
+        return captureErrno ? LINKER.downcallHandle(symbol, fd, CAPTURE_ERRNO) : LINKER.downcallHandle(symbol, fd);
+    }
+
+    /** The text of an errno value, as strerror(3) gives it. */
+    public static String strerror(int errno) {
+        try {
+            MemorySegment s = (MemorySegment) STRERROR.invokeExact(errno);
+            return s.getString(0);
+        } catch (Throwable t) {
+            return "errno " + errno;
+        }
+    }
+
+    public static int getpid() {
+        try {
+            return (int) GETPID.invokeExact();
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** sysconf(_SC_PAGESIZE). */
+    public static long pageSize() {
+        try {
+            return (long) SYSCONF.invokeExact(30);
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /**
+     * Flushes the pages of [addr, addr+len) to the backing file (msync(2) with MS_SYNC).
+     * The range is widened to page boundaries here, as msync requires a page-aligned start.
+     */
+    public static void msync(MemorySegment mapping, long offset, long length) throws NativeException {
+        if (length == 0) {
+            return;
+        }
+        long page = PAGE;
+        long start = mapping.address() + offset;
+        long alignedStart = start & -page;
+        long alignedLen = start + length - alignedStart;
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            int rc = (int) MSYNC.invokeExact(state, MemorySegment.ofAddress(alignedStart), alignedLen, MS_SYNC);
+            if (rc != 0) {
+                throw NativeException.of("msync", errno(state),
+                        "address 0x" + Long.toHexString(alignedStart) + ", length " + alignedLen);
+            }
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    private static final long PAGE = pageSize();
+
+    /** mmap(2); returns the mapping as a segment of {@code length} bytes, unbounded to any arena (caller owns it). */
+    public static MemorySegment mmap(long length, int prot, int flags, int fd, long offset) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            MemorySegment p = (MemorySegment) MMAP.invokeExact(state, MemorySegment.NULL, length, prot, flags, fd, offset);
+            if (p.address() == MAP_FAILED) {
+                throw NativeException.of("mmap", errno(state),
+                        "length " + length + ", prot 0x" + Integer.toHexString(prot) + ", flags 0x"
+                                + Integer.toHexString(flags) + ", fd " + fd + ", offset " + offset);
+            }
+            return p.reinterpret(length);
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    public static void munmap(MemorySegment mapping) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            int rc = (int) MUNMAP.invokeExact(state, mapping, mapping.byteSize());
+            if (rc != 0) {
+                throw NativeException.of("munmap", errno(state),
+                        "address 0x" + Long.toHexString(mapping.address()) + ", length " + mapping.byteSize());
+            }
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** open(2) with O_CLOEXEC added. */
+    public static int open(String path, int flags, int mode) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            int fd = (int) OPEN.invokeExact(state, a.allocateFrom(path), flags | O_CLOEXEC, mode);
+            if (fd < 0) {
+                throw NativeException.of("open", errno(state), path);
+            }
+            return fd;
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    public static void close(int fd) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            int rc = (int) CLOSE.invokeExact(state, fd);
+            if (rc != 0) {
+                throw NativeException.of("close", errno(state), "fd " + fd);
+            }
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** ioctl(2) with a pointer argument; returns the (non-negative) result. */
+    public static int ioctl(int fd, long request, MemorySegment arg) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            int rc = (int) IOCTL.invokeExact(state, fd, request, arg);
+            if (rc < 0) {
+                throw NativeException.of("ioctl", errno(state), "fd " + fd + ", request 0x" + Long.toHexString(request));
+            }
+            return rc;
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    private static int errno(MemorySegment state) {
+        return (int) ERRNO.get(state, 0L);
+    }
+}

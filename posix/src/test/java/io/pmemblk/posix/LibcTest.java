@@ -1,0 +1,50 @@
+package io.pmemblk.posix;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.lang.foreign.MemorySegment;
+import java.nio.file.Files;
+import java.nio.file.Path;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+class LibcTest {
+    @Test
+    void openOfMissingFileCarriesErrnoAndPath(@TempDir Path dir) {
+        Path missing = dir.resolve("nope");
+        assertThatThrownBy(() -> Libc.open(missing.toString(), Libc.O_RDONLY, 0))
+                .isInstanceOf(NativeException.class)
+                .hasMessageContaining(missing.toString())
+                .hasMessageContaining("No such file or directory")
+                .satisfies(e -> assertThat(((NativeException) e).errno()).isEqualTo(2));
+    }
+
+    @Test
+    void sharedFileMappingIsWrittenBackByMsync(@TempDir Path dir) throws Exception {
+        Path f = dir.resolve("m");
+        Files.write(f, new byte[8192]);
+        int fd = Libc.open(f.toString(), Libc.O_RDWR, 0);
+        try {
+            MemorySegment m = Libc.mmap(8192, Libc.PROT_READ | Libc.PROT_WRITE, Libc.MAP_SHARED, fd, 0);
+            m.set(java.lang.foreign.ValueLayout.JAVA_BYTE, 5000, (byte) 42);
+            Libc.msync(m, 5000, 1); // unaligned start: widened to the page
+            assertThat(Files.readAllBytes(f)[5000]).isEqualTo((byte) 42);
+            Libc.munmap(m);
+        } finally {
+            Libc.close(fd);
+        }
+    }
+
+    @Test
+    void badIoctlIsReportedNotSwallowed() {
+        assertThatThrownBy(() -> Libc.ioctl(-1, 0x5401, MemorySegment.NULL))
+                .isInstanceOf(NativeException.class).hasMessageContaining("Bad file descriptor");
+    }
+
+    @Test
+    void pageSizeIsAPowerOfTwo() {
+        assertThat(Long.bitCount(Libc.pageSize())).isEqualTo(1);
+    }
+}
