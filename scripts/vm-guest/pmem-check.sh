@@ -1,0 +1,120 @@
+#!/bin/sh
+# Scenarios "pmem" and "dma", run inside a guest with an emulated NVDIMM (scripts/vm --nvdimm).
+#   pmem-check.sh first MARKER  fsdax namespace, ext4 -o dax, the server on a pool file there,
+#                               [info: is_pmem], fio verify=crc32c, [metrics], FUA writes, then MARKER
+#                               and a wait for the power cut (the host SIGKILLs QEMU)
+#   pmem-check.sh second        a new boot on the same NVDIMM: the namespace is still fsdax, the
+#                               filesystem mounts, the server restarts on the pool, FUA data reads back
+# Environment (from scripts/vm-test):
+#   SERVER=pmemblk|nbdkit   SERVER_ARGS="--set k=v ..." (pmemblk only)   METRICS_PORT=N (0: none)
+#   PMEMBLK_GUEST_CMD       how to run the product in the guest (the checkout is read-only here,
+#                           so the prebuilt jar is run directly rather than through scripts/pmemblk)
+# Lines starting with "RESULT " are read by the host.
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+SERVER=${SERVER:-nbdkit}
+SERVER_ARGS=${SERVER_ARGS:-}
+METRICS_PORT=${METRICS_PORT:-0}
+PMEMBLK_GUEST_CMD=${PMEMBLK_GUEST_CMD:-"$JAVA_HOME/bin/java --enable-native-access=ALL-UNNAMED -jar /mnt/pmemblk/cli/target/pmemblk.jar"}
+MNT=/mnt/pm
+POOL=$MNT/pool
+SIZE=256M
+SOCK=/tmp/nbd.sock
+URI="nbd+unix:///pmem0?socket=$SOCK"
+SERVER_PID=
+
+say() { echo "pmem-check: $*"; }
+
+start_server() {
+    rm -f "$SOCK"
+    if [ "$SERVER" = pmemblk ]; then
+        # shellcheck disable=SC2086 # the command and SERVER_ARGS are word lists
+        $PMEMBLK_GUEST_CMD serve --set "pmem.path=$POOL" --set "pmem.size=$SIZE" --set "nbd.socket=$SOCK" \
+            --set nbd.port=0 --set nbd.export=pmem0 --set "metrics.port=$METRICS_PORT" $SERVER_ARGS \
+            >/tmp/server.log 2>&1 &
+    else
+        [ -e "$POOL" ] || truncate -s "$SIZE" "$POOL"
+        nbdkit -f -U "$SOCK" -e pmem0 file "$POOL" >/tmp/server.log 2>&1 &
+    fi
+    SERVER_PID=$!
+    # Bounded wait for readiness: the JVM starts slowly under TCG emulation.
+    i=0
+    while :; do
+        if [ "$SERVER" = pmemblk ]; then grep -q '^ready:' /tmp/server.log && break
+        else [ -S "$SOCK" ] && break; fi
+        if ! kill -0 "$SERVER_PID" 2>/dev/null; then say "server exited:"; cat /tmp/server.log; exit 1; fi
+        i=$((i + 1))
+        [ $i -lt 1200 ] || { say "server not ready in 120 s:"; cat /tmp/server.log; exit 1; }
+        sleep 0.1
+    done
+    say "server ready after $((i / 10)) s"
+}
+
+stop_server() {
+    kill -TERM "$SERVER_PID"
+    i=0
+    while kill -0 "$SERVER_PID" 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -lt 300 ] || { say "server ignored SIGTERM for 30 s"; cat /tmp/server.log; exit 1; }
+        sleep 0.1
+    done
+}
+
+metric_sum() {  # metric_sum FILE ROUTE: sum of pmemblk_copy_bytes_total samples with that route
+    awk -v r="route=\"$2\"" '/^pmemblk_copy_bytes_total\{/ && index($0, r) { s += $NF } END { printf "%.0f\n", s }' "$1"
+}
+
+case "${1:-}" in
+first)
+    MARKER=${2:?marker}
+    ndctl create-namespace -f -e namespace0.0 -m fsdax --map=mem >/tmp/ndctl.json
+    grep -q '"mode":"fsdax"' /tmp/ndctl.json || { cat /tmp/ndctl.json; exit 1; }
+    echo "RESULT mode=fsdax"
+    mkfs.ext4 -q -F -b 4096 /dev/pmem0
+    mkdir -p "$MNT"
+    mount -o dax /dev/pmem0 "$MNT"
+    grep " $MNT " /proc/mounts | grep -q 'dax=always' || { grep " $MNT " /proc/mounts; say "not a DAX mount"; exit 1; }
+    echo "RESULT dax=always"
+    start_server
+    if [ "$SERVER" = pmemblk ]; then
+        $PMEMBLK_GUEST_CMD info --set "pmem.path=$POOL" --set "pmem.size=$SIZE" >/tmp/info.out 2>&1 \
+            || { cat /tmp/info.out; exit 1; }
+        cat /tmp/info.out
+        echo "RESULT is_pmem=$(sed -n 's/^is_pmem=//p' /tmp/info.out | head -n 1)"
+    fi
+    # Mixed sizes so both copy routes run; write, then read back and check every block's crc32c.
+    if ! fio --name=verify --ioengine=nbd --uri="$URI" --rw=randwrite --bssplit=4k/50:64k/20:1m/30 \
+            --size=64M --iodepth=8 --verify=crc32c --verify_fatal=1 --do_verify=1 \
+            --output=/tmp/fio.out >/dev/null 2>&1; then
+        cat /tmp/fio.out; say "fio failed"; exit 1
+    fi
+    grep -E '^ *(READ|WRITE):' /tmp/fio.out || true
+    grep -q 'err= 0' /tmp/fio.out || { cat /tmp/fio.out; exit 1; }
+    echo "RESULT fio=ok"
+    if [ "$METRICS_PORT" != 0 ]; then
+        curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" >/tmp/metrics.txt || { say "metrics not served"; exit 1; }
+        grep '^pmemblk_copy_bytes_total' /tmp/metrics.txt || true
+        echo "RESULT dma_bytes=$(metric_sum /tmp/metrics.txt dma)"
+        echo "RESULT cpu_bytes=$(metric_sum /tmp/metrics.txt cpu)"
+    fi
+    # Ends with MARKER and keeps the connection open: the power is cut with nothing flushed after.
+    exec python3 "$HERE/fua.py" write "$URI" "$MARKER"
+    ;;
+second)
+    ndctl list -N >/tmp/ndctl.json
+    grep -q '"mode":"fsdax"' /tmp/ndctl.json || { cat /tmp/ndctl.json; say "namespace lost its fsdax mode"; exit 1; }
+    mkdir -p "$MNT"
+    mount -o dax /dev/pmem0 "$MNT"
+    echo "RESULT remount=ok"
+    start_server
+    rc=0
+    python3 "$HERE/fua.py" verify "$URI" || rc=$?
+    stop_server
+    umount "$MNT"
+    exit $rc
+    ;;
+*)
+    echo "usage: pmem-check.sh first MARKER | second" >&2
+    exit 2
+    ;;
+esac
