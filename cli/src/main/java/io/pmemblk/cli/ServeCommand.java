@@ -60,13 +60,13 @@ final class ServeCommand implements Callable<Integer> {
                     s.get(Settings.NBD_MAX_CONNECTIONS),
                     "pmemblk " + Sizes.format(device.region().size()) + " on " + device.region().path()),
                     device.layer());
-            List<String> uris = server.start();
+            List<java.net.URI> uris = server.start();
             System.err.println("pmemblk: " + device.region() + ", " + s.get(Settings.QUEUES) + " queues x "
                     + s.get(Settings.QUEUE_DEPTH) + " tags, dma.engine=" + s.text(Settings.DMA_ENGINE));
             if (metrics != null) {
                 System.out.println("metrics: http://127.0.0.1:" + metrics.port() + "/metrics");
             }
-            for (String uri : uris) {
+            for (java.net.URI uri : uris) {
                 System.out.println("ready: " + uri);
             }
             System.out.flush();

@@ -61,7 +61,7 @@ class ServeInteropIT {
     @Test
     void qemuIoPatternsSurviveAGracefulRestart() throws Exception {
         List<String> write = List.of("qemu-io", "-f", "raw", "-c", "write -P 0xab 0 1M", "-c", "write -P 0x5c 1M 64k",
-                "-c", "write -z 4M 1M", "-c", "write -P 0x11 -F 8M 4k", "-c", "flush");
+                "-c", "write -z 4M 1M", "-c", "write -P 0x11 -f 8M 4k", "-c", "flush");
         List<String> read = List.of("qemu-io", "-f", "raw", "-c", "read -P 0xab 0 1M", "-c", "read -P 0x5c 1M 64k",
                 "-c", "read -P 0 4M 1M", "-c", "read -P 0x11 8M 4k");
         try (ServerProcess s = ServerProcess.start(dir, settings("64M"))) {
@@ -97,7 +97,7 @@ class ServeInteropIT {
                     "--uri=" + s.unixUri(), "--rw=randwrite", "--bsrange=4k-1m", "--size=64m", "--iodepth=16",
                     "--verify=crc32c", "--verify_fatal=1", "--do_verify=1", "--numjobs=1", "--output-format=normal"), 300);
             assertThat(r.exit()).as(r.out()).isZero();
-            assertThat(r.out()).contains("verify:").doesNotContain("verify: bad magic", "crc32c: verify failed", "err=");
+            assertThat(r.out()).contains("err= 0").doesNotContain("bad magic", "verify failed", "err= 5", "err=22");
             assertThat(s.terminate()).isZero();
         }
     }
@@ -125,9 +125,6 @@ class ServeInteropIT {
     @Test
     void fuaAndFlushedWritesSurviveKillDashNine() throws Exception {
         String write = """
-                import nbd
-                h = nbd.NBD()
-                h.connect_uri(URI)
                 for i in range(64):
                     h.pwrite(bytes([i % 251 + 1]) * 65536, i * 131072, nbd.CMD_FLAG_FUA)
                 for i in range(64):
@@ -136,9 +133,6 @@ class ServeInteropIT {
                 print("written")
                 """;
         String check = """
-                import nbd
-                h = nbd.NBD()
-                h.connect_uri(URI)
                 bad = 0
                 for i in range(64):
                     if h.pread(65536, i * 131072) != bytes([i % 251 + 1]) * 65536: bad += 1
@@ -147,12 +141,12 @@ class ServeInteropIT {
                 print("bad", bad)
                 """;
         try (ServerProcess s = ServerProcess.start(dir, settings("64M"))) {
-            ServerProcess.Run r = ServerProcess.run(List.of("python3", "-c", write.replace("URI", "'" + s.unixUri() + "'")), 120);
+            ServerProcess.Run r = ServerProcess.run(nbdsh(s.unixUri(), write), 120);
             assertThat(r.out()).contains("written");
             s.kill9();
         }
         try (ServerProcess s = ServerProcess.start(dir, settings("64M"))) {
-            ServerProcess.Run r = ServerProcess.run(List.of("python3", "-c", check.replace("URI", "'" + s.unixUri() + "'")), 120);
+            ServerProcess.Run r = ServerProcess.run(nbdsh(s.unixUri(), check), 120);
             assertThat(r.out().trim()).as(r.out()).isEqualTo("bad 0");
             assertThat(s.terminate()).isZero();
         }
@@ -190,6 +184,14 @@ class ServeInteropIT {
         assertThat(r.exit()).as(r.out()).isZero();
         assertThat(r.out()).contains("size=1073741824 (1G)", "is_pmem=false", "engine=none", "route.dma.min-bytes=64K");
         assertThat(dir.resolve("none.img")).as("info does not create the file").doesNotExist();
+    }
+
+    /**
+     * nbdsh runs "python3 -m nbd" from PATH, which may be a Python without Debian's libnbd binding (pyenv):
+     * run the module with Debian's interpreter, where python3-libnbd installs it.
+     */
+    private static List<String> nbdsh(String uri, String script) {
+        return List.of("/usr/bin/python3", "-m", "nbd", "-u", uri, "-c", script);
     }
 
     private static String sha256(Path p) throws Exception {
