@@ -58,6 +58,16 @@ public final class Device implements AutoCloseable {
         return stats;
     }
 
+    /** Sends every request to one route (bench, tune); false when that route is not available. */
+    public boolean forceRoute(io.pmemblk.block.Route route) {
+        return route == io.pmemblk.block.Route.CPU;
+    }
+
+    /** CPU time consumed so far by the DMA engine's own threads (0 without an engine). */
+    public long dmaEngineCpuNanos() {
+        return 0;
+    }
+
     /**
      * Waits (bounded) for in-flight requests, persists everything and releases the mapping. Idempotent.
      * @return false when some request was still in flight at the deadline (the data is persisted anyway)
