@@ -54,6 +54,7 @@ final class NbdConnection implements Request.Completion {
     private volatile boolean inTransmission;
     private volatile String closeReason = "closed";
     private volatile boolean handshakeTimedOut;
+    private final java.util.concurrent.atomic.AtomicBoolean handshakeOver = new java.util.concurrent.atomic.AtomicBoolean();
     /** Request acquired by the reader but not yet in the batch (a WRITE whose payload is being read). */
     private Request pending;
     private long requests;
@@ -94,8 +95,10 @@ final class NbdConnection implements Request.Completion {
 
     /** The handshake took too long: closing the channel fails the reader's blocking read. */
     void handshakeTimedOut() {
-        handshakeTimedOut = true;
-        closeQuietly();
+        if (handshakeOver.compareAndSet(false, true)) { // else the handshake finished first: leave it be
+            handshakeTimedOut = true;
+            closeQuietly();
+        }
     }
 
     /** Last resort after the bounded wait of a shutdown. */
@@ -128,6 +131,9 @@ final class NbdConnection implements Request.Completion {
         boolean senderStarted = false;
         try {
             Handshake.Negotiated n = server.handshake(this, channel);
+            if (!handshakeOver.compareAndSet(false, true)) {
+                throw new IOException("handshake timed out"); // the timer won the race and closed the channel
+            }
             if (n == null) {
                 closeReason = "client aborted the handshake";
                 return;
@@ -135,7 +141,7 @@ final class NbdConnection implements Request.Completion {
             structured = n.structuredReplies();
             baseAllocation = n.baseAllocation();
             inTransmission = true;
-            LOG.log(System.Logger.Level.INFO, "nbd connection {0} from {1}: transmission (structured replies {2},"
+            LOG.log(System.Logger.Level.DEBUG, "nbd connection {0} from {1}: transmission (structured replies {2},"
                     + " base:allocation {3}, hardware queue {4})", id, peer, structured, baseAllocation,
                     admission.queue.index());
             sender = Thread.ofPlatform().name("nbd-conn-" + id + "-tx").start(this::senderMain);
@@ -561,7 +567,8 @@ final class NbdConnection implements Request.Completion {
 
     private void finish() {
         closeQuietly();
-        LOG.log(System.Logger.Level.INFO, "nbd connection {0} from {1} closed after {2} requests: {3}",
+        LOG.log(broken ? System.Logger.Level.WARNING : System.Logger.Level.INFO,
+                "nbd connection {0} from {1} closed after {2} requests: {3}",
                 id, peer, requests, closeReason);
         server.connectionClosed(this);
     }

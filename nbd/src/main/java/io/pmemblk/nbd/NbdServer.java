@@ -266,6 +266,14 @@ public final class NbdServer implements AutoCloseable {
                 }
             }
         }
+        if (boundSocket != null) {
+            // Not accepting any more: the path goes now, so a restarted server can bind it at once.
+            try {
+                Files.deleteIfExists(boundSocket);
+            } catch (IOException e) {
+                LOG.log(System.Logger.Level.WARNING, "nbd: could not remove socket {0}: {1}", boundSocket, e.toString());
+            }
+        }
         List<NbdConnection> open = new ArrayList<>(connections);
         for (NbdConnection c : open) {
             c.shutdownInput();
@@ -287,13 +295,6 @@ public final class NbdServer implements AutoCloseable {
         }
         if (timer != null) {
             timer.shutdownNow();
-        }
-        if (boundSocket != null) {
-            try {
-                Files.deleteIfExists(boundSocket);
-            } catch (IOException e) {
-                LOG.log(System.Logger.Level.WARNING, "nbd: could not remove socket {0}: {1}", boundSocket, e.toString());
-            }
         }
     }
 }
