@@ -5,6 +5,8 @@ package io.pmemblk.dma;
 public interface DmaCompletionListener {
     /** Status of copies abandoned because their channel was closed before they completed. */
     int STATUS_CLOSED = 0x8000_0000;
+    /** Status of copies lost to a halt that left no CHANERR cause (an ABORT command). */
+    int STATUS_ABORTED = 0x4000_0000;
 
     /**
      * status 0 = copied; otherwise the CHANERR bits of the halt (or {@link #STATUS_CLOSED}). Every placed ctx is
