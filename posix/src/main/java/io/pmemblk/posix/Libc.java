@@ -1,6 +1,5 @@
 package io.pmemblk.posix;
 
-import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
 import java.lang.foreign.Linker;
@@ -56,6 +55,8 @@ public final class Libc {
             FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT), true);
     private static final MethodHandle CLOSE = find("close",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT), true);
+    private static final MethodHandle POSIX_FALLOCATE = find("posix_fallocate",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG, JAVA_LONG), false);
     private static final MethodHandle STRERROR = find("strerror",
             FunctionDescriptor.of(ADDRESS.withTargetLayout(MemoryLayout.sequenceLayout(256, ValueLayout.JAVA_BYTE)), JAVA_INT), false);
     private static final MethodHandle GETPID = find("getpid", FunctionDescriptor.of(JAVA_INT), false);
@@ -194,6 +195,23 @@ public final class Libc {
                 throw NativeException.of("ioctl", errno(state), "fd " + fd + ", request 0x" + Long.toHexString(request));
             }
             return rc;
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /**
+     * posix_fallocate(3): reserves the blocks of [offset, offset+length) so that stores through a shared
+     * mapping can never hit an unallocated hole (which would raise SIGBUS when the filesystem is full).
+     */
+    public static void fallocate(int fd, long offset, long length, String what) throws NativeException {
+        try {
+            int rc = (int) POSIX_FALLOCATE.invokeExact(fd, offset, length);
+            if (rc != 0) { // returns the error number itself, not -1/errno
+                throw NativeException.of("posix_fallocate", rc, what + ", offset " + offset + ", length " + length);
+            }
         } catch (NativeException e) {
             throw e;
         } catch (Throwable t) {

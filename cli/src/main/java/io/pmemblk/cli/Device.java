@@ -1,0 +1,100 @@
+package io.pmemblk.cli;
+
+import io.pmemblk.block.BlockLayer;
+import io.pmemblk.pmem.CopyStats;
+import io.pmemblk.pmem.PmemBlockDriver;
+import io.pmemblk.pmem.PmemRegion;
+import io.pmemblk.settings.Settings;
+
+import java.io.IOException;
+
+/**
+ * The block device assembled from settings: the pmem region, its driver and the multi-queue block layer in
+ * front of it. Owns all three; {@link #close()} drains, persists and unmaps, in that order.
+ */
+public final class Device implements AutoCloseable {
+    private final Settings settings;
+    private final PmemRegion region;
+    private final PmemBlockDriver driver;
+    private final BlockLayer layer;
+    private final CopyStats stats = new CopyStats();
+    private boolean closed;
+
+    private Device(Settings settings) throws IOException {
+        this.settings = settings;
+        this.region = PmemRegion.open(settings.get(Settings.PMEM_PATH), settings.get(Settings.PMEM_SIZE),
+                settings.get(Settings.PMEM_RESIZE), settings.get(Settings.PMEM_MAPPER));
+        try {
+            this.driver = new PmemBlockDriver(region, stats);
+            this.layer = new BlockLayer(driver, settings.get(Settings.QUEUES), settings.get(Settings.QUEUE_DEPTH),
+                    settings.get(Settings.QUEUE_BUFFER_BYTES), Settings.MAX_REQUEST_BYTES);
+        } catch (RuntimeException e) {
+            region.close();
+            throw e;
+        }
+    }
+
+    public static Device open(Settings settings) throws IOException {
+        return new Device(settings);
+    }
+
+    public Settings settings() {
+        return settings;
+    }
+
+    public PmemRegion region() {
+        return region;
+    }
+
+    public PmemBlockDriver driver() {
+        return driver;
+    }
+
+    public BlockLayer layer() {
+        return layer;
+    }
+
+    public CopyStats stats() {
+        return stats;
+    }
+
+    /** Sends every request to one route (bench, tune); false when that route is not available. */
+    public boolean forceRoute(io.pmemblk.block.Route route) {
+        return route == io.pmemblk.block.Route.CPU;
+    }
+
+    /** CPU time consumed so far by the DMA engine's own threads (0 without an engine). */
+    public long dmaEngineCpuNanos() {
+        return 0;
+    }
+
+    /**
+     * Waits (bounded) for in-flight requests, persists everything and releases the mapping. Idempotent.
+     * @return false when some request was still in flight at the deadline (the data is persisted anyway)
+     */
+    public synchronized boolean close(long drainMillis) throws IOException {
+        if (closed) {
+            return true;
+        }
+        closed = true;
+        boolean idle;
+        try {
+            idle = layer.awaitIdle(drainMillis);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            idle = false;
+        }
+        try {
+            driver.persistAll();
+        } finally {
+            layer.close();
+            driver.close();
+        }
+        return idle;
+    }
+
+    @Override
+    public void close() throws IOException {
+        close(10_000);
+    }
+}

@@ -1,0 +1,82 @@
+package io.pmemblk.cli;
+
+import io.pmemblk.pmem.Libpmem;
+import io.pmemblk.pmem.PmemRegion;
+import io.pmemblk.settings.Settings;
+import io.pmemblk.settings.SettingsException;
+import io.pmemblk.settings.Sizes;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.concurrent.Callable;
+
+/**
+ * Prints the device as serve would open it: size, is_pmem, engine, thresholds. The backing file is mapped
+ * only if it exists; when it does not, is_pmem is probed with a small scratch file in the same directory, so
+ * the answer is what serve would find there.
+ */
+@Command(name = "info", mixinStandardHelpOptions = true,
+        description = "Show the device's size, is_pmem, copy engine and routing thresholds (key=value lines).")
+final class InfoCommand implements Callable<Integer> {
+    @Mixin
+    SettingsOptions options;
+
+    @Override
+    public Integer call() throws IOException {
+        Settings s;
+        try {
+            s = options.load();
+        } catch (SettingsException e) {
+            System.err.println("pmemblk: " + e.getMessage());
+            return Main.USAGE;
+        }
+        Path path = s.get(Settings.PMEM_PATH);
+        System.out.println("path=" + path);
+        boolean exists = Files.exists(path);
+        System.out.println("exists=" + exists);
+        if (exists) {
+            try (PmemRegion r = PmemRegion.open(path, exists && Files.isRegularFile(path) ? Files.size(path) : 0,
+                    false, s.get(Settings.PMEM_MAPPER))) {
+                System.out.println("size=" + r.size() + " (" + Sizes.format(r.size()) + ")");
+                if (Files.isRegularFile(path) && r.size() != s.get(Settings.PMEM_SIZE)) {
+                    System.out.println("size_mismatch=pmem.size is " + s.text(Settings.PMEM_SIZE)
+                            + ": serve will refuse it unless pmem.resize=true");
+                }
+                System.out.println("is_pmem=" + r.isPmem());
+                System.out.println("mapped_by=" + r.mappedBy());
+            }
+        } else {
+            long size = s.get(Settings.PMEM_SIZE);
+            System.out.println("size=" + size + " (" + Sizes.format(size) + ")");
+            Path dir = path.toAbsolutePath().getParent();
+            if (dir != null && Files.isDirectory(dir)) {
+                Path probe = Files.createTempFile(dir, ".pmemblk-probe", ".tmp");
+                Files.delete(probe);
+                try (PmemRegion r = PmemRegion.open(probe, 1 << 20, false, s.get(Settings.PMEM_MAPPER))) {
+                    System.out.println("is_pmem=" + r.isPmem());
+                    System.out.println("mapped_by=" + r.mappedBy());
+                } finally {
+                    Files.deleteIfExists(probe);
+                }
+            } else {
+                System.out.println("is_pmem=unknown (directory " + dir + " does not exist yet)");
+            }
+        }
+        String why = Libpmem.unavailableReason();
+        System.out.println("libpmem=" + (why == null ? "loaded" : "unavailable: " + why));
+        System.out.println("engine=" + s.text(Settings.DMA_ENGINE));
+        System.out.println("dma.channels=" + s.get(Settings.DMA_CHANNELS));
+        System.out.println("route.dma.min-bytes=" + s.text(Settings.ROUTE_DMA_MIN_BYTES));
+        System.out.println("route.dma.min-segments=" + s.text(Settings.ROUTE_DMA_MIN_SEGMENTS));
+        System.out.println("queues=" + s.get(Settings.QUEUES));
+        System.out.println("queue.depth=" + s.get(Settings.QUEUE_DEPTH));
+        System.out.println("nbd.export=" + s.get(Settings.NBD_EXPORT));
+        Path sock = s.get(Settings.NBD_SOCKET);
+        System.out.println("nbd.socket=" + (sock == null ? "" : sock));
+        System.out.println("nbd.tcp=" + (s.get(Settings.NBD_PORT) == 0 ? "off" : s.get(Settings.NBD_BIND) + ":" + s.get(Settings.NBD_PORT)));
+        return 0;
+    }
+}

@@ -1,0 +1,35 @@
+package io.pmemblk.cli;
+
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+
+/** The {@code pmemblk} command. */
+@Command(name = "pmemblk", mixinStandardHelpOptions = true, versionProvider = Main.Version.class,
+        description = "A userspace persistent-memory block device, served over NBD.",
+        subcommands = {ServeCommand.class, InfoCommand.class, BenchCommand.class, VersionCommand.class, ConfigExampleCommand.class,
+                CommandLine.HelpCommand.class})
+public final class Main {
+    /** Exit code for a bad setting or bad command-line usage. */
+    public static final int USAGE = 2;
+
+    public static void main(String[] args) {
+        CommandLine cl = new CommandLine(new Main());
+        cl.setExecutionExceptionHandler((e, cmd, parsed) -> {
+            cmd.getErr().println("pmemblk: " + e.getMessage());
+            return 1;
+        });
+        System.exit(cl.execute(args));
+    }
+
+    static String version() {
+        String v = Main.class.getPackage().getImplementationVersion();
+        return v == null ? "dev" : v;
+    }
+
+    static final class Version implements CommandLine.IVersionProvider {
+        @Override
+        public String[] getVersion() {
+            return new String[]{"pmemblk " + version() + " (Java " + Runtime.version() + ")"};
+        }
+    }
+}

@@ -1,0 +1,144 @@
+package io.pmemblk.cli;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * A real {@code pmemblk serve} process (the shaded jar the launcher runs), for interop tests.
+ * Start-up waits for the {@code ready:} lines with a bounded wait; stderr goes to a log file named in failures.
+ */
+final class ServerProcess implements AutoCloseable {
+    static final Path JAR = Path.of("target", "pmemblk.jar").toAbsolutePath();
+    static final String JAVA = Path.of(System.getProperty("java.home"), "bin", "java").toString();
+
+    final Process process;
+    final Path log;
+    final List<String> uris = new ArrayList<>();
+    final List<String> stdout = new ArrayList<>();
+    private final BlockingQueue<String> lines = new LinkedBlockingQueue<>();
+
+    private ServerProcess(Process process, Path log) {
+        this.process = process;
+        this.log = log;
+    }
+
+    static List<String> command(String subcommand, List<String> args) {
+        List<String> cmd = new ArrayList<>(List.of(JAVA, "--enable-native-access=ALL-UNNAMED", "-jar", JAR.toString(), subcommand));
+        cmd.addAll(args);
+        return cmd;
+    }
+
+    /** Starts serve with {@code --set} for each of {@code sets}; waits until it is ready or fails. */
+    static ServerProcess start(Path dir, String... sets) throws IOException, InterruptedException {
+        List<String> args = new ArrayList<>();
+        for (String s : sets) {
+            args.add("--set");
+            args.add(s);
+        }
+        Path log = Files.createTempFile(dir, "serve", ".log");
+        Process p = new ProcessBuilder(command("serve", args))
+                .redirectError(ProcessBuilder.Redirect.appendTo(log.toFile())).start();
+        ServerProcess sp = new ServerProcess(p, log);
+        Thread reader = Thread.ofPlatform().daemon().name("serve-stdout").start(() -> {
+            try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
+                for (String line; (line = r.readLine()) != null; ) {
+                    sp.lines.add(line);
+                }
+            } catch (IOException ignored) {
+                // process gone
+            }
+            sp.lines.add("<eof>");
+        });
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (true) {
+            String line = sp.lines.poll(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+            if (line == null || line.equals("<eof>")) {
+                p.destroyForcibly();
+                throw new IllegalStateException("serve did not become ready (" + (line == null ? "timeout" : "exited "
+                        + p.waitFor()) + "); stdout " + sp.stdout + "; stderr:\n" + Files.readString(log));
+            }
+            sp.stdout.add(line);
+            if (line.startsWith("ready: ")) {
+                sp.uris.add(line.substring(7));
+                // every listener prints its line at once; a unix-only server prints one
+                if (sp.uris.size() >= expectedListeners(sets)) {
+                    return sp;
+                }
+            }
+        }
+    }
+
+    private static int expectedListeners(String[] sets) {
+        boolean tcp = true, unix = true;
+        for (String s : sets) {
+            if (s.equals("nbd.port=0")) tcp = false;
+            if (s.equals("nbd.socket=")) unix = false;
+        }
+        return (tcp ? 1 : 0) + (unix ? 1 : 0);
+    }
+
+    String unixUri() {
+        return uris.stream().filter(u -> u.startsWith("nbd+unix:")).findFirst().orElseThrow();
+    }
+
+    /** SIGTERM and a bounded wait; returns the exit code. */
+    int terminate() throws InterruptedException {
+        process.destroy();
+        if (!process.waitFor(60, TimeUnit.SECONDS)) {
+            process.destroyForcibly();
+            throw new IllegalStateException("serve did not stop within 60 s of SIGTERM");
+        }
+        return process.exitValue();
+    }
+
+    /** SIGKILL: no chance to flush anything. */
+    void kill9() throws InterruptedException {
+        process.destroyForcibly();
+        if (!process.waitFor(30, TimeUnit.SECONDS)) {
+            throw new IllegalStateException("serve survived SIGKILL for 30 s");
+        }
+    }
+
+    String stderr() throws IOException {
+        return Files.readString(log);
+    }
+
+    @Override
+    public void close() throws InterruptedException {
+        if (process.isAlive()) {
+            process.destroyForcibly();
+            process.waitFor(30, TimeUnit.SECONDS);
+        }
+    }
+
+    /** Result of a peer tool run. */
+    record Run(int exit, String out) {}
+
+    /** Runs a peer tool with a bounded wait; stdout and stderr merged. */
+    static Run run(List<String> cmd, long timeoutSeconds) throws IOException, InterruptedException {
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+        byte[][] out = new byte[1][];
+        Thread t = Thread.ofPlatform().daemon().start(() -> {
+            try {
+                out[0] = p.getInputStream().readAllBytes();
+            } catch (IOException e) {
+                out[0] = new byte[0];
+            }
+        });
+        if (!p.waitFor(timeoutSeconds, TimeUnit.SECONDS)) {
+            p.destroyForcibly();
+            throw new IllegalStateException(cmd + " did not finish within " + timeoutSeconds + " s");
+        }
+        t.join(10_000);
+        return new Run(p.exitValue(), new String(out[0] == null ? new byte[0] : out[0], StandardCharsets.UTF_8));
+    }
+}

@@ -1,0 +1,19 @@
+package io.pmemblk.dma;
+
+/** Told once per placed copy (with a non-null ctx) when the copy is finished, for better or worse. */
+@FunctionalInterface
+public interface DmaCompletionListener {
+    /** Status of copies abandoned because their channel was closed before they completed. */
+    int STATUS_CLOSED = 0x8000_0000;
+    /** Status of copies lost to a halt that left no CHANERR cause (an ABORT command). */
+    int STATUS_ABORTED = 0x4000_0000;
+
+    /**
+     * status 0 = copied; otherwise the CHANERR bits of the halt (or {@link #STATUS_CLOSED}). Every placed ctx is
+     * reported exactly once: on a halt, the failed descriptor's copy and every copy placed after it are reported
+     * with the error (they may be partly done or not started), then the channel is reset and re-armed so later
+     * copies work. Called on the channel's completion thread (or a thread in {@link DmaChannel#poll}), never while
+     * the channel's submission lock is held, so it may place and submit more copies; it should not block long.
+     */
+    void completed(Object ctx, int status);
+}

@@ -1,0 +1,463 @@
+package io.pmemblk.dma.soft;
+
+import static io.pmemblk.dma.ioat.IoatSpec.*;
+
+import io.pmemblk.dma.Interrupt;
+import io.pmemblk.dma.IovaFault;
+import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.dma.Mmio;
+import io.pmemblk.dma.SoftInterrupt;
+import java.lang.foreign.MemorySegment;
+import java.lang.invoke.VarHandle;
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
+import java.util.concurrent.locks.LockSupport;
+import java.util.concurrent.locks.ReentrantLock;
+
+/**
+ * A software Intel I/OAT v3 device: the BAR0 register file behind {@link Mmio}, one engine thread per channel
+ * that fetches descriptors through the {@link IovaSpace} like the hardware fetches them through the IOMMU.
+ *
+ * <p>Model (what a driver may rely on, kept close to the hardware):
+ * <ul>
+ *   <li>DMACOUNT is the running count of descriptors the driver has made available since the last RESET; the engine
+ *       processes descriptors while its own processed count (u16) differs from it, starting at CHAINADDR and then
+ *       following each descriptor's {@code next}. A DMACOUNT write wakes the engine (unpark); idle engines park.</li>
+ *   <li>After RESET the channel is HALTED with DMACOUNT, processed count, CHANCTRL and CHANCMP zeroed; CHANERR is
+ *       only cleared by writing 1s to it. Writing CHAINADDR while CHANERR is clear and the channel is not active arms
+ *       it (ARMED) and sets the completed descriptor address to 0 ("none since arming").</li>
+ *   <li>CHANSTS = completed descriptor address | state after every descriptor. A descriptor with completion_update
+ *       writes CHANSTS to the 8-byte word at CHANCMP; int_enable raises the channel's interrupt vector.</li>
+ *   <li>Any error halts (ANY_ERR_ABORT_EN is assumed): CHANERR |= cause, state HALTED, CHANSTS keeps the last good
+ *       descriptor; with ERR_COMPLETION_EN the writeback word is written, with ERR_INT_EN the vector is raised.</li>
+ *   <li>Descriptors run one at a time in ring order, so fence is honoured trivially. COPY and null are supported;
+ *       any other op halts with CHANERR_CONTROL.</li>
+ *   <li>Register commands (CHANCMD, CHAINADDR) take the channel lock, which the engine holds for one descriptor,
+ *       so a RESET returns only after the descriptor in flight has finished: CHANCMD reads back 0 at once.</li>
+ * </ul>
+ */
+public final class SoftIoatDevice implements Mmio, AutoCloseable {
+    private static final VarHandle WORD = FIELD_U64.varHandle();
+    private static final ThreadMXBean THREADS = ManagementFactory.getThreadMXBean();
+
+    private final IovaSpace space;
+    private final int xfercapLog2;
+    private final long maxTransfer;
+    private final Channel[] channels;
+    private volatile int intrctrl;
+    private volatile boolean closed;
+
+    /** A device with {@code channelCount} channels and descriptors of at most 2^xfercapLog2 bytes (20 = 1 MiB on hardware). */
+    public SoftIoatDevice(IovaSpace space, int channelCount, int xfercapLog2) {
+        if (channelCount < 1 || channelCount > 255) {
+            throw new IllegalArgumentException("channel count " + channelCount + " not in 1..255 (CHANCNT is a u8)");
+        }
+        if (xfercapLog2 < 6 || xfercapLog2 > 31) {
+            throw new IllegalArgumentException("XFERCAP " + xfercapLog2 + " not in 6..31");
+        }
+        this.space = space;
+        this.xfercapLog2 = xfercapLog2;
+        this.maxTransfer = 1L << xfercapLog2;
+        this.channels = new Channel[channelCount];
+        for (int i = 0; i < channelCount; i++) {
+            channels[i] = new Channel(i);
+        }
+        for (Channel c : channels) {
+            c.thread.start();
+        }
+    }
+
+    /** The MSI-X vector of channel {@code n}; the driver waits on it. */
+    public Interrupt interrupt(int n) {
+        return channel(n).vector;
+    }
+
+    public int channelCount() {
+        return channels.length;
+    }
+
+    // ---- fault injection and observation for tests and benchmarks ----
+
+    /** The {@code nth} descriptor the channel processes from now (1 = the next one) halts with {@code chanerrBit}. */
+    public void failDescriptor(int channel, int nth, int chanerrBit) {
+        if (nth < 1) {
+            throw new IllegalArgumentException("nth counts from 1 (the next descriptor), got " + nth);
+        }
+        Channel c = channel(channel);
+        c.lock.lock();
+        try {
+            c.failCountdown = nth;
+            c.failBit = chanerrBit;
+        } finally {
+            c.lock.unlock();
+        }
+    }
+
+    /** Channel 0 shorthand of {@link #failDescriptor(int, int, int)}. */
+    public void failDescriptor(int nth, int chanerrBit) {
+        failDescriptor(0, nth, chanerrBit);
+    }
+
+    /** While stalled the engine processes nothing (doorbells are remembered); releasing resumes it. */
+    public void stall(int channel, boolean stalled) {
+        Channel c = channel(channel);
+        c.stalled = stalled;
+        LockSupport.unpark(c.thread);
+    }
+
+    /** Stalls or releases every channel. */
+    public void stall(boolean stalled) {
+        for (int i = 0; i < channels.length; i++) {
+            stall(i, stalled);
+        }
+    }
+
+    /** Halts the channel now with {@code chanerrBit}, as a device-detected error between descriptors would. */
+    public void halt(int channel, int chanerrBit) {
+        Channel c = channel(channel);
+        c.lock.lock();
+        try {
+            c.halt(chanerrBit);
+        } finally {
+            c.lock.unlock();
+        }
+    }
+
+    /** Channel 0 shorthand of {@link #halt(int, int)}. */
+    public void halt(int chanerrBit) {
+        halt(0, chanerrBit);
+    }
+
+    /** Descriptors the channel has completed since it was created (monotonic, not reset by RESET). */
+    public long descriptorsCompleted(int channel) {
+        return channel(channel).completedTotal;
+    }
+
+    /** CPU time of the channel's engine thread, in nanoseconds (-1 if the JVM cannot measure it). */
+    public long engineCpuTimeNanos(int channel) {
+        return THREADS.getThreadCpuTime(channel(channel).thread.threadId());
+    }
+
+    /** CPU time of all engine threads, in nanoseconds. */
+    public long engineCpuTimeNanos() {
+        long sum = 0;
+        for (int i = 0; i < channels.length; i++) {
+            long t = engineCpuTimeNanos(i);
+            if (t > 0) {
+                sum += t;
+            }
+        }
+        return sum;
+    }
+
+    /** Stops the engine threads (like unbinding the device); further register writes are ignored. */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        for (Channel c : channels) {
+            LockSupport.unpark(c.thread);
+        }
+        for (Channel c : channels) {
+            try {
+                c.thread.join(10_000);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
+            }
+        }
+    }
+
+    private Channel channel(int n) {
+        if (n < 0 || n >= channels.length) {
+            throw new IllegalArgumentException("channel " + n + " not in 0.." + (channels.length - 1));
+        }
+        return channels[n];
+    }
+
+    // ---- register file ----
+
+    /** The channel a BAR0 offset falls in, or null for the global block. */
+    private Channel channelAt(long offset) {
+        long n = offset / CHANNEL_MMIO_SIZE - 1;
+        if (n < 0) {
+            return null;
+        }
+        if (n >= channels.length) {
+            throw new IllegalArgumentException("BAR0 offset 0x" + Long.toHexString(offset) + " is past the last channel ("
+                    + channels.length + " channels)");
+        }
+        return channels[(int) n];
+    }
+
+    private long read(long offset) {
+        Channel c = channelAt(offset);
+        if (c == null) {
+            return switch ((int) offset) {
+                case CHANCNT -> channels.length;
+                case XFERCAP -> xfercapLog2;
+                case INTRCTRL -> intrctrl;
+                case CBVER -> VER_3_3;
+                default -> 0;
+            };
+        }
+        return switch ((int) (offset % CHANNEL_MMIO_SIZE)) {
+            case CHANCTRL -> c.chanctrl;
+            case CHANCMD -> 0; // commands complete synchronously
+            case DMACOUNT -> c.dmacount;
+            case CHANSTS -> c.chansts;
+            case CHAINADDR -> c.chainaddr;
+            case CHANCMP -> c.chancmp;
+            case CHANERR -> c.chanerr;
+            case CHANERR_MASK -> c.chanerrMask;
+            default -> 0;
+        };
+    }
+
+    private void write(long offset, long value) {
+        if (closed) {
+            return;
+        }
+        Channel c = channelAt(offset);
+        if (c == null) {
+            if (offset == INTRCTRL) {
+                intrctrl = (int) value & 0xFF;
+            }
+            return; // other global registers are read-only here
+        }
+        switch ((int) (offset % CHANNEL_MMIO_SIZE)) {
+            case CHANCTRL -> c.chanctrl = (int) value & 0xFFFF;
+            case CHANCMD -> c.command((int) value & 0xFF);
+            case DMACOUNT -> {
+                c.dmacount = (int) value & 0xFFFF;
+                LockSupport.unpark(c.thread);
+            }
+            case CHAINADDR -> c.arm(value);
+            case CHANCMP -> c.chancmp = value;
+            case CHANERR -> c.clearErrors((int) value);
+            case CHANERR_MASK -> c.chanerrMask = (int) value;
+            default -> { }
+        }
+    }
+
+    @Override public int read8(long offset) { return (int) read(offset) & 0xFF; }
+    @Override public int read16(long offset) { return (int) read(offset) & 0xFFFF; }
+    @Override public int read32(long offset) { return (int) read(offset); }
+    @Override public long read64(long offset) { return read(offset); }
+    @Override public void write8(long offset, int value) { write(offset, value & 0xFF); }
+    @Override public void write16(long offset, int value) { write(offset, value & 0xFFFF); }
+    @Override public void write32(long offset, int value) { write(offset, value & 0xFFFF_FFFFL); }
+    @Override public void write64(long offset, long value) { write(offset, value); }
+
+    /** One channel's registers and engine. Fields written under {@link #lock} unless noted. */
+    private final class Channel implements Runnable {
+        final int index;
+        final ReentrantLock lock = new ReentrantLock();
+        final SoftInterrupt vector = new SoftInterrupt();
+        final Thread thread;
+
+        volatile int chanctrl;
+        volatile int chanerr;
+        volatile int chanerrMask;
+        /** Written by the driver without the lock (doorbell). */
+        volatile int dmacount;
+        volatile long chansts = CHANSTS_HALTED;
+        volatile long chainaddr;
+        volatile long chancmp;
+        volatile boolean stalled;
+        volatile long completedTotal;
+
+        int state = CHANSTS_HALTED;
+        int processed;
+        long lastCompleted;
+        long nextDescriptor;
+        boolean fetchingFromChainaddr;
+        int failCountdown;
+        int failBit;
+
+        Channel(int index) {
+            this.index = index;
+            this.thread = Thread.ofPlatform().daemon().name("soft-ioat-ch" + index).unstarted(this);
+        }
+
+        private void setState(int s) {
+            state = s;
+            chansts = lastCompleted | s;
+        }
+
+        private boolean runnable() {
+            return !stalled && (state == CHANSTS_ARMED || state == CHANSTS_IDLE || state == CHANSTS_ACTIVE)
+                    && ((dmacount - processed) & 0xFFFF) != 0;
+        }
+
+        @Override
+        public void run() {
+            while (!closed) {
+                if (!runnable()) {
+                    LockSupport.park(this);
+                    continue;
+                }
+                lock.lock();
+                try {
+                    if (runnable()) {
+                        step();
+                    }
+                } finally {
+                    lock.unlock();
+                }
+            }
+        }
+
+        void command(int cmd) {
+            lock.lock();
+            try {
+                if ((cmd & CHANCMD_RESET) != 0) {
+                    state = CHANSTS_HALTED;
+                    chansts = lastCompleted | CHANSTS_HALTED;
+                    dmacount = 0;
+                    processed = 0;
+                    chanctrl = 0;
+                    chancmp = 0;
+                    return;
+                }
+                if ((cmd & CHANCMD_ABORT) != 0) {
+                    setState(CHANSTS_HALTED);
+                    raiseError();
+                    return;
+                }
+                if ((cmd & CHANCMD_SUSPEND) != 0 && state != CHANSTS_HALTED) {
+                    setState(CHANSTS_SUSPENDED);
+                }
+                if ((cmd & CHANCMD_RESUME) != 0 && state == CHANSTS_SUSPENDED) {
+                    setState(((dmacount - processed) & 0xFFFF) != 0 ? CHANSTS_ACTIVE : CHANSTS_IDLE);
+                }
+            } finally {
+                lock.unlock();
+            }
+            LockSupport.unpark(thread); // START / APPEND / RESUME: look at DMACOUNT again
+        }
+
+        void arm(long address) {
+            lock.lock();
+            try {
+                chainaddr = address;
+                if (state == CHANSTS_ACTIVE || chanerr != 0) {
+                    return; // hardware ignores a chain address while running or with errors pending
+                }
+                nextDescriptor = address;
+                fetchingFromChainaddr = true;
+                lastCompleted = 0;
+                setState(CHANSTS_ARMED);
+            } finally {
+                lock.unlock();
+            }
+        }
+
+        void clearErrors(int bits) {
+            lock.lock();
+            try {
+                chanerr &= ~bits;
+            } finally {
+                lock.unlock();
+            }
+        }
+
+        /** Processes the descriptor at nextDescriptor. Caller holds the lock. */
+        private void step() {
+            long address = nextDescriptor;
+            if ((address & (DESC_BYTES - 1)) != 0) {
+                halt(CHANERR_NEXT_DESC_ALIGN);
+                return;
+            }
+            MemorySegment d;
+            try {
+                d = space.translate(address, DESC_BYTES);
+            } catch (IovaFault f) {
+                halt(fetchingFromChainaddr ? CHANERR_CHAIN_ADDR_VALUE : CHANERR_NEXT_ADDR);
+                return;
+            }
+            if (state != CHANSTS_ACTIVE) {
+                setState(CHANSTS_ACTIVE);
+            }
+            long size = Integer.toUnsignedLong(d.get(FIELD_U32, DESC_SIZE));
+            int control = d.get(FIELD_U32, DESC_CONTROL);
+            long src = d.get(FIELD_U64, DESC_SRC);
+            long dst = d.get(FIELD_U64, DESC_DST);
+            long next = d.get(FIELD_U64, DESC_NEXT);
+            if (failCountdown > 0 && --failCountdown == 0) {
+                halt(failBit);
+                return;
+            }
+            if ((control & CTRL_NULL) == 0) {
+                int op = (control & CTRL_OP_MASK) >>> CTRL_OP_SHIFT;
+                if (op != OP_COPY) {
+                    halt(CHANERR_CONTROL);
+                    return;
+                }
+                if (size > maxTransfer) {
+                    halt(CHANERR_LENGTH);
+                    return;
+                }
+                MemorySegment from;
+                MemorySegment to;
+                try {
+                    from = space.translate(src, size);
+                } catch (IovaFault f) {
+                    halt(CHANERR_SRC_ADDR);
+                    return;
+                }
+                try {
+                    to = space.translate(dst, size);
+                } catch (IovaFault f) {
+                    halt(CHANERR_DEST_ADDR);
+                    return;
+                }
+                MemorySegment.copy(from, 0, to, 0, size);
+            }
+            processed = (processed + 1) & 0xFFFF;
+            completedTotal++;
+            lastCompleted = address;
+            nextDescriptor = next;
+            fetchingFromChainaddr = false;
+            setState(((dmacount - processed) & 0xFFFF) != 0 ? CHANSTS_ACTIVE : CHANSTS_IDLE);
+            if ((control & CTRL_COMPLETION_UPDATE) != 0 && !writeBack()) {
+                halt(CHANERR_COMPLETION_ADDR);
+                return;
+            }
+            if ((control & CTRL_INT_ENABLE) != 0) {
+                vector.signal();
+            }
+        }
+
+        /** Caller holds the lock. */
+        void halt(int cause) {
+            chanerr |= cause;
+            setState(CHANSTS_HALTED);
+            raiseError();
+        }
+
+        private void raiseError() {
+            if ((chanctrl & CHANCTRL_ERR_COMPLETION_EN) != 0 && !writeBack()) {
+                chanerr |= CHANERR_COMPLETION_ADDR;
+            }
+            if ((chanctrl & CHANCTRL_ERR_INT_EN) != 0) {
+                vector.signal();
+            }
+        }
+
+        private boolean writeBack() {
+            long cmp = chancmp;
+            if ((cmp & (CHANCMP_ALIGN - 1)) != 0) {
+                return false;
+            }
+            try {
+                WORD.setVolatile(space.translate(cmp, 8), 0L, chansts);
+                return true;
+            } catch (IovaFault f) {
+                return false;
+            }
+        }
+    }
+}

@@ -1,0 +1,168 @@
+package io.pmemblk.dma.soft;
+
+import static io.pmemblk.dma.ioat.IoatSpec.*;
+import static org.assertj.core.api.Assertions.assertThat;
+
+import io.pmemblk.dma.IovaSpace;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+
+/** Drives the software device through raw registers and descriptors, the way a driver would. */
+class SoftIoatDeviceTest {
+    static final long CH = channelBase(0);
+    IovaSpace space;
+    Arena arena;
+    SoftIoatDevice dev;
+    MemorySegment ring;
+    MemorySegment word;
+    MemorySegment buf;
+    long ringIova;
+    long wordIova;
+    long bufIova;
+
+    @BeforeEach
+    void setUp() {
+        space = new IovaSpace();
+        arena = Arena.ofShared();
+        dev = new SoftIoatDevice(space, 2, 12);
+        ring = arena.allocate(4 * DESC_BYTES, 64);
+        word = arena.allocate(8, 8);
+        buf = arena.allocate(16384, 4096);
+        ringIova = space.map(ring);
+        wordIova = space.map(word);
+        bufIova = space.map(buf);
+        for (int i = 0; i < 4; i++) {
+            ring.set(FIELD_U64, i * DESC_BYTES + DESC_NEXT, ringIova + ((i + 1) & 3) * DESC_BYTES);
+        }
+        for (int i = 0; i < 8192; i++) {
+            buf.set(ValueLayout.JAVA_BYTE, i, (byte) (i * 13 + 5));
+        }
+    }
+
+    @AfterEach
+    void tearDown() {
+        dev.close();
+        arena.close();
+    }
+
+    private void descriptor(int slot, long size, int control, long src, long dst) {
+        long d = slot * DESC_BYTES;
+        ring.set(FIELD_U32, d + DESC_SIZE, (int) size);
+        ring.set(FIELD_U32, d + DESC_CONTROL, control);
+        ring.set(FIELD_U64, d + DESC_SRC, src);
+        ring.set(FIELD_U64, d + DESC_DST, dst);
+    }
+
+    private void arm() {
+        dev.write8(CH + CHANCMD, CHANCMD_RESET);
+        dev.write16(CH + CHANCTRL, CHANCTRL_RUN);
+        dev.write64(CH + CHANCMP, wordIova);
+        dev.write64(CH + CHAINADDR, ringIova);
+        assertThat(dev.read64(CH + CHANSTS) & CHANSTS_STATUS_MASK).isEqualTo(CHANSTS_ARMED);
+    }
+
+    private long awaitWord(long expected) {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (word.get(FIELD_U64, 0) != expected) {
+            java.util.concurrent.locks.LockSupport.parkNanos(50_000); // bounded poll of device-written memory
+            if (System.nanoTime() > deadline) {
+                throw new AssertionError("writeback never became 0x" + Long.toHexString(expected) + ", is 0x"
+                        + Long.toHexString(word.get(FIELD_U64, 0)) + ", CHANERR 0x" + Integer.toHexString(dev.read32(CH + CHANERR)));
+            }
+        }
+        return expected;
+    }
+
+    @Test
+    void globalRegisters() {
+        assertThat(dev.read8(CHANCNT)).isEqualTo(2);
+        assertThat(dev.read8(XFERCAP)).isEqualTo(12);
+        assertThat(dev.read8(CBVER)).isEqualTo(VER_3_3);
+    }
+
+    @Test
+    void nullAndCopyDescriptorsCompleteWithWritebackAndInterrupt() throws Exception {
+        arm();
+        descriptor(0, NULL_DESC_SIZE, CTRL_NULL | CTRL_COMPLETION_UPDATE | CTRL_INT_ENABLE, 0, 0);
+        dev.write16(CH + DMACOUNT, 1);
+        assertThat(dev.interrupt(0).await(10, TimeUnit.SECONDS)).as("int_enable raised the vector").isTrue();
+        assertThat(word.get(FIELD_U64, 0)).as("writeback before the interrupt").isEqualTo(ringIova | CHANSTS_IDLE);
+        // Two copies, one doorbell, writeback only from the second.
+        descriptor(1, 100, OP_COPY, bufIova, bufIova + 8192);
+        descriptor(2, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, bufIova + 100, bufIova + 8292);
+        dev.write16(CH + DMACOUNT, 3);
+        awaitWord((ringIova + 2 * DESC_BYTES) | CHANSTS_IDLE);
+        assertThat(MemorySegment.mismatch(buf, 0, 4196, buf, 8192, 8192 + 4196)).isEqualTo(-1);
+        assertThat(dev.read64(CH + CHANSTS)).isEqualTo((ringIova + 2 * DESC_BYTES) | CHANSTS_IDLE);
+    }
+
+    @Test
+    void descriptorLongerThanXfercapHaltsWithLengthAndChanerrIsWriteOneToClear() throws Exception {
+        arm();
+        descriptor(0, 4097, OP_COPY | CTRL_COMPLETION_UPDATE, bufIova, bufIova + 8192);
+        dev.write16(CH + DMACOUNT, 1);
+        awaitWord(CHANSTS_HALTED); // completed address 0: nothing since arming
+        assertThat(dev.read32(CH + CHANERR)).isEqualTo(CHANERR_LENGTH);
+        assertThat(buf.get(ValueLayout.JAVA_BYTE, 8192)).isZero();
+        dev.write32(CH + CHANERR, CHANERR_SRC_ADDR); // not set: no effect
+        assertThat(dev.read32(CH + CHANERR)).isEqualTo(CHANERR_LENGTH);
+        // Re-arming with an error pending keeps the channel halted.
+        dev.write8(CH + CHANCMD, CHANCMD_RESET);
+        dev.write64(CH + CHAINADDR, ringIova);
+        assertThat(dev.read64(CH + CHANSTS) & CHANSTS_STATUS_MASK).isEqualTo(CHANSTS_HALTED);
+        dev.write32(CH + CHANERR, CHANERR_LENGTH);
+        assertThat(dev.read32(CH + CHANERR)).isZero();
+        arm();
+        descriptor(0, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, bufIova, bufIova + 8192);
+        dev.write16(CH + DMACOUNT, 1);
+        awaitWord(ringIova | CHANSTS_IDLE);
+        assertThat(MemorySegment.mismatch(buf, 0, 4096, buf, 8192, 8192 + 4096)).isEqualTo(-1);
+    }
+
+    @Test
+    void badNextPointerAndBadChainAddressHalt() throws Exception {
+        arm();
+        ring.set(FIELD_U64, DESC_NEXT, 0xdead_0000L);
+        descriptor(0, 8, CTRL_NULL, 0, 0);
+        descriptor(1, 8, CTRL_NULL, 0, 0);
+        dev.write16(CH + DMACOUNT, 2);
+        awaitWord(ringIova | CHANSTS_HALTED);
+        assertThat(dev.read32(CH + CHANERR)).isEqualTo(CHANERR_NEXT_ADDR);
+
+        dev.write32(CH + CHANERR, -1);
+        dev.write8(CH + CHANCMD, CHANCMD_RESET);
+        dev.write16(CH + CHANCTRL, CHANCTRL_RUN);
+        dev.write64(CH + CHANCMP, wordIova);
+        dev.write64(CH + CHAINADDR, 0x40);
+        dev.write16(CH + DMACOUNT, 1);
+        awaitWord(CHANSTS_HALTED);
+        assertThat(dev.read32(CH + CHANERR)).isEqualTo(CHANERR_CHAIN_ADDR_VALUE);
+    }
+
+    @Test
+    void unknownOperationHaltsWithControlError() throws Exception {
+        arm();
+        descriptor(0, 64, 0x42 << CTRL_OP_SHIFT, bufIova, bufIova + 8192);
+        dev.write16(CH + DMACOUNT, 1);
+        awaitWord(CHANSTS_HALTED);
+        assertThat(dev.read32(CH + CHANERR)).isEqualTo(CHANERR_CONTROL);
+    }
+
+    @Test
+    void suspendHoldsWorkAndResumeContinues() throws Exception {
+        arm();
+        dev.write8(CH + CHANCMD, CHANCMD_SUSPEND);
+        assertThat(dev.read64(CH + CHANSTS) & CHANSTS_STATUS_MASK).isEqualTo(CHANSTS_SUSPENDED);
+        descriptor(0, 64, OP_COPY | CTRL_COMPLETION_UPDATE, bufIova, bufIova + 8192);
+        dev.write16(CH + DMACOUNT, 1);
+        assertThat(dev.descriptorsCompleted(0)).isZero();
+        dev.write8(CH + CHANCMD, CHANCMD_RESUME);
+        awaitWord(ringIova | CHANSTS_IDLE);
+        assertThat(dev.descriptorsCompleted(0)).isEqualTo(1);
+    }
+}

@@ -1,0 +1,288 @@
+package io.pmemblk.nbd;
+
+import static io.pmemblk.nbd.NbdProtocol.*;
+
+import java.io.EOFException;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.SocketChannel;
+import java.nio.charset.StandardCharsets;
+import java.util.function.BooleanSupplier;
+
+/**
+ * Fixed-newstyle option haggling (proto.md "Option haggling", nbdkit protocol-handshake-newstyle.c).
+ * Runs once per connection before transmission, so it may allocate freely; what it must not do is trust a
+ * length from the client before checking it (option data is bounded by {@link #MAX_OPTION_BYTES}, the number
+ * of options by {@link #MAX_OPTIONS}; the caller bounds the time).
+ */
+final class Handshake {
+    /** Larger option data is refused without reading it (the largest legal option here is ~8 KiB). */
+    static final int MAX_OPTION_BYTES = 64 * 1024;
+    /** A client still haggling after this many options is not going anywhere. */
+    static final int MAX_OPTIONS = 1024;
+    static final int PREFERRED_BLOCK_SIZE = 4096;
+
+    /** What the client ends up with. */
+    record Negotiated(boolean structuredReplies, boolean baseAllocation, int transmissionFlags) {}
+
+    private final SocketChannel channel;
+    private final NbdConfig config;
+    private final long exportSize;
+    private final BooleanSupplier shuttingDown;
+    private boolean noZeroes;
+    private boolean structured;
+    private boolean baseAllocation;
+
+    Handshake(SocketChannel channel, NbdConfig config, long exportSize, BooleanSupplier shuttingDown) {
+        this.channel = channel;
+        this.config = config;
+        this.exportSize = exportSize;
+        this.shuttingDown = shuttingDown;
+    }
+
+    int transmissionFlags() {
+        int f = TFLAG_HAS_FLAGS | TFLAG_SEND_FLUSH | TFLAG_SEND_FUA | TFLAG_SEND_TRIM | TFLAG_SEND_WRITE_ZEROES
+                | TFLAG_CAN_MULTI_CONN | TFLAG_SEND_CACHE | TFLAG_SEND_FAST_ZERO;
+        // proto.md: SEND_DF MUST be clear unless structured replies were negotiated.
+        return structured ? f | TFLAG_SEND_DF : f;
+    }
+
+    /** Returns the negotiated state, or null when the client ended the session (ABORT) during haggling. */
+    Negotiated run() throws IOException {
+        ByteBuffer greeting = ByteBuffer.allocate(18);
+        greeting.putLong(NBDMAGIC).putLong(IHAVEOPT).putShort((short) (FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES));
+        writeFully(greeting.flip());
+
+        int clientFlags = readBytes(4).getInt();
+        if ((clientFlags & ~(CLIENT_FLAG_FIXED_NEWSTYLE | CLIENT_FLAG_NO_ZEROES)) != 0) {
+            throw new NbdProtocolException("unknown client flags 0x" + Integer.toHexString(clientFlags)
+                    + " (allowed: FIXED_NEWSTYLE 1, NO_ZEROES 2)");
+        }
+        noZeroes = (clientFlags & CLIENT_FLAG_NO_ZEROES) != 0;
+
+        for (int options = 0; ; options++) {
+            if (options == MAX_OPTIONS) {
+                throw new NbdProtocolException("more than " + MAX_OPTIONS + " options without choosing an export");
+            }
+            ByteBuffer h = readBytes(16);
+            long magic = h.getLong();
+            if (magic != IHAVEOPT) {
+                throw new NbdProtocolException("option magic 0x" + Long.toHexString(magic) + ", expected IHAVEOPT");
+            }
+            int option = h.getInt();
+            long length = Integer.toUnsignedLong(h.getInt());
+            if (length > MAX_OPTION_BYTES) {
+                // Not reading 4 GiB to be polite: say why, then hang up (proto.md allows a hard disconnect
+                // for a client whose behaviour amounts to a denial of service).
+                reply(option, REP_ERR_TOO_BIG, utf8("option data of " + length + " bytes exceeds the "
+                        + MAX_OPTION_BYTES + "-byte limit"));
+                throw new NbdProtocolException("option " + option + " with " + length + " bytes of data (limit "
+                        + MAX_OPTION_BYTES + ")");
+            }
+            ByteBuffer data = readBytes((int) length);
+
+            if (option == OPT_EXPORT_NAME) {
+                String name = string(data, (int) length);
+                if (!exportMatches(name)) {
+                    // EXPORT_NAME cannot return an error: the only answer is to terminate the session.
+                    throw new NbdProtocolException("NBD_OPT_EXPORT_NAME for unknown export '" + name + "'");
+                }
+                ByteBuffer r = ByteBuffer.allocate(noZeroes ? 10 : 134);
+                r.putLong(exportSize).putShort((short) transmissionFlags());
+                writeFully(r.position(r.capacity()).flip());
+                return negotiated();
+            }
+            if (shuttingDown.getAsBoolean() && option != OPT_ABORT) {
+                reply(option, REP_ERR_SHUTDOWN, utf8("server is shutting down"));
+                continue;
+            }
+            switch (option) {
+                case OPT_ABORT -> {
+                    reply(option, REP_ACK, null);
+                    return null;
+                }
+                case OPT_LIST -> {
+                    if (length != 0) {
+                        reply(option, REP_ERR_INVALID, utf8("NBD_OPT_LIST takes no data"));
+                    } else {
+                        byte[] name = utf8(config.exportName());
+                        byte[] desc = utf8(config.description());
+                        ByteBuffer s = ByteBuffer.allocate(4 + name.length + desc.length);
+                        s.putInt(name.length).put(name).put(desc);
+                        reply(option, REP_SERVER, s.array());
+                        reply(option, REP_ACK, null);
+                    }
+                }
+                case OPT_STRUCTURED_REPLY -> {
+                    if (length != 0) {
+                        reply(option, REP_ERR_INVALID, utf8("NBD_OPT_STRUCTURED_REPLY takes no data"));
+                    } else {
+                        structured = true;
+                        reply(option, REP_ACK, null);
+                    }
+                }
+                case OPT_INFO, OPT_GO -> {
+                    if (infoOrGo(option, data, (int) length) && option == OPT_GO) {
+                        return negotiated();
+                    }
+                }
+                case OPT_LIST_META_CONTEXT, OPT_SET_META_CONTEXT -> metaContext(option, data, (int) length);
+                // STARTTLS (we run NOTLS), EXTENDED_HEADERS and anything unknown: haggling continues.
+                default -> reply(option, REP_ERR_UNSUP, utf8("option " + option + " is not supported"));
+            }
+        }
+    }
+
+    private Negotiated negotiated() {
+        return new Negotiated(structured, structured && baseAllocation, transmissionFlags());
+    }
+
+    private boolean exportMatches(String name) {
+        return name.isEmpty() || name.equals(config.exportName());
+    }
+
+    /** NBD_OPT_INFO / NBD_OPT_GO: u32 name length, name, u16 count, count x u16 info. True when acked. */
+    private boolean infoOrGo(int option, ByteBuffer d, int length) throws IOException {
+        if (length < 6) {
+            reply(option, REP_ERR_INVALID, utf8("option data of " + length + " bytes, at least 6 needed"));
+            return false;
+        }
+        long nameLen = Integer.toUnsignedLong(d.getInt());
+        if (nameLen > length - 6) {
+            reply(option, REP_ERR_INVALID, utf8("export name length " + nameLen + " overruns the option"));
+            return false;
+        }
+        String name = string(d, (int) nameLen);
+        int count = Short.toUnsignedInt(d.getShort());
+        if (length != 4 + nameLen + 2 + 2L * count) {
+            reply(option, REP_ERR_INVALID, utf8("option length " + length + " does not match " + count
+                    + " information requests"));
+            return false;
+        }
+        boolean wantName = false;
+        boolean wantDescription = false;
+        for (int i = 0; i < count; i++) {
+            int info = Short.toUnsignedInt(d.getShort());
+            wantName |= info == INFO_NAME;
+            wantDescription |= info == INFO_DESCRIPTION;
+        }
+        if (!exportMatches(name)) {
+            reply(option, REP_ERR_UNKNOWN, utf8("no export named '" + name + "'; this server has '"
+                    + config.exportName() + "'"));
+            return false;
+        }
+        ByteBuffer export = ByteBuffer.allocate(12);
+        export.putShort((short) INFO_EXPORT).putLong(exportSize).putShort((short) transmissionFlags());
+        reply(option, REP_INFO, export.array());
+        if (wantName) {
+            byte[] n = utf8(config.exportName());
+            reply(option, REP_INFO, ByteBuffer.allocate(2 + n.length).putShort((short) INFO_NAME).put(n).array());
+        }
+        if (wantDescription && !config.description().isEmpty()) {
+            byte[] s = utf8(config.description());
+            reply(option, REP_INFO,
+                    ByteBuffer.allocate(2 + s.length).putShort((short) INFO_DESCRIPTION).put(s).array());
+        }
+        ByteBuffer sizes = ByteBuffer.allocate(14);
+        sizes.putShort((short) INFO_BLOCK_SIZE).putInt(1).putInt(PREFERRED_BLOCK_SIZE).putInt(config.maxRequestBytes());
+        reply(option, REP_INFO, sizes.array());
+        reply(option, REP_ACK, null);
+        return true;
+    }
+
+    /**
+     * NBD_OPT_LIST/SET_META_CONTEXT: u32 name length, name, u32 query count, count x (u32 length, query).
+     * The only context is base:allocation.
+     */
+    private void metaContext(int option, ByteBuffer d, int length) throws IOException {
+        if (length < 8) {
+            reply(option, REP_ERR_INVALID, utf8("option data of " + length + " bytes, at least 8 needed"));
+            return;
+        }
+        long nameLen = Integer.toUnsignedLong(d.getInt());
+        if (nameLen > length - 8) {
+            reply(option, REP_ERR_INVALID, utf8("export name length " + nameLen + " overruns the option"));
+            return;
+        }
+        String name = string(d, (int) nameLen);
+        long queries = Integer.toUnsignedLong(d.getInt());
+        java.util.List<String> list = new java.util.ArrayList<>();
+        for (long i = 0; i < queries; i++) {
+            if (d.remaining() < 4) {
+                reply(option, REP_ERR_INVALID, utf8("query " + i + " of " + queries + " overruns the option"));
+                return;
+            }
+            long qlen = Integer.toUnsignedLong(d.getInt());
+            if (qlen > d.remaining()) {
+                reply(option, REP_ERR_INVALID, utf8("query length " + qlen + " overruns the option"));
+                return;
+            }
+            list.add(string(d, (int) qlen));
+        }
+        if (d.hasRemaining()) {
+            reply(option, REP_ERR_INVALID, utf8(d.remaining() + " trailing bytes after the queries"));
+            return;
+        }
+        if (!structured) {
+            reply(option, REP_ERR_INVALID, utf8("negotiate NBD_OPT_STRUCTURED_REPLY before metadata contexts"));
+            return;
+        }
+        if (!exportMatches(name)) {
+            reply(option, REP_ERR_UNKNOWN, utf8("no export named '" + name + "'"));
+            return;
+        }
+        boolean set = option == OPT_SET_META_CONTEXT;
+        boolean match = false;
+        if (list.isEmpty()) {
+            match = !set; // LIST with no query lists everything; SET with none selects nothing
+        }
+        for (String q : list) {
+            match |= q.equals(META_BASE_ALLOCATION) || (!set && q.equals("base:"));
+        }
+        if (set) {
+            baseAllocation = match;
+        }
+        if (match) {
+            byte[] ctx = utf8(META_BASE_ALLOCATION);
+            reply(option, REP_META_CONTEXT, ByteBuffer.allocate(4 + ctx.length)
+                    .putInt(set ? META_ID_BASE_ALLOCATION : 0).put(ctx).array());
+        }
+        reply(option, REP_ACK, null);
+    }
+
+    private void reply(int option, int type, byte[] data) throws IOException {
+        int n = data == null ? 0 : data.length;
+        ByteBuffer r = ByteBuffer.allocate(20 + n);
+        r.putLong(OPTION_REPLY_MAGIC).putInt(option).putInt(type).putInt(n);
+        if (data != null) {
+            r.put(data);
+        }
+        writeFully(r.flip());
+    }
+
+    private ByteBuffer readBytes(int n) throws IOException {
+        ByteBuffer b = ByteBuffer.allocate(n);
+        while (b.hasRemaining()) {
+            if (channel.read(b) < 0) {
+                throw new EOFException("client closed the connection during the handshake");
+            }
+        }
+        return b.flip();
+    }
+
+    private void writeFully(ByteBuffer b) throws IOException {
+        while (b.hasRemaining()) {
+            channel.write(b);
+        }
+    }
+
+    private static String string(ByteBuffer b, int n) {
+        byte[] s = new byte[n];
+        b.get(s);
+        return new String(s, StandardCharsets.UTF_8);
+    }
+
+    private static byte[] utf8(String s) {
+        return s.getBytes(StandardCharsets.UTF_8);
+    }
+}

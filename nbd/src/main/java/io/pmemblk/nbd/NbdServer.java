@@ -1,0 +1,300 @@
+package io.pmemblk.nbd;
+
+import io.pmemblk.block.BlockLayer;
+import io.pmemblk.block.BufferPool;
+import io.pmemblk.block.HardwareQueue;
+import java.io.IOException;
+import java.net.ConnectException;
+import java.net.InetSocketAddress;
+import java.net.StandardSocketOptions;
+import java.net.URI;
+import java.net.URISyntaxException;
+import java.net.UnixDomainSocketAddress;
+import java.nio.channels.ClosedChannelException;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.nio.file.Files;
+import java.nio.file.LinkOption;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * The NBD frontend: serves one export of a {@link BlockLayer} over a unix socket and/or TCP
+ * (fixed-newstyle handshake, simple and structured replies, base:allocation). Each connection is bound to one
+ * hardware queue (round-robin) and gets a reader and a sender thread; see {@link NbdConnection}.
+ *
+ * <p>{@link #close()} is graceful: stop accepting, stop reading, let in-flight requests finish and their
+ * replies go out (bounded wait), then close whatever is left. The block layer stays the caller's.
+ */
+public final class NbdServer implements AutoCloseable {
+    private static final System.Logger LOG = System.getLogger(NbdServer.class.getName());
+    static final Duration DEFAULT_HANDSHAKE_TIMEOUT = Duration.ofSeconds(10);
+    static final Duration SHUTDOWN_WAIT = Duration.ofSeconds(5);
+    private static final int S_IFMT = 0170000;
+    private static final int S_IFSOCK = 0140000;
+
+    private final NbdConfig config;
+    private final BlockLayer layer;
+    private final QueueAdmission[] admissions;
+    private final Set<NbdConnection> connections = ConcurrentHashMap.newKeySet();
+    private final AtomicInteger connectionIds = new AtomicInteger();
+    private final AtomicBoolean closing = new AtomicBoolean();
+    private final List<ServerSocketChannel> listeners = new ArrayList<>();
+    private final List<Thread> acceptors = new ArrayList<>();
+    private ScheduledExecutorService timer;
+    private Path boundSocket;
+    private boolean started;
+    volatile Duration handshakeTimeout = DEFAULT_HANDSHAKE_TIMEOUT;
+
+    public NbdServer(NbdConfig config, BlockLayer layer) {
+        this.config = config;
+        this.layer = layer;
+        this.admissions = new QueueAdmission[layer.queueCount()];
+        int chunks = BufferPool.chunksFor(config.maxRequestBytes());
+        for (int i = 0; i < admissions.length; i++) {
+            HardwareQueue q = layer.queue(i);
+            if (q.pool().chunks() < chunks) {
+                throw new IllegalArgumentException("maxRequestBytes " + config.maxRequestBytes()
+                        + " does not fit hardware queue " + i + " (buffer pool of " + q.pool().chunks() + " chunks of "
+                        + BufferPool.CHUNK + " bytes); it must not exceed the block layer's maxRequestBytes");
+            }
+            admissions[i] = new QueueAdmission(q);
+        }
+    }
+
+    /** Binds the listeners and starts accepting. Returns one URI per listener (nbd+unix://, nbd://). */
+    public synchronized List<URI> start() throws IOException {
+        if (started) {
+            throw new IllegalStateException("NBD server already started");
+        }
+        started = true;
+        timer = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon().name("nbd-handshake-timer")
+                .unstarted(r));
+        List<URI> uris = new ArrayList<>();
+        try {
+            if (config.unixSocket() != null) {
+                ServerSocketChannel unix = bindUnix(config.unixSocket().toAbsolutePath());
+                uris.add(uri("nbd+unix", "", -1, "socket=" + boundSocket));
+                listen(unix, "nbd-accept-unix", false);
+            }
+            if (config.tcpPort() != 0) {
+                ServerSocketChannel tcp = ServerSocketChannel.open();
+                tcp.setOption(StandardSocketOptions.SO_REUSEADDR, true);
+                tcp.bind(new InetSocketAddress(config.bindHost(), config.tcpPort()), 128);
+                InetSocketAddress a = (InetSocketAddress) tcp.getLocalAddress();
+                uris.add(uri("nbd", config.bindHost(), a.getPort(), null));
+                listen(tcp, "nbd-accept-tcp", true);
+            }
+        } catch (IOException | RuntimeException e) {
+            close();
+            throw e;
+        }
+        LOG.log(System.Logger.Level.INFO, "nbd: serving export ''{0}'' ({1} bytes) on {2}", config.exportName(),
+                layer.driver().size(), uris);
+        return uris;
+    }
+
+    private URI uri(String scheme, String host, int port, String query) {
+        try {
+            return port < 0 ? new URI(scheme, host, "/" + config.exportName(), query, null)
+                    : new URI(scheme, null, host, port, "/" + config.exportName(), null, null);
+        } catch (URISyntaxException e) {
+            throw new IllegalArgumentException("export name '" + config.exportName() + "' does not form a URI", e);
+        }
+    }
+
+    /**
+     * Binds the unix socket with mode 0600 and no window where it is reachable with looser permissions: the
+     * socket is created inside a fresh 0700 directory next to its final path (nobody else can reach it there),
+     * chmod'ed to 0600, and only then renamed into place (rename is atomic; a bound socket keeps working under
+     * its new name because clients find it by inode). Setting the umask would be process-wide and racy.
+     */
+    private ServerSocketChannel bindUnix(Path path) throws IOException {
+        Path parent = path.getParent();
+        Files.createDirectories(parent);
+        removeStaleSocket(path);
+        Path staging = Files.createTempDirectory(parent, ".nbd-",
+                PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rwx------")));
+        Path temp = staging.resolve("s");
+        ServerSocketChannel ch = ServerSocketChannel.open(java.net.StandardProtocolFamily.UNIX);
+        try {
+            ch.bind(UnixDomainSocketAddress.of(temp), 128);
+            Files.setPosixFilePermissions(temp, PosixFilePermissions.fromString("rw-------"));
+            Files.move(temp, path, StandardCopyOption.ATOMIC_MOVE);
+            boundSocket = path;
+        } catch (IOException | RuntimeException e) {
+            ch.close();
+            Files.deleteIfExists(temp);
+            throw e;
+        } finally {
+            Files.deleteIfExists(staging);
+        }
+        return ch;
+    }
+
+    /** A socket file nobody listens on is left over from a crash: remove it. A live one is refused. */
+    private static void removeStaleSocket(Path path) throws IOException {
+        if (!Files.exists(path, LinkOption.NOFOLLOW_LINKS)) {
+            return;
+        }
+        int mode = (Integer) Files.getAttribute(path, "unix:mode", LinkOption.NOFOLLOW_LINKS);
+        if ((mode & S_IFMT) != S_IFSOCK) {
+            throw new IOException("cannot listen on " + path + ": it exists and is not a socket (mode 0"
+                    + Integer.toOctalString(mode) + "); remove it or choose another path");
+        }
+        try (SocketChannel probe = SocketChannel.open(UnixDomainSocketAddress.of(path))) {
+            throw new IOException("cannot listen on " + path + ": another server is accepting connections on it");
+        } catch (ConnectException stale) {
+            LOG.log(System.Logger.Level.INFO, "nbd: removing stale socket {0} (nobody listening)", path);
+            Files.deleteIfExists(path);
+        }
+    }
+
+    private void listen(ServerSocketChannel listener, String threadName, boolean tcp) {
+        listeners.add(listener);
+        Thread t = Thread.ofPlatform().name(threadName).start(() -> acceptLoop(listener, tcp));
+        acceptors.add(t);
+    }
+
+    private void acceptLoop(ServerSocketChannel listener, boolean tcp) {
+        while (!closing.get()) {
+            SocketChannel ch;
+            try {
+                ch = listener.accept();
+            } catch (ClosedChannelException e) {
+                return;
+            } catch (IOException e) {
+                if (closing.get()) {
+                    return;
+                }
+                LOG.log(System.Logger.Level.WARNING, "nbd: accept failed: {0}", e.toString());
+                continue;
+            }
+            try {
+                accepted(ch, tcp);
+            } catch (IOException | RuntimeException e) {
+                LOG.log(System.Logger.Level.WARNING, "nbd: could not set up an accepted connection: {0}", e.toString());
+                try {
+                    ch.close();
+                } catch (IOException ignored) {
+                    // already failing
+                }
+            }
+        }
+    }
+
+    private void accepted(SocketChannel ch, boolean tcp) throws IOException {
+        String peer = tcp ? String.valueOf(ch.getRemoteAddress()) : "unix:" + boundSocket;
+        if (closing.get()) {
+            ch.close();
+            return;
+        }
+        if (connections.size() >= config.maxConnections()) {
+            LOG.log(System.Logger.Level.WARNING, "nbd: refusing connection from {0}: {1} connections already (maxConnections)",
+                    peer, connections.size());
+            ch.close();
+            return;
+        }
+        if (tcp) {
+            ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
+        }
+        int id = connectionIds.incrementAndGet();
+        QueueAdmission admission = admissions[layer.nextQueue().index()];
+        NbdConnection c = new NbdConnection(this, id, ch, peer, admission, config.maxRequestBytes(),
+                layer.driver().size());
+        connections.add(c);
+        LOG.log(System.Logger.Level.INFO, "nbd connection {0} from {1} opened", id, peer);
+        c.start();
+    }
+
+    // ------------------------------------------------------------ called by connections
+
+    Handshake.Negotiated handshake(NbdConnection c, SocketChannel ch) throws IOException {
+        ScheduledFuture<?> deadline = timer.schedule(c::handshakeTimedOut, handshakeTimeout.toMillis(),
+                TimeUnit.MILLISECONDS);
+        try {
+            return new Handshake(ch, config, layer.driver().size(), closing::get).run();
+        } finally {
+            deadline.cancel(false);
+        }
+    }
+
+    boolean closing() {
+        return closing.get();
+    }
+
+    void connectionClosed(NbdConnection c) {
+        connections.remove(c);
+    }
+
+    /** Connections open right now (handshaking or transmitting). */
+    public int connectionCount() {
+        return connections.size();
+    }
+
+    /** Stop accepting; let in-flight requests finish and reply (bounded wait); close everything. Idempotent. */
+    @Override
+    public void close() {
+        if (!closing.compareAndSet(false, true)) {
+            return;
+        }
+        synchronized (this) {
+            for (ServerSocketChannel l : listeners) {
+                try {
+                    l.close();
+                } catch (IOException e) {
+                    LOG.log(System.Logger.Level.WARNING, "nbd: closing listener: {0}", e.toString());
+                }
+            }
+            for (Thread t : acceptors) {
+                try {
+                    t.join(SHUTDOWN_WAIT.toMillis());
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+        }
+        if (boundSocket != null) {
+            // Not accepting any more: the path goes now, so a restarted server can bind it at once.
+            try {
+                Files.deleteIfExists(boundSocket);
+            } catch (IOException e) {
+                LOG.log(System.Logger.Level.WARNING, "nbd: could not remove socket {0}: {1}", boundSocket, e.toString());
+            }
+        }
+        List<NbdConnection> open = new ArrayList<>(connections);
+        for (NbdConnection c : open) {
+            c.shutdownInput();
+        }
+        long deadline = System.nanoTime() + SHUTDOWN_WAIT.toNanos();
+        try {
+            for (NbdConnection c : open) {
+                c.join(TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime()));
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        for (NbdConnection c : open) {
+            if (c.isAlive()) {
+                LOG.log(System.Logger.Level.WARNING, "nbd connection {0} from {1} did not finish within {2}; forcing it closed",
+                        c.id, c.peer, SHUTDOWN_WAIT);
+                c.forceClose();
+            }
+        }
+        if (timer != null) {
+            timer.shutdownNow();
+        }
+    }
+}

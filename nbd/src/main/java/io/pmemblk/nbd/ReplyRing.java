@@ -1,0 +1,91 @@
+package io.pmemblk.nbd;
+
+import io.pmemblk.block.Request;
+
+/**
+ * The completed requests of one connection waiting for their replies: a fixed ring of queue-depth slots
+ * (a connection never holds more tags than that, so a push never waits), filled by whichever thread completes
+ * a request and drained whole by the connection's sender. Also counts the connection's requests in flight, so
+ * the sender knows when the last reply of a closing connection has gone.
+ */
+final class ReplyRing {
+    private final Request[] ring;
+    private int head;
+    private int count;
+    private int inflight;
+    private boolean readerDone;
+    private boolean senderWaiting;
+
+    ReplyRing(int capacity) {
+        this.ring = new Request[capacity];
+    }
+
+    /** A request of this connection took a tag. */
+    synchronized void acquired() {
+        inflight++;
+    }
+
+    /** Called on completion (any thread). */
+    synchronized void push(Request r) {
+        if (count == ring.length) {
+            // Cannot happen while every pushed request holds one of our <= depth tags; fail loudly if it does.
+            throw new IllegalStateException("reply ring overflow: " + count + " replies pending");
+        }
+        int tail = head + count;
+        ring[tail >= ring.length ? tail - ring.length : tail] = r;
+        count++;
+        if (senderWaiting) {
+            notify();
+        }
+    }
+
+    /**
+     * Moves every pending reply into {@code out}, waiting for at least one. Returns -1 once the reader has
+     * stopped and nothing is in flight any more.
+     */
+    synchronized int drain(Request[] out) throws InterruptedException {
+        while (count == 0) {
+            if (readerDone && inflight == 0) {
+                return -1;
+            }
+            senderWaiting = true;
+            try {
+                wait();
+            } finally {
+                senderWaiting = false;
+            }
+        }
+        int n = count;
+        for (int i = 0; i < n; i++) {
+            int slot = head + i;
+            if (slot >= ring.length) {
+                slot -= ring.length;
+            }
+            out[i] = ring[slot];
+            ring[slot] = null;
+        }
+        head = (head + n) % ring.length;
+        count = 0;
+        return n;
+    }
+
+    /** {@code n} requests were released (by the sender after replying, or by the reader on teardown). */
+    synchronized void released(int n) {
+        inflight -= n;
+        if (inflight == 0 && senderWaiting) {
+            notify();
+        }
+    }
+
+    /** The reader will acquire nothing more. */
+    synchronized void readerDone() {
+        readerDone = true;
+        if (senderWaiting) {
+            notify();
+        }
+    }
+
+    synchronized int inflight() {
+        return inflight;
+    }
+}

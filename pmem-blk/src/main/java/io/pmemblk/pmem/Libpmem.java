@@ -1,0 +1,213 @@
+package io.pmemblk.pmem;
+
+import io.pmemblk.posix.NativeException;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.FunctionDescriptor;
+import java.lang.foreign.Linker;
+import java.lang.foreign.MemoryLayout;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.StructLayout;
+import java.lang.foreign.SymbolLookup;
+import java.lang.foreign.ValueLayout;
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.VarHandle;
+import java.util.Optional;
+
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+import static java.lang.foreign.ValueLayout.JAVA_LONG;
+
+/**
+ * PMDK's libpmem (libpmem.so.1, PMDK 1.12), bound once through FFM. {@link #load()} is empty when the
+ * library is not installed, so callers fall back to a plain file mapping. Signatures and flags from
+ * pmem/pmdk doc/libpmem (pmem_map_file.3, pmem_memmove_persist.3, pmem_is_pmem.3).
+ */
+public final class Libpmem {
+    public static final String SONAME = "libpmem.so.1";
+
+    // pmem_map_file flags
+    public static final int PMEM_FILE_CREATE = 1;
+    public static final int PMEM_FILE_EXCL = 2;
+    // pmem_memcpy / pmem_memset flags
+    public static final int PMEM_F_MEM_NODRAIN = 1;
+    public static final int PMEM_F_MEM_NONTEMPORAL = 2;
+
+    private static final StructLayout CAPTURE = Linker.Option.captureStateLayout();
+    private static final VarHandle ERRNO = CAPTURE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
+
+    private static volatile Optional<Libpmem> instance;
+    private static volatile String unavailableReason = "not probed";
+
+    private final MethodHandle mapFile, unmap, persist, msync, memcpy, memset, drain, errormsg, checkVersion;
+
+    private Libpmem(SymbolLookup lib) {
+        Linker linker = Linker.nativeLinker();
+        Linker.Option errno = Linker.Option.captureCallState("errno");
+        // Copies, flushes and drains are short, never block and never call back: critical downcalls skip the
+        // thread-state transition that would otherwise cost more than a 4 KiB copy.
+        Linker.Option critical = Linker.Option.critical(false);
+        mapFile = linker.downcallHandle(find(lib, "pmem_map_file"),
+                FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS), errno);
+        unmap = linker.downcallHandle(find(lib, "pmem_unmap"), FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
+        persist = linker.downcallHandle(find(lib, "pmem_persist"), FunctionDescriptor.ofVoid(JAVA_LONG, JAVA_LONG), critical);
+        msync = linker.downcallHandle(find(lib, "pmem_msync"), FunctionDescriptor.of(JAVA_INT, JAVA_LONG, JAVA_LONG), errno);
+        memcpy = linker.downcallHandle(find(lib, "pmem_memcpy"),
+                FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_INT), critical);
+        memset = linker.downcallHandle(find(lib, "pmem_memset"),
+                FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_INT, JAVA_LONG, JAVA_INT), critical);
+        drain = linker.downcallHandle(find(lib, "pmem_drain"), FunctionDescriptor.ofVoid(), critical);
+        errormsg = linker.downcallHandle(find(lib, "pmem_errormsg"),
+                FunctionDescriptor.of(ADDRESS.withTargetLayout(MemoryLayout.sequenceLayout(1024, ValueLayout.JAVA_BYTE))));
+        checkVersion = linker.downcallHandle(find(lib, "pmem_check_version"),
+                FunctionDescriptor.of(ADDRESS.withTargetLayout(MemoryLayout.sequenceLayout(1024, ValueLayout.JAVA_BYTE)), JAVA_INT, JAVA_INT));
+    }
+
+    private static MemorySegment find(SymbolLookup lib, String name) {
+        return lib.find(name).orElseThrow(() -> new UnsatisfiedLinkError(SONAME + " has no symbol " + name));
+    }
+
+    /** libpmem if it loads and is compatible (major 1, minor >= 1); empty otherwise, see {@link #unavailableReason()}. */
+    public static Optional<Libpmem> load() {
+        Optional<Libpmem> l = instance;
+        if (l == null) {
+            synchronized (Libpmem.class) {
+                l = instance;
+                if (l == null) {
+                    l = probe();
+                    instance = l;
+                }
+            }
+        }
+        return l;
+    }
+
+    private static Optional<Libpmem> probe() {
+        try {
+            SymbolLookup lib = SymbolLookup.libraryLookup(SONAME, Arena.global());
+            Libpmem p = new Libpmem(lib);
+            MemorySegment err = (MemorySegment) p.checkVersion.invokeExact(1, 1);
+            if (!err.equals(MemorySegment.NULL)) {
+                unavailableReason = SONAME + " is incompatible: " + err.getString(0);
+                return Optional.empty();
+            }
+            unavailableReason = null;
+            return Optional.of(p);
+        } catch (IllegalArgumentException | UnsatisfiedLinkError e) {
+            unavailableReason = SONAME + " could not be loaded (" + e.getMessage()
+                    + "); install Debian's libpmem1 for the real persistent-memory path";
+            return Optional.empty();
+        } catch (Throwable t) {
+            unavailableReason = SONAME + " failed to initialise: " + t;
+            return Optional.empty();
+        }
+    }
+
+    /** Why {@link #load()} is empty, or null when libpmem is in use. */
+    public static String unavailableReason() {
+        load();
+        return unavailableReason;
+    }
+
+    /** A mapping made by pmem_map_file: its address range and whether stores reach persistence by cache flushes. */
+    public record Mapping(MemorySegment segment, boolean isPmem) {}
+
+    /**
+     * pmem_map_file(path, len, flags, mode, &mapped_len, &is_pmem). With len 0 and no CREATE it maps the whole
+     * file or device-DAX node. The returned segment is unbounded to any arena: {@link #unmap} releases it.
+     */
+    public Mapping mapFile(String path, long length, int flags, int mode) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            MemorySegment mapped = a.allocate(JAVA_LONG);
+            MemorySegment isPmem = a.allocate(JAVA_INT);
+            MemorySegment p = (MemorySegment) mapFile.invokeExact(state, a.allocateFrom(path), length, flags, mode, mapped, isPmem);
+            if (p.equals(MemorySegment.NULL)) {
+                int errno = (int) ERRNO.get(state, 0L);
+                throw new NativeException("pmem_map_file(" + path + ", length " + length + ", flags " + flags
+                        + ") failed: " + errormsg() + " (errno " + errno + ")", errno);
+            }
+            long len = mapped.get(JAVA_LONG, 0);
+            return new Mapping(p.reinterpret(len), isPmem.get(JAVA_INT, 0) != 0);
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    public void unmap(MemorySegment mapping) throws NativeException {
+        try {
+            int rc = (int) unmap.invokeExact(mapping, mapping.byteSize());
+            if (rc != 0) {
+                throw new NativeException("pmem_unmap(0x" + Long.toHexString(mapping.address()) + ", "
+                        + mapping.byteSize() + ") failed: " + errormsg(), 0);
+            }
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** Flushes CPU caches for the range and drains (real pmem only). */
+    public void persist(long address, long length) {
+        try {
+            persist.invokeExact(address, length);
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** msync of the range through libpmem (which page-aligns it), for mappings that are not real pmem. */
+    public void msync(long address, long length) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            int rc = (int) msync.invokeExact(state, address, length);
+            if (rc != 0) {
+                int errno = (int) ERRNO.get(state, 0L);
+                throw new NativeException("pmem_msync(0x" + Long.toHexString(address) + ", " + length + ") failed: "
+                        + errormsg() + " (errno " + errno + ")", errno);
+            }
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** pmem_memcpy: on real pmem, non-temporal stores (or flushes) so the data is persistent after a drain. */
+    public void memcpy(long dst, long src, long length, int flags) {
+        try {
+            long ignored = (long) memcpy.invokeExact(dst, src, length, flags);
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    public void memset(long dst, int value, long length, int flags) {
+        try {
+            long ignored = (long) memset.invokeExact(dst, value, length, flags);
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** Waits for earlier flushes and non-temporal stores to reach the persistence domain (sfence). */
+    public void drain() {
+        try {
+            drain.invokeExact();
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    private String errormsg() {
+        try {
+            MemorySegment m = (MemorySegment) errormsg.invokeExact();
+            return m.equals(MemorySegment.NULL) ? "unknown error" : m.getString(0);
+        } catch (Throwable t) {
+            return "unknown error";
+        }
+    }
+}

@@ -1,0 +1,289 @@
+package io.pmemblk.pmem;
+
+import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.NativeException;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.nio.channels.FileChannel;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.Optional;
+
+/**
+ * The persistent-memory region: the backing file (or device-DAX node) mapped into this process.
+ *
+ * <p>Two ways to map, chosen once: libpmem's pmem_map_file when libpmem.so.1 loads (it reports
+ * {@code is_pmem}: true on device DAX and on fsdax with MAP_SYNC), otherwise the JDK's
+ * {@link FileChannel#map(FileChannel.MapMode, long, long, Arena)}. How stores become persistent follows:
+ * on real pmem, non-temporal copies (pmem_memcpy) plus a drain, or cache-line flushes of a range
+ * (pmem_persist); elsewhere msync of the touched pages.
+ *
+ * <p>This object owns the mapping: its shared arena unmaps on {@link #close()}, and every view handed out
+ * is a slice that owns nothing. Hot-path methods take offsets, not slices, so they allocate nothing.
+ */
+public final class PmemRegion implements AutoCloseable {
+    /** How to map: {@code auto} (libpmem when it loads), {@code libpmem} (required), {@code java} (never libpmem). */
+    public enum Mapper { AUTO, LIBPMEM, JAVA }
+
+    private final Path path;
+    private final Arena arena;
+    private final MemorySegment memory;
+    private final long base;
+    private final boolean isPmem;
+    private final Libpmem pmem;
+    private final String mappedBy;
+    /** Set by every store; cleared (under flushLock) by the flush that makes those stores persistent. */
+    private volatile boolean dirty;
+    private final Object flushLock = new Object();
+
+    private PmemRegion(Path path, Arena arena, MemorySegment memory, boolean isPmem, Libpmem pmem, String mappedBy) {
+        this.path = path;
+        this.arena = arena;
+        this.memory = memory;
+        this.base = memory.address();
+        this.isPmem = isPmem;
+        this.pmem = pmem;
+        this.mappedBy = mappedBy;
+    }
+
+    /**
+     * Maps {@code path}, creating it with {@code size} bytes (blocks reserved) when it does not exist.
+     * An existing file of another size is refused unless {@code resize}. A device-DAX node
+     * ({@code /dev/daxX.Y}) is mapped whole through libpmem and its size is the device's.
+     */
+    public static PmemRegion open(Path path, long size, boolean resize, Mapper mapper) throws IOException {
+        Optional<Libpmem> lib = mapper == Mapper.JAVA ? Optional.empty() : Libpmem.load();
+        if (mapper == Mapper.LIBPMEM && lib.isEmpty()) {
+            throw new IOException("pmem.mapper=libpmem but " + Libpmem.unavailableReason());
+        }
+        boolean devDax = path.toString().startsWith("/dev/dax");
+        if (devDax) {
+            if (lib.isEmpty()) {
+                throw new IOException("device DAX " + path + " needs libpmem: " + Libpmem.unavailableReason());
+            }
+            return mapWithLibpmem(path, lib.get(), 0, 0);
+        }
+        if (size <= 0) {
+            throw new IllegalArgumentException("size must be positive, got " + size);
+        }
+        boolean exists = Files.exists(path);
+        if (exists) {
+            if (!Files.isRegularFile(path)) {
+                throw new IOException(path + " is neither a regular file nor a device-DAX node (/dev/daxX.Y)");
+            }
+            long actual = Files.size(path);
+            if (actual != size) {
+                if (!resize) {
+                    throw new IOException(path + " holds " + actual + " bytes but pmem.size is " + size
+                            + "; set pmem.size=" + actual + " to use it as it is, or pmem.resize=true to resize it"
+                            + " (shrinking discards the data past the new end)");
+                }
+                resize(path, size);
+            }
+        } else {
+            Path parent = path.toAbsolutePath().getParent();
+            if (parent != null) {
+                Files.createDirectories(parent);
+            }
+        }
+        if (lib.isPresent()) {
+            return mapWithLibpmem(path, lib.get(), exists ? 0 : size,
+                    exists ? 0 : Libpmem.PMEM_FILE_CREATE | Libpmem.PMEM_FILE_EXCL);
+        }
+        return mapWithJava(path, size, exists);
+    }
+
+    private static void resize(Path path, long size) throws IOException {
+        try (FileChannel fc = FileChannel.open(path, StandardOpenOption.WRITE)) {
+            long old = fc.size();
+            if (size < old) {
+                fc.truncate(size);
+            }
+        }
+        if (size > Files.size(path)) {
+            reserve(path, size);
+        }
+    }
+
+    /** Extends the file to size with its blocks allocated (posix_fallocate). */
+    private static void reserve(Path path, long size) throws IOException {
+        int fd = Libc.open(path.toString(), Libc.O_RDWR | Libc.O_CREAT, 0600);
+        try {
+            Libc.fallocate(fd, 0, size, path.toString());
+        } finally {
+            Libc.close(fd);
+        }
+    }
+
+    private static PmemRegion mapWithLibpmem(Path path, Libpmem lib, long size, int flags) throws IOException {
+        Libpmem.Mapping m;
+        try {
+            m = lib.mapFile(path.toString(), size, flags, 0600);
+        } catch (NativeException e) {
+            if (!Files.exists(path.toAbsolutePath().getParent())) {
+                throw new NoSuchFileException(path.toString(), null, "directory does not exist");
+            }
+            throw e;
+        }
+        Arena arena = Arena.ofShared();
+        long len = m.segment().byteSize();
+        // The arena's cleanup unmaps: once closed, any access through a view fails cleanly instead of faulting.
+        MemorySegment seg = m.segment().reinterpret(len, arena, s -> {
+            try {
+                lib.unmap(s.reinterpret(len));
+            } catch (NativeException e) {
+                System.getLogger(PmemRegion.class.getName()).log(System.Logger.Level.WARNING, e.getMessage());
+            }
+        });
+        return new PmemRegion(path, arena, seg, m.isPmem(), lib, "libpmem");
+    }
+
+    private static PmemRegion mapWithJava(Path path, long size, boolean exists) throws IOException {
+        if (!exists) {
+            reserve(path, size);
+        }
+        Arena arena = Arena.ofShared();
+        try (FileChannel fc = FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
+            MemorySegment seg = fc.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
+            return new PmemRegion(path, arena, seg, false, null, "java");
+        } catch (IOException | RuntimeException e) {
+            arena.close();
+            throw e;
+        }
+    }
+
+    public Path path() {
+        return path;
+    }
+
+    public long size() {
+        return memory.byteSize();
+    }
+
+    /** True when stores are made persistent by cache flushes (device DAX, fsdax with MAP_SYNC, or forced). */
+    public boolean isPmem() {
+        return isPmem;
+    }
+
+    /** "libpmem" or "java": which mapper made this mapping. */
+    public String mappedBy() {
+        return mappedBy;
+    }
+
+    /** The whole mapping; for copies by offset and for registration in an IOVA space. Owns nothing. */
+    public MemorySegment memory() {
+        return memory;
+    }
+
+    /**
+     * Stores {@code length} bytes from {@code src} at {@code srcOffset} into the region at {@code offset}.
+     * On real pmem the copy is non-temporal and not drained: {@link #drain()} or a FLUSH makes it persistent.
+     */
+    public void write(MemorySegment src, long srcOffset, long offset, long length) {
+        if (isPmem) {
+            pmem.memcpy(base + offset, src.address() + srcOffset, length, Libpmem.PMEM_F_MEM_NODRAIN);
+        } else {
+            MemorySegment.copy(src, srcOffset, memory, offset, length);
+        }
+        dirty = true;
+    }
+
+    /** Loads {@code length} bytes at {@code offset} into {@code dst} at {@code dstOffset}. */
+    public void read(long offset, MemorySegment dst, long dstOffset, long length) {
+        MemorySegment.copy(memory, offset, dst, dstOffset, length);
+    }
+
+    /** Zeroes a range (TRIM and WRITE_ZEROES), persistent after a drain on real pmem. */
+    public void zero(long offset, long length) {
+        if (isPmem) {
+            pmem.memset(base + offset, 0, length, Libpmem.PMEM_F_MEM_NODRAIN);
+        } else {
+            memory.asSlice(offset, length).fill((byte) 0);
+        }
+        dirty = true;
+    }
+
+    /** Marks the region written by someone other than the CPU copy path (a DMA engine). */
+    public void markDirty() {
+        dirty = true;
+    }
+
+    /**
+     * Makes the stores this thread issued with {@link #write}/{@link #zero} to [offset, offset+length)
+     * persistent: a drain on real pmem (the copies already flushed), msync of those pages otherwise.
+     */
+    public void persistWritten(long offset, long length) throws IOException {
+        if (isPmem) {
+            pmem.drain();
+        } else {
+            msync(offset, length);
+        }
+    }
+
+    /**
+     * Makes a range persistent whoever wrote it, a DMA engine included: cache-line flushes and a drain on
+     * real pmem (with DDIO a device's writes can sit in the CPU cache), msync otherwise.
+     */
+    public void persistRange(long offset, long length) throws IOException {
+        if (isPmem) {
+            pmem.persist(base + offset, length);
+        } else {
+            msync(offset, length);
+        }
+    }
+
+    /** Waits for earlier non-temporal stores and flushes to reach persistence (real pmem); no-op elsewhere. */
+    public void drain() {
+        if (isPmem) {
+            pmem.drain();
+        }
+    }
+
+    /**
+     * Makes every store completed before this call persistent (FLUSH). Concurrent callers serialise on one
+     * lock, so a caller that finds nothing dirty knows any flush that cleared the flag has finished.
+     */
+    public void persistAll() throws IOException {
+        if (isPmem) {
+            pmem.drain();
+            return;
+        }
+        synchronized (flushLock) {
+            if (!dirty) {
+                return;
+            }
+            dirty = false;
+            msync(0, memory.byteSize());
+        }
+    }
+
+    private void msync(long offset, long length) throws IOException {
+        if (pmem != null) {
+            pmem.msync(base + offset, length);
+        } else {
+            Libc.msync(memory, offset, length);
+        }
+    }
+
+    /** Persists everything and unmaps. Idempotent. Callers must have stopped all I/O first. */
+    @Override
+    public void close() throws IOException {
+        if (!arena.scope().isAlive()) {
+            return;
+        }
+        try {
+            persistAll();
+        } finally {
+            arena.close();
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "PmemRegion[" + path + ", " + size() + " bytes, is_pmem=" + isPmem + ", mapped by " + mappedBy + "]";
+    }
+}

@@ -1,0 +1,31 @@
+package io.pmemblk.block;
+
+/**
+ * The device behind the block layer (the pmem driver, or a test double in tests of this module).
+ * Contract in one line each, after nbdkit's plugin table:
+ * <ul>
+ *   <li>{@link #size()}: bytes of the device, fixed while it is open.</li>
+ *   <li>{@link #queueRequests}: executes a batch taken from hardware queue {@code hwq}; every request is
+ *       completed exactly once with {@link Request#complete(int)}, possibly later and on another thread.
+ *       A WRITE with fua, and a FLUSH, complete only when persistent; FLUSH covers every write completed
+ *       before it on any queue.</li>
+ *   <li>Bounds are checked here too: a frontend's checks are not trusted.</li>
+ * </ul>
+ */
+public interface BlockDriver extends AutoCloseable {
+    long size();
+
+    /** True when stores reach persistence by CPU cache flushes (real pmem), false when msync is needed. */
+    boolean isPmem();
+
+    /** Called once per hardware queue at start-up, with its registered buffer pool. */
+    default void attachQueue(HardwareQueue queue) {}
+
+    void queueRequests(int hwq, Request[] batch, int count);
+
+    /** Makes everything written so far persistent (used at shutdown). */
+    void persistAll() throws java.io.IOException;
+
+    @Override
+    void close() throws java.io.IOException;
+}

@@ -1,0 +1,105 @@
+package io.pmemblk.block;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
+
+/**
+ * The registered data buffers of one hardware queue (seed 003: register once, never map per request).
+ * One page-aligned off-heap region, allocated at start-up and cut into fixed chunks; a request's data is a
+ * list of chunks (its segments, like a bio's bvecs). A DMA engine registers {@link #memory()} once in its
+ * IOVA space; a chunk's IOVA is then base + {@link #chunkOffset(int)}.
+ *
+ * <p>Allocation is a stack of free chunk indices under this pool's monitor; callers that find too few free
+ * chunks wait, which is what stops a frontend reading more requests (back-pressure with bounded memory).
+ */
+public final class BufferPool implements AutoCloseable {
+    public static final int CHUNK = 128 * 1024;
+
+    private final Arena arena;
+    private final MemorySegment memory;
+    private final ByteBuffer[] views;
+    private final int[] free;
+    private int freeCount;
+    private boolean closed;
+
+    public BufferPool(long bytes) {
+        if (bytes < CHUNK || bytes % CHUNK != 0) {
+            throw new IllegalArgumentException("buffer pool size " + bytes + " must be a positive multiple of " + CHUNK);
+        }
+        int chunks = Math.toIntExact(bytes / CHUNK);
+        this.arena = Arena.ofShared();
+        this.memory = arena.allocate(bytes, 4096);
+        this.views = new ByteBuffer[chunks];
+        this.free = new int[chunks];
+        for (int i = 0; i < chunks; i++) {
+            views[i] = memory.asSlice((long) i * CHUNK, CHUNK).asByteBuffer();
+            free[i] = chunks - 1 - i;
+        }
+        this.freeCount = chunks;
+    }
+
+    public MemorySegment memory() {
+        return memory;
+    }
+
+    public int chunks() {
+        return views.length;
+    }
+
+    public long chunkOffset(int chunk) {
+        return (long) chunk * CHUNK;
+    }
+
+    /** The chunk's reusable NIO view; its position and limit belong to whoever holds the chunk. */
+    ByteBuffer view(int chunk) {
+        return views[chunk];
+    }
+
+    public static int chunksFor(long length) {
+        return (int) ((length + CHUNK - 1) / CHUNK);
+    }
+
+    /**
+     * Takes {@code n} chunks into {@code into[0..n)}, waiting until they are free.
+     * @throws InterruptedException when interrupted while waiting (nothing is taken)
+     * @throws IllegalStateException when the pool is closed
+     */
+    synchronized void take(int n, int[] into) throws InterruptedException {
+        if (n > views.length) {
+            throw new IllegalArgumentException(n + " chunks asked of a pool of " + views.length);
+        }
+        while (freeCount < n && !closed) {
+            wait();
+        }
+        if (closed) {
+            throw new IllegalStateException("buffer pool closed");
+        }
+        for (int i = 0; i < n; i++) {
+            into[i] = free[--freeCount];
+        }
+    }
+
+    synchronized void give(int n, int[] chunks) {
+        for (int i = 0; i < n; i++) {
+            free[freeCount++] = chunks[i];
+        }
+        notifyAll();
+    }
+
+    public synchronized int freeChunks() {
+        return freeCount;
+    }
+
+    @Override
+    public void close() {
+        synchronized (this) {
+            if (closed) {
+                return;
+            }
+            closed = true;
+            notifyAll();
+        }
+        arena.close();
+    }
+}

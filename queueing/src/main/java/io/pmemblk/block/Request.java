@@ -1,0 +1,132 @@
+package io.pmemblk.block;
+
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
+
+/**
+ * One block request, owned by a tag of a {@link HardwareQueue}. Request objects, their segment arrays and
+ * NIO views are allocated once per tag at start-up and reused: nothing is allocated per I/O.
+ *
+ * <p>Life: {@link HardwareQueue#acquire} (tag + buffers) -> the frontend fills the fields and, for a write,
+ * the data -> {@link HardwareQueue#dispatch} -> the driver calls {@link #complete(int)} (on any thread) ->
+ * the frontend replies and calls {@link #release()}.
+ */
+public final class Request {
+    /** Called once per request when the driver has finished with it. */
+    @FunctionalInterface
+    public interface Completion {
+        void completed(Request request);
+    }
+
+    private final HardwareQueue queue;
+    private final int tag;
+    private final int[] chunks;
+    private final ByteBuffer[] views;
+    private int segments;
+
+    public Op op;
+    public long offset;
+    public int length;
+    /** Force unit access: persistent before completion. */
+    public boolean fua;
+    /** Frontend's handle (NBD cookie), echoed in the reply. */
+    public long cookie;
+    /** Frontend's per-request context (the connection), so one Completion serves many connections. */
+    public Object owner;
+    public Completion completion;
+    /** Which route the data copy took, set by the driver (for metrics and tests). */
+    public Route route;
+    private volatile int status;
+    /** Submission timestamp (System.nanoTime) for latency metrics. */
+    public long startNanos;
+
+    Request(HardwareQueue queue, int tag, int maxSegments) {
+        this.queue = queue;
+        this.tag = tag;
+        this.chunks = new int[maxSegments];
+        this.views = new ByteBuffer[maxSegments];
+    }
+
+    public int tag() {
+        return tag;
+    }
+
+    public HardwareQueue queue() {
+        return queue;
+    }
+
+    /** Number of data segments (buffer chunks) this request holds. */
+    public int segments() {
+        return segments;
+    }
+
+    /** Byte offset of segment i in its queue's {@link BufferPool#memory()}. */
+    public long segmentPoolOffset(int i) {
+        return queue.pool().chunkOffset(chunks[i]);
+    }
+
+    public int segmentLength(int i) {
+        return i < segments - 1 ? BufferPool.CHUNK : length - (segments - 1) * BufferPool.CHUNK;
+    }
+
+    /** Segment i as a memory segment (a view: owns nothing). */
+    public MemorySegment segment(int i) {
+        return queue.pool().memory().asSlice(segmentPoolOffset(i), segmentLength(i));
+    }
+
+    /**
+     * The data as NIO buffers for scattering reads / gathering writes, positioned at 0 and limited to the
+     * request's length. Only the first {@link #segments()} entries are meaningful.
+     */
+    public ByteBuffer[] buffers() {
+        for (int i = 0; i < segments; i++) {
+            views[i].clear().limit(segmentLength(i));
+        }
+        return views;
+    }
+
+    void attach(int n) {
+        segments = n;
+        for (int i = 0; i < n; i++) {
+            views[i] = queue.pool().view(chunks[i]);
+        }
+    }
+
+    int[] chunks() {
+        return chunks;
+    }
+
+    public int status() {
+        return status;
+    }
+
+    /** Completes the request with OK or an errno from {@link Status}; runs the frontend's completion. */
+    public void complete(int status) {
+        this.status = status;
+        completion.completed(this);
+    }
+
+    /** Returns the tag and the buffers. The request must not be touched afterwards. */
+    public void release() {
+        queue.release(this);
+    }
+
+    void reset() {
+        op = null;
+        offset = 0;
+        length = 0;
+        fua = false;
+        cookie = 0;
+        owner = null;
+        completion = null;
+        route = null;
+        status = 0;
+        segments = 0;
+    }
+
+    @Override
+    public String toString() {
+        return "Request[q" + queue.index() + " tag " + tag + " " + op + " off " + offset + " len " + length
+                + (fua ? " FUA" : "") + "]";
+    }
+}

@@ -1,0 +1,84 @@
+# Shared by the scripts: find a JDK >= 25, install Debian packages when missing, build the jar.
+# shellcheck shell=bash
+
+PMEMBLK_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PMEMBLK_JAR="$PMEMBLK_ROOT/cli/target/pmemblk.jar"
+
+# The feature release of a JDK home ("25"), from its release file or by asking its java.
+jdk_feature() {
+  local home=$1 v=""
+  if [ -f "$home/release" ]; then
+    v=$(sed -n 's/^JAVA_VERSION="\([0-9]*\).*/\1/p' "$home/release")
+  fi
+  if [ -z "$v" ] && [ -x "$home/bin/java" ]; then
+    v=$("$home/bin/java" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+  fi
+  echo "${v:-0}"
+}
+
+# Sets JAVA_HOME and JAVA to a JDK >= 25: $JAVA_HOME if it qualifies, then Temurin 25, then any JDK
+# under /usr/lib/jvm, then java on PATH. Stops with instructions otherwise.
+find_jdk() {
+  local c candidates=()
+  [ -n "${JAVA_HOME:-}" ] && candidates+=("$JAVA_HOME")
+  candidates+=(/usr/lib/jvm/temurin-25-jdk-amd64)
+  for c in /usr/lib/jvm/*; do candidates+=("$c"); done
+  if command -v java >/dev/null 2>&1; then
+    candidates+=("$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")")
+  fi
+  for c in "${candidates[@]}"; do
+    if [ -x "$c/bin/java" ] && [ -x "$c/bin/javac" ] && [ "$(jdk_feature "$c")" -ge 25 ]; then
+      export JAVA_HOME=$c
+      JAVA="$c/bin/java"
+      return 0
+    fi
+  done
+  cat >&2 <<'MSG'
+pmemblk: no JDK 25 or newer found (the FFM API it uses is final since Java 22; the build targets 25).
+  Checked $JAVA_HOME, /usr/lib/jvm/* and java on PATH.
+  Install one, e.g. Temurin 25 (https://adoptium.net/), or on Debian/Ubuntu with the Adoptium apt repository:
+    apt-get install temurin-25-jdk
+  then run again (or point JAVA_HOME at it).
+MSG
+  exit 1
+}
+
+# Installs the Debian packages named when any is missing (needs root, or sudo without a password).
+ensure_packages() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo -n"; else
+      echo "pmemblk: missing Debian packages: ${missing[*]}; install them as root: apt-get install ${missing[*]}" >&2
+      return 1
+    fi
+  fi
+  echo "pmemblk: installing ${missing[*]} ..." >&2
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || true
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+}
+
+# Builds cli/target/pmemblk.jar when it is missing or older than any source or pom. Serialised with flock
+# so two launchers started together do not build over each other.
+ensure_jar() {
+  local stale
+  stale() {
+    [ ! -f "$PMEMBLK_JAR" ] && return 0
+    [ -n "$(find "$PMEMBLK_ROOT" -path "$PMEMBLK_ROOT/bench" -prune -o -path '*/target' -prune -o -path '*/.git' -prune \
+        -o \( -name '*.java' -o -name 'pom.xml' -o -path '*/src/main/resources/*' \) -newer "$PMEMBLK_JAR" -print -quit)" ]
+  }
+  stale || return 0
+  mkdir -p "$PMEMBLK_ROOT/cli/target"
+  (
+    flock 9
+    if stale; then
+      echo "pmemblk: building $PMEMBLK_JAR (mvn package) ..." >&2
+      (cd "$PMEMBLK_ROOT" && mvn -q -B -DskipTests -pl cli -am package) >&2 \
+        || { echo "pmemblk: build failed (run: cd $PMEMBLK_ROOT && mvn -pl cli -am package)" >&2; exit 1; }
+    fi
+  ) 9>"$PMEMBLK_ROOT/cli/target/.build.lock"
+}

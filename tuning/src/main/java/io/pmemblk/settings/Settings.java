@@ -1,0 +1,283 @@
+package io.pmemblk.settings;
+
+import io.pmemblk.pmem.PmemRegion;
+
+import java.io.IOException;
+import java.io.Reader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+
+/**
+ * pmemblk's settings: built-in defaults, then a properties file ({@code --config FILE}), then
+ * {@code --set key=value} overrides, in that order. Every key is declared once in {@link #KEYS} with its
+ * default, what it allows and a line of documentation ({@code pmemblk.properties.example} is written from
+ * the same facts). An unknown key or a bad value is a {@link SettingsException} naming the key, the value and
+ * what is allowed.
+ */
+public final class Settings {
+    public static final int MAX_REQUEST_BYTES = 32 << 20;
+
+    public enum DmaEngineKind { NONE, SOFT, VFIO }
+
+    public static final Key<Path> PMEM_PATH = Key.of("pmem.path", "/var/tmp/pmemblk/pmem0.img",
+            "a file path (created if missing), or a device-DAX node /dev/daxX.Y",
+            "Backing file of the persistent-memory region.", Settings::path);
+    public static final Key<Long> PMEM_SIZE = Key.of("pmem.size", "1G",
+            "a size that is a multiple of 4096, from 1M to 16T (suffixes K, M, G, T)",
+            "Size of the region; an existing file of another size is refused unless pmem.resize=true.",
+            t -> range(Sizes.parse(t), 1 << 20, 16L << 40, 4096));
+    public static final Key<Boolean> PMEM_RESIZE = Key.of("pmem.resize", "false", "true or false",
+            "Resize an existing backing file to pmem.size (shrinking discards data past the new end).",
+            Settings::bool);
+    public static final Key<PmemRegion.Mapper> PMEM_MAPPER = Key.of("pmem.mapper", "auto", "auto, libpmem or java",
+            "How to map: libpmem when libpmem.so.1 loads (auto), libpmem only, or the JDK's FileChannel.map.",
+            t -> choice(t, PmemRegion.Mapper.class));
+    public static final Key<Path> NBD_SOCKET = Key.of("nbd.socket", "/tmp/pmemblk/nbd.sock",
+            "a path for a unix socket (created mode 0600), or empty for none",
+            "Unix socket the NBD server listens on.", t -> t.isBlank() ? null : path(t));
+    public static final Key<Integer> NBD_PORT = Key.of("nbd.port", "10809", "a TCP port 0..65535 (0 = no TCP listener)",
+            "TCP port of the NBD server; 10809 is NBD's registered port.", t -> intRange(t, 0, 65535));
+    public static final Key<String> NBD_BIND = Key.of("nbd.bind", "127.0.0.1", "an IP address or host name",
+            "Address the TCP listener binds to; 0.0.0.0 exposes the export to the network (no TLS, no auth).",
+            Settings::host);
+    public static final Key<String> NBD_EXPORT = Key.of("nbd.export", "pmem0",
+            "1 to 256 printable characters, no spaces",
+            "Export name; clients may also use the empty (default) name.", Settings::exportName);
+    public static final Key<Integer> NBD_MAX_CONNECTIONS = Key.of("nbd.max-connections", "128", "an integer 1..4096",
+            "Connections served at once; more are refused at accept.", t -> intRange(t, 1, 4096));
+    public static final Key<Integer> QUEUES = Key.of("queues", "auto", "auto (one per core) or an integer 1..256",
+            "Hardware queues of the block layer; connections are spread over them round-robin.",
+            t -> t.equalsIgnoreCase("auto") ? Runtime.getRuntime().availableProcessors() : intRange(t, 1, 256));
+    public static final Key<Integer> QUEUE_DEPTH = Key.of("queue.depth", "128", "an integer 1..4096",
+            "Tags (requests in flight) per hardware queue.", t -> intRange(t, 1, 4096));
+    public static final Key<Long> QUEUE_BUFFER_BYTES = Key.of("queue.buffer-bytes", "64M",
+            "a size from 32M (the largest request) to 4G, a multiple of 128K",
+            "Registered data buffers per hardware queue; a full pool makes frontends wait (bounded memory).",
+            t -> range(Sizes.parse(t), MAX_REQUEST_BYTES, 4L << 30, 128 << 10));
+    public static final Key<DmaEngineKind> DMA_ENGINE = Key.of("dma.engine", "none", "none or soft (vfio: not yet available)",
+            "Copy offload: none (CPU only), soft (software I/OAT device), vfio (a real I/OAT channel; not yet available).",
+            Settings::dmaEngine);
+    public static final Key<Integer> DMA_CHANNELS = Key.of("dma.channels", "1", "an integer 1..64",
+            "DMA channels; hardware queue i uses channel i mod dma.channels.", t -> intRange(t, 1, 64));
+    public static final Key<Integer> DMA_RING_SIZE = Key.of("dma.ring-size", "512", "a power of two 16..32768",
+            "Descriptors per DMA channel ring.", t -> {
+                int v = intRange(t, 16, 32768);
+                if (Integer.bitCount(v) != 1) {
+                    throw new IllegalArgumentException();
+                }
+                return v;
+            });
+    public static final Key<Long> ROUTE_DMA_MIN_BYTES = Key.of("route.dma.min-bytes", "256K",
+            "a size from 1 to 32M, or off",
+            "Requests at least this long go to DMA (when a DMA engine is configured); pmemblk tune measures it.",
+            t -> t.equalsIgnoreCase("off") ? Long.MAX_VALUE : range(Sizes.parse(t), 1, MAX_REQUEST_BYTES, 1));
+    public static final Key<Integer> ROUTE_DMA_MIN_SEGMENTS = Key.of("route.dma.min-segments", "off",
+            "an integer 1..256, or off",
+            "Requests with at least this many 128 KiB buffer segments go to DMA (when a DMA engine is configured).",
+            t -> t.equalsIgnoreCase("off") ? Integer.MAX_VALUE : intRange(t, 1, 256));
+    public static final Key<Integer> METRICS_PORT = Key.of("metrics.port", "0", "a TCP port 0..65535 (0 = off)",
+            "Serves Prometheus metrics at http://127.0.0.1:PORT/metrics.", t -> intRange(t, 0, 65535));
+
+    /** Every key, in the order the example file documents them. */
+    public static final Map<String, Key<?>> KEYS;
+
+    static {
+        Map<String, Key<?>> m = new LinkedHashMap<>();
+        for (Key<?> k : List.of(PMEM_PATH, PMEM_SIZE, PMEM_RESIZE, PMEM_MAPPER, NBD_SOCKET, NBD_PORT, NBD_BIND,
+                NBD_EXPORT, NBD_MAX_CONNECTIONS, QUEUES, QUEUE_DEPTH, QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_CHANNELS,
+                DMA_RING_SIZE, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, METRICS_PORT)) {
+            m.put(k.name(), k);
+        }
+        KEYS = Collections.unmodifiableMap(m);
+    }
+
+    private final Map<String, Object> values;
+    private final Map<String, String> texts;
+    private final Map<String, String> sources;
+
+    private Settings(Map<String, Object> values, Map<String, String> texts, Map<String, String> sources) {
+        this.values = values;
+        this.texts = texts;
+        this.sources = sources;
+    }
+
+    public static Settings defaults() {
+        try {
+            return load(null, List.of());
+        } catch (SettingsException e) {
+            throw new AssertionError("built-in defaults must be valid", e);
+        }
+    }
+
+    /**
+     * Defaults, then {@code file} (may be null), then {@code overrides} ("key=value" each).
+     */
+    public static Settings load(Path file, List<String> overrides) throws SettingsException {
+        Map<String, String> texts = new LinkedHashMap<>();
+        Map<String, String> sources = new LinkedHashMap<>();
+        for (Key<?> k : KEYS.values()) {
+            texts.put(k.name(), k.defaultText());
+            sources.put(k.name(), "default");
+        }
+        if (file != null) {
+            Properties p = new Properties();
+            try (Reader r = Files.newBufferedReader(file, StandardCharsets.UTF_8)) {
+                p.load(r);
+            } catch (NoSuchFileException e) {
+                throw new SettingsException("--config " + file + ": no such file");
+            } catch (IOException | IllegalArgumentException e) {
+                throw new SettingsException("--config " + file + ": cannot be read: " + e.getMessage());
+            }
+            for (String name : p.stringPropertyNames()) {
+                put(texts, sources, name, p.getProperty(name), file.toString());
+            }
+        }
+        for (String o : overrides) {
+            int eq = o.indexOf('=');
+            if (eq <= 0) {
+                throw new SettingsException("--set " + o + ": expected key=value, e.g. --set pmem.size=4G");
+            }
+            put(texts, sources, o.substring(0, eq).trim(), o.substring(eq + 1), "--set");
+        }
+        Map<String, Object> values = new LinkedHashMap<>();
+        for (Key<?> k : KEYS.values()) {
+            String text = texts.get(k.name()).trim();
+            try {
+                Object v = k.parser().parse(text);
+                values.put(k.name(), v == null ? NULL : v);
+            } catch (RuntimeException e) {
+                throw new SettingsException(k.name() + ": '" + text + "' is not allowed (from "
+                        + sources.get(k.name()) + "); allowed: " + k.allowed());
+            }
+        }
+        Settings s = new Settings(values, texts, sources);
+        s.checkTogether();
+        return s;
+    }
+
+    private static final Object NULL = new Object();
+
+    private static void put(Map<String, String> texts, Map<String, String> sources, String name, String value, String from)
+            throws SettingsException {
+        if (!KEYS.containsKey(name)) {
+            throw new SettingsException("unknown setting '" + name + "' (from " + from + "); known keys: "
+                    + String.join(", ", KEYS.keySet()));
+        }
+        texts.put(name, value);
+        sources.put(name, from);
+    }
+
+    private void checkTogether() throws SettingsException {
+        if (get(NBD_SOCKET) == null && get(NBD_PORT) == 0) {
+            throw new SettingsException("nbd.socket is empty and nbd.port=0: no listener would be left;"
+                    + " allowed: a socket path, a TCP port, or both");
+        }
+        int metrics = get(METRICS_PORT);
+        if (metrics != 0 && metrics == get(NBD_PORT)) {
+            throw new SettingsException("metrics.port: '" + metrics + "' is not allowed: it is also nbd.port;"
+                    + " allowed: another port, or 0 (off)");
+        }
+    }
+
+    @SuppressWarnings("unchecked")
+    public <T> T get(Key<T> key) {
+        Object v = values.get(key.name());
+        return v == NULL ? null : (T) v;
+    }
+
+    /** The text a key's value came from, as given (for `pmemblk info`). */
+    public String text(Key<?> key) {
+        return texts.get(key.name()).trim();
+    }
+
+    /** Where a key's value came from: "default", "--set" or the config file. */
+    public String source(Key<?> key) {
+        return sources.get(key.name());
+    }
+
+    public Set<String> names() {
+        return KEYS.keySet();
+    }
+
+    /** The documented example file: every key, commented, with its default. */
+    public static String example() {
+        StringBuilder b = new StringBuilder();
+        b.append("# pmemblk settings. Use with: pmemblk serve --config FILE (and --set key=value to override one).\n");
+        b.append("# Every key is shown with its built-in default; delete a line to keep the default.\n");
+        b.append("# Sizes accept K, M, G, T suffixes (binary: 1K = 1024).\n");
+        for (Key<?> k : KEYS.values()) {
+            b.append("\n# ").append(k.doc()).append("\n");
+            b.append("# Allowed: ").append(k.allowed()).append(".\n");
+            b.append(k.name()).append('=').append(k.defaultText()).append("\n");
+        }
+        return b.toString();
+    }
+
+    // ---- parsers ----
+
+    private static Path path(String t) {
+        if (t.isBlank() || t.indexOf('\0') >= 0) {
+            throw new IllegalArgumentException();
+        }
+        return Path.of(t);
+    }
+
+    private static boolean bool(String t) {
+        return switch (t.toLowerCase(Locale.ROOT)) {
+            case "true", "yes", "on" -> true;
+            case "false", "no", "off" -> false;
+            default -> throw new IllegalArgumentException();
+        };
+    }
+
+    private static <E extends Enum<E>> E choice(String t, Class<E> type) {
+        return Enum.valueOf(type, t.toUpperCase(Locale.ROOT));
+    }
+
+    private static DmaEngineKind dmaEngine(String t) {
+        DmaEngineKind k = choice(t, DmaEngineKind.class);
+        if (k == DmaEngineKind.VFIO) {
+            // Refused until the VFIO backend lands: the I/OAT driver runs today only against the software device.
+            throw new IllegalArgumentException();
+        }
+        return k;
+    }
+
+    private static int intRange(String t, int min, int max) {
+        long v = Long.parseLong(t);
+        if (v < min || v > max) {
+            throw new IllegalArgumentException();
+        }
+        return (int) v;
+    }
+
+    private static long range(long v, long min, long max, long multiple) {
+        if (v < min || v > max || v % multiple != 0) {
+            throw new IllegalArgumentException();
+        }
+        return v;
+    }
+
+    private static String host(String t) {
+        if (t.isBlank() || t.chars().anyMatch(c -> c <= ' ' || c == '/')) {
+            throw new IllegalArgumentException();
+        }
+        return t;
+    }
+
+    private static String exportName(String t) {
+        if (t.isEmpty() || t.length() > 256 || t.chars().anyMatch(c -> c <= ' ' || c == 0x7f)) {
+            throw new IllegalArgumentException();
+        }
+        return t;
+    }
+}

@@ -1,0 +1,108 @@
+package io.pmemblk.settings;
+
+import io.pmemblk.pmem.PmemRegion;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+class SettingsTest {
+    @TempDir
+    Path dir;
+
+    @Test
+    void defaultsAreTheDocumentedOnes() {
+        Settings s = Settings.defaults();
+        assertThat(s.get(Settings.PMEM_PATH)).isEqualTo(Path.of("/var/tmp/pmemblk/pmem0.img"));
+        assertThat(s.get(Settings.PMEM_SIZE)).isEqualTo(1L << 30);
+        assertThat(s.get(Settings.NBD_SOCKET)).isEqualTo(Path.of("/tmp/pmemblk/nbd.sock"));
+        assertThat(s.get(Settings.NBD_PORT)).isEqualTo(10809);
+        assertThat(s.get(Settings.NBD_BIND)).isEqualTo("127.0.0.1");
+        assertThat(s.get(Settings.NBD_EXPORT)).isEqualTo("pmem0");
+        assertThat(s.get(Settings.QUEUES)).isEqualTo(Runtime.getRuntime().availableProcessors());
+        assertThat(s.get(Settings.QUEUE_DEPTH)).isEqualTo(128);
+        assertThat(s.get(Settings.DMA_ENGINE)).isEqualTo(Settings.DmaEngineKind.NONE);
+        assertThat(s.get(Settings.METRICS_PORT)).isZero();
+        assertThat(s.get(Settings.PMEM_MAPPER)).isEqualTo(PmemRegion.Mapper.AUTO);
+    }
+
+    @Test
+    void fileThenOverridesInThatOrder() throws Exception {
+        Path f = dir.resolve("p.properties");
+        Files.writeString(f, "# comment\npmem.size = 2G\nnbd.port=0\nqueues=3\n");
+        Settings s = Settings.load(f, List.of("queues=5", "route.dma.min-bytes=64K"));
+        assertThat(s.get(Settings.PMEM_SIZE)).isEqualTo(2L << 30);
+        assertThat(s.get(Settings.NBD_PORT)).isZero();
+        assertThat(s.get(Settings.QUEUES)).isEqualTo(5);
+        assertThat(s.get(Settings.ROUTE_DMA_MIN_BYTES)).isEqualTo(65536L);
+        assertThat(s.source(Settings.PMEM_SIZE)).isEqualTo(f.toString());
+        assertThat(s.source(Settings.QUEUES)).isEqualTo("--set");
+    }
+
+    @ParameterizedTest
+    @CsvSource(delimiter = '|', value = {
+            "pmem.size=12X        | pmem.size: '12X' is not allowed (from --set); allowed: a size",
+            "pmem.size=1000       | pmem.size: '1000' is not allowed",
+            "nbd.port=70000       | nbd.port: '70000' is not allowed (from --set); allowed: a TCP port 0..65535",
+            "queue.depth=0        | queue.depth: '0' is not allowed",
+            "dma.engine=vfio      | dma.engine: 'vfio' is not allowed (from --set); allowed: none or soft (vfio: not yet available)",
+            "dma.engine=gpu       | dma.engine: 'gpu' is not allowed",
+            "dma.ring-size=100    | dma.ring-size: '100' is not allowed (from --set); allowed: a power of two",
+            "pmem.resize=maybe    | pmem.resize: 'maybe' is not allowed",
+            "nbd.export=a b       | nbd.export: 'a b' is not allowed",
+            "queue.buffer-bytes=1M| queue.buffer-bytes: '1M' is not allowed",
+            "pmem.mapper=mmap     | pmem.mapper: 'mmap' is not allowed (from --set); allowed: auto, libpmem or java",
+            "pmem.sizee=1G        | unknown setting 'pmem.sizee' (from --set); known keys: pmem.path, pmem.size",
+            "novalue              | --set novalue: expected key=value",
+    })
+    void badSettingsAreNamedWithValueAndWhatIsAllowed(String set, String message) {
+        assertThatThrownBy(() -> Settings.load(null, List.of(set)))
+                .isInstanceOf(SettingsException.class)
+                .hasMessageStartingWith(message.trim())
+                .satisfies(e -> assertThat(e.getMessage()).doesNotContain("\n"));
+    }
+
+    @Test
+    void unknownKeyInFileNamesTheFile() throws Exception {
+        Path f = dir.resolve("bad.properties");
+        Files.writeString(f, "nbd.prot=1\n");
+        assertThatThrownBy(() -> Settings.load(f, List.of()))
+                .hasMessageContaining("unknown setting 'nbd.prot' (from " + f + ")");
+    }
+
+    @Test
+    void missingConfigFileIsNamed() {
+        assertThatThrownBy(() -> Settings.load(dir.resolve("nope"), List.of()))
+                .hasMessageContaining("no such file");
+    }
+
+    @Test
+    void noListenerAtAllIsRefused() {
+        assertThatThrownBy(() -> Settings.load(null, List.of("nbd.socket=", "nbd.port=0")))
+                .hasMessageContaining("no listener would be left");
+    }
+
+    @Test
+    void exampleFileInTheRepositoryDocumentsEveryKeyWithItsDefault() throws Exception {
+        Path example = Path.of("..", "pmemblk.properties.example");
+        assertThat(Files.readString(example))
+                .as("regenerate with: ./scripts/pmemblk config-example > pmemblk.properties.example")
+                .isEqualTo(Settings.example());
+        // and it loads as it is
+        assertThat(Settings.load(example, List.of()).get(Settings.PMEM_SIZE)).isEqualTo(1L << 30);
+    }
+
+    @ParameterizedTest
+    @CsvSource({"4096,4096", "64K,65536", "1m,1048576", "2G,2147483648", "1GiB,1073741824", "3KB,3072"})
+    void sizes(String text, long bytes) {
+        assertThat(Sizes.parse(text)).isEqualTo(bytes);
+        assertThat(Sizes.parse(Sizes.format(bytes))).isEqualTo(bytes);
+    }
+}
