@@ -23,7 +23,7 @@ SOCK=/tmp/nbd.sock
 URI="nbd+unix:///pmem0?socket=$SOCK"
 SERVER_PID=
 
-say() { echo "pmem-check: $*"; }
+say() { echo "pmem-check: [$(cut -d' ' -f1 /proc/uptime)s] $*"; }
 
 start_server() {
     rm -f "$SOCK"
@@ -48,6 +48,11 @@ start_server() {
         sleep 0.1
     done
     say "server ready after $((i / 10)) s"
+    show_server_log
+}
+
+show_server_log() {  # the server's own lines, without java.util.logging's two-line records
+    grep -v -E '^(INFO|FINE|[A-Z][a-z]{2} [0-9]+, [0-9]{4} )' /tmp/server.log | sed 's/^/server| /' || true
 }
 
 stop_server() {
@@ -67,21 +72,25 @@ metric_sum() {  # metric_sum FILE ROUTE: sum of pmemblk_copy_bytes_total samples
 case "${1:-}" in
 first)
     MARKER=${2:?marker}
+    say "booted"
     ndctl create-namespace -f -e namespace0.0 -m fsdax --map=mem >/tmp/ndctl.json
     grep -q '"mode":"fsdax"' /tmp/ndctl.json || { cat /tmp/ndctl.json; exit 1; }
     echo "RESULT mode=fsdax"
+    say "namespace is fsdax"
     mkfs.ext4 -q -F -b 4096 /dev/pmem0
     mkdir -p "$MNT"
     mount -o dax /dev/pmem0 "$MNT"
     grep " $MNT " /proc/mounts | grep -q 'dax=always' || { grep " $MNT " /proc/mounts; say "not a DAX mount"; exit 1; }
     echo "RESULT dax=always"
+    say "ext4 mounted -o dax"
     start_server
     if [ "$SERVER" = pmemblk ]; then
-        $PMEMBLK_GUEST_CMD info --set "pmem.path=$POOL" --set "pmem.size=$SIZE" >/tmp/info.out 2>&1 \
+        $PMEMBLK_GUEST_CMD info --set "pmem.path=$POOL" --set "pmem.size=$SIZE" $SERVER_ARGS >/tmp/info.out 2>&1 \
             || { cat /tmp/info.out; exit 1; }
         cat /tmp/info.out
         echo "RESULT is_pmem=$(sed -n 's/^is_pmem=//p' /tmp/info.out | head -n 1)"
     fi
+    say "info done"
     # Mixed sizes so both copy routes run; write, then read back and check every block's crc32c.
     if ! fio --name=verify --ioengine=nbd --uri="$URI" --rw=randwrite --bssplit=4k/50:64k/20:1m/30 \
             --size=64M --iodepth=8 --verify=crc32c --verify_fatal=1 --do_verify=1 \
@@ -91,6 +100,7 @@ first)
     grep -E '^ *(READ|WRITE):' /tmp/fio.out || true
     grep -q 'err= 0' /tmp/fio.out || { cat /tmp/fio.out; exit 1; }
     echo "RESULT fio=ok"
+    say "fio done"
     if [ "$METRICS_PORT" != 0 ]; then
         curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" >/tmp/metrics.txt || { say "metrics not served"; exit 1; }
         grep '^pmemblk_copy_bytes_total' /tmp/metrics.txt || true
@@ -110,6 +120,7 @@ second)
     rc=0
     python3 "$HERE/fua.py" verify "$URI" || rc=$?
     stop_server
+    show_server_log
     umount "$MNT"
     exit $rc
     ;;
