@@ -92,8 +92,8 @@ first)
             || { cat /tmp/info.out; exit 1; }
         cat /tmp/info.out
         echo "RESULT is_pmem=$(sed -n 's/^is_pmem=//p' /tmp/info.out | head -n 1)"
+        say "info done"
     fi
-    say "info done"
     # Mixed sizes so both copy routes run; write, then read back and check every block's crc32c.
     if ! fio --name=verify --ioengine=nbd --uri="$URI" --rw=randwrite --bssplit=4k/50:64k/20:1m/30 \
             --size=64M --iodepth=8 --verify=crc32c --verify_fatal=1 --do_verify=1 \
