@@ -207,9 +207,24 @@ public final class PmemRegion implements AutoCloseable {
         dirty = true;
     }
 
-    /** Marks the region written by someone other than the CPU copy path (a DMA engine). */
-    public void markDirty() {
-        dirty = true;
+    /**
+     * Accounts for a range a DMA engine has just written. With Intel DDIO a device's writes land in the CPU's
+     * last-level cache, not in the persistence domain: on real pmem the range's cache lines are written back
+     * here (pmem_flush), so a later drain (FLUSH) or the drain of a FUA makes them persistent. On an ordinary
+     * file the pages are simply dirty until msync.
+     */
+    public void deviceWrote(long offset, long length, boolean fua) throws IOException {
+        if (isPmem) {
+            pmem.flush(base + offset, length);
+            if (fua) {
+                pmem.drain();
+            }
+        } else {
+            dirty = true;
+            if (fua) {
+                msync(offset, length);
+            }
+        }
     }
 
     /**
