@@ -108,7 +108,7 @@ final class MemoryDriver implements BlockDriver {
     }
 
     private int execute(Request r) {
-        long len = Integer.toUnsignedLong(r.length);
+        long len = r.length;
         if (r.offset < 0 || r.offset + len > size()) {
             return r.op == io.pmemblk.block.Op.WRITE ? Status.ENOSPC : Status.EINVAL;
         }
