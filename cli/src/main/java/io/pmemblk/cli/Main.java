@@ -13,6 +13,10 @@ public final class Main {
     public static final int USAGE = 2;
 
     public static void main(String[] args) {
+        // One line per log record on stderr (the JDK's default takes two), before any logger exists.
+        if (System.getProperty("java.util.logging.SimpleFormatter.format") == null) {
+            System.setProperty("java.util.logging.SimpleFormatter.format", "%1$tF %1$tT %4$s %3$s: %5$s%6$s%n");
+        }
         CommandLine cl = new CommandLine(new Main());
         cl.setExecutionExceptionHandler((e, cmd, parsed) -> {
             cmd.getErr().println("pmemblk: " + e.getMessage());
