@@ -54,9 +54,10 @@ public final class Settings {
             "Export name; clients may also use the empty (default) name.", Settings::exportName);
     public static final Key<Integer> NBD_MAX_CONNECTIONS = Key.of("nbd.max-connections", "128", "an integer 1..4096",
             "Connections served at once; more are refused at accept.", t -> intRange(t, 1, 4096));
-    public static final Key<Integer> QUEUES = Key.of("queues", "auto", "auto (one per core) or an integer 1..256",
-            "Hardware queues of the block layer; connections are spread over them round-robin.",
-            t -> t.equalsIgnoreCase("auto") ? Runtime.getRuntime().availableProcessors() : intRange(t, 1, 256));
+    public static final Key<Integer> QUEUES = Key.of("queues", "auto", "auto (one per core, at most 8) or an integer 1..256",
+            "Hardware queues of the block layer; connections are spread over them round-robin. Each has its own tags"
+                    + " and queue.buffer-bytes of buffers.",
+            t -> t.equalsIgnoreCase("auto") ? Math.min(8, Runtime.getRuntime().availableProcessors()) : intRange(t, 1, 256));
     public static final Key<Integer> QUEUE_DEPTH = Key.of("queue.depth", "128", "an integer 1..4096",
             "Tags (requests in flight) per hardware queue.", t -> intRange(t, 1, 4096));
     public static final Key<Long> QUEUE_BUFFER_BYTES = Key.of("queue.buffer-bytes", "64M",
