@@ -37,6 +37,9 @@ final class BenchCommand implements Callable<Integer> {
     @Option(names = "--seconds", defaultValue = "5", description = "run time (default ${DEFAULT-VALUE})")
     double seconds;
 
+    @Option(names = "--warmup", defaultValue = "1", description = "seconds run first and not counted, so the JIT has compiled the path (default ${DEFAULT-VALUE})")
+    double warmup;
+
     @Option(names = "--size", description = "bytes of the device to use from offset 0 (default: all)")
     String span;
 
@@ -82,8 +85,13 @@ final class BenchCommand implements Callable<Integer> {
             if (!RouteOption.apply(device, route)) {
                 return Main.USAGE;
             }
-            LoadGenerator.Result r = new LoadGenerator(device.layer()).run(job);
-            long engineCpu = device.dmaEngineCpuNanos();
+            LoadGenerator gen = new LoadGenerator(device.layer());
+            if (warmup > 0) {
+                gen.run(new LoadGenerator.Job(job.pattern(), job.blockSize(), job.iodepth(), job.jobs(), warmup, job.span()));
+            }
+            long engineCpu0 = device.dmaEngineCpuNanos();
+            LoadGenerator.Result r = gen.run(job);
+            long engineCpu = device.dmaEngineCpuNanos() - engineCpu0;
             if (json) {
                 System.out.printf(Locale.ROOT, "{\"rw\":\"%s\",\"bs\":%d,\"iodepth\":%d,\"jobs\":%d,\"route\":\"%s\","
                                 + "\"is_pmem\":%b,\"seconds\":%.3f,\"ops\":%d,\"bytes\":%d,\"errors\":%d,\"iops\":%.1f,"

@@ -1,7 +1,11 @@
 package io.pmemblk.cli;
 
 import io.pmemblk.block.BlockLayer;
+import io.pmemblk.dma.DmaEngine;
+import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.dma.ioat.IoatSpec;
 import io.pmemblk.pmem.CopyStats;
+import io.pmemblk.pmem.Routing;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.settings.Settings;
@@ -24,11 +28,26 @@ public final class Device implements AutoCloseable {
         this.settings = settings;
         this.region = PmemRegion.open(settings.get(Settings.PMEM_PATH), settings.get(Settings.PMEM_SIZE),
                 settings.get(Settings.PMEM_RESIZE), settings.get(Settings.PMEM_MAPPER));
+        DmaEngine engine = null;
         try {
-            this.driver = new PmemBlockDriver(region, stats);
+            if (settings.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.SOFT) {
+                engine = DmaEngine.soft(new IovaSpace(), settings.get(Settings.DMA_CHANNELS),
+                        settings.get(Settings.DMA_RING_SIZE));
+                int failEvery = settings.get(Settings.DMA_SOFT_FAIL_EVERY);
+                if (failEvery > 0) {
+                    for (int c = 0; c < engine.channelCount(); c++) {
+                        engine.softDevice().orElseThrow().failEvery(c, failEvery, IoatSpec.CHANERR_DEST_ADDR);
+                    }
+                }
+            }
+            this.driver = new PmemBlockDriver(region, stats, engine, new Routing(
+                    settings.get(Settings.ROUTE_DMA_MIN_BYTES), settings.get(Settings.ROUTE_DMA_MIN_SEGMENTS)));
             this.layer = new BlockLayer(driver, settings.get(Settings.QUEUES), settings.get(Settings.QUEUE_DEPTH),
                     settings.get(Settings.QUEUE_BUFFER_BYTES), Settings.MAX_REQUEST_BYTES);
         } catch (RuntimeException e) {
+            if (engine != null) {
+                engine.close();
+            }
             region.close();
             throw e;
         }
@@ -60,12 +79,12 @@ public final class Device implements AutoCloseable {
 
     /** Sends every request to one route (bench, tune); false when that route is not available. */
     public boolean forceRoute(io.pmemblk.block.Route route) {
-        return route == io.pmemblk.block.Route.CPU;
+        return driver.force(route);
     }
 
     /** CPU time consumed so far by the DMA engine's own threads (0 without an engine). */
     public long dmaEngineCpuNanos() {
-        return 0;
+        return driver.engineCpuNanos();
     }
 
     /**
@@ -87,8 +106,12 @@ public final class Device implements AutoCloseable {
         try {
             driver.persistAll();
         } finally {
-            layer.close();
-            driver.close();
+            // The driver first: its DMA engine drains before the buffer pools it copies from are freed.
+            try {
+                driver.close();
+            } finally {
+                layer.close();
+            }
         }
         return idle;
     }

@@ -39,7 +39,7 @@ final class InfoCommand implements Callable<Integer> {
         System.out.println("exists=" + exists);
         if (exists) {
             try (PmemRegion r = PmemRegion.open(path, exists && Files.isRegularFile(path) ? Files.size(path) : 0,
-                    false, s.get(Settings.PMEM_MAPPER))) {
+                    false, s.get(Settings.PMEM_MAPPER), false)) {
                 System.out.println("size=" + r.size() + " (" + Sizes.format(r.size()) + ")");
                 if (Files.isRegularFile(path) && r.size() != s.get(Settings.PMEM_SIZE)) {
                     System.out.println("size_mismatch=pmem.size is " + s.text(Settings.PMEM_SIZE)

@@ -6,13 +6,17 @@ import picocli.CommandLine.Command;
 /** The {@code pmemblk} command. */
 @Command(name = "pmemblk", mixinStandardHelpOptions = true, versionProvider = Main.Version.class,
         description = "A userspace persistent-memory block device, served over NBD.",
-        subcommands = {ServeCommand.class, InfoCommand.class, BenchCommand.class, VersionCommand.class, ConfigExampleCommand.class,
+        subcommands = {ServeCommand.class, InfoCommand.class, BenchCommand.class, TuneCommand.class, VersionCommand.class, ConfigExampleCommand.class,
                 CommandLine.HelpCommand.class})
 public final class Main {
     /** Exit code for a bad setting or bad command-line usage. */
     public static final int USAGE = 2;
 
     public static void main(String[] args) {
+        // One line per log record on stderr (the JDK's default takes two), before any logger exists.
+        if (System.getProperty("java.util.logging.SimpleFormatter.format") == null) {
+            System.setProperty("java.util.logging.SimpleFormatter.format", "%1$tF %1$tT %4$s %3$s: %5$s%6$s%n");
+        }
         CommandLine cl = new CommandLine(new Main());
         cl.setExecutionExceptionHandler((e, cmd, parsed) -> {
             cmd.getErr().println("pmemblk: " + e.getMessage());

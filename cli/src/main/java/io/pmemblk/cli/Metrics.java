@@ -2,12 +2,19 @@ package io.pmemblk.cli;
 
 import io.pmemblk.block.BlockLayer;
 import io.pmemblk.block.HardwareQueue;
+import io.pmemblk.block.LatencyBuckets;
+import io.pmemblk.block.Op;
 import io.pmemblk.block.Route;
 import io.pmemblk.pmem.CopyStats;
 import io.prometheus.metrics.core.metrics.CounterWithCallback;
 import io.prometheus.metrics.core.metrics.GaugeWithCallback;
 import io.prometheus.metrics.exporter.httpserver.HTTPServer;
+import io.prometheus.metrics.model.registry.Collector;
 import io.prometheus.metrics.model.registry.PrometheusRegistry;
+import io.prometheus.metrics.model.snapshots.ClassicHistogramBuckets;
+import io.prometheus.metrics.model.snapshots.HistogramSnapshot;
+import io.prometheus.metrics.model.snapshots.Labels;
+import io.prometheus.metrics.model.snapshots.MetricSnapshot;
 
 import java.io.IOException;
 
@@ -67,10 +74,52 @@ public final class Metrics implements AutoCloseable {
                         cb.call(q.inflight(), Integer.toString(i));
                     }
                 }).register(registry);
+        registry.register(new Collector() {
+            @Override
+            public MetricSnapshot collect() {
+                return requestLatency(layer);
+            }
+
+            @Override
+            public String getPrometheusName() {
+                return "pmemblk_request_duration_seconds";
+            }
+        });
         GaugeWithCallback.builder().name("pmemblk_device_bytes")
                 .help("Size of the exported device")
                 .callback(cb -> cb.call(device.region().size())).register(registry);
         return registry;
+    }
+
+    /**
+     * Request latency by operation, summed over the hardware queues, from their lock-free log2 buckets
+     * (from tag acquire to completion).
+     */
+    static HistogramSnapshot requestLatency(BlockLayer layer) {
+        HistogramSnapshot.Builder b = HistogramSnapshot.builder().name("pmemblk_request_duration_seconds")
+                .help("Block request latency from tag acquire to completion, by operation");
+        for (Op op : Op.values()) {
+            long[] counts = null;
+            double sum = 0;
+            double[] bounds = null;
+            for (int i = 0; i < layer.queueCount(); i++) {
+                LatencyBuckets.Snapshot snap = layer.queue(i).latency(op).snapshot();
+                long[] c = snap.bucketCounts();
+                if (counts == null) {
+                    counts = new long[c.length];
+                    bounds = snap.upperBoundsSeconds();
+                }
+                for (int j = 0; j < c.length; j++) {
+                    counts[j] += c[j];
+                }
+                sum += snap.sumSeconds();
+            }
+            b.dataPoint(HistogramSnapshot.HistogramDataPointSnapshot.builder()
+                    .labels(Labels.of("op", op.name().toLowerCase(java.util.Locale.ROOT)))
+                    .classicHistogramBuckets(ClassicHistogramBuckets.of(bounds, counts))
+                    .sum(sum).build());
+        }
+        return b.build();
     }
 
     public static Metrics start(Device device, int port) throws IOException {

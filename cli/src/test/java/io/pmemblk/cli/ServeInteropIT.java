@@ -178,6 +178,21 @@ class ServeInteropIT {
     }
 
     @Test
+    void aSecondServerOnTheSameFileIsRefusedAndTheFirstKeepsServing() throws Exception {
+        try (ServerProcess s = ServerProcess.start(dir, settings("32M"))) {
+            ServerProcess.Run second = ServerProcess.run(ServerProcess.command("serve", List.of(
+                    "--set", "pmem.path=" + dir.resolve("pmem.img"), "--set", "pmem.size=64M", "--set", "pmem.resize=true",
+                    "--set", "nbd.port=0", "--set", "nbd.socket=" + dir.resolve("other.sock"))), 60);
+            assertThat(second.exit()).isEqualTo(1);
+            assertThat(second.out()).contains("is in use by another process");
+            assertThat(Files.size(dir.resolve("pmem.img"))).isEqualTo(32 << 20);
+            ServerProcess.Run info = ServerProcess.run(List.of("nbdinfo", "--size", s.unixUri()), 60);
+            assertThat(info.out().trim()).isEqualTo(Long.toString(32 << 20));
+            assertThat(s.terminate()).isZero();
+        }
+    }
+
+    @Test
     void infoReportsSizeIsPmemEngineAndThresholds() throws Exception {
         ServerProcess.Run r = ServerProcess.run(ServerProcess.command("info", List.of(
                 "--set", "pmem.path=" + dir.resolve("none.img"), "--set", "route.dma.min-bytes=64K")), 60);

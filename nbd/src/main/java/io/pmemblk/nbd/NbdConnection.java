@@ -2,6 +2,7 @@ package io.pmemblk.nbd;
 
 import static io.pmemblk.nbd.NbdProtocol.*;
 
+import io.pmemblk.block.HardwareQueue;
 import io.pmemblk.block.Op;
 import io.pmemblk.block.Request;
 import io.pmemblk.block.Status;
@@ -34,7 +35,7 @@ final class NbdConnection implements Request.Completion {
     final int id;
     private final SocketChannel channel;
     final String peer;
-    private final QueueAdmission admission;
+    private final HardwareQueue queue;
     private final int depth;
     private final int maxRequestBytes;
     private final long exportSize;
@@ -59,14 +60,14 @@ final class NbdConnection implements Request.Completion {
     private Request pending;
     private long requests;
 
-    NbdConnection(NbdServer server, int id, SocketChannel channel, String peer, QueueAdmission admission,
+    NbdConnection(NbdServer server, int id, SocketChannel channel, String peer, HardwareQueue queue,
                   int maxRequestBytes, long exportSize) {
         this.server = server;
         this.id = id;
         this.channel = channel;
         this.peer = peer;
-        this.admission = admission;
-        this.depth = admission.queue.depth();
+        this.queue = queue;
+        this.depth = queue.depth();
         this.maxRequestBytes = maxRequestBytes;
         this.exportSize = exportSize;
         this.ring = new ReplyRing(depth);
@@ -143,7 +144,7 @@ final class NbdConnection implements Request.Completion {
             inTransmission = true;
             LOG.log(System.Logger.Level.DEBUG, "nbd connection {0} from {1}: transmission (structured replies {2},"
                     + " base:allocation {3}, hardware queue {4})", id, peer, structured, baseAllocation,
-                    admission.queue.index());
+                    queue.index());
             sender = Thread.ofPlatform().name("nbd-conn-" + id + "-tx").start(this::senderMain);
             senderStarted = true;
             transmission();
@@ -186,12 +187,12 @@ final class NbdConnection implements Request.Completion {
     private void releaseUndispatched() {
         int n = 0;
         if (pending != null) {
-            admission.release(pending);
+            pending.release();
             pending = null;
             n++;
         }
         for (int i = 0; i < batched; i++) {
-            admission.release(batch[i]);
+            batch[i].release();
             batch[i] = null;
             n++;
         }
@@ -261,8 +262,7 @@ final class NbdConnection implements Request.Completion {
                     // Answered here: every byte of a pmem device is allocated data (status 0 is always right).
                     Request r = acquire(0);
                     prepare(r, command, flags, cookie, null, offset);
-                    // The reply may cover less than asked; keep it 4 KiB-aligned when clipping to what an int holds.
-                    r.length = (int) Math.min(length, Integer.MAX_VALUE & ~4095);
+                    r.length = length; // validate() keeps it within the export; the reply's u32 holds it
                     r.complete(Status.OK);
                 }
                 default -> {
@@ -274,7 +274,7 @@ final class NbdConnection implements Request.Completion {
                     };
                     Request r = acquire(0);
                     prepare(r, command, flags, cookie, op, offset);
-                    r.length = (int) length; // validate() keeps it <= Integer.MAX_VALUE
+                    r.length = length; // up to 4 GiB - 1: a data-less request is not bounded by maxRequestBytes
                     addToBatch(r);
                 }
             }
@@ -321,10 +321,6 @@ final class NbdConnection implements Request.Completion {
         if (offset < 0 || offset > exportSize || length > exportSize - offset) {
             return writes ? Status.ENOSPC : Status.EINVAL;
         }
-        if (length > Integer.MAX_VALUE && command != CMD_BLOCK_STATUS) {
-            // Request.length is an int: longer TRIM/WRITE_ZEROES/CACHE cannot be expressed to the driver.
-            return Status.EINVAL;
-        }
         return 0;
     }
 
@@ -348,11 +344,12 @@ final class NbdConnection implements Request.Completion {
     }
 
     private Request acquire(int dataBytes) throws InterruptedException {
-        Request r = admission.tryAcquire(dataBytes);
+        Request r = queue.tryAcquire(dataBytes);
         if (r == null) {
-            // Out of tags or buffers: what we hold must reach the driver before we wait for more.
+            // Out of tags or buffers: what we hold must reach the driver before we wait for more (the tags and
+            // chunks we would wait for may be in our own batch).
             flushBatch();
-            r = admission.acquire(dataBytes);
+            r = queue.acquire(dataBytes);
         }
         ring.acquired();
         return r;
@@ -366,7 +363,7 @@ final class NbdConnection implements Request.Completion {
         if (batched > 0) {
             int n = batched;
             batched = 0;
-            admission.queue.dispatch(batch, n);
+            queue.dispatch(batch, n);
             for (int i = 0; i < n; i++) {
                 batch[i] = null;
             }
@@ -467,7 +464,7 @@ final class NbdConnection implements Request.Completion {
                     }
                 }
                 for (int i = 0; i < n; i++) {
-                    admission.release(done[i]);
+                    done[i].release();
                     done[i] = null;
                 }
                 ring.released(n);
@@ -502,14 +499,14 @@ final class NbdConnection implements Request.Completion {
             if (command == CMD_READ && error == 0) {
                 if (structured) {
                     headers.putInt(STRUCTURED_REPLY_MAGIC).putShort((short) REPLY_FLAG_DONE)
-                            .putShort((short) REPLY_TYPE_OFFSET_DATA).putLong(r.cookie).putInt(8 + r.length)
+                            .putShort((short) REPLY_TYPE_OFFSET_DATA).putLong(r.cookie).putInt(8 + (int) r.length)
                             .putLong(r.offset);
                 } else {
                     headers.putInt(SIMPLE_REPLY_MAGIC).putInt(0).putLong(r.cookie);
                 }
                 data = true;
             } else if (command == CMD_BLOCK_STATUS && error == 0) {
-                long len = Math.min(Integer.toUnsignedLong(r.length), exportSize - r.offset);
+                long len = Math.min(r.length, exportSize - r.offset);
                 headers.putInt(STRUCTURED_REPLY_MAGIC).putShort((short) REPLY_FLAG_DONE)
                         .putShort((short) REPLY_TYPE_BLOCK_STATUS).putLong(r.cookie).putInt(12)
                         .putInt(META_ID_BASE_ALLOCATION).putInt((int) len).putInt(0);

@@ -1,8 +1,6 @@
 package io.pmemblk.nbd;
 
 import io.pmemblk.block.BlockLayer;
-import io.pmemblk.block.BufferPool;
-import io.pmemblk.block.HardwareQueue;
 import java.io.IOException;
 import java.net.ConnectException;
 import java.net.InetSocketAddress;
@@ -47,7 +45,6 @@ public final class NbdServer implements AutoCloseable {
 
     private final NbdConfig config;
     private final BlockLayer layer;
-    private final QueueAdmission[] admissions;
     private final Set<NbdConnection> connections = ConcurrentHashMap.newKeySet();
     private final AtomicInteger connectionIds = new AtomicInteger();
     private final AtomicBoolean closing = new AtomicBoolean();
@@ -61,16 +58,10 @@ public final class NbdServer implements AutoCloseable {
     public NbdServer(NbdConfig config, BlockLayer layer) {
         this.config = config;
         this.layer = layer;
-        this.admissions = new QueueAdmission[layer.queueCount()];
-        int chunks = BufferPool.chunksFor(config.maxRequestBytes());
-        for (int i = 0; i < admissions.length; i++) {
-            HardwareQueue q = layer.queue(i);
-            if (q.pool().chunks() < chunks) {
-                throw new IllegalArgumentException("maxRequestBytes " + config.maxRequestBytes()
-                        + " does not fit hardware queue " + i + " (buffer pool of " + q.pool().chunks() + " chunks of "
-                        + BufferPool.CHUNK + " bytes); it must not exceed the block layer's maxRequestBytes");
-            }
-            admissions[i] = new QueueAdmission(q);
+        if (config.maxRequestBytes() > layer.maxRequestBytes()) {
+            throw new IllegalArgumentException("NBD maxRequestBytes " + config.maxRequestBytes()
+                    + " exceeds the block layer's maxRequestBytes " + layer.maxRequestBytes()
+                    + " (what its requests' buffers were sized for); it must not be larger");
         }
     }
 
@@ -211,8 +202,7 @@ public final class NbdServer implements AutoCloseable {
             ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
         }
         int id = connectionIds.incrementAndGet();
-        QueueAdmission admission = admissions[layer.nextQueue().index()];
-        NbdConnection c = new NbdConnection(this, id, ch, peer, admission, config.maxRequestBytes(),
+        NbdConnection c = new NbdConnection(this, id, ch, peer, layer.nextQueue(), config.maxRequestBytes(),
                 layer.driver().size());
         connections.add(c);
         LOG.log(System.Logger.Level.INFO, "nbd connection {0} from {1} opened", id, peer);

@@ -26,6 +26,9 @@ final class MemoryDriver implements BlockDriver {
     final AtomicLong batches = new AtomicLong();
     final AtomicInteger largestBatch = new AtomicInteger();
     final AtomicLong flushes = new AtomicLong();
+    /** Largest tags in use and buffer chunks in use seen on any queue when a batch arrives. */
+    final AtomicInteger maxInflight = new AtomicInteger();
+    final AtomicInteger maxChunksInUse = new AtomicInteger();
 
     MemoryDriver(long size) {
         this.memory = arena.allocate(size, 4096);
@@ -47,6 +50,15 @@ final class MemoryDriver implements BlockDriver {
 
     synchronized int heldCount() {
         return held.size();
+    }
+
+    /** The hardware queue of each request held right now. */
+    synchronized List<Integer> heldQueues() {
+        List<Integer> q = new ArrayList<>();
+        for (Request r : held) {
+            q.add(r.queue().index());
+        }
+        return q;
     }
 
     /** Completes everything held and stops holding. */
@@ -80,6 +92,11 @@ final class MemoryDriver implements BlockDriver {
         requests.addAndGet(count);
         batches.incrementAndGet();
         largestBatch.accumulateAndGet(count, Math::max);
+        if (count > 0) {
+            io.pmemblk.block.HardwareQueue q = batch[0].queue();
+            maxInflight.accumulateAndGet(q.inflight(), Math::max);
+            maxChunksInUse.accumulateAndGet(q.pool().chunks() - q.pool().freeChunks(), Math::max);
+        }
         synchronized (this) {
             if (holding) {
                 for (int i = 0; i < count; i++) {
@@ -108,7 +125,7 @@ final class MemoryDriver implements BlockDriver {
     }
 
     private int execute(Request r) {
-        long len = Integer.toUnsignedLong(r.length);
+        long len = r.length;
         if (r.offset < 0 || r.offset + len > size()) {
             return r.op == io.pmemblk.block.Op.WRITE ? Status.ENOSPC : Status.EINVAL;
         }

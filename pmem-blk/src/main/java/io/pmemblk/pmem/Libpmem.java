@@ -39,7 +39,7 @@ public final class Libpmem {
     private static volatile Optional<Libpmem> instance;
     private static volatile String unavailableReason = "not probed";
 
-    private final MethodHandle mapFile, unmap, persist, msync, memcpy, memset, drain, errormsg, checkVersion;
+    private final MethodHandle mapFile, unmap, persist, flush, msync, memcpy, memset, drain, errormsg, checkVersion;
 
     private Libpmem(SymbolLookup lib) {
         Linker linker = Linker.nativeLinker();
@@ -51,6 +51,7 @@ public final class Libpmem {
                 FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS), errno);
         unmap = linker.downcallHandle(find(lib, "pmem_unmap"), FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
         persist = linker.downcallHandle(find(lib, "pmem_persist"), FunctionDescriptor.ofVoid(JAVA_LONG, JAVA_LONG), critical);
+        flush = linker.downcallHandle(find(lib, "pmem_flush"), FunctionDescriptor.ofVoid(JAVA_LONG, JAVA_LONG), critical);
         msync = linker.downcallHandle(find(lib, "pmem_msync"), FunctionDescriptor.of(JAVA_INT, JAVA_LONG, JAVA_LONG), errno);
         memcpy = linker.downcallHandle(find(lib, "pmem_memcpy"),
                 FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_INT), critical);
@@ -154,6 +155,15 @@ public final class Libpmem {
     public void persist(long address, long length) {
         try {
             persist.invokeExact(address, length);
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** Writes back the CPU cache lines of the range (clwb/clflushopt) without waiting: a later drain completes it. */
+    public void flush(long address, long length) {
+        try {
+            flush.invokeExact(address, length);
         } catch (Throwable t) {
             throw new AssertionError(t);
         }

@@ -39,6 +39,8 @@ public final class PmemRegion implements AutoCloseable {
     /** Set by every store; cleared (under flushLock) by the flush that makes those stores persistent. */
     private volatile boolean dirty;
     private final Object flushLock = new Object();
+    /** Holds an exclusive lock on the backing file while a server uses it (null when opened to inspect). */
+    private FileChannel lock;
 
     private PmemRegion(Path path, Arena arena, MemorySegment memory, boolean isPmem, Libpmem pmem, String mappedBy) {
         this.path = path;
@@ -56,6 +58,15 @@ public final class PmemRegion implements AutoCloseable {
      * ({@code /dev/daxX.Y}) is mapped whole through libpmem and its size is the device's.
      */
     public static PmemRegion open(Path path, long size, boolean resize, Mapper mapper) throws IOException {
+        return open(path, size, resize, mapper, true);
+    }
+
+    /**
+     * As {@link #open(Path, long, boolean, Mapper)}; {@code exclusive} takes an exclusive lock on the file for the
+     * region's lifetime, so a second server on the same file is refused instead of corrupting it (or truncating
+     * it under the first, which would kill that one with SIGBUS).
+     */
+    public static PmemRegion open(Path path, long size, boolean resize, Mapper mapper, boolean exclusive) throws IOException {
         Optional<Libpmem> lib = mapper == Mapper.JAVA ? Optional.empty() : Libpmem.load();
         if (mapper == Mapper.LIBPMEM && lib.isEmpty()) {
             throw new IOException("pmem.mapper=libpmem but " + Libpmem.unavailableReason());
@@ -65,24 +76,33 @@ public final class PmemRegion implements AutoCloseable {
             if (lib.isEmpty()) {
                 throw new IOException("device DAX " + path + " needs libpmem: " + Libpmem.unavailableReason());
             }
-            return mapWithLibpmem(path, lib.get(), 0, 0);
+            FileChannel lock = exclusive ? lock(path) : null;
+            return withLock(lock, () -> mapWithLibpmem(path, lib.get(), 0, 0));
         }
         if (size <= 0) {
             throw new IllegalArgumentException("size must be positive, got " + size);
         }
         boolean exists = Files.exists(path);
+        FileChannel lock = null;
         if (exists) {
             if (!Files.isRegularFile(path)) {
                 throw new IOException(path + " is neither a regular file nor a device-DAX node (/dev/daxX.Y)");
             }
+            lock = exclusive ? lock(path) : null;
             long actual = Files.size(path);
             if (actual != size) {
                 if (!resize) {
+                    unlock(lock);
                     throw new IOException(path + " holds " + actual + " bytes but pmem.size is " + size
                             + "; set pmem.size=" + actual + " to use it as it is, or pmem.resize=true to resize it"
                             + " (shrinking discards the data past the new end)");
                 }
-                resize(path, size);
+                try {
+                    resize(path, size);
+                } catch (IOException | RuntimeException e) {
+                    unlock(lock);
+                    throw e;
+                }
             }
         } else {
             Path parent = path.toAbsolutePath().getParent();
@@ -90,11 +110,57 @@ public final class PmemRegion implements AutoCloseable {
                 Files.createDirectories(parent);
             }
         }
-        if (lib.isPresent()) {
-            return mapWithLibpmem(path, lib.get(), exists ? 0 : size,
-                    exists ? 0 : Libpmem.PMEM_FILE_CREATE | Libpmem.PMEM_FILE_EXCL);
+        PmemRegion r = withLock(lock, () -> lib.isPresent()
+                ? mapWithLibpmem(path, lib.get(), exists ? 0 : size, exists ? 0 : Libpmem.PMEM_FILE_CREATE | Libpmem.PMEM_FILE_EXCL)
+                : mapWithJava(path, size, exists));
+        if (exclusive && r.lock == null) {
+            // created just now (creation itself is exclusive: O_EXCL); lock it before anyone can use it
+            try {
+                r.lock = lock(path);
+            } catch (IOException e) {
+                r.arena.close();
+                throw e;
+            }
         }
-        return mapWithJava(path, size, exists);
+        return r;
+    }
+
+    private interface Mapping {
+        PmemRegion map() throws IOException;
+    }
+
+    private static PmemRegion withLock(FileChannel lock, Mapping m) throws IOException {
+        try {
+            PmemRegion r = m.map();
+            r.lock = lock;
+            return r;
+        } catch (IOException | RuntimeException e) {
+            unlock(lock);
+            throw e;
+        }
+    }
+
+    private static FileChannel lock(Path path) throws IOException {
+        FileChannel ch = FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE);
+        try {
+            if (ch.tryLock() == null) {
+                throw new IOException(path + " is in use by another process (it holds the file's lock);"
+                        + " stop that server, or give this one another pmem.path");
+            }
+        } catch (java.nio.channels.OverlappingFileLockException e) {
+            ch.close();
+            throw new IOException(path + " is already open in this process");
+        } catch (IOException | RuntimeException e) {
+            ch.close();
+            throw e;
+        }
+        return ch;
+    }
+
+    private static void unlock(FileChannel lock) throws IOException {
+        if (lock != null) {
+            lock.close();
+        }
     }
 
     private static void resize(Path path, long size) throws IOException {
@@ -207,9 +273,24 @@ public final class PmemRegion implements AutoCloseable {
         dirty = true;
     }
 
-    /** Marks the region written by someone other than the CPU copy path (a DMA engine). */
-    public void markDirty() {
-        dirty = true;
+    /**
+     * Accounts for a range a DMA engine has just written. With Intel DDIO a device's writes land in the CPU's
+     * last-level cache, not in the persistence domain: on real pmem the range's cache lines are written back
+     * here (pmem_flush), so a later drain (FLUSH) or the drain of a FUA makes them persistent. On an ordinary
+     * file the pages are simply dirty until msync.
+     */
+    public void deviceWrote(long offset, long length, boolean fua) throws IOException {
+        if (isPmem) {
+            pmem.flush(base + offset, length);
+            if (fua) {
+                pmem.drain();
+            }
+        } else {
+            dirty = true;
+            if (fua) {
+                msync(offset, length);
+            }
+        }
     }
 
     /**
@@ -279,6 +360,7 @@ public final class PmemRegion implements AutoCloseable {
             persistAll();
         } finally {
             arena.close();
+            unlock(lock);
         }
     }
 

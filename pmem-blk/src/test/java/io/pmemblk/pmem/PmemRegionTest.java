@@ -91,6 +91,23 @@ class PmemRegionTest {
     }
 
     @Test
+    void aSecondExclusiveOpenOfTheSameFileIsRefusedUntilTheFirstCloses() throws IOException {
+        Path f = dir.resolve("locked.img");
+        try (PmemRegion first = PmemRegion.open(f, 1 << 20, false, PmemRegion.Mapper.AUTO)) {
+            assertThatThrownBy(() -> PmemRegion.open(f, 2 << 20, true, PmemRegion.Mapper.AUTO))
+                    .hasMessageContaining("already open");
+            assertThat(Files.size(f)).as("the refused resize did not touch the file").isEqualTo(1 << 20);
+            // inspection (pmemblk info) does not need the lock
+            try (PmemRegion look = PmemRegion.open(f, 1 << 20, false, PmemRegion.Mapper.AUTO, false)) {
+                assertThat(look.size()).isEqualTo(1 << 20);
+            }
+        }
+        try (PmemRegion again = PmemRegion.open(f, 1 << 20, false, PmemRegion.Mapper.AUTO)) {
+            assertThat(again.size()).isEqualTo(1 << 20);
+        }
+    }
+
+    @Test
     void nonRegularFileIsRefused() {
         assertThatThrownBy(() -> PmemRegion.open(dir, 4096, false, PmemRegion.Mapper.AUTO))
                 .hasMessageContaining("neither a regular file");

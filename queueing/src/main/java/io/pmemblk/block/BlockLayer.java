@@ -11,21 +11,33 @@ public final class BlockLayer implements AutoCloseable {
     private final BlockDriver driver;
     private final HardwareQueue[] queues;
     private final AtomicInteger next = new AtomicInteger();
+    private final int maxRequestBytes;
 
     public BlockLayer(BlockDriver driver, int queues, int depth, long poolBytesPerQueue, int maxRequestBytes) {
         if (queues < 1 || depth < 1) {
             throw new IllegalArgumentException("queues and depth must be >= 1");
         }
         this.driver = driver;
+        this.maxRequestBytes = maxRequestBytes;
         this.queues = new HardwareQueue[queues];
-        for (int i = 0; i < queues; i++) {
-            this.queues[i] = new HardwareQueue(i, depth, poolBytesPerQueue, maxRequestBytes, driver);
-            driver.attachQueue(this.queues[i]);
+        try {
+            for (int i = 0; i < queues; i++) {
+                this.queues[i] = new HardwareQueue(i, depth, poolBytesPerQueue, maxRequestBytes, driver);
+                driver.attachQueue(this.queues[i]);
+            }
+        } catch (RuntimeException e) {
+            close(); // the pools already allocated
+            throw e;
         }
     }
 
     public BlockDriver driver() {
         return driver;
+    }
+
+    /** The largest data length a request may carry on any queue (what the segment arrays were sized for). */
+    public int maxRequestBytes() {
+        return maxRequestBytes;
     }
 
     public int queueCount() {
@@ -43,9 +55,10 @@ public final class BlockLayer implements AutoCloseable {
 
     /** Waits (bounded) for in-flight requests on every queue to finish. */
     public boolean awaitIdle(long timeoutMillis) throws InterruptedException {
-        long deadline = System.currentTimeMillis() + timeoutMillis;
+        long deadline = System.nanoTime() + java.util.concurrent.TimeUnit.MILLISECONDS.toNanos(timeoutMillis);
         for (HardwareQueue q : queues) {
-            if (!q.awaitIdle(Math.max(1, deadline - System.currentTimeMillis()))) {
+            long left = java.util.concurrent.TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
+            if (!q.awaitIdle(Math.max(1, left))) {
                 return false;
             }
         }
@@ -55,7 +68,9 @@ public final class BlockLayer implements AutoCloseable {
     @Override
     public void close() {
         for (HardwareQueue q : queues) {
-            q.close();
+            if (q != null) {
+                q.close();
+            }
         }
     }
 }

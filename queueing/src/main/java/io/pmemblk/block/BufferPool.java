@@ -3,6 +3,7 @@ package io.pmemblk.block;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
+import java.util.ArrayDeque;
 
 /**
  * The registered data buffers of one hardware queue (seed 003: register once, never map per request).
@@ -12,6 +13,9 @@ import java.nio.ByteBuffer;
  *
  * <p>Allocation is a stack of free chunk indices under this pool's monitor; callers that find too few free
  * chunks wait, which is what stops a frontend reading more requests (back-pressure with bounded memory).
+ * A take is all or nothing: a waiter never holds part of what it asked for. Waiters are served in arrival
+ * order and a non-waiting {@link #tryTake} never overtakes one, so a 32 MiB request is not starved by a
+ * stream of small ones taking every chunk as it frees up.
  */
 public final class BufferPool implements AutoCloseable {
     public static final int CHUNK = 128 * 1024;
@@ -22,6 +26,8 @@ public final class BufferPool implements AutoCloseable {
     private final int[] free;
     private int freeCount;
     private boolean closed;
+    /** Threads waiting in {@link #take}, first come first served. */
+    private final ArrayDeque<Thread> waiting = new ArrayDeque<>();
 
     public BufferPool(long bytes) {
         if (bytes < CHUNK || bytes % CHUNK != 0) {
@@ -61,20 +67,56 @@ public final class BufferPool implements AutoCloseable {
     }
 
     /**
-     * Takes {@code n} chunks into {@code into[0..n)}, waiting until they are free.
+     * Takes {@code n} chunks into {@code into[0..n)}, waiting until they are free and every earlier waiter
+     * has been served.
      * @throws InterruptedException when interrupted while waiting (nothing is taken)
      * @throws IllegalStateException when the pool is closed
      */
     synchronized void take(int n, int[] into) throws InterruptedException {
-        if (n > views.length) {
-            throw new IllegalArgumentException(n + " chunks asked of a pool of " + views.length);
+        checkCount(n);
+        if (waiting.isEmpty() && freeCount >= n && !closed) {
+            pop(n, into);
+            return;
         }
-        while (freeCount < n && !closed) {
-            wait();
+        Thread me = Thread.currentThread();
+        waiting.addLast(me);
+        try {
+            while (!closed && (waiting.peekFirst() != me || freeCount < n)) {
+                wait();
+            }
+            if (closed) {
+                throw new IllegalStateException("buffer pool closed while waiting for " + n + " chunks");
+            }
+            pop(n, into);
+        } finally {
+            waiting.remove(me);
+            notifyAll(); // the next waiter may be able to go now
         }
+    }
+
+    /**
+     * Takes {@code n} chunks if they are free now and nobody is waiting for chunks; else takes nothing.
+     * @throws IllegalStateException when the pool is closed
+     */
+    synchronized boolean tryTake(int n, int[] into) {
+        checkCount(n);
         if (closed) {
             throw new IllegalStateException("buffer pool closed");
         }
+        if (!waiting.isEmpty() || freeCount < n) {
+            return false;
+        }
+        pop(n, into);
+        return true;
+    }
+
+    private void checkCount(int n) {
+        if (n > views.length) {
+            throw new IllegalArgumentException(n + " chunks asked of a pool of " + views.length);
+        }
+    }
+
+    private void pop(int n, int[] into) {
         for (int i = 0; i < n; i++) {
             into[i] = free[--freeCount];
         }

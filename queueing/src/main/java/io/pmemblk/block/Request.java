@@ -9,7 +9,8 @@ import java.nio.ByteBuffer;
  *
  * <p>Life: {@link HardwareQueue#acquire} (tag + buffers) -> the frontend fills the fields and, for a write,
  * the data -> {@link HardwareQueue#dispatch} -> the driver calls {@link #complete(int)} (on any thread) ->
- * the frontend replies and calls {@link #release()}.
+ * the frontend replies and calls {@link #release()}. {@link #complete} also records the request's latency
+ * ({@link HardwareQueue#latency}).
  */
 public final class Request {
     /** Called once per request when the driver has finished with it. */
@@ -26,7 +27,12 @@ public final class Request {
 
     public Op op;
     public long offset;
-    public int length;
+    /**
+     * Bytes the request covers. For READ/WRITE it is the data length set by {@link HardwareQueue#acquire}
+     * (at most {@link HardwareQueue#maxRequestBytes()}, so it fits an int); TRIM, WRITE_ZEROES and CACHE carry
+     * no data and may cover up to 4 GiB - 1 (NBD's u32 length) or more, hence a long.
+     */
+    public long length;
     /** Force unit access: persistent before completion. */
     public boolean fua;
     /** Frontend's handle (NBD cookie), echoed in the reply. */
@@ -66,7 +72,8 @@ public final class Request {
     }
 
     public int segmentLength(int i) {
-        return i < segments - 1 ? BufferPool.CHUNK : length - (segments - 1) * BufferPool.CHUNK;
+        // Only data requests have segments, and their length is at most maxRequestBytes (an int).
+        return i < segments - 1 ? BufferPool.CHUNK : (int) (length - (long) (segments - 1) * BufferPool.CHUNK);
     }
 
     /** Segment i as a memory segment (a view: owns nothing). */
@@ -87,8 +94,12 @@ public final class Request {
 
     void attach(int n) {
         segments = n;
+        BufferPool pool = queue.pool();
         for (int i = 0; i < n; i++) {
-            views[i] = queue.pool().view(chunks[i]);
+            ByteBuffer v = pool.view(chunks[i]);
+            if (views[i] != v) { // a tag often gets the same chunks back: skip the reference store (GC barrier)
+                views[i] = v;
+            }
         }
     }
 
@@ -103,6 +114,10 @@ public final class Request {
     /** Completes the request with OK or an errno from {@link Status}; runs the frontend's completion. */
     public void complete(int status) {
         this.status = status;
+        Op o = op;
+        if (o != null) { // before the completion: the frontend may release and reuse the tag from there
+            queue.latency(o).record(System.nanoTime() - startNanos);
+        }
         completion.completed(this);
     }
 

@@ -54,9 +54,10 @@ public final class Settings {
             "Export name; clients may also use the empty (default) name.", Settings::exportName);
     public static final Key<Integer> NBD_MAX_CONNECTIONS = Key.of("nbd.max-connections", "128", "an integer 1..4096",
             "Connections served at once; more are refused at accept.", t -> intRange(t, 1, 4096));
-    public static final Key<Integer> QUEUES = Key.of("queues", "auto", "auto (one per core) or an integer 1..256",
-            "Hardware queues of the block layer; connections are spread over them round-robin.",
-            t -> t.equalsIgnoreCase("auto") ? Runtime.getRuntime().availableProcessors() : intRange(t, 1, 256));
+    public static final Key<Integer> QUEUES = Key.of("queues", "auto", "auto (one per core, at most 8) or an integer 1..256",
+            "Hardware queues of the block layer; connections are spread over them round-robin. Each has its own tags"
+                    + " and queue.buffer-bytes of buffers.",
+            t -> t.equalsIgnoreCase("auto") ? Math.min(8, Runtime.getRuntime().availableProcessors()) : intRange(t, 1, 256));
     public static final Key<Integer> QUEUE_DEPTH = Key.of("queue.depth", "128", "an integer 1..4096",
             "Tags (requests in flight) per hardware queue.", t -> intRange(t, 1, 4096));
     public static final Key<Long> QUEUE_BUFFER_BYTES = Key.of("queue.buffer-bytes", "64M",
@@ -76,6 +77,10 @@ public final class Settings {
                 }
                 return v;
             });
+    public static final Key<Integer> DMA_SOFT_FAIL_EVERY = Key.of("dma.soft.fail-every", "0",
+            "an integer 0..1000000 (0 = never)",
+            "Fault injection for tests: every Nth descriptor of each soft DMA channel halts the channel"
+                    + " (the requests are completed by the CPU, the channel recovers).", t -> intRange(t, 0, 1_000_000));
     public static final Key<Long> ROUTE_DMA_MIN_BYTES = Key.of("route.dma.min-bytes", "256K",
             "a size from 1 to 32M, or off",
             "Requests at least this long go to DMA (when a DMA engine is configured); pmemblk tune measures it.",
@@ -94,7 +99,7 @@ public final class Settings {
         Map<String, Key<?>> m = new LinkedHashMap<>();
         for (Key<?> k : List.of(PMEM_PATH, PMEM_SIZE, PMEM_RESIZE, PMEM_MAPPER, NBD_SOCKET, NBD_PORT, NBD_BIND,
                 NBD_EXPORT, NBD_MAX_CONNECTIONS, QUEUES, QUEUE_DEPTH, QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_CHANNELS,
-                DMA_RING_SIZE, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, METRICS_PORT)) {
+                DMA_RING_SIZE, DMA_SOFT_FAIL_EVERY, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, METRICS_PORT)) {
             m.put(k.name(), k);
         }
         KEYS = Collections.unmodifiableMap(m);

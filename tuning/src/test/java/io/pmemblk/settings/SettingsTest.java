@@ -26,7 +26,7 @@ class SettingsTest {
         assertThat(s.get(Settings.NBD_PORT)).isEqualTo(10809);
         assertThat(s.get(Settings.NBD_BIND)).isEqualTo("127.0.0.1");
         assertThat(s.get(Settings.NBD_EXPORT)).isEqualTo("pmem0");
-        assertThat(s.get(Settings.QUEUES)).isEqualTo(Runtime.getRuntime().availableProcessors());
+        assertThat(s.get(Settings.QUEUES)).isEqualTo(Math.min(8, Runtime.getRuntime().availableProcessors()));
         assertThat(s.get(Settings.QUEUE_DEPTH)).isEqualTo(128);
         assertThat(s.get(Settings.DMA_ENGINE)).isEqualTo(Settings.DmaEngineKind.NONE);
         assertThat(s.get(Settings.METRICS_PORT)).isZero();

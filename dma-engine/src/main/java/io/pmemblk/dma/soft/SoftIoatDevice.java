@@ -87,6 +87,26 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         c.lock.lock();
         try {
             c.failCountdown = nth;
+            c.failPeriod = 0;
+            c.failBit = chanerrBit;
+        } finally {
+            c.lock.unlock();
+        }
+    }
+
+    /**
+     * Every {@code period}-th descriptor the channel processes from now halts with {@code chanerrBit}
+     * (0 stops it): a flaky device, for end-to-end fault tests of a running server.
+     */
+    public void failEvery(int channel, int period, int chanerrBit) {
+        if (period < 0) {
+            throw new IllegalArgumentException("period must be >= 0, got " + period);
+        }
+        Channel c = channel(channel);
+        c.lock.lock();
+        try {
+            c.failCountdown = period;
+            c.failPeriod = period;
             c.failBit = chanerrBit;
         } finally {
             c.lock.unlock();
@@ -276,6 +296,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         boolean fetchingFromChainaddr;
         int failCountdown;
         int failBit;
+        int failPeriod;
 
         Channel(int index) {
             this.index = index;
@@ -387,6 +408,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             long dst = d.get(FIELD_U64, DESC_DST);
             long next = d.get(FIELD_U64, DESC_NEXT);
             if (failCountdown > 0 && --failCountdown == 0) {
+                failCountdown = failPeriod;
                 halt(failBit);
                 return;
             }

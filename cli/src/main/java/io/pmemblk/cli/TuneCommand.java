@@ -1,0 +1,149 @@
+package io.pmemblk.cli;
+
+import io.pmemblk.block.Route;
+import io.pmemblk.settings.Settings;
+import io.pmemblk.settings.SettingsException;
+import io.pmemblk.settings.Sizes;
+import io.pmemblk.tuning.Autotuner;
+import io.pmemblk.tuning.Crossover;
+import io.pmemblk.tuning.LoadGenerator;
+import io.pmemblk.tuning.PropertiesEditor;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Instant;
+import java.time.temporal.ChronoUnit;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.concurrent.Callable;
+
+/**
+ * {@code pmemblk tune}: measures where DMA starts to beat the CPU on this machine and, with {@code --write},
+ * puts that threshold into the properties file. It measures on a scratch file beside {@code pmem.path}
+ * (same filesystem, so the same mapping kind and is_pmem), never on the device's own data.
+ */
+@Command(name = "tune", mixinStandardHelpOptions = true,
+        description = "Measure the CPU/DMA crossover on this machine and (with --write) set route.dma.min-bytes in the config file.")
+final class TuneCommand implements Callable<Integer> {
+    @Option(names = "--config", paramLabel = "FILE", description = "Properties file to read (and to update with --write).")
+    Path config;
+
+    @Option(names = "--set", paramLabel = "KEY=VALUE", description = "Override one setting for this run.")
+    List<String> overrides = new ArrayList<>();
+
+    @Option(names = "--write", description = "Write the measured route.dma.min-bytes into --config FILE (other lines kept).")
+    boolean write;
+
+    @Option(names = "--objective", defaultValue = "throughput", description = "throughput or cpu (default ${DEFAULT-VALUE})")
+    String objective;
+
+    @Option(names = "--seconds", defaultValue = "60", description = "Measurement budget in seconds (default ${DEFAULT-VALUE})")
+    double seconds;
+
+    @Option(names = "--repeats", defaultValue = "3", description = "Runs per point; the median is kept (default ${DEFAULT-VALUE})")
+    int repeats;
+
+    @Option(names = "--jobs", defaultValue = "2", description = "Jobs of the deep-queue shape (default ${DEFAULT-VALUE})")
+    int jobs;
+
+    @Option(names = "--depth", defaultValue = "16", description = "Queue depth of the deep-queue shape (default ${DEFAULT-VALUE})")
+    int depth;
+
+    @Option(names = "--scratch-size", defaultValue = "256M", description = "Scratch file size (default ${DEFAULT-VALUE})")
+    String scratchSize;
+
+    @Override
+    public Integer call() throws IOException, InterruptedException {
+        Settings s;
+        Crossover.Objective obj;
+        long scratch;
+        try {
+            if (write && config == null) {
+                throw new SettingsException("--write needs --config FILE: the file to put route.dma.min-bytes in");
+            }
+            try {
+                obj = Crossover.Objective.valueOf(objective.toUpperCase(Locale.ROOT));
+            } catch (IllegalArgumentException e) {
+                throw new SettingsException("--objective: '" + objective + "' is not allowed; allowed: throughput, cpu");
+            }
+            if (seconds <= 0 || repeats < 1 || jobs < 1 || depth < 1) {
+                throw new SettingsException("--seconds, --repeats, --jobs and --depth must be positive");
+            }
+            try {
+                scratch = Sizes.parse(scratchSize);
+            } catch (IllegalArgumentException e) {
+                throw new SettingsException("--scratch-size: '" + scratchSize + "' is not allowed; allowed: a size like 256M");
+            }
+            s = Settings.load(config, overrides);
+            if (s.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.NONE) {
+                throw new SettingsException("dma.engine: 'none' leaves nothing to tune (every copy goes by CPU);"
+                        + " allowed: soft (set dma.engine=soft in the file or with --set)");
+            }
+        } catch (SettingsException e) {
+            System.err.println("pmemblk: " + e.getMessage());
+            return Main.USAGE;
+        }
+        Path dir = s.get(Settings.PMEM_PATH).toAbsolutePath().getParent();
+        Files.createDirectories(dir);
+        Path scratchFile = Files.createTempFile(dir, ".pmemblk-tune", ".img");
+        Files.delete(scratchFile);
+        List<String> scratchSettings = new ArrayList<>(overrides);
+        scratchSettings.add("pmem.path=" + scratchFile);
+        scratchSettings.add("pmem.size=" + scratch);
+        scratchSettings.add("queue.depth=" + Math.max(depth, 1));
+        Autotuner.Options options = new Autotuner.Options(Autotuner.Options.DEFAULT_SIZES, jobs, depth, repeats, 1, obj);
+        double perPoint = Math.max(0.05, seconds / (Autotuner.Options.DEFAULT_SIZES.length * 8.0 * repeats));
+        options = new Autotuner.Options(options.sizes(), jobs, depth, repeats, perPoint, obj);
+        Autotuner.Report report;
+        try (Device device = Device.open(Settings.load(config, scratchSettings))) {
+            System.err.printf(Locale.ROOT, "pmemblk tune: %s engine, scratch %s (is_pmem=%b), %d sizes x 2 routes x (1x1, %dx%d) x read/write x %d repeats, %.2f s each%n",
+                    s.text(Settings.DMA_ENGINE), scratchFile, device.region().isPmem(), options.sizes().length, jobs, depth,
+                    repeats, perPoint);
+            LoadGenerator gen = new LoadGenerator(device.layer());
+            Autotuner.Probe probe = (route, w, bs, j, d, secs) -> {
+                device.forceRoute(route);
+                long engine0 = device.dmaEngineCpuNanos();
+                LoadGenerator.Result r = gen.run(new LoadGenerator.Job(w ? LoadGenerator.Pattern.WRITE
+                        : LoadGenerator.Pattern.READ, bs, d, j, secs, 0));
+                long engine = device.dmaEngineCpuNanos() - engine0;
+                return new Autotuner.Sample(r.mibPerSecond(), r.submitCpuNanos() / 1e9 / r.seconds(), engine / 1e9 / r.seconds());
+            };
+            // warm the JIT on both routes before anything is recorded
+            for (Route route : Route.values()) {
+                probe.measure(route, true, 65536, 1, depth, 0.3);
+                probe.measure(route, false, 65536, 1, depth, 0.3);
+            }
+            report = new Autotuner(probe, System.err).run(options);
+        } catch (SettingsException e) {
+            System.err.println("pmemblk: " + e.getMessage());
+            return Main.USAGE;
+        } finally {
+            Files.deleteIfExists(scratchFile);
+        }
+        Autotuner.printTable(report, System.out);
+        Crossover.Result r = report.result();
+        String value = r.off() ? "off" : Sizes.format(r.threshold());
+        System.out.println();
+        System.out.println(r.explanation() + ".");
+        if (s.text(Settings.DMA_ENGINE).equals("soft")) {
+            System.out.println("Note: the soft DMA engine's copies run on this machine's own cores (its CPU% is shown as +engine%).");
+        }
+        if (r.noisy()) {
+            System.out.println("Warning: the machine was too noisy to decide firmly: the DMA/CPU ratio next to the decision is"
+                    + " within the spread of the repeats. Run again with more --seconds or on a quieter machine.");
+        }
+        System.out.println("route.dma.min-bytes=" + value);
+        if (write) {
+            String how = Instant.now().truncatedTo(ChronoUnit.SECONDS) + " (objective " + obj.name().toLowerCase(Locale.ROOT)
+                    + ", " + s.text(Settings.DMA_ENGINE) + " engine, sizes 4K..2M, 1x1 and " + jobs + "x" + depth
+                    + ", median of " + repeats + (r.noisy() ? ", noisy" : "") + ")";
+            PropertiesEditor.set(config, Settings.ROUTE_DMA_MIN_BYTES.name(), value, how);
+            System.out.println("wrote route.dma.min-bytes=" + value + " to " + config);
+        }
+        return 0;
+    }
+}

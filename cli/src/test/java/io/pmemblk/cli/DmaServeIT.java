@@ -1,0 +1,89 @@
+package io.pmemblk.cli;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.net.ServerSocket;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * End to end through the real serve with the software I/OAT device: fio's nbd engine with mixed block sizes and
+ * crc32c verification, the Prometheus metrics showing bytes on both routes, and a flaky channel losing nothing.
+ */
+class DmaServeIT {
+    @TempDir
+    Path dir;
+
+    private static int freePort() throws Exception {
+        try (ServerSocket s = new ServerSocket(0)) {
+            return s.getLocalPort();
+        }
+    }
+
+    private ServerProcess.Run fio(ServerProcess s, String name) throws Exception {
+        return ServerProcess.run(List.of("fio", "--name=" + name, "--ioengine=nbd", "--uri=" + s.unixUri(),
+                "--rw=randwrite", "--bsrange=4k-1m", "--size=96m", "--iodepth=16", "--verify=crc32c",
+                "--verify_fatal=1", "--do_verify=1"), 300);
+    }
+
+    private static String metrics(int port) throws Exception {
+        HttpResponse<String> r = HttpClient.newHttpClient().send(HttpRequest.newBuilder(
+                URI.create("http://127.0.0.1:" + port + "/metrics")).timeout(Duration.ofSeconds(10)).build(),
+                HttpResponse.BodyHandlers.ofString());
+        assertThat(r.statusCode()).isEqualTo(200);
+        return r.body();
+    }
+
+    static double value(String metrics, String series) {
+        Matcher m = Pattern.compile("(?m)^" + Pattern.quote(series) + " (\\S+)$").matcher(metrics);
+        assertThat(m.find()).as("series %s in:%n%s", series, metrics).isTrue();
+        return Double.parseDouble(m.group(1));
+    }
+
+    @Test
+    void mixedSizesVerifyWithBothRoutesInTheMetrics() throws Exception {
+        int port = freePort();
+        try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",
+                "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "dma.engine=soft", "route.dma.min-bytes=65536",
+                "metrics.port=" + port, "queue.buffer-bytes=32M")) {
+            assertThat(s.stdout).contains("metrics: http://127.0.0.1:" + port + "/metrics");
+            ServerProcess.Run r = fio(s, "mixed");
+            assertThat(r.exit()).as(r.out()).isZero();
+            assertThat(r.out()).contains("err= 0").doesNotContain("verify failed", "bad magic");
+            String m = metrics(port);
+            assertThat(value(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"cpu\"}")).isPositive();
+            assertThat(value(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"dma\"}")).isPositive();
+            assertThat(value(m, "pmemblk_copy_bytes_total{dir=\"read\",route=\"cpu\"}")).isPositive();
+            assertThat(value(m, "pmemblk_copy_bytes_total{dir=\"read\",route=\"dma\"}")).isPositive();
+            assertThat(value(m, "pmemblk_dma_errors_total")).isZero();
+            assertThat(s.terminate()).isZero();
+        }
+    }
+
+    @Test
+    void aFlakyChannelDuringTheRunLosesNothing() throws Exception {
+        int port = freePort();
+        try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",
+                "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "dma.engine=soft", "route.dma.min-bytes=65536",
+                "dma.soft.fail-every=40", "metrics.port=" + port, "queue.buffer-bytes=32M")) {
+            ServerProcess.Run r = fio(s, "faults");
+            assertThat(r.exit()).as(r.out()).isZero();
+            assertThat(r.out()).contains("err= 0").doesNotContain("verify failed", "bad magic");
+            String m = metrics(port);
+            assertThat(value(m, "pmemblk_dma_errors_total")).as("faults were injected").isPositive();
+            assertThat(value(m, "pmemblk_dma_fallbacks_total")).isPositive();
+            assertThat(value(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"dma\"}")).as("the channel recovered").isPositive();
+            assertThat(s.terminate()).isZero();
+        }
+    }
+}

@@ -1,0 +1,56 @@
+package io.pmemblk.block;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+import java.util.ArrayList;
+import java.util.List;
+import net.jqwik.api.ForAll;
+import net.jqwik.api.Property;
+import net.jqwik.api.constraints.IntRange;
+import net.jqwik.api.constraints.Size;
+
+/**
+ * Random sequences of tryAcquire / release against a model of free tags and chunks: tryAcquire succeeds exactly
+ * when a tag and every chunk it needs are free, takes exactly that, and a null takes nothing.
+ */
+class TryAcquireModelTest {
+    static final int DEPTH = 6;
+    static final int POOL_CHUNKS = 10;
+    static final int MAX = 4 * BufferPool.CHUNK;
+
+    /** Each step: a value < 0 releases the oldest held request; otherwise it is the data length to try. */
+    @Property(tries = 200)
+    void tryAcquireMatchesTheModel(@ForAll @Size(max = 60) List<@IntRange(min = -MAX / 2, max = MAX) Integer> steps) {
+        TestDriver driver = new TestDriver(1 << 20);
+        try (BlockLayer layer = new BlockLayer(driver, 1, DEPTH, (long) POOL_CHUNKS * BufferPool.CHUNK, MAX)) {
+            HardwareQueue q = layer.queue(0);
+            List<Request> held = new ArrayList<>();
+            int freeChunks = POOL_CHUNKS;
+            for (int step : steps) {
+                if (step < 0) {
+                    if (!held.isEmpty()) {
+                        Request r = held.remove(0);
+                        freeChunks += r.segments();
+                        r.release();
+                    }
+                } else {
+                    int need = step == 0 ? 0 : BufferPool.chunksFor(step);
+                    boolean fits = held.size() < DEPTH && need <= freeChunks;
+                    Request r = q.tryAcquire(step);
+                    assertEquals(fits, r != null, "tryAcquire(" + step + ") with " + (DEPTH - held.size())
+                            + " tags and " + freeChunks + " chunks free");
+                    if (r != null) {
+                        assertEquals(need, r.segments());
+                        assertEquals(step, r.length);
+                        freeChunks -= need;
+                        held.add(r);
+                    }
+                }
+                assertEquals(freeChunks, q.pool().freeChunks(), "pool free chunks");
+                assertEquals(held.size(), q.inflight(), "tags in use");
+            }
+        } finally {
+            driver.close();
+        }
+    }
+}
