@@ -334,6 +334,7 @@ final class NbdConnection implements Request.Completion {
         r.cookie = cookie;
         r.owner = this;
         r.completion = this;
+        r.sinkReadsDevice = op == Op.READ; // the sender writes READ data with writev: it can send from pmem itself
     }
 
     /** A reply decided by the frontend (a validation error): takes a tag so it queues like any other reply. */
@@ -450,7 +451,7 @@ final class NbdConnection implements Request.Completion {
         for (int i = 0; i < depth; i++) {
             headerViews[i] = headers.duplicate();
         }
-        ByteBuffer[] iov = new ByteBuffer[depth * (1 + maxSegments)];
+        ByteBuffer[] iov = new ByteBuffer[depth * (2 + maxSegments)]; // header + data (or up to 2 device views)
         try {
             int n;
             while ((n = ring.drain(done)) >= 0) {
@@ -523,8 +524,8 @@ final class NbdConnection implements Request.Completion {
                 iov[iovs++] = v;
                 total += headers.position() - runStart;
                 runStart = -1;
-                ByteBuffer[] bufs = r.buffers();
-                for (int s = 0, segs = r.segments(); s < segs; s++) {
+                ByteBuffer[] bufs = r.dataBuffers();
+                for (int s = 0, segs = r.dataBufferCount(); s < segs; s++) {
                     iov[iovs++] = bufs[s];
                 }
                 total += r.length;

@@ -246,7 +246,13 @@ public final class PmemBlockDriver implements BlockDriver {
         long len = r.length;
         switch (op) {
             case READ -> {
-                copyOut(r);
+                if (r.sinkReadsDevice) {
+                    // The frontend's gathering write copies straight out of the mapping: the CPU route's copy
+                    // is the kernel's copy into the socket, and no second copy through the buffers is made.
+                    region.views(r, off, (int) len);
+                } else {
+                    copyOut(r);
+                }
                 stats.count(Route.CPU, false, len);
                 r.route = Route.CPU;
             }

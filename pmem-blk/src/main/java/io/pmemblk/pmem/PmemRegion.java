@@ -5,7 +5,10 @@ import io.pmemblk.posix.NativeException;
 
 import java.io.IOException;
 import java.lang.foreign.Arena;
+import io.pmemblk.block.Request;
+
 import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
@@ -256,6 +259,47 @@ public final class PmemRegion implements AutoCloseable {
             MemorySegment.copy(src, srcOffset, memory, offset, length);
         }
         dirty = true;
+    }
+
+    /** NIO views of the mapping are made per 1 GiB window (a ByteBuffer holds at most 2 GiB); tests shrink it. */
+    private int windowShift = 30;
+
+    void windowShiftForTests(int shift) {
+        windowShift = shift;
+    }
+
+    /**
+     * Points {@code r}'s data at [offset, offset+length) of the mapping ({@link Request#dataFromDevice}), for a
+     * frontend that sends it itself. The views are kept per request tag ({@link Request#driverData}) and per
+     * window, made on first use: in steady state nothing is allocated.
+     */
+    void views(Request r, long offset, int length) {
+        ByteBuffer[] windows = (ByteBuffer[]) r.driverData;
+        if (windows == null) {
+            windows = new ByteBuffer[(int) ((memory.byteSize() + (1L << windowShift) - 1) >>> windowShift)];
+            r.driverData = windows;
+        }
+        int w = (int) (offset >>> windowShift);
+        long inWindow = offset - ((long) w << windowShift);
+        ByteBuffer a = window(windows, w);
+        int first = (int) Math.min(length, a.capacity() - inWindow);
+        a.limit((int) inWindow + first).position((int) inWindow);
+        ByteBuffer b = null;
+        if (first < length) { // crosses into the next window (at most one: requests are far below a window)
+            b = window(windows, w + 1);
+            b.limit(length - first).position(0);
+        }
+        r.dataFromDevice(a, b);
+    }
+
+    private ByteBuffer window(ByteBuffer[] windows, int w) {
+        ByteBuffer b = windows[w];
+        if (b == null) {
+            long start = (long) w << windowShift;
+            b = memory.asSlice(start, Math.min(1L << windowShift, memory.byteSize() - start)).asByteBuffer();
+            windows[w] = b;
+        }
+        return b;
     }
 
     /** Loads {@code length} bytes at {@code offset} into {@code dst} at {@code dstOffset}. */

@@ -102,6 +102,44 @@ class PmemBlockDriverTest {
     }
 
     @Test
+    void aFrontendThatSendsItselfGetsViewsOfTheMappingInsteadOfACopy() throws Exception {
+        driver.region().windowShiftForTests(16); // 64 KiB windows, so a request can straddle two
+        run(Op.WRITE, 0, 262144, (byte) 0x11, null);
+        run(Op.WRITE, 65536 - 100, 300, (byte) 0x22, null);
+        for (long off : new long[]{0, 65536 - 100, 65536 + 5}) {
+            Request r = q.acquire(300);
+            r.op = Op.READ;
+            r.offset = off;
+            r.sinkReadsDevice = true;
+            AtomicInteger status = new AtomicInteger(-1);
+            r.completion = req -> status.set(req.status());
+            q.dispatch(new Request[]{r}, 1);
+            assertThat(status.get()).isZero();
+            int n = r.dataBufferCount();
+            assertThat(n).as("straddles a window at %d", off).isEqualTo(off == 65536 - 100 ? 2 : 1);
+            byte[] got = new byte[300];
+            int pos = 0;
+            for (int i = 0; i < n; i++) {
+                ByteBuffer b = r.dataBuffers()[i];
+                int k = b.remaining();
+                b.get(got, pos, k);
+                pos += k;
+            }
+            assertThat(pos).isEqualTo(300);
+            for (int i = 0; i < 300; i++) {
+                long at = off + i;
+                byte expected = at >= 65536 - 100 && at < 65536 + 200 ? (byte) 0x22 : (byte) 0x11;
+                assertThat(got[i]).as("byte at %d", at).isEqualTo(expected);
+            }
+            r.release();
+        }
+        // the next user of a tag gets its own buffers back, not the views
+        Request r = q.acquire(4096);
+        assertThat(r.dataBufferCount()).isEqualTo(r.segments());
+        r.release();
+    }
+
+    @Test
     void flushSucceedsAndStatsCountCpuBytes() throws Exception {
         run(Op.WRITE, 0, 4096, (byte) 1, null);
         assertThat(run(Op.FLUSH, 0, 0, (byte) 0, null)).isZero();

@@ -39,6 +39,16 @@ public final class Request {
     public long cookie;
     /** Frontend's per-request context (the connection), so one Completion serves many connections. */
     public Object owner;
+    /**
+     * Set by a frontend that sends a READ's data with a gathering write of its own: the driver may then leave
+     * the data where it is (the device mapping) and point {@link #dataBuffers()} at it instead of copying it
+     * into the request's buffers; the kernel's copy into the socket becomes the only copy.
+     */
+    public boolean sinkReadsDevice;
+    /** The driver's private per-request area (blk-mq's PDU): lives with the tag, set and read by the driver only. */
+    public Object driverData;
+    private final ByteBuffer[] external = new ByteBuffer[2];
+    private int externalCount;
     public Completion completion;
     /** Which route the data copy took, set by the driver (for metrics and tests). */
     public Route route;
@@ -92,6 +102,25 @@ public final class Request {
         return views;
     }
 
+    /**
+     * Where a completed READ's data is, for the frontend's gathering write: the request's own buffers, or the
+     * device views a driver set with {@link #dataFromDevice}. The first {@link #dataBufferCount()} count.
+     */
+    public ByteBuffer[] dataBuffers() {
+        return externalCount > 0 ? external : buffers();
+    }
+
+    public int dataBufferCount() {
+        return externalCount > 0 ? externalCount : segments;
+    }
+
+    /** Driver side of {@link #sinkReadsDevice}: the data is in {@code a} (and {@code b}, may be null), positioned. */
+    public void dataFromDevice(ByteBuffer a, ByteBuffer b) {
+        external[0] = a;
+        external[1] = b;
+        externalCount = b == null ? 1 : 2;
+    }
+
     void attach(int n) {
         segments = n;
         BufferPool pool = queue.pool();
@@ -137,6 +166,12 @@ public final class Request {
         route = null;
         status = 0;
         segments = 0;
+        sinkReadsDevice = false;
+        if (externalCount > 0) {
+            external[0] = null;
+            external[1] = null;
+            externalCount = 0;
+        }
     }
 
     @Override
