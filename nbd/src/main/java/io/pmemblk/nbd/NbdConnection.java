@@ -20,6 +20,9 @@ import java.nio.channels.SocketChannel;
  * dispatches the batch before it would block on the socket (seed 004: plug the whole queue drain). Completions
  * land in a {@link ReplyRing}; the sender drains it whole and writes all those replies with one gathering
  * write (reply headers from a reusable direct buffer, READ data from the request's buffers), then releases.
+ * Requests the driver completed inline (the CPU route) are answered by the reader itself right after the
+ * dispatch, when the sender is not busy: one thread hand-off (a futex wake and a context switch) fewer per
+ * batch, which is what small requests on a 2-core machine pay most for.
  *
  * <p>Teardown: whatever ends the reader (DISC, EOF, a protocol violation, an I/O error), requests already
  * given to the driver still complete; the sender replies to them unless the socket is broken, releases them,
@@ -28,6 +31,9 @@ import java.nio.channels.SocketChannel;
 final class NbdConnection implements Request.Completion {
     private static final System.Logger LOG = System.getLogger(NbdConnection.class.getName());
     private static final int INPUT_BUFFER_BYTES = 64 * 1024;
+    /** A WRITE payload at least this long makes the next header read a short one (see fill). */
+    private static final int LARGE_WRITE = 32 * 1024;
+    private static final int SMALL_READ_AHEAD = 4096;
     /** Largest reply header we build: chunk header + block status payload (context id + one descriptor). */
     private static final int HEADER_SLOT_BYTES = 32;
 
@@ -56,6 +62,18 @@ final class NbdConnection implements Request.Completion {
     private volatile String closeReason = "closed";
     private volatile boolean handshakeTimedOut;
     private final java.util.concurrent.atomic.AtomicBoolean handshakeOver = new java.util.concurrent.atomic.AtomicBoolean();
+    /**
+     * Serialises reply writing between the sender and the reader's inline replies (below). The scratch it
+     * guards (header buffer, its views, the iovec array) is made once at the start of transmission.
+     */
+    private final java.util.concurrent.locks.ReentrantLock sendLock = new java.util.concurrent.locks.ReentrantLock();
+    private ByteBuffer headers;
+    private ByteBuffer[] headerViews;
+    private ByteBuffer[] iov;
+    /** Reader-side drain array for inline replies. */
+    private Request[] inlineDone;
+    /** The last WRITE was large: read headers with a short read-ahead. */
+    private boolean largeWrites;
     /** Request acquired by the reader but not yet in the batch (a WRITE whose payload is being read). */
     private Request pending;
     private long requests;
@@ -145,6 +163,14 @@ final class NbdConnection implements Request.Completion {
             LOG.log(System.Logger.Level.DEBUG, "nbd connection {0} from {1}: transmission (structured replies {2},"
                     + " base:allocation {3}, hardware queue {4})", id, peer, structured, baseAllocation,
                     queue.index());
+            int maxSegments = io.pmemblk.block.BufferPool.chunksFor(maxRequestBytes);
+            headers = ByteBuffer.allocateDirect(depth * HEADER_SLOT_BYTES);
+            headerViews = new ByteBuffer[depth];
+            for (int i = 0; i < depth; i++) {
+                headerViews[i] = headers.duplicate();
+            }
+            iov = new ByteBuffer[depth * (2 + maxSegments)]; // header + data (or up to 2 device views)
+            inlineDone = new Request[depth];
             sender = Thread.ofPlatform().name("nbd-conn-" + id + "-tx").start(this::senderMain);
             senderStarted = true;
             transmission();
@@ -159,8 +185,10 @@ final class NbdConnection implements Request.Completion {
                 closeReason = e.getMessage();
             }
         } catch (IOException e) {
+            if (!broken) { // else an inline reply write failed and already said why
+                closeReason = handshakeTimedOut ? "handshake timed out" : "read failed: " + e;
+            }
             broken = true;
-            closeReason = handshakeTimedOut ? "handshake timed out" : "read failed: " + e;
         } catch (InterruptedException e) {
             broken = true;
             closeReason = "interrupted (forced shutdown)";
@@ -240,6 +268,7 @@ final class NbdConnection implements Request.Completion {
                     replyNow(command, flags, cookie, error);
                     continue;
                 }
+                largeWrites = length >= LARGE_WRITE;
                 Request r = acquire((int) length);
                 pending = r;
                 prepare(r, command, flags, cookie, Op.WRITE, offset);
@@ -371,11 +400,46 @@ final class NbdConnection implements Request.Completion {
         }
     }
 
+    /**
+     * Dispatches the batch, then (if the sender is not mid-write) writes the replies of whatever completed
+     * inline. While the reader dispatches, completions do not wake the sender; afterwards it is woken only if
+     * replies are left for it.
+     */
+    private void dispatchAndReplyInline() throws IOException {
+        if (batched == 0) {
+            return;
+        }
+        ring.inlineBegin();
+        try {
+            flushBatch();
+            if (sendLock.tryLock()) {
+                try {
+                    int n = ring.drainNow(inlineDone);
+                    if (n > 0) {
+                        sendAndRelease(inlineDone, n);
+                    }
+                } finally {
+                    sendLock.unlock();
+                }
+            }
+        } finally {
+            ring.inlineEnd();
+        }
+        if (broken) {
+            throw new IOException(closeReason);
+        }
+    }
+
     /** Makes at least {@code need} bytes readable in {@code in}, dispatching the batch before blocking. */
     private void fill(ByteBuffer in, int need) throws IOException {
         in.compact();
-        flushBatch();
+        dispatchAndReplyInline();
+        // After a large WRITE, read only a little ahead: the next request is likely another large WRITE, and
+        // payload bytes that land in this buffer are copied once more on their way to the request's buffers;
+        // read directly there instead (readPayload's scattering read).
+        int window = largeWrites ? SMALL_READ_AHEAD : in.capacity();
         while (in.position() < need) {
+            in.limit(Math.min(in.capacity(), Math.max(need, in.position() + window)));
             if (channel.read(in) < 0) {
                 boolean clean = in.position() == 0;
                 in.flip();
@@ -403,7 +467,7 @@ final class NbdConnection implements Request.Completion {
             }
         }
         if (first < segs) {
-            flushBatch();
+            dispatchAndReplyInline();
             while (first < segs) {
                 if (channel.read(bufs, first, segs - first) < 0) {
                     throw new EOFException("client closed the connection in the middle of a WRITE payload");
@@ -444,31 +508,15 @@ final class NbdConnection implements Request.Completion {
 
     private void senderMain() {
         Request[] done = new Request[depth];
-        int maxSegments = io.pmemblk.block.BufferPool.chunksFor(maxRequestBytes);
-        ByteBuffer headers = ByteBuffer.allocateDirect(depth * HEADER_SLOT_BYTES);
-        // Views of the header buffer, one per possible run of headers; made once.
-        ByteBuffer[] headerViews = new ByteBuffer[depth];
-        for (int i = 0; i < depth; i++) {
-            headerViews[i] = headers.duplicate();
-        }
-        ByteBuffer[] iov = new ByteBuffer[depth * (2 + maxSegments)]; // header + data (or up to 2 device views)
         try {
             int n;
             while ((n = ring.drain(done)) >= 0) {
-                if (!broken) {
-                    try {
-                        writeReplies(done, n, headers, headerViews, iov);
-                    } catch (IOException e) {
-                        broken = true;
-                        closeReason = "write failed: " + e;
-                        shutdownInput(); // the reader stops; in-flight requests still drain through here
-                    }
+                sendLock.lock();
+                try {
+                    sendAndRelease(done, n);
+                } finally {
+                    sendLock.unlock();
                 }
-                for (int i = 0; i < n; i++) {
-                    done[i].release();
-                    done[i] = null;
-                }
-                ring.released(n);
             }
         } catch (InterruptedException e) {
             closeReason = "interrupted (forced shutdown)";
@@ -478,6 +526,24 @@ final class NbdConnection implements Request.Completion {
         } finally {
             finish();
         }
+    }
+
+    /** Writes the replies of {@code done[0..n)} (unless the socket is broken) and releases them. Holds sendLock. */
+    private void sendAndRelease(Request[] done, int n) {
+        if (!broken) {
+            try {
+                writeReplies(done, n, headers, headerViews, iov);
+            } catch (IOException e) {
+                broken = true;
+                closeReason = "write failed: " + e;
+                shutdownInput(); // the reader stops; in-flight requests still drain through here
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            done[i].release();
+            done[i] = null;
+        }
+        ring.released(n);
     }
 
     private void writeReplies(Request[] done, int n, ByteBuffer headers, ByteBuffer[] headerViews, ByteBuffer[] iov)

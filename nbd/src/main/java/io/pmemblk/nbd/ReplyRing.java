@@ -15,6 +15,8 @@ final class ReplyRing {
     private int inflight;
     private boolean readerDone;
     private boolean senderWaiting;
+    /** The reader is dispatching and will drain inline afterwards: completions need not wake the sender. */
+    private boolean inline;
 
     ReplyRing(int capacity) {
         this.ring = new Request[capacity];
@@ -34,9 +36,26 @@ final class ReplyRing {
         int tail = head + count;
         ring[tail >= ring.length ? tail - ring.length : tail] = r;
         count++;
-        if (senderWaiting) {
+        if (senderWaiting && !inline) {
             notify();
         }
+    }
+
+    synchronized void inlineBegin() {
+        inline = true;
+    }
+
+    /** Ends an inline drain; wakes the sender for replies that arrived after it (or that it could not take). */
+    synchronized void inlineEnd() {
+        inline = false;
+        if (count > 0 && senderWaiting) {
+            notify();
+        }
+    }
+
+    /** Moves every pending reply into {@code out} without waiting; returns how many. */
+    synchronized int drainNow(Request[] out) {
+        return count == 0 ? 0 : take(out);
     }
 
     /**
@@ -55,6 +74,10 @@ final class ReplyRing {
                 senderWaiting = false;
             }
         }
+        return take(out);
+    }
+
+    private int take(Request[] out) {
         int n = count;
         for (int i = 0; i < n; i++) {
             int slot = head + i;
