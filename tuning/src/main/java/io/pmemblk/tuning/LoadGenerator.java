@@ -119,6 +119,9 @@ public final class LoadGenerator {
         final AtomicReference<Throwable> failure = new AtomicReference<>();
         long ops, bytes, errors, cpuNanos;
         long sequential;
+        Thread self;
+        final Request[] inline;
+        int inlineCount;
 
         Worker(Job job, HardwareQueue queue, long span, int id, CountDownLatch start) {
             this.job = job;
@@ -128,18 +131,24 @@ public final class LoadGenerator {
             this.start = start;
             this.batch = new Request[job.iodepth()];
             this.done = new ArrayBlockingQueue<>(job.iodepth());
+            this.inline = new Request[job.iodepth()];
             this.random = new SplittableRandom(0x9E3779B97F4A7C15L * (id + 1));
             this.sequential = (blocks / job.jobs()) * id;
         }
 
         @Override
         public void completed(Request r) {
-            done.add(r); // capacity = iodepth, never more in flight: cannot fail
+            if (Thread.currentThread() == self) {
+                inline[inlineCount++] = r; // completed during our own dispatch (CPU route): no queue, no lock
+            } else {
+                done.add(r); // capacity = iodepth, never more in flight: cannot fail
+            }
         }
 
         @Override
         public void run() {
             ThreadMXBean mx = ManagementFactory.getThreadMXBean();
+            self = Thread.currentThread();
             try {
                 start.await();
                 long cpu0 = mx.getCurrentThreadCpuTime();
@@ -161,6 +170,17 @@ public final class LoadGenerator {
                     }
                     if (inflight == 0) {
                         break;
+                    }
+                    if (inlineCount > 0) {
+                        for (int i = 0; i < inlineCount; i++) {
+                            reap(inline[i]);
+                            inline[i] = null;
+                        }
+                        inflight -= inlineCount;
+                        inlineCount = 0;
+                        if (inflight == 0 || done.isEmpty()) {
+                            continue;
+                        }
                     }
                     // reap at least one, then whatever else is ready
                     Request r = done.poll(30, TimeUnit.SECONDS);
