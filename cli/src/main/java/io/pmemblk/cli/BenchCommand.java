@@ -50,10 +50,10 @@ final class BenchCommand implements Callable<Integer> {
     boolean json;
 
     @Override
-    public Integer call() throws IOException, InterruptedException {
+    public Integer call() throws IOException, InterruptedException, SettingsException {
         Settings s;
         LoadGenerator.Job job;
-        try {
+        {
             s = options.load();
             LoadGenerator.Pattern pattern;
             try {
@@ -77,9 +77,6 @@ final class BenchCommand implements Callable<Integer> {
             }
             job = new LoadGenerator.Job(pattern, (int) blockSize, iodepth, jobs, seconds,
                     span == null ? 0 : parseSize("--size", span));
-        } catch (SettingsException e) {
-            System.err.println("pmemblk: " + e.getMessage());
-            return Main.USAGE;
         }
         try (Device device = Device.open(s)) {
             if (!RouteOption.apply(device, route)) {

@@ -25,14 +25,8 @@ final class InfoCommand implements Callable<Integer> {
     SettingsOptions options;
 
     @Override
-    public Integer call() throws IOException {
-        Settings s;
-        try {
-            s = options.load();
-        } catch (SettingsException e) {
-            System.err.println("pmemblk: " + e.getMessage());
-            return Main.USAGE;
-        }
+    public Integer call() throws IOException, SettingsException {
+        Settings s = options.load();
         Path path = s.get(Settings.PMEM_PATH);
         System.out.println("path=" + path);
         boolean exists = Files.exists(path);

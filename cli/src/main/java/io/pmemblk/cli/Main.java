@@ -1,5 +1,6 @@
 package io.pmemblk.cli;
 
+import io.pmemblk.settings.SettingsException;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 
@@ -18,9 +19,10 @@ public final class Main {
             System.setProperty("java.util.logging.SimpleFormatter.format", "%1$tF %1$tT %4$s %3$s: %5$s%6$s%n");
         }
         CommandLine cl = new CommandLine(new Main());
+        // A bad setting or option value: one line naming it, exit 2 (picocli's own usage errors exit 2 too).
         cl.setExecutionExceptionHandler((e, cmd, parsed) -> {
             cmd.getErr().println("pmemblk: " + e.getMessage());
-            return 1;
+            return e instanceof SettingsException ? USAGE : 1;
         });
         System.exit(cl.execute(args));
     }

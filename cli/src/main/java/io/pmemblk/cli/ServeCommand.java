@@ -29,13 +29,7 @@ final class ServeCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        Settings s;
-        try {
-            s = options.load();
-        } catch (SettingsException e) {
-            System.err.println("pmemblk: " + e.getMessage());
-            return Main.USAGE;
-        }
+        Settings s = options.load();
         CountDownLatch stop = new CountDownLatch(1);
         // Handling the signals ourselves (rather than through shutdown hooks) lets a graceful stop exit 0.
         Signal.handle(new Signal("TERM"), sig -> stop.countDown());

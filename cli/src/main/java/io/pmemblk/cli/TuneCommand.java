@@ -57,11 +57,11 @@ final class TuneCommand implements Callable<Integer> {
     String scratchSize;
 
     @Override
-    public Integer call() throws IOException, InterruptedException {
+    public Integer call() throws IOException, InterruptedException, SettingsException {
         Settings s;
         Crossover.Objective obj;
         long scratch;
-        try {
+        {
             if (write && config == null) {
                 throw new SettingsException("--write needs --config FILE: the file to put route.dma.min-bytes in");
             }
@@ -83,9 +83,6 @@ final class TuneCommand implements Callable<Integer> {
                 throw new SettingsException("dma.engine: 'none' leaves nothing to tune (every copy goes by CPU);"
                         + " allowed: soft (set dma.engine=soft in the file or with --set)");
             }
-        } catch (SettingsException e) {
-            System.err.println("pmemblk: " + e.getMessage());
-            return Main.USAGE;
         }
         Path dir = s.get(Settings.PMEM_PATH).toAbsolutePath().getParent();
         Files.createDirectories(dir);
@@ -95,9 +92,8 @@ final class TuneCommand implements Callable<Integer> {
         scratchSettings.add("pmem.path=" + scratchFile);
         scratchSettings.add("pmem.size=" + scratch);
         scratchSettings.add("queue.depth=" + Math.max(depth, 1));
-        Autotuner.Options options = new Autotuner.Options(Autotuner.Options.DEFAULT_SIZES, jobs, depth, repeats, 1, obj);
         double perPoint = Math.max(0.05, seconds / (Autotuner.Options.DEFAULT_SIZES.length * 8.0 * repeats));
-        options = new Autotuner.Options(options.sizes(), jobs, depth, repeats, perPoint, obj);
+        Autotuner.Options options = new Autotuner.Options(Autotuner.Options.DEFAULT_SIZES, jobs, depth, repeats, perPoint, obj);
         Autotuner.Report report;
         try (Device device = Device.open(Settings.load(config, scratchSettings))) {
             System.err.printf(Locale.ROOT, "pmemblk tune: %s engine, scratch %s (is_pmem=%b), %d sizes x 2 routes x (1x1, %dx%d) x read/write x %d repeats, %.2f s each%n",
@@ -118,9 +114,6 @@ final class TuneCommand implements Callable<Integer> {
                 probe.measure(route, false, 65536, 1, depth, 0.3);
             }
             report = new Autotuner(probe, System.err).run(options);
-        } catch (SettingsException e) {
-            System.err.println("pmemblk: " + e.getMessage());
-            return Main.USAGE;
         } finally {
             Files.deleteIfExists(scratchFile);
         }

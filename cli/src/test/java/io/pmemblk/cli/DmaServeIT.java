@@ -32,7 +32,7 @@ class DmaServeIT {
 
     private ServerProcess.Run fio(ServerProcess s, String name) throws Exception {
         return ServerProcess.run(List.of("fio", "--name=" + name, "--ioengine=nbd", "--uri=" + s.unixUri(),
-                "--rw=randwrite", "--bsrange=4k-1m", "--size=96m", "--iodepth=16", "--verify=crc32c",
+                "--rw=randwrite", "--bsrange=4k-1m", "--size=96m", "--iodepth=16", "--verify=crc32c", "--verify_state_save=0",
                 "--verify_fatal=1", "--do_verify=1"), 300);
     }
 

@@ -40,7 +40,7 @@ class MultiQueueServeIT {
             // fio's nbd engine opens one connection per job: two jobs, two connections, two queues
             ServerProcess.Run r = ServerProcess.run(List.of("fio", "--name=mq", "--ioengine=nbd", "--uri=" + s.unixUri(),
                     "--rw=randwrite", "--bsrange=4k-256k", "--size=48m", "--numjobs=2", "--offset_increment=64m",
-                    "--iodepth=16", "--verify=crc32c", "--verify_fatal=1", "--do_verify=1"), 300);
+                    "--iodepth=16", "--verify=crc32c", "--verify_state_save=0", "--verify_fatal=1", "--do_verify=1"), 300);
             assertThat(r.exit()).as(r.out()).isZero();
             assertThat(r.out()).doesNotContain("verify failed", "bad magic");
             String m = metrics(port);

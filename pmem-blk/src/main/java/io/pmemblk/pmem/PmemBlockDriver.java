@@ -12,6 +12,7 @@ import io.pmemblk.dma.IovaSpace;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
 import java.util.Arrays;
 
 /**
@@ -172,11 +173,17 @@ public final class PmemBlockDriver implements BlockDriver {
                 return RING_FULL;
             }
             long dev = regionIova + r.offset;
+            // Every segment's copy reports to the request, not just the last: a halt can fall between two
+            // place() calls (the channel recovers and re-arms there), failing the first segments while the
+            // later ones, placed after the re-arm, succeed. The request completes when all have reported,
+            // and goes to the CPU if any failed.
+            PerRequest st = state(r);
+            st.outstanding = n;
+            st.failedStatus = 0;
             for (int s = 0; s < n; s++) {
                 int len = r.segmentLength(s);
                 long buf = pool + r.segmentPoolOffset(s);
-                Object ctx = s == n - 1 ? r : null;
-                boolean ok = write ? channel.place(buf, dev, len, ctx) : channel.place(dev, buf, len, ctx);
+                boolean ok = write ? channel.place(buf, dev, len, r) : channel.place(dev, buf, len, r);
                 if (!ok) {
                     // freeSlots() said there was room and only this monitor's holders place on this channel
                     throw new IllegalStateException("DMA ring refused a copy after reporting room for it");
@@ -187,9 +194,45 @@ public final class PmemBlockDriver implements BlockDriver {
         return PLACED;
     }
 
-    /** Completion of a request's last DMA copy (channel completion thread). */
-    private void dmaCompleted(Object ctx, int status) {
+    /** The driver's per-request area ({@link Request#driverData}): made once per tag, reused. */
+    static final class PerRequest {
+        /** Segment copies not yet reported by the channel; the first failure's status. */
+        int outstanding;
+        int failedStatus;
+        private ByteBuffer[] windows;
+
+        ByteBuffer[] windows(PmemRegion region) {
+            if (windows == null) {
+                windows = region.newWindowCache();
+            }
+            return windows;
+        }
+    }
+
+    private static PerRequest state(Request r) {
+        Object d = r.driverData;
+        if (d == null) {
+            PerRequest p = new PerRequest();
+            r.driverData = p;
+            return p;
+        }
+        return (PerRequest) d;
+    }
+
+    /**
+     * A segment copy of a request has been reported (channel completion thread; the reports of one request are
+     * serialised by its channel). The request completes with the last one.
+     */
+    private void dmaCompleted(Object ctx, int segmentStatus) {
         Request r = (Request) ctx;
+        PerRequest st = state(r);
+        if (segmentStatus != 0 && st.failedStatus == 0) {
+            st.failedStatus = segmentStatus;
+        }
+        if (--st.outstanding > 0) {
+            return;
+        }
+        int status = st.failedStatus;
         if (status == 0) {
             int result = Status.OK;
             boolean write = r.op == Op.WRITE;
@@ -249,7 +292,7 @@ public final class PmemBlockDriver implements BlockDriver {
                 if (r.sinkReadsDevice) {
                     // The frontend's gathering write copies straight out of the mapping: the CPU route's copy
                     // is the kernel's copy into the socket, and no second copy through the buffers is made.
-                    region.views(r, off, (int) len);
+                    region.views(r, state(r).windows(region), off, (int) len);
                 } else {
                     copyOut(r);
                 }

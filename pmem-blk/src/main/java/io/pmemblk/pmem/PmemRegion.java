@@ -271,15 +271,10 @@ public final class PmemRegion implements AutoCloseable {
 
     /**
      * Points {@code r}'s data at [offset, offset+length) of the mapping ({@link Request#dataFromDevice}), for a
-     * frontend that sends it itself. The views are kept per request tag ({@link Request#driverData}) and per
-     * window, made on first use: in steady state nothing is allocated.
+     * frontend that sends it itself. {@code windows} is the caller's per-request cache of NIO views, one per
+     * window, made on first use ({@link #newWindowCache()}): in steady state nothing is allocated.
      */
-    void views(Request r, long offset, int length) {
-        ByteBuffer[] windows = (ByteBuffer[]) r.driverData;
-        if (windows == null) {
-            windows = new ByteBuffer[(int) ((memory.byteSize() + (1L << windowShift) - 1) >>> windowShift)];
-            r.driverData = windows;
-        }
+    void views(Request r, ByteBuffer[] windows, long offset, int length) {
         int w = (int) (offset >>> windowShift);
         long inWindow = offset - ((long) w << windowShift);
         ByteBuffer a = window(windows, w);
@@ -291,6 +286,11 @@ public final class PmemRegion implements AutoCloseable {
             b.limit(length - first).position(0);
         }
         r.dataFromDevice(a, b);
+    }
+
+    /** An empty per-request cache of window views for {@link #views}. */
+    ByteBuffer[] newWindowCache() {
+        return new ByteBuffer[(int) ((memory.byteSize() + (1L << windowShift) - 1) >>> windowShift)];
     }
 
     private ByteBuffer window(ByteBuffer[] windows, int w) {
