@@ -22,7 +22,8 @@ import java.nio.channels.SocketChannel;
  * write (reply headers from a reusable direct buffer, READ data from the request's buffers), then releases.
  * Requests the driver completed inline (the CPU route) are answered by the reader itself right after the
  * dispatch, when the sender is not busy: one thread hand-off (a futex wake and a context switch) fewer per
- * batch, which is what small requests on a 2-core machine pay most for.
+ * batch, which is what small requests and reads on a 2-core machine pay most for. While large WRITE payloads
+ * stream in, replies stay with the sender so that receiving and replying overlap.
  *
  * <p>Teardown: whatever ends the reader (DISC, EOF, a protocol violation, an I/O error), requests already
  * given to the driver still complete; the sender replies to them unless the socket is broken, releases them,
@@ -269,9 +270,18 @@ final class NbdConnection implements Request.Completion {
                     continue;
                 }
                 largeWrites = length >= LARGE_WRITE;
-                Request r = acquire((int) length);
+                Request r;
+                if (queue.driver().receivesInPlace(offset, length)) {
+                    // CPU route: the payload goes straight into the device, no buffers, one copy
+                    r = acquire(0);
+                    prepare(r, command, flags, cookie, Op.WRITE, offset);
+                    r.length = length;
+                    queue.driver().receiveInPlace(r);
+                } else {
+                    r = acquire((int) length);
+                    prepare(r, command, flags, cookie, Op.WRITE, offset);
+                }
                 pending = r;
-                prepare(r, command, flags, cookie, Op.WRITE, offset);
                 readPayload(in, r);
                 pending = null;
                 addToBatch(r);
@@ -409,6 +419,12 @@ final class NbdConnection implements Request.Completion {
         if (batched == 0) {
             return;
         }
+        if (largeWrites) {
+            // While large payloads stream in, the reader's time is best spent receiving them: the sender
+            // answers in parallel (measured: 64 KiB writes at QD16 ~4200 MiB/s this way, ~3300 inline).
+            flushBatch();
+            return;
+        }
         ring.inlineBegin();
         try {
             flushBatch();
@@ -452,8 +468,8 @@ final class NbdConnection implements Request.Completion {
 
     /** Copies what the input buffer already holds, then reads the rest of the payload in place. */
     private void readPayload(ByteBuffer in, Request r) throws IOException {
-        ByteBuffer[] bufs = r.buffers();
-        int segs = r.segments();
+        ByteBuffer[] bufs = r.dataBuffers();
+        int segs = r.dataBufferCount();
         int first = 0;
         while (in.hasRemaining() && first < segs) {
             ByteBuffer dst = bufs[first];

@@ -1,6 +1,7 @@
 package io.pmemblk.pmem;
 
 import io.pmemblk.block.BlockDriver;
+import io.pmemblk.block.BufferPool;
 import io.pmemblk.block.HardwareQueue;
 import io.pmemblk.block.Op;
 import io.pmemblk.block.Request;
@@ -117,6 +118,28 @@ public final class PmemBlockDriver implements BlockDriver {
     }
 
     @Override
+    public boolean receivesInPlace(long offset, long length) {
+        if (offset < 0 || length <= 0 || offset > size || length > size - offset || length > Integer.MAX_VALUE) {
+            return false; // the normal path answers it with the right error
+        }
+        if (engine == null) {
+            return true;
+        }
+        Route f = forced;
+        if (f != null) {
+            return f == Route.CPU;
+        }
+        Routing rt = routing;
+        return length < rt.minBytes() && BufferPool.chunksFor(length) < rt.minSegments();
+    }
+
+    @Override
+    public void receiveInPlace(Request r) {
+        region.views(r, state(r).windows(region), r.offset, (int) r.length);
+        r.dataInPlace = true;
+    }
+
+    @Override
     public void attachQueue(HardwareQueue queue) {
         if (engine != null) {
             if (queue.index() >= MAX_QUEUES) {
@@ -132,7 +155,7 @@ public final class PmemBlockDriver implements BlockDriver {
         boolean placed = false;
         for (int i = 0; i < count; i++) {
             Request r = batch[i];
-            if (channel != null && r.op.carriesData() && inBounds(r) && wantsDma(r)) {
+            if (channel != null && r.op.carriesData() && !r.dataInPlace && inBounds(r) && wantsDma(r)) {
                 int rc = place(channel, hwq, r);
                 if (rc == PLACED) {
                     placed = true;
@@ -300,12 +323,18 @@ public final class PmemBlockDriver implements BlockDriver {
                 r.route = Route.CPU;
             }
             case WRITE -> {
-                copyIn(r);
+                if (r.dataInPlace) {
+                    // received straight into the mapping by the kernel: cache lines to write back on real
+                    // pmem (as for a device's writes), dirty pages elsewhere
+                    region.deviceWrote(off, len, r.fua);
+                } else {
+                    copyIn(r);
+                    if (r.fua) {
+                        region.persistWritten(off, len);
+                    }
+                }
                 stats.count(Route.CPU, true, len);
                 r.route = Route.CPU;
-                if (r.fua) {
-                    region.persistWritten(off, len);
-                }
             }
             case TRIM, WRITE_ZEROES -> {
                 // TRIM leaves the range reading as zeroes: deterministic for every client, and what

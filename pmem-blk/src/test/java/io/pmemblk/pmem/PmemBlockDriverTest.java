@@ -140,6 +140,39 @@ class PmemBlockDriverTest {
     }
 
     @Test
+    void aWriteReceivedInPlaceLandsWithoutBuffersAndOutOfRangeOnesAreNotOffered() throws Exception {
+        driver.region().windowShiftForTests(16);
+        assertThat(driver.receivesInPlace(SIZE - 100, 200)).as("past the end: the normal path answers ENOSPC").isFalse();
+        assertThat(driver.receivesInPlace(65536 - 10, 300)).isTrue();
+        int freeBefore = q.pool().freeChunks();
+        Request r = q.acquire(0);
+        r.op = Op.WRITE;
+        r.offset = 65536 - 10; // straddles two 64 KiB windows
+        r.length = 300;
+        r.fua = true;
+        driver.receiveInPlace(r);
+        assertThat(r.dataInPlace).isTrue();
+        assertThat(q.pool().freeChunks()).as("no buffers taken").isEqualTo(freeBefore);
+        int n = r.dataBufferCount();
+        assertThat(n).isEqualTo(2);
+        for (int i = 0; i < n; i++) {
+            ByteBuffer b = r.dataBuffers()[i];
+            while (b.hasRemaining()) b.put((byte) 0x6b);
+        }
+        AtomicInteger status = new AtomicInteger(-1);
+        r.completion = req -> status.set(req.status());
+        q.dispatch(new Request[]{r}, 1);
+        assertThat(status.get()).isZero();
+        r.release();
+        byte[] out = new byte[400];
+        run(Op.READ, 65536 - 60, 400, (byte) 0, out);
+        for (int i = 0; i < 400; i++) {
+            long at = 65536 - 60 + i;
+            assertThat(out[i]).as("byte %d", at).isEqualTo(at >= 65536 - 10 && at < 65536 + 290 ? (byte) 0x6b : (byte) 0);
+        }
+    }
+
+    @Test
     void flushSucceedsAndStatsCountCpuBytes() throws Exception {
         run(Op.WRITE, 0, 4096, (byte) 1, null);
         assertThat(run(Op.FLUSH, 0, 0, (byte) 0, null)).isZero();

@@ -23,6 +23,22 @@ public interface BlockDriver extends AutoCloseable {
 
     void queueRequests(int hwq, Request[] batch, int count);
 
+    /**
+     * Whether a WRITE of {@code length} bytes at {@code offset} would take the CPU route and can be received
+     * straight into the device: the frontend then acquires the request without buffers ({@code acquire(0)}),
+     * sets op, offset and length, calls {@link #receiveInPlace(Request)}, receives the payload into
+     * {@link Request#dataBuffers()} and dispatches as usual. One copy (the kernel's) instead of two. A payload
+     * cut short by a vanished client leaves that part of the range written: no write is atomic on a block device.
+     */
+    default boolean receivesInPlace(long offset, long length) {
+        return false;
+    }
+
+    /** Points the request's data buffers at the device range and marks it {@link Request#dataInPlace}. */
+    default void receiveInPlace(Request r) {
+        throw new UnsupportedOperationException("this driver does not receive in place");
+    }
+
     /** Makes everything written so far persistent (used at shutdown). */
     void persistAll() throws java.io.IOException;
 

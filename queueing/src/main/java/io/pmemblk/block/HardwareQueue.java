@@ -62,6 +62,10 @@ public final class HardwareQueue implements AutoCloseable {
         return tags.length;
     }
 
+    public BlockDriver driver() {
+        return driver;
+    }
+
     public BufferPool pool() {
         return pool;
     }

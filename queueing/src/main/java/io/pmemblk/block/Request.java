@@ -45,6 +45,8 @@ public final class Request {
      * into the request's buffers; the kernel's copy into the socket becomes the only copy.
      */
     public boolean sinkReadsDevice;
+    /** A WRITE whose payload was received straight into the device ({@link BlockDriver#receiveInPlace}). */
+    public boolean dataInPlace;
     /** The driver's private per-request area (blk-mq's PDU): lives with the tag, set and read by the driver only. */
     public Object driverData;
     private final ByteBuffer[] external = new ByteBuffer[2];
@@ -167,6 +169,7 @@ public final class Request {
         status = 0;
         segments = 0;
         sinkReadsDevice = false;
+        dataInPlace = false;
         if (externalCount > 0) {
             external[0] = null;
             external[1] = null;
