@@ -325,20 +325,51 @@ class AdversarialClientsIT {
     @Order(20)
     void twoHundredConnectionsAtOnce() throws Exception {
         int n = 200;
+        // all 200 connect first (the server sends each its greeting and waits), then all talk at once:
+        // exactly max-connections (128) are taken, the rest refused
+        List<Raw> sockets = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            try {
+                sockets.add(Raw.connect());
+            } catch (IOException e) {
+                sockets.add(null);
+            }
+        }
+        // every one of them gets its greeting or a hang-up before any goes on (no slot frees up meanwhile)
+        List<Future<Boolean>> greeted = new ArrayList<>();
+        for (Raw c : sockets) {
+            greeted.add(EXEC.submit(() -> {
+                if (c == null) {
+                    return false;
+                }
+                try {
+                    c.greeting();
+                    return true;
+                } catch (EOFException e) {
+                    return false;
+                }
+            }));
+        }
+        List<Boolean> accepted = new ArrayList<>();
+        for (Future<Boolean> f : greeted) {
+            accepted.add(f.get(20, TimeUnit.SECONDS));
+        }
+        assertThat(accepted.stream().filter(b -> b).count()).as("greeted while all of them are connected")
+                .isEqualTo(128);
         List<Future<String>> results = new ArrayList<>();
         for (int i = 0; i < n; i++) {
             int id = i;
+            Raw pre = sockets.get(i);
             results.add(EXEC.submit(() -> {
-                Raw c;
-                try {
-                    c = Raw.connect();
-                } catch (IOException e) {
+                Raw c = pre;
+                if (c == null) {
+                    return "refused-connect";
+                }
+                if (c == null) {
                     return "refused-connect";
                 }
                 try {
-                    try {
-                        c.greeting();
-                    } catch (EOFException | java.net.SocketException e) {
+                    if (!accepted.get(id)) {
                         return "refused";
                     }
                     c.send(ByteBuffer.allocate(4).putInt(0, 3));
@@ -372,7 +403,13 @@ class AdversarialClientsIT {
             counts.merge(s.startsWith("refused") ? "refused" : s, 1, Integer::sum);
         }
         assertThat(counts.keySet()).as("outcomes %s", counts).containsAnyOf("ok").isSubsetOf("ok", "refused");
-        assertThat(counts.get("ok")).as("outcomes %s", counts).isGreaterThanOrEqualTo(128);
+        String lg = server.stderr();
+        String diag = "refusals logged " + lg.lines().filter(l -> l.contains("refusing")).count() + ", first: "
+                + lg.lines().filter(l -> l.contains("refusing")).findFirst().orElse("-") + ", connections opened "
+                + lg.lines().filter(l -> l.endsWith("opened")).count();
+        assertThat(counts.get("ok")).as("outcomes %s; %s", counts, diag).isEqualTo(128);
+        assertThat(counts.get("refused")).as("outcomes %s", counts).isEqualTo(n - 128);
+        assertThat(server.stderr()).contains("128 connections already (maxConnections)");
         // the data every successful client wrote is there
         try (Raw c = Raw.connectGo()) {
             for (int id = 0; id < n; id += 37) {
@@ -645,12 +682,74 @@ class AdversarialClientsIT {
      * the client's doing and the server reports it as such.
      */
     static void assertLogClean(String log) {
-        assertThat(log).doesNotContain("internal error");
+        assertThat(log).as("server log").doesNotContain("internal error");
         List<String> bad = log.lines().filter(l -> l.contains("Exception"))
                 .filter(l -> !l.matches(".*closed after \\d+ requests: write failed: java\\.io\\.IOException: "
                         + "(Broken pipe|Connection reset by peer)$"))
                 .toList();
-        assertThat(bad).as("log lines with exceptions").isEmpty();
+        assertThat(bad).as("log lines with exceptions; whole log:%n%s", log).isEmpty();
+    }
+
+    /**
+     * SIGTERM while one client is stuck mid-WRITE payload and another ignores its replies (its sender blocked
+     * on a full socket, its reader waiting for a tag): the server must still exit 0 within 30 s, cleanly.
+     */
+    @Test
+    @Order(60)
+    @Disabled("bug: SIGTERM with a client ignoring its replies takes ~40 s (10 s of connection joins, then the"
+            + " full 30 s Device.close drain: the forced-closed connection never returns its tags); sometimes"
+            + " also logs 'write failed: java.nio.channels.ClosedByInterruptException' for the forced close")
+    void sigtermWithHostileClientsConnectedStillExitsZero(@TempDir Path own) throws Exception {
+        String log = sigtermWithHostileClients(own);
+        assertLogClean(log);
+        assertThat(log).doesNotContain("still in flight at the deadline");
+    }
+
+    /** Returns the server's stderr after a SIGTERM that exited 0 within 30 s. */
+    private static String sigtermWithHostileClients(Path own) throws Exception {
+        Path ownSock = own.resolve("s.sock");
+        try (ServerProcess s = ServerProcess.start(own, "pmem.path=" + own.resolve("pmem.img"), "pmem.size=64M",
+                "nbd.socket=" + ownSock, "nbd.port=0", "queue.buffer-bytes=32M", "queue.depth=" + DEPTH,
+                "queues=1")) {
+            Path saved = sock;
+            sock = ownSock;
+            List<Raw> open = new ArrayList<>();
+            try {
+                Raw writer = Raw.connectGo();
+                open.add(writer);
+                writer.send(header(0, WRITE, 1, 0, 1 << 20));
+                writer.send(ByteBuffer.wrap(fill(4096, (byte) 9)));
+                Raw hog = Raw.connectGo();
+                open.add(hog);
+                ByteBuffer all = ByteBuffer.allocate(300 * 28);
+                for (int i = 0; i < 300; i++) {
+                    all.put(header(0, READ, i, i * 65536L, 65536));
+                }
+                EXEC.submit(() -> {
+                    hog.sendIgnoringErrors(all.array());
+                    return null;
+                });
+                Raw handshaking = Raw.connect(); // greeting never answered
+                open.add(handshaking);
+                // the hog has filled its socket once nothing more is accepted from it: bounded check that
+                // the connection is wedged (a new client on the single queue is not served)
+                Raw probe = Raw.connectGo();
+                open.add(probe);
+                probe.send(header(0, READ, 7, 0, 4096));
+                assertThat(probe.readableWithin(2)).as("probe served while the hog holds the queue").isFalse();
+                long t0 = System.nanoTime();
+                int exit = s.terminate();
+                long secs = TimeUnit.NANOSECONDS.toSeconds(System.nanoTime() - t0);
+                assertThat(exit).as("exit code; stderr:\n%s", s.stderr()).isZero();
+                assertThat(secs).as("seconds to stop; stderr:%n%s", s.stderr()).isLessThan(30);
+                return s.stderr();
+            } finally {
+                sock = saved;
+                for (Raw c : open) {
+                    c.close();
+                }
+            }
+        }
     }
 
     // ================================================================ helpers
