@@ -652,6 +652,81 @@ class AdversarialClientsIT {
         }
     }
 
+    @Test
+    @Order(41)
+    void discWithRequestsInFlightStillAnswersThemAll() throws Exception {
+        try (Raw c = Raw.connectGo()) {
+            ByteBuffer all = ByteBuffer.allocate(21 * 28 + 3 * 4096);
+            for (int i = 0; i < 20; i++) {
+                if (i % 7 == 3) {
+                    all.put(header(FUA, WRITE, 500 + i, (44L << 20) + i * 4096L, 4096)).put(fill(4096, (byte) i));
+                } else {
+                    all.put(header(0, READ, 500 + i, i * 65536L, 65536));
+                }
+            }
+            all.put(header(0, DISC, 999, 0, 0)).flip();
+            c.send(all);
+            boolean[] seen = new boolean[20];
+            for (int i = 0; i < 20; i++) {
+                Reply r = c.simpleReply(10);
+                assertThat(r.error).isZero();
+                int k = (int) r.cookie - 500;
+                assertThat(seen[k]).as("one reply per cookie").isFalse();
+                seen[k] = true;
+                if (k % 7 != 3) {
+                    c.recv(65536, 10);
+                }
+            }
+            assertThat(c.eofWithin(10)).as("closed after the last reply").isTrue();
+        }
+        try (Raw c = Raw.connectGo()) {
+            for (int i : new int[]{3, 10, 17}) {
+                assertThat(c.read((44L << 20) + i * 4096L, 4096)).isEqualTo(fill(4096, (byte) i));
+            }
+        }
+    }
+
+    @Test
+    @Order(42)
+    void structuredRepliesForReadsAndErrors() throws Exception {
+        try (Raw c = Raw.connectStructured()) {
+            c.send(header(DF, READ, 1, 44L << 20, 4096));
+            c.send(header(0, READ, 2, SIZE - 512, 1024));
+            c.send(concat(header(0, WRITE, 3, SIZE, 512), new byte[512]));
+            c.send(header(DF | FUA, READ, 4, SIZE - 4096, 4096));
+            Map<Long, Integer> types = new HashMap<>();
+            for (int i = 0; i < 4; i++) {
+                int magic = c.recv(4, 10).getInt();
+                if (magic == SIMPLE_MAGIC) { // a simple reply is allowed for non-READ commands
+                    ByteBuffer sr = c.recv(12, 10);
+                    int err = sr.getInt();
+                    types.put(sr.getLong(), -err);
+                    continue;
+                }
+                ByteBuffer h = c.recv(16, 10);
+                assertThat(magic).isEqualTo(STRUCT_MAGIC);
+                int flags = Short.toUnsignedInt(h.getShort());
+                int type = Short.toUnsignedInt(h.getShort());
+                long cookie = h.getLong();
+                int len = h.getInt();
+                ByteBuffer p = c.recv(len, 10);
+                assertThat(flags & 1).isEqualTo(1);
+                if (type == 1) {
+                    assertThat(p.getLong()).as("OFFSET_DATA offset").isEqualTo(cookie == 1 ? 44L << 20 : SIZE - 4096);
+                    assertThat(len).isEqualTo(8 + 4096);
+                    types.put(cookie, 1);
+                } else {
+                    assertThat(type).isEqualTo(0x8001);
+                    types.put(cookie, p.getInt());
+                }
+            }
+            assertThat(types.get(1L)).isEqualTo(1);
+            assertThat(types.get(2L)).isEqualTo(EINVAL);
+            assertThat(types.get(3L)).isIn(ENOSPC, -ENOSPC);
+            assertThat(types.get(4L)).isEqualTo(1);
+        }
+    }
+
     // ================================================================ 5. real peers, logs and a clean stop
 
     @Test
