@@ -727,6 +727,43 @@ class AdversarialClientsIT {
         }
     }
 
+    @Test
+    @Order(43)
+    void maximumSizeRequestsPipelined() throws Exception {
+        int max = 32 << 20;
+        byte[] big = pattern(77, max);
+        try (Raw c = Raw.connectGo()) {
+            // two maximum WRITEs back to back (the second overlapping the first), then 4 maximum READs pipelined
+            ByteBuffer w = ByteBuffer.allocate(2 * (28 + max));
+            w.put(header(0, WRITE, 1, 0, max)).put(big).put(header(FUA, WRITE, 2, 16L << 20, max)).put(big).flip();
+            Future<?> sending = EXEC.submit(() -> {
+                c.send(w);
+                return null;
+            });
+            for (int i = 0; i < 2; i++) {
+                assertThat(c.simpleReply(20).error).isZero();
+            }
+            sending.get(10, TimeUnit.SECONDS);
+            for (int i = 0; i < 4; i++) {
+                c.send(header(0, READ, 10 + i, (i % 2) * (16L << 20), max));
+            }
+            for (int i = 0; i < 4; i++) {
+                Reply r = c.simpleReply(20);
+                assertThat(r.error).isZero();
+                byte[] got = new byte[max];
+                c.recv(max, 20).get(got);
+                byte[] exp = new byte[max];
+                if (r.cookie % 2 == 0) { // offset 0: first 16 MiB of big, then the second write's first 16 MiB
+                    System.arraycopy(big, 0, exp, 0, 16 << 20);
+                    System.arraycopy(big, 0, exp, 16 << 20, 16 << 20);
+                } else {
+                    exp = big;
+                }
+                assertThat(sha256(got)).as("READ %d", r.cookie).isEqualTo(sha256(exp));
+            }
+        }
+    }
+
     // ================================================================ 5. real peers, logs and a clean stop
 
     @Test
