@@ -54,6 +54,7 @@ final class ServeCommand implements Callable<Integer> {
                     s.get(Settings.NBD_MAX_CONNECTIONS),
                     "pmemblk " + Sizes.format(device.region().size()) + " on " + device.region().path()),
                     device.layer());
+            server.stallTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_STALL_TIMEOUT)));
             List<java.net.URI> uris = server.start();
             System.err.println("pmemblk: " + device.region() + ", " + s.get(Settings.QUEUES) + " queues x "
                     + s.get(Settings.QUEUE_DEPTH) + " tags, dma.engine=" + s.text(Settings.DMA_ENGINE));

@@ -2,7 +2,6 @@ package io.pmemblk.cli;
 
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.Disabled;
 import org.junit.jupiter.api.MethodOrderer;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
@@ -65,7 +64,7 @@ class AdversarialClientsIT {
         sock = dir.resolve("nbd.sock");
         server = ServerProcess.start(dir, "pmem.path=" + dir.resolve("pmem.img"), "pmem.size=64M",
                 "nbd.socket=" + sock, "nbd.port=0", "queue.buffer-bytes=32M", "queue.depth=" + DEPTH,
-                "queues=" + QUEUES);
+                "queues=" + QUEUES, "nbd.stall-timeout=3");
     }
 
     @AfterAll
@@ -179,8 +178,6 @@ class AdversarialClientsIT {
      */
     @Test
     @Order(14)
-    @Disabled("bug: 16 clients that stop mid-WRITE payload hold every tag of both hardware queues (tags are shared"
-            + " per queue, no transmission timeout): a new client's READ is not answered within 10 s")
     void stalledWritersMustNotStarveOtherClients() throws Exception {
         List<Raw> stalled = new ArrayList<>();
         try {
@@ -296,8 +293,6 @@ class AdversarialClientsIT {
      */
     @Test
     @Order(16)
-    @Disabled("bug: Handshake logs the raw EXPORT_NAME (up to 64 KiB, newlines included) in the close reason:"
-            + " a client forges whole log lines")
     void clientExportNamesCannotForgeLogLines() throws Exception {
         String forged = "2026-01-01 00:00:00 SEVERE io.pmemblk.nbd.NbdServer: FORGED-BY-CLIENT";
         try (Raw c = Raw.connect()) {
@@ -453,8 +448,6 @@ class AdversarialClientsIT {
      */
     @Test
     @Order(31)
-    @Disabled("bug: a connected client that pipelines READs and never reads replies takes every tag of its"
-            + " hardware queue (sender blocked on the full socket); other clients on that queue hang")
     void aClientThatNeverReadsRepliesMustNotStarveOthersOnItsQueue() throws Exception {
         List<Raw> hogs = new ArrayList<>();
         try {
@@ -796,8 +789,11 @@ class AdversarialClientsIT {
     static void assertLogClean(String log) {
         assertThat(log).as("server log").doesNotContain("internal error");
         List<String> bad = log.lines().filter(l -> l.contains("Exception"))
+                // a client that hangs up (or resets) with requests outstanding: its own doing, reported as such
                 .filter(l -> !l.matches(".*closed after \\d+ requests: write failed: java\\.io\\.IOException: "
                         + "(Broken pipe|Connection reset by peer)$"))
+                .filter(l -> !l.matches(".*closed after \\d+ requests: read failed: java\\.net\\.SocketException: "
+                        + "Connection reset$"))
                 .toList();
         assertThat(bad).as("log lines with exceptions; whole log:%n%s", log).isEmpty();
     }
@@ -808,9 +804,6 @@ class AdversarialClientsIT {
      */
     @Test
     @Order(60)
-    @Disabled("bug: SIGTERM with a client ignoring its replies takes ~40 s (10 s of connection joins, then the"
-            + " full 30 s Device.close drain: the forced-closed connection never returns its tags); sometimes"
-            + " also logs 'write failed: java.nio.channels.ClosedByInterruptException' for the forced close")
     void sigtermWithHostileClientsConnectedStillExitsZero(@TempDir Path own) throws Exception {
         String log = sigtermWithHostileClients(own);
         assertLogClean(log);

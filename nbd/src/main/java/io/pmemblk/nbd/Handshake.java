@@ -85,7 +85,7 @@ final class Handshake {
                 String name = string(data, (int) length);
                 if (!exportMatches(name)) {
                     // EXPORT_NAME cannot return an error: the only answer is to terminate the session.
-                    throw new NbdProtocolException("NBD_OPT_EXPORT_NAME for unknown export '" + name + "'");
+                    throw new NbdProtocolException("NBD_OPT_EXPORT_NAME for unknown export '" + NbdProtocol.printable(name) + "'");
                 }
                 ByteBuffer r = ByteBuffer.allocate(noZeroes ? 10 : 134);
                 r.putLong(exportSize).putShort((short) transmissionFlags());
@@ -167,7 +167,7 @@ final class Handshake {
             wantDescription |= info == INFO_DESCRIPTION;
         }
         if (!exportMatches(name)) {
-            reply(option, REP_ERR_UNKNOWN, utf8("no export named '" + name + "'; this server has '"
+            reply(option, REP_ERR_UNKNOWN, utf8("no export named '" + NbdProtocol.printable(name) + "'; this server has '"
                     + config.exportName() + "'"));
             return false;
         }
@@ -228,7 +228,7 @@ final class Handshake {
             return;
         }
         if (!exportMatches(name)) {
-            reply(option, REP_ERR_UNKNOWN, utf8("no export named '" + name + "'"));
+            reply(option, REP_ERR_UNKNOWN, utf8("no export named '" + NbdProtocol.printable(name) + "'"));
             return;
         }
         boolean set = option == OPT_SET_META_CONTEXT;

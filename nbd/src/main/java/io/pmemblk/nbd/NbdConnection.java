@@ -10,6 +10,7 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
+import java.util.concurrent.TimeUnit;
 
 /**
  * One client: a reader thread ({@code nbd-conn-N-rx}: handshake, then requests) and a sender thread
@@ -132,11 +133,34 @@ final class NbdConnection implements Request.Completion {
         }
     }
 
-    void join(long millis) throws InterruptedException {
-        reader.join(Math.max(1, millis));
+    /** Waits for both threads until the deadline (System.nanoTime), not for each in turn. */
+    void join(long deadlineNanos) throws InterruptedException {
+        reader.join(Math.max(1, TimeUnit.NANOSECONDS.toMillis(deadlineNanos - System.nanoTime())));
         Thread s = sender;
         if (s != null) {
-            s.join(Math.max(1, millis));
+            s.join(Math.max(1, TimeUnit.NANOSECONDS.toMillis(deadlineNanos - System.nanoTime())));
+        }
+    }
+
+    /** When the reader began waiting for the rest of a WRITE payload, or the sender for the socket; 0 = not. */
+    private volatile long receivingSince;
+    private volatile long sendingSince;
+
+    /** Called by the server's watchdog. */
+    void closeIfStalled(long now, long limitNanos) {
+        long r = receivingSince;
+        long s = sendingSince;
+        String why = null;
+        if (r != 0 && now - r > limitNanos) {
+            why = "client stalled in the middle of a WRITE payload for more than "
+                    + TimeUnit.NANOSECONDS.toSeconds(limitNanos) + " s";
+        } else if (s != 0 && now - s > limitNanos) {
+            why = "client stopped reading replies for more than " + TimeUnit.NANOSECONDS.toSeconds(limitNanos) + " s";
+        }
+        if (why != null && !broken) {
+            closeReason = why;
+            broken = true;
+            closeQuietly(); // the blocked read or write fails; in-flight requests are released as on any error
         }
     }
 
@@ -485,7 +509,10 @@ final class NbdConnection implements Request.Completion {
         if (first < segs) {
             dispatchAndReplyInline();
             while (first < segs) {
-                if (channel.read(bufs, first, segs - first) < 0) {
+                receivingSince = System.nanoTime(); // progress restarts the stall clock
+                long got = channel.read(bufs, first, segs - first);
+                receivingSince = 0;
+                if (got < 0) {
                     throw new EOFException("client closed the connection in the middle of a WRITE payload");
                 }
                 while (first < segs && !bufs[first].hasRemaining()) {
@@ -540,6 +567,9 @@ final class NbdConnection implements Request.Completion {
             closeReason = "internal error: " + e;
             LOG.log(System.Logger.Level.ERROR, "nbd connection " + id + " from " + peer + ": internal error", e);
         } finally {
+            // Whatever is still in flight (a forced close leaves some) is released as it completes, so the
+            // queue gets every tag back and a shutdown does not wait for requests nobody will answer.
+            ring.abandon();
             finish();
         }
     }
@@ -550,8 +580,10 @@ final class NbdConnection implements Request.Completion {
             try {
                 writeReplies(done, n, headers, headerViews, iov);
             } catch (IOException e) {
+                if (!broken) { // else a forced close or the stall watchdog already said why
+                    closeReason = "write failed: " + e;
+                }
                 broken = true;
-                closeReason = "write failed: " + e;
                 shutdownInput(); // the reader stops; in-flight requests still drain through here
             }
         }
@@ -621,7 +653,9 @@ final class NbdConnection implements Request.Completion {
         }
         int first = 0;
         while (total > 0) {
+            sendingSince = System.nanoTime(); // progress restarts the stall clock
             long w = channel.write(iov, first, iovs - first);
+            sendingSince = 0;
             total -= w;
             while (first < iovs && !iov[first].hasRemaining()) {
                 iov[first++] = null;

@@ -99,4 +99,21 @@ final class NbdProtocol {
 
     /** proto.md: strings SHOULD be <= 256 bytes and MUST be <= 4096. */
     static final int MAX_STRING_BYTES = 4096;
+
+    /**
+     * A client-supplied string made safe for a log line or a reply: control characters become '?', and it is
+     * cut at 128 characters, so a client can neither forge log lines nor flood the log.
+     */
+    static String printable(String s) {
+        StringBuilder b = new StringBuilder(Math.min(s.length(), 140));
+        for (int i = 0; i < s.length() && i < 128; i++) {
+            char c = s.charAt(i);
+            b.append(Character.isISOControl(c) || Character.getType(c) == Character.LINE_SEPARATOR
+                    || Character.getType(c) == Character.PARAGRAPH_SEPARATOR ? '?' : c);
+        }
+        if (s.length() > 128) {
+            b.append("...(").append(s.length()).append(" chars)");
+        }
+        return b.toString();
+    }
 }

@@ -54,6 +54,13 @@ public final class NbdServer implements AutoCloseable {
     private Path boundSocket;
     private boolean started;
     volatile Duration handshakeTimeout = DEFAULT_HANDSHAKE_TIMEOUT;
+    /**
+     * A connection whose client stops in the middle of a WRITE payload, or stops reading its replies, holds
+     * tags that other connections on its hardware queue need: after this long without progress it is closed
+     * (its requests are released). Progress, not age: a slow but moving client is never cut off.
+     */
+    static final Duration DEFAULT_STALL_TIMEOUT = Duration.ofSeconds(30);
+    volatile Duration stallTimeout = DEFAULT_STALL_TIMEOUT;
 
     public NbdServer(NbdConfig config, BlockLayer layer) {
         this.config = config;
@@ -65,14 +72,25 @@ public final class NbdServer implements AutoCloseable {
         }
     }
 
+    /** How long a connection may stall mid-payload or mid-reply before it is closed (see {@link #stallTimeout}). */
+    public NbdServer stallTimeout(Duration timeout) {
+        if (timeout.isNegative() || timeout.isZero()) {
+            throw new IllegalArgumentException("stall timeout must be positive, got " + timeout);
+        }
+        this.stallTimeout = timeout;
+        return this;
+    }
+
     /** Binds the listeners and starts accepting. Returns one URI per listener (nbd+unix://, nbd://). */
     public synchronized List<URI> start() throws IOException {
         if (started) {
             throw new IllegalStateException("NBD server already started");
         }
         started = true;
-        timer = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon().name("nbd-handshake-timer")
+        timer = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon().name("nbd-timer")
                 .unstarted(r));
+        long period = Math.max(100, Math.min(1000, stallTimeout.toMillis() / 4));
+        timer.scheduleAtFixedRate(this::closeStalled, period, period, TimeUnit.MILLISECONDS);
         List<URI> uris = new ArrayList<>();
         try {
             if (config.unixSocket() != null) {
@@ -225,6 +243,19 @@ public final class NbdServer implements AutoCloseable {
         return closing.get();
     }
 
+    /** The watchdog: closes connections stuck mid-payload or mid-reply for longer than the stall timeout. */
+    private void closeStalled() {
+        long now = System.nanoTime();
+        long limit = stallTimeout.toNanos();
+        for (NbdConnection c : connections) {
+            try {
+                c.closeIfStalled(now, limit);
+            } catch (RuntimeException e) {
+                LOG.log(System.Logger.Level.ERROR, "nbd: stall check of connection " + c.id + " failed", e);
+            }
+        }
+    }
+
     void connectionClosed(NbdConnection c) {
         connections.remove(c);
     }
@@ -271,7 +302,7 @@ public final class NbdServer implements AutoCloseable {
         long deadline = System.nanoTime() + SHUTDOWN_WAIT.toNanos();
         try {
             for (NbdConnection c : open) {
-                c.join(TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime()));
+                c.join(deadline);
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();

@@ -17,6 +17,7 @@ final class ReplyRing {
     private boolean senderWaiting;
     /** The reader is dispatching and will drain inline afterwards: completions need not wake the sender. */
     private boolean inline;
+    private boolean abandoned;
 
     ReplyRing(int capacity) {
         this.ring = new Request[capacity];
@@ -29,6 +30,11 @@ final class ReplyRing {
 
     /** Called on completion (any thread). */
     synchronized void push(Request r) {
+        if (abandoned) { // the sender is gone: nobody will reply, give the tag back now
+            r.release();
+            inflight--;
+            return;
+        }
         if (count == ring.length) {
             // Cannot happen while every pushed request holds one of our <= depth tags; fail loudly if it does.
             throw new IllegalStateException("reply ring overflow: " + count + " replies pending");
@@ -106,6 +112,21 @@ final class ReplyRing {
         if (senderWaiting) {
             notify();
         }
+    }
+
+    /** The sender has stopped: releases what waits for a reply, and from now on every completion at once. */
+    void abandon() {
+        Request[] left;
+        int n;
+        synchronized (this) {
+            abandoned = true;
+            left = new Request[count];
+            n = take(left);
+        }
+        for (int i = 0; i < n; i++) {
+            left[i].release();
+        }
+        released(n);
     }
 
     synchronized int inflight() {

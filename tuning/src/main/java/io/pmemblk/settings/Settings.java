@@ -54,6 +54,9 @@ public final class Settings {
             "Export name; clients may also use the empty (default) name.", Settings::exportName);
     public static final Key<Integer> NBD_MAX_CONNECTIONS = Key.of("nbd.max-connections", "128", "an integer 1..4096",
             "Connections served at once; more are refused at accept.", t -> intRange(t, 1, 4096));
+    public static final Key<Integer> NBD_STALL_TIMEOUT = Key.of("nbd.stall-timeout", "30", "whole seconds 1..3600",
+            "A client stuck in the middle of a WRITE payload, or not reading its replies, for this long is disconnected"
+                    + " so the tags it holds go back to the other clients of its queue.", t -> intRange(t, 1, 3600));
     public static final Key<Integer> QUEUES = Key.of("queues", "auto", "auto (one per core, at most 8) or an integer 1..256",
             "Hardware queues of the block layer; connections are spread over them round-robin. Each has its own tags"
                     + " and queue.buffer-bytes of buffers.",
@@ -98,7 +101,7 @@ public final class Settings {
     static {
         Map<String, Key<?>> m = new LinkedHashMap<>();
         for (Key<?> k : List.of(PMEM_PATH, PMEM_SIZE, PMEM_RESIZE, PMEM_MAPPER, NBD_SOCKET, NBD_PORT, NBD_BIND,
-                NBD_EXPORT, NBD_MAX_CONNECTIONS, QUEUES, QUEUE_DEPTH, QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_CHANNELS,
+                NBD_EXPORT, NBD_MAX_CONNECTIONS, NBD_STALL_TIMEOUT, QUEUES, QUEUE_DEPTH, QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_CHANNELS,
                 DMA_RING_SIZE, DMA_SOFT_FAIL_EVERY, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, METRICS_PORT)) {
             m.put(k.name(), k);
         }
