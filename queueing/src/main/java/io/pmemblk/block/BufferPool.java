@@ -126,7 +126,9 @@ public final class BufferPool implements AutoCloseable {
         for (int i = 0; i < n; i++) {
             free[freeCount++] = chunks[i];
         }
-        notifyAll();
+        if (!waiting.isEmpty()) { // every waiter of take() is in the queue: no one to wake otherwise
+            notifyAll();
+        }
     }
 
     public synchronized int freeChunks() {

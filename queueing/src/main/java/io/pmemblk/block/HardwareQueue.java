@@ -87,7 +87,12 @@ public final class HardwareQueue implements AutoCloseable {
         Request r;
         synchronized (this) {
             while (freeTagCount == 0 && !closed) {
-                wait();
+                waiters++;
+                try {
+                    wait();
+                } finally {
+                    waiters--;
+                }
             }
             if (closed) {
                 throw new IllegalStateException("hardware queue " + index + " is closed");
@@ -172,8 +177,13 @@ public final class HardwareQueue implements AutoCloseable {
 
     private synchronized void releaseTag(Request r) {
         freeTags[freeTagCount++] = r.tag();
-        notifyAll();
+        if (waiters > 0) { // the common case, nobody waiting, skips the monitor's wake-up machinery
+            notifyAll();
+        }
     }
+
+    /** Threads waiting on this monitor (for a tag, or in awaitIdle); guarded by this. */
+    private int waiters;
 
     /** Requests dispatched so far. */
     public long requestsTotal() {
@@ -202,7 +212,12 @@ public final class HardwareQueue implements AutoCloseable {
             if (left <= 0) {
                 return false;
             }
-            java.util.concurrent.TimeUnit.NANOSECONDS.timedWait(this, left);
+            waiters++;
+            try {
+                java.util.concurrent.TimeUnit.NANOSECONDS.timedWait(this, left);
+            } finally {
+                waiters--;
+            }
         }
         return true;
     }
