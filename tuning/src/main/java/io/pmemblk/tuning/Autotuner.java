@@ -1,6 +1,7 @@
 package io.pmemblk.tuning;
 
 import io.pmemblk.block.Route;
+import io.pmemblk.settings.Sizes;
 
 import java.io.PrintStream;
 import java.util.ArrayList;
@@ -91,7 +92,7 @@ public final class Autotuner {
         int width = 30;
         int filled = done * width / total;
         progress.printf(Locale.ROOT, "\r[%s%s] %3d%% %5s %dx%d %-5s %s   ", "#".repeat(filled), ".".repeat(width - filled),
-                done * 100 / total, Crossover.human(size), shape[0], shape[1], write ? "write" : "read", route.label());
+                done * 100 / total, Sizes.format(size), shape[0], shape[1], write ? "write" : "read", route.label());
         progress.flush();
     }
 
@@ -117,7 +118,7 @@ public final class Autotuner {
         out.println("size   jobs x depth  dir    CPU MiB/s   CPU%  |  DMA MiB/s   CPU% (+engine%)  DMA/CPU  spread");
         for (Row r : report.rows()) {
             out.printf(Locale.ROOT, "%-6s %5d x %-5d %-5s %10.0f %6.1f  | %10.0f %6.1f (+%5.1f)     %5.2f  %4.0f%%/%-3.0f%%%n",
-                    Crossover.human(r.size()), r.jobs(), r.depth(), r.write() ? "write" : "read",
+                    Sizes.format(r.size()), r.jobs(), r.depth(), r.write() ? "write" : "read",
                     r.cpu().mibPerSec(), r.cpu().submitCores() * 100, r.dma().mibPerSec(), r.dma().submitCores() * 100,
                     r.dma().engineCores() * 100, r.dma().mibPerSec() / r.cpu().mibPerSec(),
                     r.cpuSpread() * 100, r.dmaSpread() * 100);

@@ -1,5 +1,7 @@
 package io.pmemblk.tuning;
 
+import io.pmemblk.settings.Sizes;
+
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -69,14 +71,14 @@ public final class Crossover {
         if (k == sizes.size()) {
             boolean noisy = Math.abs(ratios.get(sizes.get(k - 1)) - 1) <= spreads.get(sizes.get(k - 1));
             return new Result(null, ratios, noisy, "DMA never matched the CPU on " + what + " up to "
-                    + human(sizes.get(k - 1)) + " (best DMA/CPU ratio " + fmt(ratios.get(sizes.get(k - 1)))
+                    + Sizes.format(sizes.get(k - 1)) + " (best DMA/CPU ratio " + fmt(ratios.get(sizes.get(k - 1)))
                     + "): leave route.dma.min-bytes=off");
         }
         long at = sizes.get(k);
         boolean noisy = Math.abs(ratios.get(at) - 1) <= spreads.get(at);
         if (k == 0) {
             return new Result(round4k(at), ratios, noisy, "DMA was at least as good as the CPU on " + what
-                    + " at every size measured, from " + human(at) + " up");
+                    + " at every size measured, from " + Sizes.format(at) + " up");
         }
         long below = sizes.get(k - 1);
         noisy |= Math.abs(ratios.get(below) - 1) <= spreads.get(below);
@@ -84,19 +86,13 @@ public final class Crossover {
         double ls0 = Math.log(below), ls1 = Math.log(at);
         double x = lr1 == lr0 ? ls1 : ls0 + (ls1 - ls0) * (0 - lr0) / (lr1 - lr0);
         long threshold = round4k((long) Math.ceil(Math.exp(Math.min(ls1, Math.max(ls0, x)))));
-        return new Result(threshold, ratios, noisy, "DMA loses at " + human(below) + " (DMA/CPU " + fmt(ratios.get(below))
-                + ") and wins from " + human(at) + " (" + fmt(ratios.get(at)) + ") on " + what
-                + "; interpolated crossover " + human(threshold));
+        return new Result(threshold, ratios, noisy, "DMA loses at " + Sizes.format(below) + " (DMA/CPU " + fmt(ratios.get(below))
+                + ") and wins from " + Sizes.format(at) + " (" + fmt(ratios.get(at)) + ") on " + what
+                + "; interpolated crossover " + Sizes.format(threshold));
     }
 
     private static long round4k(long v) {
         return (v + 4095) / 4096 * 4096;
-    }
-
-    static String human(long bytes) {
-        if (bytes % (1 << 20) == 0) return (bytes >> 20) + "M";
-        if (bytes % 1024 == 0) return (bytes >> 10) + "K";
-        return Long.toString(bytes);
     }
 
     private static String fmt(double d) {
