@@ -3,6 +3,14 @@
 
 PMEMBLK_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 PMEMBLK_JAR="$PMEMBLK_ROOT/cli/target/pmemblk.jar"
+PMEMBLK_MODULES="$PMEMBLK_ROOT/cli/target/modules"
+# How the launcher runs pmemblk: every module on the module path, native access granted by name to the two
+# modules that bind native libraries (libc, libpmem) and refused to every other caller.
+PMEMBLK_NATIVE_MODULES="io.pmemblk.posix,io.pmemblk.pmem"
+pmemblk_java_args() {
+  PMEMBLK_JAVA_ARGS=(--enable-native-access="$PMEMBLK_NATIVE_MODULES" --illegal-native-access=deny
+    --module-path "$PMEMBLK_JAR:$PMEMBLK_MODULES" --module io.pmemblk.cli/io.pmemblk.cli.Main)
+}
 
 # The feature release of a JDK home ("25"), from its release file or by asking its java.
 jdk_feature() {
@@ -67,7 +75,7 @@ ensure_packages() {
 ensure_jar() {
   local stale
   stale() {
-    [ ! -f "$PMEMBLK_JAR" ] && return 0
+    [ ! -f "$PMEMBLK_JAR" ] || [ ! -d "$PMEMBLK_MODULES" ] && return 0
     [ -n "$(find "$PMEMBLK_ROOT" -path "$PMEMBLK_ROOT/bench" -prune -o -path '*/target' -prune -o -path '*/.git' -prune \
         -o \( -name '*.java' -o -name 'pom.xml' -o -path '*/src/main/resources/*' \) -newer "$PMEMBLK_JAR" -print -quit)" ]
   }

@@ -27,9 +27,11 @@ public final class Main {
         System.exit(cl.execute(args));
     }
 
+    /** The module's version (the build writes the project version into module-info), or the jar's, or "dev". */
     static String version() {
-        String v = Main.class.getPackage().getImplementationVersion();
-        return v == null ? "dev" : v;
+        return Main.class.getModule().getDescriptor() != null
+                ? Main.class.getModule().getDescriptor().rawVersion().orElse("dev")
+                : java.util.Objects.requireNonNullElse(Main.class.getPackage().getImplementationVersion(), "dev");
     }
 
     static final class Version implements CommandLine.IVersionProvider {

@@ -13,11 +13,13 @@ import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 
 /**
- * A real {@code pmemblk serve} process (the shaded jar the launcher runs), for interop tests.
+ * A real {@code pmemblk serve} process, launched as scripts/pmemblk launches it (the modules on the module path,
+ * native access granted by module name only), for interop tests.
  * Start-up waits for the {@code ready:} lines with a bounded wait; stderr goes to a log file named in failures.
  */
 final class ServerProcess implements AutoCloseable {
     static final Path JAR = Path.of("target", "pmemblk.jar").toAbsolutePath();
+    static final Path MODULES = Path.of("target", "modules").toAbsolutePath();
     static final String JAVA = Path.of(System.getProperty("java.home"), "bin", "java").toString();
 
     final Process process;
@@ -31,8 +33,19 @@ final class ServerProcess implements AutoCloseable {
         this.log = log;
     }
 
+    /** The modules that bind native libraries (libc, libpmem): the only ones the launcher grants native access. */
+    static final String NATIVE_MODULES = "io.pmemblk.posix,io.pmemblk.pmem";
+
     static List<String> command(String subcommand, List<String> args) {
-        List<String> cmd = new ArrayList<>(List.of(JAVA, "--enable-native-access=ALL-UNNAMED", "-jar", JAR.toString(), subcommand));
+        return command(NATIVE_MODULES, subcommand, args);
+    }
+
+    /** The launcher's command line with native access granted to {@code nativeModules} only, refused to the rest. */
+    static List<String> command(String nativeModules, String subcommand, List<String> args) {
+        List<String> cmd = new ArrayList<>(List.of(JAVA,
+                "--enable-native-access=" + nativeModules, "--illegal-native-access=deny",
+                "--module-path", JAR + java.io.File.pathSeparator + MODULES,
+                "--module", "io.pmemblk.cli/io.pmemblk.cli.Main", subcommand));
         cmd.addAll(args);
         return cmd;
     }

@@ -1,0 +1,19 @@
+/**
+ * The {@code pmemblk} command: assembles the device from the settings and serves it; info, bench, tune.
+ * Native access is granted to io.pmemblk.posix and io.pmemblk.pmem only, never to this module or its libraries.
+ */
+module io.pmemblk.cli {
+    requires io.pmemblk.nbd;
+    requires io.pmemblk.pmem;
+    requires io.pmemblk.settings;
+    requires io.pmemblk.tuning;
+    requires info.picocli;
+    requires io.prometheus.metrics.core;
+    requires io.prometheus.metrics.model;
+    requires io.prometheus.metrics.exporter.httpserver;
+    requires jdk.httpserver;   // the Prometheus exporter's HTTP server; an automatic module does not pull it in
+    requires jdk.unsupported;  // sun.misc.Signal: SIGTERM/SIGINT handling for a graceful stop
+
+    exports io.pmemblk.cli;
+    opens io.pmemblk.cli to info.picocli; // picocli fills @Option fields reflectively
+}

@@ -1,0 +1,6 @@
+/** The NBD frontend (fixed newstyle handshake, transmission, structured replies) over the block layer. */
+module io.pmemblk.nbd {
+    requires transitive io.pmemblk.block;
+
+    exports io.pmemblk.nbd;
+}
