@@ -6,7 +6,7 @@ import java.nio.ByteBuffer;
 import java.util.ArrayDeque;
 
 /**
- * The registered data buffers of one hardware queue (seed 003: register once, never map per request).
+ * The registered data buffers of one hardware queue (registered once with the DMA engine, never mapped per request: per-request mapping costs what registered buffers save).
  * One page-aligned off-heap region, allocated at start-up and cut into fixed chunks; a request's data is a
  * list of chunks (its segments, like a bio's bvecs). A DMA engine registers {@link #memory()} once in its
  * IOVA space; a chunk's IOVA is then base + {@link #chunkOffset(int)}.

@@ -11,7 +11,7 @@ import java.util.Locale;
 
 /**
  * Sweeps request sizes over both routes, forced, through the real block layer in process, at queue depth 1
- * with one job and at a deep queue with several jobs (the shapes of seed 002's table), reads and writes,
+ * with one job and at a deep queue with several jobs (the shapes of the Linux pmem DMA-offload measurements: 1 job at QD1, 16 at QD16), reads and writes,
  * repeating every point and keeping the median; then asks {@link Crossover} where DMA starts to win.
  */
 public final class Autotuner {
@@ -113,7 +113,7 @@ public final class Autotuner {
         return med <= 0 ? 0 : (max - min) / med;
     }
 
-    /** The table, shaped like seed 002's: size, jobs x depth, CPU MB/s and CPU%, DMA MB/s and CPU%. */
+    /** The table, shaped like the Linux pmem DMA-offload measurements: size, jobs x depth, CPU MB/s and CPU%, DMA MB/s and CPU%. */
     public static void printTable(Report report, PrintStream out) {
         out.println("size   jobs x depth  dir    CPU MiB/s   CPU%  |  DMA MiB/s   CPU% (+engine%)  DMA/CPU  spread");
         for (Row r : report.rows()) {

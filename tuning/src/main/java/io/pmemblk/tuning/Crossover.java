@@ -9,7 +9,7 @@ import java.util.TreeMap;
 
 /**
  * Where DMA starts to beat the CPU, from measurements. Pure arithmetic, no clock: the unit tests feed it the
- * seed's published figures.
+ * published figures of Linux pmem with ioatdma.
  *
  * <p>At each size, the DMA/CPU ratio on the objective (throughput: DMA MB/s over CPU MB/s; cpu: CPU seconds
  * per GiB of the submitting threads, CPU over DMA, so that above 1 always means "DMA is better") is the

@@ -11,8 +11,8 @@ import static org.assertj.core.api.Assertions.assertThat;
 class CrossoverTest {
     private static final long K64 = 64 << 10, M2 = 2 << 20;
 
-    /** Seed 002 (ioatdma on Skylake, pmem emulated in DRAM): CPU vs DMA MB/s, CPU% per route. */
-    static List<Point> seed002() {
+    /** Linux pmem with ioatdma on Skylake, pmem emulated in DRAM (fio 2.21, the DMA-offload patch): CPU vs DMA MB/s, CPU% per route. */
+    static List<Point> ioatdmaSkylake() {
         return List.of(
                 // size, jobs, depth, write, cpu MB/s, dma MB/s, cpu s/GiB, dma s/GiB (from CPU% / MB/s), spreads
                 p(K64, 1, 1, false, 7631, 2415, 0.997, 0.54),
@@ -32,8 +32,8 @@ class CrossoverTest {
     }
 
     @Test
-    void seed002ThroughputPutsTheThresholdStrictlyBetween64KAnd2M() {
-        Crossover.Result r = Crossover.find(seed002(), Objective.THROUGHPUT);
+    void ioatdmaFiguresOnThroughputPutTheThresholdStrictlyBetween64KAnd2M() {
+        Crossover.Result r = Crossover.find(ioatdmaSkylake(), Objective.THROUGHPUT);
         assertThat(r.off()).isFalse();
         assertThat(r.threshold()).isGreaterThan(K64).isLessThan(M2);
         assertThat(r.threshold() % 4096).isZero();
@@ -44,8 +44,8 @@ class CrossoverTest {
     }
 
     @Test
-    void seed002CpuObjectivePrefersDmaEverywhere() {
-        Crossover.Result r = Crossover.find(seed002(), Objective.CPU);
+    void ioatdmaFiguresOnCpuObjectivePreferDmaEverywhere() {
+        Crossover.Result r = Crossover.find(ioatdmaSkylake(), Objective.CPU);
         assertThat(r.threshold()).isEqualTo(K64);
     }
 
