@@ -90,3 +90,51 @@ ensure_jar() {
     fi
   ) 9>"$PMEMBLK_ROOT/cli/target/.build.lock"
 }
+
+# A/B baselines. Builds git revision $1 of this repository once, caches the built tree by commit sha and sets
+# BASELINE_SHA, BASELINE_SHORT and BASELINE_ROOT (that revision's tree with its modules built). Run the baseline
+# only through "$BASELINE_ROOT/scripts/pmemblk": the launch line (jar or module path) is the revision's own.
+# The build happens in a temporary detached git worktree under /tmp that is removed on every exit path of the
+# build (success, failure, Ctrl-C); the built tree (without .git, timestamps kept so its launcher does not see
+# it as stale) is then copied into the cache, ${PMEMBLK_BASELINE_CACHE:-~/.cache/pmemblk-baseline}/<sha>/tree,
+# and reused by later runs. Serialised per sha with flock, so concurrent runs build a revision once.
+baseline_build() {
+  local rev=$1 sha cache dir
+  sha=$(git -C "$PMEMBLK_ROOT" rev-parse --verify --quiet "$rev^{commit}") \
+    || { echo "pmemblk: --baseline '$rev' is not a commit of $PMEMBLK_ROOT" >&2; return 1; }
+  # shellcheck disable=SC2034  # BASELINE_SHA is for the scripts that source this file
+  BASELINE_SHA=$sha
+  BASELINE_SHORT=$(git -C "$PMEMBLK_ROOT" rev-parse --short "$sha")
+  cache=${PMEMBLK_BASELINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pmemblk-baseline}
+  dir="$cache/$sha"
+  BASELINE_ROOT="$dir/tree"
+  mkdir -p "$cache"
+  if [ ! -f "$dir/.built" ]; then
+    (
+      flock 9
+      [ -f "$dir/.built" ] && exit 0
+      wt=$(mktemp -d /tmp/pmemblk-baseline-wt.XXXXXX)
+      remove_wt() {
+        git -C "$PMEMBLK_ROOT" worktree remove --force "$wt" >/dev/null 2>&1 || true
+        rm -rf "$wt" "$dir.partial"
+        git -C "$PMEMBLK_ROOT" worktree prune 2>/dev/null || true
+      }
+      trap remove_wt EXIT
+      trap 'exit 130' INT TERM
+      echo "pmemblk: building baseline $BASELINE_SHORT ($rev) in $wt ..." >&2
+      git -C "$PMEMBLK_ROOT" worktree add --quiet --detach "$wt" "$sha" >&2 || exit 1
+      (cd "$wt" && mvn -q -B -ntp -DskipTests -pl cli -am package) >&2 \
+        || { echo "pmemblk: baseline build of $BASELINE_SHORT failed (cd $PMEMBLK_ROOT && git worktree add /tmp/b $sha && cd /tmp/b && mvn -pl cli -am package)" >&2; exit 1; }
+      rm -rf "$dir.partial" "$dir"
+      mkdir -p "$dir.partial/tree"
+      tar -C "$wt" --exclude=./.git -cf - . | tar -C "$dir.partial/tree" -xpf -
+      git -C "$PMEMBLK_ROOT" log -1 --format='%H %cI %s' "$sha" >"$dir.partial/commit"
+      touch "$dir.partial/.built"
+      mv "$dir.partial" "$dir"
+    ) 9>"$cache/$sha.lock" || return 1
+  else
+    echo "pmemblk: baseline $BASELINE_SHORT ($rev) already built in $dir" >&2
+  fi
+  [ -x "$BASELINE_ROOT/scripts/pmemblk" ] \
+    || { echo "pmemblk: baseline $BASELINE_SHORT has no scripts/pmemblk to launch it with" >&2; return 1; }
+}
