@@ -1,5 +1,7 @@
 package io.pmemblk.block;
 
+import io.pmemblk.block.testing.MemoryBlockDriver;
+
 import static org.junit.jupiter.api.Assertions.*;
 
 import java.util.SplittableRandom;
@@ -69,7 +71,7 @@ class LatencyBucketsTest {
 
     @Test
     void completionRecordsLatencyPerOperationOfItsQueue() throws Exception {
-        TestDriver driver = new TestDriver(1 << 20);
+        MemoryBlockDriver driver = new MemoryBlockDriver(1 << 20);
         try (BlockLayer layer = new BlockLayer(driver, 2, 4, 4L * BufferPool.CHUNK, BufferPool.CHUNK)) {
             HardwareQueue q = layer.queue(1);
             Request r = q.acquire(4096);

@@ -1,5 +1,7 @@
 package io.pmemblk.block;
 
+import io.pmemblk.block.testing.MemoryBlockDriver;
+
 import static org.junit.jupiter.api.Assertions.*;
 
 import java.util.ArrayList;
@@ -37,7 +39,7 @@ class TryAcquireModelTest {
     @MethodSource("seeds")
     void tryAcquireMatchesTheModel(long seed) {
         List<Integer> steps = steps(seed);
-        TestDriver driver = new TestDriver(1 << 20);
+        MemoryBlockDriver driver = new MemoryBlockDriver(1 << 20);
         try (BlockLayer layer = new BlockLayer(driver, 1, DEPTH, (long) POOL_CHUNKS * BufferPool.CHUNK, MAX)) {
             HardwareQueue q = layer.queue(0);
             List<Request> held = new ArrayList<>();

@@ -1,5 +1,7 @@
 package io.pmemblk.nbd;
 
+import io.pmemblk.block.testing.MemoryBlockDriver;
+
 import static org.junit.jupiter.api.Assertions.*;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
@@ -28,14 +30,14 @@ class NbdInteropTest {
 
     @TempDir
     Path dir;
-    MemoryDriver driver;
+    MemoryBlockDriver driver;
     BlockLayer layer;
     NbdServer server;
     String uri;
 
     @BeforeEach
     void start() throws IOException {
-        driver = new MemoryDriver(SIZE);
+        driver = new MemoryBlockDriver(SIZE);
         layer = new BlockLayer(driver, 2, 16, 2L * MAX, MAX);
         server = new NbdServer(new NbdConfig("pmem0", dir.resolve("nbd.sock"), "127.0.0.1", 0, MAX, 16,
                 "interop"), layer);

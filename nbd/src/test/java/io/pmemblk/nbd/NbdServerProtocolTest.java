@@ -1,5 +1,7 @@
 package io.pmemblk.nbd;
 
+import io.pmemblk.block.testing.MemoryBlockDriver;
+
 import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.*;
 
@@ -40,7 +42,7 @@ class NbdServerProtocolTest {
     @TempDir
     Path dir;
     Path socket;
-    MemoryDriver driver;
+    MemoryBlockDriver driver;
     BlockLayer layer;
     NbdServer server;
     List<URI> uris;
@@ -48,7 +50,7 @@ class NbdServerProtocolTest {
     @BeforeEach
     void start() throws IOException {
         socket = dir.resolve("run/nbd.sock");
-        driver = new MemoryDriver(SIZE);
+        driver = new MemoryBlockDriver(SIZE);
         layer = new BlockLayer(driver, 2, DEPTH, 2L * MAX, MAX);
         server = new NbdServer(new NbdConfig(EXPORT, socket, "127.0.0.1", 0, MAX, 64, "test export"), layer);
         uris = server.start();
@@ -519,7 +521,7 @@ class NbdServerProtocolTest {
 
     @Test
     void pipelinedRequestsOutOfOrderEachCookieAnsweredOnce() throws Exception {
-        driver.reverseAsync = true;
+        driver.mode(MemoryBlockDriver.Mode.REVERSE);
         try (NbdTestClient c = client().go(EXPORT, true, false)) {
             int n = 400;
             Set<Long> expected = new HashSet<>();
