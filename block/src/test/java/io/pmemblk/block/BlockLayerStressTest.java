@@ -1,10 +1,9 @@
 package io.pmemblk.block;
 
-import io.pmemblk.block.testing.MemoryBlockDriver;
-import io.pmemblk.block.testing.Waits;
-
 import static org.junit.jupiter.api.Assertions.*;
 
+import io.pmemblk.block.testing.MemoryBlockDriver;
+import io.pmemblk.block.testing.Waits;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.List;

@@ -1,9 +1,8 @@
 package io.pmemblk.block;
 
-import io.pmemblk.block.testing.MemoryBlockDriver;
-
 import static org.junit.jupiter.api.Assertions.*;
 
+import io.pmemblk.block.testing.MemoryBlockDriver;
 import java.util.SplittableRandom;
 import org.junit.jupiter.api.Test;
 

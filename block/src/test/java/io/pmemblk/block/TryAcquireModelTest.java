@@ -1,9 +1,8 @@
 package io.pmemblk.block;
 
-import io.pmemblk.block.testing.MemoryBlockDriver;
-
 import static org.junit.jupiter.api.Assertions.*;
 
+import io.pmemblk.block.testing.MemoryBlockDriver;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.SplittableRandom;

@@ -1,11 +1,10 @@
 package io.pmemblk.nbd;
 
-import io.pmemblk.block.testing.MemoryBlockDriver;
-
 import static org.junit.jupiter.api.Assertions.*;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import io.pmemblk.block.BlockLayer;
+import io.pmemblk.block.testing.MemoryBlockDriver;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;

@@ -1,12 +1,11 @@
 package io.pmemblk.nbd;
 
-import io.pmemblk.block.testing.MemoryBlockDriver;
-
 import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.*;
 
 import io.pmemblk.block.BlockLayer;
 import io.pmemblk.block.BufferPool;
+import io.pmemblk.block.testing.MemoryBlockDriver;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;

@@ -1,12 +1,11 @@
 package io.pmemblk.nbd;
 
-import io.pmemblk.block.testing.MemoryBlockDriver;
-
 import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.*;
 
 import io.pmemblk.block.BlockLayer;
 import io.pmemblk.block.Status;
+import io.pmemblk.block.testing.MemoryBlockDriver;
 import java.io.IOException;
 import java.net.URI;
 import java.nio.ByteBuffer;
