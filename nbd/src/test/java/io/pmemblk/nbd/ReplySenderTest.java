@@ -121,13 +121,16 @@ class ReplySenderTest {
     @Test
     void aPeerThatWentAwayBreaksTheConnectionButEveryRequestIsStillReleased() throws Exception {
         c = new ConnectionParts(dir, false);
-        c.client.close();
+        // The client stops reading (replies fail with EPIPE) but could still send: only our own shutdown of the
+        // input stops the reader then.
+        c.client.shutdownInput();
         complete(CMD_READ, 4096, 1, Status.OK);
         complete(CMD_READ, 4096, 2, Status.OK);
         c.sender.replyInlineIfIdle();
         assertTrue(c.state.broken);
         assertTrue(c.state.reason.startsWith("write failed"), c.state.reason);
         assertEquals(0, c.queue.inflight());
+        c.server.configureBlocking(false); // 0 = nothing yet, -1 = input shut
         assertEquals(-1, c.server.read(ByteBuffer.allocate(1)), "the input was shut so the reader stops");
         complete(CMD_READ, 4096, 3, Status.OK);
         c.sender.replyInlineIfIdle();
