@@ -1,5 +1,6 @@
 package io.pmemblk.nbd;
 
+import static io.pmemblk.block.testing.Waits.await;
 import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.*;
 
@@ -22,7 +23,6 @@ import java.util.Set;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
-import java.util.function.BooleanSupplier;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -68,16 +68,6 @@ class NbdServerProtocolTest {
 
     NbdTestClient client() throws IOException {
         return new NbdTestClient(socket);
-    }
-
-    static void await(String what, BooleanSupplier condition) throws InterruptedException {
-        long end = System.nanoTime() + Duration.ofSeconds(10).toNanos();
-        while (!condition.getAsBoolean()) {
-            if (System.nanoTime() > end) {
-                fail("timed out waiting for " + what);
-            }
-            Thread.sleep(5); // polling a condition with a deadline, not sleeping for synchronisation
-        }
     }
 
     int inflightTags() {
