@@ -2,6 +2,7 @@ package io.pmemblk.block;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
@@ -193,6 +194,85 @@ class FrontendQueueTest {
         assertEquals(0, f.queue().inflight());
         assertEquals(f.queue().pool().chunks(), f.queue().pool().freeChunks(), "every chunk is back");
         assertEquals(1, driver.requests.get());
+    }
+
+    /**
+     * The shape of a ublk frontend: one thread per hardware queue, request ids (tags) handed out by the
+     * "kernel" in sets deeper than our queue, WRITE data copied in as a pread from /dev/ublkcN would, and a
+     * dispatch before waiting for the kernel's next set. Every id completes exactly once and the data lands.
+     */
+    @Test
+    void aUblkShapedFrontendWithOneThreadPerQueueAndItsOwnTags() throws Exception {
+        int queues = 2;
+        int kernelDepth = 2 * DEPTH; // deeper than ours: acquire must dispatch and wait, never deadlock
+        int rounds = 200;
+        layer = new BlockLayer(driver, queues, DEPTH, 4L * CHUNK, CHUNK);
+        driver.mode(MemoryBlockDriver.Mode.ASYNC);
+        driver.receiveInPlace(true);
+        java.util.concurrent.atomic.AtomicIntegerArray done =
+                new java.util.concurrent.atomic.AtomicIntegerArray(queues * kernelDepth);
+        java.util.concurrent.atomic.AtomicReference<Throwable> failed = new java.util.concurrent.atomic.AtomicReference<>();
+        Thread[] threads = new Thread[queues];
+        for (int q = 0; q < queues; q++) {
+            int qi = q;
+            threads[q] = Thread.ofPlatform().name("ublk-queue-" + q).start(() -> {
+                FrontendQueue f = new FrontendQueue(layer.queue(qi));
+                try {
+                    for (int round = 0; round < rounds; round++) {
+                        java.util.concurrent.CountDownLatch set = new java.util.concurrent.CountDownLatch(kernelDepth);
+                        Request.Completion reply = r -> { // COMMIT_AND_FETCH_REQ would go here
+                            if (r.status() != Status.OK) {
+                                failed.compareAndSet(null, new AssertionError(r + " failed: " + r.status()));
+                            }
+                            done.incrementAndGet((int) r.cookie);
+                            r.release();
+                            set.countDown();
+                        };
+                        for (int tag = 0; tag < kernelDepth; tag++) {
+                            long offset = ((long) qi * kernelDepth + tag) * 4096;
+                            Request r;
+                            if ((tag & 1) == 0) {
+                                r = f.acquireWrite(offset, 4096);
+                                receive(r, (byte) (round + tag)); // the pread from /dev/ublkcN
+                            } else {
+                                r = f.acquire(4096);
+                                r.op = Op.READ;
+                                r.offset = offset - 4096; // the WRITE just before, from an earlier round
+                            }
+                            r.cookie = qi * kernelDepth + tag;
+                            r.completion = reply;
+                            f.add(r);
+                            if (f.full()) {
+                                f.dispatch();
+                            }
+                        }
+                        f.dispatch(); // before waiting for the kernel
+                        if (!set.await(Waits.BOUND.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS)) {
+                            throw new AssertionError("round " + round + " on queue " + qi + " did not complete");
+                        }
+                    }
+                } catch (Throwable e) {
+                    failed.compareAndSet(null, e);
+                    f.releaseUndispatched();
+                }
+            });
+        }
+        for (Thread t : threads) {
+            Waits.join("a ublk-shaped queue thread", t);
+        }
+        assertNull(failed.get(), () -> "failed: " + failed.get());
+        for (int id = 0; id < queues * kernelDepth; id++) {
+            assertEquals(rounds, done.get(id), "completions of id " + id);
+        }
+        for (int q = 0; q < queues; q++) {
+            assertEquals(0, layer.queue(q).inflight());
+            for (int tag = 0; tag < kernelDepth; tag += 2) {
+                long offset = ((long) q * kernelDepth + tag) * 4096;
+                assertEquals((byte) (rounds - 1 + tag), driver.memory.get(java.lang.foreign.ValueLayout.JAVA_BYTE,
+                        offset + 4095), "last round's data at " + offset);
+            }
+        }
+        assertEquals((long) queues * rounds * kernelDepth / 2, driver.inPlaceWrites.get());
     }
 
     static void receive(Request r, byte value) {
