@@ -2,6 +2,8 @@ package io.pmemblk.block;
 
 import static org.junit.jupiter.api.Assertions.*;
 
+import io.pmemblk.block.testing.MemoryBlockDriver;
+import io.pmemblk.block.testing.Waits;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.List;
@@ -63,8 +65,8 @@ class BlockLayerStressTest {
 
     @Test
     void concurrentWritesThenReadsMatchTheReferenceByteForByte() throws Exception {
-        TestDriver driver = new TestDriver(DEVICE);
-        driver.mode(TestDriver.Mode.ASYNC);
+        MemoryBlockDriver driver = new MemoryBlockDriver(DEVICE);
+        driver.mode(MemoryBlockDriver.Mode.ASYNC);
         byte[] reference = new byte[(int) DEVICE];
         ConcurrentLinkedQueue<String> failures = new ConcurrentLinkedQueue<>();
         try (BlockLayer layer = new BlockLayer(driver, QUEUES, DEPTH, POOL, MAX)) {

@@ -2,6 +2,8 @@ package io.pmemblk.block;
 
 import static org.junit.jupiter.api.Assertions.*;
 
+import io.pmemblk.block.testing.MemoryBlockDriver;
+import io.pmemblk.block.testing.Waits;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -10,16 +12,16 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
-/** Tags, buffers, back-pressure, idle and close of the block layer, driven by {@link TestDriver}. */
+/** Tags, buffers, back-pressure, idle and close of the block layer, driven by {@link MemoryBlockDriver}. */
 @Timeout(60)
 class HardwareQueueTest {
     static final int CHUNK = BufferPool.CHUNK;
 
-    TestDriver driver;
+    MemoryBlockDriver driver;
     BlockLayer layer;
 
     BlockLayer layer(int queues, int depth, long poolBytes, int maxRequestBytes) {
-        driver = new TestDriver(64L << 20);
+        driver = new MemoryBlockDriver(64L << 20);
         layer = new BlockLayer(driver, queues, depth, poolBytes, maxRequestBytes);
         return layer;
     }
@@ -118,7 +120,7 @@ class HardwareQueueTest {
     @Test
     void submitterBeyondDepthBlocksUntilTheDriverCompletes() throws Exception {
         HardwareQueue q = layer(1, 4, 8L * CHUNK, 2 * CHUNK).queue(0);
-        driver.mode(TestDriver.Mode.HOLD);
+        driver.mode(MemoryBlockDriver.Mode.HOLD);
         int total = 200;
         CountDownLatch done = new CountDownLatch(total);
         AtomicInteger failed = new AtomicInteger();
@@ -150,7 +152,7 @@ class HardwareQueueTest {
         assertEquals(0, q.pool().freeChunks(), "4 requests x 2 chunks hold the whole pool");
         assertNull(q.tryAcquire(0), "tryAcquire returns null while the queue is exhausted");
 
-        driver.releaseHeld(TestDriver.Mode.ASYNC);
+        driver.releaseHeld(MemoryBlockDriver.Mode.ASYNC);
         Waits.join("the submitter to finish", submitter);
         assertNull(error.get(), () -> "submitter failed: " + error.get());
         assertTrue(done.await(10, TimeUnit.SECONDS), () -> "completed " + (total - done.getCount()) + " of " + total);
@@ -168,7 +170,7 @@ class HardwareQueueTest {
         int big = 32 << 20;
         HardwareQueue q = layer(1, 8, big, big).queue(0);
         int poolChunks = q.pool().chunks();
-        driver.mode(TestDriver.Mode.HOLD);
+        driver.mode(MemoryBlockDriver.Mode.HOLD);
         Request.Completion release = Request::release;
         Request[] small = new Request[4];
         for (int i = 0; i < 4; i++) {
@@ -189,7 +191,7 @@ class HardwareQueueTest {
         assertNull(q.tryAcquire(CHUNK), "a small tryAcquire must not overtake the waiting 32 MiB request");
         assertEquals(poolChunks - 4, q.pool().freeChunks());
 
-        driver.releaseHeld(TestDriver.Mode.INLINE);
+        driver.releaseHeld(MemoryBlockDriver.Mode.INLINE);
         Waits.join("the 32 MiB request to get its chunks", bigSubmitter);
         assertNull(error.get(), () -> "big acquire failed: " + error.get());
         Request r = got.get();
@@ -203,7 +205,7 @@ class HardwareQueueTest {
     @Test
     void awaitIdleIsBoundedAndTrueOnceEverythingIsBack() throws Exception {
         BlockLayer l = layer(2, 4, 4L * CHUNK, CHUNK);
-        driver.mode(TestDriver.Mode.HOLD);
+        driver.mode(MemoryBlockDriver.Mode.HOLD);
         HardwareQueue q = l.queue(1);
         Request r = q.acquire(CHUNK);
         r.op = Op.READ;
@@ -213,7 +215,7 @@ class HardwareQueueTest {
         assertFalse(l.awaitIdle(100), "a held request keeps the layer busy");
         long waited = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
         assertTrue(waited >= 90 && waited < 5_000, "awaitIdle(100) returned after " + waited + " ms");
-        driver.releaseHeld(TestDriver.Mode.INLINE);
+        driver.releaseHeld(MemoryBlockDriver.Mode.INLINE);
         assertTrue(l.awaitIdle(10_000), "idle once the driver completed and the request was released");
     }
 

@@ -2,6 +2,7 @@ package io.pmemblk.block;
 
 import static org.junit.jupiter.api.Assertions.*;
 
+import io.pmemblk.block.testing.MemoryBlockDriver;
 import java.util.SplittableRandom;
 import org.junit.jupiter.api.Test;
 
@@ -69,7 +70,7 @@ class LatencyBucketsTest {
 
     @Test
     void completionRecordsLatencyPerOperationOfItsQueue() throws Exception {
-        TestDriver driver = new TestDriver(1 << 20);
+        MemoryBlockDriver driver = new MemoryBlockDriver(1 << 20);
         try (BlockLayer layer = new BlockLayer(driver, 2, 4, 4L * BufferPool.CHUNK, BufferPool.CHUNK)) {
             HardwareQueue q = layer.queue(1);
             Request r = q.acquire(4096);

@@ -2,6 +2,7 @@ package io.pmemblk.block;
 
 import static org.junit.jupiter.api.Assertions.*;
 
+import io.pmemblk.block.testing.MemoryBlockDriver;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.SplittableRandom;
@@ -37,7 +38,7 @@ class TryAcquireModelTest {
     @MethodSource("seeds")
     void tryAcquireMatchesTheModel(long seed) {
         List<Integer> steps = steps(seed);
-        TestDriver driver = new TestDriver(1 << 20);
+        MemoryBlockDriver driver = new MemoryBlockDriver(1 << 20);
         try (BlockLayer layer = new BlockLayer(driver, 1, DEPTH, (long) POOL_CHUNKS * BufferPool.CHUNK, MAX)) {
             HardwareQueue q = layer.queue(0);
             List<Request> held = new ArrayList<>();

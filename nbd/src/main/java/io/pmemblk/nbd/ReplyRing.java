@@ -7,8 +7,10 @@ import io.pmemblk.block.Request;
  * (a connection never holds more tags than that, so a push never waits), filled by whichever thread completes
  * a request and drained whole by the connection's sender. Also counts the connection's requests in flight, so
  * the sender knows when the last reply of a closing connection has gone.
+ *
+ * <p>It is the requests' {@link Request.Completion} itself: a completion goes straight into the ring.
  */
-final class ReplyRing {
+final class ReplyRing implements Request.Completion {
     private final Request[] ring;
     private int head;
     private int count;
@@ -26,6 +28,11 @@ final class ReplyRing {
     /** A request of this connection took a tag. */
     synchronized void acquired() {
         inflight++;
+    }
+
+    @Override
+    public void completed(Request request) {
+        push(request);
     }
 
     /** Called on completion (any thread). */

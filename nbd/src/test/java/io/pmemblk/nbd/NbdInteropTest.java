@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.*;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import io.pmemblk.block.BlockLayer;
+import io.pmemblk.block.testing.MemoryBlockDriver;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -28,14 +29,14 @@ class NbdInteropTest {
 
     @TempDir
     Path dir;
-    MemoryDriver driver;
+    MemoryBlockDriver driver;
     BlockLayer layer;
     NbdServer server;
     String uri;
 
     @BeforeEach
     void start() throws IOException {
-        driver = new MemoryDriver(SIZE);
+        driver = new MemoryBlockDriver(SIZE);
         layer = new BlockLayer(driver, 2, 16, 2L * MAX, MAX);
         server = new NbdServer(new NbdConfig("pmem0", dir.resolve("nbd.sock"), "127.0.0.1", 0, MAX, 16,
                 "interop"), layer);

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.*;
 
 import io.pmemblk.block.BlockLayer;
 import io.pmemblk.block.BufferPool;
+import io.pmemblk.block.testing.MemoryBlockDriver;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;
@@ -27,13 +28,13 @@ class NbdMultiQueueTest {
 
     @TempDir
     Path dir;
-    MemoryDriver driver;
+    MemoryBlockDriver driver;
     BlockLayer layer;
     NbdServer server;
     final List<NbdTestClient> clients = new ArrayList<>();
 
     void start(long size, int queues, int depth, long poolBytes, int maxRequestBytes) throws IOException {
-        driver = new MemoryDriver(size);
+        driver = new MemoryBlockDriver(size);
         layer = new BlockLayer(driver, queues, depth, poolBytes, maxRequestBytes);
         server = new NbdServer(new NbdConfig(EXPORT, dir.resolve("nbd.sock"), "127.0.0.1", 0, maxRequestBytes, 16,
                 ""), layer);
@@ -109,7 +110,7 @@ class NbdMultiQueueTest {
         long size = (long) n * len;
         long poolBytes = 512 << 10;
         start(size, 1, depth, poolBytes, 256 << 10);
-        driver.reverseAsync = true; // completions out of order, on other threads
+        driver.mode(MemoryBlockDriver.Mode.REVERSE); // completions out of order, on other threads
         NbdTestClient c = client();
         ExecutorService replies = Executors.newSingleThreadExecutor();
         try {

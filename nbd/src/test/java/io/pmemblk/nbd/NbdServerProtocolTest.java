@@ -1,10 +1,12 @@
 package io.pmemblk.nbd;
 
+import static io.pmemblk.block.testing.Waits.await;
 import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.*;
 
 import io.pmemblk.block.BlockLayer;
 import io.pmemblk.block.Status;
+import io.pmemblk.block.testing.MemoryBlockDriver;
 import java.io.IOException;
 import java.net.URI;
 import java.nio.ByteBuffer;
@@ -21,7 +23,6 @@ import java.util.Set;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
-import java.util.function.BooleanSupplier;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -40,7 +41,7 @@ class NbdServerProtocolTest {
     @TempDir
     Path dir;
     Path socket;
-    MemoryDriver driver;
+    MemoryBlockDriver driver;
     BlockLayer layer;
     NbdServer server;
     List<URI> uris;
@@ -48,7 +49,7 @@ class NbdServerProtocolTest {
     @BeforeEach
     void start() throws IOException {
         socket = dir.resolve("run/nbd.sock");
-        driver = new MemoryDriver(SIZE);
+        driver = new MemoryBlockDriver(SIZE);
         layer = new BlockLayer(driver, 2, DEPTH, 2L * MAX, MAX);
         server = new NbdServer(new NbdConfig(EXPORT, socket, "127.0.0.1", 0, MAX, 64, "test export"), layer);
         uris = server.start();
@@ -67,16 +68,6 @@ class NbdServerProtocolTest {
 
     NbdTestClient client() throws IOException {
         return new NbdTestClient(socket);
-    }
-
-    static void await(String what, BooleanSupplier condition) throws InterruptedException {
-        long end = System.nanoTime() + Duration.ofSeconds(10).toNanos();
-        while (!condition.getAsBoolean()) {
-            if (System.nanoTime() > end) {
-                fail("timed out waiting for " + what);
-            }
-            Thread.sleep(5); // polling a condition with a deadline, not sleeping for synchronisation
-        }
     }
 
     int inflightTags() {
@@ -519,7 +510,7 @@ class NbdServerProtocolTest {
 
     @Test
     void pipelinedRequestsOutOfOrderEachCookieAnsweredOnce() throws Exception {
-        driver.reverseAsync = true;
+        driver.mode(MemoryBlockDriver.Mode.REVERSE);
         try (NbdTestClient c = client().go(EXPORT, true, false)) {
             int n = 400;
             Set<Long> expected = new HashSet<>();

@@ -1,4 +1,4 @@
-package io.pmemblk.block;
+package io.pmemblk.block.testing;
 
 import static org.junit.jupiter.api.Assertions.fail;
 
@@ -6,12 +6,12 @@ import java.time.Duration;
 import java.util.function.BooleanSupplier;
 
 /** Bounded waits for conditions another thread brings about; a timeout fails the test with what was awaited. */
-final class Waits {
-    static final Duration BOUND = Duration.ofSeconds(10);
+public final class Waits {
+    public static final Duration BOUND = Duration.ofSeconds(10);
 
     private Waits() {}
 
-    static void await(String what, BooleanSupplier condition) throws InterruptedException {
+    public static void await(String what, BooleanSupplier condition) throws InterruptedException {
         long end = System.nanoTime() + BOUND.toNanos();
         while (!condition.getAsBoolean()) {
             if (System.nanoTime() > end) {
@@ -22,14 +22,14 @@ final class Waits {
     }
 
     /** Waits until {@code t} is parked in a wait (not runnable, not finished). */
-    static void awaitWaiting(String what, Thread t) throws InterruptedException {
+    public static void awaitWaiting(String what, Thread t) throws InterruptedException {
         await(what + " (thread " + t.getName() + " blocked)", () -> {
             Thread.State s = t.getState();
             return s == Thread.State.WAITING || s == Thread.State.TIMED_WAITING;
         });
     }
 
-    static void join(String what, Thread t) throws InterruptedException {
+    public static void join(String what, Thread t) throws InterruptedException {
         t.join(BOUND.toMillis());
         if (t.isAlive()) {
             fail("timed out after " + BOUND + " waiting for " + what + "; thread " + t.getName() + " is "

@@ -1,0 +1,132 @@
+package io.pmemblk.nbd;
+
+import static io.pmemblk.nbd.NbdProtocol.*;
+
+import io.pmemblk.block.Request;
+import java.nio.ByteBuffer;
+
+/**
+ * Turns completed requests into the bytes of their NBD replies, as one iovec array for one gathering write:
+ * runs of reply headers as views of one reusable direct buffer, each READ's data as the request's own buffers
+ * (or the device views the driver put there), never copied. No socket here: {@link ReplySender} writes what
+ * this builds. Formats: NetworkBlockDevice/nbd {@code doc/proto.md}, "Simple reply message" and "Structured
+ * reply chunk message" (NBD_REPLY_TYPE_OFFSET_DATA, NBD_REPLY_TYPE_BLOCK_STATUS, NBD_REPLY_TYPE_ERROR).
+ *
+ * <p>Everything is allocated once per connection; encoding allocates nothing. One thread at a time (the
+ * sender's lock), except {@link #remember}, which the reader calls for a tag no reply is being encoded for.
+ */
+final class ReplyEncoder {
+    /** Largest reply header we build: chunk header + block status payload (context id + one descriptor). */
+    static final int HEADER_SLOT_BYTES = 32;
+
+    private final boolean structured;
+    private final long exportSize;
+    /** NBD command and flags per tag, for the reply (the block layer's Op does not say DF, REQ_ONE...). */
+    private final short[] commandOf;
+    private final short[] flagsOf;
+    private final ByteBuffer headers;
+    private final ByteBuffer[] headerViews;
+    private final ByteBuffer[] iov;
+    private long encodedBytes;
+
+    /**
+     * @param depth       tags of the hardware queue: the most replies one encode can hold
+     * @param maxSegments the most data buffers one READ reply can carry
+     */
+    ReplyEncoder(int depth, int maxSegments, boolean structured, long exportSize) {
+        this.structured = structured;
+        this.exportSize = exportSize;
+        this.commandOf = new short[depth];
+        this.flagsOf = new short[depth];
+        this.headers = ByteBuffer.allocateDirect(depth * HEADER_SLOT_BYTES);
+        this.headerViews = new ByteBuffer[depth];
+        for (int i = 0; i < depth; i++) {
+            headerViews[i] = headers.duplicate();
+        }
+        // header + data: the request's segments, or up to 2 device views, whichever is more
+        this.iov = new ByteBuffer[depth * (2 + maxSegments)];
+    }
+
+    /** The NBD command and flags of the request on {@code tag}, which its reply needs. */
+    void remember(int tag, int command, int flags) {
+        commandOf[tag] = (short) command;
+        flagsOf[tag] = (short) flags;
+    }
+
+    /** The iovec array {@link #encode} filled; the writer nulls the entries it is done with. */
+    ByteBuffer[] iov() {
+        return iov;
+    }
+
+    /** Bytes the last {@link #encode} put in {@link #iov()}. */
+    long encodedBytes() {
+        return encodedBytes;
+    }
+
+    /**
+     * Encodes the replies of {@code done[0..n)} into {@link #iov()}, in that order; returns how many entries it
+     * filled. Consecutive headers share one entry; a READ's data follows its header.
+     */
+    int encode(Request[] done, int n) {
+        ByteBuffer headers = this.headers;
+        ByteBuffer[] iov = this.iov;
+        headers.clear();
+        int iovs = 0;
+        int views = 0;
+        int runStart = -1; // start of the current run of headers not yet added to iov
+        long total = 0;
+        for (int i = 0; i < n; i++) {
+            Request r = done[i];
+            int t = r.tag();
+            int command = commandOf[t];
+            int flags = flagsOf[t];
+            int error = RequestValidator.nbdError(r.status(), flags);
+            if (runStart < 0) {
+                runStart = headers.position();
+            }
+            boolean data = false;
+            if (command == CMD_READ && error == 0) {
+                if (structured) {
+                    headers.putInt(STRUCTURED_REPLY_MAGIC).putShort((short) REPLY_FLAG_DONE)
+                            .putShort((short) REPLY_TYPE_OFFSET_DATA).putLong(r.cookie).putInt(8 + (int) r.length)
+                            .putLong(r.offset);
+                } else {
+                    headers.putInt(SIMPLE_REPLY_MAGIC).putInt(0).putLong(r.cookie);
+                }
+                data = true;
+            } else if (command == CMD_BLOCK_STATUS && error == 0) {
+                // Every byte of a pmem device is allocated data: one descriptor, status 0, up to the end.
+                long len = Math.min(r.length, exportSize - r.offset);
+                headers.putInt(STRUCTURED_REPLY_MAGIC).putShort((short) REPLY_FLAG_DONE)
+                        .putShort((short) REPLY_TYPE_BLOCK_STATUS).putLong(r.cookie).putInt(12)
+                        .putInt(META_ID_BASE_ALLOCATION).putInt((int) len).putInt(0);
+            } else if (error != 0 && structured) {
+                headers.putInt(STRUCTURED_REPLY_MAGIC).putShort((short) REPLY_FLAG_DONE)
+                        .putShort((short) REPLY_TYPE_ERROR).putLong(r.cookie).putInt(6)
+                        .putInt(error).putShort((short) 0);
+            } else {
+                headers.putInt(SIMPLE_REPLY_MAGIC).putInt(error).putLong(r.cookie);
+            }
+            if (data) {
+                ByteBuffer v = headerViews[views++];
+                v.limit(headers.position()).position(runStart);
+                iov[iovs++] = v;
+                total += headers.position() - runStart;
+                runStart = -1;
+                ByteBuffer[] bufs = r.dataBuffers();
+                for (int s = 0, segs = r.dataBufferCount(); s < segs; s++) {
+                    iov[iovs++] = bufs[s];
+                }
+                total += r.length;
+            }
+        }
+        if (runStart >= 0) {
+            ByteBuffer v = headerViews[views];
+            v.limit(headers.position()).position(runStart);
+            iov[iovs++] = v;
+            total += headers.position() - runStart;
+        }
+        encodedBytes = total;
+        return iovs;
+    }
+}

@@ -1,0 +1,287 @@
+package io.pmemblk.nbd;
+
+import static io.pmemblk.nbd.NbdProtocol.*;
+
+import io.pmemblk.block.FrontendQueue;
+import io.pmemblk.block.Op;
+import io.pmemblk.block.Request;
+import io.pmemblk.block.Status;
+import java.io.EOFException;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.SocketChannel;
+
+/**
+ * The transmission phase's receiving half (nbdkit's {@code protocol_recv_request_send_reply} up to the
+ * handler): parses request headers out of a direct input buffer, refuses what {@link RequestValidator}
+ * refuses, reads WRITE payloads straight into the request's data buffers (the device itself when the driver
+ * receives in place), gathers every request already received into one batch of the {@link FrontendQueue} and
+ * dispatches the batch before it would block on the socket, so the driver rings one doorbell per batch.
+ * After a dispatch it has the {@link ReplySender} answer what completed inline, unless large WRITE payloads
+ * are streaming in: then the sender answers in parallel while this thread keeps receiving.
+ *
+ * <p>Allocation-free per request. One thread ({@code nbd-conn-N-rx}) runs it; whatever ends it (an exception,
+ * DISC) leaves undispatched requests for the caller to release ({@link FrontendQueue#releaseUndispatched}).
+ */
+final class RequestReader {
+    static final int INPUT_BUFFER_BYTES = 64 * 1024;
+    /** A WRITE payload at least this long makes the next header read a short one (see fill). */
+    static final int LARGE_WRITE = 32 * 1024;
+    static final int SMALL_READ_AHEAD = 4096;
+
+    private final SocketChannel channel;
+    private final FrontendQueue queue;
+    private final ReplyRing ring;
+    private final ReplySender sender;
+    private final ReplyEncoder encoder;
+    private final CloseState state;
+    private final Object owner;
+    private final boolean structured;
+    private final boolean baseAllocation;
+    private final long exportSize;
+    private final int maxRequestBytes;
+    /** The last WRITE was large: read headers with a short read-ahead. */
+    private boolean largeWrites;
+    private long requests;
+    /** When the reader began waiting for the rest of a WRITE payload; 0 = not. Read by the stall watchdog. */
+    private volatile long receivingSince;
+
+    /**
+     * @param owner what requests carry as {@link Request#owner} (the connection)
+     */
+    RequestReader(SocketChannel channel, FrontendQueue queue, ReplyRing ring, ReplySender sender,
+                  ReplyEncoder encoder, CloseState state, Object owner, boolean structured, boolean baseAllocation,
+                  long exportSize, int maxRequestBytes) {
+        this.channel = channel;
+        this.queue = queue;
+        this.ring = ring;
+        this.sender = sender;
+        this.encoder = encoder;
+        this.state = state;
+        this.owner = owner;
+        this.structured = structured;
+        this.baseAllocation = baseAllocation;
+        this.exportSize = exportSize;
+        this.maxRequestBytes = maxRequestBytes;
+    }
+
+    /** Request headers read so far (DISC included). */
+    long requests() {
+        return requests;
+    }
+
+    long receivingSince() {
+        return receivingSince;
+    }
+
+    /**
+     * Reads and submits requests until DISC or a WRITE too large to read (both return normally, with the
+     * reason in the close state) or an exception.
+     * @throws EOFException when the client closes the connection (cleanly between requests or not)
+     * @throws NbdProtocolException on a bad request magic
+     * @throws IOException on a failed read, or when an inline reply found the connection broken
+     */
+    void run() throws IOException, InterruptedException {
+        ByteBuffer in = ByteBuffer.allocateDirect(INPUT_BUFFER_BYTES);
+        in.flip();
+        for (;;) {
+            if (in.remaining() < REQUEST_HEADER_BYTES) {
+                fill(in, REQUEST_HEADER_BYTES);
+            }
+            int magic = in.getInt();
+            if (magic != REQUEST_MAGIC) {
+                throw new NbdProtocolException("request magic 0x" + Integer.toHexString(magic) + ", expected 0x"
+                        + Integer.toHexString(REQUEST_MAGIC));
+            }
+            int flags = Short.toUnsignedInt(in.getShort());
+            int command = Short.toUnsignedInt(in.getShort());
+            long cookie = in.getLong();
+            long offset = in.getLong();
+            long length = Integer.toUnsignedLong(in.getInt());
+            requests++;
+
+            if (command == CMD_DISC) {
+                queue.dispatch();
+                state.reason = "client disconnected (NBD_CMD_DISC)";
+                return;
+            }
+            int error = RequestValidator.validate(command, flags, offset, length, structured, baseAllocation,
+                    exportSize, maxRequestBytes);
+            if (command == CMD_WRITE) {
+                if (RequestValidator.writeTooLarge(length, maxRequestBytes)) {
+                    // Never read (or allocate) an oversized payload: answer, then hang up.
+                    replyNow(command, flags, cookie, Status.EINVAL);
+                    queue.dispatch();
+                    state.reason = "WRITE of " + length + " bytes exceeds the maximum " + maxRequestBytes;
+                    return;
+                }
+                if (error != 0) {
+                    skip(in, length);
+                    replyNow(command, flags, cookie, error);
+                    continue;
+                }
+                largeWrites = length >= LARGE_WRITE;
+                Request r = queue.acquireWrite(offset, (int) length);
+                ring.acquired();
+                prepare(r, command, flags, cookie, Op.WRITE, offset);
+                readPayload(in, r);
+                queue.add(r);
+                continue;
+            }
+            if (error != 0) {
+                replyNow(command, flags, cookie, error);
+                continue;
+            }
+            switch (command) {
+                case CMD_READ -> {
+                    Request r = acquire((int) length);
+                    prepare(r, command, flags, cookie, Op.READ, offset);
+                    queue.add(r);
+                }
+                case CMD_BLOCK_STATUS -> {
+                    // Answered here: every byte of a pmem device is allocated data (status 0 is always right).
+                    Request r = acquire(0);
+                    prepare(r, command, flags, cookie, null, offset);
+                    r.length = length; // validate() keeps it within the export; the reply's u32 holds it
+                    queue.completeHere(r, Status.OK);
+                }
+                default -> {
+                    Op op = switch (command) {
+                        case CMD_FLUSH -> Op.FLUSH;
+                        case CMD_TRIM -> Op.TRIM;
+                        case CMD_CACHE -> Op.CACHE;
+                        default -> Op.WRITE_ZEROES;
+                    };
+                    Request r = acquire(0);
+                    prepare(r, command, flags, cookie, op, offset);
+                    r.length = length; // up to 4 GiB - 1: a data-less request is not bounded by maxRequestBytes
+                    queue.add(r);
+                }
+            }
+            if (queue.full()) {
+                queue.dispatch();
+            }
+        }
+    }
+
+    private void prepare(Request r, int command, int flags, long cookie, Op op, long offset) {
+        encoder.remember(r.tag(), command, flags);
+        r.op = op;
+        r.offset = offset;
+        r.fua = (flags & CMD_FLAG_FUA) != 0;
+        r.cookie = cookie;
+        r.owner = owner;
+        r.completion = ring;
+        r.sinkReadsDevice = op == Op.READ; // the sender writes READ data with writev: it can send from pmem itself
+    }
+
+    /** A reply decided here (a validation error): takes a tag so it queues like any other reply. */
+    private void replyNow(int command, int flags, long cookie, int error) throws InterruptedException {
+        Request r = acquire(0);
+        prepare(r, command, flags, cookie, null, 0);
+        queue.completeHere(r, error);
+    }
+
+    private Request acquire(int dataBytes) throws InterruptedException {
+        Request r = queue.acquire(dataBytes);
+        ring.acquired();
+        return r;
+    }
+
+    /**
+     * Dispatches the batch, then (if the sender is not mid-write) writes the replies of whatever completed
+     * inline. While the reader dispatches, completions do not wake the sender; afterwards it is woken only if
+     * replies are left for it.
+     */
+    private void dispatchAndReplyInline() throws IOException {
+        if (queue.batched() == 0) {
+            return;
+        }
+        if (largeWrites) {
+            // While large payloads stream in, the reader's time is best spent receiving them: the sender
+            // answers in parallel (measured: 64 KiB writes at QD16 ~4200 MiB/s this way, ~3300 inline).
+            queue.dispatch();
+            return;
+        }
+        ring.inlineBegin();
+        try {
+            queue.dispatch();
+            sender.replyInlineIfIdle();
+        } finally {
+            ring.inlineEnd();
+        }
+        if (state.broken) {
+            throw new IOException(state.reason);
+        }
+    }
+
+    /** Makes at least {@code need} bytes readable in {@code in}, dispatching the batch before blocking. */
+    private void fill(ByteBuffer in, int need) throws IOException {
+        in.compact();
+        dispatchAndReplyInline();
+        // After a large WRITE, read only a little ahead: the next request is likely another large WRITE, and
+        // payload bytes that land in this buffer are copied once more on their way to the request's buffers;
+        // read directly there instead (readPayload's scattering read).
+        int window = largeWrites ? SMALL_READ_AHEAD : in.capacity();
+        while (in.position() < need) {
+            in.limit(Math.min(in.capacity(), Math.max(need, in.position() + window)));
+            if (channel.read(in) < 0) {
+                boolean clean = in.position() == 0;
+                in.flip();
+                throw new EOFException(clean ? "client closed the connection without NBD_CMD_DISC"
+                        : "client closed the connection in the middle of a request header");
+            }
+        }
+        in.flip();
+    }
+
+    /** Copies what the input buffer already holds, then reads the rest of the payload in place. */
+    private void readPayload(ByteBuffer in, Request r) throws IOException {
+        ByteBuffer[] bufs = r.dataBuffers();
+        int segs = r.dataBufferCount();
+        int first = 0;
+        while (in.hasRemaining() && first < segs) {
+            ByteBuffer dst = bufs[first];
+            int k = Math.min(in.remaining(), dst.remaining());
+            int limit = in.limit();
+            in.limit(in.position() + k);
+            dst.put(in);
+            in.limit(limit);
+            if (!dst.hasRemaining()) {
+                first++;
+            }
+        }
+        if (first < segs) {
+            dispatchAndReplyInline();
+            while (first < segs) {
+                receivingSince = System.nanoTime(); // progress restarts the stall clock
+                long got = channel.read(bufs, first, segs - first);
+                receivingSince = 0;
+                if (got < 0) {
+                    throw new EOFException("client closed the connection in the middle of a WRITE payload");
+                }
+                while (first < segs && !bufs[first].hasRemaining()) {
+                    first++;
+                }
+            }
+        }
+    }
+
+    /** Discards the payload of a refused WRITE (at most maxRequestBytes) through the input buffer. */
+    private void skip(ByteBuffer in, long length) throws IOException {
+        long left = length;
+        while (left > 0) {
+            if (!in.hasRemaining()) {
+                in.clear();
+                queue.dispatch();
+                if (channel.read(in) < 0) {
+                    throw new EOFException("client closed the connection in the middle of a WRITE payload");
+                }
+                in.flip();
+            }
+            int k = (int) Math.min(left, in.remaining());
+            in.position(in.position() + k);
+            left -= k;
+        }
+    }
+}

@@ -1,0 +1,152 @@
+package io.pmemblk.nbd;
+
+import static io.pmemblk.nbd.NbdProtocol.*;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.pmemblk.block.Request;
+import io.pmemblk.block.Status;
+import io.pmemblk.block.testing.Waits;
+import java.net.StandardSocketOptions;
+import java.nio.ByteBuffer;
+import java.nio.file.Path;
+import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+
+/** The replying half of a connection: its thread, the reader's inline replies, and a peer that goes away. */
+@Timeout(60)
+class ReplySenderTest {
+    @TempDir
+    Path dir;
+    ConnectionParts c;
+
+    @AfterEach
+    void stop() throws Exception {
+        if (c != null) {
+            c.close();
+        }
+    }
+
+    /** A request of this connection as the reader leaves it, completed by the driver with {@code status}. */
+    Request complete(int command, int dataBytes, long cookie, int status) throws InterruptedException {
+        Request r = c.queue.acquire(dataBytes);
+        c.ring.acquired();
+        c.encoder.remember(r.tag(), command, 0);
+        r.cookie = cookie;
+        r.completion = c.ring;
+        r.complete(status);
+        return r;
+    }
+
+    static void simpleReply(ByteBuffer w, int error, long cookie) {
+        assertEquals(SIMPLE_REPLY_MAGIC, w.getInt(), "simple reply magic");
+        assertEquals(error, w.getInt(), "error");
+        assertEquals(cookie, w.getLong(), "cookie");
+    }
+
+    Thread senderThread(AtomicReference<Throwable> failed) {
+        return Thread.ofPlatform().name("sender-under-test").start(() -> {
+            try {
+                c.sender.run();
+            } catch (Throwable e) {
+                failed.set(e);
+            }
+        });
+    }
+
+    @Test
+    void theSenderThreadRepliesInCompletionOrderReleasesAndStopsWhenTheLastIsBack() throws Exception {
+        c = new ConnectionParts(dir, false);
+        AtomicReference<Throwable> failed = new AtomicReference<>();
+        Thread t = senderThread(failed);
+        complete(CMD_WRITE, 0, 3, Status.OK);
+        complete(CMD_TRIM, 0, 1, Status.EIO);
+        complete(CMD_FLUSH, 0, 2, Status.OK);
+        ByteBuffer w = c.receive(3 * 16);
+        simpleReply(w, 0, 3);
+        simpleReply(w, Status.EIO, 1);
+        simpleReply(w, 0, 2);
+        assertTrue(t.isAlive(), "the reader has not stopped: more may come");
+        c.ring.readerDone();
+        Waits.join("the sender to stop once the reader is done and nothing is in flight", t);
+        assertEquals(null, failed.get());
+        assertEquals(0, c.queue.inflight());
+    }
+
+    @Test
+    void theReaderRepliesInlineToWhatCompletedWhenTheSenderIsIdle() throws Exception {
+        c = new ConnectionParts(dir, false);
+        complete(CMD_WRITE, 0, 1, Status.OK);
+        complete(CMD_WRITE, 0, 2, Status.ENOSPC);
+        c.sender.replyInlineIfIdle();
+        assertEquals(0, c.queue.inflight(), "replied and released on the calling thread");
+        ByteBuffer w = c.receive(2 * 16);
+        simpleReply(w, 0, 1);
+        simpleReply(w, Status.ENOSPC, 2);
+    }
+
+    @Test
+    void theReaderStepsAsideWhileTheSenderIsMidWrite() throws Exception {
+        c = new ConnectionParts(dir, false);
+        c.server.setOption(StandardSocketOptions.SO_SNDBUF, 4096);
+        AtomicReference<Throwable> failed = new AtomicReference<>();
+        Thread t = senderThread(failed);
+        // 1 MiB of READ data the client does not read yet: the sender blocks in its write, holding the lock.
+        for (int i = 0; i < 4; i++) {
+            complete(CMD_READ, ConnectionParts.MAX, 10 + i, Status.OK);
+        }
+        Waits.await("the sender to block writing", () -> c.sender.sendingSince() != 0);
+        complete(CMD_FLUSH, 0, 99, Status.OK);
+        assertTimeoutPreemptively(Waits.BOUND, c.sender::replyInlineIfIdle, "the reader waited for the sender");
+        assertEquals(5, c.queue.inflight(), "the reader left the FLUSH's reply to the sender");
+        int dataReplies = 4 * (16 + ConnectionParts.MAX);
+        ByteBuffer w = c.receive(dataReplies + 16);
+        for (int i = 0; i < 4; i++) {
+            simpleReply(w, 0, 10 + i);
+            w.position(w.position() + ConnectionParts.MAX);
+        }
+        simpleReply(w, 0, 99);
+        c.ring.readerDone();
+        Waits.join("the sender", t);
+        assertEquals(null, failed.get());
+        assertEquals(0, c.queue.inflight());
+        assertEquals(0, c.sender.sendingSince(), "the stall clock stops when the write is done");
+    }
+
+    @Test
+    void aPeerThatWentAwayBreaksTheConnectionButEveryRequestIsStillReleased() throws Exception {
+        c = new ConnectionParts(dir, false);
+        // The client stops reading (replies fail with EPIPE) but could still send: only our own shutdown of the
+        // input stops the reader then.
+        c.client.shutdownInput();
+        complete(CMD_READ, 4096, 1, Status.OK);
+        complete(CMD_READ, 4096, 2, Status.OK);
+        c.sender.replyInlineIfIdle();
+        assertTrue(c.state.broken);
+        assertTrue(c.state.reason.startsWith("write failed"), c.state.reason);
+        assertEquals(0, c.queue.inflight());
+        c.server.configureBlocking(false); // 0 = nothing yet, -1 = input shut
+        assertEquals(-1, c.server.read(ByteBuffer.allocate(1)), "the input was shut so the reader stops");
+        complete(CMD_READ, 4096, 3, Status.OK);
+        c.sender.replyInlineIfIdle();
+        assertEquals(0, c.queue.inflight(), "once broken, completions are released without a write");
+        assertTrue(c.state.reason.startsWith("write failed"), "the first reason stays: " + c.state.reason);
+    }
+
+    @Test
+    void aConnectionAlreadyBrokenWritesNothing() throws Exception {
+        c = new ConnectionParts(dir, false);
+        c.state.fail("client stopped reading replies");
+        complete(CMD_WRITE, 0, 1, Status.OK);
+        c.sender.replyInlineIfIdle();
+        assertEquals(0, c.queue.inflight());
+        c.server.close();
+        assertEquals(-1, c.client.read(ByteBuffer.allocate(16)), "no reply bytes");
+        assertFalse(c.state.reason.startsWith("write failed"));
+    }
+}
