@@ -203,6 +203,32 @@ class IoatChannelTest {
         }
     }
 
+    /**
+     * A channel the device breaks for good (it never arms again): what was placed is reported failed once, then
+     * place() throws, close() returns. The driver's fallback for a throwing channel is tested against this.
+     */
+    @Test
+    void aBrokenChannelReportsWhatWasPlacedThenRefusesNewCopies() {
+        try (Rig r = new Rig(1, 16, 20, 1 << 16)) {
+            r.device.stall(true);
+            for (int i = 0; i < 4; i++) {
+                assertThat(r.ch.place(r.srcIova + i * 1024L, r.dstIova + i * 1024L, 1024, "c" + i)).isTrue();
+            }
+            r.ch.submit();
+            r.device.breakAfter(0, 2, IoatSpec.CHANERR_DEST_ADDR);
+            r.device.stall(false);
+            r.rec.awaitCount(4); // after the driver's re-arm has timed out (2 s)
+            assertThat(r.device.broken(0)).isTrue();
+            assertThat(r.rec.status("c0")).isZero();
+            for (int i = 1; i < 4; i++) {
+                assertThat(r.rec.status("c" + i)).as("status of c%d", i).isEqualTo(IoatSpec.CHANERR_DEST_ADDR);
+            }
+            org.assertj.core.api.Assertions.assertThatThrownBy(() -> r.ch.place(r.srcIova, r.dstIova, 64, "late"))
+                    .isInstanceOf(IllegalStateException.class).hasMessageContaining("could not recover from a halt");
+            assertThat(r.rec.status("late")).as("a refused copy is never reported").isNull();
+        }
+    }
+
     @Test
     void sourceAddressErrorRecovers() {
         failThenRecover(IoatSpec.CHANERR_SRC_ADDR);
