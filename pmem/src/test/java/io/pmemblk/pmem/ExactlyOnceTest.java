@@ -197,6 +197,39 @@ class ExactlyOnceTest {
         closeAndAssertEachCompletedOnce(n);
     }
 
+    /**
+     * A request whose first copy is in the ring when its second place() throws must wait for that copy: were it
+     * completed at once (by the CPU), the frontend could reuse its buffers while the device still reads them,
+     * and the late copy would write someone else's data at this request's offset.
+     */
+    @Test
+    void aRequestIsNotCompletedWhileACopyOfItIsStillInTheRing() throws Exception {
+        open(new Routing(65536, Integer.MAX_VALUE));
+        var device = engine.softDevice().orElseThrow();
+        device.stall(true);
+        channel.failCalls(2, 2);
+        Request r = prepare(Op.WRITE, 0, DMA_LEN, 1000);
+        Request cpu = prepare(Op.WRITE, 1 << 20, CPU_LEN, 1001);
+        q.dispatch(new Request[] {r, cpu}, 2);
+        Request first = done.poll(10, TimeUnit.SECONDS);
+        assertThat(first).as("the CPU request completes inline").isSameAs(cpu);
+        assertThat(done.poll()).as("the request with a copy in the stalled ring is still waiting for it").isNull();
+        assertThat(completions.get(r.cookie)).isNull();
+        device.stall(false);
+        Request second = done.poll(10, TimeUnit.SECONDS);
+        assertThat(second).as("completed once the ring has reported its copy").isSameAs(r);
+        assertThat(second.status()).isEqualTo(Status.OK);
+        assertThat(second.route).as("redone by the CPU: one copy could not be placed").isEqualTo(Route.CPU);
+        first.release();
+        second.release();
+        Random rnd = new Random(1000);
+        for (int b = 0; b < DMA_LEN; b++) {
+            assertThat(driver.region().memory().get(ValueLayout.JAVA_BYTE, b)).isEqualTo((byte) rnd.nextInt());
+        }
+        assertThat(q.inflight()).isZero();
+        closeAndAssertEachCompletedOnce(2);
+    }
+
     @Test
     void aChannelThatThrowsFromSomeCallOnLosesNothing() throws Exception {
         open(new Routing(65536, Integer.MAX_VALUE));
