@@ -222,64 +222,46 @@ public final class PmemBlockDriver implements BlockDriver {
     static final int STATUS_NOT_PLACED = 0x2000_0000;
 
     /**
-     * Places every segment of r, each copy with r as its context. RING_FULL: there was no room for all of them
-     * and nothing was placed. PLACED: the request's count ({@link PerRequest#outstanding}) is one per segment
-     * plus one that the caller drops, with the share of any segment not placed because the channel threw
-     * ({@link PerRequest#placeError}); whoever drops the count to zero completes the request.
+     * Places every segment of r as one unit ({@link DmaChannel#placeAll}: all or none), each copy with r as its
+     * context. RING_FULL: there was no room for all of them and nothing was placed. PLACED: the request's count
+     * ({@link PerRequest#outstanding}) is one per segment plus one that the caller drops, with the share of the
+     * segments not placed because the channel threw ({@link PerRequest#placeError}); whoever drops the count to
+     * zero completes the request.
      */
     private int place(DmaChannel channel, int hwq, Request r) {
         int n = r.segments();
         PerRequest st = state(r);
-        // Set before the first copy is placed: a report (on the completion thread) may come before place returns.
+        // Set before the copies are placed: a report (on the completion thread) may come before placeAll returns.
+        // Every segment's copy reports to the request, not just the last: the device may halt on any descriptor,
+        // failing that copy and every one after it, so some segments may succeed and others fail. The request
+        // completes when all have reported, and goes to the CPU if any failed.
         st.failedStatus = 0;
         st.placed = 0;
         st.placeError = null;
         st.outstanding = n + 1;
+        st.copies(r, poolIova[hwq], regionIova + r.offset, r.op == Op.WRITE);
         try {
-            long pool = poolIova[hwq];
-            boolean write = r.op == Op.WRITE;
-            synchronized (channel) {
-                int need = 0;
-                for (int s = 0; s < n; s++) {
-                    need += channel.slotsFor(r.segmentLength(s));
-                }
-                if (need > channel.freeSlots()) {
-                    return RING_FULL;
-                }
-                long dev = regionIova + r.offset;
-                // Every segment's copy reports to the request, not just the last: a halt can fall between two
-                // place() calls (the channel recovers and re-arms there), failing the first segments while the
-                // later ones, placed after the re-arm, succeed. The request completes when all have reported,
-                // and goes to the CPU if any failed.
-                for (int s = 0; s < n; s++) {
-                    int len = r.segmentLength(s);
-                    long buf = pool + r.segmentPoolOffset(s);
-                    boolean ok = write ? channel.place(buf, dev, len, r) : channel.place(dev, buf, len, r);
-                    if (!ok) {
-                        // freeSlots() said there was room and only this monitor's holders place on this channel
-                        throw new IllegalStateException("DMA ring refused a copy after reporting room for it");
-                    }
-                    st.placed++;
-                    dev += len;
-                }
+            if (!channel.placeAll(st, r)) {
+                return RING_FULL;
             }
+            st.placed = n;
         } catch (Throwable t) {
-            // Copies already placed report as usual (the channel reports every placed context exactly once, also
-            // when it is closed); the request then goes to the CPU with whoever drops the count last.
-            if (st.failedStatus == 0) {
-                st.failedStatus = STATUS_NOT_PLACED;
-            }
+            // Nothing was placed (all or none); the request goes to the CPU with the caller's drop.
+            st.failedStatus = STATUS_NOT_PLACED;
             st.placeError = t instanceof Error ? t : null;
             if (t instanceof Error || faultLogDue()) {
-                LOG.log(System.Logger.Level.ERROR, "DMA channel " + channel.index() + " threw placing " + r + " ("
-                        + st.placed + " of " + n + " copies placed); it is completed by the CPU: " + t, t);
+                LOG.log(System.Logger.Level.ERROR, "DMA channel " + channel.index() + " threw placing " + r
+                        + "; it is completed by the CPU: " + t, t);
             }
         }
         return PLACED;
     }
 
-    /** The driver's per-request area ({@link Request#driverData}): made once per tag, reused. */
-    static final class PerRequest {
+    /**
+     * The driver's per-request area ({@link Request#driverData}): made once per tag, reused. It is also the
+     * request's list of copies for {@link DmaChannel#placeAll}, so placing allocates nothing.
+     */
+    static final class PerRequest implements DmaChannel.Copies {
         private static final VarHandle OUTSTANDING;
 
         static {
@@ -301,6 +283,39 @@ public final class PmemBlockDriver implements BlockDriver {
         int placed;
         Throwable placeError;
         private ByteBuffer[] windows;
+
+        private Request request;
+        private long poolIova;
+        private long deviceIova;
+        private boolean write;
+
+        /** Points the copy list at r: its segments in the pool at poolIova, its range at deviceIova. */
+        void copies(Request r, long poolIova, long deviceIova, boolean write) {
+            this.request = r;
+            this.poolIova = poolIova;
+            this.deviceIova = deviceIova;
+            this.write = write;
+        }
+
+        @Override
+        public int count() {
+            return request.segments();
+        }
+
+        @Override
+        public long srcIova(int i) {
+            return write ? poolIova + request.segmentPoolOffset(i) : deviceIova + (long) i * BufferPool.CHUNK;
+        }
+
+        @Override
+        public long dstIova(int i) {
+            return write ? deviceIova + (long) i * BufferPool.CHUNK : poolIova + request.segmentPoolOffset(i);
+        }
+
+        @Override
+        public long length(int i) {
+            return request.segmentLength(i);
+        }
 
         /** Drops n shares; returns what is left (0: the caller completes the request). */
         int drop(int n) {

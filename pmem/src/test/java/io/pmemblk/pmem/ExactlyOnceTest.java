@@ -57,7 +57,7 @@ class ExactlyOnceTest {
     final Map<Long, AtomicInteger> completions = new ConcurrentHashMap<>();
     long nextCookie = 1;
 
-    /** Places through to the real channel, but throws what {@code fault} gives on the chosen calls. */
+    /** Places through to the real channel, but its placeAll() throws what {@code fault} gives on the chosen calls. */
     static final class ThrowingChannel implements DmaChannel {
         final DmaChannel inner;
         final AtomicInteger calls = new AtomicInteger();
@@ -69,7 +69,7 @@ class ExactlyOnceTest {
             this.inner = inner;
         }
 
-        /** place() calls first..last (counting from 1) throw. */
+        /** placeAll() calls first..last (counting from 1) throw; one call per DMA request. */
         void failCalls(int first, int last) {
             calls.set(0);
             firstFailing = first;
@@ -85,13 +85,18 @@ class ExactlyOnceTest {
 
         @Override
         public boolean place(long srcIova, long dstIova, long length, Object ctx) {
+            return inner.place(srcIova, dstIova, length, ctx);
+        }
+
+        @Override
+        public boolean placeAll(Copies copies, Object ctx) {
             int n = calls.incrementAndGet();
             if (n >= firstFailing && n <= lastFailing) {
                 Throwable t = fault.get();
                 if (t instanceof RuntimeException e) throw e;
                 throw (Error) t;
             }
-            return inner.place(srcIova, dstIova, length, ctx);
+            return inner.placeAll(copies, ctx);
         }
     }
 
@@ -181,11 +186,10 @@ class ExactlyOnceTest {
     }
 
     @Test
-    void aPlaceThatThrowsMidRequestSendsItToTheCpuAndTheRestOfTheBatchRuns() throws Exception {
+    void aPlaceThatThrowsSendsThatRequestToTheCpuAndTheRestOfTheBatchRuns() throws Exception {
         open(new Routing(65536, Integer.MAX_VALUE));
-        // Request 0 places its four segments (calls 1-4); request 2 throws at its second (call 6), with its
-        // first segment already in the ring; request 3 and later place again.
-        channel.failCalls(6, 6);
+        // DMA requests are 0, 2, 3, 5, 6, 8: the second (request 2) throws, the ones after it place again.
+        channel.failCalls(2, 2);
         int n = 9;
         Request[] batch = mixedWrites(n, 0);
         q.dispatch(batch, n);
@@ -198,48 +202,53 @@ class ExactlyOnceTest {
     }
 
     /**
-     * A request whose first copy is in the ring when its second place() throws must wait for that copy: were it
-     * completed at once (by the CPU), the frontend could reuse its buffers while the device still reads them,
-     * and the late copy would write someone else's data at this request's offset.
+     * A DMA request is completed when its copies have reported, not before, also when the request after it in
+     * the batch cannot be placed: were it completed at once, the frontend could reuse its buffers while the
+     * device still reads them, and the late copy would write someone else's data at this request's offset.
      */
     @Test
-    void aRequestIsNotCompletedWhileACopyOfItIsStillInTheRing() throws Exception {
+    void aRequestIsNotCompletedWhileItsCopiesAreStillInTheRing() throws Exception {
         open(new Routing(65536, Integer.MAX_VALUE));
         var device = engine.softDevice().orElseThrow();
         device.stall(true);
         channel.failCalls(2, 2);
         Request r = prepare(Op.WRITE, 0, DMA_LEN, 1000);
-        Request cpu = prepare(Op.WRITE, 1 << 20, CPU_LEN, 1001);
-        q.dispatch(new Request[] {r, cpu}, 2);
+        Request thrown = prepare(Op.WRITE, 1 << 20, DMA_LEN, 1001);
+        Request cpu = prepare(Op.WRITE, 2 << 20, CPU_LEN, 1002);
+        q.dispatch(new Request[] {r, thrown, cpu}, 3);
         Request first = done.poll(10, TimeUnit.SECONDS);
-        assertThat(first).as("the CPU request completes inline").isSameAs(cpu);
-        assertThat(done.poll()).as("the request with a copy in the stalled ring is still waiting for it").isNull();
+        Request second = done.poll(10, TimeUnit.SECONDS);
+        assertThat(java.util.List.of(first, second)).as("the CPU ones complete inline").containsExactly(thrown, cpu);
+        assertThat(thrown.route).isEqualTo(Route.CPU);
+        assertThat(done.poll()).as("the request with its copies in the stalled ring is still waiting for them").isNull();
         assertThat(completions.get(r.cookie)).isNull();
         device.stall(false);
-        Request second = done.poll(10, TimeUnit.SECONDS);
-        assertThat(second).as("completed once the ring has reported its copy").isSameAs(r);
-        assertThat(second.status()).isEqualTo(Status.OK);
-        assertThat(second.route).as("redone by the CPU: one copy could not be placed").isEqualTo(Route.CPU);
-        first.release();
-        second.release();
+        Request third = done.poll(10, TimeUnit.SECONDS);
+        assertThat(third).as("completed once the ring has reported its copies").isSameAs(r);
+        assertThat(third.status()).isEqualTo(Status.OK);
+        assertThat(third.route).isEqualTo(Route.DMA);
+        for (Request x : new Request[] {first, second, third}) {
+            x.release();
+        }
         Random rnd = new Random(1000);
         for (int b = 0; b < DMA_LEN; b++) {
             assertThat(driver.region().memory().get(ValueLayout.JAVA_BYTE, b)).isEqualTo((byte) rnd.nextInt());
         }
         assertThat(q.inflight()).isZero();
-        closeAndAssertEachCompletedOnce(2);
+        closeAndAssertEachCompletedOnce(3);
     }
 
     @Test
     void aChannelThatThrowsFromSomeCallOnLosesNothing() throws Exception {
         open(new Routing(65536, Integer.MAX_VALUE));
-        channel.failCalls(3, Integer.MAX_VALUE); // request 0 has two copies placed, then it is closed for good
+        channel.failCalls(2, Integer.MAX_VALUE); // request 0 is placed, then the channel is closed for good
         int n = 12;
         q.dispatch(mixedWrites(n, 0), n);
         awaitAndRelease(n, Status.OK);
         assertWritesLanded(n, 0);
         assertThat(q.inflight()).isZero();
-        assertThat(stats.dmaFallbacks()).as("every DMA request of the batch went to the CPU").isEqualTo(8);
+        assertThat(stats.ops(Route.DMA, true)).as("request 0, placed before").isEqualTo(1);
+        assertThat(stats.dmaFallbacks()).as("the 7 DMA requests after it went to the CPU").isEqualTo(7);
         closeAndAssertEachCompletedOnce(n);
     }
 
