@@ -14,7 +14,7 @@ import static org.assertj.core.api.Assertions.fail;
 
 /**
  * The real serve with a soft DMA channel that the device breaks for good under load: once the driver's
- * place() throws (the channel could not recover), SIGTERM with fio still writing must stop the server with
+ * placeAll() throws (the channel could not recover), SIGTERM with fio still writing must stop the server with
  * exit 0 within the drain deadline, every in-flight request answered (none left holding its tag).
  */
 class ChannelBreakServeIT {
@@ -56,8 +56,8 @@ class ChannelBreakServeIT {
                     "--time_based", "--runtime=120").redirectErrorStream(true)
                     .redirectOutput(ProcessBuilder.Redirect.appendTo(fioLog.toFile())).start();
             try {
-                // The channel's own words, logged by whoever its place() threw at: it broke mid-run, its
-                // recovery timed out, and every place() from then on throws. fio keeps writing through it.
+                // The channel's own words, logged by whoever it threw at: it broke mid-run, its
+                // recovery timed out, and every placement from then on throws. fio keeps writing through it.
                 awaitLog(s, "could not recover from a halt", fio);
                 boolean fioAliveAtBreak = fio.isAlive();
                 long t0 = System.nanoTime();

@@ -279,7 +279,7 @@ public final class PmemBlockDriver implements BlockDriver {
          */
         volatile int outstanding;
         int failedStatus;
-        /** The placer's own: copies it put in the ring, and an Error the channel threw at it. */
+        /** The placer's own: copies it put in the ring (0 or all: placeAll), and an Error the channel threw at it. */
         int placed;
         Throwable placeError;
         private ByteBuffer[] windows;

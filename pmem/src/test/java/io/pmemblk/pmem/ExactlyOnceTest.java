@@ -32,8 +32,8 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
- * Every request handed to the driver completes exactly once, whatever throws: a channel whose place() throws
- * (once, or from some call on), an Error out of it, a frontend completion that throws, a zero-length request
+ * Every request handed to the driver completes exactly once, whatever throws: a channel whose placeAll()
+ * throws (once, or from some call on), an Error out of it, a frontend completion that throws, a zero-length request
  * forced to DMA, a channel the device breaks for good. Each test checks the data, that each request's
  * completion ran once (also after the driver is closed, when no late report can come any more) and that
  * every tag came back.
@@ -41,7 +41,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 @Timeout(120)
 class ExactlyOnceTest {
     static final int SIZE = 32 << 20;
-    /** Four segments of the block layer's 128 KiB chunks: four place() calls per DMA request. */
+    /** Four segments of the block layer's 128 KiB chunks: four copies in one placeAll() per DMA request. */
     static final int DMA_LEN = 3 * 131072 + 4096;
     static final int CPU_LEN = 4096;
 
@@ -255,7 +255,7 @@ class ExactlyOnceTest {
     @Test
     void anErrorFromPlaceIsRethrownOnlyAfterEveryRequestIsCompleted() throws Exception {
         open(new Routing(65536, Integer.MAX_VALUE));
-        channel.fault = () -> new AssertionError("injected Error in place()");
+        channel.fault = () -> new AssertionError("injected Error in placeAll()");
         channel.failCalls(2, 2);
         int n = 6;
         Request[] batch = mixedWrites(n, 0);
@@ -307,7 +307,7 @@ class ExactlyOnceTest {
     void aChannelTheDeviceBreaksMidRunLosesNothing() throws Exception {
         open(new Routing(65536, Integer.MAX_VALUE));
         // The 10th descriptor halts the channel and it never arms again: the driver's recovery times out,
-        // what was placed is reported failed, and from then on place() throws.
+        // what was placed is reported failed, and from then on placeAll() throws.
         engine.softDevice().orElseThrow().breakAfter(0, 10, IoatSpec.CHANERR_DEST_ADDR);
         int n = 12, rounds = 3;
         for (int round = 0; round < rounds; round++) {
