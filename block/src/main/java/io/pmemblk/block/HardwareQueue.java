@@ -154,6 +154,7 @@ public final class HardwareQueue implements AutoCloseable {
 
     private static Request prepare(Request r, int chunks, int dataBytes) {
         r.reset();
+        r.acquired();
         r.attach(chunks);
         r.length = dataBytes;
         r.startNanos = System.nanoTime();

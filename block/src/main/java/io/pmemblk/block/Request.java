@@ -1,6 +1,8 @@
 package io.pmemblk.block;
 
 import java.lang.foreign.MemorySegment;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
 
 /**
@@ -11,8 +13,27 @@ import java.nio.ByteBuffer;
  * the data -> {@link HardwareQueue#dispatch} -> the driver calls {@link #complete(int)} (on any thread) ->
  * the frontend replies and calls {@link #release()}. {@link #complete} also records the request's latency
  * ({@link HardwareQueue#latency}).
+ *
+ * <p>Exactly once: a request is completed at most once per acquire and released exactly once. A second
+ * {@link #complete} or {@link #release} throws {@link IllegalStateException} naming the request and changes
+ * nothing: a tag pushed twice on the free stack would hand one Request to two later acquirers, whose data
+ * and completions would then mix silently. The check is one atomic on a state word, no allocation. It cannot
+ * see a stale release that comes after the tag was acquired again (the state is then "acquired" once more):
+ * that would need a generation in every caller's hands.
  */
 public final class Request {
+    /** {@link #state}: the tag is on the free stack / held by a frontend / completed by the driver, not yet released. */
+    private static final int FREE = 0, ACQUIRED = 1, COMPLETED = 2;
+    private static final VarHandle STATE;
+
+    static {
+        try {
+            STATE = MethodHandles.lookup().findVarHandle(Request.class, "state", int.class);
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
+
     /** Called once per request when the driver has finished with it. */
     @FunctionalInterface
     public interface Completion {
@@ -55,6 +76,8 @@ public final class Request {
     /** Which route the data copy took, set by the driver (for metrics and tests). */
     public Route route;
     private volatile int status;
+    @SuppressWarnings("unused") // through STATE
+    private volatile int state = FREE;
     /** Submission timestamp (System.nanoTime) for latency metrics. */
     public long startNanos;
 
@@ -142,8 +165,16 @@ public final class Request {
         return status;
     }
 
-    /** Completes the request with OK or an errno from {@link Status}; runs the frontend's completion. */
+    /**
+     * Completes the request with OK or an errno from {@link Status}; runs the frontend's completion.
+     * @throws IllegalStateException when the request was already completed or released (nothing is changed,
+     *         the completion does not run again)
+     */
     public void complete(int status) {
+        if (!STATE.compareAndSet(this, ACQUIRED, COMPLETED)) {
+            throw new IllegalStateException(this + " completed twice, or after its release ("
+                    + stateName((int) STATE.getVolatile(this)) + "): a request is completed at most once per acquire");
+        }
         this.status = status;
         Op o = op;
         if (o != null) { // before the completion: the frontend may release and reuse the tag from there
@@ -152,9 +183,34 @@ public final class Request {
         completion.completed(this);
     }
 
-    /** Returns the tag and the buffers. The request must not be touched afterwards. */
+    /**
+     * Returns the tag and the buffers. The request must not be touched afterwards.
+     * @throws IllegalStateException when it was released already (the free stack is left as it was)
+     */
     public void release() {
+        if ((int) STATE.getAndSet(this, FREE) == FREE) {
+            throw new IllegalStateException(this + " released twice: its tag is already free, and pushing it again"
+                    + " would give one request to two acquirers");
+        }
         queue.release(this);
+    }
+
+    /** Called by the queue with the tag just taken off the free stack (so by its only holder). */
+    void acquired() {
+        STATE.setVolatile(this, ACQUIRED);
+    }
+
+    /** Whether the driver has completed the request since it was acquired (and it is not released yet). */
+    public boolean isCompleted() {
+        return (int) STATE.getVolatile(this) == COMPLETED;
+    }
+
+    private static String stateName(int state) {
+        return switch (state) {
+            case FREE -> "released";
+            case ACQUIRED -> "acquired";
+            default -> "completed";
+        };
     }
 
     void reset() {

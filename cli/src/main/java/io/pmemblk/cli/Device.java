@@ -39,6 +39,12 @@ public final class Device implements AutoCloseable {
                         engine.softDevice().orElseThrow().failEvery(c, failEvery, IoatSpec.CHANERR_DEST_ADDR);
                     }
                 }
+                int breakAfter = settings.get(Settings.DMA_SOFT_BREAK_AFTER);
+                if (breakAfter > 0) {
+                    for (int c = 0; c < engine.channelCount(); c++) {
+                        engine.softDevice().orElseThrow().breakAfter(c, breakAfter, IoatSpec.CHANERR_DEST_ADDR);
+                    }
+                }
             }
             this.driver = new PmemBlockDriver(region, stats, engine, new Routing(
                     settings.get(Settings.ROUTE_DMA_MIN_BYTES), settings.get(Settings.ROUTE_DMA_MIN_SEGMENTS)));

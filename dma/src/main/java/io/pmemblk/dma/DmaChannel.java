@@ -23,6 +23,30 @@ public interface DmaChannel extends AutoCloseable {
      */
     boolean place(long srcIova, long dstIova, long length, Object ctx);
 
+    /** The copies of one unit of work (a request's segments), read by {@link #placeAll} while it places them. */
+    interface Copies {
+        int count();
+
+        long srcIova(int i);
+
+        long dstIova(int i);
+
+        long length(int i);
+    }
+
+    /**
+     * Places every copy of {@code copies} as one unit, without ringing the doorbell: all of them or none, also
+     * when it throws. Each copy reports {@code ctx} (not null) when its last descriptor completes, so ctx is
+     * reported {@code copies.count()} times. The room check and the placing are one step under the channel's
+     * own submission lock: no caller-side lock around {@link #freeSlots} and {@link #place}, and no halt recovery
+     * between two copies of the unit (SPDK gives a channel one owner; here several queues may share one).
+     *
+     * @return false, placing nothing, when the ring lacks room for all of them now (or ever)
+     * @throws IllegalArgumentException for a copy length below 1 (nothing placed)
+     * @throws IllegalStateException when the channel is closed or broken (nothing placed)
+     */
+    boolean placeAll(Copies copies, Object ctx);
+
     /** Rings the doorbell once for everything placed since the last submit. */
     void submit();
 

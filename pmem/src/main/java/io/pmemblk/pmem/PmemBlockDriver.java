@@ -13,6 +13,8 @@ import io.pmemblk.dma.IovaSpace;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
 import java.util.Arrays;
 
@@ -33,7 +35,8 @@ import java.util.Arrays;
  *
  * <p>Faults: a copy the channel reports failed (a halt: its descriptor and every one placed after it) is
  * done again by the CPU before the request completes, so nothing is lost; the same bytes are copied again,
- * which a reader cannot tell from one copy.
+ * which a reader cannot tell from one copy. A channel that throws instead (closed, or broken by a halt it could
+ * not recover from) loses nothing either: its request goes to the CPU, and the rest of the batch runs.
  */
 public final class PmemBlockDriver implements BlockDriver {
     private static final System.Logger LOG = System.getLogger(PmemBlockDriver.class.getName());
@@ -149,80 +152,175 @@ public final class PmemBlockDriver implements BlockDriver {
         }
     }
 
+    /**
+     * Every request of the batch is completed exactly once, whatever throws (the contract of
+     * {@link BlockDriver#queueRequests}; a request left uncompleted keeps its tag, and shutdown waits for it):
+     * a copy the channel cannot take goes to the CPU, a CPU copy that throws answers EIO, and the requests
+     * after it still run. An {@link Error} (out of memory, a failed assertion) is logged, its request answered
+     * EIO, and it is rethrown once the whole batch is completed and the doorbell rung: the caller learns that
+     * something is badly wrong, and no tag is lost on the way.
+     */
     @Override
     public void queueRequests(int hwq, Request[] batch, int count) {
         DmaChannel channel = channels.length == 0 ? null : channels[hwq % channels.length];
-        boolean placed = false;
+        boolean unsubmitted = false; // copies placed since the last doorbell
+        Throwable error = null;      // the first Error of the batch
         for (int i = 0; i < count; i++) {
             Request r = batch[i];
-            if (channel != null && r.op.carriesData() && !r.dataInPlace && inBounds(r) && wantsDma(r)) {
-                int rc = place(channel, hwq, r);
-                if (rc == PLACED) {
-                    placed = true;
-                    continue;
-                }
-                if (rc == RING_FULL && placed) {
-                    // Ring the doorbell for what is already placed, and let the CPU take this one rather than
-                    // stall the whole batch behind the device.
-                    channel.submit();
-                    placed = false;
+            int rc = CPU;
+            if (channel != null) {
+                try {
+                    rc = wantsDma(r) ? place(channel, hwq, r) : CPU;
+                } catch (Throwable t) { // place() catches what the channel throws: this is the routing itself
+                    error = failed(r, "routing", t, error);
                 }
             }
-            r.complete(executeByCpu(r));
+            if (rc == PLACED) {
+                // The request's count still holds the placer's share, so the request is ours until it is dropped:
+                // nothing of it may be read after that.
+                PerRequest st = (PerRequest) r.driverData;
+                unsubmitted |= st.placed > 0;
+                error = firstError(error, st.placeError);
+                st.placeError = null;
+                if (st.drop(1 + r.segments() - st.placed) == 0) {
+                    error = finishDma(r, st, error); // every placed copy reported already, or none was placed
+                }
+                continue;
+            }
+            if (rc == RING_FULL && unsubmitted) {
+                // Ring the doorbell for what is already placed, and let the CPU take this one rather than
+                // stall the whole batch behind the device.
+                error = submit(channel, error);
+                unsubmitted = false;
+            }
+            error = completeByCpu(r, error);
         }
-        if (placed) {
-            channel.submit();
+        if (unsubmitted) {
+            error = submit(channel, error);
+        }
+        if (error != null) {
+            throw (Error) error;
         }
     }
 
     private boolean wantsDma(Request r) {
+        // A zero-length READ/WRITE has no segment to copy: nothing would ever report it.
+        if (!r.op.carriesData() || r.dataInPlace || r.segments() == 0 || !inBounds(r)) {
+            return false;
+        }
         Route f = forced;
         return f != null ? f == Route.DMA : routing.toDma(r);
     }
 
-    private static final int PLACED = 0, RING_FULL = 1;
+    /** {@link #place} outcomes; CPU: not offered to the channel at all. */
+    private static final int PLACED = 0, RING_FULL = 1, CPU = 2;
 
-    /** Places every segment of r as one unit (all or none), the request itself as the last copy's context. */
+    /**
+     * Driver-private failure status, beside the channel's CHANERR bits and its CLOSED/ABORTED: the channel threw
+     * while this request's copies were being placed (closed, or broken by a halt it could not recover from).
+     */
+    static final int STATUS_NOT_PLACED = 0x2000_0000;
+
+    /**
+     * Places every segment of r as one unit ({@link DmaChannel#placeAll}: all or none), each copy with r as its
+     * context. RING_FULL: there was no room for all of them and nothing was placed. PLACED: the request's count
+     * ({@link PerRequest#outstanding}) is one per segment plus one that the caller drops, with the share of the
+     * segments not placed because the channel threw ({@link PerRequest#placeError}); whoever drops the count to
+     * zero completes the request.
+     */
     private int place(DmaChannel channel, int hwq, Request r) {
         int n = r.segments();
-        long pool = poolIova[hwq];
-        boolean write = r.op == Op.WRITE;
-        synchronized (channel) {
-            int need = 0;
-            for (int s = 0; s < n; s++) {
-                need += channel.slotsFor(r.segmentLength(s));
-            }
-            if (need > channel.freeSlots()) {
+        PerRequest st = state(r);
+        // Set before the copies are placed: a report (on the completion thread) may come before placeAll returns.
+        // Every segment's copy reports to the request, not just the last: the device may halt on any descriptor,
+        // failing that copy and every one after it, so some segments may succeed and others fail. The request
+        // completes when all have reported, and goes to the CPU if any failed.
+        st.failedStatus = 0;
+        st.placed = 0;
+        st.placeError = null;
+        st.outstanding = n + 1;
+        st.copies(r, poolIova[hwq], regionIova + r.offset, r.op == Op.WRITE);
+        try {
+            if (!channel.placeAll(st, r)) {
                 return RING_FULL;
             }
-            long dev = regionIova + r.offset;
-            // Every segment's copy reports to the request, not just the last: a halt can fall between two
-            // place() calls (the channel recovers and re-arms there), failing the first segments while the
-            // later ones, placed after the re-arm, succeed. The request completes when all have reported,
-            // and goes to the CPU if any failed.
-            PerRequest st = state(r);
-            st.outstanding = n;
-            st.failedStatus = 0;
-            for (int s = 0; s < n; s++) {
-                int len = r.segmentLength(s);
-                long buf = pool + r.segmentPoolOffset(s);
-                boolean ok = write ? channel.place(buf, dev, len, r) : channel.place(dev, buf, len, r);
-                if (!ok) {
-                    // freeSlots() said there was room and only this monitor's holders place on this channel
-                    throw new IllegalStateException("DMA ring refused a copy after reporting room for it");
-                }
-                dev += len;
+            st.placed = n;
+        } catch (Throwable t) {
+            // Nothing was placed (all or none); the request goes to the CPU with the caller's drop.
+            st.failedStatus = STATUS_NOT_PLACED;
+            st.placeError = t instanceof Error ? t : null;
+            if (t instanceof Error || faultLogDue()) {
+                LOG.log(System.Logger.Level.ERROR, "DMA channel " + channel.index() + " threw placing " + r
+                        + "; it is completed by the CPU: " + t, t);
             }
         }
         return PLACED;
     }
 
-    /** The driver's per-request area ({@link Request#driverData}): made once per tag, reused. */
-    static final class PerRequest {
-        /** Segment copies not yet reported by the channel; the first failure's status. */
-        int outstanding;
+    /**
+     * The driver's per-request area ({@link Request#driverData}): made once per tag, reused. It is also the
+     * request's list of copies for {@link DmaChannel#placeAll}, so placing allocates nothing.
+     */
+    static final class PerRequest implements DmaChannel.Copies {
+        private static final VarHandle OUTSTANDING;
+
+        static {
+            try {
+                OUTSTANDING = MethodHandles.lookup().findVarHandle(PerRequest.class, "outstanding", int.class);
+            } catch (ReflectiveOperationException e) {
+                throw new ExceptionInInitializerError(e);
+            }
+        }
+
+        /**
+         * Segment copies not yet reported by the channel, plus the placer's share while it is still placing;
+         * the channel's completion thread and the placer drop it concurrently, so only atomically
+         * ({@link #drop}). The first failure's status is written before the writer's drop.
+         */
+        volatile int outstanding;
         int failedStatus;
+        /** The placer's own: copies it put in the ring (0 or all: placeAll), and an Error the channel threw at it. */
+        int placed;
+        Throwable placeError;
         private ByteBuffer[] windows;
+
+        private Request request;
+        private long poolIova;
+        private long deviceIova;
+        private boolean write;
+
+        /** Points the copy list at r: its segments in the pool at poolIova, its range at deviceIova. */
+        void copies(Request r, long poolIova, long deviceIova, boolean write) {
+            this.request = r;
+            this.poolIova = poolIova;
+            this.deviceIova = deviceIova;
+            this.write = write;
+        }
+
+        @Override
+        public int count() {
+            return request.segments();
+        }
+
+        @Override
+        public long srcIova(int i) {
+            return write ? poolIova + request.segmentPoolOffset(i) : deviceIova + (long) i * BufferPool.CHUNK;
+        }
+
+        @Override
+        public long dstIova(int i) {
+            return write ? deviceIova + (long) i * BufferPool.CHUNK : poolIova + request.segmentPoolOffset(i);
+        }
+
+        @Override
+        public long length(int i) {
+            return request.segmentLength(i);
+        }
+
+        /** Drops n shares; returns what is left (0: the caller completes the request). */
+        int drop(int n) {
+            return (int) OUTSTANDING.getAndAdd(this, -n) - n;
+        }
 
         ByteBuffer[] windows(PmemRegion region) {
             if (windows == null) {
@@ -243,45 +341,67 @@ public final class PmemBlockDriver implements BlockDriver {
     }
 
     /**
-     * A segment copy of a request has been reported (channel completion thread; the reports of one request are
-     * serialised by its channel). The request completes with the last one.
+     * A segment copy of a request has been reported (channel completion thread). The request completes with the
+     * last share of its count. Nothing escapes but an Error, and that only after the request is completed: the
+     * channel's thread logs it and goes on.
      */
     private void dmaCompleted(Object ctx, int segmentStatus) {
         Request r = (Request) ctx;
-        PerRequest st = state(r);
+        PerRequest st = (PerRequest) r.driverData;
         if (segmentStatus != 0 && st.failedStatus == 0) {
             st.failedStatus = segmentStatus;
         }
-        if (--st.outstanding > 0) {
+        int left = st.drop(1);
+        if (left > 0) {
             return;
         }
+        if (left < 0) {
+            // More reports than copies placed: completing again would complete someone else's request.
+            LOG.log(System.Logger.Level.ERROR, "DMA channel reported a copy of " + r + " more often than it was placed;"
+                    + " ignored");
+            return;
+        }
+        Throwable error = finishDma(r, st, null);
+        if (error != null) {
+            throw (Error) error;
+        }
+    }
+
+    /** Completes a request whose copies have all been reported: by DMA if they all succeeded, else by the CPU. */
+    private Throwable finishDma(Request r, PerRequest st, Throwable error) {
         int status = st.failedStatus;
         if (status == 0) {
             int result = Status.OK;
             boolean write = r.op == Op.WRITE;
-            if (write) {
-                try {
+            try {
+                if (write) {
                     region.deviceWrote(r.offset, r.length, r.fua);
-                } catch (IOException | RuntimeException e) {
-                    LOG.log(System.Logger.Level.ERROR, "persisting DMA write " + r + " failed: " + e.getMessage(), e);
-                    result = Status.EIO;
                 }
+                stats.count(Route.DMA, write, r.length);
+                r.route = Route.DMA;
+            } catch (Throwable t) {
+                error = failed(r, "persisting its DMA write", t, error);
+                result = Status.EIO;
             }
-            stats.count(Route.DMA, write, r.length);
-            r.route = Route.DMA;
-            r.complete(result);
-            return;
+            return complete(r, result, error);
         }
         stats.dmaError();
         stats.dmaFallback();
         // A halt fails every copy behind it: one line per second, not one per request.
-        long now = System.nanoTime();
-        if (now - lastFaultLog > 1_000_000_000L) {
-            lastFaultLog = now;
+        if (status != STATUS_NOT_PLACED && faultLogDue()) {
             LOG.log(System.Logger.Level.WARNING, "DMA copy of " + r + " failed (CHANERR 0x" + Integer.toHexString(status)
                     + "); it and the copies behind it are completed by the CPU (" + stats.dmaFallbacks() + " so far)");
         }
-        r.complete(executeByCpu(r));
+        return completeByCpu(r, error);
+    }
+
+    private boolean faultLogDue() {
+        long now = System.nanoTime();
+        if (now - lastFaultLog > 1_000_000_000L) {
+            lastFaultLog = now;
+            return true;
+        }
+        return false;
     }
 
     private boolean inBounds(Request r) {
@@ -290,13 +410,52 @@ public final class PmemBlockDriver implements BlockDriver {
         return off >= 0 && len >= 0 && off <= size && len <= size - off;
     }
 
-    private int executeByCpu(Request r) {
+    /** Executes r by the CPU and completes it: EIO when that throws. */
+    private Throwable completeByCpu(Request r, Throwable error) {
+        int status;
         try {
-            return execute(r);
-        } catch (IOException | RuntimeException e) {
-            LOG.log(System.Logger.Level.ERROR, "request " + r + " failed: " + e.getMessage(), e);
-            return Status.EIO;
+            status = execute(r);
+        } catch (Throwable t) {
+            error = failed(r, "failed", t, error);
+            status = Status.EIO;
         }
+        return complete(r, status, error);
+    }
+
+    /**
+     * Completes r once. What the completion throws (the frontend's callback, or a second completion the request
+     * refuses) is logged and never retried: the request's state has moved on, and calling again would run the
+     * frontend's completion twice.
+     */
+    private static Throwable complete(Request r, int status, Throwable error) {
+        try {
+            r.complete(status);
+            return error;
+        } catch (Throwable t) {
+            LOG.log(System.Logger.Level.ERROR, "completing " + r + " threw: " + t, t);
+            return firstError(error, t);
+        }
+    }
+
+    private Throwable submit(DmaChannel channel, Throwable error) {
+        try {
+            channel.submit();
+            return error;
+        } catch (Throwable t) {
+            // The placed copies stay reported by the channel: at the next doorbell, or as closed when it closes.
+            LOG.log(System.Logger.Level.ERROR, "ringing DMA channel " + channel.index() + "'s doorbell threw: " + t, t);
+            return firstError(error, t);
+        }
+    }
+
+    /** Logs what r's execution threw; keeps the first Error (the rest answer EIO and are done with). */
+    private static Throwable failed(Request r, String what, Throwable t, Throwable error) {
+        LOG.log(System.Logger.Level.ERROR, "request " + r + " " + what + ": " + t, t);
+        return firstError(error, t);
+    }
+
+    private static Throwable firstError(Throwable first, Throwable t) {
+        return first != null || !(t instanceof Error) ? first : t;
     }
 
     private int execute(Request r) throws IOException {

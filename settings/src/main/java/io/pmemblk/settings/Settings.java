@@ -84,6 +84,11 @@ public final class Settings {
             "an integer 0..1000000 (0 = never)",
             "Fault injection for tests: every Nth descriptor of each soft DMA channel halts the channel"
                     + " (the requests are completed by the CPU, the channel recovers).", t -> intRange(t, 0, 1_000_000));
+    public static final Key<Integer> DMA_SOFT_BREAK_AFTER = Key.of("dma.soft.break-after", "0",
+            "an integer 0..1000000000 (0 = never)",
+            "Fault injection for tests: the Nth descriptor of each soft DMA channel breaks the channel for good (it"
+                    + " never re-arms; every request is then completed by the CPU). Replaces dma.soft.fail-every.",
+            t -> intRange(t, 0, 1_000_000_000));
     public static final Key<Long> ROUTE_DMA_MIN_BYTES = Key.of("route.dma.min-bytes", "256K",
             "a size from 1 to 32M, or off",
             "Requests at least this long go to DMA (when a DMA engine is configured); pmemblk tune measures it.",
@@ -102,7 +107,7 @@ public final class Settings {
         Map<String, Key<?>> m = new LinkedHashMap<>();
         for (Key<?> k : List.of(PMEM_PATH, PMEM_SIZE, PMEM_RESIZE, PMEM_MAPPER, NBD_SOCKET, NBD_PORT, NBD_BIND,
                 NBD_EXPORT, NBD_MAX_CONNECTIONS, NBD_STALL_TIMEOUT, QUEUES, QUEUE_DEPTH, QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_CHANNELS,
-                DMA_RING_SIZE, DMA_SOFT_FAIL_EVERY, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, METRICS_PORT)) {
+                DMA_RING_SIZE, DMA_SOFT_FAIL_EVERY, DMA_SOFT_BREAK_AFTER, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, METRICS_PORT)) {
             m.put(k.name(), k);
         }
         KEYS = Collections.unmodifiableMap(m);

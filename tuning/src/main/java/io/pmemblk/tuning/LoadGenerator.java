@@ -22,7 +22,9 @@ import java.util.concurrent.atomic.AtomicReference;
  * An in-process load generator in the shape of fio: {@code jobs} threads, each bound to hardware queue
  * (job mod queues), each keeping {@code iodepth} requests in flight against the real block layer and driver,
  * with no network protocol in the way. Each job submits what it can as one batch, then reaps completions
- * (which the driver may deliver inline, or later from a DMA completion thread).
+ * (which the driver may deliver inline, or later from a DMA completion thread). A job waits for a tag or
+ * buffers only while it holds no request at all (the rule of {@link HardwareQueue}): with a pool smaller than
+ * jobs x iodepth x bs the jobs take turns instead of each holding part of what the other waits for.
  */
 public final class LoadGenerator {
     public enum Pattern {
@@ -159,7 +161,17 @@ public final class LoadGenerator {
                     boolean running = System.nanoTime() < end;
                     int n = 0;
                     while (running && inflight + n < job.iodepth()) {
-                        Request r = queue.acquire(job.blockSize());
+                        Request r = queue.tryAcquire(job.blockSize());
+                        if (r == null) {
+                            if (n > 0 || inflight > 0) {
+                                // Out of tags or chunks: the ones we would wait for may be our own, in this
+                                // batch (never completed before it is dispatched) or completed and not yet
+                                // reaped (never freed before we release them). Dispatch and reap first.
+                                break;
+                            }
+                            // Holding nothing: what we wait for is other jobs' requests, which complete.
+                            r = queue.acquire(job.blockSize());
+                        }
                         prepare(r, first);
                         batch[n++] = r;
                     }

@@ -160,32 +160,66 @@ public final class IoatChannel implements DmaChannel {
         submitLock.lock();
         try {
             checkOpen();
-            long h = head;
-            if (mask - (h - tail) < need) {
+            if (mask - (head - tail) < need) {
                 return false;
             }
-            long remaining = length;
-            long offset = 0;
-            int slot = 0;
-            while (remaining > 0) {
-                long chunk = Math.min(remaining, maxTransfer);
-                slot = (int) (h & mask);
-                long d = slotOffset(slot);
-                ring.set(FIELD_U32, d + DESC_SIZE, (int) chunk);
-                ring.set(FIELD_U32, d + DESC_CONTROL, OP_COPY << CTRL_OP_SHIFT);
-                ring.set(FIELD_U64, d + DESC_SRC, srcIova + offset);
-                ring.set(FIELD_U64, d + DESC_DST, dstIova + offset);
-                contexts[slot] = null;
-                offset += chunk;
-                remaining -= chunk;
-                h++;
-            }
-            contexts[slot] = ctx;
-            head = h;
+            placeLocked(srcIova, dstIova, length, ctx);
             return true;
         } finally {
             submitLock.unlock();
         }
+    }
+
+    @Override
+    public boolean placeAll(Copies copies, Object ctx) {
+        if (ctx == null) {
+            throw new IllegalArgumentException("placeAll needs a context to report");
+        }
+        int n = copies.count();
+        submitLock.lock();
+        try {
+            checkOpen();
+            long need = 0;
+            for (int i = 0; i < n; i++) {
+                long length = copies.length(i);
+                if (length < 1) {
+                    throw new IllegalArgumentException("copy " + i + " of " + n + ": length " + length + " must be at least 1");
+                }
+                need += slotsFor(length);
+            }
+            if (mask - (head - tail) < need) { // tail only grows meanwhile: the room found here stays
+                return false;
+            }
+            for (int i = 0; i < n; i++) {
+                placeLocked(copies.srcIova(i), copies.dstIova(i), copies.length(i), ctx);
+            }
+            return true;
+        } finally {
+            submitLock.unlock();
+        }
+    }
+
+    /** Fills the descriptors of one copy at head, ctx on its last. Caller holds submitLock and checked the room. */
+    private void placeLocked(long srcIova, long dstIova, long length, Object ctx) {
+        long h = head;
+        long remaining = length;
+        long offset = 0;
+        int slot = 0;
+        while (remaining > 0) {
+            long chunk = Math.min(remaining, maxTransfer);
+            slot = (int) (h & mask);
+            long d = slotOffset(slot);
+            ring.set(FIELD_U32, d + DESC_SIZE, (int) chunk);
+            ring.set(FIELD_U32, d + DESC_CONTROL, OP_COPY << CTRL_OP_SHIFT);
+            ring.set(FIELD_U64, d + DESC_SRC, srcIova + offset);
+            ring.set(FIELD_U64, d + DESC_DST, dstIova + offset);
+            contexts[slot] = null;
+            offset += chunk;
+            remaining -= chunk;
+            h++;
+        }
+        contexts[slot] = ctx;
+        head = h;
     }
 
     @Override

@@ -89,6 +89,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             c.failCountdown = nth;
             c.failPeriod = 0;
             c.failBit = chanerrBit;
+            c.failBreaks = false;
         } finally {
             c.lock.unlock();
         }
@@ -108,9 +109,37 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             c.failCountdown = period;
             c.failPeriod = period;
             c.failBit = chanerrBit;
+            c.failBreaks = false;
         } finally {
             c.lock.unlock();
         }
+    }
+
+    /**
+     * The {@code nth} descriptor the channel processes from now (1 = the next one) halts it with
+     * {@code chanerrBit}, and the channel is broken for good: it never arms again, so a driver's recovery times
+     * out and the channel stays unusable (a wedged device, or one gone from the bus). For tests of what a
+     * driver does with a channel that dies mid-run.
+     */
+    public void breakAfter(int channel, int nth, int chanerrBit) {
+        if (nth < 1) {
+            throw new IllegalArgumentException("nth counts from 1 (the next descriptor), got " + nth);
+        }
+        Channel c = channel(channel);
+        c.lock.lock();
+        try {
+            c.failCountdown = nth;
+            c.failPeriod = 0;
+            c.failBit = chanerrBit;
+            c.failBreaks = true;
+        } finally {
+            c.lock.unlock();
+        }
+    }
+
+    /** Whether the channel was broken by {@link #breakAfter}. */
+    public boolean broken(int channel) {
+        return channel(channel).broken;
     }
 
     /** Channel 0 shorthand of {@link #failDescriptor(int, int, int)}. */
@@ -297,6 +326,10 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         int failCountdown;
         int failBit;
         int failPeriod;
+        /** The injected failure breaks the channel ({@link #breakAfter}). */
+        boolean failBreaks;
+        /** Broken: CHAINADDR writes never arm it again. */
+        volatile boolean broken;
 
         Channel(int index) {
             this.index = index;
@@ -364,7 +397,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             lock.lock();
             try {
                 chainaddr = address;
-                if (state == CHANSTS_ACTIVE || chanerr != 0) {
+                if (state == CHANSTS_ACTIVE || chanerr != 0 || broken) {
                     return; // hardware ignores a chain address while running or with errors pending
                 }
                 nextDescriptor = address;
@@ -409,6 +442,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             long next = d.get(FIELD_U64, DESC_NEXT);
             if (failCountdown > 0 && --failCountdown == 0) {
                 failCountdown = failPeriod;
+                broken |= failBreaks;
                 halt(failBit);
                 return;
             }

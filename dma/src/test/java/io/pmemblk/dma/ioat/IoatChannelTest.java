@@ -203,6 +203,67 @@ class IoatChannelTest {
         }
     }
 
+    /** n copies of len bytes, copy i at offset i * stride of both buffers. */
+    private static DmaChannel.Copies copies(Rig r, int n, long len, long stride) {
+        return new DmaChannel.Copies() {
+            @Override public int count() { return n; }
+            @Override public long srcIova(int i) { return r.srcIova + i * stride; }
+            @Override public long dstIova(int i) { return r.dstIova + i * stride; }
+            @Override public long length(int i) { return len; }
+        };
+    }
+
+    @Test
+    void placeAllPlacesEveryCopyOrNone() {
+        try (Rig r = new Rig(1, 16, 12, 1 << 16)) { // 4 KiB descriptors, 15 usable slots
+            r.device.stall(true);
+            // 3 copies of 2 descriptors each: 6 slots
+            assertThat(r.ch.placeAll(copies(r, 3, 8192, 8192), "unit")).isTrue();
+            assertThat(r.ch.freeSlots()).isEqualTo(9);
+            // 5 copies of 2: 10 slots, 9 free: nothing placed
+            assertThat(r.ch.placeAll(copies(r, 5, 8192, 8192), "too big")).isFalse();
+            assertThat(r.ch.freeSlots()).as("a refused unit leaves the ring as it was").isEqualTo(9);
+            r.ch.submit();
+            r.device.stall(false);
+            r.rec.awaitCondition(() -> r.ch.freeSlots() == 15, () -> "the unit's copies to complete");
+            assertThat(r.rec.status("unit")).isZero();
+            assertThat(r.rec.status("too big")).as("never placed, never reported").isNull();
+            assertThat(r.mismatch(0, 0, 3 * 8192)).isEqualTo(-1);
+            assertThatThrownBy(() -> r.ch.placeAll(copies(r, 2, 0, 0), "empty copy"))
+                    .isInstanceOf(IllegalArgumentException.class);
+            assertThat(r.ch.freeSlots()).isEqualTo(15);
+            r.ch.close();
+            assertThatThrownBy(() -> r.ch.placeAll(copies(r, 1, 64, 0), "closed"))
+                    .isInstanceOf(IllegalStateException.class).hasMessageContaining("closed");
+        }
+    }
+
+    /**
+     * A channel the device breaks for good (it never arms again): what was placed is reported failed once, then
+     * place() throws, close() returns. The driver's fallback for a throwing channel is tested against this.
+     */
+    @Test
+    void aBrokenChannelReportsWhatWasPlacedThenRefusesNewCopies() {
+        try (Rig r = new Rig(1, 16, 20, 1 << 16)) {
+            r.device.stall(true);
+            for (int i = 0; i < 4; i++) {
+                assertThat(r.ch.place(r.srcIova + i * 1024L, r.dstIova + i * 1024L, 1024, "c" + i)).isTrue();
+            }
+            r.ch.submit();
+            r.device.breakAfter(0, 2, IoatSpec.CHANERR_DEST_ADDR);
+            r.device.stall(false);
+            r.rec.awaitCount(4); // after the driver's re-arm has timed out (2 s)
+            assertThat(r.device.broken(0)).isTrue();
+            assertThat(r.rec.status("c0")).isZero();
+            for (int i = 1; i < 4; i++) {
+                assertThat(r.rec.status("c" + i)).as("status of c%d", i).isEqualTo(IoatSpec.CHANERR_DEST_ADDR);
+            }
+            assertThatThrownBy(() -> r.ch.place(r.srcIova, r.dstIova, 64, "late"))
+                    .isInstanceOf(IllegalStateException.class).hasMessageContaining("could not recover from a halt");
+            assertThat(r.rec.status("late")).as("a refused copy is never reported").isNull();
+        }
+    }
+
     @Test
     void sourceAddressErrorRecovers() {
         failThenRecover(IoatSpec.CHANERR_SRC_ADDR);
