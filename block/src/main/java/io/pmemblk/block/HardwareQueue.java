@@ -7,7 +7,7 @@ import java.util.concurrent.atomic.LongAdder;
  * registered {@link BufferPool}. Frontends bound to this queue acquire a tag per request; when the tags or
  * buffers run out they wait, which stops them reading more from their clients: memory stays bounded.
  * Batches go to the driver whole ({@link #dispatch}), so the driver can place every DMA descriptor of the
- * batch and ring a doorbell once (seed 004).
+ * batch and ring a doorbell once (as blk-mq's plug does: per-request doorbells cost more than the copies).
  *
  * <p>A frontend holding requests it has not dispatched yet must use {@link #tryAcquire} and, when that
  * returns null, dispatch what it holds before calling {@link #acquire}: the tags or chunks it would wait for
