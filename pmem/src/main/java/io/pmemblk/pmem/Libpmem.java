@@ -36,27 +36,39 @@ public final class Libpmem {
     private static final StructLayout CAPTURE = Linker.Option.captureStateLayout();
     private static final VarHandle ERRNO = CAPTURE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
 
+    /** errno capture buffer per thread: msync runs per FUA request and must not allocate there. */
+    private static final ThreadLocal<MemorySegment> CALL_STATE =
+            ThreadLocal.withInitial(() -> Arena.ofAuto().allocate(CAPTURE));
+
     private static volatile Optional<Libpmem> instance;
     private static volatile String unavailableReason = "not probed";
 
-    private final MethodHandle mapFile, unmap, persist, flush, msync, memcpy, memset, drain, errormsg, checkVersion;
+    /**
+     * Longest range one critical downcall may cover. A critical call keeps its thread in the Java state, so a
+     * safepoint (every GC, every deoptimisation) waits for it to return: a 4 GiB memset in one call would stall
+     * every other connection for seconds. 1 MiB of NT stores takes ~0.1 ms at 10 GB/s.
+     */
+    static final long CHUNK = 1 << 20;
+
+    private final MethodHandle mapFile, unmap, flush, msync, memcpy, memset, drain, errormsg, checkVersion;
 
     private Libpmem(SymbolLookup lib) {
         Linker linker = Linker.nativeLinker();
         Linker.Option errno = Linker.Option.captureCallState("errno");
-        // Copies, flushes and drains are short, never block and never call back: critical downcalls skip the
-        // thread-state transition that would otherwise cost more than a 4 KiB copy.
+        // Copies, flushes and drains of at most CHUNK bytes are short, never block and never call back: critical
+        // downcalls skip the thread-state transition that would otherwise cost more than a 4 KiB copy. Longer
+        // ranges are split into CHUNK-sized calls by the methods below, so a safepoint waits at most one chunk.
         Linker.Option critical = Linker.Option.critical(false);
         mapFile = linker.downcallHandle(find(lib, "pmem_map_file"),
                 FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS), errno);
         unmap = linker.downcallHandle(find(lib, "pmem_unmap"), FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
-        persist = linker.downcallHandle(find(lib, "pmem_persist"), FunctionDescriptor.ofVoid(JAVA_LONG, JAVA_LONG), critical);
-        flush = linker.downcallHandle(find(lib, "pmem_flush"), FunctionDescriptor.ofVoid(JAVA_LONG, JAVA_LONG), critical);
-        msync = linker.downcallHandle(find(lib, "pmem_msync"), FunctionDescriptor.of(JAVA_INT, JAVA_LONG, JAVA_LONG), errno);
+        flush = linker.downcallHandle(find(lib, "pmem_flush"), FunctionDescriptor.ofVoid(ADDRESS, JAVA_LONG), critical);
+        // msync is a system call that can wait for the disk: never critical.
+        msync = linker.downcallHandle(find(lib, "pmem_msync"), FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG), errno);
         memcpy = linker.downcallHandle(find(lib, "pmem_memcpy"),
-                FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_INT), critical);
+                FunctionDescriptor.of(ADDRESS, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT), critical);
         memset = linker.downcallHandle(find(lib, "pmem_memset"),
-                FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_INT, JAVA_LONG, JAVA_INT), critical);
+                FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_INT, JAVA_LONG, JAVA_INT), critical);
         drain = linker.downcallHandle(find(lib, "pmem_drain"), FunctionDescriptor.ofVoid(), critical);
         errormsg = linker.downcallHandle(find(lib, "pmem_errormsg"),
                 FunctionDescriptor.of(ADDRESS.withTargetLayout(MemoryLayout.sequenceLayout(1024, ValueLayout.JAVA_BYTE))));
@@ -151,59 +163,98 @@ public final class Libpmem {
         }
     }
 
-    /** Flushes CPU caches for the range and drains (real pmem only). */
-    public void persist(long address, long length) {
-        try {
-            persist.invokeExact(address, length);
-        } catch (Throwable t) {
-            throw new AssertionError(t);
-        }
-    }
+    /*
+     * The methods below take segments, not addresses: the linker checks that each segment is alive and keeps
+     * its arena from closing for the length of the call, so a copy into a region closed under it is an
+     * IllegalStateException for one request instead of a SIGSEGV, and asSlice() has checked the bounds.
+     */
 
-    /** Writes back the CPU cache lines of the range (clwb/clflushopt) without waiting: a later drain completes it. */
-    public void flush(long address, long length) {
+    /** Writes back the CPU cache lines of {@code range} (clwb/clflushopt) without waiting: a drain on this thread completes it. */
+    public void flush(MemorySegment range) {
         try {
-            flush.invokeExact(address, length);
-        } catch (Throwable t) {
-            throw new AssertionError(t);
-        }
-    }
-
-    /** msync of the range through libpmem (which page-aligns it), for mappings that are not real pmem. */
-    public void msync(long address, long length) throws NativeException {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            int rc = (int) msync.invokeExact(state, address, length);
-            if (rc != 0) {
-                int errno = (int) ERRNO.get(state, 0L);
-                throw new NativeException("pmem_msync(0x" + Long.toHexString(address) + ", " + length + ") failed: "
-                        + errormsg() + " (errno " + errno + ")", errno);
+            long n = range.byteSize();
+            if (n <= CHUNK) {
+                flush.invokeExact(range, n);
+                return;
             }
-        } catch (NativeException e) {
+            for (long o = 0; o < n; o += CHUNK) {
+                long k = Math.min(CHUNK, n - o);
+                flush.invokeExact(range.asSlice(o, k), k);
+            }
+        } catch (RuntimeException | Error e) {
             throw e;
         } catch (Throwable t) {
             throw new AssertionError(t);
         }
     }
 
-    /** pmem_memcpy: on real pmem, non-temporal stores (or flushes) so the data is persistent after a drain. */
-    public void memcpy(long dst, long src, long length, int flags) {
+    /** msync(MS_SYNC) of the pages under {@code range} through libpmem (which page-aligns it), for mappings that are not real pmem. */
+    public void msync(MemorySegment range) throws NativeException {
+        MemorySegment state = CALL_STATE.get();
+        int rc;
         try {
-            long ignored = (long) memcpy.invokeExact(dst, src, length, flags);
+            rc = (int) msync.invokeExact(state, range, range.byteSize());
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+        if (rc != 0) {
+            int errno = (int) ERRNO.get(state, 0L);
+            throw new NativeException("pmem_msync(0x" + Long.toHexString(range.address()) + ", " + range.byteSize()
+                    + ") failed: " + errormsg() + " (errno " + errno + ")", errno);
+        }
+    }
+
+    /**
+     * pmem_memcpy of {@code src} into {@code dst} (same size): on real pmem, non-temporal stores (or, below
+     * libpmem's 256-byte threshold, stores and flushes), so with {@link #PMEM_F_MEM_NODRAIN} the data is
+     * persistent after a drain on this thread.
+     */
+    public void memcpy(MemorySegment dst, MemorySegment src, int flags) {
+        long n = dst.byteSize();
+        if (src.byteSize() != n) {
+            throw new IllegalArgumentException("pmem_memcpy of " + src.byteSize() + " bytes into " + n + " bytes");
+        }
+        try {
+            if (n <= CHUNK) {
+                MemorySegment ignored = (MemorySegment) memcpy.invokeExact(dst, src, n, flags);
+                return;
+            }
+            for (long o = 0; o < n; o += CHUNK) {
+                long k = Math.min(CHUNK, n - o);
+                MemorySegment ignored = (MemorySegment) memcpy.invokeExact(dst.asSlice(o, k), src.asSlice(o, k), k, flags);
+            }
+        } catch (RuntimeException | Error e) {
+            throw e;
         } catch (Throwable t) {
             throw new AssertionError(t);
         }
     }
 
-    public void memset(long dst, int value, long length, int flags) {
+    /** pmem_memset of all of {@code dst}; as {@link #memcpy}, persistent after a drain with NODRAIN. */
+    public void memset(MemorySegment dst, int value, int flags) {
+        long n = dst.byteSize();
         try {
-            long ignored = (long) memset.invokeExact(dst, value, length, flags);
+            if (n <= CHUNK) {
+                MemorySegment ignored = (MemorySegment) memset.invokeExact(dst, value, n, flags);
+                return;
+            }
+            for (long o = 0; o < n; o += CHUNK) {
+                long k = Math.min(CHUNK, n - o);
+                MemorySegment ignored = (MemorySegment) memset.invokeExact(dst.asSlice(o, k), value, k, flags);
+            }
+        } catch (RuntimeException | Error e) {
+            throw e;
         } catch (Throwable t) {
             throw new AssertionError(t);
         }
     }
 
-    /** Waits for earlier flushes and non-temporal stores to reach the persistence domain (sfence). */
+    /**
+     * Waits until this thread's earlier flushes and non-temporal stores have reached the persistence domain
+     * (x86-64: sfence). It orders nothing issued by other threads.
+     */
     public void drain() {
         try {
             drain.invokeExact();
