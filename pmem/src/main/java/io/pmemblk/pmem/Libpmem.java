@@ -50,31 +50,43 @@ public final class Libpmem {
      */
     static final long CHUNK = 1 << 20;
 
-    private final MethodHandle mapFile, unmap, flush, msync, memcpy, memset, drain, errormsg, checkVersion;
-
-    private Libpmem(SymbolLookup lib) {
-        Linker linker = Linker.nativeLinker();
-        Linker.Option errno = Linker.Option.captureCallState("errno");
+    /**
+     * The bound functions. Static finals, so the JIT treats each handle as a constant and inlines the downcall
+     * into its caller; only then can the slices passed to it stay off the heap (with instance fields they
+     * escaped: 120 bytes per FUA write, measured). Initialising this class loads libpmem; {@link #probe()}
+     * turns a failure there into an empty {@link #load()}.
+     */
+    private static final class Bound {
+        static final SymbolLookup LIB = SymbolLookup.libraryLookup(SONAME, Arena.global());
+        static final Linker LINKER = Linker.nativeLinker();
+        static final Linker.Option ERRNO = Linker.Option.captureCallState("errno");
         // Copies, flushes and drains of at most CHUNK bytes are short, never block and never call back: critical
         // downcalls skip the thread-state transition that would otherwise cost more than a 4 KiB copy. Longer
         // ranges are split into CHUNK-sized calls by the methods below, so a safepoint waits at most one chunk.
-        Linker.Option critical = Linker.Option.critical(false);
-        mapFile = linker.downcallHandle(find(lib, "pmem_map_file"),
-                FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS), errno);
-        unmap = linker.downcallHandle(find(lib, "pmem_unmap"), FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
-        flush = linker.downcallHandle(find(lib, "pmem_flush"), FunctionDescriptor.ofVoid(ADDRESS, JAVA_LONG), critical);
+        static final Linker.Option CRITICAL = Linker.Option.critical(false);
+        static final MethodHandle MAP_FILE = LINKER.downcallHandle(find(LIB, "pmem_map_file"),
+                FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS), ERRNO);
+        static final MethodHandle UNMAP = LINKER.downcallHandle(find(LIB, "pmem_unmap"),
+                FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
+        static final MethodHandle FLUSH = LINKER.downcallHandle(find(LIB, "pmem_flush"),
+                FunctionDescriptor.ofVoid(ADDRESS, JAVA_LONG), CRITICAL);
         // msync is a system call that can wait for the disk: never critical.
-        msync = linker.downcallHandle(find(lib, "pmem_msync"), FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG), errno);
-        memcpy = linker.downcallHandle(find(lib, "pmem_memcpy"),
-                FunctionDescriptor.of(ADDRESS, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT), critical);
-        memset = linker.downcallHandle(find(lib, "pmem_memset"),
-                FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_INT, JAVA_LONG, JAVA_INT), critical);
-        drain = linker.downcallHandle(find(lib, "pmem_drain"), FunctionDescriptor.ofVoid(), critical);
-        errormsg = linker.downcallHandle(find(lib, "pmem_errormsg"),
+        static final MethodHandle MSYNC = LINKER.downcallHandle(find(LIB, "pmem_msync"),
+                FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG), ERRNO);
+        // void *pmem_memcpy(...), void *pmem_memset(...): the returned dst is not wanted, and bound as void no
+        // segment is made for it (SysV x86-64 returns it in rax, which the caller may ignore).
+        static final MethodHandle MEMCPY = LINKER.downcallHandle(find(LIB, "pmem_memcpy"),
+                FunctionDescriptor.ofVoid(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT), CRITICAL);
+        static final MethodHandle MEMSET = LINKER.downcallHandle(find(LIB, "pmem_memset"),
+                FunctionDescriptor.ofVoid(ADDRESS, JAVA_INT, JAVA_LONG, JAVA_INT), CRITICAL);
+        static final MethodHandle DRAIN = LINKER.downcallHandle(find(LIB, "pmem_drain"), FunctionDescriptor.ofVoid(), CRITICAL);
+        static final MethodHandle ERRORMSG = LINKER.downcallHandle(find(LIB, "pmem_errormsg"),
                 FunctionDescriptor.of(ADDRESS.withTargetLayout(MemoryLayout.sequenceLayout(1024, ValueLayout.JAVA_BYTE))));
-        checkVersion = linker.downcallHandle(find(lib, "pmem_check_version"),
+        static final MethodHandle CHECK_VERSION = LINKER.downcallHandle(find(LIB, "pmem_check_version"),
                 FunctionDescriptor.of(ADDRESS.withTargetLayout(MemoryLayout.sequenceLayout(1024, ValueLayout.JAVA_BYTE)), JAVA_INT, JAVA_INT));
     }
+
+    private Libpmem() {}
 
     private static MemorySegment find(SymbolLookup lib, String name) {
         return lib.find(name).orElseThrow(() -> new UnsatisfiedLinkError(SONAME + " has no symbol " + name));
@@ -97,17 +109,16 @@ public final class Libpmem {
 
     private static Optional<Libpmem> probe() {
         try {
-            SymbolLookup lib = SymbolLookup.libraryLookup(SONAME, Arena.global());
-            Libpmem p = new Libpmem(lib);
-            MemorySegment err = (MemorySegment) p.checkVersion.invokeExact(1, 1);
+            MemorySegment err = (MemorySegment) Bound.CHECK_VERSION.invokeExact(1, 1);
             if (!err.equals(MemorySegment.NULL)) {
                 unavailableReason = SONAME + " is incompatible: " + err.getString(0);
                 return Optional.empty();
             }
             unavailableReason = null;
-            return Optional.of(p);
-        } catch (IllegalArgumentException | UnsatisfiedLinkError e) {
-            unavailableReason = SONAME + " could not be loaded (" + e.getMessage()
+            return Optional.of(new Libpmem());
+        } catch (ExceptionInInitializerError | UnsatisfiedLinkError | NoClassDefFoundError e) {
+            Throwable why = e instanceof ExceptionInInitializerError && e.getCause() != null ? e.getCause() : e;
+            unavailableReason = SONAME + " could not be loaded (" + why.getMessage()
                     + "); install Debian's libpmem1 for the real persistent-memory path";
             return Optional.empty();
         } catch (Throwable t) {
@@ -134,7 +145,7 @@ public final class Libpmem {
             MemorySegment state = a.allocate(CAPTURE);
             MemorySegment mapped = a.allocate(JAVA_LONG);
             MemorySegment isPmem = a.allocate(JAVA_INT);
-            MemorySegment p = (MemorySegment) mapFile.invokeExact(state, a.allocateFrom(path), length, flags, mode, mapped, isPmem);
+            MemorySegment p = (MemorySegment) Bound.MAP_FILE.invokeExact(state, a.allocateFrom(path), length, flags, mode, mapped, isPmem);
             if (p.equals(MemorySegment.NULL)) {
                 int errno = (int) ERRNO.get(state, 0L);
                 throw new NativeException("pmem_map_file(" + path + ", length " + length + ", flags " + flags
@@ -151,7 +162,7 @@ public final class Libpmem {
 
     public void unmap(MemorySegment mapping) throws NativeException {
         try {
-            int rc = (int) unmap.invokeExact(mapping, mapping.byteSize());
+            int rc = (int) Bound.UNMAP.invokeExact(mapping, mapping.byteSize());
             if (rc != 0) {
                 throw new NativeException("pmem_unmap(0x" + Long.toHexString(mapping.address()) + ", "
                         + mapping.byteSize() + ") failed: " + errormsg(), 0);
@@ -174,12 +185,12 @@ public final class Libpmem {
         try {
             long n = range.byteSize();
             if (n <= CHUNK) {
-                flush.invokeExact(range, n);
+                Bound.FLUSH.invokeExact(range, n);
                 return;
             }
             for (long o = 0; o < n; o += CHUNK) {
                 long k = Math.min(CHUNK, n - o);
-                flush.invokeExact(range.asSlice(o, k), k);
+                Bound.FLUSH.invokeExact(range.asSlice(o, k), k);
             }
         } catch (RuntimeException | Error e) {
             throw e;
@@ -193,7 +204,7 @@ public final class Libpmem {
         MemorySegment state = CALL_STATE.get();
         int rc;
         try {
-            rc = (int) msync.invokeExact(state, range, range.byteSize());
+            rc = (int) Bound.MSYNC.invokeExact(state, range, range.byteSize());
         } catch (RuntimeException | Error e) {
             throw e;
         } catch (Throwable t) {
@@ -218,12 +229,12 @@ public final class Libpmem {
         }
         try {
             if (n <= CHUNK) {
-                MemorySegment ignored = (MemorySegment) memcpy.invokeExact(dst, src, n, flags);
+                Bound.MEMCPY.invokeExact(dst, src, n, flags);
                 return;
             }
             for (long o = 0; o < n; o += CHUNK) {
                 long k = Math.min(CHUNK, n - o);
-                MemorySegment ignored = (MemorySegment) memcpy.invokeExact(dst.asSlice(o, k), src.asSlice(o, k), k, flags);
+                Bound.MEMCPY.invokeExact(dst.asSlice(o, k), src.asSlice(o, k), k, flags);
             }
         } catch (RuntimeException | Error e) {
             throw e;
@@ -237,12 +248,12 @@ public final class Libpmem {
         long n = dst.byteSize();
         try {
             if (n <= CHUNK) {
-                MemorySegment ignored = (MemorySegment) memset.invokeExact(dst, value, n, flags);
+                Bound.MEMSET.invokeExact(dst, value, n, flags);
                 return;
             }
             for (long o = 0; o < n; o += CHUNK) {
                 long k = Math.min(CHUNK, n - o);
-                MemorySegment ignored = (MemorySegment) memset.invokeExact(dst.asSlice(o, k), value, k, flags);
+                Bound.MEMSET.invokeExact(dst.asSlice(o, k), value, k, flags);
             }
         } catch (RuntimeException | Error e) {
             throw e;
@@ -257,7 +268,7 @@ public final class Libpmem {
      */
     public void drain() {
         try {
-            drain.invokeExact();
+            Bound.DRAIN.invokeExact();
         } catch (Throwable t) {
             throw new AssertionError(t);
         }
@@ -265,7 +276,7 @@ public final class Libpmem {
 
     private String errormsg() {
         try {
-            MemorySegment m = (MemorySegment) errormsg.invokeExact();
+            MemorySegment m = (MemorySegment) Bound.ERRORMSG.invokeExact();
             return m.equals(MemorySegment.NULL) ? "unknown error" : m.getString(0);
         } catch (Throwable t) {
             return "unknown error";

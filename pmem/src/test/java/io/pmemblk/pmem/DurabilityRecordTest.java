@@ -139,7 +139,7 @@ class DurabilityRecordTest {
         }
     }
 
-    @ParameterizedTest
+    @ParameterizedTest(name = "{0}")
     @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
     void fuaWritesZeroesAndTrimsFromSeveralQueuesArePersistedBeforeTheirAck(PmemRegion.Mapper mapper) throws Exception {
         open(mapper, 3, null, Routing.CPU_ONLY);
@@ -162,7 +162,7 @@ class DurabilityRecordTest {
     }
 
     /** CAN_MULTI_CONN: a FLUSH on one queue covers writes acknowledged on the others, by other threads. */
-    @ParameterizedTest
+    @ParameterizedTest(name = "{0}")
     @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
     void aFlushOnOneQueueCoversWritesAcknowledgedOnOtherQueuesAndThreads(PmemRegion.Mapper mapper) throws Exception {
         open(mapper, 4, null, Routing.CPU_ONLY);
@@ -184,7 +184,7 @@ class DurabilityRecordTest {
     }
 
     /** The kernel stores a payload straight into the mapping (ordinary stores, on the receiving thread). */
-    @ParameterizedTest
+    @ParameterizedTest(name = "{0}")
     @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
     void writesReceivedInPlaceArePersistedBeforeTheirFuaAckAndTheFlush(PmemRegion.Mapper mapper) throws Exception {
         open(mapper, 3, null, Routing.CPU_ONLY);
@@ -222,7 +222,7 @@ class DurabilityRecordTest {
     }
 
     /** The soft DMA engine writes with its own threads; completions (and their persistence) run on its completion thread. */
-    @ParameterizedTest
+    @ParameterizedTest(name = "{0}")
     @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
     void dmaWrittenRangesArePersistedBeforeTheirFuaAckAndTheFlush(PmemRegion.Mapper mapper) throws Exception {
         open(mapper, 3, DmaEngine.soft(new IovaSpace(), 2, 64, 16), new Routing(8192, Integer.MAX_VALUE));
@@ -244,7 +244,7 @@ class DurabilityRecordTest {
                 .anyMatch(e -> e.kind() == RecordingPersistence.Kind.ACK && e.what().contains("by DMA"));
     }
 
-    @ParameterizedTest
+    @ParameterizedTest(name = "{0}")
     @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
     void aFailedMsyncLeavesTheRegionDirtySoEveryFlushRetriesUntilOneSucceeds(PmemRegion.Mapper mapper) throws Exception {
         open(mapper, 1, null, Routing.CPU_ONLY);
@@ -273,7 +273,7 @@ class DurabilityRecordTest {
                         && e.address() <= base + (1 << 20) && e.end() >= base + (1 << 20) + 5000);
     }
 
-    @ParameterizedTest
+    @ParameterizedTest(name = "{0}")
     @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
     void creatingTheBackingFileSyncsItAndItsDirectoryAndReopeningDoesNot(PmemRegion.Mapper mapper) throws Exception {
         open(mapper, 1, null, Routing.CPU_ONLY);

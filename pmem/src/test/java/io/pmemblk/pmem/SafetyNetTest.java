@@ -34,7 +34,7 @@ class SafetyNetTest {
         }
     }
 
-    @ParameterizedTest
+    @ParameterizedTest(name = "{0}")
     @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
     void outOfRangeCopiesZeroesAndFlushesAreIndexOutOfBounds(PmemRegion.Mapper mapper) throws IOException {
         assumeMapper(mapper);
@@ -51,7 +51,7 @@ class SafetyNetTest {
         }
     }
 
-    @ParameterizedTest
+    @ParameterizedTest(name = "{0}")
     @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
     void copiesIntoAClosedRegionAreIllegalStateNotACrash(PmemRegion.Mapper mapper) throws IOException {
         assumeMapper(mapper);
@@ -70,7 +70,7 @@ class SafetyNetTest {
     }
 
     /** Device.close after awaitIdle timed out: the region is gone under a request, which fails alone with EIO. */
-    @ParameterizedTest
+    @ParameterizedTest(name = "{0}")
     @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
     void aRequestAgainstAClosedRegionFailsWithEio(PmemRegion.Mapper mapper) throws Exception {
         assumeMapper(mapper);

@@ -60,7 +60,7 @@ public final class Libc {
     // A plain copy of at most COPY_CHUNK bytes never blocks long or calls back: critical, no thread-state
     // transition. Longer copies are split (see memcpy), so a safepoint never waits for more than one chunk.
     private static final MethodHandle MEMCPY = LINKER.downcallHandle(LIBC.find("memcpy").orElseThrow(),
-            FunctionDescriptor.of(ADDRESS, ADDRESS, ADDRESS, JAVA_LONG), Linker.Option.critical(false));
+            FunctionDescriptor.ofVoid(ADDRESS, ADDRESS, JAVA_LONG), Linker.Option.critical(false)); // returns dst: not wanted, no segment made for it
     /** Longest range of one critical memcpy call (~0.1 ms): the time a safepoint may wait for it. */
     public static final long COPY_CHUNK = 1 << 20;
     /** errno capture buffer per thread, so msync (run per FUA request) allocates nothing. */
@@ -88,12 +88,12 @@ public final class Libc {
         }
         try {
             if (n <= COPY_CHUNK) {
-                MemorySegment ignored = (MemorySegment) MEMCPY.invokeExact(dst, src, n);
+                MEMCPY.invokeExact(dst, src, n);
                 return;
             }
             for (long o = 0; o < n; o += COPY_CHUNK) {
                 long k = Math.min(COPY_CHUNK, n - o);
-                MemorySegment ignored = (MemorySegment) MEMCPY.invokeExact(dst.asSlice(o, k), src.asSlice(o, k), k);
+                MEMCPY.invokeExact(dst.asSlice(o, k), src.asSlice(o, k), k);
             }
         } catch (RuntimeException | Error e) {
             throw e;
