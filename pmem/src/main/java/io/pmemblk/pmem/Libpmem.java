@@ -44,11 +44,14 @@ public final class Libpmem {
     private static volatile String unavailableReason = "not probed";
 
     /**
-     * Longest range one critical downcall may cover. A critical call keeps its thread in the Java state, so a
-     * safepoint (every GC, every deoptimisation) waits for it to return: a 4 GiB memset in one call would stall
-     * every other connection for seconds. 1 MiB of NT stores takes ~0.1 ms at 10 GB/s.
+     * Longest range passed to a critical downcall. A critical call keeps its thread in the Java state, so a
+     * safepoint (every GC, every deoptimisation) waits for it to return, page faults included: a 4 GiB memset
+     * in one critical call stalled 4k reads on another connection for 17.6 s (measured, -Xlog:safepoint), and
+     * even 1 MiB chunks stalled them for up to 310 ms while the first touch of a tmpfs file faulted its pages in.
+     * Longer ranges take a plain handle: the thread is then "in native" and a safepoint does not wait for it.
+     * 64 KiB is at most 16 page faults; the transition the plain handle adds (~20 ns) is lost in a 64 KiB copy.
      */
-    static final long CHUNK = 1 << 20;
+    static final long CRITICAL_MAX = 64 << 10;
 
     /**
      * The bound functions. Static finals, so the JIT treats each handle as a constant and inlines the downcall
@@ -60,9 +63,8 @@ public final class Libpmem {
         static final SymbolLookup LIB = SymbolLookup.libraryLookup(SONAME, Arena.global());
         static final Linker LINKER = Linker.nativeLinker();
         static final Linker.Option ERRNO = Linker.Option.captureCallState("errno");
-        // Copies, flushes and drains of at most CHUNK bytes are short, never block and never call back: critical
-        // downcalls skip the thread-state transition that would otherwise cost more than a 4 KiB copy. Longer
-        // ranges are split into CHUNK-sized calls by the methods below, so a safepoint waits at most one chunk.
+        // Copies, flushes and drains of at most CRITICAL_MAX bytes are short, never block and never call back:
+        // critical downcalls skip the thread-state transition that would otherwise cost more than a 4 KiB copy.
         static final Linker.Option CRITICAL = Linker.Option.critical(false);
         static final MethodHandle MAP_FILE = LINKER.downcallHandle(find(LIB, "pmem_map_file"),
                 FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS), ERRNO);
@@ -70,6 +72,8 @@ public final class Libpmem {
                 FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
         static final MethodHandle FLUSH = LINKER.downcallHandle(find(LIB, "pmem_flush"),
                 FunctionDescriptor.ofVoid(ADDRESS, JAVA_LONG), CRITICAL);
+        static final MethodHandle FLUSH_LONG = LINKER.downcallHandle(find(LIB, "pmem_flush"),
+                FunctionDescriptor.ofVoid(ADDRESS, JAVA_LONG));
         // msync is a system call that can wait for the disk: never critical.
         static final MethodHandle MSYNC = LINKER.downcallHandle(find(LIB, "pmem_msync"),
                 FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG), ERRNO);
@@ -77,8 +81,12 @@ public final class Libpmem {
         // segment is made for it (SysV x86-64 returns it in rax, which the caller may ignore).
         static final MethodHandle MEMCPY = LINKER.downcallHandle(find(LIB, "pmem_memcpy"),
                 FunctionDescriptor.ofVoid(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT), CRITICAL);
+        static final MethodHandle MEMCPY_LONG = LINKER.downcallHandle(find(LIB, "pmem_memcpy"),
+                FunctionDescriptor.ofVoid(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT));
         static final MethodHandle MEMSET = LINKER.downcallHandle(find(LIB, "pmem_memset"),
                 FunctionDescriptor.ofVoid(ADDRESS, JAVA_INT, JAVA_LONG, JAVA_INT), CRITICAL);
+        static final MethodHandle MEMSET_LONG = LINKER.downcallHandle(find(LIB, "pmem_memset"),
+                FunctionDescriptor.ofVoid(ADDRESS, JAVA_INT, JAVA_LONG, JAVA_INT));
         static final MethodHandle DRAIN = LINKER.downcallHandle(find(LIB, "pmem_drain"), FunctionDescriptor.ofVoid(), CRITICAL);
         static final MethodHandle ERRORMSG = LINKER.downcallHandle(find(LIB, "pmem_errormsg"),
                 FunctionDescriptor.of(ADDRESS.withTargetLayout(MemoryLayout.sequenceLayout(1024, ValueLayout.JAVA_BYTE))));
@@ -184,13 +192,10 @@ public final class Libpmem {
     public void flush(MemorySegment range) {
         try {
             long n = range.byteSize();
-            if (n <= CHUNK) {
+            if (n <= CRITICAL_MAX) {
                 Bound.FLUSH.invokeExact(range, n);
-                return;
-            }
-            for (long o = 0; o < n; o += CHUNK) {
-                long k = Math.min(CHUNK, n - o);
-                Bound.FLUSH.invokeExact(range.asSlice(o, k), k);
+            } else {
+                Bound.FLUSH_LONG.invokeExact(range, n);
             }
         } catch (RuntimeException | Error e) {
             throw e;
@@ -228,13 +233,10 @@ public final class Libpmem {
             throw new IllegalArgumentException("pmem_memcpy of " + src.byteSize() + " bytes into " + n + " bytes");
         }
         try {
-            if (n <= CHUNK) {
+            if (n <= CRITICAL_MAX) {
                 Bound.MEMCPY.invokeExact(dst, src, n, flags);
-                return;
-            }
-            for (long o = 0; o < n; o += CHUNK) {
-                long k = Math.min(CHUNK, n - o);
-                Bound.MEMCPY.invokeExact(dst.asSlice(o, k), src.asSlice(o, k), k, flags);
+            } else {
+                Bound.MEMCPY_LONG.invokeExact(dst, src, n, flags);
             }
         } catch (RuntimeException | Error e) {
             throw e;
@@ -247,13 +249,10 @@ public final class Libpmem {
     public void memset(MemorySegment dst, int value, int flags) {
         long n = dst.byteSize();
         try {
-            if (n <= CHUNK) {
+            if (n <= CRITICAL_MAX) {
                 Bound.MEMSET.invokeExact(dst, value, n, flags);
-                return;
-            }
-            for (long o = 0; o < n; o += CHUNK) {
-                long k = Math.min(CHUNK, n - o);
-                Bound.MEMSET.invokeExact(dst.asSlice(o, k), value, k, flags);
+            } else {
+                Bound.MEMSET_LONG.invokeExact(dst, value, n, flags);
             }
         } catch (RuntimeException | Error e) {
             throw e;

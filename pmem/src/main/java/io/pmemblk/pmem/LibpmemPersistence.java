@@ -37,7 +37,7 @@ final class LibpmemPersistence implements Persistence {
         if (isPmem) {
             lib.memset(dst, value, Libpmem.PMEM_F_MEM_NODRAIN);
         } else {
-            MappedFilePersistence.fillInChunks(dst, value);
+            MappedFilePersistence.fillOutsideSafepoints(dst, value);
         }
     }
 

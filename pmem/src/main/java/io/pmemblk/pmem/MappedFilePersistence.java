@@ -1,5 +1,7 @@
 package io.pmemblk.pmem;
 
+import io.pmemblk.posix.Libc;
+
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.lang.foreign.MemorySegment;
@@ -14,9 +16,6 @@ import java.nio.file.StandardOpenOption;
  * flushes: a file mapping is never treated as pmem here.
  */
 final class MappedFilePersistence implements Persistence {
-    /** Longest range one fill covers: the JDK's setMemory is one uninterruptible call (no safepoint poll inside). */
-    static final long FILL_CHUNK = 1 << 20;
-
     @Override
     public boolean flushesCaches() {
         return false;
@@ -29,18 +28,12 @@ final class MappedFilePersistence implements Persistence {
 
     @Override
     public void fill(MemorySegment dst, byte value) {
-        fillInChunks(dst, value);
+        fillOutsideSafepoints(dst, value);
     }
 
-    static void fillInChunks(MemorySegment dst, byte value) {
-        long n = dst.byteSize();
-        if (n <= FILL_CHUNK) {
-            dst.fill(value);
-            return;
-        }
-        for (long o = 0; o < n; o += FILL_CHUNK) {
-            dst.asSlice(o, Math.min(FILL_CHUNK, n - o)).fill(value);
-        }
+    /** libc memset: a 4 GiB WRITE_ZEROES in MemorySegment.fill would be one VM call that every safepoint waits for. */
+    static void fillOutsideSafepoints(MemorySegment dst, byte value) {
+        Libc.memset(dst, value);
     }
 
     @Override

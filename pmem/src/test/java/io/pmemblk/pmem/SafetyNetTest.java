@@ -96,10 +96,10 @@ class SafetyNetTest {
     }
 
     @Test
-    void libpmemCallsAreSplitInChunksAndCheckTheirSegments() {
+    void libpmemCallsOfEveryLengthCheckTheirSegments() {
         Libpmem lib = Libpmem.load().orElse(null);
         assumeTrue(lib != null, "libpmem not installed");
-        long n = 3 * Libpmem.CHUNK + 5;
+        long n = 3 * Libpmem.CRITICAL_MAX + 5; // above the critical limit: the plain handles
         MemorySegment leaked;
         try (Arena a = Arena.ofShared()) {
             MemorySegment dst = a.allocate(n);
@@ -122,8 +122,8 @@ class SafetyNetTest {
     }
 
     @Test
-    void libcMemcpyIsSplitInChunksAndChecksItsSegments() {
-        long n = 2 * Libc.COPY_CHUNK + 3;
+    void libcMemcpyAndMemsetOfEveryLengthCheckTheirSegments() {
+        long n = 2 * Libc.CRITICAL_MAX + 3;
         MemorySegment leaked;
         try (Arena a = Arena.ofShared()) {
             MemorySegment dst = a.allocate(n);
@@ -132,11 +132,19 @@ class SafetyNetTest {
             Libc.memcpy(dst, src);
             assertThat(dst.mismatch(src)).isEqualTo(-1);
             assertThatThrownBy(() -> Libc.memcpy(dst, src.asSlice(1))).isInstanceOf(IllegalArgumentException.class);
+            Libc.memset(dst.asSlice(1), 7);
+            Libc.memset(dst.asSlice(2, 10), 9);
+            assertThat(dst.get(ValueLayout.JAVA_BYTE, 0)).isEqualTo(src.get(ValueLayout.JAVA_BYTE, 0));
+            assertThat(dst.get(ValueLayout.JAVA_BYTE, 1)).isEqualTo((byte) 7);
+            assertThat(dst.get(ValueLayout.JAVA_BYTE, 11)).isEqualTo((byte) 9);
+            assertThat(dst.get(ValueLayout.JAVA_BYTE, 12)).isEqualTo((byte) 7);
+            assertThat(dst.get(ValueLayout.JAVA_BYTE, n - 1)).isEqualTo((byte) 7);
             leaked = src;
         }
         try (Arena b = Arena.ofConfined()) {
             MemorySegment live = b.allocate(100);
             assertThatThrownBy(() -> Libc.memcpy(live, leaked.asSlice(0, 100))).isInstanceOf(IllegalStateException.class);
+            assertThatThrownBy(() -> Libc.memset(leaked, 0)).isInstanceOf(IllegalStateException.class);
         }
     }
 }

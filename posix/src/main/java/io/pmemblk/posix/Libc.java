@@ -57,12 +57,19 @@ public final class Libc {
             FunctionDescriptor.of(JAVA_INT, JAVA_INT), true);
     private static final MethodHandle POSIX_FALLOCATE = find("posix_fallocate",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG, JAVA_LONG), false);
-    // A plain copy of at most COPY_CHUNK bytes never blocks long or calls back: critical, no thread-state
-    // transition. Longer copies are split (see memcpy), so a safepoint never waits for more than one chunk.
+    // memcpy/memset of at most CRITICAL_MAX bytes never block long or call back: critical, no thread-state
+    // transition. Longer ones take the plain handle, so a safepoint never waits for them (a page fault inside a
+    // critical call holds every other thread at the safepoint). Bound as void: the returned dst is not wanted.
     private static final MethodHandle MEMCPY = LINKER.downcallHandle(LIBC.find("memcpy").orElseThrow(),
-            FunctionDescriptor.ofVoid(ADDRESS, ADDRESS, JAVA_LONG), Linker.Option.critical(false)); // returns dst: not wanted, no segment made for it
-    /** Longest range of one critical memcpy call (~0.1 ms): the time a safepoint may wait for it. */
-    public static final long COPY_CHUNK = 1 << 20;
+            FunctionDescriptor.ofVoid(ADDRESS, ADDRESS, JAVA_LONG), Linker.Option.critical(false));
+    private static final MethodHandle MEMCPY_LONG = LINKER.downcallHandle(LIBC.find("memcpy").orElseThrow(),
+            FunctionDescriptor.ofVoid(ADDRESS, ADDRESS, JAVA_LONG));
+    private static final MethodHandle MEMSET = LINKER.downcallHandle(LIBC.find("memset").orElseThrow(),
+            FunctionDescriptor.ofVoid(ADDRESS, JAVA_INT, JAVA_LONG), Linker.Option.critical(false));
+    private static final MethodHandle MEMSET_LONG = LINKER.downcallHandle(LIBC.find("memset").orElseThrow(),
+            FunctionDescriptor.ofVoid(ADDRESS, JAVA_INT, JAVA_LONG));
+    /** Longest range passed to a critical memcpy/memset: at most 16 page faults. */
+    public static final long CRITICAL_MAX = 64 << 10;
     /** errno capture buffer per thread, so msync (run per FUA request) allocates nothing. */
     private static final ThreadLocal<MemorySegment> CALL_STATE = ThreadLocal.withInitial(() -> Arena.ofAuto().allocate(CAPTURE));
     private static final MethodHandle STRERROR = find("strerror",
@@ -87,13 +94,29 @@ public final class Libc {
             throw new IllegalArgumentException("memcpy of " + src.byteSize() + " bytes into " + n + " bytes");
         }
         try {
-            if (n <= COPY_CHUNK) {
+            if (n <= CRITICAL_MAX) {
                 MEMCPY.invokeExact(dst, src, n);
-                return;
+            } else {
+                MEMCPY_LONG.invokeExact(dst, src, n);
             }
-            for (long o = 0; o < n; o += COPY_CHUNK) {
-                long k = Math.min(COPY_CHUNK, n - o);
-                MEMCPY.invokeExact(dst.asSlice(o, k), src.asSlice(o, k), k);
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /**
+     * memset(3) of all of {@code dst}. Unlike {@code MemorySegment.fill} (one call in the VM state, which a
+     * safepoint waits for), a long memset here runs in native and holds no other thread.
+     */
+    public static void memset(MemorySegment dst, int value) {
+        long n = dst.byteSize();
+        try {
+            if (n <= CRITICAL_MAX) {
+                MEMSET.invokeExact(dst, value, n);
+            } else {
+                MEMSET_LONG.invokeExact(dst, value, n);
             }
         } catch (RuntimeException | Error e) {
             throw e;
