@@ -36,6 +36,6 @@ public interface Persistence {
     /** msync(MS_SYNC) of the pages under {@code range}. Fails with the errno when the kernel could not write them back. */
     void sync(MemorySegment range) throws IOException;
 
-    /** Makes the creation of {@code file} durable: fsync of the file (its size and blocks) and of its directory (its name). */
+    /** Makes the creation of {@code file} (or of a directory) durable: fsync of it (size, blocks) and of its parent (its name). */
     void syncCreated(Path file) throws IOException;
 }

@@ -15,6 +15,8 @@ import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.function.UnaryOperator;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Optional;
 
 /**
@@ -95,6 +97,7 @@ public final class PmemRegion implements AutoCloseable {
             throw new IllegalArgumentException("size must be positive, got " + size);
         }
         boolean exists = Files.exists(path);
+        List<Path> createdDirs = new ArrayList<>();
         FileChannel lock = null;
         if (exists) {
             if (!Files.isRegularFile(path)) {
@@ -118,6 +121,9 @@ public final class PmemRegion implements AutoCloseable {
             }
         } else {
             Path parent = path.toAbsolutePath().getParent();
+            for (Path d = parent; d != null && !Files.exists(d); d = d.getParent()) {
+                createdDirs.add(d);
+            }
             if (parent != null) {
                 Files.createDirectories(parent);
             }
@@ -130,6 +136,9 @@ public final class PmemRegion implements AutoCloseable {
             // after a power cut has to find what we announced.
             try {
                 r.persistence.syncCreated(path);
+                for (Path d : createdDirs) { // deepest first: each one's entry lives in its parent
+                    r.persistence.syncCreated(d);
+                }
             } catch (IOException | RuntimeException e) {
                 r.arena.close();
                 unlock(r.lock);

@@ -287,6 +287,19 @@ class DurabilityRecordTest {
         assertThat(rec.events()).noneMatch(e -> e.kind() == RecordingPersistence.Kind.SYNC_CREATED);
     }
 
+    @ParameterizedTest(name = "{0}")
+    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    void directoriesCreatedForTheFileAreSyncedToo(PmemRegion.Mapper mapper) throws Exception {
+        if (mapper == PmemRegion.Mapper.LIBPMEM) {
+            assumeTrue(Libpmem.load().isPresent(), "libpmem not installed");
+        }
+        Path f = dir.resolve("a/b/d.img");
+        try (PmemRegion r = PmemRegion.open(f, 1 << 20, false, mapper, true, p -> rec = new RecordingPersistence(p))) {
+            assertThat(rec.events()).extracting(RecordingPersistence.Event::what)
+                    .containsExactly(f.toString(), dir.resolve("a/b").toString(), dir.resolve("a").toString());
+        }
+    }
+
     @Test
     void isPmemIsAcceptedOnlyWhereTheDrainArgumentIsEstablished() {
         assertThat(PmemRegion.drainCoversOwnStores("amd64")).isTrue();
