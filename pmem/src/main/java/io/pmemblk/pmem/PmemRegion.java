@@ -25,8 +25,8 @@ import java.util.Optional;
  * <p>Two ways to map, chosen once: libpmem's pmem_map_file when libpmem.so.1 loads (it reports
  * {@code is_pmem}: true on device DAX and on fsdax with MAP_SYNC), otherwise the JDK's
  * {@link FileChannel#map(FileChannel.MapMode, long, long, Arena)}. How stores become persistent follows:
- * on real pmem, non-temporal copies (pmem_memcpy) plus a drain, or cache-line flushes of a range
- * (pmem_persist); elsewhere msync of the touched pages. Every one of those steps goes through the
+ * on real pmem, non-temporal copies (pmem_memcpy) or cache-line write-backs (pmem_flush), drained by the
+ * thread that issued them before its request completes; elsewhere msync of the touched pages. Every one of those steps goes through the
  * {@link Persistence} port, so tests can record them.
  *
  * <p>This object owns the mapping: its shared arena unmaps on {@link #close()}, and every view handed out
