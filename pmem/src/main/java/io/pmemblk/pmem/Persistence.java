@@ -27,15 +27,18 @@ public interface Persistence {
     /** Stores {@code value} into all of {@code dst}; durable as {@link #copy}. */
     void fill(MemorySegment dst, byte value);
 
-    /** Writes back the cache lines of {@code range}, whoever stored there (cache-coherent, so a device or another core too). Pmem only. */
+    /**
+     * Writes back the cache lines of {@code range}, whoever stored there (the write-back is cache-coherent, so a
+     * device's or another core's stores too). Pmem only.
+     */
     void writeBack(MemorySegment range);
 
-    /** Waits for this thread's earlier {@link #copy}, {@link #fill} and {@link #writeBack} to reach the persistence domain. */
+    /** Waits for this thread's earlier {@link #copy}, {@link #fill}, {@link #writeBack} to reach the persistence domain. */
     void drain();
 
-    /** msync(MS_SYNC) of the pages under {@code range}. Fails with the errno when the kernel could not write them back. */
+    /** msync(MS_SYNC) of the pages under {@code range}; fails with the errno when the kernel could not write them back. */
     void sync(MemorySegment range) throws IOException;
 
-    /** Makes the creation of {@code file} (or of a directory) durable: fsync of it (size, blocks) and of its parent (its name). */
+    /** Makes the creation of {@code file} (or of a directory) durable: fsync of it and of its parent (its name). */
     void syncCreated(Path file) throws IOException;
 }

@@ -14,10 +14,10 @@ import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
-import java.util.function.UnaryOperator;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
+import java.util.function.UnaryOperator;
 
 /**
  * The persistent-memory region: the backing file (or device-DAX node) mapped into this process.
@@ -26,8 +26,8 @@ import java.util.Optional;
  * {@code is_pmem}: true on device DAX and on fsdax with MAP_SYNC), otherwise the JDK's
  * {@link FileChannel#map(FileChannel.MapMode, long, long, Arena)}. How stores become persistent follows:
  * on real pmem, non-temporal copies (pmem_memcpy) or cache-line write-backs (pmem_flush), drained by the
- * thread that issued them before its request completes; elsewhere msync of the touched pages. Every one of those steps goes through the
- * {@link Persistence} port, so tests can record them.
+ * thread that issued them before its request completes; elsewhere msync of the touched pages. Every one of
+ * those steps goes through the {@link Persistence} port, so tests can record them.
  *
  * <p>This object owns the mapping: its shared arena unmaps on {@link #close()}, and every view handed out
  * is a slice that owns nothing. Hot-path methods take offsets and pass slices of the mapping to every native
