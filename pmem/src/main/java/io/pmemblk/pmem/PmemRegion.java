@@ -463,7 +463,10 @@ public final class PmemRegion implements AutoCloseable {
         }
     }
 
-    /** Persists everything and unmaps. Idempotent. Callers must have stopped all I/O first. */
+    /**
+     * Persists everything and unmaps. Idempotent. Callers should have stopped all I/O first; a request still
+     * copying makes this fail with an IOException (and leaves the region open) instead of unmapping under it.
+     */
     @Override
     public void close() throws IOException {
         if (!arena.scope().isAlive()) {
@@ -472,7 +475,15 @@ public final class PmemRegion implements AutoCloseable {
         try {
             persistAll();
         } finally {
-            arena.close();
+            try {
+                arena.close();
+            } catch (IllegalStateException e) {
+                // A native copy still holds the mapping (the linker keeps its arena open for the call): the
+                // unmap is refused rather than pulled from under it. The file stays locked, as it is still
+                // mapped; close() may be called again once that request has finished.
+                throw new IOException(path + " was not unmapped: a copy into it is still running (" + e.getMessage()
+                        + "); close again after the in-flight requests have finished", e);
+            }
             unlock(lock);
         }
     }

@@ -16,7 +16,11 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.file.Path;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
@@ -93,6 +97,52 @@ class SafetyNetTest {
         } finally {
             driver.close();
         }
+    }
+
+    /**
+     * Close while another thread keeps zeroing 8 MiB ranges (plain downcalls, each holding the mapping): either
+     * close finds a call in flight and refuses to unmap (IOException; the region stays usable and closes once
+     * the copies stop), or it unmaps between two calls and the next one is an IllegalStateException. Never a fault.
+     */
+    @ParameterizedTest(name = "{0}")
+    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    void closeDuringLongCopiesRefusesOrFailsTheNextCopyButNeverFaults(PmemRegion.Mapper mapper) throws Exception {
+        assumeMapper(mapper);
+        int refused = 0;
+        for (int attempt = 0; attempt < 5; attempt++) {
+            PmemRegion r = PmemRegion.open(dir.resolve("z" + attempt), 8 << 20, false, mapper);
+            CountDownLatch zeroing = new CountDownLatch(1);
+            AtomicBoolean stop = new AtomicBoolean();
+            AtomicReference<Throwable> end = new AtomicReference<>();
+            Thread z = Thread.ofPlatform().start(() -> {
+                try {
+                    while (!stop.get()) {
+                        r.zero(0, 8 << 20);
+                        zeroing.countDown();
+                    }
+                } catch (Throwable t) {
+                    end.set(t);
+                }
+            });
+            assertThat(zeroing.await(30, TimeUnit.SECONDS)).isTrue();
+            try {
+                r.close();
+                z.join(30_000);
+                assertThat(end.get()).as("the copy after the unmap").isInstanceOf(IllegalStateException.class);
+            } catch (IOException e) {
+                refused++;
+                assertThat(e).hasMessageContaining("was not unmapped: a copy into it is still running");
+                assertThat(r.memory().scope().isAlive()).as("refused: still mapped").isTrue();
+                stop.set(true);
+                z.join(30_000);
+                assertThat(end.get()).as("the copy in flight finished normally").isNull();
+                r.close();
+                assertThatThrownBy(() -> r.zero(0, 4096)).isInstanceOf(IllegalStateException.class);
+            }
+            assertThat(z.isAlive()).as("the zeroing thread ended").isFalse();
+            r.close(); // idempotent
+        }
+        System.out.println(mapper + ": close refused while a copy ran in " + refused + " of 5 attempts");
     }
 
     @Test
