@@ -36,33 +36,65 @@ public final class Libpmem {
     private static final StructLayout CAPTURE = Linker.Option.captureStateLayout();
     private static final VarHandle ERRNO = CAPTURE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
 
+    /** errno capture buffer per thread: msync runs per FUA request and must not allocate there. */
+    private static final ThreadLocal<MemorySegment> CALL_STATE =
+            ThreadLocal.withInitial(() -> Arena.ofAuto().allocate(CAPTURE));
+
     private static volatile Optional<Libpmem> instance;
     private static volatile String unavailableReason = "not probed";
 
-    private final MethodHandle mapFile, unmap, persist, flush, msync, memcpy, memset, drain, errormsg, checkVersion;
+    /**
+     * Longest range passed to a critical downcall. A critical call keeps its thread in the Java state, so a
+     * safepoint (every GC, every deoptimisation) waits for it to return, page faults included: a 4 GiB memset
+     * in one critical call stalled 4k reads on another connection for 17.6 s (measured, -Xlog:safepoint), and
+     * even 1 MiB chunks stalled them for up to 310 ms while the first touch of a tmpfs file faulted its pages in.
+     * Longer ranges take a plain handle: the thread is then "in native" and a safepoint does not wait for it.
+     * 64 KiB is at most 16 page faults; the transition the plain handle adds (~20 ns) is lost in a 64 KiB copy.
+     */
+    static final long CRITICAL_MAX = 64 << 10;
 
-    private Libpmem(SymbolLookup lib) {
-        Linker linker = Linker.nativeLinker();
-        Linker.Option errno = Linker.Option.captureCallState("errno");
-        // Copies, flushes and drains are short, never block and never call back: critical downcalls skip the
-        // thread-state transition that would otherwise cost more than a 4 KiB copy.
-        Linker.Option critical = Linker.Option.critical(false);
-        mapFile = linker.downcallHandle(find(lib, "pmem_map_file"),
-                FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS), errno);
-        unmap = linker.downcallHandle(find(lib, "pmem_unmap"), FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
-        persist = linker.downcallHandle(find(lib, "pmem_persist"), FunctionDescriptor.ofVoid(JAVA_LONG, JAVA_LONG), critical);
-        flush = linker.downcallHandle(find(lib, "pmem_flush"), FunctionDescriptor.ofVoid(JAVA_LONG, JAVA_LONG), critical);
-        msync = linker.downcallHandle(find(lib, "pmem_msync"), FunctionDescriptor.of(JAVA_INT, JAVA_LONG, JAVA_LONG), errno);
-        memcpy = linker.downcallHandle(find(lib, "pmem_memcpy"),
-                FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_INT), critical);
-        memset = linker.downcallHandle(find(lib, "pmem_memset"),
-                FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_INT, JAVA_LONG, JAVA_INT), critical);
-        drain = linker.downcallHandle(find(lib, "pmem_drain"), FunctionDescriptor.ofVoid(), critical);
-        errormsg = linker.downcallHandle(find(lib, "pmem_errormsg"),
+    /**
+     * The bound functions. Static finals, so the JIT treats each handle as a constant and inlines the downcall
+     * into its caller; only then can the slices passed to it stay off the heap (with instance fields they
+     * escaped: 120 bytes per FUA write, measured). Initialising this class loads libpmem; {@link #probe()}
+     * turns a failure there into an empty {@link #load()}.
+     */
+    private static final class Bound {
+        static final SymbolLookup LIB = SymbolLookup.libraryLookup(SONAME, Arena.global());
+        static final Linker LINKER = Linker.nativeLinker();
+        static final Linker.Option ERRNO = Linker.Option.captureCallState("errno");
+        // Copies, flushes and drains of at most CRITICAL_MAX bytes are short, never block and never call back:
+        // critical downcalls skip the thread-state transition that would otherwise cost more than a 4 KiB copy.
+        static final Linker.Option CRITICAL = Linker.Option.critical(false);
+        static final MethodHandle MAP_FILE = LINKER.downcallHandle(find(LIB, "pmem_map_file"),
+                FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS), ERRNO);
+        static final MethodHandle UNMAP = LINKER.downcallHandle(find(LIB, "pmem_unmap"),
+                FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
+        static final MethodHandle FLUSH = LINKER.downcallHandle(find(LIB, "pmem_flush"),
+                FunctionDescriptor.ofVoid(ADDRESS, JAVA_LONG), CRITICAL);
+        static final MethodHandle FLUSH_LONG = LINKER.downcallHandle(find(LIB, "pmem_flush"),
+                FunctionDescriptor.ofVoid(ADDRESS, JAVA_LONG));
+        // msync is a system call that can wait for the disk: never critical.
+        static final MethodHandle MSYNC = LINKER.downcallHandle(find(LIB, "pmem_msync"),
+                FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG), ERRNO);
+        // void *pmem_memcpy(...), void *pmem_memset(...): the returned dst is not wanted, and bound as void no
+        // segment is made for it (SysV x86-64 returns it in rax, which the caller may ignore).
+        static final MethodHandle MEMCPY = LINKER.downcallHandle(find(LIB, "pmem_memcpy"),
+                FunctionDescriptor.ofVoid(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT), CRITICAL);
+        static final MethodHandle MEMCPY_LONG = LINKER.downcallHandle(find(LIB, "pmem_memcpy"),
+                FunctionDescriptor.ofVoid(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT));
+        static final MethodHandle MEMSET = LINKER.downcallHandle(find(LIB, "pmem_memset"),
+                FunctionDescriptor.ofVoid(ADDRESS, JAVA_INT, JAVA_LONG, JAVA_INT), CRITICAL);
+        static final MethodHandle MEMSET_LONG = LINKER.downcallHandle(find(LIB, "pmem_memset"),
+                FunctionDescriptor.ofVoid(ADDRESS, JAVA_INT, JAVA_LONG, JAVA_INT));
+        static final MethodHandle DRAIN = LINKER.downcallHandle(find(LIB, "pmem_drain"), FunctionDescriptor.ofVoid(), CRITICAL);
+        static final MethodHandle ERRORMSG = LINKER.downcallHandle(find(LIB, "pmem_errormsg"),
                 FunctionDescriptor.of(ADDRESS.withTargetLayout(MemoryLayout.sequenceLayout(1024, ValueLayout.JAVA_BYTE))));
-        checkVersion = linker.downcallHandle(find(lib, "pmem_check_version"),
+        static final MethodHandle CHECK_VERSION = LINKER.downcallHandle(find(LIB, "pmem_check_version"),
                 FunctionDescriptor.of(ADDRESS.withTargetLayout(MemoryLayout.sequenceLayout(1024, ValueLayout.JAVA_BYTE)), JAVA_INT, JAVA_INT));
     }
+
+    private Libpmem() {}
 
     private static MemorySegment find(SymbolLookup lib, String name) {
         return lib.find(name).orElseThrow(() -> new UnsatisfiedLinkError(SONAME + " has no symbol " + name));
@@ -85,17 +117,16 @@ public final class Libpmem {
 
     private static Optional<Libpmem> probe() {
         try {
-            SymbolLookup lib = SymbolLookup.libraryLookup(SONAME, Arena.global());
-            Libpmem p = new Libpmem(lib);
-            MemorySegment err = (MemorySegment) p.checkVersion.invokeExact(1, 1);
+            MemorySegment err = (MemorySegment) Bound.CHECK_VERSION.invokeExact(1, 1);
             if (!err.equals(MemorySegment.NULL)) {
                 unavailableReason = SONAME + " is incompatible: " + err.getString(0);
                 return Optional.empty();
             }
             unavailableReason = null;
-            return Optional.of(p);
-        } catch (IllegalArgumentException | UnsatisfiedLinkError e) {
-            unavailableReason = SONAME + " could not be loaded (" + e.getMessage()
+            return Optional.of(new Libpmem());
+        } catch (ExceptionInInitializerError | UnsatisfiedLinkError | NoClassDefFoundError e) {
+            Throwable why = e instanceof ExceptionInInitializerError && e.getCause() != null ? e.getCause() : e;
+            unavailableReason = SONAME + " could not be loaded (" + why.getMessage()
                     + "); install Debian's libpmem1 for the real persistent-memory path";
             return Optional.empty();
         } catch (Throwable t) {
@@ -122,7 +153,7 @@ public final class Libpmem {
             MemorySegment state = a.allocate(CAPTURE);
             MemorySegment mapped = a.allocate(JAVA_LONG);
             MemorySegment isPmem = a.allocate(JAVA_INT);
-            MemorySegment p = (MemorySegment) mapFile.invokeExact(state, a.allocateFrom(path), length, flags, mode, mapped, isPmem);
+            MemorySegment p = (MemorySegment) Bound.MAP_FILE.invokeExact(state, a.allocateFrom(path), length, flags, mode, mapped, isPmem);
             if (p.equals(MemorySegment.NULL)) {
                 int errno = (int) ERRNO.get(state, 0L);
                 throw new NativeException("pmem_map_file(" + path + ", length " + length + ", flags " + flags
@@ -139,7 +170,7 @@ public final class Libpmem {
 
     public void unmap(MemorySegment mapping) throws NativeException {
         try {
-            int rc = (int) unmap.invokeExact(mapping, mapping.byteSize());
+            int rc = (int) Bound.UNMAP.invokeExact(mapping, mapping.byteSize());
             if (rc != 0) {
                 throw new NativeException("pmem_unmap(0x" + Long.toHexString(mapping.address()) + ", "
                         + mapping.byteSize() + ") failed: " + errormsg(), 0);
@@ -151,62 +182,92 @@ public final class Libpmem {
         }
     }
 
-    /** Flushes CPU caches for the range and drains (real pmem only). */
-    public void persist(long address, long length) {
-        try {
-            persist.invokeExact(address, length);
-        } catch (Throwable t) {
-            throw new AssertionError(t);
-        }
-    }
+    /*
+     * The methods below take segments, not addresses: the linker checks that each segment is alive and keeps
+     * its arena from closing for the length of the call, so a copy into a region closed under it is an
+     * IllegalStateException for one request instead of a SIGSEGV, and asSlice() has checked the bounds.
+     */
 
-    /** Writes back the CPU cache lines of the range (clwb/clflushopt) without waiting: a later drain completes it. */
-    public void flush(long address, long length) {
+    /** Writes back the CPU cache lines of {@code range} (clwb/clflushopt) without waiting: a drain on this thread completes it. */
+    public void flush(MemorySegment range) {
         try {
-            flush.invokeExact(address, length);
-        } catch (Throwable t) {
-            throw new AssertionError(t);
-        }
-    }
-
-    /** msync of the range through libpmem (which page-aligns it), for mappings that are not real pmem. */
-    public void msync(long address, long length) throws NativeException {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            int rc = (int) msync.invokeExact(state, address, length);
-            if (rc != 0) {
-                int errno = (int) ERRNO.get(state, 0L);
-                throw new NativeException("pmem_msync(0x" + Long.toHexString(address) + ", " + length + ") failed: "
-                        + errormsg() + " (errno " + errno + ")", errno);
+            long n = range.byteSize();
+            if (n <= CRITICAL_MAX) {
+                Bound.FLUSH.invokeExact(range, n);
+            } else {
+                Bound.FLUSH_LONG.invokeExact(range, n);
             }
-        } catch (NativeException e) {
+        } catch (RuntimeException | Error e) {
             throw e;
         } catch (Throwable t) {
             throw new AssertionError(t);
         }
     }
 
-    /** pmem_memcpy: on real pmem, non-temporal stores (or flushes) so the data is persistent after a drain. */
-    public void memcpy(long dst, long src, long length, int flags) {
+    /** msync(MS_SYNC) of the pages under {@code range} through libpmem (which page-aligns it), for mappings that are not real pmem. */
+    public void msync(MemorySegment range) throws NativeException {
+        MemorySegment state = CALL_STATE.get();
+        int rc;
         try {
-            long ignored = (long) memcpy.invokeExact(dst, src, length, flags);
+            rc = (int) Bound.MSYNC.invokeExact(state, range, range.byteSize());
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+        if (rc != 0) {
+            int errno = (int) ERRNO.get(state, 0L);
+            throw new NativeException("pmem_msync(0x" + Long.toHexString(range.address()) + ", " + range.byteSize()
+                    + ") failed: " + errormsg() + " (errno " + errno + ")", errno);
+        }
+    }
+
+    /**
+     * pmem_memcpy of {@code src} into {@code dst} (same size): on real pmem, non-temporal stores (or, below
+     * libpmem's 256-byte threshold, stores and flushes), so with {@link #PMEM_F_MEM_NODRAIN} the data is
+     * persistent after a drain on this thread.
+     */
+    public void memcpy(MemorySegment dst, MemorySegment src, int flags) {
+        long n = dst.byteSize();
+        if (src.byteSize() != n) {
+            throw new IllegalArgumentException("pmem_memcpy of " + src.byteSize() + " bytes into " + n + " bytes");
+        }
+        try {
+            if (n <= CRITICAL_MAX) {
+                Bound.MEMCPY.invokeExact(dst, src, n, flags);
+            } else {
+                Bound.MEMCPY_LONG.invokeExact(dst, src, n, flags);
+            }
+        } catch (RuntimeException | Error e) {
+            throw e;
         } catch (Throwable t) {
             throw new AssertionError(t);
         }
     }
 
-    public void memset(long dst, int value, long length, int flags) {
+    /** pmem_memset of all of {@code dst}; as {@link #memcpy}, persistent after a drain with NODRAIN. */
+    public void memset(MemorySegment dst, int value, int flags) {
+        long n = dst.byteSize();
         try {
-            long ignored = (long) memset.invokeExact(dst, value, length, flags);
+            if (n <= CRITICAL_MAX) {
+                Bound.MEMSET.invokeExact(dst, value, n, flags);
+            } else {
+                Bound.MEMSET_LONG.invokeExact(dst, value, n, flags);
+            }
+        } catch (RuntimeException | Error e) {
+            throw e;
         } catch (Throwable t) {
             throw new AssertionError(t);
         }
     }
 
-    /** Waits for earlier flushes and non-temporal stores to reach the persistence domain (sfence). */
+    /**
+     * Waits until this thread's earlier flushes and non-temporal stores have reached the persistence domain
+     * (x86-64: sfence). It orders nothing issued by other threads.
+     */
     public void drain() {
         try {
-            drain.invokeExact();
+            Bound.DRAIN.invokeExact();
         } catch (Throwable t) {
             throw new AssertionError(t);
         }
@@ -214,7 +275,7 @@ public final class Libpmem {
 
     private String errormsg() {
         try {
-            MemorySegment m = (MemorySegment) errormsg.invokeExact();
+            MemorySegment m = (MemorySegment) Bound.ERRORMSG.invokeExact();
             return m.equals(MemorySegment.NULL) ? "unknown error" : m.getString(0);
         } catch (Throwable t) {
             return "unknown error";

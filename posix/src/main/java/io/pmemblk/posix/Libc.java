@@ -57,9 +57,21 @@ public final class Libc {
             FunctionDescriptor.of(JAVA_INT, JAVA_INT), true);
     private static final MethodHandle POSIX_FALLOCATE = find("posix_fallocate",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG, JAVA_LONG), false);
-    // A plain copy that never blocks or calls back: critical, no thread-state transition.
+    // memcpy/memset of at most CRITICAL_MAX bytes never block long or call back: critical, no thread-state
+    // transition. Longer ones take the plain handle, so a safepoint never waits for them (a page fault inside a
+    // critical call holds every other thread at the safepoint). Bound as void: the returned dst is not wanted.
     private static final MethodHandle MEMCPY = LINKER.downcallHandle(LIBC.find("memcpy").orElseThrow(),
-            FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_LONG), Linker.Option.critical(false));
+            FunctionDescriptor.ofVoid(ADDRESS, ADDRESS, JAVA_LONG), Linker.Option.critical(false));
+    private static final MethodHandle MEMCPY_LONG = LINKER.downcallHandle(LIBC.find("memcpy").orElseThrow(),
+            FunctionDescriptor.ofVoid(ADDRESS, ADDRESS, JAVA_LONG));
+    private static final MethodHandle MEMSET = LINKER.downcallHandle(LIBC.find("memset").orElseThrow(),
+            FunctionDescriptor.ofVoid(ADDRESS, JAVA_INT, JAVA_LONG), Linker.Option.critical(false));
+    private static final MethodHandle MEMSET_LONG = LINKER.downcallHandle(LIBC.find("memset").orElseThrow(),
+            FunctionDescriptor.ofVoid(ADDRESS, JAVA_INT, JAVA_LONG));
+    /** Longest range passed to a critical memcpy/memset: at most 16 page faults. */
+    public static final long CRITICAL_MAX = 64 << 10;
+    /** errno capture buffer per thread, so msync (run per FUA request) allocates nothing. */
+    private static final ThreadLocal<MemorySegment> CALL_STATE = ThreadLocal.withInitial(() -> Arena.ofAuto().allocate(CAPTURE));
     private static final MethodHandle STRERROR = find("strerror",
             FunctionDescriptor.of(ADDRESS.withTargetLayout(MemoryLayout.sequenceLayout(256, ValueLayout.JAVA_BYTE)), JAVA_INT), false);
     private static final MethodHandle GETPID = find("getpid", FunctionDescriptor.of(JAVA_INT), false);
@@ -72,12 +84,42 @@ public final class Libc {
     }
 
     /**
-     * memcpy(3) between raw addresses. glibc picks the widest copy loop this CPU has (AVX-512, ERMS), which
-     * beats {@code MemorySegment.copy} on long copies. The caller guarantees both ranges are mapped and live.
+     * memcpy(3) of all of {@code src} into {@code dst} (same size). glibc picks the widest copy loop this CPU has
+     * (AVX-512, ERMS), which beats {@code MemorySegment.copy} on long copies. Segments, not addresses: the
+     * linker refuses a closed segment (IllegalStateException) and holds its arena open during the call.
      */
-    public static void memcpy(long dst, long src, long length) {
+    public static void memcpy(MemorySegment dst, MemorySegment src) {
+        long n = dst.byteSize();
+        if (src.byteSize() != n) {
+            throw new IllegalArgumentException("memcpy of " + src.byteSize() + " bytes into " + n + " bytes");
+        }
         try {
-            long ignored = (long) MEMCPY.invokeExact(dst, src, length);
+            if (n <= CRITICAL_MAX) {
+                MEMCPY.invokeExact(dst, src, n);
+            } else {
+                MEMCPY_LONG.invokeExact(dst, src, n);
+            }
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /**
+     * memset(3) of all of {@code dst}. Unlike {@code MemorySegment.fill} (one call in the VM state, which a
+     * safepoint waits for), a long memset here runs in native and holds no other thread.
+     */
+    public static void memset(MemorySegment dst, int value) {
+        long n = dst.byteSize();
+        try {
+            if (n <= CRITICAL_MAX) {
+                MEMSET.invokeExact(dst, value, n);
+            } else {
+                MEMSET_LONG.invokeExact(dst, value, n);
+            }
+        } catch (RuntimeException | Error e) {
+            throw e;
         } catch (Throwable t) {
             throw new AssertionError(t);
         }
@@ -111,28 +153,28 @@ public final class Libc {
     }
 
     /**
-     * Flushes the pages of [addr, addr+len) to the backing file (msync(2) with MS_SYNC).
-     * The range is widened to page boundaries here, as msync requires a page-aligned start.
+     * Flushes the pages of [offset, offset+length) of {@code mapping} to the backing file (msync(2) with
+     * MS_SYNC). The range is widened down to its page, as msync requires a page-aligned start; the mapping
+     * itself must start on a page (every mmap does). Allocates nothing.
      */
     public static void msync(MemorySegment mapping, long offset, long length) throws NativeException {
         if (length == 0) {
             return;
         }
-        long page = PAGE;
-        long start = mapping.address() + offset;
-        long alignedStart = start & -page;
-        long alignedLen = start + length - alignedStart;
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            int rc = (int) MSYNC.invokeExact(state, MemorySegment.ofAddress(alignedStart), alignedLen, MS_SYNC);
-            if (rc != 0) {
-                throw NativeException.of("msync", errno(state),
-                        "address 0x" + Long.toHexString(alignedStart) + ", length " + alignedLen);
-            }
-        } catch (NativeException e) {
+        long skew = (mapping.address() + offset) & (PAGE - 1);
+        MemorySegment range = mapping.asSlice(offset - skew, length + skew); // bounds checked here
+        MemorySegment state = CALL_STATE.get();
+        int rc;
+        try {
+            rc = (int) MSYNC.invokeExact(state, range, range.byteSize(), MS_SYNC);
+        } catch (RuntimeException | Error e) {
             throw e;
         } catch (Throwable t) {
             throw new AssertionError(t);
+        }
+        if (rc != 0) {
+            throw NativeException.of("msync", errno(state),
+                    "address 0x" + Long.toHexString(range.address()) + ", length " + range.byteSize());
         }
     }
 

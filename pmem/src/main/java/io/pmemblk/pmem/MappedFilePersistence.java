@@ -1,0 +1,74 @@
+package io.pmemblk.pmem;
+
+import io.pmemblk.posix.Libc;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.lang.foreign.MemorySegment;
+import java.nio.channels.FileChannel;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+
+/**
+ * Persistence of a JDK file mapping ({@code FileChannel.map}): ordinary stores into the page cache, made durable
+ * by {@link MemorySegment#force()}, which on Linux is msync(MS_SYNC) of exactly the pages under the segment
+ * (JDK MappedMemoryUtils.force0: the start rounded down to its page, the length grown to match). No cache
+ * flushes: a file mapping is never treated as pmem here.
+ */
+final class MappedFilePersistence implements Persistence {
+    @Override
+    public boolean flushesCaches() {
+        return false;
+    }
+
+    @Override
+    public void copy(MemorySegment src, MemorySegment dst) {
+        MemorySegment.copy(src, 0, dst, 0, dst.byteSize());
+    }
+
+    @Override
+    public void fill(MemorySegment dst, byte value) {
+        fillOutsideSafepoints(dst, value);
+    }
+
+    /** libc memset: a 4 GiB WRITE_ZEROES in MemorySegment.fill would be one VM call that every safepoint waits for. */
+    static void fillOutsideSafepoints(MemorySegment dst, byte value) {
+        Libc.memset(dst, value);
+    }
+
+    @Override
+    public void writeBack(MemorySegment range) {
+        throw new UnsupportedOperationException("a JDK file mapping is not pmem: sync() its pages instead");
+    }
+
+    @Override
+    public void drain() {
+        throw new UnsupportedOperationException("a JDK file mapping is not pmem: sync() its pages instead");
+    }
+
+    @Override
+    public void sync(MemorySegment range) throws IOException {
+        try {
+            range.force();
+        } catch (UncheckedIOException e) {
+            throw new IOException("msync of " + range.byteSize() + " bytes at 0x" + Long.toHexString(range.address())
+                    + " failed: " + e.getCause().getMessage(), e.getCause());
+        }
+    }
+
+    @Override
+    public void syncCreated(Path file) throws IOException {
+        syncCreatedFile(file);
+    }
+
+    /** fsync of the new file (its size and allocation) and of its directory (the entry naming it): fsync(2) says both are needed. */
+    static void syncCreatedFile(Path file) throws IOException {
+        try (FileChannel f = FileChannel.open(file, StandardOpenOption.READ)) {
+            f.force(true);
+        }
+        Path dir = file.toAbsolutePath().getParent();
+        try (FileChannel d = FileChannel.open(dir, StandardOpenOption.READ)) {
+            d.force(true);
+        }
+    }
+}

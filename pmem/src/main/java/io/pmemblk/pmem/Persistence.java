@@ -1,0 +1,44 @@
+package io.pmemblk.pmem;
+
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.nio.file.Path;
+
+/**
+ * The operations that make stores to the mapping durable, as one small port: the region calls nothing else to
+ * persist, so a recording implementation in the tests sees every step and can check that each acknowledgement
+ * came after the steps covering the bytes it promises. Ranges are slices of the mapping (bounds checked by
+ * {@code asSlice}, liveness by the linker). Two families, chosen by {@link #flushesCaches()}:
+ * <ul>
+ *   <li>real pmem (libpmem, is_pmem): {@link #copy}/{@link #fill} store with non-temporal stores or
+ *       flushes and {@link #writeBack} writes back cache lines; each is durable after a {@link #drain()}
+ *       <em>on the same thread</em>;</li>
+ *   <li>page cache (java mapper, or libpmem on a file that is not pmem): stores are ordinary and become durable
+ *       by {@link #sync} of their pages, whichever thread stored them (the pages are the kernel's).</li>
+ * </ul>
+ */
+public interface Persistence {
+    /** True when durability comes from cache flushes and drains; false when it comes from msync. */
+    boolean flushesCaches();
+
+    /** Stores all of {@code src} into {@code dst} (same size). Durable after a drain on this thread, or after a sync. */
+    void copy(MemorySegment src, MemorySegment dst);
+
+    /** Stores {@code value} into all of {@code dst}; durable as {@link #copy}. */
+    void fill(MemorySegment dst, byte value);
+
+    /**
+     * Writes back the cache lines of {@code range}, whoever stored there (the write-back is cache-coherent, so a
+     * device's or another core's stores too). Pmem only.
+     */
+    void writeBack(MemorySegment range);
+
+    /** Waits for this thread's earlier {@link #copy}, {@link #fill}, {@link #writeBack} to reach the persistence domain. */
+    void drain();
+
+    /** msync(MS_SYNC) of the pages under {@code range}; fails with the errno when the kernel could not write them back. */
+    void sync(MemorySegment range) throws IOException;
+
+    /** Makes the creation of {@code file} (or of a directory) durable: fsync of it and of its parent (its name). */
+    void syncCreated(Path file) throws IOException;
+}
