@@ -3,13 +3,14 @@
 # 4 GiB WRITE_ZEROES. Prints "Reaching safepoint" (-Xlog:safepoint) while zeroing and over the whole run.
 # Needs fio (nbd engine), python3-libnbd, jcmd (to request safepoints). Env: WARM=1 faults the image in
 # first; ZEROES=n zeroes; PMEM_IS_PMEM_FORCE=1 takes the pmem_memset path. See pmem/DURABILITY.md.
-# usage: safepoints-during-zeroes.sh JAR LABEL   -- one 4G export on /dev/shm, zeroes on one connection, 4k reads on another
-JAR=$1; LABEL=$2
-J=/usr/lib/jvm/temurin-25-jdk-amd64/bin/java
+# usage: safepoints-during-zeroes.sh REPO LABEL   -- REPO's scripts/pmemblk serves one 4G export on /dev/shm,
+#        zeroes on one connection, 4k reads on another (REPO: this checkout, or a baseline's tree to compare)
+REPO=$1; LABEL=$2
 D=${OUT:-/tmp/pmemblk-safepoints}/$LABEL; rm -rf $D; mkdir -p $D
 IMG=/dev/shm/sp-$LABEL.img; SOCK=$D/s.sock
 rm -f $IMG
-$J -Xlog:safepoint:file=$D/safepoint.log:utctime,uptime -XX:+UnlockDiagnosticVMOptions -XX:+SafepointTimeout -XX:SafepointTimeoutDelay=4 --enable-native-access=ALL-UNNAMED -jar $JAR serve --set pmem.path=$IMG --set pmem.size=4G \
+PMEMBLK_JAVA_OPTS="-Xlog:safepoint:file=$D/safepoint.log:utctime,uptime -XX:+UnlockDiagnosticVMOptions -XX:+SafepointTimeout -XX:SafepointTimeoutDelay=4" \
+  "$REPO/scripts/pmemblk" serve --set pmem.path=$IMG --set pmem.size=4G \
    --set nbd.socket=$SOCK --set nbd.port=0 > $D/server.out 2>&1 &
 SPID=$!
 for i in $(seq 100); do [ -S $SOCK ] && break; sleep 0.2; done

@@ -24,8 +24,8 @@ import java.util.Arrays;
  * not trusted) and completed exactly once.
  *
  * <p>Batches: all DMA copies of a batch are placed in the channel's ring and the doorbell is rung once at the
- * end (seed 004). Queue i uses channel i mod channels, so queues do not share a ring unless there are fewer
- * channels than queues. The CPU requests of a batch complete inline; DMA requests complete on the channel's
+ * end: an MMIO doorbell write costs more than a small copy, so one per batch, not per request. Queue i uses
+ * channel i mod channels, so queues do not share a ring unless there are fewer channels than queues. The CPU requests of a batch complete inline; DMA requests complete on the channel's
  * completion thread.
  *
  * <p>Durability: a WRITE/TRIM/WRITE_ZEROES with FUA is persistent before it completes; a FLUSH makes every
@@ -62,7 +62,7 @@ public final class PmemBlockDriver implements BlockDriver {
     /**
      * A driver that may offload copies to {@code engine} (null: CPU only). The region is registered in the
      * engine's IOVA space now, each queue's buffer pool when the queue attaches: once, never per request
-     * (seed 003). The driver owns the engine from here on and closes it before the region.
+     * (mapping a buffer for a device per request costs more than the copy it serves). The driver owns the engine from here on and closes it before the region.
      */
     public PmemBlockDriver(PmemRegion region, CopyStats stats, DmaEngine engine, Routing routing) {
         this.region = region;

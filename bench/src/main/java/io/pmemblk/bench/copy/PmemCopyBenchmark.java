@@ -113,7 +113,7 @@ public class PmemCopyBenchmark {
 
     @Benchmark
     public void libpmemNonTemporalWrite(Pmem p, Throughput t) {
-        p.lib.memcpy(pmem.address() + nextOffset(), buffer.address(), bytes,
+        p.lib.memcpy(pmem.asSlice(nextOffset(), bytes), buffer,
                 Libpmem.PMEM_F_MEM_NONTEMPORAL | Libpmem.PMEM_F_MEM_NODRAIN);
         t.mib += bytes / 1048576.0;
     }
