@@ -80,19 +80,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
 
     /** The {@code nth} descriptor the channel processes from now (1 = the next one) halts with {@code chanerrBit}. */
     public void failDescriptor(int channel, int nth, int chanerrBit) {
-        if (nth < 1) {
-            throw new IllegalArgumentException("nth counts from 1 (the next descriptor), got " + nth);
-        }
-        Channel c = channel(channel);
-        c.lock.lock();
-        try {
-            c.failCountdown = nth;
-            c.failPeriod = 0;
-            c.failBit = chanerrBit;
-            c.failBreaks = false;
-        } finally {
-            c.lock.unlock();
-        }
+        arm(channel, requireNth(nth), 0, chanerrBit, false);
     }
 
     /**
@@ -103,16 +91,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         if (period < 0) {
             throw new IllegalArgumentException("period must be >= 0, got " + period);
         }
-        Channel c = channel(channel);
-        c.lock.lock();
-        try {
-            c.failCountdown = period;
-            c.failPeriod = period;
-            c.failBit = chanerrBit;
-            c.failBreaks = false;
-        } finally {
-            c.lock.unlock();
-        }
+        arm(channel, period, period, chanerrBit, false);
     }
 
     /**
@@ -122,16 +101,25 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
      * driver does with a channel that dies mid-run.
      */
     public void breakAfter(int channel, int nth, int chanerrBit) {
+        arm(channel, requireNth(nth), 0, chanerrBit, true);
+    }
+
+    private static int requireNth(int nth) {
         if (nth < 1) {
             throw new IllegalArgumentException("nth counts from 1 (the next descriptor), got " + nth);
         }
+        return nth;
+    }
+
+    /** Sets a channel's fault under its lock, so the engine thread sees all four fields change together. */
+    private void arm(int channel, int countdown, int period, int chanerrBit, boolean breaks) {
         Channel c = channel(channel);
         c.lock.lock();
         try {
-            c.failCountdown = nth;
-            c.failPeriod = 0;
+            c.failCountdown = countdown;
+            c.failPeriod = period;
             c.failBit = chanerrBit;
-            c.failBreaks = true;
+            c.failBreaks = breaks;
         } finally {
             c.lock.unlock();
         }
