@@ -288,6 +288,32 @@ class IoUringTest {
         }
     }
 
+    /** A slot is reused once the kernel has consumed it; nothing of its previous SQE (flags, buf_index) may remain. */
+    @Test
+    void aReusedSlotCarriesNothingFromItsPreviousSqe(@TempDir Path dir) throws Exception {
+        Path file = dir.resolve("r");
+        Files.write(file, new byte[4096]);
+        try (Arena arena = Arena.ofConfined(); IoUring ring = IoUring.open(1)) {
+            assertThat(ring.sq().entries()).isEqualTo(1);
+            int fd = Libc.open(file.toString(), Libc.O_RDONLY, 0);
+            try {
+                MemorySegment buf = arena.allocate(4096, 4096);
+                ring.registerFiles(fd);
+                ring.registerBuffers(buf);
+                assertThat(ring.sq().readFixed(0, buf, 0, 0, 1)).isTrue();
+                ring.sq().setLastFlags(IOSQE_FIXED_FILE);
+                ring.submitAndWait(1);
+                assertThat(reap(ring, 1)).containsExactly(new Cqe(1, 4096, 0));
+                // Same slot, a plain READ by real fd: a leftover IOSQE_FIXED_FILE would make fd an index (-EBADF).
+                assertThat(ring.sq().read(fd, buf.asSlice(0, 512), 0, 2)).isTrue();
+                ring.submitAndWait(1);
+                assertThat(reap(ring, 1)).containsExactly(new Cqe(2, 512, 0));
+            } finally {
+                Libc.close(fd);
+            }
+        }
+    }
+
     @Test
     void closeIsIdempotentAndAClosedRingSaysSo() throws Exception {
         IoUring ring = IoUring.open(4);
