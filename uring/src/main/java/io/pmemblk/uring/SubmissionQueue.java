@@ -254,7 +254,8 @@ public final class SubmissionQueue {
     /**
      * Like {@link #submit()}, and waits until at least {@code minComplete} CQEs are ready. Returns the number of
      * SQEs consumed; 0 also when the kernel answered EAGAIN/EBUSY (short of memory, or CQ overflow it could not
-     * flush): reap the CQ and call again.
+     * flush): reap the CQ and call again. A signal that interrupts the wait after SQEs were consumed ends it early
+     * (the kernel then reports the count, not EINTR), so callers loop on what {@link CompletionQueue#drain} finds.
      */
     public int submitAndWait(int minComplete) throws NativeException {
         ring.ensureOpen();
