@@ -1,11 +1,11 @@
 package io.pmemblk.uring;
 
 /**
- * The io_uring kernel ABI, written once. Source: {@code include/uapi/linux/io_uring.h}, Linux 6.12 (the ublk
- * guest's kernel; every value here is unchanged from it through 6.18). The struct offsets were checked by compiling
- * {@code offsetof()} against Debian's linux-libc-dev 6.1.187 copy of that header with gcc (the layout is
- * append-only, so 6.1 and 6.12 agree on everything used here); the CQ {@code flags} field and the SQE128/CQE32
- * sizes date from 5.8/5.19. Values are little-endian x86-64.
+ * The io_uring kernel ABI, written once. Source: {@code include/uapi/linux/io_uring.h}. Every struct offset and
+ * constant below was checked by compiling {@code offsetof()}/the macros with gcc against Debian's linux-libc-dev
+ * 6.1.187 copy of that header (2026-11-30), and agrees with the Linux 6.12.19 values in
+ * /work/shared/notes/ublk.md section 3.2 (the layout is append-only); the tests exercise them on the 6.18 kernel of
+ * the build machine. Only IORING_MAX_ENTRIES is kernel-internal (io_uring/io_uring.c). Little-endian x86-64.
  */
 public final class IoUringAbi {
     private IoUringAbi() {}
