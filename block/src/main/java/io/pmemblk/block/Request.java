@@ -197,7 +197,10 @@ public final class Request {
 
     /** Called by the queue with the tag just taken off the free stack (so by its only holder). */
     void acquired() {
-        STATE.setVolatile(this, ACQUIRED);
+        // The tag came off the free stack under the queue's monitor, after its release pushed it there under the
+        // same monitor: that already orders this with the release's getAndSet. A release store is enough (a
+        // plain store on x86); a volatile one would add a full fence to every request.
+        STATE.setRelease(this, ACQUIRED);
     }
 
     /** Whether the driver has completed the request since it was acquired (and it is not released yet). */
