@@ -1,0 +1,425 @@
+#!/bin/sh
+# Scenarios "ublk", "ublk-recovery", "ublk-pmem" and "ublk-nbd", run inside ONE guest with an emulated
+# NVDIMM (scripts/vm --nvdimm) by scripts/vm-test: `ublk-check.sh SCENARIO...`. Each scenario runs in a
+# subshell of its own, so one that fails is cleaned up after (server stopped, filesystems unmounted) and
+# the next still runs; every wait is bounded. The order is fixed, whatever the arguments' order:
+#   ublk-nbd       the same fio job (4k randrw, libaio, direct, iodepth 32, fixed runtime) on the kernel's
+#                  /dev/pmem0 (fsdax namespace, before the filesystem goes on it), then, with the server on a
+#                  pool file on ext4 -o dax on that namespace, on /dev/ublkbN and on /dev/nbd0 (the kernel's
+#                  nbd-client on the same server's unix socket); IOPS, MB/s and the ratios as RESULT lines
+#   ublk-pmem      the server on ext4 -o dax (info: is_pmem=true), fio verify=crc32c through /dev/ublkbN,
+#                  ublk request counters; again with dma.engine=soft, route.dma.min-bytes=65536: both copy
+#                  routes used (pmemblk_copy_bytes_total)
+#   ublk           the server on a tmpfs file: no /dev/ublk-control -> exit 1 naming modprobe ublk_drv; block
+#                  size and capacity; blkdiscard and blkdiscard -z on the raw device; mkfs.ext4, files with
+#                  fsync and sha256 sums, fio verify (bssplit 4k..1m) on the filesystem, fstrim, e2fsck -fn;
+#                  SIGTERM (exit 0, /dev/ublkbN and /dev/ublkcN gone), serve again, e2fsck, sums verified,
+#                  SIGTERM again; no I/O error in the kernel log
+#   ublk-recovery  fio verify on /dev/ublkb7 (ublk.id=7), the server kill -9'ed mid-run, the device stays,
+#                  serve again with ublk.id=7: fio completes and verifies, no I/O error in the kernel log;
+#                  then ublk.recovery=false (ublk.id=8): kill -9 removes /dev/ublkb8 and ends the I/O waiting
+#                  on it, and the next serve with ublk.id=8 comes up and serves
+# Output: per scenario "RESULT NAME.status=pass|fail", on failure "RESULT NAME.why=...", "RESULT NAME.secs=N",
+# and the scenario's figures as "RESULT NAME.KEY=VALUE". The host (scripts/vm-test) reads them.
+# Environment: PMEMBLK_GUEST_CMD / PMEMBLK_GUEST_JAVA_OPTS as in pmem-check.sh; UBLK_RATE_SECS (fio runtime
+# of each ublk-nbd measurement, default 10).
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+PMEMBLK_GUEST_JAVA_OPTS=${PMEMBLK_GUEST_JAVA_OPTS:-"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+PMEMBLK_GUEST_CMD=${PMEMBLK_GUEST_CMD:-"$JAVA_HOME/bin/java $PMEMBLK_GUEST_JAVA_OPTS --enable-native-access=io.pmemblk.posix,io.pmemblk.pmem --illegal-native-access=deny -p /mnt/pmemblk/cli/target/pmemblk.jar:/mnt/pmemblk/cli/target/modules -m io.pmemblk.cli/io.pmemblk.cli.Main"}
+RATE_SECS=${UBLK_RATE_SECS:-10}
+READY_SECS=150        # a JVM start under TCG on a busy host took up to 25 s; a ublk device start adds little
+SOCK=/tmp/nbd.sock
+PM=/mnt/pm            # ext4 -o dax on the NVDIMM's fsdax namespace
+FS=/mnt/ublk          # ext4 on /dev/ublkbN
+VERIFY_BSSPLIT=4k/30:16k/20:64k/20:256k/15:1m/15
+# fio writes a verify state file into its working directory; /tmp is the writable one here.
+cd /tmp || exit 1
+
+PART=setup
+now() { cut -d. -f1 /proc/uptime; }
+# Progress lines; the last one is kept so that a step failing unexpectedly (errexit) can be named.
+say() { echo "ublk-check: [$(cut -d' ' -f1 /proc/uptime)s] $PART: $*"; echo "$*" >"/tmp/progress.$PART"; }
+# fail REASON: the scenario's one-line reason for the host, then out of the scenario's subshell.
+fail() { echo "RESULT $PART.why=$*"; : >"/tmp/why.$PART"; say "FAIL: $*"; exit 1; }
+result() { echo "RESULT $PART.$1=$2"; }
+
+# A process that exited but was not reaped (an orphan of a finished subshell) is gone too.
+alive() { [ -d "/proc/$1" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
+wait_gone() {  # wait_gone PID SECONDS
+    _t=$(( $(now) + $2 ))
+    while alive "$1"; do [ "$(now)" -lt "$_t" ] || return 1; sleep 0.1; done
+}
+wait_absent() {  # wait_absent PATH SECONDS
+    _t=$(( $(now) + $2 ))
+    while [ -e "$1" ]; do [ "$(now)" -lt "$_t" ] || return 1; sleep 0.1; done
+}
+# Every process a scenario starts in the background is noted here, so it can be ended if the scenario fails.
+track() { echo "$1" >>"/tmp/pids.$PART"; }
+
+# The server's own lines, without java.util.logging's two-line records.
+server_lines() { grep -v -E '^(INFO|FINE|[A-Z][a-z]{2} [0-9]+, [0-9]{4} |[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]+ (INFO|FINE))' "$1" 2>/dev/null; }
+show_log() { say "server log $SLOG:"; sed 's/^/server| /' "$SLOG"; }
+last_line() { server_lines "$SLOG" | tail -n 1; }
+
+SPID='' DEV='' DEVID='' SLOG=''
+# start_server LOGNAME ARGS...: `serve` with ublk on (plus ARGS) in the background; waits, bounded, for its
+# "ready: /dev/ublkbN" line; sets SPID, DEV, DEVID.
+start_server() {
+    SLOG=/tmp/server-$1.log; shift
+    rm -f "$SOCK"
+    # shellcheck disable=SC2086 # the command is a word list
+    $PMEMBLK_GUEST_CMD serve --set "nbd.socket=$SOCK" --set nbd.port=0 --set nbd.export=pmem0 \
+        --set ublk.enabled=true "$@" >"$SLOG" 2>&1 &
+    SPID=$!
+    track "$SPID"
+    _t0=$(now)
+    until grep -q '^ready: /dev/ublkb[0-9]' "$SLOG"; do
+        if ! alive "$SPID"; then
+            _rc=0; wait "$SPID" || _rc=$?
+            show_log; fail "serve exited ($_rc) without a ublk device: $(last_line)"
+        fi
+        [ $(( $(now) - _t0 )) -lt $READY_SECS ] || { show_log; fail "serve printed no 'ready: /dev/ublkbN' in ${READY_SECS}s: $(last_line)"; }
+        sleep 0.2
+    done
+    DEV=$(sed -n 's/^ready: \(\/dev\/ublkb[0-9][0-9]*\).*/\1/p' "$SLOG" | tail -n 1)
+    DEVID=${DEV#/dev/ublkb}
+    [ -b "$DEV" ] || { show_log; fail "serve printed 'ready: $DEV' but $DEV is not a block device"; }
+    server_lines "$SLOG" | sed 's/^/server| /'
+    say "serve ready after $(( $(now) - _t0 ))s: $DEV (pid $SPID)"
+}
+
+# stop_server: SIGTERM; the server must exit 0 and take /dev/ublkbN and /dev/ublkcN with it.
+stop_server() {
+    kill -TERM "$SPID"
+    wait_gone "$SPID" 60 || { show_log; fail "serve still running 60 s after SIGTERM"; }
+    _rc=0; wait "$SPID" || _rc=$?
+    [ "$_rc" = 0 ] || { show_log; fail "serve exited $_rc on SIGTERM (want 0): $(last_line)"; }
+    wait_absent "$DEV" 10 || fail "$DEV still present 10 s after serve exited on SIGTERM"
+    wait_absent "/dev/ublkc$DEVID" 10 || fail "/dev/ublkc$DEVID still present 10 s after serve exited on SIGTERM"
+    say "serve stopped (SIGTERM, exit 0); $DEV and /dev/ublkc$DEVID gone"
+}
+
+metric_sum() {  # metric_sum FILE METRIC [LABEL-TEXT]: sum of the samples of METRIC whose line contains LABEL-TEXT
+    awk -v m="$2" -v l="${3:-}" 'index($0, m "{") == 1 && index($0, l) { s += $NF } END { printf "%.0f\n", s }' "$1"
+}
+scrape() {  # scrape PORT FILE
+    curl -fsS --max-time 10 "http://127.0.0.1:$1/metrics" >"$2" 2>/dev/null
+}
+
+# fio_verify NAME FIO-TARGET-ARGS...: random writes of 4k..1m, libaio, direct, iodepth 32, then every block
+# read back and its crc32c checked. Bounded by timeout.
+fio_verify() {
+    _n=$1; shift
+    _rc=0
+    timeout -k 10 300 fio --name="$_n" --ioengine=libaio --direct=1 --rw=randwrite --bssplit=$VERIFY_BSSPLIT \
+        --iodepth=32 --verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 "$@" \
+        --output="/tmp/fio-$_n.out" >/dev/null 2>&1 || _rc=$?
+    grep -E '^ *(READ|WRITE):|err=' "/tmp/fio-$_n.out" 2>/dev/null | sed "s/^/fio $_n| /"
+    if [ "$_rc" != 0 ] || ! grep -q 'err= 0' "/tmp/fio-$_n.out"; then
+        cat "/tmp/fio-$_n.out" 2>/dev/null
+        [ "$_rc" = 124 ] && fail "fio $_n timed out (300 s)"
+        fail "fio $_n failed (exit $_rc): $(grep -m1 -E 'verify|error|err=' "/tmp/fio-$_n.out" 2>/dev/null)"
+    fi
+}
+
+# Kernel log lines since the scenario began that mean an I/O failed or a task hung.
+DMESG_MARK=0
+dmesg_mark() { DMESG_MARK=$(dmesg | wc -l); }
+dmesg_errors() {
+    dmesg | tail -n +$((DMESG_MARK + 1)) \
+        | grep -E 'I/O error|blk_update_request|Buffer I/O error|EXT4-fs error|blocked for more than|Oops|BUG:|WARNING:|hung_task' || true
+}
+check_dmesg() {
+    _e=$(dmesg_errors)
+    [ -z "$_e" ] || { echo "$_e" | sed 's/^/dmesg| /'; fail "kernel log: $(echo "$_e" | head -n 1 | cut -c1-160)"; }
+}
+
+ensure_fsdax() {  # the NVDIMM's namespace in fsdax mode: /dev/pmem0 (once per boot)
+    [ -e /tmp/.fsdax ] && return 0
+    modprobe -a nfit nd_pmem dax_pmem
+    ndctl create-namespace -f -e namespace0.0 -m fsdax --map=mem >/tmp/ndctl.json
+    grep -q '"mode":"fsdax"' /tmp/ndctl.json || { cat /tmp/ndctl.json; fail "ndctl: namespace not in fsdax mode"; }
+    [ -b /dev/pmem0 ] || fail "no /dev/pmem0 after ndctl create-namespace"
+    touch /tmp/.fsdax
+}
+ensure_dax_mount() {  # ext4 -o dax on /dev/pmem0 at $PM (once per boot)
+    mountpoint -q "$PM" && return 0
+    ensure_fsdax
+    mkfs.ext4 -q -F -b 4096 /dev/pmem0
+    mkdir -p "$PM"
+    mount -o dax /dev/pmem0 "$PM"
+    grep " $PM " /proc/mounts | grep -q 'dax=always' || { grep " $PM " /proc/mounts; fail "$PM is not a DAX mount"; }
+    say "ext4 -o dax on /dev/pmem0 at $PM"
+}
+
+# ---------------------------------------------------------------------------------------------
+# ublk-nbd: fio_rate NAME TARGET: the comparison job on TARGET; sets RATE_IOPS.
+fio_rate() {
+    _name=$1 _target=$2 _rc=0
+    timeout -k 10 $((RATE_SECS + 90)) fio --name="$_name" --filename="$_target" --ioengine=libaio --direct=1 \
+        --rw=randrw --rwmixread=50 --bs=4k --iodepth=32 --size=128M --runtime="$RATE_SECS" --time_based \
+        --ramp_time=2 --randrepeat=0 --norandommap --output-format=json --output="/tmp/rate-$_name.json" \
+        >/dev/null 2>&1 || _rc=$?
+    [ "$_rc" = 0 ] || { cat "/tmp/rate-$_name.json" 2>/dev/null; fail "fio on $_target failed (exit $_rc)"; }
+    _r=$(python3 "$HERE/fio-rate.py" "/tmp/rate-$_name.json") || fail "cannot read fio's JSON for $_target"
+    # shellcheck disable=SC2086 # three words
+    set -- $_r
+    [ "$3" = 0 ] || fail "fio on $_target reported error $3"
+    RATE_IOPS=$1
+    result "${_name}_iops" "$1"
+    result "${_name}_mbps" "$2"
+    say "$_name ($_target): $1 IOPS, $2 MB/s"
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f\n", a / b; else print "n/a" }'; }
+
+part_ublk_nbd() {
+    ensure_fsdax
+    say "comparison job: 4k randrw 50/50, libaio, direct=1, iodepth 32, ${RATE_SECS}s (after 2 s ramp), 128 MiB range"
+    fio_rate pmem0 /dev/pmem0
+    P_IOPS=$RATE_IOPS
+    ensure_dax_mount
+    start_server nbd --set "pmem.path=$PM/pool" --set pmem.size=256M --set metrics.port=9471
+    result queues "$(ls "/sys/block/ublkb$DEVID/mq" | wc -l)"
+    fio_rate ublk "$DEV"
+    U_IOPS=$RATE_IOPS
+    # The kernel's NBD client on the same server; as many connections as the ublk device has queues.
+    nbd-client -d /dev/nbd0 >/dev/null 2>&1 || true
+    _c=$(ls "/sys/block/ublkb$DEVID/mq" | wc -l)
+    timeout 60 nbd-client -unix "$SOCK" -N pmem0 -b 4096 -connections "$_c" /dev/nbd0 >/tmp/nbd-client.out 2>&1 \
+        || { cat /tmp/nbd-client.out; fail "nbd-client could not connect /dev/nbd0 to $SOCK: $(tail -n 1 /tmp/nbd-client.out)"; }
+    _sz=$(blockdev --getsize64 /dev/nbd0)
+    [ "$_sz" = 268435456 ] || fail "/dev/nbd0 has $_sz bytes, want 268435456"
+    say "/dev/nbd0 connected ($_c connections)"
+    result nbd_connections "$_c"
+    fio_rate nbd /dev/nbd0
+    N_IOPS=$RATE_IOPS
+    timeout 30 nbd-client -d /dev/nbd0 >/dev/null 2>&1 || fail "nbd-client -d /dev/nbd0 failed"
+    stop_server
+    # Same block size on all three: the MB/s ratios equal the IOPS ratios.
+    result ublk_vs_nbd "$(ratio "$U_IOPS" "$N_IOPS")"
+    result ublk_vs_pmem0 "$(ratio "$U_IOPS" "$P_IOPS")"
+    check_dmesg
+}
+
+# ---------------------------------------------------------------------------------------------
+part_ublk_pmem() {
+    ensure_dax_mount
+    # shellcheck disable=SC2086
+    timeout 150 $PMEMBLK_GUEST_CMD info --set "pmem.path=$PM/pool" --set pmem.size=256M >/tmp/info.out 2>&1 \
+        || { cat /tmp/info.out; fail "pmemblk info failed"; }
+    sed 's/^/info| /' /tmp/info.out
+    _p=$(sed -n 's/^is_pmem=//p' /tmp/info.out | head -n 1)
+    result is_pmem "$_p"
+    [ "$_p" = true ] || fail "info reports is_pmem=$_p on ext4 -o dax"
+
+    start_server pmem --set "pmem.path=$PM/pool" --set pmem.size=256M --set metrics.port=9472
+    fio_verify pmem --filename="$DEV" --size=64M
+    scrape 9472 /tmp/metrics-pmem.txt || fail "metrics not served on port 9472"
+    grep -E '^pmemblk_(ublk_requests_total|copy_bytes_total)' /tmp/metrics-pmem.txt | sed 's/^/metrics| /'
+    _u=$(metric_sum /tmp/metrics-pmem.txt pmemblk_ublk_requests_total)
+    result ublk_requests "$_u"
+    [ "$_u" -gt 0 ] || fail "pmemblk_ublk_requests_total is ${_u}: fio's I/O did not go through ublk"
+    stop_server
+
+    start_server pmem-dma --set "pmem.path=$PM/pool" --set pmem.size=256M --set metrics.port=9473 \
+        --set dma.engine=soft --set route.dma.min-bytes=65536
+    fio_verify pmem-dma --filename="$DEV" --size=64M
+    scrape 9473 /tmp/metrics-dma.txt || fail "metrics not served on port 9473"
+    grep -E '^pmemblk_(ublk_requests_total|copy_bytes_total)' /tmp/metrics-dma.txt | sed 's/^/metrics| /'
+    _d=$(metric_sum /tmp/metrics-dma.txt pmemblk_copy_bytes_total 'route="dma"')
+    _c=$(metric_sum /tmp/metrics-dma.txt pmemblk_copy_bytes_total 'route="cpu"')
+    _u=$(metric_sum /tmp/metrics-dma.txt pmemblk_ublk_requests_total)
+    result dma_bytes "$_d"; result cpu_bytes "$_c"; result dma_ublk_requests "$_u"
+    [ "$_u" -gt 0 ] || fail "with dma.engine=soft: pmemblk_ublk_requests_total is $_u"
+    [ "$_d" -gt 0 ] && [ "$_c" -gt 0 ] || fail "copy routes not both used: dma=$_d cpu=$_c bytes"
+    stop_server
+    check_dmesg
+}
+
+# ---------------------------------------------------------------------------------------------
+part_ublk() {
+    POOL=/tmp/ublk-pool
+    rm -f "$POOL"
+    # Without /dev/ublk-control serve must say how to get it and exit 1 (the module only unloads with no
+    # ublk device left, which holds when the scenarios before this one cleaned up).
+    if modprobe -r ublk_drv 2>/dev/null && [ ! -e /dev/ublk-control ]; then
+        _rc=0
+        # shellcheck disable=SC2086
+        timeout 150 $PMEMBLK_GUEST_CMD serve --set "pmem.path=$POOL" --set pmem.size=256M --set "nbd.socket=$SOCK" \
+            --set nbd.port=0 --set ublk.enabled=true >/tmp/server-noctl.log 2>&1 || _rc=$?
+        sed 's/^/server| /' /tmp/server-noctl.log
+        [ "$_rc" = 1 ] || fail "without /dev/ublk-control serve exited $_rc (want 1)"
+        grep -q 'modprobe ublk_drv' /tmp/server-noctl.log || fail "without /dev/ublk-control serve did not name 'modprobe ublk_drv'"
+        result no_control "exit1"
+        say "without /dev/ublk-control: exit 1, names modprobe ublk_drv"
+    else
+        result no_control "not-checked"
+        say "ublk_drv could not be unloaded: the no-/dev/ublk-control check is skipped"
+    fi
+    modprobe ublk_drv
+    [ -c /dev/ublk-control ] || fail "no /dev/ublk-control after modprobe ublk_drv"
+    rm -f "$POOL"
+
+    start_server fs1 --set "pmem.path=$POOL" --set pmem.size=256M
+    _ss=$(blockdev --getss "$DEV") _sz=$(blockdev --getsize64 "$DEV")
+    result block_size "$_ss"
+    [ "$_ss" = 4096 ] || fail "$DEV logical block size $_ss, want 4096 (ublk.block-size default)"
+    [ "$_sz" = 268435456 ] || fail "$DEV has $_sz bytes, want 268435456"
+    _dm=$(cat "/sys/block/ublkb$DEVID/queue/discard_max_bytes")
+    [ "$_dm" -gt 0 ] || fail "$DEV does not advertise discard (queue/discard_max_bytes=0)"
+    # Raw device, before mkfs: discard a written range, zero another (WRITE_ZEROES, or the block layer's
+    # fallback writes) and read the zeros back.
+    head -c 2M /dev/urandom | dd of="$DEV" bs=1M seek=100 count=2 iflag=fullblock oflag=direct conv=fsync 2>/dev/null \
+        || fail "dd write to $DEV failed"
+    blkdiscard -o 100M -l 1M "$DEV" || fail "blkdiscard -o 100M -l 1M $DEV failed"
+    blkdiscard -z -o 101M -l 1M "$DEV" || fail "blkdiscard -z -o 101M -l 1M $DEV failed"
+    _nz=$(dd if="$DEV" bs=1M skip=101 count=1 iflag=direct 2>/dev/null | tr -d '\000' | wc -c)
+    [ "$_nz" = 0 ] || fail "$_nz non-zero bytes read back after blkdiscard -z"
+    say "blkdiscard and blkdiscard -z on the raw device: ok (zeros read back)"
+
+    mkfs.ext4 -q -F "$DEV"
+    mkdir -p "$FS"
+    mount "$DEV" "$FS"
+    for s in 4K 64K 1M 8M 32M; do
+        head -c "$s" /dev/urandom >"$FS/file-$s"
+        sync "$FS/file-$s"          # fsync
+    done
+    (cd "$FS" && sha256sum file-* >/tmp/ublk.sums)
+    sed 's/^/SUM /' /tmp/ublk.sums
+    fio_verify fs --directory="$FS" --filename=fio.dat --size=64M
+    rm -f "$FS/fio.dat"
+    _tr=$(fstrim -v "$FS") || fail "fstrim $FS failed"
+    say "$_tr"
+    result fstrim "$(echo "$_tr" | sed -n 's/.*(\([0-9]*\) bytes) trimmed.*/\1/p')"
+    umount "$FS"
+    timeout 120 e2fsck -fn "$DEV" >/tmp/fsck1.out 2>&1 || { cat /tmp/fsck1.out; fail "e2fsck -fn not clean before the restart"; }
+    stop_server
+
+    start_server fs2 --set "pmem.path=$POOL" --set pmem.size=256M
+    timeout 120 e2fsck -fn "$DEV" >/tmp/fsck2.out 2>&1 || { cat /tmp/fsck2.out; fail "e2fsck -fn not clean after the restart"; }
+    mount "$DEV" "$FS"
+    (cd "$FS" && sha256sum -c --quiet /tmp/ublk.sums) || fail "sha256 sums differ after the server restart"
+    result verified "$(wc -l </tmp/ublk.sums)"
+    umount "$FS"
+    stop_server
+    check_dmesg
+}
+
+# ---------------------------------------------------------------------------------------------
+part_ublk_recovery() {
+    POOL=/tmp/recovery-pool
+    rm -f "$POOL"
+    ID=7
+    # Another device may hold id 7 after a failed scenario: say so instead of failing obscurely.
+    [ ! -e /dev/ublkc$ID ] || fail "/dev/ublkc$ID exists before the scenario"
+    start_server rec1 --set "pmem.path=$POOL" --set pmem.size=256M --set metrics.port=9474 \
+        --set ublk.id=$ID --set ublk.recovery=true
+    [ "$DEV" = /dev/ublkb$ID ] || fail "ublk.id=$ID but serve created $DEV"
+    # 4k random writes, then all read back: long enough to kill the server while writes are in flight.
+    timeout -k 10 400 fio --name=recovery --filename="$DEV" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
+        --iodepth=32 --size=48M --verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 \
+        --output=/tmp/fio-recovery.out >/dev/null 2>&1 &
+    FPID=$!
+    track "$FPID"
+    # Kill once the server has taken 3000 requests (a quarter of the writes), polled from its metrics.
+    _t=$(( $(now) + 180 )) _n=0
+    while :; do
+        alive "$FPID" || { cat /tmp/fio-recovery.out; fail "fio ended before the kill (after $_n ublk requests)"; }
+        if scrape 9474 /tmp/metrics-rec.txt; then _n=$(metric_sum /tmp/metrics-rec.txt pmemblk_ublk_requests_total); fi
+        [ "$_n" -lt 3000 ] || break
+        [ "$(now)" -lt "$_t" ] || fail "fio did not reach 3000 ublk requests in 180 s (metric: $_n)"
+        sleep 0.2
+    done
+    kill -9 "$SPID"
+    wait_gone "$SPID" 30 || fail "serve still alive 30 s after kill -9"
+    wait "$SPID" 2>/dev/null || true
+    result killed_after "$_n"
+    say "serve killed (SIGKILL) after $_n ublk requests; inflight $(cat /sys/block/ublkb$ID/inflight 2>/dev/null)"
+    [ -b "$DEV" ] || fail "$DEV vanished after kill -9 with ublk.recovery=true"
+    alive "$FPID" || { cat /tmp/fio-recovery.out; fail "fio ended while no server ran (its I/O was not held)"; }
+    _gap0=$(now)
+    start_server rec2 --set "pmem.path=$POOL" --set pmem.size=256M --set metrics.port=9475 \
+        --set ublk.id=$ID --set ublk.recovery=true
+    [ "$DEV" = /dev/ublkb$ID ] || fail "recovery with ublk.id=$ID came up as $DEV"
+    result recovered_after "$(( $(now) - _gap0 ))s"
+    wait_gone "$FPID" 300 || fail "fio still running 300 s after the recovered server was ready"
+    _rc=0; wait "$FPID" || _rc=$?
+    grep -E '^ *(READ|WRITE):|err=' /tmp/fio-recovery.out | sed 's/^/fio recovery| /'
+    if [ "$_rc" != 0 ] || ! grep -q 'err= 0' /tmp/fio-recovery.out; then
+        cat /tmp/fio-recovery.out
+        fail "fio across the recovery failed (exit $_rc): $(grep -m1 -E 'verify|error|err=' /tmp/fio-recovery.out)"
+    fi
+    check_dmesg
+    result fio "verified"
+    stop_server
+
+    # Without recovery the device goes away with its server, and the same id can be served again.
+    ID=8
+    dmesg_mark
+    start_server norec1 --set "pmem.path=$POOL" --set pmem.size=256M --set metrics.port=9476 \
+        --set ublk.id=$ID --set ublk.recovery=false
+    [ "$DEV" = /dev/ublkb$ID ] || fail "ublk.id=$ID but serve created $DEV"
+    timeout -k 5 200 fio --name=norec --filename="$DEV" --ioengine=libaio --direct=1 --rw=randread --bs=4k \
+        --iodepth=32 --size=48M --runtime=150 --time_based --output=/tmp/fio-norec.out >/dev/null 2>&1 &
+    FPID=$!
+    track "$FPID"
+    _t=$(( $(now) + 120 )) _n=0
+    while :; do
+        alive "$FPID" || { cat /tmp/fio-norec.out; fail "fio (recovery=false) ended before the kill"; }
+        if scrape 9476 /tmp/metrics-norec.txt; then _n=$(metric_sum /tmp/metrics-norec.txt pmemblk_ublk_requests_total); fi
+        [ "$_n" -lt 1000 ] || break
+        [ "$(now)" -lt "$_t" ] || fail "fio (recovery=false) did not reach 1000 ublk requests in 120 s"
+        sleep 0.2
+    done
+    kill -9 "$SPID"
+    wait_gone "$SPID" 30 || fail "serve (recovery=false) still alive 30 s after kill -9"
+    wait "$SPID" 2>/dev/null || true
+    wait_absent "$DEV" 30 || fail "$DEV still present 30 s after kill -9 with ublk.recovery=false"
+    wait_gone "$FPID" 30 || fail "fio on $DEV still running 30 s after its device went away"
+    wait "$FPID" 2>/dev/null || true
+    say "kill -9 with ublk.recovery=false: $DEV gone, fio ended"
+    start_server norec2 --set "pmem.path=$POOL" --set pmem.size=256M --set ublk.id=$ID --set ublk.recovery=false
+    timeout 60 dd if="$DEV" of=/dev/null bs=1M count=8 iflag=direct 2>/dev/null || fail "read from the new $DEV failed"
+    stop_server
+    result norecovery "ok"
+}
+
+# ---------------------------------------------------------------------------------------------
+# run_part NAME FUNCTION: the scenario in a subshell with errexit; whatever it leaves behind is ended.
+run_part() {
+    PART=$1
+    _t0=$(now)
+    : >"/tmp/pids.$PART"
+    rm -f "/tmp/why.$PART" "/tmp/progress.$PART"
+    dmesg_mark
+    say "start"
+    ( set -e; $2 )
+    _rc=$?
+    # Clean-up for the next scenario: filesystems on ublk and NBD first (while a server may still answer),
+    # then the processes (SIGTERM lets a server delete its device), then the NBD client.
+    if mountpoint -q "$FS" 2>/dev/null; then timeout 30 umount "$FS" 2>/dev/null || umount -l "$FS" 2>/dev/null; fi
+    for p in $(cat "/tmp/pids.$PART"); do alive "$p" && kill -TERM "$p" 2>/dev/null; done
+    for p in $(cat "/tmp/pids.$PART"); do wait_gone "$p" 30 || kill -KILL "$p" 2>/dev/null; done
+    [ -e /sys/block/nbd0/pid ] && timeout 30 nbd-client -d /dev/nbd0 >/dev/null 2>&1
+    if [ "$_rc" = 0 ]; then
+        echo "RESULT $PART.status=pass"
+    else
+        echo "RESULT $PART.status=fail"
+        [ -e "/tmp/why.$PART" ] \
+            || echo "RESULT $PART.why=a step failed (exit $_rc) after: $(cat "/tmp/progress.$PART" 2>/dev/null)"
+    fi
+    echo "RESULT $PART.secs=$(( $(now) - _t0 ))"
+    say "end (status $_rc)"
+}
+
+modprobe -a ublk_drv nbd || { echo "RESULT setup.why=modprobe ublk_drv nbd failed"; exit 1; }
+[ -c /dev/ublk-control ] || { echo "RESULT setup.why=no /dev/ublk-control after modprobe ublk_drv"; exit 1; }
+want() { case " $ARGS " in *" $1 "*) return 0 ;; esac; return 1; }
+ARGS=" $* "
+want ublk-nbd && run_part ublk-nbd part_ublk_nbd
+want ublk-pmem && run_part ublk-pmem part_ublk_pmem
+want ublk && run_part ublk part_ublk
+want ublk-recovery && run_part ublk-recovery part_ublk_recovery
+mountpoint -q "$PM" && umount "$PM"
+exit 0
