@@ -47,7 +47,7 @@ public final class UblkControl implements AutoCloseable {
         } catch (NativeException e) {
             throw switch (e.errno()) {
                 case 2, 6, 19 -> new UblkException(CONTROL_DEVICE + " does not exist: the ublk driver is not loaded"
-                        + " (run `modprobe ublk_drv` as root; it needs Linux >= 6.0 with CONFIG_BLK_DEV_UBLK), or set"
+                        + " (run `modprobe ublk_drv` as root; it needs Linux >= 6.4 with CONFIG_BLK_DEV_UBLK), or set"
                         + " ublk.enabled=false", e.errno(), e);
                 case 1, 13 -> new UblkException("cannot open " + CONTROL_DEVICE + ": " + e.getMessage()
                         + "; creating ublk devices needs root (CAP_SYS_ADMIN)", e.errno(), e);

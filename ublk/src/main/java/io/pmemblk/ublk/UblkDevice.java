@@ -52,6 +52,23 @@ public final class UblkDevice implements AutoCloseable {
     }
 
     /**
+     * Fails with the message a user can act on when this machine cannot create ublk devices: no ublk_drv (the
+     * modprobe hint), no permission, no io_uring, or a driver without UBLK_F_USER_COPY. Changes nothing.
+     */
+    public static void checkAvailable() throws UblkException {
+        try (UblkControl control = UblkControl.open()) {
+            requireUserCopy(control.features());
+        }
+    }
+
+    private static void requireUserCopy(long features) throws UblkException {
+        if ((features & UBLK_F_USER_COPY) == 0) {
+            throw new UblkException("this kernel's ublk driver has no UBLK_F_USER_COPY (features 0x"
+                    + Long.toHexString(features) + "); pmemblk needs Linux >= 6.4", 95);
+        }
+    }
+
+    /**
      * Creates and starts the device over {@code layer} (or resumes a quiesced one with {@code config.id()}).
      * @throws UblkException with a message naming what to fix; nothing is left behind
      */
@@ -73,11 +90,7 @@ public final class UblkDevice implements AutoCloseable {
                 256 << 20);
         UblkControl control = UblkControl.open();
         try {
-            long features = control.features();
-            if ((features & UBLK_F_USER_COPY) == 0) {
-                throw new UblkException("this kernel's ublk driver has no UBLK_F_USER_COPY (features 0x"
-                        + Long.toHexString(features) + "); pmemblk needs Linux >= 6.4", 0);
-            }
+            requireUserCopy(control.features());
             if (config.id() >= 0) {
                 DeviceInfo existing = control.info(config.id());
                 if (existing != null) {

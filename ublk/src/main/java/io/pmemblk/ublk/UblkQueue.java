@@ -1,9 +1,6 @@
 package io.pmemblk.ublk;
 
 import io.pmemblk.block.FrontendQueue;
-import io.pmemblk.block.Op;
-import io.pmemblk.block.Request;
-import io.pmemblk.block.Status;
 import io.pmemblk.posix.FileIo;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
@@ -14,7 +11,6 @@ import io.pmemblk.uring.SubmissionQueue;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.nio.ByteBuffer;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicInteger;
 
@@ -32,13 +28,8 @@ import static java.lang.foreign.ValueLayout.JAVA_SHORT;
  * COMMIT_AND_FETCH_REQ with the result, which also fetches the tag's next request. STOP_DEV ends it: every tag's
  * fetch completes with -ENODEV, and the thread exits when none is left.
  *
- * <h2>Data: one copy (UBLK_F_USER_COPY)</h2>
- * A WRITE's payload is read with {@code pread} on {@code /dev/ublkcN} at the request's user-copy position: on the
- * CPU route straight into the pmem mapping ({@link FrontendQueue#acquireWrite} receives in place), on the DMA
- * route into the queue's registered buffers for the DMA engine. A READ is answered with {@code pwrite} from where
- * the driver left the data: the mapping itself on the CPU route ({@link Request#sinkReadsDevice}), the registered
- * buffers on the DMA route. The kernel's copy is the only CPU copy; persistence of what it stored into the mapping
- * is the driver's, as for NBD's in-place receives (FUA and FLUSH complete only when durable).
+ * <p>What a request becomes, and how its data moves (one copy, the kernel's, with UBLK_F_USER_COPY), is
+ * {@link TagRequests}'; this class is the ring, the descriptors and the threads.
  *
  * <h2>Completions from other threads</h2>
  * CPU-route requests complete inside {@link FrontendQueue#dispatch}, on this thread. DMA-route ones complete on
@@ -49,20 +40,18 @@ import static java.lang.foreign.ValueLayout.JAVA_SHORT;
  *
  * <p>Nothing is allocated per request: the per-tag arrays, the SQEs written in place, the eventfd buffers.
  */
-final class UblkQueue implements Runnable, Request.Completion, CompletionHandler {
+final class UblkQueue implements Runnable, CompletionHandler {
     private static final System.Logger LOG = System.getLogger(UblkQueue.class.getName());
     /** user_data of the eventfd read (tags are below 4096). */
     private static final long EVENT = 1L << 32;
     /** Index of /dev/ublkcN in the ring's registered files. */
     private static final int UBLKC_FIXED = 0;
-    private static final int EIO = Status.EIO, ENOTSUP = Status.ENOTSUP, EINVAL = Status.EINVAL;
 
-    private final int deviceId;
     private final int q;
     private final int depth;
     private final int ublkcFd;
     private final FrontendQueue frontend;
-    private final int maxIoBytes;
+    private final TagRequests requestsOf;
     private final String name;
     private final CompletableFuture<Void> fetched = new CompletableFuture<>();
     private final Thread thread;
@@ -92,13 +81,12 @@ final class UblkQueue implements Runnable, Request.Completion, CompletionHandler
     private long requests;
 
     UblkQueue(int deviceId, int q, int depth, int ublkcFd, FrontendQueue frontend, int maxIoBytes) {
-        this.deviceId = deviceId;
         this.q = q;
         this.depth = depth;
         this.ublkcFd = ublkcFd;
         this.frontend = frontend;
-        this.maxIoBytes = maxIoBytes;
         this.name = "ublk" + deviceId + "-q" + q;
+        this.requestsOf = new TagRequests(q, ublkcFd, frontend, maxIoBytes, this::finish, name);
         this.result = new int[depth];
         this.local = new int[depth];
         this.remoteNext = new int[depth];
@@ -213,7 +201,9 @@ final class UblkQueue implements Runnable, Request.Completion, CompletionHandler
         int tag = (int) userData;
         if (res == UBLK_IO_RES_OK) {
             requests++;
-            serve(tag);
+            long d = (long) tag * IO_DESC_SIZE;
+            requestsOf.serve(tag, descriptors.get(JAVA_INT, d + IO_DESC_OP_FLAGS),
+                    descriptors.get(JAVA_LONG, d + IO_DESC_START_SECTOR), descriptors.get(JAVA_INT, d + IO_DESC_NR_SECTORS));
         } else {
             live--;
             if (res != UBLK_IO_RES_ABORT) {
@@ -224,160 +214,7 @@ final class UblkQueue implements Runnable, Request.Completion, CompletionHandler
         }
     }
 
-    /** Turns tag's descriptor into a block-layer request (or answers it here). */
-    private void serve(int tag) {
-        long d = (long) tag * IO_DESC_SIZE;
-        int opFlags = descriptors.get(JAVA_INT, d + IO_DESC_OP_FLAGS);
-        long offset = descriptors.get(JAVA_LONG, d + IO_DESC_START_SECTOR) << 9;
-        long length = Integer.toUnsignedLong(descriptors.get(JAVA_INT, d + IO_DESC_NR_SECTORS)) << 9;
-        int op = opFlags & 0xFF;
-        Request r = null;
-        boolean handedOver = false;
-        try {
-            switch (op) {
-                case UBLK_IO_OP_READ -> {
-                    if (length == 0 || length > maxIoBytes) {
-                        finish(tag, -EINVAL);
-                        return;
-                    }
-                    r = frontend.acquire((int) length);
-                    r.op = Op.READ;
-                    r.offset = offset;
-                    r.sinkReadsDevice = true; // the pwrite can copy straight out of the mapping
-                }
-                case UBLK_IO_OP_WRITE -> {
-                    if (length == 0 || length > maxIoBytes) {
-                        finish(tag, -EINVAL);
-                        return;
-                    }
-                    r = frontend.acquireWrite(offset, (int) length);
-                    long got = copyFromKernel(r, tag);
-                    if (got != length) {
-                        fill(r, tag, opFlags);
-                        frontend.completeHere(r, got < 0 ? (int) -got : EIO);
-                        return;
-                    }
-                }
-                case UBLK_IO_OP_FLUSH -> {
-                    r = frontend.acquire(0);
-                    r.op = Op.FLUSH;
-                }
-                case UBLK_IO_OP_DISCARD, UBLK_IO_OP_WRITE_ZEROES -> {
-                    r = frontend.acquire(0);
-                    r.op = op == UBLK_IO_OP_DISCARD ? Op.TRIM : Op.WRITE_ZEROES;
-                    r.offset = offset;
-                    r.length = length;
-                }
-                default -> {
-                    finish(tag, -ENOTSUP); // zone operations: not a zoned device
-                    return;
-                }
-            }
-            fill(r, tag, opFlags);
-            frontend.add(r);
-            handedOver = true; // from here the driver completes it, whatever happens
-            if (frontend.full()) {
-                frontend.dispatch();
-            }
-        } catch (InterruptedException | RuntimeException e) {
-            if (e instanceof InterruptedException) {
-                Thread.currentThread().interrupt();
-            }
-            if (handedOver) {
-                LOG.log(System.Logger.Level.ERROR, name + ": dispatching threw (its requests are completed by the driver): " + e, e);
-            } else {
-                failHere(r, tag, e);
-            }
-        }
-    }
-
-    private void fill(Request r, int tag, int opFlags) {
-        r.fua = (opFlags & UBLK_IO_F_FUA) != 0;
-        r.cookie = tag;
-        r.owner = this;
-        r.completion = this;
-    }
-
-    /**
-     * Answers EIO for a tag whose request never reached the driver (r: acquired and not completed, or null); the
-     * tag is committed either way, exactly once.
-     */
-    private void failHere(Request r, int tag, Exception e) {
-        LOG.log(System.Logger.Level.ERROR, name + ": tag " + tag + " answered EIO: " + e, e);
-        if (r != null && !r.isCompleted()) {
-            try {
-                frontend.completeHere(r, EIO); // completes through completed(), which commits the tag
-                return;
-            } catch (RuntimeException again) {
-                e.addSuppressed(again);
-            }
-        }
-        finish(tag, -EIO);
-    }
-
-    /** pread of a WRITE's payload from the kernel into the request's data buffers; bytes read or -errno. */
-    private long copyFromKernel(Request r, int tag) {
-        ByteBuffer[] bufs = r.dataBuffers();
-        long done = 0;
-        for (int i = 0, n = r.dataBufferCount(); i < n; i++) {
-            MemorySegment dst = MemorySegment.ofBuffer(bufs[i]);
-            while (dst.byteSize() > 0) {
-                long got = FileIo.pread(ublkcFd, dst, userCopyPosition(q, tag, done));
-                if (got <= 0) {
-                    return got == 0 ? done : got;
-                }
-                done += got;
-                dst = dst.asSlice(got);
-            }
-        }
-        return done;
-    }
-
-    /** pwrite of a READ's data to the kernel from wherever the driver left it; bytes written or -errno. */
-    private long copyToKernel(Request r, int tag) {
-        ByteBuffer[] bufs = r.dataBuffers();
-        long done = 0;
-        for (int i = 0, n = r.dataBufferCount(); i < n; i++) {
-            MemorySegment src = MemorySegment.ofBuffer(bufs[i]);
-            while (src.byteSize() > 0) {
-                long put = FileIo.pwrite(ublkcFd, src, userCopyPosition(q, tag, done));
-                if (put <= 0) {
-                    return put == 0 ? done : put;
-                }
-                done += put;
-                src = src.asSlice(put);
-            }
-        }
-        return done;
-    }
-
-    /**
-     * The driver completed a request: on this thread (CPU route) or a DMA channel's. Works out the tag's result,
-     * sends a READ's data to the kernel, gives the request back, and has the tag committed by this queue's thread.
-     */
-    @Override
-    public void completed(Request r) {
-        int tag = (int) r.cookie;
-        int status = r.status();
-        int res;
-        try {
-            if (status != Status.OK) {
-                res = -status;
-            } else if (r.op == Op.READ) {
-                long put = copyToKernel(r, tag);
-                res = put == r.length ? (int) put : put < 0 ? (int) put : -EIO;
-            } else if (r.op == Op.WRITE) {
-                res = (int) r.length;
-            } else {
-                res = 0; // FLUSH, DISCARD, WRITE_ZEROES: success is 0, not a byte count
-            }
-        } finally {
-            r.release();
-        }
-        finish(tag, res);
-    }
-
-    /** Records tag's result and queues it for commit by this queue's thread. */
+    /** Records tag's result and queues it for commit by this queue's thread (any thread). */
     private void finish(int tag, int res) {
         result[tag] = res;
         if (Thread.currentThread() == thread) {
