@@ -6,6 +6,7 @@ import io.pmemblk.block.LatencyBuckets;
 import io.pmemblk.block.Op;
 import io.pmemblk.block.Route;
 import io.pmemblk.pmem.CopyStats;
+import io.pmemblk.ublk.UblkDevice;
 import io.prometheus.metrics.core.metrics.CounterWithCallback;
 import io.prometheus.metrics.core.metrics.GaugeWithCallback;
 import io.prometheus.metrics.exporter.httpserver.HTTPServer;
@@ -24,9 +25,11 @@ import java.io.IOException;
  */
 public final class Metrics implements AutoCloseable {
     private final HTTPServer server;
+    private final PrometheusRegistry registry;
 
-    private Metrics(HTTPServer server) {
+    private Metrics(HTTPServer server, PrometheusRegistry registry) {
         this.server = server;
+        this.registry = registry;
     }
 
     public static PrometheusRegistry registry(Device device) {
@@ -123,9 +126,22 @@ public final class Metrics implements AutoCloseable {
     }
 
     public static Metrics start(Device device, int port) throws IOException {
+        PrometheusRegistry registry = registry(device);
         HTTPServer server = HTTPServer.builder().hostname("127.0.0.1").port(port)
-                .registry(registry(device)).buildAndStart();
-        return new Metrics(server);
+                .registry(registry).buildAndStart();
+        return new Metrics(server, registry);
+    }
+
+    /** Adds the ublk frontend's counters, once its device exists (beside the NBD server's and the queues'). */
+    public void addUblk(UblkDevice ublk) {
+        CounterWithCallback.builder().name("pmemblk_ublk_requests_total")
+                .help("Requests the kernel handed to the ublk frontend (/dev/ublkbN), by ublk queue")
+                .labelNames("queue")
+                .callback(cb -> {
+                    for (int q = 0; q < ublk.queueCount(); q++) {
+                        cb.call(ublk.requests(q), Integer.toString(q));
+                    }
+                }).register(registry);
     }
 
     public int port() {

@@ -5,6 +5,9 @@ import io.pmemblk.nbd.NbdServer;
 import io.pmemblk.settings.Settings;
 import io.pmemblk.settings.SettingsException;
 import io.pmemblk.settings.Sizes;
+import io.pmemblk.ublk.UblkConfig;
+import io.pmemblk.ublk.UblkDevice;
+import io.pmemblk.ublk.UblkException;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import sun.misc.Signal;
@@ -20,9 +23,15 @@ import java.util.concurrent.CountDownLatch;
  * the mapping is released, and the process exits 0.
  */
 @Command(name = "serve", mixinStandardHelpOptions = true,
-        description = "Serve the persistent-memory device over NBD (unix socket and TCP). Stops cleanly on SIGTERM/SIGINT.")
+        description = "Serve the persistent-memory device over NBD (unix socket and TCP) and, with ublk.enabled=true, as"
+                + " /dev/ublkbN. Stops cleanly on SIGTERM/SIGINT.")
 final class ServeCommand implements Callable<Integer> {
     private static final System.Logger LOG = System.getLogger("pmemblk");
+    /**
+     * Largest request the kernel sends to /dev/ublkbN (it splits bigger ones): 1 MiB, twice ublksrv's default.
+     * Buffers are taken per request from the queue's pool, which bounds the bytes in flight whatever this is.
+     */
+    static final int UBLK_MAX_IO_BYTES = 1 << 20;
 
     @Mixin
     SettingsOptions options;
@@ -35,6 +44,17 @@ final class ServeCommand implements Callable<Integer> {
         Signal.handle(new Signal("TERM"), sig -> stop.countDown());
         Signal.handle(new Signal("INT"), sig -> stop.countDown());
 
+        boolean ublkEnabled = s.get(Settings.UBLK_ENABLED);
+        if (ublkEnabled) {
+            // Before the device file is created or a socket bound: a machine without ublk is told so, and nothing
+            // is left behind.
+            try {
+                UblkDevice.checkAvailable();
+            } catch (UblkException e) {
+                System.err.println("pmemblk: ublk.enabled=true but " + e.getMessage());
+                return 1;
+            }
+        }
         Device device;
         try {
             device = Device.open(s);
@@ -44,6 +64,7 @@ final class ServeCommand implements Callable<Integer> {
         }
         Metrics metrics = null;
         NbdServer server = null;
+        UblkDevice ublk = null;
         try {
             int metricsPort = s.get(Settings.METRICS_PORT);
             if (metricsPort != 0) {
@@ -56,6 +77,14 @@ final class ServeCommand implements Callable<Integer> {
                     device.layer());
             server.stallTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_STALL_TIMEOUT)));
             List<java.net.URI> uris = server.start();
+            if (ublkEnabled) {
+                ublk = UblkDevice.open(device.layer(), new UblkConfig(s.get(Settings.UBLK_ID), s.ublkQueues(),
+                        s.ublkDepth(), s.get(Settings.UBLK_BLOCK_SIZE), UBLK_MAX_IO_BYTES, s.get(Settings.UBLK_RECOVERY)));
+                if (metrics != null) {
+                    metrics.addUblk(ublk);
+                }
+                System.err.println("pmemblk: ublk " + ublk);
+            }
             System.err.println("pmemblk: " + device.region() + ", " + s.get(Settings.QUEUES) + " queues x "
                     + s.get(Settings.QUEUE_DEPTH) + " tags, dma.engine=" + s.text(Settings.DMA_ENGINE));
             if (metrics != null) {
@@ -64,9 +93,14 @@ final class ServeCommand implements Callable<Integer> {
             for (java.net.URI uri : uris) {
                 System.out.println("ready: " + uri);
             }
+            if (ublk != null) {
+                System.out.println("ready: " + ublk.blockDevice());
+            }
             System.out.flush();
         } catch (IOException | RuntimeException e) {
             System.err.println("pmemblk: cannot start: " + e.getMessage());
+            // ublk's own failures undo themselves; a device that started is stopped here
+            closeUblk(ublk);
             if (server != null) {
                 server.close();
             }
@@ -79,6 +113,8 @@ final class ServeCommand implements Callable<Integer> {
 
         stop.await();
         System.err.println("pmemblk: stopping: finishing in-flight requests");
+        // ublk first: STOP_DEV drains the disk through its queues, which need the block layer still open.
+        closeUblk(ublk);
         server.close();
         boolean idle = device.close(30_000);
         if (metrics != null) {
@@ -87,5 +123,17 @@ final class ServeCommand implements Callable<Integer> {
         System.err.println("pmemblk: stopped" + (idle ? "" : " (some requests were still in flight at the deadline)")
                 + "; data persisted");
         return 0;
+    }
+
+    private static void closeUblk(UblkDevice ublk) {
+        if (ublk == null) {
+            return;
+        }
+        try {
+            ublk.close();
+            System.err.println("pmemblk: " + ublk.blockDevice() + " stopped and deleted");
+        } catch (UblkException e) {
+            System.err.println("pmemblk: stopping " + ublk.blockDevice() + ": " + e.getMessage());
+        }
     }
 }

@@ -97,6 +97,31 @@ public final class Settings {
             "an integer 1..256, or off",
             "Requests with at least this many 128 KiB buffer segments go to DMA (when a DMA engine is configured).",
             t -> t.equalsIgnoreCase("off") ? Integer.MAX_VALUE : intRange(t, 1, 256));
+    public static final Key<Boolean> UBLK_ENABLED = Key.of("ublk.enabled", "false", "true or false",
+            "Also serve the device as a Linux block device /dev/ublkbN (kernel module ublk_drv, Linux >= 6.4, root),"
+                    + " beside NBD.", Settings::bool);
+    public static final Key<Integer> UBLK_ID = Key.of("ublk.id", "-1", "-1 (the kernel picks) or an integer 0..1048575",
+            "ublk device id N (/dev/ublkbN). A fixed id lets a restarted server resume the device a killed one left"
+                    + " quiesced (ublk.recovery).", t -> intRange(t, -1, (1 << 20) - 1));
+    public static final Key<Integer> UBLK_QUEUES = Key.of("ublk.queues", "auto", "auto (= queues) or an integer 1..256",
+            "ublk queues, one thread each; ublk queue i is served on hardware queue i, so at most queues."
+                    + " The kernel allows at most one per CPU.",
+            t -> t.equalsIgnoreCase("auto") ? 0 : intRange(t, 1, 256));
+    public static final Key<Integer> UBLK_DEPTH = Key.of("ublk.depth", "auto", "auto (= queue.depth) or an integer 1..4096",
+            "Requests in flight per ublk queue; at most queue.depth (each needs a tag of its hardware queue).",
+            t -> t.equalsIgnoreCase("auto") ? 0 : intRange(t, 1, 4096));
+    public static final Key<Integer> UBLK_BLOCK_SIZE = Key.of("ublk.block-size", "4096", "512 or 4096",
+            "Logical block size of /dev/ublkbN (the physical block size is 4096 either way).", t -> {
+                int v = Integer.parseInt(t);
+                if (v != 512 && v != 4096) {
+                    throw new IllegalArgumentException();
+                }
+                return v;
+            });
+    public static final Key<Boolean> UBLK_RECOVERY = Key.of("ublk.recovery", "true", "true or false",
+            "When the server is killed, keep /dev/ublkbN with its I/O waiting (a mounted filesystem does not fail)"
+                    + " until a server with the same ublk.id resumes it; false: the device goes away with the server.",
+            Settings::bool);
     public static final Key<Integer> METRICS_PORT = Key.of("metrics.port", "0", "a TCP port 0..65535 (0 = off)",
             "Serves Prometheus metrics at http://127.0.0.1:PORT/metrics.", t -> intRange(t, 0, 65535));
 
@@ -107,7 +132,8 @@ public final class Settings {
         Map<String, Key<?>> m = new LinkedHashMap<>();
         for (Key<?> k : List.of(PMEM_PATH, PMEM_SIZE, PMEM_RESIZE, PMEM_MAPPER, NBD_SOCKET, NBD_PORT, NBD_BIND,
                 NBD_EXPORT, NBD_MAX_CONNECTIONS, NBD_STALL_TIMEOUT, QUEUES, QUEUE_DEPTH, QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_CHANNELS,
-                DMA_RING_SIZE, DMA_SOFT_FAIL_EVERY, DMA_SOFT_BREAK_AFTER, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, METRICS_PORT)) {
+                DMA_RING_SIZE, DMA_SOFT_FAIL_EVERY, DMA_SOFT_BREAK_AFTER, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS,
+                UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT)) {
             m.put(k.name(), k);
         }
         KEYS = Collections.unmodifiableMap(m);
@@ -194,11 +220,32 @@ public final class Settings {
             throw new SettingsException("nbd.socket is empty and nbd.port=0: no listener would be left;"
                     + " allowed: a socket path, a TCP port, or both");
         }
+        if (get(UBLK_QUEUES) > get(QUEUES)) {
+            throw new SettingsException("ublk.queues: '" + text(UBLK_QUEUES) + "' is not allowed with queues="
+                    + get(QUEUES) + ": ublk queue i is served on hardware queue i; allowed: auto or 1.." + get(QUEUES));
+        }
+        if (get(UBLK_DEPTH) > get(QUEUE_DEPTH)) {
+            throw new SettingsException("ublk.depth: '" + text(UBLK_DEPTH) + "' is not allowed with queue.depth="
+                    + get(QUEUE_DEPTH) + ": each ublk tag needs a tag of its hardware queue; allowed: auto or 1.."
+                    + get(QUEUE_DEPTH));
+        }
         int metrics = get(METRICS_PORT);
         if (metrics != 0 && metrics == get(NBD_PORT)) {
             throw new SettingsException("metrics.port: '" + metrics + "' is not allowed: it is also nbd.port;"
                     + " allowed: another port, or 0 (off)");
         }
+    }
+
+    /** ublk.queues with auto resolved (= queues). */
+    public int ublkQueues() {
+        int q = get(UBLK_QUEUES);
+        return q == 0 ? get(QUEUES) : q;
+    }
+
+    /** ublk.depth with auto resolved (= queue.depth). */
+    public int ublkDepth() {
+        int d = get(UBLK_DEPTH);
+        return d == 0 ? get(QUEUE_DEPTH) : d;
     }
 
     @SuppressWarnings("unchecked")

@@ -1,0 +1,142 @@
+package io.pmemblk.posix;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.FunctionDescriptor;
+import java.lang.foreign.Linker;
+import java.lang.foreign.MemoryLayout;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.StructLayout;
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.VarHandle;
+
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+import static java.lang.foreign.ValueLayout.JAVA_LONG;
+
+/**
+ * Positioned reads and writes between a file descriptor and native memory, and eventfd: the per-request calls
+ * of a frontend's data path (ublk's user copy is a {@code pread}/{@code pwrite} on {@code /dev/ublkcN}). They
+ * allocate nothing and do not throw on a failed call: the result is the byte count or {@code -errno}, which the
+ * caller turns into a request's status. Buffers are segments, so the linker refuses a closed one and keeps its
+ * arena alive during the call. None is {@code Linker.Option.critical}: each may block or page-fault for long.
+ */
+public final class FileIo {
+    private FileIo() {}
+
+    /** {@code <sys/eventfd.h>}: EFD_CLOEXEC = O_CLOEXEC, EFD_NONBLOCK = O_NONBLOCK. */
+    public static final int EFD_CLOEXEC = 02000000, EFD_NONBLOCK = 04000;
+    /** {@code <asm-generic/errno-base.h>} */
+    public static final int EINTR = 4, EAGAIN = 11;
+
+    private static final Linker LINKER = Linker.nativeLinker();
+    private static final StructLayout CAPTURE = Linker.Option.captureStateLayout();
+    private static final VarHandle ERRNO = CAPTURE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
+    private static final Linker.Option CAPTURE_ERRNO = Linker.Option.captureCallState("errno");
+
+    /** ssize_t pread(int fd, void *buf, size_t count, off_t offset), and pwrite with the same shape. */
+    private static final MethodHandle PREAD = bind("pread64", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG, JAVA_LONG));
+    private static final MethodHandle PWRITE = bind("pwrite64", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG, JAVA_LONG));
+    /** ssize_t read(int fd, void *buf, size_t count), and write with the same shape. */
+    private static final MethodHandle READ = bind("read", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG));
+    private static final MethodHandle WRITE = bind("write", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG));
+    /** int eventfd(unsigned int initval, int flags) */
+    private static final MethodHandle EVENTFD = bind("eventfd", FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT));
+
+    /** errno capture buffer per thread: these run per request and must allocate nothing. */
+    private static final ThreadLocal<MemorySegment> CALL_STATE =
+            ThreadLocal.withInitial(() -> Arena.ofAuto().allocate(CAPTURE));
+
+    private static MethodHandle bind(String name, FunctionDescriptor fd) {
+        MemorySegment symbol = LINKER.defaultLookup().find(name)
+                .orElseThrow(() -> new UnsatisfiedLinkError("libc has no symbol " + name));
+        return LINKER.downcallHandle(symbol, fd, CAPTURE_ERRNO);
+    }
+
+    /**
+     * pread(2) of {@code dst.byteSize()} bytes at {@code position} of {@code fd} into {@code dst}, retried on
+     * EINTR. Returns the bytes read (fewer at the end of what the file has) or {@code -errno}.
+     */
+    public static long pread(int fd, MemorySegment dst, long position) {
+        MemorySegment state = CALL_STATE.get();
+        long rc;
+        do {
+            try {
+                rc = (long) PREAD.invokeExact(state, fd, dst, dst.byteSize(), position);
+            } catch (RuntimeException | Error e) {
+                throw e;
+            } catch (Throwable t) {
+                throw new AssertionError(t);
+            }
+        } while (rc < 0 && errno(state) == EINTR);
+        return rc < 0 ? -errno(state) : rc;
+    }
+
+    /** pwrite(2) of all of {@code src} at {@code position} of {@code fd}; as {@link #pread}. */
+    public static long pwrite(int fd, MemorySegment src, long position) {
+        MemorySegment state = CALL_STATE.get();
+        long rc;
+        do {
+            try {
+                rc = (long) PWRITE.invokeExact(state, fd, src, src.byteSize(), position);
+            } catch (RuntimeException | Error e) {
+                throw e;
+            } catch (Throwable t) {
+                throw new AssertionError(t);
+            }
+        } while (rc < 0 && errno(state) == EINTR);
+        return rc < 0 ? -errno(state) : rc;
+    }
+
+    /** read(2) into all of {@code dst} at the file position; bytes read or {@code -errno} (EINTR retried). */
+    public static long read(int fd, MemorySegment dst) {
+        MemorySegment state = CALL_STATE.get();
+        long rc;
+        do {
+            try {
+                rc = (long) READ.invokeExact(state, fd, dst, dst.byteSize());
+            } catch (RuntimeException | Error e) {
+                throw e;
+            } catch (Throwable t) {
+                throw new AssertionError(t);
+            }
+        } while (rc < 0 && errno(state) == EINTR);
+        return rc < 0 ? -errno(state) : rc;
+    }
+
+    /** write(2) of all of {@code src} at the file position; bytes written or {@code -errno} (EINTR retried). */
+    public static long write(int fd, MemorySegment src) {
+        MemorySegment state = CALL_STATE.get();
+        long rc;
+        do {
+            try {
+                rc = (long) WRITE.invokeExact(state, fd, src, src.byteSize());
+            } catch (RuntimeException | Error e) {
+                throw e;
+            } catch (Throwable t) {
+                throw new AssertionError(t);
+            }
+        } while (rc < 0 && errno(state) == EINTR);
+        return rc < 0 ? -errno(state) : rc;
+    }
+
+    /** eventfd(2) with {@code flags} (EFD_CLOEXEC is always added); returns the fd. */
+    public static int eventfd(int initialValue, int flags) throws NativeException {
+        MemorySegment state = CALL_STATE.get();
+        int fd;
+        try {
+            fd = (int) EVENTFD.invokeExact(state, initialValue, flags | EFD_CLOEXEC);
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+        if (fd < 0) {
+            throw NativeException.of("eventfd", errno(state), "initval " + initialValue + ", flags 0x" + Integer.toHexString(flags));
+        }
+        return fd;
+    }
+
+    private static int errno(MemorySegment state) {
+        return (int) ERRNO.get(state, 0L);
+    }
+}

@@ -1,0 +1,218 @@
+package io.pmemblk.ublk;
+
+import io.pmemblk.block.FrontendQueue;
+import io.pmemblk.block.Op;
+import io.pmemblk.block.Request;
+import io.pmemblk.block.Status;
+import io.pmemblk.posix.FileIo;
+
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
+
+import static io.pmemblk.ublk.UblkAbi.*;
+
+/**
+ * What a ublk request becomes in the block layer, and back: the descriptor's operation mapped onto a
+ * {@link Request} of the queue's {@link FrontendQueue}, the data moved with UBLK_F_USER_COPY (one copy, the
+ * kernel's), and the result the tag's COMMIT carries. No ring and no thread of its own: {@link UblkQueue} feeds
+ * it descriptors and commits what {@link Done} reports, so it also runs against any file descriptor whose
+ * {@code pread}/{@code pwrite} at the user-copy positions behave like {@code /dev/ublkcN}'s (the tests use a
+ * sparse file).
+ *
+ * <p>WRITE: {@code pread} at the request's user-copy position straight into the pmem mapping on the CPU route
+ * ({@link FrontendQueue#acquireWrite} receives in place), into the queue's registered buffers on the DMA route;
+ * the driver then makes what the kernel stored durable before a FUA write completes, as for NBD's in-place
+ * receives. READ: the driver leaves the data in the mapping ({@link Request#sinkReadsDevice}) or, by DMA, in
+ * the registered buffers, and {@code pwrite} hands it to the kernel before the commit. Results: bytes for
+ * READ/WRITE, 0 for FLUSH/DISCARD/WRITE_ZEROES (a byte count of 2 GiB or more would read as an error), -errno.
+ */
+final class TagRequests implements Request.Completion {
+    private static final System.Logger LOG = System.getLogger(TagRequests.class.getName());
+    private static final int EIO = Status.EIO, ENOTSUP = Status.ENOTSUP, EINVAL = Status.EINVAL;
+
+    /** Where a tag's result goes: the queue commits it (called on any thread, once per served request). */
+    @FunctionalInterface
+    interface Done {
+        void done(int tag, int result);
+    }
+
+    private final int q;
+    private final int fd;
+    private final FrontendQueue frontend;
+    private final int maxIoBytes;
+    private final Done done;
+    private final String name;
+
+    /**
+     * @param q          the ublk queue (part of the user-copy position)
+     * @param fd         {@code /dev/ublkcN}
+     * @param maxIoBytes the device's max I/O: longer READ/WRITEs are refused (the kernel splits to it)
+     */
+    TagRequests(int q, int fd, FrontendQueue frontend, int maxIoBytes, Done done, String name) {
+        this.q = q;
+        this.fd = fd;
+        this.frontend = frontend;
+        this.maxIoBytes = maxIoBytes;
+        this.done = done;
+        this.name = name;
+    }
+
+    /**
+     * Turns the request the kernel gave {@code tag} (its descriptor's fields) into a block-layer request, or
+     * answers it here; either way {@link Done#done} follows exactly once, now or when the driver completes it.
+     */
+    void serve(int tag, int opFlags, long startSector, int nrSectors) {
+        long offset = startSector << 9;
+        long length = Integer.toUnsignedLong(nrSectors) << 9;
+        int op = opFlags & 0xFF;
+        Request r = null;
+        boolean handedOver = false;
+        try {
+            switch (op) {
+                case UBLK_IO_OP_READ -> {
+                    if (length == 0 || length > maxIoBytes) {
+                        done.done(tag, -EINVAL);
+                        return;
+                    }
+                    r = frontend.acquire((int) length);
+                    r.op = Op.READ;
+                    r.offset = offset;
+                    r.sinkReadsDevice = true; // the pwrite can copy straight out of the mapping
+                }
+                case UBLK_IO_OP_WRITE -> {
+                    if (length == 0 || length > maxIoBytes) {
+                        done.done(tag, -EINVAL);
+                        return;
+                    }
+                    r = frontend.acquireWrite(offset, (int) length);
+                    long got = copyFromKernel(r, tag);
+                    if (got != length) {
+                        fill(r, tag, opFlags);
+                        frontend.completeHere(r, got < 0 ? (int) -got : EIO);
+                        return;
+                    }
+                }
+                case UBLK_IO_OP_FLUSH -> {
+                    r = frontend.acquire(0);
+                    r.op = Op.FLUSH;
+                }
+                case UBLK_IO_OP_DISCARD, UBLK_IO_OP_WRITE_ZEROES -> {
+                    r = frontend.acquire(0);
+                    r.op = op == UBLK_IO_OP_DISCARD ? Op.TRIM : Op.WRITE_ZEROES;
+                    r.offset = offset;
+                    r.length = length;
+                }
+                default -> {
+                    done.done(tag, -ENOTSUP); // zone operations: not a zoned device
+                    return;
+                }
+            }
+            fill(r, tag, opFlags);
+            frontend.add(r);
+            handedOver = true; // from here the driver completes it, whatever happens
+            if (frontend.full()) {
+                frontend.dispatch();
+            }
+        } catch (InterruptedException | RuntimeException e) {
+            if (e instanceof InterruptedException) {
+                Thread.currentThread().interrupt();
+            }
+            if (handedOver) {
+                LOG.log(System.Logger.Level.ERROR, name + ": dispatching threw (its requests are completed by the driver): " + e, e);
+            } else {
+                failHere(r, tag, e);
+            }
+        }
+    }
+
+    private void fill(Request r, int tag, int opFlags) {
+        r.fua = (opFlags & UBLK_IO_F_FUA) != 0;
+        r.cookie = tag;
+        r.owner = this;
+        r.completion = this;
+    }
+
+    /**
+     * Answers EIO for a tag whose request never reached the driver (r: acquired and not completed, or null); the
+     * tag is committed either way, exactly once.
+     */
+    private void failHere(Request r, int tag, Exception e) {
+        LOG.log(System.Logger.Level.ERROR, name + ": tag " + tag + " answered EIO: " + e, e);
+        if (r != null && !r.isCompleted()) {
+            try {
+                frontend.completeHere(r, EIO); // completes through completed(), which commits the tag
+                return;
+            } catch (RuntimeException again) {
+                e.addSuppressed(again);
+            }
+        }
+        done.done(tag, -EIO);
+    }
+
+    /** pread of a WRITE's payload from the kernel into the request's data buffers; bytes read or -errno. */
+    private long copyFromKernel(Request r, int tag) {
+        ByteBuffer[] bufs = r.dataBuffers();
+        long done = 0;
+        for (int i = 0, n = r.dataBufferCount(); i < n; i++) {
+            MemorySegment dst = MemorySegment.ofBuffer(bufs[i]);
+            while (dst.byteSize() > 0) {
+                long got = FileIo.pread(fd, dst, userCopyPosition(q, tag, done));
+                if (got <= 0) {
+                    return got == 0 ? done : got;
+                }
+                done += got;
+                dst = dst.asSlice(got);
+            }
+        }
+        return done;
+    }
+
+    /** pwrite of a READ's data to the kernel from wherever the driver left it; bytes written or -errno. */
+    private long copyToKernel(Request r, int tag) {
+        ByteBuffer[] bufs = r.dataBuffers();
+        long done = 0;
+        for (int i = 0, n = r.dataBufferCount(); i < n; i++) {
+            MemorySegment src = MemorySegment.ofBuffer(bufs[i]);
+            while (src.byteSize() > 0) {
+                long put = FileIo.pwrite(fd, src, userCopyPosition(q, tag, done));
+                if (put <= 0) {
+                    return put == 0 ? done : put;
+                }
+                done += put;
+                src = src.asSlice(put);
+            }
+        }
+        return done;
+    }
+
+    /**
+     * The driver completed a request: on the queue's thread (CPU route) or a DMA channel's. Works out the tag's
+     * result, sends a READ's data to the kernel, gives the request back, and reports the tag.
+     */
+    @Override
+    public void completed(Request r) {
+        int tag = (int) r.cookie;
+        int status = r.status();
+        int res;
+        try {
+            if (status != Status.OK) {
+                res = -status;
+            } else if (r.op == Op.READ) {
+                long put = copyToKernel(r, tag);
+                res = put == r.length ? (int) put : put < 0 ? (int) put : -EIO;
+            } else if (r.op == Op.WRITE) {
+                res = (int) r.length;
+            } else {
+                res = 0; // FLUSH, DISCARD, WRITE_ZEROES: success is 0, not a byte count
+            }
+        } finally {
+            r.release();
+        }
+        done.done(tag, res);
+    }
+
+    @Override
+    public String toString() {
+        return name;
+    }
+}

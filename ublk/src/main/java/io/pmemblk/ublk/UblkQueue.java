@@ -1,0 +1,291 @@
+package io.pmemblk.ublk;
+
+import io.pmemblk.block.FrontendQueue;
+import io.pmemblk.posix.FileIo;
+import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.NativeException;
+import io.pmemblk.uring.CompletionHandler;
+import io.pmemblk.uring.IoUring;
+import io.pmemblk.uring.IoUringAbi;
+import io.pmemblk.uring.SubmissionQueue;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.atomic.AtomicInteger;
+
+import static io.pmemblk.ublk.UblkAbi.*;
+import static java.lang.foreign.ValueLayout.JAVA_BYTE;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+import static java.lang.foreign.ValueLayout.JAVA_LONG;
+import static java.lang.foreign.ValueLayout.JAVA_SHORT;
+
+/**
+ * One ublk queue: the platform thread the kernel ties the queue to (6.12 accepts FETCH and COMMIT only from the
+ * task that fetched the last tag), its io_uring, and the queue's descriptor array mapped from
+ * {@code /dev/ublkcN}. Each tag goes round: FETCH_REQ -> the kernel posts a CQE when it has a request for the tag
+ * -> the descriptor says what -> a block-layer request on hardware queue {@code q} -> the driver completes it ->
+ * COMMIT_AND_FETCH_REQ with the result, which also fetches the tag's next request. STOP_DEV ends it: every tag's
+ * fetch completes with -ENODEV, and the thread exits when none is left.
+ *
+ * <p>What a request becomes, and how its data moves (one copy, the kernel's, with UBLK_F_USER_COPY), is
+ * {@link TagRequests}'; this class is the ring, the descriptors and the threads.
+ *
+ * <h2>Completions from other threads</h2>
+ * CPU-route requests complete inside {@link FrontendQueue#dispatch}, on this thread. DMA-route ones complete on
+ * the channel's thread: the completion does the READ's pwrite there (any thread may, between the fetch and the
+ * commit), releases the request and pushes the tag on a lock-free stack, and an eventfd wakes this thread, which
+ * keeps a read of it in the ring. Tags are pushed at most once per fetch, so the stack has no ABA problem, and
+ * it is taken whole with one getAndSet.
+ *
+ * <p>Nothing is allocated per request: the per-tag arrays, the SQEs written in place, the eventfd buffers.
+ */
+final class UblkQueue implements Runnable, CompletionHandler {
+    private static final System.Logger LOG = System.getLogger(UblkQueue.class.getName());
+    /** user_data of the eventfd read (tags are below 4096). */
+    private static final long EVENT = 1L << 32;
+    /** Index of /dev/ublkcN in the ring's registered files. */
+    private static final int UBLKC_FIXED = 0;
+
+    private final int q;
+    private final int depth;
+    private final int ublkcFd;
+    private final FrontendQueue frontend;
+    private final TagRequests requestsOf;
+    private final String name;
+    private final CompletableFuture<Void> fetched = new CompletableFuture<>();
+    private final Thread thread;
+
+    /** Per tag: the value the next COMMIT carries (bytes done, 0, or -errno). */
+    private final int[] result;
+    /** Tags completed on this thread, to commit. */
+    private final int[] local;
+    private int localCount;
+    /** Tags completed on other threads: a stack linked through {@link #remoteNext}, head -1 when empty. */
+    private final int[] remoteNext;
+    private final AtomicInteger remoteHead = new AtomicInteger(-1);
+    /** 1, written to the eventfd by other threads (shared, constant). */
+    private final MemorySegment one = Arena.ofAuto().allocate(JAVA_LONG);
+
+    private volatile int eventFd = -1;
+    private volatile boolean abandon;
+    private IoUring ring;
+    private SubmissionQueue sq;
+    private MemorySegment sqes;
+    private MemorySegment descriptors;
+    private MemorySegment eventValue;
+    private boolean eventArmed;
+    /** Tags whose fetch has not come back with -ENODEV (or an error) yet. */
+    private int live;
+    /** Requests taken from the kernel (read by the metrics thread: a plain counter, one writer). */
+    private long requests;
+
+    UblkQueue(int deviceId, int q, int depth, int ublkcFd, FrontendQueue frontend, int maxIoBytes) {
+        this.q = q;
+        this.depth = depth;
+        this.ublkcFd = ublkcFd;
+        this.frontend = frontend;
+        this.name = "ublk" + deviceId + "-q" + q;
+        this.requestsOf = new TagRequests(q, ublkcFd, frontend, maxIoBytes, this::finish, name);
+        this.result = new int[depth];
+        this.local = new int[depth];
+        this.remoteNext = new int[depth];
+        this.one.set(JAVA_LONG, 0, 1L);
+        // A platform thread: the kernel binds the queue to this Linux task; a virtual thread could move carriers.
+        this.thread = Thread.ofPlatform().name(name).daemon(true).unstarted(this);
+    }
+
+    void start() {
+        thread.start();
+    }
+
+    /** Completes when every tag's FETCH has been submitted (START_DEV may be sent), or exceptionally. */
+    CompletableFuture<Void> fetched() {
+        return fetched;
+    }
+
+    int index() {
+        return q;
+    }
+
+    long requests() {
+        return requests;
+    }
+
+    /** Waits for the thread to end (after STOP_DEV aborted its tags). */
+    boolean join(long millis) throws InterruptedException {
+        return thread.join(java.time.Duration.ofMillis(millis));
+    }
+
+    /**
+     * Makes the thread leave without waiting for its tags to be aborted (a failed start, or a STOP_DEV that did
+     * not end it in time): closing its ring cancels what is still fetched.
+     */
+    void abandon() {
+        abandon = true;
+        wake();
+    }
+
+    @Override
+    public void run() {
+        try (Arena mappings = Arena.ofConfined()) {
+            ring = IoUring.open(Integer.highestOneBit(depth) * 2, 0, IoUringAbi.IORING_SETUP_COOP_TASKRUN);
+            sq = ring.sq();
+            sqes = sq.sqes();
+            ring.registerFiles(ublkcFd);
+            long bytes = (depth * (long) IO_DESC_SIZE + 4095) & ~4095L;
+            MemorySegment raw = Libc.mmap(bytes, Libc.PROT_READ, Libc.MAP_SHARED | Libc.MAP_POPULATE, ublkcFd,
+                    q * IO_DESC_QUEUE_STRIDE);
+            descriptors = raw.reinterpret(bytes, mappings, UblkQueue::unmap);
+            eventValue = mappings.allocate(JAVA_LONG);
+            eventFd = FileIo.eventfd(0, 0);
+            armEvent();
+            for (int tag = 0; tag < depth; tag++) {
+                command(UBLK_U_IO_FETCH_REQ, tag, 0);
+            }
+            live = depth;
+            ring.submit();
+            fetched.complete(null);
+            loop();
+        } catch (Throwable t) {
+            if (!fetched.completeExceptionally(t)) {
+                LOG.log(System.Logger.Level.ERROR, name + " failed; the kernel aborts its requests when its ring closes: " + t, t);
+            }
+        } finally {
+            frontend.releaseUndispatched();
+            if (ring != null) {
+                ring.close(); // cancels whatever is still fetched (an abandoned queue)
+            }
+            int e = eventFd;
+            if (e >= 0) {
+                try {
+                    Libc.close(e);
+                } catch (NativeException ignored) {
+                    // an eventfd close does not fail on a valid fd
+                }
+            }
+        }
+    }
+
+    private static void unmap(MemorySegment m) {
+        try {
+            Libc.munmap(m);
+        } catch (NativeException e) {
+            throw new IllegalStateException(e.getMessage(), e);
+        }
+    }
+
+    private void loop() throws NativeException {
+        while (live > 0 && !abandon) {
+            ring.submitAndWait(1);
+            ring.cq().drain(this);
+            frontend.dispatch(); // CPU-route completions run in here, on this thread
+            takeRemote();
+            commitDone();
+            if (!eventArmed) {
+                armEvent();
+            }
+        }
+        if (abandon && live > 0) {
+            LOG.log(System.Logger.Level.WARNING, name + ": leaving with " + live + " tags still fetched");
+        }
+    }
+
+    /** A CQE of this queue's ring: a tag's fetch (a new request, or the end) or the eventfd. */
+    @Override
+    public void onCompletion(long userData, int res, int flags) {
+        if (userData == EVENT) {
+            eventArmed = false;
+            return;
+        }
+        int tag = (int) userData;
+        if (res == UBLK_IO_RES_OK) {
+            requests++;
+            long d = (long) tag * IO_DESC_SIZE;
+            requestsOf.serve(tag, descriptors.get(JAVA_INT, d + IO_DESC_OP_FLAGS),
+                    descriptors.get(JAVA_LONG, d + IO_DESC_START_SECTOR), descriptors.get(JAVA_INT, d + IO_DESC_NR_SECTORS));
+        } else {
+            live--;
+            if (res != UBLK_IO_RES_ABORT) {
+                // The kernel refused the command itself (EINVAL, EBUSY): the tag is gone for this server.
+                LOG.log(System.Logger.Level.ERROR, name + ": the kernel refused the command of tag " + tag + ": "
+                        + UblkControl.errnoText(res));
+            }
+        }
+    }
+
+    /** Records tag's result and queues it for commit by this queue's thread (any thread). */
+    private void finish(int tag, int res) {
+        result[tag] = res;
+        if (Thread.currentThread() == thread) {
+            local[localCount++] = tag;
+            return;
+        }
+        int head;
+        do {
+            head = remoteHead.get();
+            remoteNext[tag] = head;
+        } while (!remoteHead.compareAndSet(head, tag));
+        if (head == -1) {
+            wake(); // the stack was empty: the queue thread may be waiting in the ring
+        }
+    }
+
+    private void wake() {
+        int e = eventFd;
+        if (e >= 0) {
+            FileIo.write(e, one); // a full counter (2^64-2 wake-ups unread) is the only failure, and cannot happen
+        }
+    }
+
+    private void takeRemote() {
+        int tag = remoteHead.getAndSet(-1);
+        while (tag != -1) {
+            local[localCount++] = tag;
+            tag = remoteNext[tag];
+        }
+    }
+
+    private void commitDone() throws NativeException {
+        for (int i = 0; i < localCount; i++) {
+            int tag = local[i];
+            command(UBLK_U_IO_COMMIT_AND_FETCH_REQ, tag, result[tag]);
+        }
+        localCount = 0;
+    }
+
+    /** Prepares a FETCH or COMMIT_AND_FETCH SQE for tag in place (no payload segment: nothing allocated). */
+    private void command(int cmdOp, int tag, int res) throws NativeException {
+        long sqe = sq.next();
+        if (sqe < 0) {
+            ring.submit(); // cannot happen with one command per tag in a ring of 2 x depth, but never drop one
+            sqe = sq.next();
+            if (sqe < 0) {
+                throw new IllegalStateException(name + ": submission queue full after a submit");
+            }
+        }
+        sqes.set(JAVA_BYTE, sqe + IoUringAbi.SQE_OPCODE, IoUringAbi.IORING_OP_URING_CMD);
+        sqes.set(JAVA_BYTE, sqe + IoUringAbi.SQE_FLAGS, IoUringAbi.IOSQE_FIXED_FILE);
+        sqes.set(JAVA_INT, sqe + IoUringAbi.SQE_FD, UBLKC_FIXED);
+        sqes.set(JAVA_INT, sqe + IoUringAbi.SQE_CMD_OP, cmdOp);
+        sqes.set(JAVA_LONG, sqe + IoUringAbi.SQE_USER_DATA, tag);
+        long cmd = sqe + IoUringAbi.SQE_CMD;
+        sqes.set(JAVA_SHORT, cmd + IO_CMD_Q_ID, (short) q);
+        sqes.set(JAVA_SHORT, cmd + IO_CMD_TAG, (short) tag);
+        sqes.set(JAVA_INT, cmd + IO_CMD_RESULT, res);
+        sqes.set(JAVA_LONG, cmd + IO_CMD_ADDR, 0L); // USER_COPY: must be 0
+    }
+
+    /** Keeps one read of the eventfd in the ring, so a completion on another thread wakes the wait. */
+    private void armEvent() {
+        if (!sq.read(eventFd, eventValue, -1, EVENT)) {
+            throw new IllegalStateException(name + ": no SQ slot for the eventfd read");
+        }
+        eventArmed = true;
+    }
+
+    @Override
+    public String toString() {
+        return name;
+    }
+}
