@@ -26,7 +26,9 @@
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 PMEMBLK_GUEST_JAVA_OPTS=${PMEMBLK_GUEST_JAVA_OPTS:-"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-PMEMBLK_GUEST_CMD=${PMEMBLK_GUEST_CMD:-"$JAVA_HOME/bin/java $PMEMBLK_GUEST_JAVA_OPTS --enable-native-access=io.pmemblk.posix,io.pmemblk.pmem --illegal-native-access=deny -p /mnt/pmemblk/cli/target/pmemblk.jar:/mnt/pmemblk/cli/target/modules -m io.pmemblk.cli/io.pmemblk.cli.Main"}
+# Native access exactly as the launcher grants it (scripts/lib/common.sh), so the guest cannot drift from it.
+NATIVE=$(sed -n 's/^PMEMBLK_NATIVE_MODULES="\(.*\)"$/\1/p' /mnt/pmemblk/scripts/lib/common.sh)
+PMEMBLK_GUEST_CMD=${PMEMBLK_GUEST_CMD:-"$JAVA_HOME/bin/java $PMEMBLK_GUEST_JAVA_OPTS --enable-native-access=${NATIVE:-io.pmemblk.posix,io.pmemblk.pmem} --illegal-native-access=deny -p /mnt/pmemblk/cli/target/pmemblk.jar:/mnt/pmemblk/cli/target/modules -m io.pmemblk.cli/io.pmemblk.cli.Main"}
 RATE_SECS=${UBLK_RATE_SECS:-10}
 READY_SECS=150        # a JVM start under TCG on a busy host took up to 25 s; a ublk device start adds little
 SOCK=/tmp/nbd.sock
@@ -62,6 +64,23 @@ server_lines() { grep -v -E '^(INFO|FINE|[A-Z][a-z]{2} [0-9]+, [0-9]{4} |[0-9]{4
 show_log() { say "server log $SLOG:"; sed 's/^/server| /' "$SLOG"; }
 last_line() { server_lines "$SLOG" | tail -n 1; }
 
+# diagnose PID: what a stuck server is doing, for the log: each thread's kernel stack (a ublk control
+# command or I/O wait shows there) and a Java thread dump (SIGQUIT: into the server's log), then ublk nodes.
+diagnose() {
+    alive "$1" || return 0
+    say "diagnosis of pid $1:"
+    for _task in /proc/"$1"/task/*; do
+        echo "diag| task ${_task##*/} $(cat "$_task/comm" 2>/dev/null) wchan=$(cat "$_task/wchan" 2>/dev/null)"
+        grep -v -E 'do_syscall_64|entry_SYSCALL|futex_wait|__futex|do_futex' "$_task/stack" 2>/dev/null | sed 's/^/diag|   /'
+    done
+    kill -QUIT "$1" 2>/dev/null
+    _t=$(( $(now) + 20 ))
+    until grep -q '^JNI global refs' "$SLOG" 2>/dev/null; do [ "$(now)" -lt "$_t" ] || break; sleep 0.2; done
+    sed -n '/^Full thread dump/,/^JNI global refs/p' "$SLOG" | grep -v '^$' | sed 's/^/diag| /'
+    ls -l /dev/ublk* 2>/dev/null | sed 's/^/diag| /'
+    dmesg | tail -n 15 | sed 's/^/diag| dmesg: /'
+}
+
 SPID='' DEV='' DEVID='' SLOG=''
 # start_server LOGNAME ARGS...: `serve` with ublk on (plus ARGS) in the background; waits, bounded, for its
 # "ready: /dev/ublkbN" line; sets SPID, DEV, DEVID.
@@ -79,7 +98,7 @@ start_server() {
             _rc=0; wait "$SPID" || _rc=$?
             show_log; fail "serve exited ($_rc) without a ublk device: $(last_line)"
         fi
-        [ $(( $(now) - _t0 )) -lt $READY_SECS ] || { show_log; fail "serve printed no 'ready: /dev/ublkbN' in ${READY_SECS}s: $(last_line)"; }
+        [ $(( $(now) - _t0 )) -lt $READY_SECS ] || { diagnose "$SPID"; show_log; fail "serve printed no 'ready: /dev/ublkbN' in ${READY_SECS}s: $(last_line)"; }
         sleep 0.2
     done
     DEV=$(sed -n 's/^ready: \(\/dev\/ublkb[0-9][0-9]*\).*/\1/p' "$SLOG" | tail -n 1)
@@ -92,7 +111,7 @@ start_server() {
 # stop_server: SIGTERM; the server must exit 0 and take /dev/ublkbN and /dev/ublkcN with it.
 stop_server() {
     kill -TERM "$SPID"
-    wait_gone "$SPID" 60 || { show_log; fail "serve still running 60 s after SIGTERM"; }
+    wait_gone "$SPID" 60 || { diagnose "$SPID"; show_log; fail "serve still running 60 s after SIGTERM: $(last_line)"; }
     _rc=0; wait "$SPID" || _rc=$?
     [ "$_rc" = 0 ] || { show_log; fail "serve exited $_rc on SIGTERM (want 0): $(last_line)"; }
     wait_absent "$DEV" 10 || fail "$DEV still present 10 s after serve exited on SIGTERM"
@@ -343,7 +362,7 @@ part_ublk_recovery() {
         --set ublk.id=$ID --set ublk.recovery=true
     [ "$DEV" = /dev/ublkb$ID ] || fail "recovery with ublk.id=$ID came up as $DEV"
     result recovered_after "$(( $(now) - _gap0 ))s"
-    wait_gone "$FPID" 300 || fail "fio still running 300 s after the recovered server was ready"
+    wait_gone "$FPID" 300 || { diagnose "$SPID"; fail "fio still running 300 s after the recovered server was ready"; }
     _rc=0; wait "$FPID" || _rc=$?
     grep -E '^ *(READ|WRITE):|err=' /tmp/fio-recovery.out | sed 's/^/fio recovery| /'
     if [ "$_rc" != 0 ] || ! grep -q 'err= 0' /tmp/fio-recovery.out; then
