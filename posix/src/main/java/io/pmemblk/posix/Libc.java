@@ -198,6 +198,33 @@ public final class Libc {
         }
     }
 
+    /**
+     * mmap(2) of {@code length} bytes of {@code fd} at {@code offset}, owned by {@code owner}: closing the arena
+     * unmaps it, and any later access through the segment throws IllegalStateException instead of touching
+     * unmapped memory. For kernel-shared areas (io_uring rings, ublk's descriptor arrays): a mapping that leaked
+     * would keep the file open in the kernel (ublk's DEL_DEV waits for it forever), so the mapping is undone if
+     * it cannot be tied to the arena.
+     */
+    public static MemorySegment map(int fd, long length, int prot, int flags, long offset, Arena owner) throws NativeException {
+        MemorySegment raw = mmap(length, prot, flags, fd, offset);
+        try {
+            return raw.reinterpret(length, owner, unused -> {
+                try {
+                    munmap(raw);
+                } catch (NativeException e) {
+                    throw new IllegalStateException(e.getMessage(), e); // only with a wrong address: a bug here
+                }
+            });
+        } catch (RuntimeException | Error e) {
+            try {
+                munmap(raw);
+            } catch (NativeException suppressed) {
+                e.addSuppressed(suppressed);
+            }
+            throw e;
+        }
+    }
+
     public static void munmap(MemorySegment mapping) throws NativeException {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment state = a.allocate(CAPTURE);
