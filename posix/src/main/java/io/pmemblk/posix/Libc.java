@@ -34,7 +34,7 @@ public final class Libc {
     public static final int MS_SYNC = 4;
     public static final long MAP_FAILED = -1L;
     // <fcntl.h>
-    public static final int O_RDONLY = 0, O_RDWR = 02, O_CREAT = 0100, O_CLOEXEC = 02000000;
+    public static final int O_RDONLY = 0, O_WRONLY = 01, O_RDWR = 02, O_CREAT = 0100, O_CLOEXEC = 02000000;
 
     private static final Linker LINKER = Linker.nativeLinker();
     private static final SymbolLookup LIBC = LINKER.defaultLookup();
