@@ -52,6 +52,16 @@ final class RecordingPersistence implements Persistence {
         record(Kind.ACK, base + r.offset, r.length, r.cookie, describe(r) + " status " + r.status());
     }
 
+    /** As {@link #submitted(Request, long)}, for a frontend that has no Request at hand (PersistenceRecorder). */
+    void submitted(long id, String what, long address, long length) {
+        record(Kind.SUBMIT, address, length, id, what);
+    }
+
+    /** As {@link #acknowledged(Request, long)}; {@code what} ends with " status N". */
+    void acknowledged(long id, String what, long address, long length) {
+        record(Kind.ACK, address, length, id, what);
+    }
+
     private static String describe(Request r) {
         return r.op + (r.fua ? " FUA" : "") + " off " + r.offset + " len " + r.length
                 + (r.dataInPlace ? " in-place" : "") + (r.route != null ? " by " + r.route : "");

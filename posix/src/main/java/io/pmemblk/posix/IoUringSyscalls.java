@@ -128,15 +128,7 @@ public final class IoUringSyscalls {
      * through the returned segment throws IllegalStateException instead of touching unmapped memory.
      */
     public static MemorySegment mapRing(int ringFd, long length, long offset, Arena owner) throws NativeException {
-        MemorySegment raw = Libc.mmap(length, Libc.PROT_READ | Libc.PROT_WRITE,
-                Libc.MAP_SHARED | Libc.MAP_POPULATE, ringFd, offset);
-        return raw.reinterpret(length, owner, unused -> {
-            try {
-                Libc.munmap(raw);
-            } catch (NativeException e) {
-                throw new IllegalStateException(e.getMessage(), e); // only with a wrong address: a bug here
-            }
-        });
+        return Libc.map(ringFd, length, Libc.PROT_READ | Libc.PROT_WRITE, Libc.MAP_SHARED | Libc.MAP_POPULATE, offset, owner);
     }
 
     private static int errno(MemorySegment state) {

@@ -34,7 +34,7 @@ public final class Libc {
     public static final int MS_SYNC = 4;
     public static final long MAP_FAILED = -1L;
     // <fcntl.h>
-    public static final int O_RDONLY = 0, O_RDWR = 02, O_CREAT = 0100, O_CLOEXEC = 02000000;
+    public static final int O_RDONLY = 0, O_WRONLY = 01, O_RDWR = 02, O_CREAT = 0100, O_CLOEXEC = 02000000;
 
     private static final Linker LINKER = Linker.nativeLinker();
     private static final SymbolLookup LIBC = LINKER.defaultLookup();
@@ -195,6 +195,33 @@ public final class Libc {
             throw e;
         } catch (Throwable t) {
             throw new AssertionError(t);
+        }
+    }
+
+    /**
+     * mmap(2) of {@code length} bytes of {@code fd} at {@code offset}, owned by {@code owner}: closing the arena
+     * unmaps it, and any later access through the segment throws IllegalStateException instead of touching
+     * unmapped memory. For kernel-shared areas (io_uring rings, ublk's descriptor arrays): a mapping that leaked
+     * would keep the file open in the kernel (ublk's DEL_DEV waits for it forever), so the mapping is undone if
+     * it cannot be tied to the arena.
+     */
+    public static MemorySegment map(int fd, long length, int prot, int flags, long offset, Arena owner) throws NativeException {
+        MemorySegment raw = mmap(length, prot, flags, fd, offset);
+        try {
+            return raw.reinterpret(length, owner, unused -> {
+                try {
+                    munmap(raw);
+                } catch (NativeException e) {
+                    throw new IllegalStateException(e.getMessage(), e); // only with a wrong address: a bug here
+                }
+            });
+        } catch (RuntimeException | Error e) {
+            try {
+                munmap(raw);
+            } catch (NativeException suppressed) {
+                e.addSuppressed(suppressed);
+            }
+            throw e;
         }
     }
 

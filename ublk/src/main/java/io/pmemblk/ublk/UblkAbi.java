@@ -27,6 +27,8 @@ final class UblkAbi {
     static final int UBLK_U_CMD_START_USER_RECOVERY = 0xC0207510;
     static final int UBLK_U_CMD_END_USER_RECOVERY = 0xC0207511;
     static final int UBLK_U_CMD_GET_FEATURES = 0x80207513;
+    /** DEL_DEV without waiting for the last reference to /dev/ublkcN (Linux 6.9, commit 13fe8e6825e4). */
+    static final int UBLK_U_CMD_DEL_DEV_ASYNC = 0x80207514;
 
     // I/O commands on /dev/ublkcN: _IOWR('u', nr, 16) (16 = struct ublksrv_io_cmd)
     static final int UBLK_U_IO_FETCH_REQ = 0xC0107520;

@@ -148,9 +148,33 @@ public final class UblkControl implements AutoCloseable {
         check(runUnlocked(UBLK_U_CMD_STOP_DEV, id, 0), "STOP_DEV", id);
     }
 
-    /** DEL_DEV: forgets the device; waits until its /dev/ublkcN is closed and unmapped by everyone. */
-    public void delete(int id) throws UblkException {
-        check(runUnlocked(UBLK_U_CMD_DEL_DEV, id, 0), "DEL_DEV", id);
+    /**
+     * Deletes the device and waits, at most {@code millis}, until the kernel has let go of it. DEL_DEV itself would
+     * wait for ever while anyone still holds {@code /dev/ublkcN} (an open fd, a mapping, a ring's registered
+     * file: ublksrv issue 52), so the asynchronous form is sent and the id is polled instead; a kernel before
+     * 6.9 gets the waiting form.
+     * @throws UblkException when the kernel refuses, or the device is still there at the deadline
+     */
+    public void delete(int id, long millis) throws UblkException {
+        int res = runUnlocked(UBLK_U_CMD_DEL_DEV_ASYNC, id, 0);
+        if (res == -95 || res == -22) { // EOPNOTSUPP / EINVAL: no DEL_DEV_ASYNC before 6.9
+            check(runUnlocked(UBLK_U_CMD_DEL_DEV, id, 0), "DEL_DEV", id);
+            return;
+        }
+        check(res, "DEL_DEV_ASYNC", id);
+        long deadline = System.nanoTime() + java.util.concurrent.TimeUnit.MILLISECONDS.toNanos(millis);
+        while (info(id) != null) {
+            if (System.nanoTime() - deadline > 0) {
+                throw new UblkException("ublk device " + id + " was deleted but is still held after " + millis
+                        + " ms (a process has /dev/ublkc" + id + " open or mapped); it goes away when that is closed", 16);
+            }
+            try {
+                Thread.sleep(20); // the kernel signals nothing here: bounded polling
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new UblkException("interrupted while deleting ublk device " + id, 4, e);
+            }
+        }
     }
 
     /** START_USER_RECOVERY of a quiesced device; -EBUSY while the dead server's /dev/ublkcN is still held. */

@@ -120,7 +120,7 @@ public final class UblkDevice implements AutoCloseable {
             // A server without recovery died (or never started the device): the disk is gone, only the id is
             // held. Deleting it frees the id for a fresh device.
             LOG.log(System.Logger.Level.INFO, "ublk device " + id + " is dead (its server is gone): deleting it");
-            control.delete(id);
+            control.delete(id, STEP_MILLIS);
             return null;
         }
         if (!existing.recoverable()) {
@@ -248,6 +248,7 @@ public final class UblkDevice implements AutoCloseable {
 
     /** Undoes a partly created device: its queues, its char device, the device itself. */
     private static void undo(UblkControl control, int id, int fd, List<UblkQueue> queues, Exception cause) {
+        LOG.log(System.Logger.Level.WARNING, "ublk device " + id + " could not be started, removing it: " + cause);
         try {
             control.stop(id); // aborts what the ready queues fetched (the device was never started: nothing else)
         } catch (UblkException | RuntimeException e) {
@@ -256,7 +257,7 @@ public final class UblkDevice implements AutoCloseable {
         abandon(queues);
         closeQuietly(fd);
         try {
-            control.delete(id);
+            control.delete(id, STEP_MILLIS);
         } catch (UblkException | RuntimeException e) {
             cause.addSuppressed(e);
         }
@@ -345,7 +346,7 @@ public final class UblkDevice implements AutoCloseable {
         }
         closeQuietly(ublkcFd);
         try {
-            control.delete(info.id());
+            control.delete(info.id(), STEP_MILLIS);
         } catch (UblkException e) {
             if (failure == null) {
                 failure = e;

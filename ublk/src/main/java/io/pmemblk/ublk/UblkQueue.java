@@ -134,9 +134,9 @@ final class UblkQueue implements Runnable, CompletionHandler {
             sqes = sq.sqes();
             ring.registerFiles(ublkcFd);
             long bytes = (depth * (long) IO_DESC_SIZE + 4095) & ~4095L;
-            MemorySegment raw = Libc.mmap(bytes, Libc.PROT_READ, Libc.MAP_SHARED | Libc.MAP_POPULATE, ublkcFd,
-                    q * IO_DESC_QUEUE_STRIDE);
-            descriptors = raw.reinterpret(bytes, mappings, UblkQueue::unmap);
+            // Read-only (the kernel refuses PROT_WRITE), at the queue's fixed stride whatever the depth.
+            descriptors = Libc.map(ublkcFd, bytes, Libc.PROT_READ, Libc.MAP_SHARED | Libc.MAP_POPULATE,
+                    q * IO_DESC_QUEUE_STRIDE, mappings);
             eventValue = mappings.allocate(JAVA_LONG);
             eventFd = FileIo.eventfd(0, 0);
             armEvent();
@@ -164,14 +164,6 @@ final class UblkQueue implements Runnable, CompletionHandler {
                     // an eventfd close does not fail on a valid fd
                 }
             }
-        }
-    }
-
-    private static void unmap(MemorySegment m) {
-        try {
-            Libc.munmap(m);
-        } catch (NativeException e) {
-            throw new IllegalStateException(e.getMessage(), e);
         }
     }
 

@@ -1,0 +1,241 @@
+package io.pmemblk.ublk;
+
+import io.pmemblk.block.BlockLayer;
+import io.pmemblk.block.FrontendQueue;
+import io.pmemblk.block.Op;
+import io.pmemblk.dma.DmaEngine;
+import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.pmem.CopyStats;
+import io.pmemblk.pmem.Libpmem;
+import io.pmemblk.pmem.PersistenceRecorder;
+import io.pmemblk.pmem.PmemBlockDriver;
+import io.pmemblk.pmem.PmemRegion;
+import io.pmemblk.pmem.Routing;
+import io.pmemblk.posix.FileIo;
+import io.pmemblk.posix.Libc;
+import io.pmemblk.block.Route;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.nio.file.Path;
+import java.util.Map;
+import java.util.Random;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
+
+import static io.pmemblk.ublk.UblkAbi.*;
+import static java.lang.foreign.ValueLayout.JAVA_BYTE;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+/**
+ * The ublk data path without the kernel's ublk driver: {@link TagRequests} against a sparse file standing in for
+ * {@code /dev/ublkcN}. The user-copy positions are plain file offsets there (from 2 GiB up), so its pread/pwrite
+ * are the same system calls copying the same way: a WRITE's payload is copied by the kernel straight into the
+ * pmem mapping, a READ's straight out of it. The driver is the real pmem driver over a region whose persistence
+ * steps are recorded, so "a FUA write or a FLUSH is acknowledged only when durable" is checked on the path the
+ * kernel's copies take. (The ring and the URING_CMDs are exercised in the guest: scripts/vm-test ublk*.)
+ */
+class TagRequestsTest {
+    static final long SIZE = 32L << 20;
+    static final int MAX_IO = 1 << 20;
+    static final boolean FORCED = "1".equals(System.getenv("PMEM_IS_PMEM_FORCE"));
+
+    @TempDir
+    Path dir;
+    PersistenceRecorder rec;
+    PmemBlockDriver driver;
+    BlockLayer layer;
+    FrontendQueue frontend;
+    TagRequests requests;
+    int fd = -1;
+    final Map<Integer, Integer> results = new ConcurrentHashMap<>();
+    final AtomicInteger doneCalls = new AtomicInteger();
+    /** What each tag was given, for the acknowledgement record: op, fua, offset, length, id. */
+    final Map<Integer, long[]> given = new ConcurrentHashMap<>();
+    long ids;
+
+    void open(PmemRegion.Mapper mapper, DmaEngine engine, Routing routing, int openFlags) throws Exception {
+        if (mapper == PmemRegion.Mapper.LIBPMEM) {
+            assumeTrue(Libpmem.load().isPresent(), "libpmem not installed");
+        }
+        rec = PersistenceRecorder.open(dir.resolve("d.img"), SIZE, mapper);
+        assertThat(rec.region().isPmem()).isEqualTo(mapper == PmemRegion.Mapper.LIBPMEM && FORCED);
+        driver = new PmemBlockDriver(rec.region(), new CopyStats(), engine, routing);
+        layer = new BlockLayer(driver, 1, 64, 32 << 20, MAX_IO);
+        frontend = new FrontendQueue(layer.queue(0));
+        fd = Libc.open(dir.resolve("ublkc").toString(), Libc.O_CREAT | openFlags, 0600);
+        requests = new TagRequests(0, fd, frontend, MAX_IO, (tag, res) -> {
+            long[] g = given.get(tag);
+            Op op = Op.values()[(int) g[0]];
+            // The acknowledgement: from here the COMMIT carrying res may reach the kernel.
+            rec.acknowledged(g[4], op, g[1] == 1, g[2], g[3], res < 0 ? -res : 0);
+            doneCalls.incrementAndGet();
+            assertThat(results.put(tag, res)).as("tag " + tag + " reported once").isNull();
+        }, "test-q0");
+    }
+
+    @AfterEach
+    void close() throws Exception {
+        if (driver != null) {
+            driver.close();
+        }
+        if (layer != null) {
+            layer.close();
+        }
+        if (fd >= 0) {
+            Libc.close(fd);
+        }
+    }
+
+    /** The kernel's side of a WRITE: the request's pages, readable at its user-copy position. */
+    byte[] kernelHasWrite(int tag, int len, long seed) {
+        byte[] data = new byte[len];
+        new Random(seed).nextBytes(data);
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment s = a.allocate(len);
+            MemorySegment.copy(MemorySegment.ofArray(data), 0, s, 0, len);
+            assertThat(FileIo.pwrite(fd, s, userCopyPosition(0, tag, 0))).isEqualTo(len);
+        }
+        return data;
+    }
+
+    byte[] kernelGotRead(int tag, int len) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment s = a.allocate(len);
+            assertThat(FileIo.pread(fd, s, userCopyPosition(0, tag, 0))).isEqualTo(len);
+            return s.toArray(JAVA_BYTE);
+        }
+    }
+
+    void serve(int tag, int ublkOp, boolean fua, long offset, long length) {
+        Op op = switch (ublkOp) {
+            case UBLK_IO_OP_READ -> Op.READ;
+            case UBLK_IO_OP_WRITE -> Op.WRITE;
+            case UBLK_IO_OP_FLUSH -> Op.FLUSH;
+            case UBLK_IO_OP_DISCARD -> Op.TRIM;
+            default -> Op.WRITE_ZEROES;
+        };
+        long id = ++ids;
+        results.remove(tag);
+        given.put(tag, new long[]{op.ordinal(), fua ? 1 : 0, offset, length, id});
+        // Recorded before the serve, so before the kernel's stores into the mapping: every persistence step that
+        // covers them comes after this point, as the check requires.
+        rec.submitted(id, op, fua, offset, length);
+        requests.serve(tag, ublkOp | (fua ? UBLK_IO_F_FUA : 0), offset >> 9, (int) (length >> 9));
+    }
+
+    int await(int tag) throws InterruptedException {
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        while (!results.containsKey(tag)) {
+            assertThat(System.nanoTime() - deadline).as("tag " + tag + " completed within 10 s").isNegative();
+            Thread.sleep(1);
+        }
+        return results.get(tag);
+    }
+
+    byte[] device(long offset, int len) {
+        return rec.region().memory().asSlice(offset, len).toArray(JAVA_BYTE);
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    void kernelCopiedWritesAreDurableBeforeTheirFuaAckAndTheFlush(PmemRegion.Mapper mapper) throws Exception {
+        open(mapper, null, Routing.CPU_ONLY, Libc.O_RDWR);
+        Random rnd = new Random(7);
+        int writes = 24;
+        byte[][] data = new byte[writes][];
+        long[] offsets = new long[writes];
+        for (int i = 0; i < writes; i++) {
+            int tag = i % 8;
+            int len = 4096 * (1 + rnd.nextInt(64));
+            offsets[i] = (long) i * (1 << 20) + 4096L * rnd.nextInt(8);
+            data[i] = kernelHasWrite(tag, len, i);
+            serve(tag, UBLK_IO_OP_WRITE, i % 2 == 0, offsets[i], len);
+            frontend.dispatch();
+            assertThat(await(tag)).as("WRITE result: its byte count").isEqualTo(len);
+        }
+        serve(3, UBLK_IO_OP_FLUSH, false, 0, 0);
+        frontend.dispatch();
+        assertThat(await(3)).as("FLUSH result: 0").isZero();
+        for (int i = 0; i < writes; i++) {
+            assertThat(device(offsets[i], data[i].length)).as("write " + i + " is in the mapping").isEqualTo(data[i]);
+        }
+        PersistenceRecorder.Verdict v = rec.verify();
+        assertThat(v.fuaWrites()).isEqualTo(writes / 2);
+        assertThat(v.flushes()).isEqualTo(1);
+        assertThat(v.writesCoveredByFlushes()).isEqualTo(writes);
+        assertThat(rec.count("COPY")).as("one copy, the kernel's: the driver copied nothing itself").isZero();
+        assertThat(rec.count(rec.region().isPmem() ? "WRITE_BACK" : "SYNC")).isPositive();
+    }
+
+    @Test
+    void readsArePwrittenFromTheMappingAndRangeOpsCommitZero() throws Exception {
+        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_RDWR);
+        byte[] data = kernelHasWrite(1, 65536, 42);
+        serve(1, UBLK_IO_OP_WRITE, false, 8192, 65536);
+        frontend.dispatch();
+        assertThat(await(1)).isEqualTo(65536);
+        serve(2, UBLK_IO_OP_READ, false, 8192, 65536);
+        frontend.dispatch();
+        assertThat(await(2)).isEqualTo(65536);
+        assertThat(kernelGotRead(2, 65536)).isEqualTo(data);
+        serve(4, UBLK_IO_OP_DISCARD, false, 8192, 4096);
+        serve(5, UBLK_IO_OP_WRITE_ZEROES, true, 12288, 4096);
+        frontend.dispatch();
+        assertThat(await(4)).isZero();
+        assertThat(await(5)).isZero();
+        assertThat(device(8192, 8192)).containsOnly((byte) 0);
+        assertThat(device(16384, 4096)).isEqualTo(java.util.Arrays.copyOfRange(data, 8192, 12288));
+        assertThat(doneCalls.get()).as("one report per request").isEqualTo(4);
+    }
+
+    @Test
+    void dmaRouteCopiesThroughTheRegisteredBuffersAndReportsFromTheChannelThread() throws Exception {
+        open(PmemRegion.Mapper.JAVA, DmaEngine.soft(new IovaSpace(), 1, 64, 16), new Routing(65536, Integer.MAX_VALUE), Libc.O_RDWR);
+        byte[] data = kernelHasWrite(6, 512 << 10, 9);
+        serve(6, UBLK_IO_OP_WRITE, true, 1 << 20, 512 << 10);
+        frontend.dispatch();
+        assertThat(await(6)).isEqualTo(512 << 10);
+        assertThat(device(1 << 20, 512 << 10)).isEqualTo(data);
+        serve(7, UBLK_IO_OP_READ, false, 1 << 20, 512 << 10);
+        frontend.dispatch();
+        assertThat(await(7)).isEqualTo(512 << 10);
+        assertThat(kernelGotRead(7, 512 << 10)).isEqualTo(data);
+        assertThat(driver.engine()).isNotNull();
+        rec.verify();
+        assertThat(layer.queue(0).inflight()).as("every request released").isZero();
+    }
+
+    @Test
+    void requestsTheDeviceCannotServeAreAnsweredOnceWithAnErrno() throws Exception {
+        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_RDWR);
+        serve(0, 10, false, 0, 4096); // a zone operation: not a zoned device
+        assertThat(await(0)).isEqualTo(-95);
+        serve(1, UBLK_IO_OP_READ, false, 0, MAX_IO + 4096L);
+        assertThat(await(1)).isEqualTo(-22);
+        kernelHasWrite(2, 8192, 1);
+        serve(2, UBLK_IO_OP_WRITE, false, SIZE - 4096, 8192); // past the end: the driver's bounds check
+        frontend.dispatch();
+        assertThat(await(2)).isEqualTo(-28);
+        serve(3, UBLK_IO_OP_WRITE, false, 0, 4096); // the kernel has no data for tag 3: a short copy
+        assertThat(await(3)).isEqualTo(-5);
+        assertThat(doneCalls.get()).isEqualTo(4);
+        assertThat(layer.queue(0).inflight()).isZero();
+    }
+
+    @Test
+    void aFailedCopyFromTheKernelAnswersTheErrnoAndLeavesNoTagBehind() throws Exception {
+        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_WRONLY);
+        serve(3, UBLK_IO_OP_WRITE, true, 0, 4096); // pread on a write-only fd: EBADF
+        assertThat(await(3)).isEqualTo(-9);
+        assertThat(doneCalls.get()).isEqualTo(1);
+        assertThat(layer.queue(0).inflight()).isZero();
+        assertThat(frontend.batched()).isZero();
+    }
+}
