@@ -233,7 +233,7 @@ part_ublk_pmem() {
     [ "$_p" = true ] || fail "info reports is_pmem=$_p on ext4 -o dax"
 
     start_server pmem --set "pmem.path=$PM/pool" --set pmem.size=256M --set metrics.port=9472
-    fio_verify pmem --filename="$DEV" --size=64M
+    fio_verify pmem --filename="$DEV" --size=128M
     scrape 9472 /tmp/metrics-pmem.txt || fail "metrics not served on port 9472"
     grep -E '^pmemblk_(ublk_requests_total|copy_bytes_total)' /tmp/metrics-pmem.txt | sed 's/^/metrics| /'
     _u=$(metric_sum /tmp/metrics-pmem.txt pmemblk_ublk_requests_total)
@@ -243,7 +243,7 @@ part_ublk_pmem() {
 
     start_server pmem-dma --set "pmem.path=$PM/pool" --set pmem.size=256M --set metrics.port=9473 \
         --set dma.engine=soft --set route.dma.min-bytes=65536
-    fio_verify pmem-dma --filename="$DEV" --size=64M
+    fio_verify pmem-dma --filename="$DEV" --size=128M
     scrape 9473 /tmp/metrics-dma.txt || fail "metrics not served on port 9473"
     grep -E '^pmemblk_(ublk_requests_total|copy_bytes_total)' /tmp/metrics-dma.txt | sed 's/^/metrics| /'
     _d=$(metric_sum /tmp/metrics-dma.txt pmemblk_copy_bytes_total 'route="dma"')
@@ -270,7 +270,7 @@ part_ublk() {
         sed 's/^/server| /' /tmp/server-noctl.log
         [ "$_rc" = 1 ] || fail "without /dev/ublk-control serve exited $_rc (want 1)"
         grep -q 'modprobe ublk_drv' /tmp/server-noctl.log || fail "without /dev/ublk-control serve did not name 'modprobe ublk_drv'"
-        result no_control "exit1"
+        result no_control "exit 1 naming modprobe ublk_drv"
         say "without /dev/ublk-control: exit 1, names modprobe ublk_drv"
     else
         result no_control "not-checked"
@@ -306,7 +306,7 @@ part_ublk() {
     done
     (cd "$FS" && sha256sum file-* >/tmp/ublk.sums)
     sed 's/^/SUM /' /tmp/ublk.sums
-    fio_verify fs --directory="$FS" --filename=fio.dat --size=64M
+    fio_verify fs --directory="$FS" --filename=fio.dat --size=128M
     rm -f "$FS/fio.dat"
     _tr=$(fstrim -v "$FS") || fail "fstrim $FS failed"
     say "$_tr"
@@ -337,11 +337,11 @@ part_ublk_recovery() {
     [ "$DEV" = /dev/ublkb$ID ] || fail "ublk.id=$ID but serve created $DEV"
     # 4k random writes, then all read back: long enough to kill the server while writes are in flight.
     timeout -k 10 400 fio --name=recovery --filename="$DEV" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
-        --iodepth=32 --size=48M --verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 \
+        --iodepth=32 --size=96M --verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 \
         --output=/tmp/fio-recovery.out >/dev/null 2>&1 &
     FPID=$!
     track "$FPID"
-    # Kill once the server has taken 3000 requests (a quarter of the writes), polled from its metrics.
+    # Kill once the server has taken 3000 requests (an eighth of the writes), polled from its metrics.
     _t=$(( $(now) + 180 )) _n=0
     while :; do
         alive "$FPID" || { cat /tmp/fio-recovery.out; fail "fio ended before the kill (after $_n ublk requests)"; }
