@@ -6,7 +6,7 @@
 #                                                   with powercut.py and print MARKER after MARKER_AT writes:
 #                                                   the host kills QEMU when it sees it, mid-load
 #   powercut-check.sh dump K                        read region K back (after the last cut) and stop cleanly
-# Each region is 2048 blocks of 4 KiB; the pool holds four. Lines "W/A/F ..." and "B/T ..." are read by
+# Region K is K mod 8 (2048 blocks of 4 KiB each; the 64 MiB pool holds eight); each load zeroes its region first. Lines "W/A/F ..." and "B/T ..." are read by
 # scripts/vm-guest/powercut-verify.py on the host.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -45,15 +45,15 @@ case "$1" in
     cut)
         k=$2
         if [ "$k" -gt 0 ]; then
-            say "read-back of region $((k - 1))"
-            python3 "$HERE/powercut.py" dump "$URI" $(( (k - 1) * BLOCKS )) "$BLOCKS"
+            say "read-back of cut $((k - 1)) (region $(( (k - 1) % 8 )))"
+            /usr/bin/python3 "$HERE/powercut.py" dump "$URI" $(( (k - 1) % 8 * BLOCKS )) "$BLOCKS"
         fi
-        say "load on region $k: the power goes after write $3"
-        python3 "$HERE/powercut.py" write "$URI" $((k * BLOCKS)) "$BLOCKS" "$3" 100000 "$4" "$5"
+        say "load $k on region $((k % 8)): the power goes after write $3"
+        /usr/bin/python3 "$HERE/powercut.py" write "$URI" $((k % 8 * BLOCKS)) "$BLOCKS" "$3" 100000 "$4" "$5"
         ;;
     dump)
-        say "read-back of region $2"
-        python3 "$HERE/powercut.py" dump "$URI" $(($2 * BLOCKS)) "$BLOCKS"
+        say "read-back of cut $2 (region $(($2 % 8)))"
+        /usr/bin/python3 "$HERE/powercut.py" dump "$URI" $(($2 % 8 * BLOCKS)) "$BLOCKS"
         kill -TERM "$SERVER_PID"; wait "$SERVER_PID" || true
         umount "$MNT"
         ;;

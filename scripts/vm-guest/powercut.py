@@ -2,7 +2,8 @@
 """Numbered, patterned block writes for the power-cut scenario, and their read-back.
 
   powercut.py write URI FIRST BLOCKS MARKER_AT MAX MARKER SEED
-      Writes up to MAX blocks of 4 KiB at random block numbers in [FIRST, FIRST+BLOCKS): about half with FUA, the
+      Zeroes the region durably, then writes up to MAX blocks of 4 KiB at random block numbers in
+      [FIRST, FIRST+BLOCKS): about half with FUA, the
       others followed by a FLUSH at random points. Before each write it prints "W seq block fua"; after the
       server acknowledges it, "A seq"; after a FLUSH returns, "F seq" (every write acknowledged before the
       FLUSH was sent, i.e. up to seq, is promised). After MARKER_AT writes it prints MARKER (the host kills
@@ -37,6 +38,14 @@ def write(uri, first, blocks, marker_at, maximum, marker, seed):
     if not (h.can_fua() and h.can_flush()):
         print("server does not advertise FUA and FLUSH", flush=True)
         sys.exit(1)
+    # The region may hold an earlier cut's blocks (long runs reuse regions): zero it durably first, so that
+    # every block read back after this cut is zeros or one of this load's writes.
+    if h.can_zero():
+        h.zero(blocks * BS, first * BS)
+    else:
+        for b in range(first, first + blocks):
+            h.pwrite(bytes(BS), b * BS)
+    h.flush()
     seq = 0
     while seq < maximum:
         seq += 1
