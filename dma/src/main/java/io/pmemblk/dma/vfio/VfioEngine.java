@@ -139,7 +139,7 @@ public final class VfioEngine {
         if (addresses.isEmpty()) {
             List<PciDevices.Candidate> usable = found.stream().filter(PciDevices.Candidate::usable).toList();
             if (usable.isEmpty()) {
-                StringBuilder b = new StringBuilder("dma.engine=vfio with dma.vfio.devices=auto: nothing to use: ")
+                StringBuilder b = new StringBuilder("dma.vfio.devices=auto: nothing to use: ")
                         .append(PciDevices.nothingUsable(found, devVfio));
                 for (PciDevices.Candidate c : found) {
                     b.append("; ").append(c.address()).append(": ").append(c.problem());
