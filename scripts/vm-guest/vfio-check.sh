@@ -13,7 +13,7 @@ J="$JAVA_HOME/bin/java $PMEMBLK_GUEST_JAVA_OPTS --enable-native-access=io.pmembl
 SOCK=/tmp/nbd.sock
 URI="nbd+unix:///pmem0?socket=$SOCK"
 PORT=9465
-N=${VFIO_REQUESTS:-24}      # 8 KiB requests per pass; edu needs ~0.8 s for each
+N=${VFIO_REQUESTS:-16}      # 8 KiB requests per pass (3 passes); edu needs ~0.8 s for each
 say() { echo "vfio-check: [$(cut -d' ' -f1 /proc/uptime)s] $*"; }
 
 modprobe -a vfio-pci nfit nd_pmem dax_pmem device_dax
@@ -25,8 +25,7 @@ done
 echo vfio-pci >"/sys/bus/pci/devices/$ADDR/driver_override"
 if [ -e "/sys/bus/pci/devices/$ADDR/driver" ]; then echo "$ADDR" >"/sys/bus/pci/devices/$ADDR/driver/unbind"; fi
 echo "$ADDR" >/sys/bus/pci/drivers_probe
-# shellcheck disable=SC2086 # J is a word list
-$J dma list | sed 's/^/list| /'
+say "edu at $ADDR bound to $(basename "$(readlink "/sys/bus/pci/devices/$ADDR/driver")"), IOMMU group $(basename "$(readlink "/sys/bus/pci/devices/$ADDR/iommu_group")")"
 
 ndctl create-namespace -f -e namespace0.0 -m devdax --map=mem >/dev/null
 [ -c /dev/dax0.0 ] || { say "no /dev/dax0.0 after ndctl create-namespace -m devdax"; exit 1; }
@@ -63,7 +62,8 @@ qemu_io_pass() {
         i=$((i + 1))
     done
     eval "qemu-io -f raw $cmds '$URI'" >"/tmp/qio-$1.out" 2>&1 || { cat "/tmp/qio-$1.out"; return 1; }
-    ! grep -q 'Pattern verification failed' "/tmp/qio-$1.out" && [ "$(grep -c "^$1 8192/8192" "/tmp/qio-$1.out")" = "$N" ] \
+    # qemu-io reports "wrote 8192/8192 bytes at offset ..." and "read 8192/8192 ...".
+    ! grep -q 'Pattern verification failed' "/tmp/qio-$1.out" && [ "$(grep -c -E "^(wrote|read) 8192/8192" "/tmp/qio-$1.out")" = "$N" ] \
         || { cat "/tmp/qio-$1.out"; return 1; }
 }
 metric() {  # metric NAME [LABEL-REGEX]: the sum of a metric's samples (matching the label regex)
@@ -91,11 +91,14 @@ dmesg -c >/dev/null 2>&1 || true
 # shellcheck disable=SC2086
 $J dma check --device "$ADDR" >/tmp/check.out 2>&1 && echo "RESULT check=ok" || echo "RESULT check=bad"
 sed 's/^/check| /' /tmp/check.out
+IOVA=$(sed -n 's/.*DMA to unmapped IOVA \(0x[0-9a-f]*\):.*/\1/p' /tmp/check.out)
+echo "RESULT unmapped_iova=${IOVA:-none}"
+# The kernel logs the fault from its fault interrupt, shortly after: bounded wait for the line naming the address.
 i=0
-until dmesg | grep -q 'DMAR:.*fault'; do
+until dmesg | grep -q 'DMAR:.*fault addr'; do
     i=$((i + 1)); [ "$i" -lt 50 ] || break; sleep 0.1
 done
-FAULT=$(dmesg | grep -m1 'DMAR:.*fault' || true)
+FAULT=$(dmesg | grep -m1 'DMAR:.*fault addr' || true)
 echo "RESULT dmar_fault=${FAULT:-none}"
 
 # fsdax: the kernel will not pin it for device DMA; serve must say so and what to use instead.
