@@ -4,6 +4,7 @@ import io.pmemblk.block.BlockLayer;
 import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.ioat.IoatSpec;
+import io.pmemblk.dma.vfio.VfioEngine;
 import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.Routing;
 import io.pmemblk.pmem.PmemBlockDriver;
@@ -45,16 +46,22 @@ public final class Device implements AutoCloseable {
                         engine.softDevice().orElseThrow().breakAfter(c, breakAfter, IoatSpec.CHANERR_DEST_ADDR);
                     }
                 }
+            } else if (settings.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.VFIO) {
+                engine = VfioEngine.open(settings.get(Settings.DMA_VFIO_DEVICES), settings.get(Settings.DMA_RING_SIZE));
             }
             this.driver = new PmemBlockDriver(region, stats, engine, new Routing(
                     settings.get(Settings.ROUTE_DMA_MIN_BYTES), settings.get(Settings.ROUTE_DMA_MIN_SEGMENTS)));
             this.layer = new BlockLayer(driver, settings.get(Settings.QUEUES), settings.get(Settings.QUEUE_DEPTH),
                     settings.get(Settings.QUEUE_BUFFER_BYTES), Settings.MAX_REQUEST_BYTES);
-        } catch (RuntimeException e) {
+        } catch (IOException | RuntimeException e) {
             if (engine != null) {
                 engine.close();
             }
             region.close();
+            // The kernel's refusal to pin the region for DMA (fsdax, page cache) carries the fix in its cause.
+            if (e instanceof IllegalStateException && e.getCause() instanceof io.pmemblk.dma.vfio.VfioException v) {
+                throw v;
+            }
             throw e;
         }
     }

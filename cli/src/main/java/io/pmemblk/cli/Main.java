@@ -7,7 +7,7 @@ import picocli.CommandLine.Command;
 /** The {@code pmemblk} command. */
 @Command(name = "pmemblk", mixinStandardHelpOptions = true, versionProvider = Main.Version.class,
         description = "A userspace persistent-memory block device, served over NBD.",
-        subcommands = {ServeCommand.class, InfoCommand.class, BenchCommand.class, TuneCommand.class, VersionCommand.class, ConfigExampleCommand.class,
+        subcommands = {ServeCommand.class, InfoCommand.class, BenchCommand.class, TuneCommand.class, VersionCommand.class, ConfigExampleCommand.class, DmaCommand.class,
                 CommandLine.HelpCommand.class})
 public final class Main {
     /** Exit code for a bad setting or bad command-line usage. */

@@ -54,6 +54,12 @@ public final class Metrics implements AutoCloseable {
                         cb.call(stats.ops(r, true), r.label(), "write");
                     }
                 }).register(registry);
+        if (device.driver().engine() != null && device.driver().engine().deviceTransfers() >= 0) {
+            io.pmemblk.dma.DmaEngine engine = device.driver().engine();
+            CounterWithCallback.builder().name("pmemblk_dma_device_transfers_total")
+                    .help("Transfers the DMA device reported finished (edu: the completion interrupts it raised)")
+                    .callback(cb -> cb.call(engine.deviceTransfers())).register(registry);
+        }
         CounterWithCallback.builder().name("pmemblk_dma_errors_total")
                 .help("DMA channel halts (descriptor errors)")
                 .callback(cb -> cb.call(stats.dmaErrors())).register(registry);

@@ -58,6 +58,9 @@ final class ServeCommand implements Callable<Integer> {
         Device device;
         try {
             device = Device.open(s);
+        } catch (io.pmemblk.dma.vfio.VfioException e) {
+            System.err.println("pmemblk: dma.engine=vfio: " + e.getMessage());
+            return 1;
         } catch (IOException e) {
             System.err.println("pmemblk: cannot open pmem.path " + s.get(Settings.PMEM_PATH) + ": " + e.getMessage());
             return 1;

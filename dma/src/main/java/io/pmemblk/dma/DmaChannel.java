@@ -7,6 +7,9 @@ package io.pmemblk.dma;
 public interface DmaChannel extends AutoCloseable {
     int index();
 
+    /** Sets who hears about completions; set it before placing copies (a {@link DmaEngine} sets it for its channels). */
+    void listener(DmaCompletionListener listener);
+
     /** Descriptors that can be placed now. */
     int freeSlots();
 

@@ -5,33 +5,54 @@ import io.pmemblk.dma.soft.SoftIoatDevice;
 import java.util.List;
 import java.util.Optional;
 import java.util.function.IntFunction;
+import java.util.function.LongSupplier;
 import java.util.function.UnaryOperator;
 
 /**
  * A DMA device and its started channels, owned together. {@link #soft} runs the I/OAT driver against the software
  * device; {@link #ioat} runs the same driver against any register window (a VFIO BAR0 mapping on hardware, whose
- * IovaSpace backend also issues the IOMMU mappings and whose vectors are eventfds).
+ * IovaSpace backend also issues the IOMMU mappings and whose vectors are eventfds); {@link #of} takes channels of
+ * any driver (QEMU's edu device through VFIO).
  */
 public final class DmaEngine implements AutoCloseable {
-    private final List<IoatChannel> channels;
+    private final List<? extends DmaChannel> channels;
     /** The channels as users see them: the started ones, or what {@link #interpose} put in front of them. */
     private volatile List<DmaChannel> view;
     private final SoftIoatDevice softDevice;
     private final AutoCloseable device;
     private final IovaSpace space;
     private volatile DmaCompletionListener listener = (ctx, status) -> { };
+    private volatile LongSupplier deviceTransfers = () -> -1;
     private boolean closed;
 
-    private DmaEngine(IovaSpace space, List<IoatChannel> channels, SoftIoatDevice softDevice, AutoCloseable device) {
+    private DmaEngine(IovaSpace space, List<? extends DmaChannel> channels, SoftIoatDevice softDevice, AutoCloseable device) {
         this.space = space;
         this.channels = channels;
         this.softDevice = softDevice;
         this.device = device;
         this.view = List.<DmaChannel>copyOf(channels);
         DmaCompletionListener dispatch = (ctx, status) -> listener.completed(ctx, status);
-        for (IoatChannel c : channels) {
+        for (DmaChannel c : channels) {
             c.listener(dispatch);
         }
+    }
+
+    /**
+     * An engine over started {@code channels} of any driver, owning them and {@code device} (may be null), which is
+     * closed after them.
+     */
+    public static DmaEngine of(IovaSpace space, List<? extends DmaChannel> channels, AutoCloseable device) {
+        return new DmaEngine(space, List.copyOf(channels), null, device);
+    }
+
+    /** What the device itself counts of its transfers (e.g. completion interrupts it raised); -1 when unknown. */
+    public long deviceTransfers() {
+        return deviceTransfers.getAsLong();
+    }
+
+    /** Sets where {@link #deviceTransfers} comes from. */
+    public void deviceTransfers(LongSupplier counter) {
+        this.deviceTransfers = counter;
     }
 
     /** The software I/OAT device with 1 MiB descriptors (XFERCAP 20), {@code channels} channels of {@code ringSize}. */
@@ -120,7 +141,7 @@ public final class DmaEngine implements AutoCloseable {
             return;
         }
         closed = true;
-        for (IoatChannel c : channels) {
+        for (DmaChannel c : channels) {
             c.close();
         }
         if (device != null) {

@@ -11,8 +11,9 @@ import java.util.Arrays;
  *
  * <p>{@link #translate} runs on DMA engine threads for every descriptor, so it takes no lock and allocates only
  * the slice it returns: map/unmap build new sorted arrays and publish them through one volatile field
- * (copy-on-write); readers binary-search whatever snapshot they see. A later VFIO backend will also issue
- * {@code VFIO_IOMMU_MAP_DMA} in {@link #map}; this class is the bookkeeping both backends share.
+ * (copy-on-write); readers binary-search whatever snapshot they see. The VFIO backend
+ * ({@code io.pmemblk.dma.vfio.VfioIovaSpace}) also issues {@code VFIO_IOMMU_MAP_DMA} through {@link #mapped} and
+ * {@link #unmapped}; this class is the bookkeeping both backends share.
  */
 public class IovaSpace {
     /** First IOVA handed out; 0 stays unmapped so that a zeroed pointer faults. */
@@ -28,16 +29,52 @@ public class IovaSpace {
 
     private volatile Table table = Table.EMPTY;
     private long nextIova;
+    /** First IOVA the device cannot reach (exclusive). */
+    private final long limit;
 
     public IovaSpace() {
         this(DEFAULT_BASE);
     }
 
     public IovaSpace(long base) {
+        this(base, Long.MAX_VALUE);
+    }
+
+    /** IOVAs in [base, limit): a device that masks bus addresses (QEMU's edu: 28 bits) cannot reach past limit. */
+    public IovaSpace(long base, long limit) {
         if (base <= 0 || (base & (PAGE - 1)) != 0) {
             throw new IllegalArgumentException("IOVA base 0x" + Long.toHexString(base) + " must be positive and page aligned");
         }
+        if (limit <= base) {
+            throw new IllegalArgumentException("IOVA limit 0x" + Long.toHexString(limit) + " must be above the base 0x"
+                    + Long.toHexString(base));
+        }
         this.nextIova = base;
+        this.limit = limit;
+    }
+
+    /**
+     * Bytes between the page start and byte 0 of {@code seg} as the device must see them: 0 here (the translation
+     * is in software); an IOMMU maps whole pages, so there byte 0 sits at the same offset in its IOVA page.
+     */
+    protected long pageOffset(MemorySegment seg) {
+        return 0;
+    }
+
+    /**
+     * Called under this space's lock before a region is published: the pages of {@code span} bytes from
+     * {@code iovaPage} are to show {@code seg}'s memory from its page start. Throwing leaves nothing mapped.
+     */
+    protected void mapped(long iovaPage, long span, MemorySegment seg) {
+    }
+
+    /** Called under this space's lock after a region was withdrawn (its pages: {@code span} bytes from iovaPage). */
+    protected void unmapped(long iovaPage, long span) {
+    }
+
+    /** The first IOVA past the space (exclusive). */
+    public long limit() {
+        return limit;
     }
 
     /** Registers {@code seg} (native, non-empty) and returns the IOVA of its byte 0. */
@@ -49,13 +86,18 @@ public class IovaSpace {
         if (size <= 0) {
             throw new IllegalArgumentException("cannot map an empty segment");
         }
-        long iova = nextIova;
-        long span = (size + PAGE - 1) & -PAGE;
-        long next = iova + span + GUARD;
-        if (next < iova) {
-            throw new IllegalStateException("IOVA space exhausted at 0x" + Long.toHexString(iova));
+        long page = nextIova;
+        long skew = pageOffset(seg);
+        long span = (skew + size + PAGE - 1) & -PAGE;
+        long next = page + span + GUARD;
+        if (next < page || page + span > limit) {
+            throw new IllegalStateException("IOVA space exhausted: " + size + " bytes do not fit between 0x"
+                    + Long.toHexString(page) + " and the device's limit 0x" + Long.toHexString(limit)
+                    + " (map less: a smaller pmem.size, queue.buffer-bytes or queues)");
         }
+        mapped(page, span, seg);
         nextIova = next;
+        long iova = page + skew;
         Table t = table;
         int n = t.starts.length;
         // New IOVAs only grow, so the new region sorts last.
@@ -88,6 +130,8 @@ public class IovaSpace {
         System.arraycopy(t.lengths, i + 1, lengths, i, n - i - 1);
         System.arraycopy(t.segments, i + 1, segs, i, n - i - 1);
         table = new Table(starts, lengths, segs);
+        long page = iova & -PAGE;
+        unmapped(page, (iova - page + t.lengths[i] + PAGE - 1) & -PAGE);
     }
 
     /**

@@ -77,6 +77,7 @@ class ExactlyOnceTest {
         }
 
         @Override public int index() { return inner.index(); }
+        @Override public void listener(io.pmemblk.dma.DmaCompletionListener l) { inner.listener(l); }
         @Override public int freeSlots() { return inner.freeSlots(); }
         @Override public int slotsFor(long length) { return inner.slotsFor(length); }
         @Override public void submit() { inner.submit(); }

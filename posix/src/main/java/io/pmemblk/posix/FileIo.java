@@ -7,6 +7,7 @@ import java.lang.foreign.MemoryLayout;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.StructLayout;
 import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 
 import static java.lang.foreign.ValueLayout.ADDRESS;
@@ -36,9 +37,14 @@ public final class FileIo {
     /** ssize_t pread(int fd, void *buf, size_t count, off_t offset), and pwrite with the same shape. */
     private static final MethodHandle PREAD = bind("pread64", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG, JAVA_LONG));
     private static final MethodHandle PWRITE = bind("pwrite64", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG, JAVA_LONG));
-    /** ssize_t read(int fd, void *buf, size_t count), and write with the same shape. */
-    private static final MethodHandle READ = bind("read", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG));
-    private static final MethodHandle WRITE = bind("write", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG));
+    /**
+     * ssize_t read(int fd, void *buf, size_t count), and write with the same shape; both take (and drop) a
+     * position argument too, so that one loop serves all four.
+     */
+    private static final MethodHandle READ = MethodHandles.dropArguments(
+            bind("read", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG)), 4, long.class);
+    private static final MethodHandle WRITE = MethodHandles.dropArguments(
+            bind("write", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG)), 4, long.class);
     /** int eventfd(unsigned int initval, int flags) */
     private static final MethodHandle EVENTFD = bind("eventfd", FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT));
 
@@ -57,59 +63,31 @@ public final class FileIo {
      * EINTR. Returns the bytes read (fewer at the end of what the file has) or {@code -errno}.
      */
     public static long pread(int fd, MemorySegment dst, long position) {
-        MemorySegment state = CALL_STATE.get();
-        long rc;
-        do {
-            try {
-                rc = (long) PREAD.invokeExact(state, fd, dst, dst.byteSize(), position);
-            } catch (RuntimeException | Error e) {
-                throw e;
-            } catch (Throwable t) {
-                throw new AssertionError(t);
-            }
-        } while (rc < 0 && errno(state) == EINTR);
-        return rc < 0 ? -errno(state) : rc;
+        return transfer(PREAD, fd, dst, position);
     }
 
     /** pwrite(2) of all of {@code src} at {@code position} of {@code fd}; as {@link #pread}. */
     public static long pwrite(int fd, MemorySegment src, long position) {
-        MemorySegment state = CALL_STATE.get();
-        long rc;
-        do {
-            try {
-                rc = (long) PWRITE.invokeExact(state, fd, src, src.byteSize(), position);
-            } catch (RuntimeException | Error e) {
-                throw e;
-            } catch (Throwable t) {
-                throw new AssertionError(t);
-            }
-        } while (rc < 0 && errno(state) == EINTR);
-        return rc < 0 ? -errno(state) : rc;
+        return transfer(PWRITE, fd, src, position);
     }
 
     /** read(2) into all of {@code dst} at the file position; bytes read or {@code -errno} (EINTR retried). */
     public static long read(int fd, MemorySegment dst) {
-        MemorySegment state = CALL_STATE.get();
-        long rc;
-        do {
-            try {
-                rc = (long) READ.invokeExact(state, fd, dst, dst.byteSize());
-            } catch (RuntimeException | Error e) {
-                throw e;
-            } catch (Throwable t) {
-                throw new AssertionError(t);
-            }
-        } while (rc < 0 && errno(state) == EINTR);
-        return rc < 0 ? -errno(state) : rc;
+        return transfer(READ, fd, dst, 0);
     }
 
     /** write(2) of all of {@code src} at the file position; bytes written or {@code -errno} (EINTR retried). */
     public static long write(int fd, MemorySegment src) {
+        return transfer(WRITE, fd, src, 0);
+    }
+
+    /** One call of {@code call} (a constant once inlined into the four above), retried on EINTR. */
+    private static long transfer(MethodHandle call, int fd, MemorySegment buffer, long position) {
         MemorySegment state = CALL_STATE.get();
         long rc;
         do {
             try {
-                rc = (long) WRITE.invokeExact(state, fd, src, src.byteSize());
+                rc = (long) call.invokeExact(state, fd, buffer, buffer.byteSize(), position);
             } catch (RuntimeException | Error e) {
                 throw e;
             } catch (Throwable t) {

@@ -75,6 +75,12 @@ public final class Libc {
     private static final MethodHandle STRERROR = find("strerror",
             FunctionDescriptor.of(ADDRESS.withTargetLayout(MemoryLayout.sequenceLayout(256, ValueLayout.JAVA_BYTE)), JAVA_INT), false);
     private static final MethodHandle GETPID = find("getpid", FunctionDescriptor.of(JAVA_INT), false);
+    /** int prctl(int option, ...): variadic after the option, every argument passed as an unsigned long. */
+    private static final MethodHandle PRCTL = LINKER.downcallHandle(LIBC.find("prctl").orElseThrow(),
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_LONG),
+            CAPTURE_ERRNO, Linker.Option.firstVariadicArg(1));
+    /** {@code <linux/prctl.h>} PR_SET_IO_FLUSHER (Linux 5.6). */
+    public static final int PR_SET_IO_FLUSHER = 57;
     private static final MethodHandle SYSCONF = find("sysconf", FunctionDescriptor.of(JAVA_LONG, JAVA_INT), false);
 
     private static MethodHandle find(String name, FunctionDescriptor fd, boolean captureErrno) {
@@ -138,6 +144,22 @@ public final class Libc {
     public static int getpid() {
         try {
             return (int) GETPID.invokeExact();
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /**
+     * prctl(PR_SET_IO_FLUSHER, 1) for the calling thread: the kernel then reclaims memory for it without
+     * starting I/O (PF_MEMALLOC_NOIO) and does not throttle its writeback, so a thread that serves a block device
+     * cannot deadlock waiting for writeback through that very device. Needs CAP_SYS_RESOURCE.
+     * @return 0, or -errno (EPERM without the capability, EINVAL before Linux 5.6)
+     */
+    public static int setIoFlusher() {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            int rc = (int) PRCTL.invokeExact(state, PR_SET_IO_FLUSHER, 1L, 0L, 0L, 0L);
+            return rc == 0 ? 0 : -errno(state);
         } catch (Throwable t) {
             throw new AssertionError(t);
         }

@@ -51,4 +51,16 @@ class LibcTest {
     void pageSizeIsAPowerOfTwo() {
         assertThat(Long.bitCount(Libc.pageSize())).isEqualTo(1);
     }
+
+    @Test
+    void ioFlusherIsSetOrRefusedWithAnErrno() throws Exception {
+        int rc = Libc.setIoFlusher(); // root here: set; elsewhere EPERM. Either way no exception, and the kernel says which
+        assertThat(rc).isIn(0, -1);
+        if (rc == 0) {
+            // /proc/thread-self/stat field 9: PF_MEMALLOC_NOIO (0x80000) | PF_LOCAL_THROTTLE (0x100000)
+            String stat = java.nio.file.Files.readString(java.nio.file.Path.of("/proc/thread-self/stat"));
+            long flags = Long.parseLong(stat.substring(stat.lastIndexOf(')') + 2).split(" ")[6]);
+            assertThat(flags & 0x180000L).isEqualTo(0x180000L);
+        }
+    }
 }

@@ -67,9 +67,15 @@ public final class Settings {
             "a size from 32M (the largest request) to 4G, a multiple of 128K",
             "Registered data buffers per hardware queue; a full pool makes frontends wait (bounded memory).",
             t -> range(Sizes.parse(t), MAX_REQUEST_BYTES, 4L << 30, 128 << 10));
-    public static final Key<DmaEngineKind> DMA_ENGINE = Key.of("dma.engine", "none", "none or soft (vfio: not yet available)",
-            "Copy offload: none (CPU only), soft (software I/OAT device), vfio (a real I/OAT channel; not yet available).",
-            Settings::dmaEngine);
+    public static final Key<DmaEngineKind> DMA_ENGINE = Key.of("dma.engine", "none", "none, soft or vfio",
+            "Copy offload: none (CPU only), soft (software I/OAT device), vfio (PCI DMA devices bound to vfio-pci, see"
+                    + " dma.vfio.devices; pmem.path must be device DAX or on tmpfs/hugetlbfs, which the kernel can pin).",
+            t -> choice(t, DmaEngineKind.class));
+    public static final Key<List<String>> DMA_VFIO_DEVICES = Key.of("dma.vfio.devices", "auto",
+            "auto, or PCI addresses dddd:bb:dd.f separated by commas",
+            "With dma.engine=vfio: the devices to drive (I/OAT channels, or QEMU's edu), one DMA channel per device"
+                    + " channel; auto: every such device bound to vfio-pci (pmemblk dma list shows them).",
+            Settings::pciAddresses);
     public static final Key<Integer> DMA_CHANNELS = Key.of("dma.channels", "1", "an integer 1..64",
             "DMA channels; hardware queue i uses channel i mod dma.channels.", t -> intRange(t, 1, 64));
     public static final Key<Integer> DMA_RING_SIZE = Key.of("dma.ring-size", "512", "a power of two 16..32768",
@@ -131,7 +137,7 @@ public final class Settings {
     static {
         Map<String, Key<?>> m = new LinkedHashMap<>();
         for (Key<?> k : List.of(PMEM_PATH, PMEM_SIZE, PMEM_RESIZE, PMEM_MAPPER, NBD_SOCKET, NBD_PORT, NBD_BIND,
-                NBD_EXPORT, NBD_MAX_CONNECTIONS, NBD_STALL_TIMEOUT, QUEUES, QUEUE_DEPTH, QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_CHANNELS,
+                NBD_EXPORT, NBD_MAX_CONNECTIONS, NBD_STALL_TIMEOUT, QUEUES, QUEUE_DEPTH, QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
                 DMA_RING_SIZE, DMA_SOFT_FAIL_EVERY, DMA_SOFT_BREAK_AFTER, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS,
                 UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT)) {
             m.put(k.name(), k);
@@ -303,13 +309,20 @@ public final class Settings {
         return Enum.valueOf(type, t.toUpperCase(Locale.ROOT));
     }
 
-    private static DmaEngineKind dmaEngine(String t) {
-        DmaEngineKind k = choice(t, DmaEngineKind.class);
-        if (k == DmaEngineKind.VFIO) {
-            // Refused until the VFIO backend lands: the I/OAT driver runs today only against the software device.
-            throw new IllegalArgumentException();
+    /** "auto" is the empty list. */
+    private static List<String> pciAddresses(String t) {
+        if (t.trim().equalsIgnoreCase("auto")) {
+            return List.of();
         }
-        return k;
+        List<String> out = new java.util.ArrayList<>();
+        for (String a : t.split(",")) {
+            String x = a.trim().toLowerCase(Locale.ROOT);
+            if (!x.matches("[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\\.[0-7]") || out.contains(x)) {
+                throw new IllegalArgumentException();
+            }
+            out.add(x);
+        }
+        return List.copyOf(out);
     }
 
     private static int intRange(String t, int min, int max) {

@@ -151,35 +151,28 @@ final class TagRequests implements Request.Completion {
 
     /** pread of a WRITE's payload from the kernel into the request's data buffers; bytes read or -errno. */
     private long copyFromKernel(Request r, int tag) {
-        ByteBuffer[] bufs = r.dataBuffers();
-        long done = 0;
-        for (int i = 0, n = r.dataBufferCount(); i < n; i++) {
-            MemorySegment dst = MemorySegment.ofBuffer(bufs[i]);
-            while (dst.byteSize() > 0) {
-                long got = FileIo.pread(fd, dst, userCopyPosition(q, tag, done));
-                if (got <= 0) {
-                    return got == 0 ? done : got;
-                }
-                done += got;
-                dst = dst.asSlice(got);
-            }
-        }
-        return done;
+        return copy(r, tag, true);
     }
 
     /** pwrite of a READ's data to the kernel from wherever the driver left it; bytes written or -errno. */
     private long copyToKernel(Request r, int tag) {
+        return copy(r, tag, false);
+    }
+
+    /** Moves the request's data buffers' bytes from or to the kernel at the tag's user-copy position, looping on short counts. */
+    private long copy(Request r, int tag, boolean fromKernel) {
         ByteBuffer[] bufs = r.dataBuffers();
         long done = 0;
         for (int i = 0, n = r.dataBufferCount(); i < n; i++) {
-            MemorySegment src = MemorySegment.ofBuffer(bufs[i]);
-            while (src.byteSize() > 0) {
-                long put = FileIo.pwrite(fd, src, userCopyPosition(q, tag, done));
-                if (put <= 0) {
-                    return put == 0 ? done : put;
+            MemorySegment buf = MemorySegment.ofBuffer(bufs[i]);
+            while (buf.byteSize() > 0) {
+                long pos = userCopyPosition(q, tag, done);
+                long moved = fromKernel ? FileIo.pread(fd, buf, pos) : FileIo.pwrite(fd, buf, pos);
+                if (moved <= 0) {
+                    return moved == 0 ? done : moved; // the request ends early (clamped), or -errno
                 }
-                done += put;
-                src = src.asSlice(put);
+                done += moved;
+                buf = buf.asSlice(moved);
             }
         }
         return done;

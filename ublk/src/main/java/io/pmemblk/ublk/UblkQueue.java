@@ -129,6 +129,13 @@ final class UblkQueue implements Runnable, CompletionHandler {
     @Override
     public void run() {
         try (Arena mappings = Arena.ofConfined()) {
+            // Memory reclaim must not wait for writeback through /dev/ublkbN, which this very thread serves
+            // (ublksrv does the same; its test generic/008 checks the flags).
+            int flusher = Libc.setIoFlusher();
+            if (flusher != 0) {
+                LOG.log(System.Logger.Level.WARNING, name + ": prctl(PR_SET_IO_FLUSHER) failed (" + UblkControl.errnoText(flusher)
+                        + "): under memory pressure with writeback to this device the queue could stall");
+            }
             ring = IoUring.open(Integer.highestOneBit(depth) * 2, 0, IoUringAbi.IORING_SETUP_COOP_TASKRUN);
             sq = ring.sq();
             sqes = sq.sqes();

@@ -109,7 +109,7 @@ public final class IoatChannel implements DmaChannel {
         this.completionThread = Thread.ofPlatform().daemon().name("ioat-completion-ch" + index).start(this::completionLoop);
     }
 
-    /** Sets who hears about completions; set it before placing copies. */
+    @Override
     public void listener(DmaCompletionListener listener) {
         this.listener = listener == null ? (ctx, status) -> { } : listener;
     }

@@ -1,0 +1,227 @@
+package io.pmemblk.dma.edu;
+
+import io.pmemblk.dma.DmaChannel;
+import io.pmemblk.dma.DmaCompletionListener;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.LockSupport;
+import java.util.concurrent.locks.ReentrantLock;
+
+/**
+ * A {@link DmaChannel} over QEMU's edu device: each copy goes RAM -> edu buffer -> RAM in {@link EduSpec#CHUNK}
+ * pieces, one transfer at a time, on the channel's worker thread. It is slow by design (QEMU finishes each transfer
+ * about 100 ms after it starts): it proves the VFIO path end to end, it does not serve load.
+ *
+ * <p>Copies are kept in a preallocated ring (placing allocates nothing); one slot per copy whatever its length.
+ * {@code head} (placed), {@code submitted} (doorbell) and {@code tail} (reported) are free-running counts. The
+ * listener runs on the worker with no lock held, so it may place and submit.
+ */
+public final class EduChannel implements DmaChannel {
+    /** Longest wait for one transfer; QEMU takes ~100 ms, a busy TCG guest a few times that. */
+    private static final long TRANSFER_TIMEOUT_NANOS = TimeUnit.SECONDS.toNanos(5);
+
+    private final int index;
+    private final EduDevice device;
+    private final int size;
+    private final long[] src;
+    private final long[] dst;
+    private final long[] len;
+    private final Object[] ctx;
+    private final ReentrantLock submitLock = new ReentrantLock();
+    private volatile long head;
+    private volatile long submitted;
+    private volatile long tail;
+    private volatile long bytes;
+    private volatile boolean closed;
+    private volatile boolean broken;
+    private volatile DmaCompletionListener listener = (c, s) -> { };
+    private final Thread worker;
+
+    public EduChannel(int index, EduDevice device, int ringSize) {
+        if (ringSize < 1) {
+            throw new IllegalArgumentException("ring size " + ringSize + " must be at least 1");
+        }
+        this.index = index;
+        this.device = device;
+        this.size = ringSize;
+        this.src = new long[ringSize];
+        this.dst = new long[ringSize];
+        this.len = new long[ringSize];
+        this.ctx = new Object[ringSize];
+        this.worker = Thread.ofPlatform().daemon().name("edu-dma-ch" + index).start(this::run);
+    }
+
+    @Override
+    public int index() {
+        return index;
+    }
+
+    @Override
+    public void listener(DmaCompletionListener listener) {
+        this.listener = listener == null ? (c, s) -> { } : listener;
+    }
+
+    @Override
+    public int freeSlots() {
+        return (int) (size - (head - tail));
+    }
+
+    @Override
+    public int slotsFor(long length) {
+        return 1;
+    }
+
+    @Override
+    public boolean place(long srcIova, long dstIova, long length, Object c) {
+        if (length < 1) {
+            throw new IllegalArgumentException("copy length " + length + " must be at least 1");
+        }
+        submitLock.lock();
+        try {
+            checkOpen();
+            if (head - tail >= size) {
+                return false;
+            }
+            put(srcIova, dstIova, length, c);
+            return true;
+        } finally {
+            submitLock.unlock();
+        }
+    }
+
+    @Override
+    public boolean placeAll(Copies copies, Object c) {
+        int n = copies.count();
+        for (int i = 0; i < n; i++) {
+            if (copies.length(i) < 1) {
+                throw new IllegalArgumentException("copy " + i + " has length " + copies.length(i) + ", must be at least 1");
+            }
+        }
+        submitLock.lock();
+        try {
+            checkOpen();
+            if (size - (head - tail) < n) {
+                return false;
+            }
+            for (int i = 0; i < n; i++) {
+                put(copies.srcIova(i), copies.dstIova(i), copies.length(i), c);
+            }
+            return true;
+        } finally {
+            submitLock.unlock();
+        }
+    }
+
+    private void checkOpen() {
+        if (closed || broken) {
+            throw new IllegalStateException("edu DMA channel " + index + (closed ? " is closed" : " is broken: a transfer did not finish"));
+        }
+    }
+
+    private void put(long s, long d, long l, Object c) {
+        int slot = (int) (head % size);
+        src[slot] = s;
+        dst[slot] = d;
+        len[slot] = l;
+        ctx[slot] = c;
+        head = head + 1;
+    }
+
+    @Override
+    public void submit() {
+        submitLock.lock();
+        try {
+            submitted = head;
+        } finally {
+            submitLock.unlock();
+        }
+        LockSupport.unpark(worker);
+    }
+
+    /** Completions are reported by the worker as the device finishes; nothing to reap here. */
+    @Override
+    public int poll() {
+        return 0;
+    }
+
+    /** Bytes this channel copied. */
+    public long bytesCopied() {
+        return bytes;
+    }
+
+    public EduDevice device() {
+        return device;
+    }
+
+    private void run() {
+        while (!closed || tail != submitted) {
+            if (tail == submitted) {
+                LockSupport.parkNanos(this, TimeUnit.MILLISECONDS.toNanos(200)); // unparked by submit and close
+                continue;
+            }
+            int slot = (int) (tail % size);
+            Object c = ctx[slot];
+            int status = broken ? DmaCompletionListener.STATUS_ABORTED : copy(src[slot], dst[slot], len[slot]);
+            ctx[slot] = null;
+            tail = tail + 1;
+            if (c != null) {
+                listener.completed(c, status);
+            }
+        }
+    }
+
+    /** One copy through the device buffer; 0 when done, STATUS_ABORTED when a transfer did not finish. */
+    private int copy(long s, long d, long l) {
+        try {
+            for (long off = 0; off < l; off += EduSpec.CHUNK) {
+                long n = Math.min(EduSpec.CHUNK, l - off);
+                if (!device.transfer(s + off, n, false, TRANSFER_TIMEOUT_NANOS)
+                        || !device.transfer(d + off, n, true, TRANSFER_TIMEOUT_NANOS)) {
+                    // The engine may still be running: no further transfer may be started on it.
+                    broken = true;
+                    return DmaCompletionListener.STATUS_ABORTED;
+                }
+            }
+            bytes += l;
+            return 0;
+        } catch (InterruptedException e) {
+            broken = true;
+            return DmaCompletionListener.STATUS_ABORTED;
+        }
+    }
+
+    /**
+     * Lets submitted copies finish (bounded: about a second per 4 KiB), reports copies placed but never submitted
+     * as closed, and stops the worker. Idempotent.
+     */
+    @Override
+    public void close() {
+        submitLock.lock();
+        try {
+            if (closed) {
+                return;
+            }
+            closed = true;
+        } finally {
+            submitLock.unlock();
+        }
+        LockSupport.unpark(worker);
+        try {
+            worker.join(TimeUnit.SECONDS.toMillis(60));
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        if (worker.isAlive()) {
+            broken = true; // the remaining copies are reported aborted by the worker when it gets there
+            return;
+        }
+        for (long i = tail; i < head; i++) {
+            int slot = (int) (i % size);
+            Object c = ctx[slot];
+            ctx[slot] = null;
+            if (c != null) {
+                listener.completed(c, DmaCompletionListener.STATUS_CLOSED);
+            }
+        }
+        tail = head;
+    }
+}

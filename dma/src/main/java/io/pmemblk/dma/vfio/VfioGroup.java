@@ -1,0 +1,89 @@
+package io.pmemblk.dma.vfio;
+
+import static io.pmemblk.dma.vfio.VfioAbi.GROUP_GET_DEVICE_FD;
+import static io.pmemblk.dma.vfio.VfioAbi.GROUP_UNSET_CONTAINER;
+
+import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.VfioCalls;
+import java.lang.foreign.Arena;
+import java.util.ArrayList;
+import java.util.List;
+
+/** An IOMMU group attached to a {@link VfioContainer}; owns the device fds opened through it. */
+public final class VfioGroup {
+    private final VfioContainer container;
+    private final int number;
+    private final int fd;
+    private final List<VfioDevice> devices = new ArrayList<>();
+    boolean attached;
+    private boolean closed;
+
+    VfioGroup(VfioContainer container, int number, int fd) {
+        this.container = container;
+        this.number = number;
+        this.fd = fd;
+    }
+
+    public int number() {
+        return number;
+    }
+
+    public VfioContainer container() {
+        return container;
+    }
+
+    /** VFIO_GROUP_GET_DEVICE_FD for {@code address} ("dddd:bb:dd.f"). */
+    public VfioDevice device(String address) throws VfioException {
+        int dfd;
+        try (Arena a = Arena.ofConfined()) {
+            dfd = VfioCalls.ioctl(fd, GROUP_GET_DEVICE_FD, a.allocateFrom(address), "VFIO_GROUP_GET_DEVICE_FD");
+        } catch (NativeException e) {
+            throw new VfioException("cannot open device " + address + " in IOMMU group " + number + ": " + e.getMessage(), e);
+        }
+        VfioDevice d;
+        try {
+            d = new VfioDevice(address, dfd);
+        } catch (VfioException | RuntimeException e) {
+            try {
+                Libc.close(dfd);
+            } catch (NativeException suppressed) {
+                e.addSuppressed(suppressed);
+            }
+            throw e;
+        }
+        devices.add(d);
+        return d;
+    }
+
+    /** Closes the devices, detaches from the container, closes the group fd. Idempotent. */
+    synchronized void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        RuntimeException first = null;
+        for (int i = devices.size() - 1; i >= 0; i--) {
+            try {
+                devices.get(i).close();
+            } catch (RuntimeException e) {
+                first = first == null ? e : first;
+            }
+        }
+        try {
+            if (attached) {
+                VfioCalls.ioctl(fd, GROUP_UNSET_CONTAINER, 0L, "VFIO_GROUP_UNSET_CONTAINER");
+            }
+        } catch (NativeException e) {
+            first = first == null ? new IllegalStateException(e.getMessage(), e) : first;
+        }
+        try {
+            Libc.close(fd);
+        } catch (NativeException e) {
+            first = first == null ? new IllegalStateException(e.getMessage(), e) : first;
+        }
+        if (first != null) {
+            throw first;
+        }
+    }
+}

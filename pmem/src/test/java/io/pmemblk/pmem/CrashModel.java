@@ -1,0 +1,162 @@
+package io.pmemblk.pmem;
+
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.nio.file.Path;
+import java.util.BitSet;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Random;
+
+import static java.lang.foreign.ValueLayout.JAVA_BYTE;
+
+/**
+ * A power-failure model under the persistence port: it does the real work, and keeps the image that would
+ * survive a crash right now if nothing more were persisted ({@link #durable}). Stores the port cannot see (the
+ * kernel receiving a payload in place, a ublk pread, a DMA engine) need no tracking: at a crash every unit whose
+ * content differs from its durable image was written since it was last made durable, whoever wrote it.
+ *
+ * <h2>The x86-64 rules the driver relies on, as modelled</h2>
+ * <ol>
+ *   <li>Real pmem (ADR; the persistence domain is the memory controller). A unit is a 64-byte cache line.
+ *     <ul>
+ *       <li>Cached stores reach the persistence domain when their line is written back (CLWB/CLFLUSHOPT,
+ *           libpmem's pmem_flush, which works on lines held in any core's cache or stored by a device with
+ *           DDIO) and that write-back is fenced by an SFENCE on the thread that issued it (pmem_drain). Before
+ *           that, the line may or may not have been evicted: either version may survive.</li>
+ *       <li>Non-temporal stores (pmem_memcpy/memset with NODRAIN, from 256 bytes on) wait in the issuing core's
+ *           write-combining buffers: durable after an SFENCE on the same thread, not before (libpmem flushes
+ *           its small cached copies itself; the model treats every {@link #copy}/{@link #fill} alike).</li>
+ *       <li>So: {@link #copy}, {@link #fill} and {@link #writeBack} put their lines on the calling thread's
+ *           pending set; {@link #drain} on that thread makes them durable with their content at that moment.
+ *           A drain on another thread makes nothing durable (Intel SDM vol. 2, SFENCE).</li>
+ *     </ul></li>
+ *   <li>Page cache (an ordinary file: the java mapper, or libpmem on a non-pmem file). A unit is a 4 KiB page:
+ *       the kernel writes back whole pages, at any time or at msync, and a page write is assumed not to tear
+ *       on the disk. {@link #sync} makes every page of its range durable with its content at that moment,
+ *       whichever thread dirtied it; copies, fills, write-backs and drains make nothing durable.</li>
+ *   <li>At a crash each unit whose content differs from its durable image keeps, independently of every other,
+ *       either its durable (old) or its current (new) content ({@link #crashImage}). Intermediate versions a
+ *       unit held between two durable points are not produced (a simplification: the checks only need "old
+ *       or new").</li>
+ * </ol>
+ * Content is taken when the durability step runs; a store racing with the step on another thread (two
+ * overlapping requests in flight at once, which no block device orders) is not modelled.
+ */
+final class CrashModel implements Persistence {
+    static final int PMEM_UNIT = 64, PAGE_UNIT = 4096;
+
+    private final Persistence real;
+    private final int unit;
+    private MemorySegment memory;
+    private long base;
+    private byte[] durable;
+    private final Map<Long, BitSet> pending = new HashMap<>();
+
+    CrashModel(Persistence real) {
+        this.real = real;
+        this.unit = real.flushesCaches() ? PMEM_UNIT : PAGE_UNIT;
+    }
+
+    /** Starts modelling {@code mapping} (before any I/O): what it holds now is durable. */
+    synchronized void attach(MemorySegment mapping) {
+        this.memory = mapping;
+        this.base = mapping.address();
+        this.durable = mapping.toArray(JAVA_BYTE);
+    }
+
+    int unit() {
+        return unit;
+    }
+
+    private void markPending(MemorySegment range) {
+        if (memory == null || range.byteSize() == 0) {
+            return;
+        }
+        BitSet p = pending.computeIfAbsent(Thread.currentThread().threadId(), t -> new BitSet());
+        long off = range.address() - base;
+        p.set((int) (off / unit), (int) ((off + range.byteSize() - 1) / unit) + 1);
+    }
+
+    private void makeDurable(int fromUnit, int toUnit) {
+        long from = (long) fromUnit * unit;
+        long to = Math.min((long) toUnit * unit, durable.length);
+        MemorySegment.copy(memory, JAVA_BYTE, from, durable, (int) from, (int) (to - from));
+    }
+
+    @Override
+    public boolean flushesCaches() {
+        return real.flushesCaches();
+    }
+
+    @Override
+    public synchronized void copy(MemorySegment src, MemorySegment dst) {
+        real.copy(src, dst);
+        if (real.flushesCaches()) {
+            markPending(dst);
+        }
+    }
+
+    @Override
+    public synchronized void fill(MemorySegment dst, byte value) {
+        real.fill(dst, value);
+        if (real.flushesCaches()) {
+            markPending(dst);
+        }
+    }
+
+    @Override
+    public synchronized void writeBack(MemorySegment range) {
+        real.writeBack(range);
+        markPending(range);
+    }
+
+    @Override
+    public synchronized void drain() {
+        real.drain();
+        BitSet p = pending.remove(Thread.currentThread().threadId());
+        if (p != null && memory != null) {
+            for (int u = p.nextSetBit(0); u >= 0; u = p.nextSetBit(u + 1)) {
+                int end = p.nextClearBit(u);
+                makeDurable(u, end);
+                u = end;
+            }
+        }
+    }
+
+    @Override
+    public synchronized void sync(MemorySegment range) throws IOException {
+        real.sync(range);
+        if (memory != null && range.byteSize() > 0) {
+            long off = range.address() - base;
+            makeDurable((int) (off / unit), (int) ((off + range.byteSize() - 1) / unit) + 1);
+        }
+    }
+
+    @Override
+    public void syncCreated(Path file) throws IOException {
+        real.syncCreated(file);
+    }
+
+    /**
+     * One possible content of the device after a power failure now: every unit that differs from its durable
+     * image keeps the old or the new bytes, chosen by {@code rnd}. Call it holding this model's lock (through
+     * {@link #atomically}) so that no durability step is half-applied.
+     */
+    byte[] crashImage(Random rnd) {
+        byte[] now = memory.toArray(JAVA_BYTE);
+        byte[] image = durable.clone();
+        for (int from = 0; from < image.length; from += unit) {
+            int len = Math.min(unit, image.length - from);
+            if (!java.util.Arrays.equals(now, from, from + len, image, from, from + len) && rnd.nextBoolean()) {
+                System.arraycopy(now, from, image, from, len);
+            }
+        }
+        return image;
+    }
+
+    /** Runs {@code r} with no persistence step in progress (the steps are serialised on this model). */
+    synchronized <T> T atomically(java.util.function.Supplier<T> r) {
+        return r.get();
+    }
+}

@@ -1,0 +1,61 @@
+#!/bin/sh
+# Scenario "powercut", run inside a guest whose /dev/vda is a virtio disk backed by a host file
+# (scripts/vm --disk). The server runs on ext4 WITHOUT DAX: what it never msync'ed lives only in this
+# guest's page cache, which dies when the host kills QEMU (the host file keeps what reached the disk).
+#   powercut-check.sh cut K MARKER_AT MARKER SEED   [dump region K-1 first when K > 0], then load region K
+#                                                   with powercut.py and print MARKER after MARKER_AT writes:
+#                                                   the host kills QEMU when it sees it, mid-load
+#   powercut-check.sh dump K                        read region K back (after the last cut) and stop cleanly
+# Region K is K mod 8 (2048 blocks of 4 KiB each; the 64 MiB pool holds eight); each load zeroes its region first. Lines "W/A/F ..." and "B/T ..." are read by
+# scripts/vm-guest/powercut-verify.py on the host.
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+PMEMBLK_GUEST_JAVA_OPTS=${PMEMBLK_GUEST_JAVA_OPTS:-"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+NATIVE=${PMEMBLK_NATIVE_MODULES:-io.pmemblk.posix,io.pmemblk.pmem}
+PMEMBLK_GUEST_CMD=${PMEMBLK_GUEST_CMD:-"$JAVA_HOME/bin/java $PMEMBLK_GUEST_JAVA_OPTS --enable-native-access=$NATIVE --illegal-native-access=deny -p /mnt/pmemblk/cli/target/pmemblk.jar:/mnt/pmemblk/cli/target/modules -m io.pmemblk.cli/io.pmemblk.cli.Main"}
+MNT=/mnt/d
+SOCK=/tmp/nbd.sock
+URI="nbd+unix:///pmem0?socket=$SOCK"
+BLOCKS=2048
+
+say() { echo "powercut-check: [$(cut -d' ' -f1 /proc/uptime)s] $*"; }
+
+mkdir -p "$MNT"
+if ! blkid /dev/vda >/dev/null 2>&1; then
+    say "mkfs.ext4 on /dev/vda"
+    mkfs.ext4 -q -F /dev/vda
+fi
+mount -t ext4 /dev/vda "$MNT"   # journal replay after a cut; no dax: the page cache is in play
+grep " $MNT " /proc/mounts | grep -q dax && { say "unexpected dax mount"; exit 1; }
+
+rm -f "$SOCK"
+# shellcheck disable=SC2086 # the command is a word list
+$PMEMBLK_GUEST_CMD serve --set "pmem.path=$MNT/pool" --set pmem.size=64M --set "nbd.socket=$SOCK" \
+    --set nbd.port=0 --set nbd.export=pmem0 >/tmp/server.log 2>&1 &
+SERVER_PID=$!
+i=0
+until grep -q '^ready:' /tmp/server.log 2>/dev/null; do
+    kill -0 "$SERVER_PID" 2>/dev/null || { say "server exited before it was ready:"; cat /tmp/server.log; exit 1; }
+    i=$((i + 1)); [ "$i" -lt 1200 ] || { say "server not ready within 120 s"; cat /tmp/server.log; exit 1; }
+    sleep 0.1
+done
+say "server ready: $(grep -m1 'PmemRegion' /tmp/server.log || true)"
+
+case "$1" in
+    cut)
+        k=$2
+        if [ "$k" -gt 0 ]; then
+            say "read-back of cut $((k - 1)) (region $(( (k - 1) % 8 )))"
+            /usr/bin/python3 "$HERE/powercut.py" dump "$URI" $(( (k - 1) % 8 * BLOCKS )) "$BLOCKS"
+        fi
+        say "load $k on region $((k % 8)): the power goes after write $3"
+        /usr/bin/python3 "$HERE/powercut.py" write "$URI" $((k % 8 * BLOCKS)) "$BLOCKS" "$3" 100000 "$4" "$5"
+        ;;
+    dump)
+        say "read-back of cut $2 (region $(($2 % 8)))"
+        /usr/bin/python3 "$HERE/powercut.py" dump "$URI" $(($2 % 8 * BLOCKS)) "$BLOCKS"
+        kill -TERM "$SERVER_PID"; wait "$SERVER_PID" || true
+        umount "$MNT"
+        ;;
+    *) echo "usage: powercut-check.sh cut K MARKER_AT MARKER SEED | dump K"; exit 2 ;;
+esac

@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""Numbered, patterned block writes for the power-cut scenario, and their read-back.
+
+  powercut.py write URI FIRST BLOCKS MARKER_AT MAX MARKER SEED
+      Zeroes the region durably, then writes up to MAX blocks of 4 KiB at random block numbers in
+      [FIRST, FIRST+BLOCKS): about half with FUA, the
+      others followed by a FLUSH at random points. Before each write it prints "W seq block fua"; after the
+      server acknowledges it, "A seq"; after a FLUSH returns, "F seq" (every write acknowledged before the
+      FLUSH was sent, i.e. up to seq, is promised). After MARKER_AT writes it prints MARKER (the host kills
+      QEMU when it sees it) and goes on writing until the power goes.
+  powercut.py dump URI FIRST BLOCKS
+      Reads every block of [FIRST, FIRST+BLOCKS) and prints "B block seq" (seq -1: never written, all zeros) or "T block" when the
+      block is neither zeros nor one whole write (torn, or foreign data).
+
+A block's content is a pure function of (block, seq): a 16-byte header (magic, block, seq) and a body of
+8-byte words derived from both, so a block read back names the write it came from.
+"""
+import random
+import struct
+import sys
+
+import nbd
+
+BS = 4096
+MAGIC = 0x70636B54  # "pckT"
+
+
+def content(block, seq):
+    head = struct.pack("<IIQ", MAGIC, block, seq)
+    word = (seq * 0x9E3779B97F4A7C15 + block * 0xC2B2AE3D27D4EB4F) & 0xFFFFFFFFFFFFFFFF
+    return head + struct.pack("<Q", word) * ((BS - len(head)) // 8)
+
+
+def write(uri, first, blocks, marker_at, maximum, marker, seed):
+    rnd = random.Random(seed)
+    h = nbd.NBD()
+    h.connect_uri(uri)
+    if not (h.can_fua() and h.can_flush()):
+        print("server does not advertise FUA and FLUSH", flush=True)
+        sys.exit(1)
+    # The region may hold an earlier cut's blocks (long runs reuse regions): zero it durably first, so that
+    # every block read back after this cut is zeros or one of this load's writes.
+    if h.can_zero():
+        h.zero(blocks * BS, first * BS)
+    else:
+        for b in range(first, first + blocks):
+            h.pwrite(bytes(BS), b * BS)
+    h.flush()
+    seq = 0
+    while seq < maximum:
+        seq += 1
+        block = first + rnd.randrange(blocks)
+        fua = rnd.random() < 0.5
+        print(f"W {seq} {block} {int(fua)}", flush=True)
+        h.pwrite(content(block, seq), block * BS, nbd.CMD_FLAG_FUA if fua else 0)
+        print(f"A {seq}", flush=True)
+        if rnd.random() < 0.15:
+            h.flush()
+            print(f"F {seq}", flush=True)
+        if seq == marker_at:
+            print(marker, flush=True)
+    print("powercut: wrote every block and the power is still on", flush=True)
+    sys.exit(1)
+
+
+def dump(uri, first, blocks):
+    h = nbd.NBD()
+    h.connect_uri(uri)
+    zeros = bytes(BS)
+    for block in range(first, first + blocks):
+        got = h.pread(BS, block * BS)
+        if got == zeros:
+            print(f"B {block} -1")
+            continue
+        magic, b, seq = struct.unpack_from("<IIQ", got)
+        if magic == MAGIC and b == block and got == content(block, seq):
+            print(f"B {block} {seq}")
+        else:
+            print(f"T {block}")
+    h.shutdown()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "write":
+        write(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7],
+              int(sys.argv[8]))
+    elif sys.argv[1] == "dump":
+        dump(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    else:
+        print(__doc__)
+        sys.exit(2)
