@@ -27,9 +27,19 @@ public final class Device implements AutoCloseable {
 
     private Device(Settings settings) throws IOException {
         this.settings = settings;
-        this.region = PmemRegion.open(settings.get(Settings.PMEM_PATH), settings.get(Settings.PMEM_SIZE),
-                settings.get(Settings.PMEM_RESIZE), settings.get(Settings.PMEM_MAPPER));
-        DmaEngine engine = null;
+        // A VFIO device first: a machine without one is told so before the backing file is created.
+        DmaEngine vfio = settings.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.VFIO
+                ? VfioEngine.open(settings.get(Settings.DMA_VFIO_DEVICES), settings.get(Settings.DMA_RING_SIZE)) : null;
+        try {
+            this.region = PmemRegion.open(settings.get(Settings.PMEM_PATH), settings.get(Settings.PMEM_SIZE),
+                    settings.get(Settings.PMEM_RESIZE), settings.get(Settings.PMEM_MAPPER));
+        } catch (IOException | RuntimeException e) {
+            if (vfio != null) {
+                vfio.close();
+            }
+            throw e;
+        }
+        DmaEngine engine = vfio;
         try {
             if (settings.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.SOFT) {
                 engine = DmaEngine.soft(new IovaSpace(), settings.get(Settings.DMA_CHANNELS),
@@ -46,8 +56,6 @@ public final class Device implements AutoCloseable {
                         engine.softDevice().orElseThrow().breakAfter(c, breakAfter, IoatSpec.CHANERR_DEST_ADDR);
                     }
                 }
-            } else if (settings.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.VFIO) {
-                engine = VfioEngine.open(settings.get(Settings.DMA_VFIO_DEVICES), settings.get(Settings.DMA_RING_SIZE));
             }
             this.driver = new PmemBlockDriver(region, stats, engine, new Routing(
                     settings.get(Settings.ROUTE_DMA_MIN_BYTES), settings.get(Settings.ROUTE_DMA_MIN_SEGMENTS)));

@@ -29,6 +29,7 @@ class VfioServeIT {
         assertThat(r.out()).contains("dma.engine=vfio").contains("nothing to use").contains("/dev/vfio does not exist")
                 .contains("modprobe vfio-pci").doesNotContain("ready:").doesNotContain("Exception");
         assertThat(sock).doesNotExist();
+        assertThat(dir.resolve("p.img")).as("refused before the backing file is created").doesNotExist();
 
         ServerProcess.Run named = ServerProcess.run(ServerProcess.command("serve", List.of("--set", "dma.engine=vfio",
                 "--set", "dma.vfio.devices=0000:00:04.0", "--set", "pmem.path=" + dir.resolve("p.img"),
