@@ -61,7 +61,7 @@ public final class Device implements AutoCloseable {
                     settings.get(Settings.ROUTE_DMA_MIN_BYTES), settings.get(Settings.ROUTE_DMA_MIN_SEGMENTS)));
             this.layer = new BlockLayer(driver, settings.get(Settings.QUEUES), settings.get(Settings.QUEUE_DEPTH),
                     settings.get(Settings.QUEUE_BUFFER_BYTES), Settings.MAX_REQUEST_BYTES);
-        } catch (IOException | RuntimeException e) {
+        } catch (RuntimeException e) {
             if (engine != null) {
                 engine.close();
             }
