@@ -307,12 +307,29 @@ public final class NbdServer implements AutoCloseable {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
+        List<NbdConnection> forced = new ArrayList<>();
         for (NbdConnection c : open) {
             if (c.isAlive()) {
                 LOG.log(System.Logger.Level.WARNING, "nbd connection {0} from {1} did not finish within {2}; forcing it closed",
                         c.id, c.peer, SHUTDOWN_WAIT);
                 c.forceClose();
+                forced.add(c);
             }
+        }
+        // Forced threads end at once (their socket is closed, they are interrupted), but they must have ended
+        // before close() returns: the caller closes the block layer next, and a reader still running would
+        // then find its hardware queue closed under it.
+        long forcedDeadline = System.nanoTime() + SHUTDOWN_WAIT.toNanos();
+        try {
+            for (NbdConnection c : forced) {
+                c.join(forcedDeadline);
+                if (c.isAlive()) {
+                    LOG.log(System.Logger.Level.ERROR, "nbd connection {0} from {1}: its threads did not end after being"
+                            + " forced closed", c.id, c.peer);
+                }
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
         if (timer != null) {
             timer.shutdownNow();
