@@ -226,21 +226,9 @@ public final class VfioContainer implements AutoCloseable {
             return;
         }
         closed = true;
-        RuntimeException first = null;
-        for (int i = groups.size() - 1; i >= 0; i--) {
-            try {
-                groups.get(i).close();
-            } catch (RuntimeException e) {
-                first = first == null ? e : first;
-            }
-        }
-        try {
-            Libc.close(fd);
-        } catch (NativeException e) {
-            first = first == null ? new IllegalStateException(e.getMessage(), e) : first;
-        }
-        if (first != null) {
-            throw first;
-        }
+        Teardown t = new Teardown();
+        t.each(groups.reversed(), VfioGroup::close);
+        t.closeFd(fd);
+        t.finish();
     }
 }

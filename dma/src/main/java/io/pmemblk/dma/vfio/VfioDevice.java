@@ -199,38 +199,22 @@ public final class VfioDevice {
             return;
         }
         closed = true;
-        RuntimeException first = null;
+        Teardown t = new Teardown();
         if (irqIndex >= 0) {
-            try (Arena a = Arena.ofConfined()) {
-                MemorySegment s = a.allocate(IRQ_SET);
-                s.set(JAVA_INT, offset(IRQ_SET, "argsz"), (int) IRQ_SET.byteSize());
-                s.set(JAVA_INT, offset(IRQ_SET, "flags"), IRQ_SET_DATA_NONE | IRQ_SET_ACTION_TRIGGER);
-                s.set(JAVA_INT, offset(IRQ_SET, "index"), irqIndex);
-                s.set(JAVA_INT, offset(IRQ_SET, "count"), 0);
-                VfioCalls.ioctl(fd, DEVICE_SET_IRQS, s, "VFIO_DEVICE_SET_IRQS(off)");
-            } catch (NativeException e) {
-                first = new IllegalStateException(e.getMessage(), e);
-            }
+            t.step(() -> {
+                try (Arena a = Arena.ofConfined()) {
+                    MemorySegment s = a.allocate(IRQ_SET);
+                    s.set(JAVA_INT, offset(IRQ_SET, "argsz"), (int) IRQ_SET.byteSize());
+                    s.set(JAVA_INT, offset(IRQ_SET, "flags"), IRQ_SET_DATA_NONE | IRQ_SET_ACTION_TRIGGER);
+                    s.set(JAVA_INT, offset(IRQ_SET, "index"), irqIndex);
+                    s.set(JAVA_INT, offset(IRQ_SET, "count"), 0);
+                    VfioCalls.ioctl(fd, DEVICE_SET_IRQS, s, "VFIO_DEVICE_SET_IRQS(off)");
+                }
+            });
         }
-        for (EventfdInterrupt v : vectors) {
-            try {
-                v.close();
-            } catch (RuntimeException e) {
-                first = first == null ? e : first;
-            }
-        }
-        try {
-            bars.close();
-        } catch (RuntimeException e) {
-            first = first == null ? e : first;
-        }
-        try {
-            Libc.close(fd);
-        } catch (NativeException e) {
-            first = first == null ? new IllegalStateException(e.getMessage(), e) : first;
-        }
-        if (first != null) {
-            throw first;
-        }
+        t.each(vectors, EventfdInterrupt::close);
+        t.step(bars::close);
+        t.closeFd(fd);
+        t.finish();
     }
 }

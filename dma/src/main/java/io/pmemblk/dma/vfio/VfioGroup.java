@@ -62,28 +62,12 @@ public final class VfioGroup {
             return;
         }
         closed = true;
-        RuntimeException first = null;
-        for (int i = devices.size() - 1; i >= 0; i--) {
-            try {
-                devices.get(i).close();
-            } catch (RuntimeException e) {
-                first = first == null ? e : first;
-            }
+        Teardown t = new Teardown();
+        t.each(devices.reversed(), VfioDevice::close);
+        if (attached) {
+            t.step(() -> VfioCalls.ioctl(fd, GROUP_UNSET_CONTAINER, 0L, "VFIO_GROUP_UNSET_CONTAINER"));
         }
-        try {
-            if (attached) {
-                VfioCalls.ioctl(fd, GROUP_UNSET_CONTAINER, 0L, "VFIO_GROUP_UNSET_CONTAINER");
-            }
-        } catch (NativeException e) {
-            first = first == null ? new IllegalStateException(e.getMessage(), e) : first;
-        }
-        try {
-            Libc.close(fd);
-        } catch (NativeException e) {
-            first = first == null ? new IllegalStateException(e.getMessage(), e) : first;
-        }
-        if (first != null) {
-            throw first;
-        }
+        t.closeFd(fd);
+        t.finish();
     }
 }
