@@ -2,7 +2,10 @@
 """Host side of the power-cut scenario: judges a read-back against what the cut boot acknowledged.
 
   powercut-verify.py WRITE_LOG DUMP_LOG
-      WRITE_LOG: the console of the boot that was cut (W/A/F lines of powercut.py write).
+      WRITE_LOG: the whole console log of the boot that was cut (W/A/F lines of powercut.py write), including
+                 what the guest printed after the marker until QEMU died: a block may hold a write issued then.
+                 (A line cut short by the kill parses as nothing, or as a lower number than the real one, which
+                 only makes the check stricter.)
       DUMP_LOG:  the console of the next boot (B/T lines of powercut.py dump).
 Every block must hold its last promised write (a FUA write acknowledged, or a write acknowledged before a
 FLUSH that returned) or a write submitted after it; with no promise, zeros or any write submitted to it.
