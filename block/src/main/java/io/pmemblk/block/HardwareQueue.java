@@ -223,11 +223,6 @@ public final class HardwareQueue implements AutoCloseable {
         return true;
     }
 
-    /** Whether {@link #close()} has run: acquiring then fails with IllegalStateException. */
-    public synchronized boolean isClosed() {
-        return closed;
-    }
-
     @Override
     public void close() {
         synchronized (this) {

@@ -173,13 +173,8 @@ final class NbdConnection {
             state.reason = "interrupted (forced shutdown)";
         } catch (RuntimeException | Error e) {
             state.broken = true;
-            if (e instanceof IllegalStateException && server.closing() && queue.isClosed()) {
-                // A forced shutdown closed the block layer while this reader still parsed what it had buffered.
-                state.reason = "server shutdown (hardware queue closed)";
-            } else {
-                state.reason = "internal error: " + e;
-                LOG.log(System.Logger.Level.ERROR, "nbd connection " + id + " from " + peer + ": internal error", e);
-            }
+            state.reason = "internal error: " + e;
+            LOG.log(System.Logger.Level.ERROR, "nbd connection " + id + " from " + peer + ": internal error", e);
         } finally {
             int n = frontend.releaseUndispatched();
             if (n > 0) {
