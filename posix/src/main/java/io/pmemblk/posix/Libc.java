@@ -35,6 +35,9 @@ public final class Libc {
     public static final long MAP_FAILED = -1L;
     // <fcntl.h>
     public static final int O_RDONLY = 0, O_WRONLY = 01, O_RDWR = 02, O_CREAT = 0100, O_CLOEXEC = 02000000;
+    /** A final symbolic link fails the open with ELOOP instead of being followed. */
+    public static final int O_NOFOLLOW = 0400000, O_NONBLOCK = 04000, O_EXCL = 0200;
+    public static final int ELOOP = 40, ENOENT = 2;
 
     private static final Linker LINKER = Linker.nativeLinker();
     private static final SymbolLookup LIBC = LINKER.defaultLookup();
@@ -81,6 +84,11 @@ public final class Libc {
             CAPTURE_ERRNO, Linker.Option.firstVariadicArg(1));
     /** {@code <linux/prctl.h>} PR_SET_IO_FLUSHER (Linux 5.6). */
     public static final int PR_SET_IO_FLUSHER = 57;
+    // stat, lstat and fstat are real symbols since glibc 2.33 (before, only __xstat and friends); Debian 12 has 2.36.
+    private static final MethodHandle LSTAT = find("lstat", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS), true);
+    private static final MethodHandle STAT = find("stat", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS), true);
+    private static final MethodHandle FSTAT = find("fstat", FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS), true);
+    private static final MethodHandle GETEUID = find("geteuid", FunctionDescriptor.of(JAVA_INT), false);
     private static final MethodHandle SYSCONF = find("sysconf", FunctionDescriptor.of(JAVA_LONG, JAVA_INT), false);
 
     private static MethodHandle find(String name, FunctionDescriptor fd, boolean captureErrno) {
@@ -160,6 +168,58 @@ public final class Libc {
             MemorySegment state = a.allocate(CAPTURE);
             int rc = (int) PRCTL.invokeExact(state, PR_SET_IO_FLUSHER, 1L, 0L, 0L, 0L);
             return rc == 0 ? 0 : -errno(state);
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** geteuid(2): the user whose files and directories pmemblk trusts besides root's. */
+    public static int geteuid() {
+        try {
+            return (int) GETEUID.invokeExact();
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** lstat(2): the file itself, a symbolic link included (not followed). */
+    public static FileStat lstat(String path) throws NativeException {
+        return statPath(LSTAT, "lstat", path);
+    }
+
+    /** stat(2): symbolic links followed. */
+    public static FileStat stat(String path) throws NativeException {
+        return statPath(STAT, "stat", path);
+    }
+
+    private static FileStat statPath(MethodHandle h, String name, String path) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            MemorySegment buf = a.allocate(FileStat.LAYOUT);
+            int rc = (int) h.invokeExact(state, a.allocateFrom(path), buf);
+            if (rc != 0) {
+                throw NativeException.of(name, errno(state), path);
+            }
+            return FileStat.read(buf);
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** fstat(2) of an open descriptor: what was opened, whatever its path names now. */
+    public static FileStat fstat(int fd) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            MemorySegment buf = a.allocate(FileStat.LAYOUT);
+            int rc = (int) FSTAT.invokeExact(state, fd, buf);
+            if (rc != 0) {
+                throw NativeException.of("fstat", errno(state), "fd " + fd);
+            }
+            return FileStat.read(buf);
+        } catch (NativeException e) {
+            throw e;
         } catch (Throwable t) {
             throw new AssertionError(t);
         }

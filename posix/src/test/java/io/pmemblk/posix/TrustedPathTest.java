@@ -1,0 +1,207 @@
+package io.pmemblk.posix;
+
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.nio.file.Files;
+import java.nio.file.LinkOption;
+import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermissions;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+/**
+ * The attacks of issue 15, set up for real: as root, with files and directories chowned to another uid (no such
+ * user needs to exist), then checked with the real lstat/open/fstat.
+ */
+class TrustedPathTest {
+    /** Another user: anyone but root. */
+    static final int MALLORY = 4242;
+
+    @TempDir
+    Path tmp;
+    Path dir;
+    final TrustedPath check = TrustedPath.ofThisProcess();
+
+    @BeforeEach
+    void rootOnly() throws Exception {
+        assumeTrue(Libc.geteuid() == 0, "these tests chown files to another user: run them as root (CI does)");
+        dir = tmp.toRealPath(); // @TempDir may sit under a link; the messages name real directories
+        Files.setPosixFilePermissions(dir, PosixFilePermissions.fromString("rwx------"));
+    }
+
+    private static void chown(Path p, int uid) throws Exception {
+        Files.setAttribute(p, "unix:uid", uid, LinkOption.NOFOLLOW_LINKS); // lchown for a link
+    }
+
+    private static void chmod(Path p, String mode) throws Exception {
+        Files.setPosixFilePermissions(p, PosixFilePermissions.fromString(mode));
+    }
+
+    private static void sticky(Path p) throws Exception {
+        Files.setAttribute(p, "unix:mode", 01777);
+    }
+
+    @Test
+    void statLayoutMatchesWhatTheJdkReads() throws Exception {
+        Path f = Files.write(dir.resolve("f"), new byte[12345]);
+        chmod(f, "rw-r-----");
+        FileStat st = Libc.lstat(f.toString());
+        assertThat(st.isRegularFile()).isTrue();
+        assertThat(st.size()).isEqualTo(12345);
+        assertThat(st.permissions()).isEqualTo("0640");
+        assertThat(st.uid()).isEqualTo(Files.getAttribute(f, "unix:uid"));
+        assertThat(st.gid()).isEqualTo(Files.getAttribute(f, "unix:gid"));
+        assertThat(st.ino()).isEqualTo(Files.getAttribute(f, "unix:ino"));
+        assertThat(st.dev()).isEqualTo(Files.getAttribute(f, "unix:dev"));
+        Path l = Files.createSymbolicLink(dir.resolve("l"), f);
+        assertThat(Libc.lstat(l.toString()).isSymbolicLink()).isTrue();
+        assertThat(Libc.stat(l.toString()).ino()).isEqualTo(st.ino());
+        FileStat null0 = Libc.stat("/dev/null");
+        assertThat(null0.isCharacterDevice()).isTrue();
+        assertThat(null0.rdev()).isEqualTo(Files.getAttribute(Path.of("/dev/null"), "unix:rdev"));
+    }
+
+    /** Issue 15, first attack: a world-writable directory of another user, p.img a link to that user's file. */
+    @Test
+    void anotherUsersWorldWritableDirectoryWithALinkIsRefused() throws Exception {
+        Path evil = Files.createDirectory(dir.resolve("pm-evil"));
+        chmod(evil, "rwxrwxrwx");
+        Path theirs = Files.write(evil.resolve("mine.img"), new byte[4096]);
+        chown(theirs, MALLORY);
+        Path link = Files.createSymbolicLink(evil.resolve("p.img"), theirs);
+        chown(link, MALLORY);
+        chown(evil, MALLORY);
+        assertThatThrownBy(() -> check.checkFile(link, "pmem.path"))
+                .isInstanceOf(UnsafePathException.class)
+                .hasMessageContaining("pmem.path " + link + ": directory " + evil + " is owned by uid " + MALLORY)
+                .hasMessageContaining("not by root or by the user pmemblk runs as (root)")
+                .hasMessageContaining("chown 0 " + evil);
+    }
+
+    /** The same link in a shared sticky directory (like /tmp itself): the link is what gets refused. */
+    @Test
+    void aFinalLinkIsNotFollowedEvenInAStickyDirectory() throws Exception {
+        Path shared = Files.createDirectory(dir.resolve("shared"));
+        sticky(shared);
+        Path theirs = Files.write(shared.resolve("mine.img"), new byte[4096]);
+        chown(theirs, MALLORY);
+        Path link = Files.createSymbolicLink(shared.resolve("p.img"), theirs);
+        chown(link, MALLORY);
+        assertThatThrownBy(() -> check.checkFile(link, "pmem.path"))
+                .isInstanceOf(UnsafePathException.class)
+                .hasMessageContaining("pmem.path " + link + " is a symbolic link (to " + theirs + ")")
+                .hasMessageContaining("does not follow a final symbolic link");
+        // a link of root's own, to root's own file, is refused all the same: the rule is about links, not owners
+        Path own = Files.write(shared.resolve("own.img"), new byte[4096]);
+        Path ownLink = Files.createSymbolicLink(shared.resolve("q.img"), own);
+        assertThatThrownBy(() -> check.checkFile(ownLink, "pmem.path")).hasMessageContaining("is a symbolic link");
+    }
+
+    @Test
+    void anotherUsersFileInAStickyDirectoryIsRefused() throws Exception {
+        Path shared = Files.createDirectory(dir.resolve("shared"));
+        sticky(shared);
+        Path theirs = Files.write(shared.resolve("p.img"), new byte[4096]);
+        chmod(theirs, "rw-------");
+        chown(theirs, MALLORY);
+        assertThatThrownBy(() -> check.checkFile(theirs, "pmem.path"))
+                .isInstanceOf(UnsafePathException.class)
+                .hasMessageContaining("pmem.path " + theirs + " is owned by uid " + MALLORY)
+                .hasMessageContaining("chown 0 " + theirs);
+    }
+
+    /** Issue 15, second attack: the socket's directory belongs to another user (mode 777). */
+    @Test
+    void aSocketDirectoryOfAnotherUserIsRefused() throws Exception {
+        Path evil = Files.createDirectory(dir.resolve("pm-evil"));
+        chmod(evil, "rwxrwxrwx");
+        chown(evil, MALLORY);
+        assertThatThrownBy(() -> check.checkDirectory(evil, "nbd.socket"))
+                .isInstanceOf(UnsafePathException.class)
+                .hasMessageContaining("nbd.socket " + evil + ": directory " + evil + " is owned by uid " + MALLORY);
+        // and a directory to be created below it is refused for the same reason
+        assertThatThrownBy(() -> check.checkDirectory(evil.resolve("a/b"), "nbd.socket"))
+                .hasMessageContaining("directory " + evil + " is owned by uid " + MALLORY);
+    }
+
+    @Test
+    void aWorldWritableDirectoryWithoutTheStickyBitIsRefusedEvenIfRootOwnsIt() throws Exception {
+        Path open = Files.createDirectory(dir.resolve("open"));
+        chmod(open, "rwxrwxrwx");
+        assertThatThrownBy(() -> check.checkFile(open.resolve("p.img"), "pmem.path"))
+                .isInstanceOf(UnsafePathException.class)
+                .hasMessageContaining("directory " + open + " is writable by group or others without the sticky bit"
+                        + " (mode 0777)")
+                .hasMessageContaining("chmod go-w " + open);
+        chmod(open, "rwxrwx---");
+        assertThatThrownBy(() -> check.checkDirectory(open, "nbd.socket")).hasMessageContaining("(mode 0770)");
+        sticky(open);
+        check.checkDirectory(open, "nbd.socket"); // like /tmp: allowed
+    }
+
+    @Test
+    void aGroupWritableFileIsRefused() throws Exception {
+        Path f = Files.write(dir.resolve("p.img"), new byte[4096]);
+        chmod(f, "rw-rw----");
+        assertThatThrownBy(() -> check.checkFile(f, "pmem.path"))
+                .isInstanceOf(UnsafePathException.class)
+                .hasMessageContaining("pmem.path " + f + " is writable by group or others (mode 0660)")
+                .hasMessageContaining("chmod go-w " + f);
+    }
+
+    @Test
+    void ownFilesAndDirectoriesPassAndAMissingFileIsToBeCreated() throws Exception {
+        Path d = Files.createDirectories(dir.resolve("state/pmemblk"));
+        Path f = Files.write(d.resolve("p.img"), new byte[4096]);
+        chmod(f, "rw-------");
+        assertThat(check.checkFile(f, "pmem.path")).isEqualTo(f);
+        assertThat(check.checkFile(d.resolve("new.img"), "pmem.path")).isEqualTo(d.resolve("new.img"));
+        check.checkDirectory(dir.resolve("not/yet/there"), "nbd.socket");
+        // another user's file the process may own: the check trusts whoever it runs as
+        chown(f, MALLORY);
+        assertThat(new TrustedPath(MALLORY).checkFile(f, "pmem.path")).isEqualTo(f);
+    }
+
+    @Test
+    void directoryLinksOnTheWayAreJudgedByTheirOwnerAndWhereTheyLead() throws Exception {
+        Path real = Files.createDirectory(dir.resolve("real"));
+        Path viaOwn = Files.createSymbolicLink(dir.resolve("via-own"), real);
+        assertThat(check.checkFile(viaOwn.resolve("p.img"), "pmem.path")).isEqualTo(viaOwn.resolve("p.img"));
+
+        Path viaTheirs = Files.createSymbolicLink(dir.resolve("via-theirs"), real);
+        chown(viaTheirs, MALLORY);
+        assertThatThrownBy(() -> check.checkFile(viaTheirs.resolve("p.img"), "pmem.path"))
+                .hasMessageContaining(viaTheirs + " is owned by uid " + MALLORY);
+
+        Path theirDir = Files.createDirectory(dir.resolve("their-dir"));
+        chown(theirDir, MALLORY);
+        Path toTheirs = Files.createSymbolicLink(dir.resolve("to-theirs"), theirDir);
+        assertThatThrownBy(() -> check.checkDirectory(toTheirs, "nbd.socket"))
+                .hasMessageContaining("directory " + theirDir + " is owned by uid " + MALLORY);
+    }
+
+    @Test
+    void onlyRootsLinksUnderDevToADaxNodeAreFollowed() {
+        // /dev/stdin is root's link under /dev, but to /proc/self/fd/0, not to a /dev/daxX.Y node
+        assertThatThrownBy(() -> check.checkFile(Path.of("/dev/stdin"), "pmem.path"))
+                .isInstanceOf(UnsafePathException.class)
+                .hasMessageContaining("pmem.path /dev/stdin is a symbolic link");
+    }
+
+    @Test
+    void aCharacterDeviceOwnedByRootPassesWhateverItsMode() throws Exception {
+        // /dev/null is crw-rw-rw- root: a device node's mode is the administrator's access policy
+        assertThat(check.checkFile(Path.of("/dev/null"), "pmem.path")).isEqualTo(Path.of("/dev/null"));
+    }
+
+    @Test
+    void aFifoOrADirectoryIsNotABackingFile() throws Exception {
+        Path d = Files.createDirectory(dir.resolve("d"));
+        assertThatThrownBy(() -> check.checkFile(d, "pmem.path"))
+                .hasMessageContaining("is a directory; allowed: a regular file, or a device-DAX node");
+    }
+}
