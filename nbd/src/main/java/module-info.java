@@ -3,4 +3,5 @@ module io.pmemblk.nbd {
     requires transitive io.pmemblk.block;
 
     exports io.pmemblk.nbd;
+    exports io.pmemblk.nbd.tls;
 }

@@ -2,6 +2,9 @@ package io.pmemblk.nbd;
 
 import static io.pmemblk.nbd.NbdProtocol.*;
 
+import io.pmemblk.nbd.tls.TlsChannel;
+import io.pmemblk.nbd.tls.TlsMode;
+import io.pmemblk.nbd.tls.TlsServer;
 import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
@@ -14,6 +17,12 @@ import java.util.function.BooleanSupplier;
  * Runs once per connection before transmission, so it may allocate freely; what it must not do is trust a
  * length from the client before checking it (option data is bounded by {@link #MAX_OPTION_BYTES}, the number
  * of options by {@link #MAX_OPTIONS}; the caller bounds the time).
+ *
+ * <p>TLS (proto.md "TLS support"): with {@link TlsMode#OFF} STARTTLS is refused with NBD_REP_ERR_POLICY; with
+ * ON a client may upgrade; with REQUIRE every option before STARTTLS but ABORT gets NBD_REP_ERR_TLS_REQD and
+ * EXPORT_NAME ends the session. After the upgrade haggling starts again inside TLS: what was negotiated in
+ * plaintext (structured replies, metadata contexts) is forgotten, since a man in the middle could have chosen it.
+ * The channel the connection goes on with is in {@link Negotiated#channel()}: the same one, or the TLS one.
  */
 final class Handshake {
     /** Larger option data is refused without reading it (the largest legal option here is ~8 KiB). */
@@ -23,9 +32,11 @@ final class Handshake {
     static final int PREFERRED_BLOCK_SIZE = 4096;
 
     /** What the client ends up with. */
-    record Negotiated(boolean structuredReplies, boolean baseAllocation, int transmissionFlags) {}
+    record Negotiated(boolean structuredReplies, boolean baseAllocation, int transmissionFlags, SocketChannel channel) {}
 
-    private final SocketChannel channel;
+    /** The plain channel, then the TLS one once STARTTLS succeeded. */
+    private SocketChannel channel;
+    private final TlsServer tls;
     private final NbdConfig config;
     private final long exportSize;
     private final BooleanSupplier shuttingDown;
@@ -34,7 +45,12 @@ final class Handshake {
     private boolean baseAllocation;
 
     Handshake(SocketChannel channel, NbdConfig config, long exportSize, BooleanSupplier shuttingDown) {
+        this(channel, TlsServer.off(), config, exportSize, shuttingDown);
+    }
+
+    Handshake(SocketChannel channel, TlsServer tls, NbdConfig config, long exportSize, BooleanSupplier shuttingDown) {
         this.channel = channel;
+        this.tls = tls;
         this.config = config;
         this.exportSize = exportSize;
         this.shuttingDown = shuttingDown;
@@ -82,6 +98,11 @@ final class Handshake {
             ByteBuffer data = readBytes((int) length);
 
             if (option == OPT_EXPORT_NAME) {
+                if (tlsRequired()) {
+                    // proto.md FORCEDTLS: EXPORT_NAME cannot be refused, so the session ends.
+                    throw new NbdProtocolException("NBD_OPT_EXPORT_NAME in plaintext while nbd.tls=require: a client"
+                            + " must send NBD_OPT_STARTTLS first");
+                }
                 String name = string(data, (int) length);
                 if (!exportMatches(name)) {
                     // EXPORT_NAME cannot return an error: the only answer is to terminate the session.
@@ -94,6 +115,15 @@ final class Handshake {
             }
             if (shuttingDown.getAsBoolean() && option != OPT_ABORT) {
                 reply(option, REP_ERR_SHUTDOWN, utf8("server is shutting down"));
+                continue;
+            }
+            if (option == OPT_STARTTLS) {
+                startTls(length);
+                continue;
+            }
+            if (tlsRequired() && option != OPT_ABORT) {
+                reply(option, REP_ERR_TLS_REQD, utf8("TLS is required here (nbd.tls=require): send NBD_OPT_STARTTLS"
+                        + " first"));
                 continue;
             }
             switch (option) {
@@ -127,14 +157,34 @@ final class Handshake {
                     }
                 }
                 case OPT_LIST_META_CONTEXT, OPT_SET_META_CONTEXT -> metaContext(option, data, (int) length);
-                // STARTTLS (we run NOTLS), EXTENDED_HEADERS and anything unknown: haggling continues.
+                // EXTENDED_HEADERS and anything unknown: haggling continues.
                 default -> reply(option, REP_ERR_UNSUP, utf8("option " + option + " is not supported"));
             }
         }
     }
 
     private Negotiated negotiated() {
-        return new Negotiated(structured, structured && baseAllocation, transmissionFlags());
+        return new Negotiated(structured, structured && baseAllocation, transmissionFlags(), channel);
+    }
+
+    private boolean tlsRequired() {
+        return tls.mode() == TlsMode.REQUIRE && !(channel instanceof TlsChannel);
+    }
+
+    /** NBD_OPT_STARTTLS: acknowledge, then the TLS handshake; a failed one ends the session (it is too late then). */
+    private void startTls(long length) throws IOException {
+        if (length != 0) {
+            reply(OPT_STARTTLS, REP_ERR_INVALID, utf8("NBD_OPT_STARTTLS takes no data"));
+        } else if (tls.mode() == TlsMode.OFF) {
+            reply(OPT_STARTTLS, REP_ERR_POLICY, utf8("TLS is off on this server (nbd.tls=off)"));
+        } else if (channel instanceof TlsChannel) {
+            reply(OPT_STARTTLS, REP_ERR_INVALID, utf8("TLS is already running on this connection"));
+        } else {
+            reply(OPT_STARTTLS, REP_ACK, null);
+            channel = tls.start(channel);
+            structured = false;
+            baseAllocation = false;
+        }
     }
 
     private boolean exportMatches(String name) {

@@ -25,7 +25,8 @@ final class NbdConnection {
 
     private final NbdServer server;
     final int id;
-    private final SocketChannel channel;
+    /** The accepted channel; after a STARTTLS, the TLS channel over it (chosen once, before transmission). */
+    private volatile SocketChannel channel;
     final String peer;
     private final HardwareQueue queue;
     private final int maxRequestBytes;
@@ -140,6 +141,7 @@ final class NbdConnection {
                 state.reason = "client aborted the handshake";
                 return;
             }
+            channel = n.channel();
             inTransmission = true;
             LOG.log(System.Logger.Level.DEBUG, "nbd connection {0} from {1}: transmission (structured replies {2},"
                     + " base:allocation {3}, hardware queue {4})", id, peer, n.structuredReplies(),

@@ -1,6 +1,8 @@
 package io.pmemblk.nbd;
 
 import io.pmemblk.block.BlockLayer;
+import io.pmemblk.nbd.tls.TlsChannel;
+import io.pmemblk.nbd.tls.TlsServer;
 import java.io.IOException;
 import java.net.ConnectException;
 import java.net.InetSocketAddress;
@@ -61,6 +63,7 @@ public final class NbdServer implements AutoCloseable {
      */
     static final Duration DEFAULT_STALL_TIMEOUT = Duration.ofSeconds(30);
     volatile Duration stallTimeout = DEFAULT_STALL_TIMEOUT;
+    private volatile TlsServer tls = TlsServer.off();
 
     public NbdServer(NbdConfig config, BlockLayer layer) {
         this.config = config;
@@ -78,6 +81,12 @@ public final class NbdServer implements AutoCloseable {
             throw new IllegalArgumentException("stall timeout must be positive, got " + timeout);
         }
         this.stallTimeout = timeout;
+        return this;
+    }
+
+    /** TLS for every listener (STARTTLS); {@link TlsServer#off()} by default. Before {@link #start()}. */
+    public NbdServer tls(TlsServer tls) {
+        this.tls = java.util.Objects.requireNonNull(tls, "tls");
         return this;
     }
 
@@ -233,7 +242,14 @@ public final class NbdServer implements AutoCloseable {
         ScheduledFuture<?> deadline = timer.schedule(c::handshakeTimedOut, handshakeTimeout.toMillis(),
                 TimeUnit.MILLISECONDS);
         try {
-            return new Handshake(ch, config, layer.driver().size(), closing::get).run();
+            Handshake.Negotiated n = new Handshake(ch, tls, config, layer.driver().size(), closing::get).run();
+            if (n != null && n.channel() instanceof TlsChannel t) {
+                String client = TlsServer.clientSubject(t);
+                LOG.log(System.Logger.Level.INFO, "nbd connection {0} from {1}: {2} {3}, {4}", c.id, c.peer,
+                        t.session().getProtocol(), t.session().getCipherSuite(),
+                        client == null ? "no client certificate" : "client certificate " + client);
+            }
+            return n;
         } finally {
             deadline.cancel(false);
         }
