@@ -6,6 +6,7 @@ module io.pmemblk.cli {
     requires io.pmemblk.nbd;
     requires io.pmemblk.ublk;
     requires io.pmemblk.pmem;
+    requires io.pmemblk.posix; // TrustedPath: the checks of pmem.path and the socket directory
     requires io.pmemblk.settings;
     requires io.pmemblk.tuning;
     requires info.picocli;

@@ -9,9 +9,14 @@ import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.Routing;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
+import io.pmemblk.posix.TrustedPath;
+import io.pmemblk.settings.DefaultPaths;
 import io.pmemblk.settings.Settings;
 
 import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.LinkOption;
+import java.nio.file.Path;
 
 /**
  * The block device assembled from settings: the pmem region, its driver and the multi-queue block layer in
@@ -31,7 +36,8 @@ public final class Device implements AutoCloseable {
         DmaEngine vfio = settings.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.VFIO
                 ? VfioEngine.open(settings.get(Settings.DMA_VFIO_DEVICES), settings.get(Settings.DMA_RING_SIZE)) : null;
         try {
-            this.region = PmemRegion.open(settings.get(Settings.PMEM_PATH), settings.get(Settings.PMEM_SIZE),
+            Path path = trustedPmemPath(settings);
+            this.region = PmemRegion.open(path, settings.get(Settings.PMEM_SIZE),
                     settings.get(Settings.PMEM_RESIZE), settings.get(Settings.PMEM_MAPPER));
         } catch (IOException | RuntimeException e) {
             if (vfio != null) {
@@ -72,6 +78,24 @@ public final class Device implements AutoCloseable {
             }
             throw e;
         }
+    }
+
+    /**
+     * pmem.path as it may be opened: checked as OpenSSH checks its files ({@link TrustedPath}), a udev link to a
+     * device-DAX node resolved. With {@code auto}, an image at the pre-issue-15 default is not left behind for a
+     * new empty one: start-up stops and says how to move it or keep using it.
+     */
+    static Path trustedPmemPath(Settings settings) throws IOException {
+        Path path = settings.get(Settings.PMEM_PATH);
+        if (settings.text(Settings.PMEM_PATH).equalsIgnoreCase("auto") && !path.equals(DefaultPaths.OLD_PMEM_PATH)
+                && !Files.exists(path, LinkOption.NOFOLLOW_LINKS)
+                && Files.exists(DefaultPaths.OLD_PMEM_PATH, LinkOption.NOFOLLOW_LINKS)) {
+            throw new IOException("pmem.path: the default moved from " + DefaultPaths.OLD_PMEM_PATH + " (where other"
+                    + " users can create the directory first) to " + path + ", and a device image is at the old place."
+                    + " Move it: mkdir -p -m 0700 " + path.getParent() + " && mv " + DefaultPaths.OLD_PMEM_PATH + " "
+                    + path + "; or keep it where it is with --set pmem.path=" + DefaultPaths.OLD_PMEM_PATH);
+        }
+        return TrustedPath.ofThisProcess().checkFile(path, "pmem.path");
     }
 
     public static Device open(Settings settings) throws IOException {

@@ -2,6 +2,10 @@ package io.pmemblk.cli;
 
 import io.pmemblk.nbd.NbdConfig;
 import io.pmemblk.nbd.NbdServer;
+import io.pmemblk.nbd.tls.TlsMode;
+import io.pmemblk.nbd.tls.TlsServer;
+import io.pmemblk.posix.TrustedPath;
+import io.pmemblk.posix.UnsafePathException;
 import io.pmemblk.settings.Settings;
 import io.pmemblk.settings.SettingsException;
 import io.pmemblk.settings.Sizes;
@@ -55,9 +59,26 @@ final class ServeCommand implements Callable<Integer> {
                 return 1;
             }
         }
+        TlsServer tls;
+        try {
+            // Before the device is opened or created: a wrong socket directory or TLS file leaves nothing behind.
+            if (s.get(Settings.NBD_SOCKET) != null) {
+                TrustedPath.ofThisProcess().checkDirectory(s.get(Settings.NBD_SOCKET).toAbsolutePath().getParent(),
+                        "nbd.socket");
+            }
+            tls = TlsServer.load(TlsMode.valueOf(s.get(Settings.NBD_TLS).name()), s.get(Settings.NBD_TLS_CERTIFICATE),
+                    s.get(Settings.NBD_TLS_KEY), s.get(Settings.NBD_TLS_VERIFY_CLIENTS));
+        } catch (IOException e) {
+            System.err.println("pmemblk: " + e.getMessage());
+            return 1;
+        }
+        warnIfExposed(s);
         Device device;
         try {
             device = Device.open(s);
+        } catch (UnsafePathException e) {
+            System.err.println("pmemblk: " + e.getMessage());
+            return 1;
         } catch (io.pmemblk.dma.vfio.VfioException e) {
             System.err.println("pmemblk: dma.engine=vfio: " + e.getMessage());
             return 1;
@@ -78,7 +99,7 @@ final class ServeCommand implements Callable<Integer> {
                     s.get(Settings.NBD_MAX_CONNECTIONS),
                     "pmemblk " + Sizes.format(device.region().size()) + " on " + device.region().path()),
                     device.layer());
-            server.stallTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_STALL_TIMEOUT)));
+            server.stallTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_STALL_TIMEOUT))).tls(tls);
             List<java.net.URI> uris = server.start();
             if (ublkEnabled) {
                 ublk = UblkDevice.open(device.layer(), new UblkConfig(s.get(Settings.UBLK_ID), s.ublkQueues(),
@@ -89,7 +110,8 @@ final class ServeCommand implements Callable<Integer> {
                 System.err.println("pmemblk: ublk " + ublk);
             }
             System.err.println("pmemblk: " + device.region() + ", " + s.get(Settings.QUEUES) + " queues x "
-                    + s.get(Settings.QUEUE_DEPTH) + " tags, dma.engine=" + s.text(Settings.DMA_ENGINE));
+                    + s.get(Settings.QUEUE_DEPTH) + " tags, dma.engine=" + s.text(Settings.DMA_ENGINE) + ", "
+                    + tls.describe());
             if (metrics != null) {
                 System.out.println("metrics: http://127.0.0.1:" + metrics.port() + "/metrics");
             }
@@ -126,6 +148,30 @@ final class ServeCommand implements Callable<Integer> {
         System.err.println("pmemblk: stopped" + (idle ? "" : " (some requests were still in flight at the deadline)")
                 + "; data persisted");
         return 0;
+    }
+
+    /**
+     * A TCP listener beyond loopback without required TLS: anyone who reaches the port reads and rewrites the
+     * whole device. Allowed (a trusted network, a tunnel), but never silently.
+     */
+    private static void warnIfExposed(Settings s) {
+        if (s.get(Settings.NBD_PORT) == 0 || s.get(Settings.NBD_TLS) == Settings.TlsMode.REQUIRE) {
+            return;
+        }
+        String bind = s.get(Settings.NBD_BIND);
+        boolean loopback;
+        try {
+            loopback = java.net.InetAddress.getByName(bind).isLoopbackAddress();
+        } catch (java.net.UnknownHostException e) {
+            loopback = false; // the bind fails later and says so
+        }
+        if (!loopback) {
+            System.err.println("pmemblk: warning: nbd.bind=" + bind + " serves the device beyond this machine with"
+                    + " nbd.tls=" + s.text(Settings.NBD_TLS) + ": anyone who can reach port " + s.get(Settings.NBD_PORT)
+                    + " can " + (s.get(Settings.NBD_TLS) == Settings.TlsMode.ON ? "skip STARTTLS and " : "")
+                    + "read and overwrite all of it, and anyone on the path can see and change the data;"
+                    + " set nbd.tls=require with nbd.tls.verify-clients, or bind to 127.0.0.1");
+        }
     }
 
     private static void closeUblk(UblkDevice ublk) {

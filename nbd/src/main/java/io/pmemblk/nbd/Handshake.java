@@ -128,7 +128,12 @@ final class Handshake {
             }
             switch (option) {
                 case OPT_ABORT -> {
-                    reply(option, REP_ACK, null);
+                    try {
+                        reply(option, REP_ACK, null);
+                    } catch (IOException gone) {
+                        // proto.md: a client may close right after ABORT without waiting for the ACK (libnbd does,
+                        // on NBD_REP_ERR_TLS_REQD): it has ended the session as it should
+                    }
                     return null;
                 }
                 case OPT_LIST -> {

@@ -12,6 +12,7 @@ import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
+import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
@@ -173,7 +174,8 @@ public final class PmemRegion implements AutoCloseable {
     }
 
     private static FileChannel lock(Path path) throws IOException {
-        FileChannel ch = FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE);
+        // No final symlink is followed anywhere here (O_NOFOLLOW): the caller checked the file itself.
+        FileChannel ch = FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS);
         try {
             if (ch.tryLock() == null) {
                 throw new IOException(path + " is in use by another process (it holds the file's lock);"
@@ -196,7 +198,7 @@ public final class PmemRegion implements AutoCloseable {
     }
 
     private static void resize(Path path, long size) throws IOException {
-        try (FileChannel fc = FileChannel.open(path, StandardOpenOption.WRITE)) {
+        try (FileChannel fc = FileChannel.open(path, StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS)) {
             long old = fc.size();
             if (size < old) {
                 fc.truncate(size);
@@ -209,7 +211,7 @@ public final class PmemRegion implements AutoCloseable {
 
     /** Extends the file to size with its blocks allocated (posix_fallocate). */
     private static void reserve(Path path, long size) throws IOException {
-        int fd = Libc.open(path.toString(), Libc.O_RDWR | Libc.O_CREAT, 0600);
+        int fd = Libc.open(path.toString(), Libc.O_RDWR | Libc.O_CREAT | Libc.O_NOFOLLOW, 0600);
         try {
             Libc.fallocate(fd, 0, size, path.toString());
         } finally {
@@ -262,7 +264,8 @@ public final class PmemRegion implements AutoCloseable {
             reserve(path, size);
         }
         Arena arena = Arena.ofShared();
-        try (FileChannel fc = FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
+        try (FileChannel fc = FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE,
+                LinkOption.NOFOLLOW_LINKS)) {
             MemorySegment seg = fc.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
             return new PmemRegion(path, arena, seg, wrap.apply(new MappedFilePersistence()), "java");
         } catch (IOException | RuntimeException e) {

@@ -1,6 +1,7 @@
 package io.pmemblk.settings;
 
 import io.pmemblk.pmem.PmemRegion;
+import io.pmemblk.posix.Libc;
 
 import java.io.IOException;
 import java.io.Reader;
@@ -28,9 +29,17 @@ public final class Settings {
 
     public enum DmaEngineKind { NONE, SOFT, VFIO }
 
-    public static final Key<Path> PMEM_PATH = Key.of("pmem.path", "/var/tmp/pmemblk/pmem0.img",
-            "a file path (created if missing), or a device-DAX node /dev/daxX.Y",
-            "Backing file of the persistent-memory region.", Settings::path);
+    /** nbd.tls; the NBD frontend's TlsMode has the same names. */
+    public enum TlsMode { OFF, ON, REQUIRE }
+
+    public static final Key<Path> PMEM_PATH = Key.of("pmem.path", "auto",
+            "auto, a file path (created if missing), or a device-DAX node /dev/daxX.Y",
+            "Backing file of the persistent-memory region. auto: /var/lib/pmemblk/pmem0.img as root (the systemd"
+                    + " unit's StateDirectory), $XDG_DATA_HOME/pmemblk/pmem0.img (~/.local/share/...) for other users."
+                    + " The file and every directory above it must be owned by root or the serving user, and no"
+                    + " directory writable by group or others unless sticky (like /tmp); a final symbolic link is not"
+                    + " followed, except root's links under /dev to a /dev/daxX.Y node (udev's /dev/char/MAJ:MIN).",
+            t -> t.trim().equalsIgnoreCase("auto") ? DefaultPaths.pmemPath(Libc.geteuid(), System.getenv()) : path(t));
     public static final Key<Long> PMEM_SIZE = Key.of("pmem.size", "1G",
             "a size that is a multiple of 4096, from 1M to 16T (suffixes K, M, G, T)",
             "Size of the region; an existing file of another size is refused unless pmem.resize=true.",
@@ -41,14 +50,36 @@ public final class Settings {
     public static final Key<PmemRegion.Mapper> PMEM_MAPPER = Key.of("pmem.mapper", "auto", "auto, libpmem or java",
             "How to map: libpmem when libpmem.so.1 loads (auto), libpmem only, or the JDK's FileChannel.map.",
             t -> choice(t, PmemRegion.Mapper.class));
-    public static final Key<Path> NBD_SOCKET = Key.of("nbd.socket", "/tmp/pmemblk/nbd.sock",
-            "a path for a unix socket (created mode 0600), or empty for none",
-            "Unix socket the NBD server listens on.", t -> t.isBlank() ? null : path(t));
+    public static final Key<Path> NBD_SOCKET = Key.of("nbd.socket", "auto",
+            "auto, a path for a unix socket (created mode 0600), or empty for none",
+            "Unix socket the NBD server listens on. auto: /run/pmemblk/nbd.sock as root (the systemd unit's"
+                    + " RuntimeDirectory), $XDG_RUNTIME_DIR/pmemblk/nbd.sock for other users (beside the auto pmem.path"
+                    + " without XDG_RUNTIME_DIR). Its directory is checked as pmem.path's are.",
+            t -> t.isBlank() ? null : t.trim().equalsIgnoreCase("auto")
+                    ? DefaultPaths.socketPath(Libc.geteuid(), System.getenv()) : path(t));
     public static final Key<Integer> NBD_PORT = Key.of("nbd.port", "10809", "a TCP port 0..65535 (0 = no TCP listener)",
             "TCP port of the NBD server; 10809 is NBD's registered port.", t -> intRange(t, 0, 65535));
     public static final Key<String> NBD_BIND = Key.of("nbd.bind", "127.0.0.1", "an IP address or host name",
-            "Address the TCP listener binds to; 0.0.0.0 exposes the export to the network (no TLS, no auth).",
+            "Address the TCP listener binds to; anything but loopback exposes the export to the network: use"
+                    + " nbd.tls=require with nbd.tls.verify-clients (without TLS the server starts with a warning).",
             Settings::host);
+    public static final Key<TlsMode> NBD_TLS = Key.of("nbd.tls", "off", "off, on or require",
+            "TLS on every NBD listener (NBD_OPT_STARTTLS, TLS 1.3): off refuses STARTTLS; on lets clients choose;"
+                    + " require refuses every option before STARTTLS (NBD_REP_ERR_TLS_REQD) and ends a session that"
+                    + " picks an export in plaintext. on and require need nbd.tls.certificate and nbd.tls.key.",
+            t -> choice(t, TlsMode.class));
+    public static final Key<Path> NBD_TLS_CERTIFICATE = Key.of("nbd.tls.certificate", "",
+            "a PEM file of X.509 certificates, the server's first, then any intermediate CAs; or empty",
+            "The server's certificate chain (as nbdkit's server-cert.pem).", t -> t.isBlank() ? null : path(t));
+    public static final Key<Path> NBD_TLS_KEY = Key.of("nbd.tls.key", "",
+            "a PEM private key, unencrypted: PKCS#8 (BEGIN PRIVATE KEY) or PKCS#1 RSA; or empty",
+            "The server certificate's private key (as nbdkit's server-key.pem); keep it mode 0600.",
+            t -> t.isBlank() ? null : path(t));
+    public static final Key<Path> NBD_TLS_VERIFY_CLIENTS = Key.of("nbd.tls.verify-clients", "off",
+            "off, or a PEM file of CA certificates",
+            "Client certificates: off asks for none (any client that completes TLS is served); a CA file makes"
+                    + " every TLS client present a certificate that chains to one of these CAs, or be refused.",
+            t -> t.trim().equalsIgnoreCase("off") ? null : path(t));
     public static final Key<String> NBD_EXPORT = Key.of("nbd.export", "pmem0",
             "1 to 256 printable characters, no spaces",
             "Export name; clients may also use the empty (default) name.", Settings::exportName);
@@ -137,7 +168,7 @@ public final class Settings {
     static {
         Map<String, Key<?>> m = new LinkedHashMap<>();
         for (Key<?> k : List.of(PMEM_PATH, PMEM_SIZE, PMEM_RESIZE, PMEM_MAPPER, NBD_SOCKET, NBD_PORT, NBD_BIND,
-                NBD_EXPORT, NBD_MAX_CONNECTIONS, NBD_STALL_TIMEOUT, QUEUES, QUEUE_DEPTH, QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
+                NBD_TLS, NBD_TLS_CERTIFICATE, NBD_TLS_KEY, NBD_TLS_VERIFY_CLIENTS, NBD_EXPORT, NBD_MAX_CONNECTIONS, NBD_STALL_TIMEOUT, QUEUES, QUEUE_DEPTH, QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
                 DMA_RING_SIZE, DMA_SOFT_FAIL_EVERY, DMA_SOFT_BREAK_AFTER, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS,
                 UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT)) {
             m.put(k.name(), k);
@@ -225,6 +256,15 @@ public final class Settings {
         if (get(NBD_SOCKET) == null && get(NBD_PORT) == 0) {
             throw new SettingsException("nbd.socket is empty and nbd.port=0: no listener would be left;"
                     + " allowed: a socket path, a TCP port, or both");
+        }
+        if (get(NBD_TLS) != TlsMode.OFF && (get(NBD_TLS_CERTIFICATE) == null || get(NBD_TLS_KEY) == null)) {
+            throw new SettingsException("nbd.tls: '" + text(NBD_TLS) + "' needs nbd.tls.certificate and nbd.tls.key;"
+                    + " allowed: PEM files (e.g. made with openssl or certtool), or nbd.tls=off");
+        }
+        if (get(NBD_TLS) == TlsMode.OFF && get(NBD_TLS_VERIFY_CLIENTS) != null) {
+            throw new SettingsException("nbd.tls.verify-clients: '" + text(NBD_TLS_VERIFY_CLIENTS) + "' is not allowed"
+                    + " with nbd.tls=off: no client would ever be asked for a certificate; allowed: off, or set"
+                    + " nbd.tls=require");
         }
         if (get(UBLK_QUEUES) > get(QUEUES)) {
             throw new SettingsException("ublk.queues: '" + text(UBLK_QUEUES) + "' is not allowed with queues="

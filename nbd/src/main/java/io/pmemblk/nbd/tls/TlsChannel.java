@@ -76,6 +76,15 @@ public final class TlsChannel extends SocketChannel {
     }
 
     private void doHandshake() throws IOException {
+        try {
+            handshakeLoop();
+        } catch (SSLException e) {
+            // Thrown by unwrap, wrap, or (rethrown by either) a delegated task that checked a certificate.
+            throw sendAlertAndFail(e);
+        }
+    }
+
+    private void handshakeLoop() throws IOException {
         engine.beginHandshake();
         for (;;) {
             switch (engine.getHandshakeStatus()) {
@@ -93,8 +102,6 @@ public final class TlsChannel extends SocketChannel {
                     SSLEngineResult r;
                     try {
                         r = engine.unwrap(netIn, appIn);
-                    } catch (SSLException e) {
-                        throw sendAlertAndFail(e);
                     } finally {
                         appIn.flip();
                     }
@@ -132,6 +139,15 @@ public final class TlsChannel extends SocketChannel {
                 }
             } finally {
                 writeLock.unlock();
+            }
+            // What the client already sent (its Finished, its first option) is read and dropped: a socket closed
+            // with unread data resets the connection (a unix socket makes the peer's read fail with ECONNRESET),
+            // and the client would see that instead of the alert that says why. Non-blocking: only what is here.
+            raw.shutdownOutput();
+            raw.configureBlocking(false);
+            netIn.clear();
+            while (raw.read(netIn) > 0) {
+                netIn.clear();
             }
         } catch (IOException | RuntimeException alertNotSent) {
             e.addSuppressed(alertNotSent);
