@@ -217,7 +217,7 @@ class NbdServerProtocolTest {
     }
 
     @ParameterizedTest
-    @ValueSource(ints = {OPT_STARTTLS, OPT_EXTENDED_HEADERS, 4, 12, 999, 0})
+    @ValueSource(ints = {OPT_EXTENDED_HEADERS, 4, 12, 999, 0}) // STARTTLS: NbdTlsTest
     void unsupportedOptionGetsErrUnsupAndHagglingContinues(int option) throws IOException {
         try (NbdTestClient c = client()) {
             c.greet(CLIENT_FLAG_FIXED_NEWSTYLE | CLIENT_FLAG_NO_ZEROES);

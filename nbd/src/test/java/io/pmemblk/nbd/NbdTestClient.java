@@ -22,9 +22,10 @@ import java.util.concurrent.ConcurrentHashMap;
 
 /** A raw NBD client for the protocol tests: every byte on the wire is written out here. */
 final class NbdTestClient implements AutoCloseable {
-    final SocketChannel channel;
-    final DataInputStream in;
-    final DataOutputStream out;
+    /** What close() closes: the unix channel, the TCP socket, or the TLS socket over it. */
+    private java.io.Closeable channel;
+    DataInputStream in;
+    DataOutputStream out;
     long exportSize;
     int transmissionFlags;
     boolean structured;
@@ -45,10 +46,37 @@ final class NbdTestClient implements AutoCloseable {
     }
 
     NbdTestClient(Path socket) throws IOException {
-        channel = SocketChannel.open(StandardProtocolFamily.UNIX);
-        channel.connect(UnixDomainSocketAddress.of(socket));
-        in = new DataInputStream(new BufferedInputStream(Channels.newInputStream(channel), 1 << 16));
-        out = new DataOutputStream(new BufferedOutputStream(Channels.newOutputStream(channel), 1 << 16));
+        SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
+        ch.connect(UnixDomainSocketAddress.of(socket));
+        channel = ch;
+        in = new DataInputStream(new BufferedInputStream(Channels.newInputStream(ch), 1 << 16));
+        out = new DataOutputStream(new BufferedOutputStream(Channels.newOutputStream(ch), 1 << 16));
+    }
+
+    /** Over TCP (a java.net.Socket, so that the JDK's SSLSocket can take it over for STARTTLS). */
+    NbdTestClient(java.net.Socket tcp) throws IOException {
+        channel = tcp;
+        streams(tcp);
+    }
+
+    private void streams(java.net.Socket s) throws IOException {
+        in = new DataInputStream(new BufferedInputStream(s.getInputStream(), 1 << 16));
+        out = new DataOutputStream(new BufferedOutputStream(s.getOutputStream(), 1 << 16));
+    }
+
+    /**
+     * After NBD_REP_ACK to STARTTLS: the JDK's client TLS over the TCP socket (an independent implementation of
+     * the client side); everything after goes through it.
+     */
+    javax.net.ssl.SSLSocket startTls(javax.net.ssl.SSLContext client) throws IOException {
+        java.net.Socket tcp = (java.net.Socket) channel;
+        javax.net.ssl.SSLSocket tls = (javax.net.ssl.SSLSocket) client.getSocketFactory()
+                .createSocket(tcp, "localhost", tcp.getPort(), true);
+        tls.setUseClientMode(true);
+        tls.startHandshake();
+        channel = tls;
+        streams(tls);
+        return tls;
     }
 
     /** Reads the greeting and answers with the client flags. Returns the handshake flags. */
@@ -118,6 +146,11 @@ final class NbdTestClient implements AutoCloseable {
     /** Full handshake ending in GO on {@code name}; optionally structured replies and base:allocation. */
     NbdTestClient go(String name, boolean structuredReplies, boolean baseAllocation) throws IOException {
         greet(CLIENT_FLAG_FIXED_NEWSTYLE | CLIENT_FLAG_NO_ZEROES);
+        return negotiate(name, structuredReplies, baseAllocation);
+    }
+
+    /** As {@link #go} after the greeting (e.g. after STARTTLS). */
+    NbdTestClient negotiate(String name, boolean structuredReplies, boolean baseAllocation) throws IOException {
         if (structuredReplies) {
             option(OPT_STRUCTURED_REPLY, new byte[0]);
             assertEquals(REP_ACK, optionReply().type());

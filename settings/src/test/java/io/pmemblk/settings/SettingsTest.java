@@ -20,9 +20,14 @@ class SettingsTest {
     @Test
     void defaultsAreTheDocumentedOnes() {
         Settings s = Settings.defaults();
-        assertThat(s.get(Settings.PMEM_PATH)).isEqualTo(Path.of("/var/tmp/pmemblk/pmem0.img"));
+        // auto: where the systemd unit's StateDirectory/RuntimeDirectory are as root, XDG otherwise (DefaultPathsTest)
+        int euid = io.pmemblk.posix.Libc.geteuid();
+        assertThat(s.text(Settings.PMEM_PATH)).isEqualTo("auto");
+        assertThat(s.get(Settings.PMEM_PATH)).isEqualTo(DefaultPaths.pmemPath(euid, System.getenv()));
+        assertThat(s.get(Settings.NBD_SOCKET)).isEqualTo(DefaultPaths.socketPath(euid, System.getenv()));
+        assertThat(s.get(Settings.NBD_TLS)).isEqualTo(Settings.TlsMode.OFF);
+        assertThat(s.get(Settings.NBD_TLS_VERIFY_CLIENTS)).isNull();
         assertThat(s.get(Settings.PMEM_SIZE)).isEqualTo(1L << 30);
-        assertThat(s.get(Settings.NBD_SOCKET)).isEqualTo(Path.of("/tmp/pmemblk/nbd.sock"));
         assertThat(s.get(Settings.NBD_PORT)).isEqualTo(10809);
         assertThat(s.get(Settings.NBD_BIND)).isEqualTo("127.0.0.1");
         assertThat(s.get(Settings.NBD_EXPORT)).isEqualTo("pmem0");
@@ -62,6 +67,9 @@ class SettingsTest {
             "pmem.mapper=mmap     | pmem.mapper: 'mmap' is not allowed (from --set); allowed: auto, libpmem or java",
             "pmem.sizee=1G        | unknown setting 'pmem.sizee' (from --set); known keys: pmem.path, pmem.size",
             "novalue              | --set novalue: expected key=value",
+            "nbd.tls=yes          | nbd.tls: 'yes' is not allowed (from --set); allowed: off, on or require",
+            "nbd.tls=require      | nbd.tls: 'require' needs nbd.tls.certificate and nbd.tls.key; allowed: PEM files",
+            "nbd.tls.verify-clients=/etc/ca.pem | nbd.tls.verify-clients: '/etc/ca.pem' is not allowed with nbd.tls=off",
     })
     void badSettingsAreNamedWithValueAndWhatIsAllowed(String set, String message) {
         assertThatThrownBy(() -> Settings.load(null, List.of(set)))
@@ -82,6 +90,17 @@ class SettingsTest {
     void missingConfigFileIsNamed() {
         assertThatThrownBy(() -> Settings.load(dir.resolve("nope"), List.of()))
                 .hasMessageContaining("no such file");
+    }
+
+    @Test
+    void explicitPathsAndTlsFilesAreTakenAsGiven() throws Exception {
+        Settings s = Settings.load(null, List.of("pmem.path=/var/tmp/pmemblk/pmem0.img", "nbd.socket=/tmp/x/nbd.sock",
+                "nbd.tls=require", "nbd.tls.certificate=/etc/pmemblk/cert.pem", "nbd.tls.key=/etc/pmemblk/key.pem",
+                "nbd.tls.verify-clients=/etc/pmemblk/ca.pem"));
+        assertThat(s.get(Settings.PMEM_PATH)).isEqualTo(Path.of("/var/tmp/pmemblk/pmem0.img"));
+        assertThat(s.get(Settings.NBD_SOCKET)).isEqualTo(Path.of("/tmp/x/nbd.sock"));
+        assertThat(s.get(Settings.NBD_TLS)).isEqualTo(Settings.TlsMode.REQUIRE);
+        assertThat(s.get(Settings.NBD_TLS_VERIFY_CLIENTS)).isEqualTo(Path.of("/etc/pmemblk/ca.pem"));
     }
 
     @Test
