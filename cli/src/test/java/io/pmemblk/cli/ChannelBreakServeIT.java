@@ -3,7 +3,6 @@ package io.pmemblk.cli;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
-import java.net.ServerSocket;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
@@ -25,9 +24,7 @@ class ChannelBreakServeIT {
     Path dir;
 
     private static int freePort() throws Exception {
-        try (ServerSocket s = new ServerSocket(0)) {
-            return s.getLocalPort();
-        }
+        return ServerProcess.freePort();
     }
 
     /** Waits (bounded) until serve's stderr contains {@code text}. */

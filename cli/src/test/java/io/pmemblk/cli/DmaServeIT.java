@@ -3,7 +3,6 @@ package io.pmemblk.cli;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
-import java.net.ServerSocket;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
@@ -25,9 +24,7 @@ class DmaServeIT {
     Path dir;
 
     private static int freePort() throws Exception {
-        try (ServerSocket s = new ServerSocket(0)) {
-            return s.getLocalPort();
-        }
+        return ServerProcess.freePort();
     }
 
     private ServerProcess.Run fio(ServerProcess s, String name) throws Exception {

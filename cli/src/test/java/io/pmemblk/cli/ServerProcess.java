@@ -133,6 +133,23 @@ final class ServerProcess implements AutoCloseable {
         }
     }
 
+    /** A TCP port free right now (the server binds it a moment later). */
+    static int freePort() throws IOException {
+        try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
+            return s.getLocalPort();
+        }
+    }
+
+    /** A throwaway PKI made by scripts/lib/test-pki (Debian's openssl) in {@code dir}; see that script for the layout. */
+    static Path testPki(Path dir) throws IOException, InterruptedException {
+        Path pki = dir.resolve("pki");
+        Run r = run(List.of("bash", Path.of("..", "scripts", "lib", "test-pki").toString(), pki.toString()), 60);
+        if (r.exit() != 0) {
+            throw new IllegalStateException("scripts/lib/test-pki failed: " + r.out());
+        }
+        return pki;
+    }
+
     /** Result of a peer tool run. */
     record Run(int exit, String out) {}
 

@@ -51,6 +51,8 @@ public final class TlsChannel extends SocketChannel {
     private volatile boolean outputShut;
 
     private static final int RECORDS_PER_WRITE = 4;
+    /** Input read and dropped after a failed handshake while the client reads the alert. */
+    private static final long DRAIN_LIMIT = 1 << 20;
 
     /** Runs the TLS handshake (server side) on {@code raw}; on failure the peer has been sent the alert, if any. */
     static TlsChannel handshake(SocketChannel raw, SSLEngine engine) throws IOException {
@@ -140,15 +142,19 @@ public final class TlsChannel extends SocketChannel {
             } finally {
                 writeLock.unlock();
             }
-            // What the client already sent (its Finished, its first option) is read and dropped: a socket closed
-            // with unread data resets the connection (a unix socket makes the peer's read fail with ECONNRESET),
-            // and the client would see that instead of the alert that says why. Non-blocking: only what is here.
+            // The socket stays open until the client has read the alert and hung up: closed earlier, the client's
+            // next write (its first option: in TLS 1.3 its handshake is over before the server judged its
+            // certificate) fails with EPIPE, or our unread input resets the connection, and the client reports
+            // that instead of the alert that says why. What it sends meanwhile is dropped, at most
+            // DRAIN_LIMIT bytes; the handshake timer still bounds the wait.
             raw.shutdownOutput();
-            raw.configureBlocking(false);
-            netIn.clear();
-            while (raw.read(netIn) > 0) {
+            long drained = 0;
+            int n;
+            do {
                 netIn.clear();
-            }
+                n = raw.read(netIn);
+                drained += Math.max(0, n);
+            } while (n >= 0 && drained < DRAIN_LIMIT);
         } catch (IOException | RuntimeException alertNotSent) {
             e.addSuppressed(alertNotSent);
         }
