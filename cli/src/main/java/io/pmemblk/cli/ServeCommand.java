@@ -63,8 +63,7 @@ final class ServeCommand implements Callable<Integer> {
         try {
             // Before the device is opened or created: a wrong socket directory or TLS file leaves nothing behind.
             if (s.get(Settings.NBD_SOCKET) != null) {
-                TrustedPath.ofThisProcess().checkDirectory(s.get(Settings.NBD_SOCKET).toAbsolutePath().getParent(),
-                        "nbd.socket");
+                TrustedPath.ofThisProcess().checkParentOf(s.get(Settings.NBD_SOCKET), "nbd.socket");
             }
             tls = TlsServer.load(TlsMode.valueOf(s.get(Settings.NBD_TLS).name()), s.get(Settings.NBD_TLS_CERTIFICATE),
                     s.get(Settings.NBD_TLS_KEY), s.get(Settings.NBD_TLS_VERIFY_CLIENTS));

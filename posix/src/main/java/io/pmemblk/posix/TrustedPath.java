@@ -42,6 +42,15 @@ public final class TrustedPath {
         checkDirectory(dir.toAbsolutePath(), setting, dir.toAbsolutePath());
     }
 
+    /**
+     * Checks the directory {@code file} is to be created in (a socket), and every directory above it; the refusal
+     * names {@code file}, the setting's value.
+     */
+    public void checkParentOf(Path file, String setting) throws IOException {
+        Path abs = file.toAbsolutePath();
+        checkDirectory(abs.getParent(), setting, abs);
+    }
+
     /** @param named what the refusal names as the setting's value */
     private void checkDirectory(Path abs, String setting, Path named) throws IOException {
         Path deepest = checkChain(abs, named, setting);

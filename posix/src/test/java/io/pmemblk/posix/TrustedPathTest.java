@@ -123,6 +123,8 @@ class TrustedPathTest {
         assertThatThrownBy(() -> check.checkDirectory(evil, "nbd.socket"))
                 .isInstanceOf(UnsafePathException.class)
                 .hasMessageContaining("nbd.socket " + evil + ": directory " + evil + " is owned by uid " + MALLORY);
+        assertThatThrownBy(() -> check.checkParentOf(evil.resolve("nbd.sock"), "nbd.socket"))
+                .hasMessageContaining("nbd.socket " + evil.resolve("nbd.sock") + ": directory " + evil + " is owned by");
         // and a directory to be created below it is refused for the same reason
         assertThatThrownBy(() -> check.checkDirectory(evil.resolve("a/b"), "nbd.socket"))
                 .hasMessageContaining("directory " + evil + " is owned by uid " + MALLORY);

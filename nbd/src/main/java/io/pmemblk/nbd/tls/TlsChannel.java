@@ -67,7 +67,8 @@ public final class TlsChannel extends SocketChannel {
         this.engine = engine;
         SSLSession s = engine.getSession();
         this.appBufferSize = s.getApplicationBufferSize();
-        this.netIn = ByteBuffer.allocateDirect(s.getPacketBufferSize()).flip();
+        // Room for several records: one socket read brings in what a large payload's next records hold.
+        this.netIn = ByteBuffer.allocateDirect(RECORDS_PER_WRITE * s.getPacketBufferSize()).flip();
         this.appIn = ByteBuffer.allocateDirect(appBufferSize).flip();
         this.netOut = ByteBuffer.allocateDirect(RECORDS_PER_WRITE * s.getPacketBufferSize());
     }
@@ -214,6 +215,9 @@ public final class TlsChannel extends SocketChannel {
             if (appIn.hasRemaining()) {
                 return deliver(dsts, offset, length);
             }
+            if (engine.isInboundDone()) {
+                return -1; // close_notify came with the last records (unwrapMore): the session's end, as EOF
+            }
             if (netIn.hasRemaining()) {
                 SSLEngineResult r;
                 boolean direct = room >= appBufferSize;
@@ -231,7 +235,7 @@ public final class TlsChannel extends SocketChannel {
                 switch (r.getStatus()) {
                     case OK -> {
                         if (direct && r.bytesProduced() > 0) {
-                            return r.bytesProduced();
+                            return r.bytesProduced() + unwrapMore(dsts, offset, length, room - r.bytesProduced());
                         }
                         continue; // staged bytes are delivered above; a record without data: read on
                     }
@@ -247,6 +251,25 @@ public final class TlsChannel extends SocketChannel {
                 return -1;
             }
         }
+    }
+
+    /**
+     * After a record was decrypted straight into the caller's buffers: the complete records already read are
+     * decrypted too while a whole one still fits, so one call moves as much of a large payload as arrived.
+     * Never blocks: a partial record waits for the next call.
+     */
+    private long unwrapMore(ByteBuffer[] dsts, int offset, int length, long room) throws IOException {
+        long produced = 0;
+        while (room >= appBufferSize && netIn.hasRemaining()) {
+            SSLEngineResult r = engine.unwrap(netIn, dsts, offset, length);
+            answerPostHandshake(r);
+            if (r.getStatus() != SSLEngineResult.Status.OK || r.bytesConsumed() == 0) {
+                break; // a partial record (underflow), or the end of the session: the next read sees it
+            }
+            produced += r.bytesProduced();
+            room -= r.bytesProduced();
+        }
+        return produced;
     }
 
     private long deliver(ByteBuffer[] dsts, int offset, int length) {
