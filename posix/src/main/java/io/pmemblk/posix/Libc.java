@@ -184,38 +184,31 @@ public final class Libc {
 
     /** lstat(2): the file itself, a symbolic link included (not followed). */
     public static FileStat lstat(String path) throws NativeException {
-        return statPath(LSTAT, "lstat", path);
+        return stat("lstat", path, (a, state, buf) -> (int) LSTAT.invokeExact(state, a.allocateFrom(path), buf));
     }
 
     /** stat(2): symbolic links followed. */
     public static FileStat stat(String path) throws NativeException {
-        return statPath(STAT, "stat", path);
-    }
-
-    private static FileStat statPath(MethodHandle h, String name, String path) throws NativeException {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            MemorySegment buf = a.allocate(FileStat.LAYOUT);
-            int rc = (int) h.invokeExact(state, a.allocateFrom(path), buf);
-            if (rc != 0) {
-                throw NativeException.of(name, errno(state), path);
-            }
-            return FileStat.read(buf);
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
-        }
+        return stat("stat", path, (a, state, buf) -> (int) STAT.invokeExact(state, a.allocateFrom(path), buf));
     }
 
     /** fstat(2) of an open descriptor: what was opened, whatever its path names now. */
     public static FileStat fstat(int fd) throws NativeException {
+        return stat("fstat", "fd " + fd, (a, state, buf) -> (int) FSTAT.invokeExact(state, fd, buf));
+    }
+
+    /** One of the stat calls, into a struct stat of its own arena (not a per-request path: allocation is fine). */
+    @FunctionalInterface
+    private interface StatCall {
+        int call(Arena a, MemorySegment state, MemorySegment buf) throws Throwable;
+    }
+
+    private static FileStat stat(String function, String what, StatCall call) throws NativeException {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment state = a.allocate(CAPTURE);
             MemorySegment buf = a.allocate(FileStat.LAYOUT);
-            int rc = (int) FSTAT.invokeExact(state, fd, buf);
-            if (rc != 0) {
-                throw NativeException.of("fstat", errno(state), "fd " + fd);
+            if (call.call(a, state, buf) != 0) {
+                throw NativeException.of(function, errno(state), what);
             }
             return FileStat.read(buf);
         } catch (NativeException e) {
