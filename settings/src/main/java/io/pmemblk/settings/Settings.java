@@ -28,6 +28,9 @@ public final class Settings {
 
     public enum DmaEngineKind { NONE, SOFT, VFIO }
 
+    /** Least severe log records written, most severe first (java.util.logging's SEVERE .. FINEST). */
+    public enum LogLevel { ERROR, WARNING, INFO, DEBUG, TRACE }
+
     public static final Key<Path> PMEM_PATH = Key.of("pmem.path", "/var/tmp/pmemblk/pmem0.img",
             "a file path (created if missing), or a device-DAX node /dev/daxX.Y",
             "Backing file of the persistent-memory region.", Settings::path);
@@ -130,6 +133,17 @@ public final class Settings {
             Settings::bool);
     public static final Key<Integer> METRICS_PORT = Key.of("metrics.port", "0", "a TCP port 0..65535 (0 = off)",
             "Serves Prometheus metrics at http://127.0.0.1:PORT/metrics.", t -> intRange(t, 0, 65535));
+    public static final Key<LogLevel> LOG_LEVEL = Key.of("log.level", "info", "error, warning, info, debug or trace",
+            "Least severe log records written to stderr (the journal, under systemd); debug adds one line per"
+                    + " connection's negotiated options.", t -> choice(t, LogLevel.class));
+
+    /**
+     * The keys a running server applies when it reloads its settings (SIGHUP, systemctl reload) without
+     * dropping a connection or a request: each is read through a volatile field where it is used. Every other key
+     * shapes what start-up built (the mapping, the queues, the listeners) and needs a restart.
+     */
+    public static final Set<Key<?>> LIVE = Set.of(NBD_STALL_TIMEOUT, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS,
+            LOG_LEVEL);
 
     /** Every key, in the order the example file documents them. */
     public static final Map<String, Key<?>> KEYS;
@@ -139,7 +153,8 @@ public final class Settings {
         for (Key<?> k : List.of(PMEM_PATH, PMEM_SIZE, PMEM_RESIZE, PMEM_MAPPER, NBD_SOCKET, NBD_PORT, NBD_BIND,
                 NBD_EXPORT, NBD_MAX_CONNECTIONS, NBD_STALL_TIMEOUT, QUEUES, QUEUE_DEPTH, QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
                 DMA_RING_SIZE, DMA_SOFT_FAIL_EVERY, DMA_SOFT_BREAK_AFTER, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS,
-                UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT)) {
+                UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT,
+                LOG_LEVEL)) {
             m.put(k.name(), k);
         }
         KEYS = Collections.unmodifiableMap(m);
@@ -274,6 +289,17 @@ public final class Settings {
         return KEYS.keySet();
     }
 
+    /** The keys whose values differ between this and {@code other}, in {@link #KEYS} order (values, not texts: 256K = 262144). */
+    public List<Key<?>> changed(Settings other) {
+        List<Key<?>> out = new java.util.ArrayList<>();
+        for (Key<?> k : KEYS.values()) {
+            if (!java.util.Objects.equals(values.get(k.name()), other.values.get(k.name()))) {
+                out.add(k);
+            }
+        }
+        return out;
+    }
+
     /** The documented example file: every key, commented, with its default. */
     public static String example() {
         StringBuilder b = new StringBuilder();
@@ -283,6 +309,9 @@ public final class Settings {
         for (Key<?> k : KEYS.values()) {
             b.append("\n# ").append(k.doc()).append("\n");
             b.append("# Allowed: ").append(k.allowed()).append(".\n");
+            if (LIVE.contains(k)) {
+                b.append("# A running server applies a change on reload (SIGHUP, systemctl reload), no restart needed.\n");
+            }
             b.append(k.name()).append('=').append(k.defaultText()).append("\n");
         }
         return b.toString();

@@ -62,6 +62,7 @@ class SettingsTest {
             "pmem.mapper=mmap     | pmem.mapper: 'mmap' is not allowed (from --set); allowed: auto, libpmem or java",
             "pmem.sizee=1G        | unknown setting 'pmem.sizee' (from --set); known keys: pmem.path, pmem.size",
             "novalue              | --set novalue: expected key=value",
+            "log.level=verbose    | log.level: 'verbose' is not allowed (from --set); allowed: error, warning, info, debug or trace",
     })
     void badSettingsAreNamedWithValueAndWhatIsAllowed(String set, String message) {
         assertThatThrownBy(() -> Settings.load(null, List.of(set)))
@@ -98,6 +99,25 @@ class SettingsTest {
                 .isEqualTo(Settings.example());
         // and it loads as it is
         assertThat(Settings.load(example, List.of()).get(Settings.PMEM_SIZE)).isEqualTo(1L << 30);
+    }
+
+    @Test
+    void changedComparesValuesNotTheirSpelling() throws Exception {
+        Settings a = Settings.load(null, List.of("route.dma.min-bytes=256K", "log.level=info"));
+        assertThat(a.changed(Settings.load(null, List.of("route.dma.min-bytes=262144", "log.level=INFO")))).isEmpty();
+        assertThat(a.changed(Settings.load(null, List.of("route.dma.min-bytes=64K", "pmem.size=2G", "log.level=debug"))))
+                .extracting(Key::name).containsExactly("pmem.size", "route.dma.min-bytes", "log.level");
+        assertThat(Settings.defaults().get(Settings.LOG_LEVEL)).isEqualTo(Settings.LogLevel.INFO);
+    }
+
+    @Test
+    void theExampleSaysWhichKeysApplyOnReload() {
+        String reload = "# A running server applies a change on reload";
+        for (Key<?> k : Settings.KEYS.values()) {
+            String doc = Settings.example().split("\n" + java.util.regex.Pattern.quote(k.name()) + "=")[0];
+            String last = doc.substring(doc.lastIndexOf("\n\n"));
+            assertThat(last.contains(reload)).as(k.name()).isEqualTo(Settings.LIVE.contains(k));
+        }
     }
 
     @ParameterizedTest
