@@ -62,7 +62,7 @@ final class ServerProcess implements AutoCloseable {
 
     /**
      * Starts serve with {@code args} as given (e.g. {@code --config FILE}) and {@code env} added to the
-     * environment; waits for {@code listeners} ready lines.
+     * environment; waits for {@code listeners} ready lines (0: returns at once, the caller waits its own way).
      */
     static ServerProcess start(Path dir, java.util.Map<String, String> env, List<String> args, int listeners)
             throws IOException, InterruptedException {
@@ -82,6 +82,9 @@ final class ServerProcess implements AutoCloseable {
             }
             sp.lines.add("<eof>");
         });
+        if (listeners == 0) {
+            return sp;
+        }
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
         while (true) {
             String line = sp.lines.poll(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
