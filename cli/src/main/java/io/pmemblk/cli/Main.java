@@ -18,6 +18,10 @@ public final class Main {
         if (System.getProperty("java.util.logging.SimpleFormatter.format") == null) {
             System.setProperty("java.util.logging.SimpleFormatter.format", "%1$tF %1$tT %4$s %3$s: %5$s%6$s%n");
         }
+        // tune --chart draws off screen: no display is wanted, even where one exists
+        if (System.getProperty("java.awt.headless") == null) {
+            System.setProperty("java.awt.headless", "true");
+        }
         CommandLine cl = new CommandLine(new Main());
         // A bad setting or option value: one line naming it, exit 2 (picocli's own usage errors exit 2 too).
         cl.setExecutionExceptionHandler((e, cmd, parsed) -> {

@@ -6,6 +6,7 @@ import io.pmemblk.settings.SettingsException;
 import io.pmemblk.settings.Sizes;
 import io.pmemblk.tuning.Autotuner;
 import io.pmemblk.tuning.Crossover;
+import io.pmemblk.tuning.CrossoverChart;
 import io.pmemblk.tuning.LoadGenerator;
 import io.pmemblk.tuning.PropertiesEditor;
 import picocli.CommandLine.Command;
@@ -27,7 +28,8 @@ import java.util.concurrent.Callable;
  * (same filesystem, so the same mapping kind and is_pmem), never on the device's own data.
  */
 @Command(name = "tune", mixinStandardHelpOptions = true,
-        description = "Measure the CPU/DMA crossover on this machine and (with --write) set route.dma.min-bytes in the config file.")
+        description = "Measure the CPU/DMA crossover on this machine and (with --write) set route.dma.min-bytes in the config"
+                + " file, which a running server applies on reload (SIGHUP); --chart draws what was measured.")
 final class TuneCommand implements Callable<Integer> {
     @Option(names = "--config", paramLabel = "FILE", description = "Properties file to read (and to update with --write).")
     Path config;
@@ -56,6 +58,11 @@ final class TuneCommand implements Callable<Integer> {
     @Option(names = "--scratch-size", defaultValue = "256M", description = "Scratch file size (default ${DEFAULT-VALUE})")
     String scratchSize;
 
+    @Option(names = "--chart", paramLabel = "FILE.png",
+            description = "Also draw throughput and CPU per GiB against request size, both routes, both queue shapes,"
+                    + " with the crossover marked, as a PNG.")
+    Path chart;
+
     @Override
     public Integer call() throws IOException, InterruptedException, SettingsException {
         Settings s;
@@ -78,6 +85,9 @@ final class TuneCommand implements Callable<Integer> {
             } catch (IllegalArgumentException e) {
                 throw new SettingsException("--scratch-size: '" + scratchSize + "' is not allowed; allowed: a size like 256M");
             }
+            if (chart != null) {
+                checkChartPath(chart);
+            }
             s = Settings.load(config, overrides);
             if (s.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.NONE) {
                 throw new SettingsException("dma.engine: 'none' leaves nothing to tune (every copy goes by CPU);"
@@ -95,7 +105,9 @@ final class TuneCommand implements Callable<Integer> {
         double perPoint = Math.max(0.05, seconds / (Autotuner.Options.DEFAULT_SIZES.length * 8.0 * repeats));
         Autotuner.Options options = new Autotuner.Options(Autotuner.Options.DEFAULT_SIZES, jobs, depth, repeats, perPoint, obj);
         Autotuner.Report report;
+        boolean pmem;
         try (Device device = Device.open(Settings.load(config, scratchSettings))) {
+            pmem = device.region().isPmem();
             System.err.printf(Locale.ROOT, "pmemblk tune: %s engine, scratch %s (is_pmem=%b), %d sizes x 2 routes x (1x1, %dx%d) x read/write x %d repeats, %.2f s each%n",
                     s.text(Settings.DMA_ENGINE), scratchFile, device.region().isPmem(), options.sizes().length, jobs, depth,
                     repeats, perPoint);
@@ -136,7 +148,46 @@ final class TuneCommand implements Callable<Integer> {
                     + ", median of " + repeats + (r.noisy() ? ", noisy" : "") + ")";
             PropertiesEditor.set(config, Settings.ROUTE_DMA_MIN_BYTES.name(), value, how);
             System.out.println("wrote route.dma.min-bytes=" + value + " to " + config);
+            System.out.println(reloadHint(config));
+        }
+        if (chart != null) {
+            String about = String.format(Locale.ROOT, "%s engine, scratch is_pmem=%b, objective %s, median of %d, %s",
+                    s.text(Settings.DMA_ENGINE), pmem, obj.name().toLowerCase(Locale.ROOT), repeats,
+                    Instant.now().truncatedTo(ChronoUnit.SECONDS));
+            CrossoverChart.write(report, about, chart);
+            System.out.println("chart: " + chart);
         }
         return 0;
+    }
+
+    /**
+     * route.dma.min-bytes is applied by a running server on reload: say how, for the unit that reads this file
+     * (pmemblk@NAME reads /etc/pmemblk/NAME.properties) or for any server started with --config FILE.
+     */
+    static String reloadHint(Path config) {
+        Path abs = config.toAbsolutePath().normalize();
+        String file = abs.getFileName().toString();
+        if (abs.getParent() != null && abs.getParent().equals(Path.of("/etc/pmemblk")) && file.endsWith(".properties")) {
+            String name = file.substring(0, file.length() - ".properties".length());
+            return "No restart needed: a running pmemblk@" + name + " applies it on reload: systemctl reload pmemblk@"
+                    + name;
+        }
+        return "No restart needed: a running 'pmemblk serve --config " + config + "' applies it on reload: kill -HUP"
+                + " <its pid> (or systemctl reload, for a unit)";
+    }
+
+    /** Before the minutes of measuring: a chart that could not be written is said now. */
+    private static void checkChartPath(Path chart) throws SettingsException {
+        Path dir = chart.toAbsolutePath().getParent();
+        if (!chart.getFileName().toString().toLowerCase(Locale.ROOT).endsWith(".png")) {
+            throw new SettingsException("--chart " + chart + ": not allowed; allowed: a file name ending in .png");
+        }
+        if (Files.isDirectory(chart)) {
+            throw new SettingsException("--chart " + chart + ": is a directory; allowed: a file name ending in .png");
+        }
+        if (dir == null || !Files.isDirectory(dir) || !Files.isWritable(dir)) {
+            throw new SettingsException("--chart " + chart + ": directory " + dir
+                    + " does not exist or is not writable; allowed: a .png file in a writable directory");
+        }
     }
 }

@@ -1,0 +1,55 @@
+package io.pmemblk.cli;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import javax.imageio.ImageIO;
+import java.awt.image.BufferedImage;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/** The real {@code pmemblk tune} (a short sweep on the soft engine): --write says a reload applies it, --chart draws it. */
+class TuneChartIT {
+    @TempDir
+    Path dir;
+
+    @Test
+    void writeThenReloadHintAndAChartOfTheSweep() throws Exception {
+        Path config = dir.resolve("t.properties");
+        Files.writeString(config, "pmem.path=" + dir.resolve("p.img") + "\ndma.engine=soft\n");
+        Path png = dir.resolve("tune.png");
+        ServerProcess.Run r = ServerProcess.run(ServerProcess.command("tune", List.of("--config", config.toString(),
+                "--write", "--chart", png.toString(), "--seconds", "2", "--repeats", "1", "--scratch-size", "64M")), 300);
+        assertThat(r.exit()).as(r.out()).isZero();
+        assertThat(r.out()).contains("wrote route.dma.min-bytes=")
+                .contains("No restart needed: a running 'pmemblk serve --config " + config + "' applies it on reload: kill -HUP")
+                .contains("chart: " + png);
+        BufferedImage image = ImageIO.read(png.toFile());
+        assertThat(image.getWidth()).isEqualTo(1600);
+        assertThat(image.getHeight()).isEqualTo(1000);
+        assertThat(Files.readString(config)).containsPattern("(?m)^route\\.dma\\.min-bytes=");
+    }
+
+    @Test
+    void aChartThatCouldNotBeWrittenIsRefusedBeforeMeasuring() throws Exception {
+        for (String bad : new String[]{dir.resolve("no/such/dir/t.png").toString(), dir.resolve("t.jpg").toString(),
+                dir.toString() + "/"}) {
+            ServerProcess.Run r = ServerProcess.run(ServerProcess.command("tune", List.of("--set", "dma.engine=soft",
+                    "--set", "pmem.path=" + dir.resolve("p.img"), "--chart", bad)), 60);
+            assertThat(r.exit()).as(r.out()).isEqualTo(2);
+            assertThat(r.out()).startsWith("pmemblk: --chart ").contains("allowed: a").doesNotContain("Exception");
+        }
+        try (var files = Files.list(dir)) {
+            assertThat(files).as("nothing was measured, no scratch file made").isEmpty();
+        }
+    }
+
+    @Test
+    void theReloadHintNamesTheUnitForAFileInEtcPmemblk() {
+        assertThat(TuneCommand.reloadHint(Path.of("/etc/pmemblk/fast.properties")))
+                .isEqualTo("No restart needed: a running pmemblk@fast applies it on reload: systemctl reload pmemblk@fast");
+    }
+}
