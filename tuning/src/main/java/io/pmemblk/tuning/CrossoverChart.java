@@ -141,8 +141,10 @@ public final class CrossoverChart {
                     m.setLabelFont(new Font(Font.SANS_SERIF, Font.BOLD, 14));
                     m.setLabelPaint(CROSSOVER);
                     m.setLabelBackgroundColor(Color.WHITE);
-                    m.setLabelAnchor(RectangleAnchor.TOP_RIGHT);
-                    m.setLabelTextAnchor(TextAnchor.TOP_LEFT);
+                    // the label on the side of the line with room for it: right of it in the left half of the axis
+                    boolean leftHalf = r.threshold() < Math.sqrt((double) min * max);
+                    m.setLabelAnchor(leftHalf ? RectangleAnchor.TOP_RIGHT : RectangleAnchor.TOP_LEFT);
+                    m.setLabelTextAnchor(leftHalf ? TextAnchor.TOP_LEFT : TextAnchor.TOP_RIGHT);
                 }
                 p.addDomainMarker(m);
             }
