@@ -9,6 +9,7 @@ import org.junit.jupiter.params.provider.CsvSource;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
+import java.util.Map;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
@@ -118,6 +119,23 @@ class SettingsTest {
             String last = doc.substring(doc.lastIndexOf("\n\n"));
             assertThat(last.contains(reload)).as(k.name()).isEqualTo(Settings.LIVE.contains(k));
         }
+    }
+
+    @Test
+    void anInstallableExampleSetsItsKeysAndLeavesTheOthersAtTheirDefaults() throws Exception {
+        String text = Settings.example(Map.of("pmem.path", "/var/lib/pmemblk/pmemblk.img", "metrics.port", "9710"));
+        Path f = dir.resolve("installed.properties");
+        Files.writeString(f, text);
+        Settings s = Settings.load(f, List.of());
+        assertThat(s.get(Settings.PMEM_PATH)).isEqualTo(Path.of("/var/lib/pmemblk/pmemblk.img"));
+        assertThat(s.get(Settings.METRICS_PORT)).isEqualTo(9710);
+        assertThat(s.source(Settings.PMEM_SIZE)).as("a key left alone keeps the built-in default").isEqualTo("default");
+        for (Key<?> k : Settings.KEYS.values()) {
+            assertThat(text).as(k.name()).containsPattern("(?m)^#?" + java.util.regex.Pattern.quote(k.name()) + "=");
+        }
+        assertThat(text).contains("# Built-in default: 0\nmetrics.port=9710\n");
+        assertThatThrownBy(() -> Settings.example(Map.of("metrics.port", "99999")))
+                .hasMessageStartingWith("metrics.port: '99999' is not allowed");
     }
 
     @ParameterizedTest
