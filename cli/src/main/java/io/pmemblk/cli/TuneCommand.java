@@ -177,7 +177,7 @@ final class TuneCommand implements Callable<Integer> {
     }
 
     /** Before the minutes of measuring: a chart that could not be written is said now. */
-    private static void checkChartPath(Path chart) throws SettingsException {
+    static void checkChartPath(Path chart) throws SettingsException {
         Path dir = chart.toAbsolutePath().getParent();
         if (!chart.getFileName().toString().toLowerCase(Locale.ROOT).endsWith(".png")) {
             throw new SettingsException("--chart " + chart + ": not allowed; allowed: a file name ending in .png");

@@ -30,8 +30,7 @@ class LiveReloadIT {
     Path dir;
 
     private static double metric(int port, String series) throws Exception {
-        String m = ServerProcess.run(List.of("curl", "-sS", "--max-time", "10", "http://127.0.0.1:" + port + "/metrics"), 20).out();
-        return DmaServeIT.value(m, series);
+        return DmaServeIT.value(DmaServeIT.metrics(port), series);
     }
 
     private static final String CPU_W = "pmemblk_copy_bytes_total{dir=\"write\",route=\"cpu\"}";

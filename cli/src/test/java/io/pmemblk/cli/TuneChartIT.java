@@ -10,6 +10,7 @@ import java.nio.file.Path;
 import java.util.List;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /** The real {@code pmemblk tune} (a short sweep on the soft engine): --write says a reload applies it, --chart draws it. */
 class TuneChartIT {
@@ -33,17 +34,21 @@ class TuneChartIT {
         assertThat(Files.readString(config)).containsPattern("(?m)^route\\.dma\\.min-bytes=");
     }
 
+    /** One through the real command (exit 2, before any measuring); the other cases on the check itself. */
     @Test
     void aChartThatCouldNotBeWrittenIsRefusedBeforeMeasuring() throws Exception {
-        for (String bad : new String[]{dir.resolve("no/such/dir/t.png").toString(), dir.resolve("t.jpg").toString(),
-                dir.toString() + "/"}) {
-            ServerProcess.Run r = ServerProcess.run(ServerProcess.command("tune", List.of("--set", "dma.engine=soft",
-                    "--set", "pmem.path=" + dir.resolve("p.img"), "--chart", bad)), 60);
-            assertThat(r.exit()).as(r.out()).isEqualTo(2);
-            assertThat(r.out()).startsWith("pmemblk: --chart ").contains("allowed: a").doesNotContain("Exception");
-        }
+        ServerProcess.Run r = ServerProcess.run(ServerProcess.command("tune", List.of("--set", "dma.engine=soft",
+                "--set", "pmem.path=" + dir.resolve("p.img"), "--chart", dir.resolve("no/such/dir/t.png").toString())), 60);
+        assertThat(r.exit()).as(r.out()).isEqualTo(2);
+        assertThat(r.out().trim()).isEqualTo("pmemblk: --chart " + dir.resolve("no/such/dir/t.png") + ": directory "
+                + dir.resolve("no/such/dir") + " does not exist or is not writable; allowed: a .png file in a writable directory");
         try (var files = Files.list(dir)) {
             assertThat(files).as("nothing was measured, no scratch file made").isEmpty();
+        }
+        for (Path bad : new Path[]{dir.resolve("t.jpg"), dir}) {
+            assertThatThrownBy(() -> TuneCommand.checkChartPath(bad)).as("%s", bad)
+                    .isInstanceOf(io.pmemblk.settings.SettingsException.class)
+                    .hasMessageStartingWith("--chart " + bad + ": ").hasMessageContaining("allowed: a");
         }
     }
 
