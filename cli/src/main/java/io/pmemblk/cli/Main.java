@@ -7,6 +7,14 @@ import picocli.CommandLine.Command;
 /** The {@code pmemblk} command. */
 @Command(name = "pmemblk", mixinStandardHelpOptions = true, versionProvider = Main.Version.class,
         description = "A userspace persistent-memory block device, served over NBD.",
+        footerHeading = "%nFiles and signals:%n",
+        footer = {
+                "  /etc/pmemblk/NAME.properties  the settings of systemd's pmemblk@NAME",
+                "  SIGTERM, SIGINT   serve stops: requests answered, data persisted, exit 0",
+                "  SIGHUP            serve re-reads --config (systemctl reload does this) and",
+                "                    applies route.dma.min-bytes, route.dma.min-segments,",
+                "                    nbd.stall-timeout and log.level without a restart",
+                "Exit status: 0 done, 1 failed, 2 a bad setting or bad usage."},
         subcommands = {ServeCommand.class, InfoCommand.class, BenchCommand.class, TuneCommand.class, VersionCommand.class, ConfigExampleCommand.class, DmaCommand.class,
                 CommandLine.HelpCommand.class})
 public final class Main {
