@@ -108,7 +108,9 @@ final class ReplyRing implements Request.Completion {
     /** {@code n} requests were released (by the sender after replying, or by the reader on teardown). */
     synchronized void released(int n) {
         inflight -= n;
-        if (inflight == 0 && senderWaiting) {
+        // Only a closing connection's sender waits for inflight to reach 0; waking it on every idle moment of
+        // an open one cost a futex wake and a context switch per request at low queue depth.
+        if (inflight == 0 && readerDone && senderWaiting) {
             notify();
         }
     }
