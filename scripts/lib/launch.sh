@@ -9,6 +9,7 @@ PMEMBLK_NATIVE_MODULES="io.pmemblk.posix,io.pmemblk.pmem"
 # PMEMBLK_JAVA_ARGS for the jar $1 (default $PMEMBLK_JAR) and the folder of modules $2 (default $PMEMBLK_MODULES).
 pmemblk_java_args() {
   local jar=${1:-$PMEMBLK_JAR} modules=${2:-$PMEMBLK_MODULES}
+  # shellcheck disable=SC2034  # for the script that sourced this file
   PMEMBLK_JAVA_ARGS=(--enable-native-access="$PMEMBLK_NATIVE_MODULES" --illegal-native-access=deny
     --module-path "$jar:$modules" --module io.pmemblk.cli/io.pmemblk.cli.Main)
 }
@@ -39,6 +40,7 @@ find_jdk() {
   for c in "${candidates[@]}"; do
     if [ -x "$c/bin/java" ] && { [ "$mode" = runtime ] || [ -x "$c/bin/javac" ]; } && [ "$(jdk_feature "$c")" -ge 25 ]; then
       export JAVA_HOME=$c
+      # shellcheck disable=SC2034  # for the script that sourced this file
       JAVA="$c/bin/java"
       return 0
     fi
