@@ -58,6 +58,10 @@ final class TuneCommand implements Callable<Integer> {
     @Option(names = "--scratch-size", defaultValue = "256M", description = "Scratch file size (default ${DEFAULT-VALUE})")
     String scratchSize;
 
+    @Option(names = "--sizes", paramLabel = "SIZE,...", split = ",",
+            description = "Request sizes to sweep (default 4K,16K,64K,256K,1M,2M); two or more, 4K..32M.")
+    List<String> sizeTexts;
+
     @Option(names = "--chart", paramLabel = "FILE.png",
             description = "Also draw throughput and CPU per GiB against request size, both routes, both queue shapes,"
                     + " with the crossover marked, as a PNG.")
@@ -68,6 +72,7 @@ final class TuneCommand implements Callable<Integer> {
         Settings s;
         Crossover.Objective obj;
         long scratch;
+        long[] sizes;
         {
             if (write && config == null) {
                 throw new SettingsException("--write needs --config FILE: the file to put route.dma.min-bytes in");
@@ -88,6 +93,7 @@ final class TuneCommand implements Callable<Integer> {
             if (chart != null) {
                 checkChartPath(chart);
             }
+            sizes = sizes(sizeTexts);
             s = Settings.load(config, overrides);
             if (s.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.NONE) {
                 throw new SettingsException("dma.engine: 'none' leaves nothing to tune (every copy goes by CPU);"
@@ -102,8 +108,8 @@ final class TuneCommand implements Callable<Integer> {
         scratchSettings.add("pmem.path=" + scratchFile);
         scratchSettings.add("pmem.size=" + scratch);
         scratchSettings.add("queue.depth=" + Math.max(depth, 1));
-        double perPoint = Math.max(0.05, seconds / (Autotuner.Options.DEFAULT_SIZES.length * 8.0 * repeats));
-        Autotuner.Options options = new Autotuner.Options(Autotuner.Options.DEFAULT_SIZES, jobs, depth, repeats, perPoint, obj);
+        double perPoint = Math.max(0.05, seconds / (sizes.length * 8.0 * repeats));
+        Autotuner.Options options = new Autotuner.Options(sizes, jobs, depth, repeats, perPoint, obj);
         Autotuner.Report report;
         boolean pmem;
         try (Device device = Device.open(Settings.load(config, scratchSettings))) {
@@ -144,7 +150,8 @@ final class TuneCommand implements Callable<Integer> {
         System.out.println("route.dma.min-bytes=" + value);
         if (write) {
             String how = Instant.now().truncatedTo(ChronoUnit.SECONDS) + " (objective " + obj.name().toLowerCase(Locale.ROOT)
-                    + ", " + s.text(Settings.DMA_ENGINE) + " engine, sizes 4K..2M, 1x1 and " + jobs + "x" + depth
+                    + ", " + s.text(Settings.DMA_ENGINE) + " engine, sizes " + Sizes.format(sizes[0]) + ".."
+                    + Sizes.format(sizes[sizes.length - 1]) + ", 1x1 and " + jobs + "x" + depth
                     + ", median of " + repeats + (r.noisy() ? ", noisy" : "") + ")";
             PropertiesEditor.set(config, Settings.ROUTE_DMA_MIN_BYTES.name(), value, how);
             System.out.println("wrote route.dma.min-bytes=" + value + " to " + config);
@@ -174,6 +181,32 @@ final class TuneCommand implements Callable<Integer> {
         }
         return "No restart needed: a running 'pmemblk serve --config " + config + "' applies it on reload: kill -HUP"
                 + " <its pid> (or systemctl reload, for a unit)";
+    }
+
+    /** --sizes, sorted; the default sweep without it. */
+    static long[] sizes(List<String> texts) throws SettingsException {
+        if (texts == null) {
+            return Autotuner.Options.DEFAULT_SIZES;
+        }
+        java.util.TreeSet<Long> out = new java.util.TreeSet<>();
+        for (String t : texts) {
+            long v;
+            try {
+                v = Sizes.parse(t.trim());
+            } catch (IllegalArgumentException e) {
+                v = -1;
+            }
+            if (v < 4096 || v > Settings.MAX_REQUEST_BYTES || v % 4096 != 0) {
+                throw new SettingsException("--sizes: '" + t + "' is not allowed; allowed: sizes from 4K to 32M,"
+                        + " multiples of 4K, separated by commas (e.g. 64K,1M)");
+            }
+            out.add(v);
+        }
+        if (out.size() < 2) {
+            throw new SettingsException("--sizes: " + String.join(",", texts) + " is one size; allowed: two or more,"
+                    + " to find where DMA starts to win between them");
+        }
+        return out.stream().mapToLong(Long::longValue).toArray();
     }
 
     /** Before the minutes of measuring: a chart that could not be written is said now. */

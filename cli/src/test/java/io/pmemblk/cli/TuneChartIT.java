@@ -23,7 +23,8 @@ class TuneChartIT {
         Files.writeString(config, "pmem.path=" + dir.resolve("p.img") + "\ndma.engine=soft\n");
         Path png = dir.resolve("tune.png");
         ServerProcess.Run r = ServerProcess.run(ServerProcess.command("tune", List.of("--config", config.toString(),
-                "--write", "--chart", png.toString(), "--seconds", "2", "--repeats", "1", "--scratch-size", "64M")), 300);
+                "--write", "--chart", png.toString(), "--seconds", "1", "--repeats", "1", "--scratch-size", "64M",
+                "--sizes", "64K,1M")), 300);
         assertThat(r.exit()).as(r.out()).isZero();
         assertThat(r.out()).contains("wrote route.dma.min-bytes=")
                 .contains("No restart needed: a running 'pmemblk serve --config " + config + "' applies it on reload: kill -HUP")
@@ -49,6 +50,17 @@ class TuneChartIT {
             assertThatThrownBy(() -> TuneCommand.checkChartPath(bad)).as("%s", bad)
                     .isInstanceOf(io.pmemblk.settings.SettingsException.class)
                     .hasMessageStartingWith("--chart " + bad + ": ").hasMessageContaining("allowed: a");
+        }
+    }
+
+    @Test
+    void sizesAreCheckedAndSorted() throws Exception {
+        assertThat(TuneCommand.sizes(List.of("1M", "64K"))).containsExactly(64 << 10, 1 << 20);
+        assertThat(TuneCommand.sizes(null)).containsExactly(io.pmemblk.tuning.Autotuner.Options.DEFAULT_SIZES);
+        for (List<String> bad : List.of(List.of("64K"), List.of("64K", "3K"), List.of("64K", "64M"), List.of("64K", "x"))) {
+            assertThatThrownBy(() -> TuneCommand.sizes(bad)).as("%s", bad)
+                    .isInstanceOf(io.pmemblk.settings.SettingsException.class).hasMessageStartingWith("--sizes: ")
+                    .hasMessageContaining("allowed: ");
         }
     }
 
