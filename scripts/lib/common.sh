@@ -4,53 +4,9 @@
 PMEMBLK_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 PMEMBLK_JAR="$PMEMBLK_ROOT/cli/target/pmemblk.jar"
 PMEMBLK_MODULES="$PMEMBLK_ROOT/cli/target/modules"
-# How the launcher runs pmemblk: every module on the module path, native access granted by name to the two
-# modules that bind native libraries (libc, libpmem) and refused to every other caller.
-PMEMBLK_NATIVE_MODULES="io.pmemblk.posix,io.pmemblk.pmem"
-pmemblk_java_args() {
-  PMEMBLK_JAVA_ARGS=(--enable-native-access="$PMEMBLK_NATIVE_MODULES" --illegal-native-access=deny
-    --module-path "$PMEMBLK_JAR:$PMEMBLK_MODULES" --module io.pmemblk.cli/io.pmemblk.cli.Main)
-}
-
-# The feature release of a JDK home ("25"), from its release file or by asking its java.
-jdk_feature() {
-  local home=$1 v=""
-  if [ -f "$home/release" ]; then
-    v=$(sed -n 's/^JAVA_VERSION="\([0-9]*\).*/\1/p' "$home/release")
-  fi
-  if [ -z "$v" ] && [ -x "$home/bin/java" ]; then
-    v=$("$home/bin/java" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
-  fi
-  echo "${v:-0}"
-}
-
-# Sets JAVA_HOME and JAVA to a JDK >= 25: $JAVA_HOME if it qualifies, then Temurin 25, then any JDK
-# under /usr/lib/jvm, then java on PATH. Stops with instructions otherwise.
-find_jdk() {
-  local c candidates=()
-  [ -n "${JAVA_HOME:-}" ] && candidates+=("$JAVA_HOME")
-  candidates+=(/usr/lib/jvm/temurin-25-jdk-amd64)
-  for c in /usr/lib/jvm/*; do candidates+=("$c"); done
-  if command -v java >/dev/null 2>&1; then
-    candidates+=("$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")")
-  fi
-  for c in "${candidates[@]}"; do
-    if [ -x "$c/bin/java" ] && [ -x "$c/bin/javac" ] && [ "$(jdk_feature "$c")" -ge 25 ]; then
-      export JAVA_HOME=$c
-      JAVA="$c/bin/java"
-      return 0
-    fi
-  done
-  cat >&2 <<'MSG'
-pmemblk: no JDK 25 or newer found (the FFM API it uses is final since Java 22; the build targets 25).
-  Checked $JAVA_HOME, /usr/lib/jvm/* and java on PATH.
-  Install one, e.g. Temurin 25 (https://adoptium.net/), or on Debian/Ubuntu with the Adoptium apt repository:
-    apt-get install temurin-25-jdk
-  then run again (or point JAVA_HOME at it).
-MSG
-  exit 1
-}
-
+# find_jdk, jdk_feature, PMEMBLK_NATIVE_MODULES, pmemblk_java_args: shared with the installed /usr/bin/pmemblk.
+# shellcheck source=scripts/lib/launch.sh
+. "$PMEMBLK_ROOT/scripts/lib/launch.sh"
 # Installs the Debian packages named when any is missing (needs root, or sudo without a password).
 ensure_packages() {
   local missing=() p

@@ -7,6 +7,14 @@ import picocli.CommandLine.Command;
 /** The {@code pmemblk} command. */
 @Command(name = "pmemblk", mixinStandardHelpOptions = true, versionProvider = Main.Version.class,
         description = "A userspace persistent-memory block device, served over NBD.",
+        footerHeading = "%nFiles and signals:%n",
+        footer = {
+                "  /etc/pmemblk/NAME.properties  the settings of systemd's pmemblk@NAME",
+                "  SIGTERM, SIGINT   serve stops: requests answered, data persisted, exit 0",
+                "  SIGHUP            serve re-reads --config (systemctl reload does this) and",
+                "                    applies route.dma.min-bytes, route.dma.min-segments,",
+                "                    nbd.stall-timeout and log.level without a restart",
+                "Exit status: 0 done, 1 failed, 2 a bad setting or bad usage."},
         subcommands = {ServeCommand.class, InfoCommand.class, BenchCommand.class, TuneCommand.class, VersionCommand.class, ConfigExampleCommand.class, DmaCommand.class,
                 CommandLine.HelpCommand.class})
 public final class Main {
@@ -17,6 +25,10 @@ public final class Main {
         // One line per log record on stderr (the JDK's default takes two), before any logger exists.
         if (System.getProperty("java.util.logging.SimpleFormatter.format") == null) {
             System.setProperty("java.util.logging.SimpleFormatter.format", "%1$tF %1$tT %4$s %3$s: %5$s%6$s%n");
+        }
+        // tune --chart draws off screen: no display is wanted, even where one exists
+        if (System.getProperty("java.awt.headless") == null) {
+            System.setProperty("java.awt.headless", "true");
         }
         CommandLine cl = new CommandLine(new Main());
         // A bad setting or option value: one line naming it, exit 2 (picocli's own usage errors exit 2 too).

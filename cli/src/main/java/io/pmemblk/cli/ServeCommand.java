@@ -17,18 +17,23 @@ import picocli.CommandLine.Mixin;
 import sun.misc.Signal;
 
 import java.io.IOException;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.Callable;
-import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.LinkedBlockingQueue;
 
 /**
  * {@code pmemblk serve}: opens the device and serves it over NBD until SIGTERM or SIGINT, then stops
  * gracefully: no new connections, in-flight requests finish and are answered, everything is persisted,
- * the mapping is released, and the process exits 0.
+ * the mapping is released, and the process exits 0. SIGHUP re-reads the settings and applies the keys that can
+ * change live ({@link LiveSettings}). Under systemd ({@code Type=notify}) it reports READY=1 once every listener
+ * is up, RELOADING=1 and READY=1 around a reload, STOPPING=1, and a STATUS line with the exports.
  */
 @Command(name = "serve", mixinStandardHelpOptions = true,
         description = "Serve the persistent-memory device over NBD (unix socket and TCP) and, with ublk.enabled=true, as"
-                + " /dev/ublkbN. Stops cleanly on SIGTERM/SIGINT.")
+                + " /dev/ublkbN. Stops cleanly on SIGTERM/SIGINT; SIGHUP re-reads --config and applies the keys that"
+                + " can change live (route.dma.min-bytes, route.dma.min-segments, nbd.stall-timeout, log.level).")
 final class ServeCommand implements Callable<Integer> {
     private static final System.Logger LOG = System.getLogger("pmemblk");
     /**
@@ -42,11 +47,15 @@ final class ServeCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
+        // Handled from the start, so a signal that comes during start-up waits for it: handling them ourselves
+        // (rather than through shutdown hooks) lets a graceful stop exit 0, and without a handler the JVM's
+        // default for SIGHUP is to exit. One thread (this one) acts on them, in the order they came.
+        BlockingQueue<String> signals = new LinkedBlockingQueue<>();
+        for (String name : new String[]{"TERM", "INT", "HUP"}) {
+            Signal.handle(new Signal(name), sig -> signals.add(sig.getName()));
+        }
         Settings s = options.load();
-        CountDownLatch stop = new CountDownLatch(1);
-        // Handling the signals ourselves (rather than through shutdown hooks) lets a graceful stop exit 0.
-        Signal.handle(new Signal("TERM"), sig -> stop.countDown());
-        Signal.handle(new Signal("INT"), sig -> stop.countDown());
+        LiveSettings.applyLogLevel(s.get(Settings.LOG_LEVEL));
 
         boolean ublkEnabled = s.get(Settings.UBLK_ENABLED);
         if (ublkEnabled) {
@@ -88,6 +97,8 @@ final class ServeCommand implements Callable<Integer> {
         Metrics metrics = null;
         NbdServer server = null;
         UblkDevice ublk = null;
+        SystemdNotify systemd = SystemdNotify.fromEnvironment();
+        List<String> exports = new ArrayList<>();
         try {
             int metricsPort = s.get(Settings.METRICS_PORT);
             if (metricsPort != 0) {
@@ -115,14 +126,19 @@ final class ServeCommand implements Callable<Integer> {
                 System.out.println("metrics: http://127.0.0.1:" + metrics.port() + "/metrics");
             }
             for (java.net.URI uri : uris) {
-                System.out.println("ready: " + uri);
+                exports.add(uri.toString());
             }
             if (ublk != null) {
-                System.out.println("ready: " + ublk.blockDevice());
+                exports.add(ublk.blockDevice().toString());
+            }
+            for (String export : exports) {
+                System.out.println("ready: " + export);
             }
             System.out.flush();
         } catch (IOException | RuntimeException e) {
             System.err.println("pmemblk: cannot start: " + e.getMessage());
+            systemd.status("cannot start: " + e.getMessage());
+            systemd.close();
             // ublk's own failures undo themselves; a device that started is stopped here
             closeUblk(ublk);
             if (server != null) {
@@ -135,7 +151,17 @@ final class ServeCommand implements Callable<Integer> {
             return 1;
         }
 
-        stop.await();
+        LiveSettings live = new LiveSettings(options.config, options.overrides, s, device.driver(), server);
+        systemd.ready(status(exports, live.applied()));
+        while (signals.take().equals("HUP")) {
+            systemd.reloading("reloading " + (options.config == null ? "(no --config file)" : options.config));
+            LiveSettings.Outcome outcome = live.reload();
+            System.err.println("pmemblk: " + (options.config == null && outcome.error() == null
+                    ? "reload: no --config file to re-read; nothing changed" : outcome.summary()));
+            systemd.ready((outcome.error() != null ? "last reload failed (" + outcome.error() + "); " : "")
+                    + status(exports, live.applied()));
+        }
+        systemd.stopping("stopping: finishing in-flight requests");
         System.err.println("pmemblk: stopping: finishing in-flight requests");
         // ublk first: STOP_DEV drains the disk through its queues, which need the block layer still open.
         closeUblk(ublk);
@@ -146,6 +172,7 @@ final class ServeCommand implements Callable<Integer> {
         }
         System.err.println("pmemblk: stopped" + (idle ? "" : " (some requests were still in flight at the deadline)")
                 + "; data persisted");
+        systemd.close();
         return 0;
     }
 
@@ -171,6 +198,14 @@ final class ServeCommand implements Callable<Integer> {
                     + "read and overwrite all of it, and anyone on the path can see and change the data;"
                     + " set nbd.tls=require with nbd.tls.verify-clients, or bind to 127.0.0.1");
         }
+    }
+
+    /** systemd's STATUS line: what is served where, and the settings a reload may have changed. */
+    static String status(List<String> exports, Settings s) {
+        return "serving " + String.join(" ", exports) + "; dma.engine=" + s.text(Settings.DMA_ENGINE)
+                + " route.dma.min-bytes=" + s.text(Settings.ROUTE_DMA_MIN_BYTES)
+                + " route.dma.min-segments=" + s.text(Settings.ROUTE_DMA_MIN_SEGMENTS)
+                + " nbd.stall-timeout=" + s.text(Settings.NBD_STALL_TIMEOUT) + "s log.level=" + s.text(Settings.LOG_LEVEL);
     }
 
     private static void closeUblk(UblkDevice ublk) {

@@ -6,6 +6,7 @@ import io.pmemblk.settings.SettingsException;
 import io.pmemblk.settings.Sizes;
 import io.pmemblk.tuning.Autotuner;
 import io.pmemblk.tuning.Crossover;
+import io.pmemblk.tuning.CrossoverChart;
 import io.pmemblk.tuning.LoadGenerator;
 import io.pmemblk.tuning.PropertiesEditor;
 import picocli.CommandLine.Command;
@@ -27,7 +28,8 @@ import java.util.concurrent.Callable;
  * (same filesystem, so the same mapping kind and is_pmem), never on the device's own data.
  */
 @Command(name = "tune", mixinStandardHelpOptions = true,
-        description = "Measure the CPU/DMA crossover on this machine and (with --write) set route.dma.min-bytes in the config file.")
+        description = "Measure the CPU/DMA crossover on this machine and (with --write) set route.dma.min-bytes in the config"
+                + " file, which a running server applies on reload (SIGHUP); --chart draws what was measured.")
 final class TuneCommand implements Callable<Integer> {
     @Option(names = "--config", paramLabel = "FILE", description = "Properties file to read (and to update with --write).")
     Path config;
@@ -56,11 +58,21 @@ final class TuneCommand implements Callable<Integer> {
     @Option(names = "--scratch-size", defaultValue = "256M", description = "Scratch file size (default ${DEFAULT-VALUE})")
     String scratchSize;
 
+    @Option(names = "--sizes", paramLabel = "SIZE,...", split = ",",
+            description = "Request sizes to sweep (default 4K,16K,64K,256K,1M,2M); two or more, 4K..32M.")
+    List<String> sizeTexts;
+
+    @Option(names = "--chart", paramLabel = "FILE.png",
+            description = "Also draw throughput and CPU per GiB against request size, both routes, both queue shapes,"
+                    + " with the crossover marked, as a PNG.")
+    Path chart;
+
     @Override
     public Integer call() throws IOException, InterruptedException, SettingsException {
         Settings s;
         Crossover.Objective obj;
         long scratch;
+        long[] sizes;
         {
             if (write && config == null) {
                 throw new SettingsException("--write needs --config FILE: the file to put route.dma.min-bytes in");
@@ -78,6 +90,10 @@ final class TuneCommand implements Callable<Integer> {
             } catch (IllegalArgumentException e) {
                 throw new SettingsException("--scratch-size: '" + scratchSize + "' is not allowed; allowed: a size like 256M");
             }
+            if (chart != null) {
+                checkChartPath(chart);
+            }
+            sizes = sizes(sizeTexts);
             s = Settings.load(config, overrides);
             if (s.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.NONE) {
                 throw new SettingsException("dma.engine: 'none' leaves nothing to tune (every copy goes by CPU);"
@@ -92,10 +108,12 @@ final class TuneCommand implements Callable<Integer> {
         scratchSettings.add("pmem.path=" + scratchFile);
         scratchSettings.add("pmem.size=" + scratch);
         scratchSettings.add("queue.depth=" + Math.max(depth, 1));
-        double perPoint = Math.max(0.05, seconds / (Autotuner.Options.DEFAULT_SIZES.length * 8.0 * repeats));
-        Autotuner.Options options = new Autotuner.Options(Autotuner.Options.DEFAULT_SIZES, jobs, depth, repeats, perPoint, obj);
+        double perPoint = Math.max(0.05, seconds / (sizes.length * 8.0 * repeats));
+        Autotuner.Options options = new Autotuner.Options(sizes, jobs, depth, repeats, perPoint, obj);
         Autotuner.Report report;
+        boolean pmem;
         try (Device device = Device.open(Settings.load(config, scratchSettings))) {
+            pmem = device.region().isPmem();
             System.err.printf(Locale.ROOT, "pmemblk tune: %s engine, scratch %s (is_pmem=%b), %d sizes x 2 routes x (1x1, %dx%d) x read/write x %d repeats, %.2f s each%n",
                     s.text(Settings.DMA_ENGINE), scratchFile, device.region().isPmem(), options.sizes().length, jobs, depth,
                     repeats, perPoint);
@@ -132,11 +150,77 @@ final class TuneCommand implements Callable<Integer> {
         System.out.println("route.dma.min-bytes=" + value);
         if (write) {
             String how = Instant.now().truncatedTo(ChronoUnit.SECONDS) + " (objective " + obj.name().toLowerCase(Locale.ROOT)
-                    + ", " + s.text(Settings.DMA_ENGINE) + " engine, sizes 4K..2M, 1x1 and " + jobs + "x" + depth
+                    + ", " + s.text(Settings.DMA_ENGINE) + " engine, sizes " + Sizes.format(sizes[0]) + ".."
+                    + Sizes.format(sizes[sizes.length - 1]) + ", 1x1 and " + jobs + "x" + depth
                     + ", median of " + repeats + (r.noisy() ? ", noisy" : "") + ")";
             PropertiesEditor.set(config, Settings.ROUTE_DMA_MIN_BYTES.name(), value, how);
             System.out.println("wrote route.dma.min-bytes=" + value + " to " + config);
+            System.out.println(reloadHint(config));
+        }
+        if (chart != null) {
+            String about = String.format(Locale.ROOT, "%s engine, scratch is_pmem=%b, objective %s, median of %d, %s",
+                    s.text(Settings.DMA_ENGINE), pmem, obj.name().toLowerCase(Locale.ROOT), repeats,
+                    Instant.now().truncatedTo(ChronoUnit.SECONDS));
+            CrossoverChart.write(report, about, chart);
+            System.out.println("chart: " + chart);
         }
         return 0;
+    }
+
+    /**
+     * route.dma.min-bytes is applied by a running server on reload: say how, for the unit that reads this file
+     * (pmemblk@NAME reads /etc/pmemblk/NAME.properties) or for any server started with --config FILE.
+     */
+    static String reloadHint(Path config) {
+        Path abs = config.toAbsolutePath().normalize();
+        String file = abs.getFileName().toString();
+        if (abs.getParent() != null && abs.getParent().equals(Path.of("/etc/pmemblk")) && file.endsWith(".properties")) {
+            String name = file.substring(0, file.length() - ".properties".length());
+            return "No restart needed: a running pmemblk@" + name + " applies it on reload: systemctl reload pmemblk@"
+                    + name;
+        }
+        return "No restart needed: a running 'pmemblk serve --config " + config + "' applies it on reload: kill -HUP"
+                + " <its pid> (or systemctl reload, for a unit)";
+    }
+
+    /** --sizes, sorted; the default sweep without it. */
+    static long[] sizes(List<String> texts) throws SettingsException {
+        if (texts == null) {
+            return Autotuner.Options.DEFAULT_SIZES;
+        }
+        java.util.TreeSet<Long> out = new java.util.TreeSet<>();
+        for (String t : texts) {
+            long v;
+            try {
+                v = Sizes.parse(t.trim());
+            } catch (IllegalArgumentException e) {
+                v = -1;
+            }
+            if (v < 4096 || v > Settings.MAX_REQUEST_BYTES || v % 4096 != 0) {
+                throw new SettingsException("--sizes: '" + t + "' is not allowed; allowed: sizes from 4K to 32M,"
+                        + " multiples of 4K, separated by commas (e.g. 64K,1M)");
+            }
+            out.add(v);
+        }
+        if (out.size() < 2) {
+            throw new SettingsException("--sizes: " + String.join(",", texts) + " is one size; allowed: two or more,"
+                    + " to find where DMA starts to win between them");
+        }
+        return out.stream().mapToLong(Long::longValue).toArray();
+    }
+
+    /** Before the minutes of measuring: a chart that could not be written is said now. */
+    static void checkChartPath(Path chart) throws SettingsException {
+        Path dir = chart.toAbsolutePath().getParent();
+        if (!chart.getFileName().toString().toLowerCase(Locale.ROOT).endsWith(".png")) {
+            throw new SettingsException("--chart " + chart + ": not allowed; allowed: a file name ending in .png");
+        }
+        if (Files.isDirectory(chart)) {
+            throw new SettingsException("--chart " + chart + ": is a directory; allowed: a file name ending in .png");
+        }
+        if (dir == null || !Files.isDirectory(dir) || !Files.isWritable(dir)) {
+            throw new SettingsException("--chart " + chart + ": directory " + dir
+                    + " does not exist or is not writable; allowed: a .png file in a writable directory");
+        }
     }
 }

@@ -72,7 +72,8 @@ class AdversarialClientsIT {
         if (server != null) {
             server.close();
         }
-        EXEC.shutdownNow();
+        // EXEC is not shut down: Raw reads through it and other ITs (LiveReloadIT) use Raw in the same JVM. What
+        // is still running here ends now, its server gone: every read and write on its sockets fails.
     }
 
     // ================================================================ 1. garbage and broken requests
@@ -920,13 +921,22 @@ class AdversarialClientsIT {
         }
 
         static Raw connect() throws IOException {
+            return connect(sock);
+        }
+
+        static Raw connect(Path socket) throws IOException {
             SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
-            ch.connect(UnixDomainSocketAddress.of(sock));
+            ch.connect(UnixDomainSocketAddress.of(socket));
             return new Raw(ch);
         }
 
         static Raw connectGo() throws Exception {
-            Raw c = connect();
+            return connectGo(sock);
+        }
+
+        /** Connected to {@code socket} and through the handshake to transmission (export ""). */
+        static Raw connectGo(Path socket) throws Exception {
+            Raw c = connect(socket);
             c.greeting();
             c.send(ByteBuffer.allocate(4).putInt(0, 3));
             c.sendGo("");

@@ -33,7 +33,7 @@ class DmaServeIT {
                 "--verify_fatal=1", "--do_verify=1"), 300);
     }
 
-    private static String metrics(int port) throws Exception {
+    static String metrics(int port) throws Exception {
         HttpResponse<String> r = HttpClient.newHttpClient().send(HttpRequest.newBuilder(
                 URI.create("http://127.0.0.1:" + port + "/metrics")).timeout(Duration.ofSeconds(10)).build(),
                 HttpResponse.BodyHandlers.ofString());

@@ -57,9 +57,20 @@ final class ServerProcess implements AutoCloseable {
             args.add("--set");
             args.add(s);
         }
+        return start(dir, java.util.Map.of(), args, expectedListeners(sets));
+    }
+
+    /**
+     * Starts serve with {@code args} as given (e.g. {@code --config FILE}) and {@code env} added to the
+     * environment; waits for {@code listeners} ready lines (0: returns at once, the caller waits its own way).
+     */
+    static ServerProcess start(Path dir, java.util.Map<String, String> env, List<String> args, int listeners)
+            throws IOException, InterruptedException {
         Path log = Files.createTempFile(dir, "serve", ".log");
-        Process p = new ProcessBuilder(command("serve", args))
-                .redirectError(ProcessBuilder.Redirect.appendTo(log.toFile())).start();
+        ProcessBuilder pb = new ProcessBuilder(command("serve", args))
+                .redirectError(ProcessBuilder.Redirect.appendTo(log.toFile()));
+        pb.environment().putAll(env);
+        Process p = pb.start();
         ServerProcess sp = new ServerProcess(p, log);
         Thread reader = Thread.ofPlatform().daemon().name("serve-stdout").start(() -> {
             try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
@@ -71,6 +82,9 @@ final class ServerProcess implements AutoCloseable {
             }
             sp.lines.add("<eof>");
         });
+        if (listeners == 0) {
+            return sp;
+        }
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
         while (true) {
             String line = sp.lines.poll(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
@@ -83,7 +97,7 @@ final class ServerProcess implements AutoCloseable {
             if (line.startsWith("ready: ")) {
                 sp.uris.add(line.substring(7));
                 // every listener prints its line at once; a unix-only server prints one
-                if (sp.uris.size() >= expectedListeners(sets)) {
+                if (sp.uris.size() >= listeners) {
                     return sp;
                 }
             }
@@ -111,6 +125,14 @@ final class ServerProcess implements AutoCloseable {
             throw new IllegalStateException("serve did not stop within 60 s of SIGTERM");
         }
         return process.exitValue();
+    }
+
+    /** Sends {@code signal} (e.g. "HUP") with kill(1): the JDK can only send TERM and KILL. */
+    void signal(String signal) throws IOException, InterruptedException {
+        Run r = run(List.of("kill", "-" + signal, Long.toString(process.pid())), 10);
+        if (r.exit() != 0) {
+            throw new IllegalStateException("kill -" + signal + " " + process.pid() + ": " + r.out());
+        }
     }
 
     /** SIGKILL: no chance to flush anything. */

@@ -20,6 +20,8 @@ final class ReplyRing implements Request.Completion {
     /** The reader is dispatching and will drain inline afterwards: completions need not wake the sender. */
     private boolean inline;
     private boolean abandoned;
+    /** Times the sender came back from waiting: what a spurious wake-up costs is a futex and a context switch. */
+    private long senderWakeups;
 
     ReplyRing(int capacity) {
         this.ring = new Request[capacity];
@@ -85,6 +87,7 @@ final class ReplyRing implements Request.Completion {
                 wait();
             } finally {
                 senderWaiting = false;
+                senderWakeups++;
             }
         }
         return take(out);
@@ -136,6 +139,10 @@ final class ReplyRing implements Request.Completion {
             left[i].release();
         }
         released(n);
+    }
+
+    synchronized long senderWakeups() {
+        return senderWakeups;
     }
 
     synchronized int inflight() {

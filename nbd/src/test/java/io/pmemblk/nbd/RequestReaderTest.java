@@ -154,6 +154,42 @@ class RequestReaderTest {
         simpleReply(c.receive(16), 0, 1);
     }
 
+    /**
+     * A large WRITE received in place costs nothing at dispatch, so the reader answers it itself before waiting for
+     * the next request: no sender thread runs here, and the reply must still arrive.
+     */
+    @Test
+    void aLargeWriteReceivedInPlaceIsAnsweredByTheReaderItself() throws Exception {
+        c = new ConnectionParts(dir, false);
+        c.driver.receiveInPlace(true);
+        byte[] payload = pattern(RequestReader.LARGE_WRITE * 2, 8);
+        c.send(request(0, CMD_WRITE, 1, 0, payload.length), ByteBuffer.wrap(payload));
+        AtomicReference<Throwable> failed = new AtomicReference<>();
+        Thread t = Thread.ofPlatform().name("reader-under-test").start(() -> {
+            try {
+                c.reader.run();
+            } catch (Throwable e) {
+                failed.set(e);
+            }
+        });
+        ByteBuffer reply = ByteBuffer.allocate(16);
+        c.client.configureBlocking(false);
+        Waits.await("the reader to answer the WRITE while it waits for the next request", () -> {
+            try {
+                return c.client.read(reply) >= 0 && !reply.hasRemaining();
+            } catch (java.io.IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+        });
+        c.client.configureBlocking(true);
+        simpleReply(reply.flip(), 0, 1);
+        assertEquals(1, c.driver.inPlaceWrites.get());
+        c.send(request(0, CMD_DISC, 2, 0, 0));
+        Waits.join("the reader to see DISC", t);
+        assertEquals(null, failed.get());
+        c.finishAsTheConnectionDoes();
+    }
+
     @Test
     void theStallClockRunsOnlyWhileAPayloadIsAwaited() throws Exception {
         c = new ConnectionParts(dir, false);

@@ -91,6 +91,27 @@ public final class Libc {
     private static final MethodHandle GETEUID = find("geteuid", FunctionDescriptor.of(JAVA_INT), false);
     private static final MethodHandle SYSCONF = find("sysconf", FunctionDescriptor.of(JAVA_LONG, JAVA_INT), false);
 
+    // <sys/socket.h>, <bits/socket_type.h> on x86-64 Linux: the unix datagram socket systemd's notify protocol
+    // needs, which java.nio's channels do not offer (they have unix stream sockets only).
+    public static final int AF_UNIX = 1, SOCK_DGRAM = 2, SOCK_CLOEXEC = 02000000;
+    public static final int SOL_SOCKET = 1, SO_RCVTIMEO = 20;
+    public static final int MSG_DONTWAIT = 0x40, MSG_NOSIGNAL = 0x4000;
+    /** {@code <sys/un.h>} struct sockaddr_un: sa_family_t, then 108 bytes of path. */
+    public static final StructLayout SOCKADDR_UN = MemoryLayout.structLayout(
+            ValueLayout.JAVA_SHORT.withName("sun_family"),
+            MemoryLayout.sequenceLayout(108, ValueLayout.JAVA_BYTE).withName("sun_path"));
+    private static final long SUN_PATH = SOCKADDR_UN.byteOffset(MemoryLayout.PathElement.groupElement("sun_path"));
+    private static final MethodHandle SOCKET = find("socket",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT), true);
+    private static final MethodHandle BIND = find("bind",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT), true);
+    private static final MethodHandle SENDTO = find("sendto",
+            FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT, ADDRESS, JAVA_INT), true);
+    private static final MethodHandle RECV = find("recv",
+            FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT), true);
+    private static final MethodHandle SETSOCKOPT = find("setsockopt",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT), true);
+
     private static MethodHandle find(String name, FunctionDescriptor fd, boolean captureErrno) {
         MemorySegment symbol = LIBC.find(name)
                 .orElseThrow(() -> new UnsatisfiedLinkError("libc has no symbol " + name));
@@ -376,6 +397,142 @@ public final class Libc {
         } catch (Throwable t) {
             throw new AssertionError(t);
         }
+    }
+
+    /**
+     * A {@code struct sockaddr_un} for {@code address} in {@code arena}, sized to exactly the bytes the kernel
+     * should read (its {@code byteSize()} is the socklen_t to pass). A leading '@' names a socket in Linux's
+     * abstract namespace, as systemd's {@code $NOTIFY_SOCKET} does: the '@' becomes a NUL byte and the name is
+     * not NUL-terminated (every byte counts); a path is NUL-terminated.
+     * @throws IllegalArgumentException for an empty address, one with a NUL byte, or one longer than sun_path
+     */
+    public static MemorySegment unixAddress(String address, Arena arena) {
+        byte[] name = address.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        boolean abstractName = name.length > 0 && name[0] == '@';
+        int pathBytes = abstractName ? name.length : name.length + 1;
+        long max = SOCKADDR_UN.byteSize() - SUN_PATH;
+        if (name.length == 0 || address.indexOf('\0') >= 0 || (abstractName && name.length < 2) || pathBytes > max) {
+            throw new IllegalArgumentException("unix socket address '" + address + "' is not allowed; allowed: a path,"
+                    + " or '@' and a name (abstract namespace), of at most " + (max - 1) + " bytes and without NUL");
+        }
+        MemorySegment sa = arena.allocate(SOCKADDR_UN).asSlice(0, SUN_PATH + pathBytes);
+        sa.set(ValueLayout.JAVA_SHORT, 0, (short) AF_UNIX);
+        MemorySegment.copy(name, 0, sa, ValueLayout.JAVA_BYTE, SUN_PATH, name.length);
+        if (abstractName) {
+            sa.set(ValueLayout.JAVA_BYTE, SUN_PATH, (byte) 0);
+        } // else the terminating NUL is already there: allocate() zeroes
+        return sa;
+    }
+
+    /** socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0). */
+    public static int unixDatagramSocket() throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            int fd = (int) SOCKET.invokeExact(state, AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+            if (fd < 0) {
+                throw NativeException.of("socket", errno(state), "AF_UNIX, SOCK_DGRAM");
+            }
+            return fd;
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** bind(2) of {@code fd} to an address made by {@link #unixAddress}. */
+    public static void bind(int fd, MemorySegment address) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            int rc = (int) BIND.invokeExact(state, fd, address, (int) address.byteSize());
+            if (rc != 0) {
+                throw NativeException.of("bind", errno(state), "fd " + fd + ", " + describe(address));
+            }
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /**
+     * sendto(2) of all of {@code message} as one datagram to {@code address} (made by {@link #unixAddress}), with
+     * MSG_NOSIGNAL. Allocates nothing. A datagram is sent whole or not at all.
+     */
+    public static void sendTo(int fd, MemorySegment message, MemorySegment address) throws NativeException {
+        MemorySegment state = CALL_STATE.get();
+        long n;
+        try {
+            n = (long) SENDTO.invokeExact(state, fd, message, message.byteSize(), MSG_NOSIGNAL, address,
+                    (int) address.byteSize());
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+        if (n < 0) {
+            throw NativeException.of("sendto", errno(state), "fd " + fd + ", " + message.byteSize() + " bytes to "
+                    + describe(address));
+        }
+    }
+
+    /**
+     * recv(2) of one datagram into {@code buffer}; {@code flags} e.g. {@link #MSG_DONTWAIT}. Allocates nothing.
+     * @return the datagram's length (a longer one is cut to the buffer)
+     * @throws NativeException with errno EAGAIN when nothing came (MSG_DONTWAIT, or the SO_RCVTIMEO deadline)
+     */
+    public static int recv(int fd, MemorySegment buffer, int flags) throws NativeException {
+        MemorySegment state = CALL_STATE.get();
+        long n;
+        try {
+            n = (long) RECV.invokeExact(state, fd, buffer, buffer.byteSize(), flags);
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+        if (n < 0) {
+            throw NativeException.of("recv", errno(state), "fd " + fd + ", " + buffer.byteSize() + " bytes");
+        }
+        return (int) n;
+    }
+
+    /** setsockopt(SO_RCVTIMEO): a blocking {@link #recv} on {@code fd} gives up with EAGAIN after {@code millis}. */
+    public static void receiveTimeout(int fd, long millis) throws NativeException {
+        if (millis <= 0) {
+            throw new IllegalArgumentException("receive timeout must be positive, got " + millis + " ms");
+        }
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            MemorySegment timeval = a.allocate(JAVA_LONG, 2); // struct timeval { time_t tv_sec; suseconds_t tv_usec; }
+            timeval.setAtIndex(JAVA_LONG, 0, millis / 1000);
+            timeval.setAtIndex(JAVA_LONG, 1, millis % 1000 * 1000);
+            int rc = (int) SETSOCKOPT.invokeExact(state, fd, SOL_SOCKET, SO_RCVTIMEO, timeval, (int) timeval.byteSize());
+            if (rc != 0) {
+                throw NativeException.of("setsockopt", errno(state), "fd " + fd + ", SO_RCVTIMEO " + millis + " ms");
+            }
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** An address made by {@link #unixAddress} as it was written ('@' for the abstract namespace), for messages. */
+    private static String describe(MemorySegment address) {
+        long n = address.byteSize() - SUN_PATH;
+        if (n <= 0) {
+            return "unix address (unnamed)";
+        }
+        byte[] b = address.asSlice(SUN_PATH, n).toArray(ValueLayout.JAVA_BYTE);
+        if (b[0] == 0) {
+            return "unix address '@" + new String(b, 1, b.length - 1, java.nio.charset.StandardCharsets.UTF_8) + "'";
+        }
+        int len = 0;
+        while (len < b.length && b[len] != 0) {
+            len++;
+        }
+        return "unix address '" + new String(b, 0, len, java.nio.charset.StandardCharsets.UTF_8) + "'";
     }
 
     private static int errno(MemorySegment state) {

@@ -29,6 +29,9 @@ public final class Settings {
 
     public enum DmaEngineKind { NONE, SOFT, VFIO }
 
+    /** Least severe log records written, most severe first (java.util.logging's SEVERE .. FINEST). */
+    public enum LogLevel { ERROR, WARNING, INFO, DEBUG, TRACE }
+
     /** nbd.tls; the NBD frontend's TlsMode has the same names. */
     public enum TlsMode { OFF, ON, REQUIRE }
 
@@ -161,6 +164,17 @@ public final class Settings {
             Settings::bool);
     public static final Key<Integer> METRICS_PORT = Key.of("metrics.port", "0", "a TCP port 0..65535 (0 = off)",
             "Serves Prometheus metrics at http://127.0.0.1:PORT/metrics.", t -> intRange(t, 0, 65535));
+    public static final Key<LogLevel> LOG_LEVEL = Key.of("log.level", "info", "error, warning, info, debug or trace",
+            "Least severe log records written to stderr (the journal, under systemd); debug adds one line per"
+                    + " connection's negotiated options.", t -> choice(t, LogLevel.class));
+
+    /**
+     * The keys a running server applies when it reloads its settings (SIGHUP, systemctl reload) without
+     * dropping a connection or a request: each is read through a volatile field where it is used. Every other key
+     * shapes what start-up built (the mapping, the queues, the listeners) and needs a restart.
+     */
+    public static final Set<Key<?>> LIVE = Set.of(NBD_STALL_TIMEOUT, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS,
+            LOG_LEVEL);
 
     /** Every key, in the order the example file documents them. */
     public static final Map<String, Key<?>> KEYS;
@@ -170,7 +184,8 @@ public final class Settings {
         for (Key<?> k : List.of(PMEM_PATH, PMEM_SIZE, PMEM_RESIZE, PMEM_MAPPER, NBD_SOCKET, NBD_PORT, NBD_BIND,
                 NBD_TLS, NBD_TLS_CERTIFICATE, NBD_TLS_KEY, NBD_TLS_VERIFY_CLIENTS, NBD_EXPORT, NBD_MAX_CONNECTIONS, NBD_STALL_TIMEOUT, QUEUES, QUEUE_DEPTH, QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
                 DMA_RING_SIZE, DMA_SOFT_FAIL_EVERY, DMA_SOFT_BREAK_AFTER, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS,
-                UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT)) {
+                UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT,
+                LOG_LEVEL)) {
             m.put(k.name(), k);
         }
         KEYS = Collections.unmodifiableMap(m);
@@ -314,16 +329,54 @@ public final class Settings {
         return KEYS.keySet();
     }
 
+    /** The keys whose values differ between this and {@code other}, in {@link #KEYS} order (values, not texts: 256K = 262144). */
+    public List<Key<?>> changed(Settings other) {
+        List<Key<?>> out = new java.util.ArrayList<>();
+        for (Key<?> k : KEYS.values()) {
+            if (!java.util.Objects.equals(values.get(k.name()), other.values.get(k.name()))) {
+                out.add(k);
+            }
+        }
+        return out;
+    }
+
     /** The documented example file: every key, commented, with its default. */
     public static String example() {
+        try {
+            return example(Map.of());
+        } catch (SettingsException e) {
+            throw new AssertionError("built-in defaults must be valid", e);
+        }
+    }
+
+    /**
+     * The documented example with the keys of {@code values} set and every other key commented out at its
+     * default: a config file to install (the Debian package's /etc/pmemblk/pmemblk.properties), where a key
+     * left alone follows the built-in default of the version installed.
+     * @throws SettingsException when a key is unknown or a value is not allowed, as for a config file
+     */
+    public static String example(Map<String, String> values) throws SettingsException {
+        List<String> sets = new java.util.ArrayList<>();
+        values.forEach((k, v) -> sets.add(k + "=" + v));
+        load(null, sets); // the same checks as a file gets
         StringBuilder b = new StringBuilder();
         b.append("# pmemblk settings. Use with: pmemblk serve --config FILE (and --set key=value to override one).\n");
-        b.append("# Every key is shown with its built-in default; delete a line to keep the default.\n");
+        b.append(values.isEmpty() ? "# Every key is shown with its built-in default; delete a line to keep the default.\n"
+                : "# The keys set for this installation are uncommented; every other key is shown commented out at its\n"
+                        + "# built-in default (uncomment a line to change it).\n");
         b.append("# Sizes accept K, M, G, T suffixes (binary: 1K = 1024).\n");
         for (Key<?> k : KEYS.values()) {
             b.append("\n# ").append(k.doc()).append("\n");
             b.append("# Allowed: ").append(k.allowed()).append(".\n");
-            b.append(k.name()).append('=').append(k.defaultText()).append("\n");
+            if (LIVE.contains(k)) {
+                b.append("# A running server applies a change on reload (SIGHUP, systemctl reload), no restart needed.\n");
+            }
+            if (values.containsKey(k.name())) {
+                b.append("# Built-in default: ").append(k.defaultText()).append("\n");
+                b.append(k.name()).append('=').append(values.get(k.name())).append("\n");
+            } else {
+                b.append(values.isEmpty() ? "" : "#").append(k.name()).append('=').append(k.defaultText()).append("\n");
+            }
         }
         return b.toString();
     }

@@ -9,6 +9,7 @@ import org.junit.jupiter.params.provider.CsvSource;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
+import java.util.Map;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
@@ -70,6 +71,7 @@ class SettingsTest {
             "nbd.tls=yes          | nbd.tls: 'yes' is not allowed (from --set); allowed: off, on or require",
             "nbd.tls=require      | nbd.tls: 'require' needs nbd.tls.certificate and nbd.tls.key; allowed: PEM files",
             "nbd.tls.verify-clients=/etc/ca.pem | nbd.tls.verify-clients: '/etc/ca.pem' is not allowed with nbd.tls=off",
+            "log.level=verbose    | log.level: 'verbose' is not allowed (from --set); allowed: error, warning, info, debug or trace",
     })
     void badSettingsAreNamedWithValueAndWhatIsAllowed(String set, String message) {
         assertThatThrownBy(() -> Settings.load(null, List.of(set)))
@@ -117,6 +119,42 @@ class SettingsTest {
                 .isEqualTo(Settings.example());
         // and it loads as it is
         assertThat(Settings.load(example, List.of()).get(Settings.PMEM_SIZE)).isEqualTo(1L << 30);
+    }
+
+    @Test
+    void changedComparesValuesNotTheirSpelling() throws Exception {
+        Settings a = Settings.load(null, List.of("route.dma.min-bytes=256K", "log.level=info"));
+        assertThat(a.changed(Settings.load(null, List.of("route.dma.min-bytes=262144", "log.level=INFO")))).isEmpty();
+        assertThat(a.changed(Settings.load(null, List.of("route.dma.min-bytes=64K", "pmem.size=2G", "log.level=debug"))))
+                .extracting(Key::name).containsExactly("pmem.size", "route.dma.min-bytes", "log.level");
+        assertThat(Settings.defaults().get(Settings.LOG_LEVEL)).isEqualTo(Settings.LogLevel.INFO);
+    }
+
+    @Test
+    void theExampleSaysWhichKeysApplyOnReload() {
+        String reload = "# A running server applies a change on reload";
+        for (Key<?> k : Settings.KEYS.values()) {
+            String doc = Settings.example().split("\n" + java.util.regex.Pattern.quote(k.name()) + "=")[0];
+            String last = doc.substring(doc.lastIndexOf("\n\n"));
+            assertThat(last.contains(reload)).as(k.name()).isEqualTo(Settings.LIVE.contains(k));
+        }
+    }
+
+    @Test
+    void anInstallableExampleSetsItsKeysAndLeavesTheOthersAtTheirDefaults() throws Exception {
+        String text = Settings.example(Map.of("pmem.path", "/var/lib/pmemblk/pmemblk.img", "metrics.port", "9710"));
+        Path f = dir.resolve("installed.properties");
+        Files.writeString(f, text);
+        Settings s = Settings.load(f, List.of());
+        assertThat(s.get(Settings.PMEM_PATH)).isEqualTo(Path.of("/var/lib/pmemblk/pmemblk.img"));
+        assertThat(s.get(Settings.METRICS_PORT)).isEqualTo(9710);
+        assertThat(s.source(Settings.PMEM_SIZE)).as("a key left alone keeps the built-in default").isEqualTo("default");
+        for (Key<?> k : Settings.KEYS.values()) {
+            assertThat(text).as(k.name()).containsPattern("(?m)^#?" + java.util.regex.Pattern.quote(k.name()) + "=");
+        }
+        assertThat(text).contains("# Built-in default: 0\nmetrics.port=9710\n");
+        assertThatThrownBy(() -> Settings.example(Map.of("metrics.port", "99999")))
+                .hasMessageStartingWith("metrics.port: '99999' is not allowed");
     }
 
     @ParameterizedTest
