@@ -28,8 +28,8 @@ import javax.net.ssl.SSLSession;
  * (the engine decrypts a whole record at once); a larger destination, such as a WRITE payload's buffers, is
  * decrypted into directly. What the JDK's engine allocates inside is its own.
  *
- * <p>Closing sends close_notify when it can do so without blocking on a peer that stopped reading: only when no
- * write is in progress and the output was not shut (a broken connection shuts it first); then the socket closes.
+ * <p>Closing sends close_notify when it cannot block on a peer that stopped reading (see
+ * {@link #implCloseSelectableChannel}); then the socket closes.
  */
 public final class TlsChannel extends SocketChannel {
     private final SocketChannel raw;
@@ -393,18 +393,34 @@ public final class TlsChannel extends SocketChannel {
         return this;
     }
 
+    /**
+     * Sends close_notify (proto.md: close the TLS session, then the socket) only when nobody else is reading or
+     * writing, which is the connection's own graceful end, and then with one non-blocking write: a close from
+     * another thread (the stall watchdog, a forced shutdown, the handshake timer) must never wait on a peer that
+     * stopped reading, and neither must the connection's last thread.
+     */
     @Override
     protected void implCloseSelectableChannel() throws IOException {
         try {
-            if (!outputShut && writeLock.tryLock()) {
+            if (!outputShut && readLock.tryLock()) {
                 try {
-                    outputShut = true;
-                    engine.closeOutbound();
-                    wrapAndFlush(NONE, 0, 0); // close_notify (proto.md: close the TLS session, then the socket)
-                } catch (IOException | RuntimeException peerGone) {
-                    // the socket closes below either way
+                    if (writeLock.tryLock()) {
+                        try {
+                            outputShut = true;
+                            engine.closeOutbound();
+                            netOut.clear();
+                            engine.wrap(NONE, netOut);
+                            netOut.flip();
+                            raw.configureBlocking(false); // nobody is in a blocking call on raw: both locks are ours
+                            raw.write(netOut); // one try: what does not fit is dropped with the socket
+                        } catch (IOException | RuntimeException peerGone) {
+                            // the socket closes below either way
+                        } finally {
+                            writeLock.unlock();
+                        }
+                    }
                 } finally {
-                    writeLock.unlock();
+                    readLock.unlock();
                 }
             }
         } finally {
