@@ -54,6 +54,22 @@ final class ConnectionParts implements AutoCloseable {
                 .putShort((short) command).putLong(cookie).putLong(offset).putInt((int) length).flip();
     }
 
+    /** A part's loop, as the connection's threads run it. */
+    interface Loop {
+        void run() throws Exception;
+    }
+
+    /** Runs {@code loop} on a platform thread named {@code name}; what it throws lands in {@code failed}. */
+    static Thread thread(String name, java.util.concurrent.atomic.AtomicReference<Throwable> failed, Loop loop) {
+        return Thread.ofPlatform().name(name).start(() -> {
+            try {
+                loop.run();
+            } catch (Throwable e) {
+                failed.set(e);
+            }
+        });
+    }
+
     /** Sends the buffers from the client end, whole. */
     void send(ByteBuffer... bufs) throws IOException {
         for (ByteBuffer b : bufs) {

@@ -50,13 +50,7 @@ class ReplySenderTest {
     }
 
     Thread senderThread(AtomicReference<Throwable> failed) {
-        return Thread.ofPlatform().name("sender-under-test").start(() -> {
-            try {
-                c.sender.run();
-            } catch (Throwable e) {
-                failed.set(e);
-            }
-        });
+        return ConnectionParts.thread("sender-under-test", failed, c.sender::run);
     }
 
     @Test

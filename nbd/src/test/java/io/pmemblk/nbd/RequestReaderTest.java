@@ -45,6 +45,11 @@ class RequestReaderTest {
         return b;
     }
 
+    /** Runs the reader on its own thread, as the connection does; what it throws lands in {@code failed}. */
+    Thread readerThread(AtomicReference<Throwable> failed) {
+        return ConnectionParts.thread("reader-under-test", failed, c.reader::run);
+    }
+
     static void simpleReply(ByteBuffer w, int error, long cookie) {
         assertEquals(SIMPLE_REPLY_MAGIC, w.getInt(), "simple reply magic");
         assertEquals(error, w.getInt(), "error of the reply to cookie " + cookie);
@@ -165,13 +170,7 @@ class RequestReaderTest {
         byte[] payload = pattern(RequestReader.LARGE_WRITE * 2, 8);
         c.send(request(0, CMD_WRITE, 1, 0, payload.length), ByteBuffer.wrap(payload));
         AtomicReference<Throwable> failed = new AtomicReference<>();
-        Thread t = Thread.ofPlatform().name("reader-under-test").start(() -> {
-            try {
-                c.reader.run();
-            } catch (Throwable e) {
-                failed.set(e);
-            }
-        });
+        Thread t = readerThread(failed);
         ByteBuffer reply = ByteBuffer.allocate(16);
         c.client.configureBlocking(false);
         Waits.await("the reader to answer the WRITE while it waits for the next request", () -> {
@@ -196,13 +195,7 @@ class RequestReaderTest {
         byte[] payload = pattern(65536, 7);
         c.send(request(0, CMD_WRITE, 1, 0, payload.length), ByteBuffer.wrap(payload, 0, 100));
         AtomicReference<Throwable> failed = new AtomicReference<>();
-        Thread t = Thread.ofPlatform().name("reader-under-test").start(() -> {
-            try {
-                c.reader.run();
-            } catch (Throwable e) {
-                failed.set(e);
-            }
-        });
+        Thread t = readerThread(failed);
         Waits.await("the reader to wait for the rest of the payload", () -> c.reader.receivingSince() != 0);
         c.send(ByteBuffer.wrap(payload, 100, payload.length - 100), request(0, CMD_DISC, 2, 0, 0));
         Waits.join("the reader to see DISC", t);
