@@ -10,7 +10,10 @@ PMEMBLK_NATIVE_MODULES="io.pmemblk.posix,io.pmemblk.pmem"
 pmemblk_java_args() {
   local jar=${1:-$PMEMBLK_JAR} modules=${2:-$PMEMBLK_MODULES}
   # shellcheck disable=SC2034  # for the script that sourced this file
+  # --add-exports: the NBD reader busy-polls its socket (FIONREAD) through the fd the JDK keeps in sun.nio.ch
+  # (io.pmemblk.nbd.ChannelFd, BusyPoll); without it the server still works, reading without polling.
   PMEMBLK_JAVA_ARGS=(--enable-native-access="$PMEMBLK_NATIVE_MODULES" --illegal-native-access=deny
+    --add-exports=java.base/sun.nio.ch=io.pmemblk.nbd
     --module-path "$jar:$modules" --module io.pmemblk.cli/io.pmemblk.cli.Main)
 }
 

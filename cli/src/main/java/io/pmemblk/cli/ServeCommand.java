@@ -109,7 +109,8 @@ final class ServeCommand implements Callable<Integer> {
                     s.get(Settings.NBD_MAX_CONNECTIONS),
                     "pmemblk " + Sizes.format(device.region().size()) + " on " + device.region().path()),
                     device.layer());
-            server.stallTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_STALL_TIMEOUT))).tls(tls);
+            server.stallTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_STALL_TIMEOUT))).tls(tls)
+                    .busyPoll(java.time.Duration.ofNanos(1000L * s.get(Settings.NBD_BUSY_POLL)));
             List<java.net.URI> uris = server.start();
             if (ublkEnabled) {
                 ublk = UblkDevice.open(device.layer(), new UblkConfig(s.get(Settings.UBLK_ID), s.ublkQueues(),

@@ -141,6 +141,9 @@ final class NbdConnection {
                 state.reason = "client aborted the handshake";
                 return;
             }
+            // Busy-polling asks the kernel's socket (FIONREAD): not for TLS, whose channel holds decrypted bytes
+            // the socket no longer shows.
+            BusyPoll.Poller poller = n.channel() == channel ? server.busyPoll().forSocket(ChannelFd.of(channel)) : null;
             channel = n.channel();
             inTransmission = true;
             LOG.log(System.Logger.Level.DEBUG, "nbd connection {0} from {1}: transmission (structured replies {2},"
@@ -151,7 +154,7 @@ final class NbdConnection {
                     n.structuredReplies(), exportSize);
             ReplySender rs = new ReplySender(channel, ring, encoder, state, depth);
             RequestReader rr = new RequestReader(channel, frontend, ring, rs, encoder, state, this,
-                    n.structuredReplies(), n.baseAllocation(), exportSize, maxRequestBytes);
+                    n.structuredReplies(), n.baseAllocation(), exportSize, maxRequestBytes, poller);
             replySender = rs;
             requestReader = rr;
             sender = Thread.ofPlatform().name("nbd-conn-" + id + "-tx").start(this::senderMain);

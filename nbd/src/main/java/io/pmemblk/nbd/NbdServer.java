@@ -64,6 +64,9 @@ public final class NbdServer implements AutoCloseable {
     static final Duration DEFAULT_STALL_TIMEOUT = Duration.ofSeconds(30);
     volatile Duration stallTimeout = DEFAULT_STALL_TIMEOUT;
     private volatile TlsServer tls = TlsServer.off();
+    /** What {@code nbd.busy-poll} defaults to: measured on a 2-core VM, see {@link BusyPoll}. */
+    public static final Duration DEFAULT_BUSY_POLL = Duration.ofNanos(50_000);
+    private volatile BusyPoll busyPoll = new BusyPoll(DEFAULT_BUSY_POLL, BusyPoll.defaultMaxPolling());
 
     public NbdServer(NbdConfig config, BlockLayer layer) {
         this.config = config;
@@ -84,6 +87,19 @@ public final class NbdServer implements AutoCloseable {
         return this;
     }
 
+    /**
+     * How long a connection's reader polls its socket for the next request before it sleeps (zero: never);
+     * at most one reader fewer than the CPUs polls at once. Connections opened from now on use it.
+     */
+    public NbdServer busyPoll(Duration budget) {
+        this.busyPoll = new BusyPoll(budget, BusyPoll.defaultMaxPolling());
+        return this;
+    }
+
+    BusyPoll busyPoll() {
+        return busyPoll;
+    }
+
     /** TLS for every listener (STARTTLS); {@link TlsServer#off()} by default. Before {@link #start()}. */
     public NbdServer tls(TlsServer tls) {
         this.tls = java.util.Objects.requireNonNull(tls, "tls");
@@ -96,6 +112,11 @@ public final class NbdServer implements AutoCloseable {
             throw new IllegalStateException("NBD server already started");
         }
         started = true;
+        if (!busyPoll.budget().isZero() && !ChannelFd.available()) {
+            LOG.log(System.Logger.Level.WARNING, "nbd.busy-poll is " + busyPoll.budget().toNanos() / 1000 + " us but"
+                    + " this JVM does not export sun.nio.ch to io.pmemblk.nbd (the launcher passes --add-exports"
+                    + " java.base/sun.nio.ch=io.pmemblk.nbd): connections read without polling");
+        }
         timer = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon().name("nbd-timer")
                 .unstarted(r));
         long period = Math.max(100, Math.min(1000, stallTimeout.toMillis() / 4));

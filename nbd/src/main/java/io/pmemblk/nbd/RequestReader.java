@@ -45,15 +45,18 @@ final class RequestReader {
     /** The last WRITE was large and copied by the driver at dispatch: the sender answers in parallel. */
     private boolean repliesInParallel;
     private long requests;
+    /** Polls the socket before a read would sleep; null: no polling (off, TLS, or the fd is unknown). */
+    private final BusyPoll.Poller poller;
     /** When the reader began waiting for the rest of a WRITE payload; 0 = not. Read by the stall watchdog. */
     private volatile long receivingSince;
 
     /**
      * @param owner what requests carry as {@link Request#owner} (the connection)
+     * @param poller  busy-polls the socket before a read would sleep, or null
      */
     RequestReader(SocketChannel channel, FrontendQueue queue, ReplyRing ring, ReplySender sender,
                   ReplyEncoder encoder, CloseState state, Object owner, boolean structured, boolean baseAllocation,
-                  long exportSize, int maxRequestBytes) {
+                  long exportSize, int maxRequestBytes, BusyPoll.Poller poller) {
         this.channel = channel;
         this.queue = queue;
         this.ring = ring;
@@ -65,6 +68,18 @@ final class RequestReader {
         this.baseAllocation = baseAllocation;
         this.exportSize = exportSize;
         this.maxRequestBytes = maxRequestBytes;
+        this.poller = poller;
+    }
+
+    /**
+     * Before every socket read: dispatches the batch and replies inline (a batch must never wait for more
+     * input), then, when the read would block, polls the socket a while rather than sleep at once.
+     */
+    private void beforeRead() throws IOException {
+        dispatchAndReplyInline();
+        if (poller != null) {
+            poller.awaitReadable();
+        }
     }
 
     /** Request headers read so far (DISC included). */
@@ -223,13 +238,13 @@ final class RequestReader {
     /** Makes at least {@code need} bytes readable in {@code in}, dispatching the batch before blocking. */
     private void fill(ByteBuffer in, int need) throws IOException {
         in.compact();
-        dispatchAndReplyInline();
         // After a large WRITE, read only a little ahead: the next request is likely another large WRITE, and
         // payload bytes that land in this buffer are copied once more on their way to the request's buffers;
         // read directly there instead (readPayload's scattering read).
         int window = largeWrites ? SMALL_READ_AHEAD : in.capacity();
         while (in.position() < need) {
             in.limit(Math.min(in.capacity(), Math.max(need, in.position() + window)));
+            beforeRead();
             if (channel.read(in) < 0) {
                 boolean clean = in.position() == 0;
                 in.flip();
@@ -257,8 +272,8 @@ final class RequestReader {
             }
         }
         if (first < segs) {
-            dispatchAndReplyInline();
             while (first < segs) {
+                beforeRead();
                 receivingSince = System.nanoTime(); // progress restarts the stall clock
                 long got = channel.read(bufs, first, segs - first);
                 receivingSince = 0;

@@ -46,7 +46,7 @@ final class ConnectionParts implements AutoCloseable {
         encoder = new ReplyEncoder(DEPTH, BufferPool.chunksFor(MAX), structured, EXPORT);
         sender = new ReplySender(server, ring, encoder, state, DEPTH);
         reader = new RequestReader(server, frontend, ring, sender, encoder, state, this, structured, structured,
-                EXPORT, MAX);
+                EXPORT, MAX, null);
     }
 
     static ByteBuffer request(int flags, int command, long cookie, long offset, long length) {

@@ -497,6 +497,29 @@ public final class Libc {
         return (int) n;
     }
 
+    /** ioctl FIONREAD (asm-generic/ioctls.h; the same number on x86-64 and arm64). */
+    public static final long FIONREAD = 0x541B;
+
+    /**
+     * Bytes waiting in {@code fd}'s receive queue (ioctl FIONREAD): whether a read would block, without reading.
+     * Allocation-free: {@code out} is the caller's 4-byte segment, reused.
+     */
+    public static int bytesQueued(int fd, MemorySegment out) throws NativeException {
+        MemorySegment state = CALL_STATE.get();
+        int rc;
+        try {
+            rc = (int) IOCTL.invokeExact(state, fd, FIONREAD, out);
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+        if (rc < 0) {
+            throw NativeException.of("ioctl(FIONREAD)", errno(state), "fd " + fd);
+        }
+        return out.get(ValueLayout.JAVA_INT, 0);
+    }
+
     /** setsockopt(SO_RCVTIMEO): a blocking {@link #recv} on {@code fd} gives up with EAGAIN after {@code millis}. */
     public static void receiveTimeout(int fd, long millis) throws NativeException {
         if (millis <= 0) {
