@@ -2,6 +2,7 @@ package io.pmemblk.nbd;
 
 import static io.pmemblk.nbd.NbdProtocol.*;
 
+import io.pmemblk.block.BufferPool;
 import io.pmemblk.block.FrontendQueue;
 import io.pmemblk.block.Op;
 import io.pmemblk.block.Request;
@@ -45,6 +46,8 @@ final class RequestReader {
     /** The last WRITE was large and copied by the driver at dispatch: the sender answers in parallel. */
     private boolean repliesInParallel;
     private long requests;
+    /** The scattering read of a payload's rest plus the input buffer: a request's data buffers, then one. */
+    private final ByteBuffer[] scatter;
     /** Polls the socket before a read would sleep; null: no polling (off, TLS, or the fd is unknown). */
     private final BusyPoll.Poller poller;
     /** When the reader began waiting for the rest of a WRITE payload; 0 = not. Read by the stall watchdog. */
@@ -69,6 +72,7 @@ final class RequestReader {
         this.exportSize = exportSize;
         this.maxRequestBytes = maxRequestBytes;
         this.poller = poller;
+        this.scatter = new ByteBuffer[Math.max(2, BufferPool.chunksFor(maxRequestBytes)) + 1];
     }
 
     /**
@@ -272,17 +276,34 @@ final class RequestReader {
             }
         }
         if (first < segs) {
-            while (first < segs) {
-                beforeRead();
-                receivingSince = System.nanoTime(); // progress restarts the stall clock
-                long got = channel.read(bufs, first, segs - first);
-                receivingSince = 0;
-                if (got < 0) {
-                    throw new EOFException("client closed the connection in the middle of a WRITE payload");
+            // The rest of the payload, and in the same read whatever follows it (the next request's header, with
+            // a little of its payload after a large WRITE) into the input buffer, now empty: one read per
+            // request instead of a payload read and a header read.
+            ByteBuffer[] scatter = this.scatter;
+            int n = segs - first;
+            System.arraycopy(bufs, first, scatter, 0, n);
+            in.clear();
+            if (largeWrites) {
+                in.limit(SMALL_READ_AHEAD);
+            }
+            scatter[n] = in;
+            int at = 0;
+            try {
+                while (at < n) {
+                    beforeRead();
+                    receivingSince = System.nanoTime(); // progress restarts the stall clock
+                    long got = channel.read(scatter, at, n + 1 - at);
+                    receivingSince = 0;
+                    if (got < 0) {
+                        throw new EOFException("client closed the connection in the middle of a WRITE payload");
+                    }
+                    while (at < n && !scatter[at].hasRemaining()) {
+                        at++;
+                    }
                 }
-                while (first < segs && !bufs[first].hasRemaining()) {
-                    first++;
-                }
+            } finally {
+                java.util.Arrays.fill(scatter, 0, n + 1, null);
+                in.flip();
             }
         }
     }
