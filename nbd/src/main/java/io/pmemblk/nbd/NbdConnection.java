@@ -143,6 +143,7 @@ final class NbdConnection {
             }
             // Busy-polling asks the kernel's socket (FIONREAD): not for TLS, whose channel holds decrypted bytes
             // the socket no longer shows.
+            SocketChannel accepted = channel;
             BusyPoll.Poller poller = n.channel() == channel ? server.busyPoll().forSocket(ChannelFd.of(channel)) : null;
             channel = n.channel();
             inTransmission = true;
@@ -152,7 +153,11 @@ final class NbdConnection {
             int depth = queue.depth();
             ReplyEncoder encoder = new ReplyEncoder(depth, BufferPool.chunksFor(maxRequestBytes),
                     n.structuredReplies(), exportSize);
-            ReplySender rs = new ReplySender(channel, ring, encoder, state, depth);
+            // a plain unix socket: TCP sizes its buffers itself, and TLS writes records of its own
+            boolean plainUnix = n.channel() == accepted
+                    && accepted.getLocalAddress() instanceof java.net.UnixDomainSocketAddress;
+            ReplySender rs = new ReplySender(channel, ring, encoder, state, depth,
+                    plainUnix ? ReplySender.BULK_REPLY_BYTES : 0);
             RequestReader rr = new RequestReader(channel, frontend, ring, rs, encoder, state, this,
                     n.structuredReplies(), n.baseAllocation(), exportSize, maxRequestBytes, poller);
             replySender = rs;

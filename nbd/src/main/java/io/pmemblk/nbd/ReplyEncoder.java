@@ -28,6 +28,7 @@ final class ReplyEncoder {
     private final ByteBuffer[] headerViews;
     private final ByteBuffer[] iov;
     private long encodedBytes;
+    private long largestData;
 
     /**
      * @param depth       tags of the hardware queue: the most replies one encode can hold
@@ -58,6 +59,11 @@ final class ReplyEncoder {
         return iov;
     }
 
+    /** The longest READ data of the last {@link #encode} (0: none). */
+    long largestData() {
+        return largestData;
+    }
+
     /** Bytes the last {@link #encode} put in {@link #iov()}. */
     long encodedBytes() {
         return encodedBytes;
@@ -75,6 +81,7 @@ final class ReplyEncoder {
         int views = 0;
         int runStart = -1; // start of the current run of headers not yet added to iov
         long total = 0;
+        long largest = 0;
         for (int i = 0; i < n; i++) {
             Request r = done[i];
             int t = r.tag();
@@ -118,6 +125,7 @@ final class ReplyEncoder {
                     iov[iovs++] = bufs[s];
                 }
                 total += r.length;
+                largest = Math.max(largest, r.length);
             }
         }
         if (runStart >= 0) {
@@ -127,6 +135,7 @@ final class ReplyEncoder {
             total += headers.position() - runStart;
         }
         encodedBytes = total;
+        largestData = largest;
         return iovs;
     }
 }

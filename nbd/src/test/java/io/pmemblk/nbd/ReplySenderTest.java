@@ -72,6 +72,26 @@ class ReplySenderTest {
         assertEquals(0, c.queue.inflight());
     }
 
+    /** Batches with a large READ reply go out with the bulk send buffer; the next small batch gets the old one back. */
+    @Test
+    void largeReadRepliesWidenTheSendBufferAndSmallOnesRestoreIt() throws Exception {
+        c = new ConnectionParts(dir, false);
+        int before = c.server.getOption(StandardSocketOptions.SO_SNDBUF);
+        ReplySender sender = new ReplySender(c.server, c.ring, c.encoder, c.state, ConnectionParts.DEPTH,
+                ConnectionParts.MAX);
+        complete(CMD_READ, ConnectionParts.MAX, 1, Status.OK);
+        sender.replyInlineIfIdle();
+        assertTrue(sender.bulkSendBuffer());
+        int bulk = c.server.getOption(StandardSocketOptions.SO_SNDBUF);
+        assertTrue(bulk > before, "send buffer " + bulk + " after a large reply, " + before + " before");
+        simpleReply(c.receive(16 + ConnectionParts.MAX), 0, 1);
+        complete(CMD_READ, 4096, 2, Status.OK);
+        sender.replyInlineIfIdle();
+        assertFalse(sender.bulkSendBuffer());
+        assertEquals(before, c.server.getOption(StandardSocketOptions.SO_SNDBUF), "the socket's own size again");
+        simpleReply(c.receive(16 + 4096), 0, 2);
+    }
+
     @Test
     void theReaderRepliesInlineToWhatCompletedWhenTheSenderIsIdle() throws Exception {
         c = new ConnectionParts(dir, false);
