@@ -48,6 +48,12 @@ final class RequestReader {
     private long requests;
     /** The scattering read of a payload's rest plus the input buffer: a request's data buffers, then one. */
     private final ByteBuffer[] scatter;
+    /**
+     * The last read took less than it asked for, so it emptied the socket: only then may the next one block and
+     * is worth polling for. After a read that filled its buffers more bytes likely wait, and asking (FIONREAD)
+     * would be one system call per read for nothing.
+     */
+    private boolean drained = true;
     /** Polls the socket before a read would sleep; null: no polling (off, TLS, or the fd is unknown). */
     private final BusyPoll.Poller poller;
     /** When the reader began waiting for the rest of a WRITE payload; 0 = not. Read by the stall watchdog. */
@@ -81,7 +87,7 @@ final class RequestReader {
      */
     private void beforeRead() throws IOException {
         dispatchAndReplyInline();
-        if (poller != null) {
+        if (poller != null && drained) {
             poller.awaitReadable();
         }
     }
@@ -249,7 +255,9 @@ final class RequestReader {
         while (in.position() < need) {
             in.limit(Math.min(in.capacity(), Math.max(need, in.position() + window)));
             beforeRead();
-            if (channel.read(in) < 0) {
+            int got = channel.read(in);
+            drained = in.hasRemaining();
+            if (got < 0) {
                 boolean clean = in.position() == 0;
                 in.flip();
                 throw new EOFException(clean ? "client closed the connection without NBD_CMD_DISC"
@@ -293,6 +301,7 @@ final class RequestReader {
                     beforeRead();
                     receivingSince = System.nanoTime(); // progress restarts the stall clock
                     long got = channel.read(scatter, at, n + 1 - at);
+                    drained = in.hasRemaining();
                     receivingSince = 0;
                     if (got < 0) {
                         throw new EOFException("client closed the connection in the middle of a WRITE payload");
