@@ -44,6 +44,7 @@ final class ServerProcess implements AutoCloseable {
     static List<String> command(String nativeModules, String subcommand, List<String> args) {
         List<String> cmd = new ArrayList<>(List.of(JAVA,
                 "--enable-native-access=" + nativeModules, "--illegal-native-access=deny",
+                "--add-exports=java.base/sun.nio.ch=io.pmemblk.nbd", // as scripts/lib/launch.sh: nbd.busy-poll
                 "--module-path", JAR + java.io.File.pathSeparator + MODULES,
                 "--module", "io.pmemblk.cli/io.pmemblk.cli.Main", subcommand));
         cmd.addAll(args);
