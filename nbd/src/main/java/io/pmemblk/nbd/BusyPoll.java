@@ -119,7 +119,8 @@ final class BusyPoll {
             return false;
         }
 
-        private boolean readable() {
+        /** Bytes wait in the socket right now, so a read will not block (true when it cannot tell: the read says why). */
+        boolean readable() {
             try {
                 return Libc.bytesQueued(fd, queued) > 0;
             } catch (NativeException e) {

@@ -29,6 +29,8 @@ final class RequestReader {
     /** A WRITE payload at least this long makes the next header read a short one (see fill). */
     static final int LARGE_WRITE = 32 * 1024;
     static final int SMALL_READ_AHEAD = 4096;
+    /** Large WRITEs a batch gathers, at most, while the socket already holds the next one (see beforeRead). */
+    static final int DEFERRED_BATCH = 4;
 
     private final SocketChannel channel;
     private final FrontendQueue queue;
@@ -86,6 +88,11 @@ final class RequestReader {
      * input), then, when the read would block, polls the socket a while rather than sleep at once.
      */
     private void beforeRead() throws IOException {
+        if (largeWrites && !drained && poller != null && queue.batched() < DEFERRED_BATCH && poller.readable()) {
+            // Large WRITEs streaming in and the next bytes already here, so the read will not block: the batch
+            // takes one more request, and its replies go out in one write that wakes the client once.
+            return;
+        }
         dispatchAndReplyInline();
         if (poller != null && drained) {
             poller.awaitReadable();
