@@ -37,6 +37,11 @@ final class ConnectionParts implements AutoCloseable {
     final SocketChannel client;
 
     ConnectionParts(Path dir, boolean structured) throws IOException {
+        this(dir, structured, null);
+    }
+
+    /** With {@code busyPoll}, the reader asks the server end's socket what waits, as a plain connection's does. */
+    ConnectionParts(Path dir, boolean structured, BusyPoll busyPoll) throws IOException {
         Path sock = dir.resolve("parts.sock");
         try (ServerSocketChannel listener = ServerSocketChannel.open(StandardProtocolFamily.UNIX)) {
             listener.bind(UnixDomainSocketAddress.of(sock));
@@ -46,7 +51,7 @@ final class ConnectionParts implements AutoCloseable {
         encoder = new ReplyEncoder(DEPTH, BufferPool.chunksFor(MAX), structured, EXPORT);
         sender = new ReplySender(server, ring, encoder, state, DEPTH);
         reader = new RequestReader(server, frontend, ring, sender, encoder, state, this, structured, structured,
-                EXPORT, MAX, null);
+                EXPORT, MAX, busyPoll == null ? null : busyPoll.forSocket(ChannelFd.of(server)));
     }
 
     static ByteBuffer request(int flags, int command, long cookie, long offset, long length) {

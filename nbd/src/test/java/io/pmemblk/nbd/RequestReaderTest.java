@@ -189,6 +189,40 @@ class RequestReaderTest {
         c.finishAsTheConnectionDoes();
     }
 
+    /**
+     * Large WRITEs that are already in the socket together are dispatched together (at most
+     * {@link RequestReader#DEFERRED_BATCH}), so their replies go out in one write: the reader asks the socket
+     * (FIONREAD) whether its next read would block before it dispatches.
+     */
+    @Test
+    void largeWritesAlreadyWaitingInTheSocketAreDispatchedTogether() throws Exception {
+        c = new ConnectionParts(dir, false, new BusyPoll(java.time.Duration.ofMillis(1), 1));
+        c.driver.receiveInPlace(true);
+        int n = RequestReader.DEFERRED_BATCH + 1;
+        int len = RequestReader.LARGE_WRITE + 4096;
+        ByteBuffer[] all = new ByteBuffer[2 * n + 1];
+        for (int i = 0; i < n; i++) {
+            all[2 * i] = request(0, CMD_WRITE, i + 1, (long) i * len, len);
+            all[2 * i + 1] = ByteBuffer.wrap(pattern(len, 20 + i));
+        }
+        all[2 * n] = request(0, CMD_DISC, 99, 0, 0);
+        c.send(all);
+        c.reader.run();
+        assertEquals(n, c.driver.inPlaceWrites.get());
+        assertEquals(RequestReader.DEFERRED_BATCH, c.driver.largestBatch.get(),
+                "the WRITEs after the first read go to the driver together, up to the bound");
+        assertEquals(2, c.driver.batches.get(), "the bound, then the rest with DISC");
+        for (int i = 0; i < n; i++) {
+            assertEquals(-1, MemorySegment.ofArray(pattern(len, 20 + i))
+                    .mismatch(c.driver.memory.asSlice((long) i * len, len)), "payload " + i);
+        }
+        c.finishAsTheConnectionDoes();
+        ByteBuffer w = c.receive(16 * n);
+        for (int i = 0; i < n; i++) {
+            simpleReply(w, 0, i + 1);
+        }
+    }
+
     @Test
     void theStallClockRunsOnlyWhileAPayloadIsAwaited() throws Exception {
         c = new ConnectionParts(dir, false);
