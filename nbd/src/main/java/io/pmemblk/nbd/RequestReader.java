@@ -90,8 +90,9 @@ final class RequestReader {
     }
 
     /**
-     * Before every socket read: dispatches the batch and replies inline (a batch must never wait for more
-     * input), then, when the read would block, polls the socket a while rather than sleep at once.
+     * Before every socket read: dispatches the batch and replies inline (a batch must never wait for input that
+     * is not there yet; a WRITE batch may take in what the socket already holds), then, when the read would
+     * block, polls the socket a while rather than sleep at once.
      */
     private void beforeRead() throws IOException {
         if (!drained && lastWrite && poller != null
