@@ -368,18 +368,19 @@ public final class Libc {
 
     /** ioctl(2) with a pointer argument; returns the (non-negative) result. */
     public static int ioctl(int fd, long request, MemorySegment arg) throws NativeException {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            int rc = (int) IOCTL.invokeExact(state, fd, request, arg);
-            if (rc < 0) {
-                throw NativeException.of("ioctl", errno(state), "fd " + fd + ", request 0x" + Long.toHexString(request));
-            }
-            return rc;
-        } catch (NativeException e) {
+        MemorySegment state = CALL_STATE.get(); // allocation-free: FIONREAD runs per socket read (bytesQueued)
+        int rc;
+        try {
+            rc = (int) IOCTL.invokeExact(state, fd, request, arg);
+        } catch (RuntimeException | Error e) {
             throw e;
         } catch (Throwable t) {
             throw new AssertionError(t);
         }
+        if (rc < 0) {
+            throw NativeException.of("ioctl", errno(state), "fd " + fd + ", request 0x" + Long.toHexString(request));
+        }
+        return rc;
     }
 
     /**
@@ -505,18 +506,7 @@ public final class Libc {
      * Allocation-free: {@code out} is the caller's 4-byte segment, reused.
      */
     public static int bytesQueued(int fd, MemorySegment out) throws NativeException {
-        MemorySegment state = CALL_STATE.get();
-        int rc;
-        try {
-            rc = (int) IOCTL.invokeExact(state, fd, FIONREAD, out);
-        } catch (RuntimeException | Error e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
-        }
-        if (rc < 0) {
-            throw NativeException.of("ioctl(FIONREAD)", errno(state), "fd " + fd);
-        }
+        ioctl(fd, FIONREAD, out);
         return out.get(ValueLayout.JAVA_INT, 0);
     }
 
