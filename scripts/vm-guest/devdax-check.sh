@@ -4,8 +4,8 @@
 # a qemu-io FUA pattern write and read through the export, and SIGTERM exiting 0.
 # Lines starting with "RESULT " are read by the host.
 set -eu
-PMEMBLK_GUEST_JAVA_OPTS=${PMEMBLK_GUEST_JAVA_OPTS:-"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-J="$JAVA_HOME/bin/java $PMEMBLK_GUEST_JAVA_OPTS --enable-native-access=io.pmemblk.posix,io.pmemblk.pmem --illegal-native-access=deny --add-exports=java.base/sun.nio.ch=io.pmemblk.nbd -p /mnt/pmemblk/cli/target/pmemblk.jar:/mnt/pmemblk/cli/target/modules -m io.pmemblk.cli/io.pmemblk.cli.Main"
+. "$(dirname "$0")/guest-java.sh" # PMEMBLK_GUEST_CMD: java with the launcher's JVM arguments
+J=$PMEMBLK_GUEST_CMD
 SOCK=/tmp/nbd.sock
 say() { echo "devdax-check: [$(cut -d' ' -f1 /proc/uptime)s] $*"; }
 

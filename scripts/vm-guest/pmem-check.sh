@@ -16,10 +16,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 SERVER=${SERVER:-nbdkit}
 SERVER_ARGS=${SERVER_ARGS:-}
 METRICS_PORT=${METRICS_PORT:-0}
-# C1 only and the serial collector: under TCG emulation the C2 compiler and GC threads cost more
-# start-up time than they return (measured: info 10 s -> 4.5 s on a busy host).
-PMEMBLK_GUEST_JAVA_OPTS=${PMEMBLK_GUEST_JAVA_OPTS:-"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-PMEMBLK_GUEST_CMD=${PMEMBLK_GUEST_CMD:-"$JAVA_HOME/bin/java $PMEMBLK_GUEST_JAVA_OPTS --enable-native-access=io.pmemblk.posix,io.pmemblk.pmem --illegal-native-access=deny --add-exports=java.base/sun.nio.ch=io.pmemblk.nbd -p /mnt/pmemblk/cli/target/pmemblk.jar:/mnt/pmemblk/cli/target/modules -m io.pmemblk.cli/io.pmemblk.cli.Main"}
+. "$(dirname "$0")/guest-java.sh" # PMEMBLK_GUEST_CMD: java with the launcher's JVM arguments
 MNT=/mnt/pm
 POOL=$MNT/pool
 SIZE=256M

@@ -10,9 +10,7 @@
 # scripts/vm-guest/powercut-verify.py on the host.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
-PMEMBLK_GUEST_JAVA_OPTS=${PMEMBLK_GUEST_JAVA_OPTS:-"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-NATIVE=${PMEMBLK_NATIVE_MODULES:-io.pmemblk.posix,io.pmemblk.pmem}
-PMEMBLK_GUEST_CMD=${PMEMBLK_GUEST_CMD:-"$JAVA_HOME/bin/java $PMEMBLK_GUEST_JAVA_OPTS --enable-native-access=$NATIVE --illegal-native-access=deny --add-exports=java.base/sun.nio.ch=io.pmemblk.nbd -p /mnt/pmemblk/cli/target/pmemblk.jar:/mnt/pmemblk/cli/target/modules -m io.pmemblk.cli/io.pmemblk.cli.Main"}
+. "$(dirname "$0")/guest-java.sh" # PMEMBLK_GUEST_CMD: java with the launcher's JVM arguments
 MNT=/mnt/d
 SOCK=/tmp/nbd.sock
 URI="nbd+unix:///pmem0?socket=$SOCK"

@@ -25,10 +25,7 @@
 # of each ublk-nbd measurement, default 10).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
-PMEMBLK_GUEST_JAVA_OPTS=${PMEMBLK_GUEST_JAVA_OPTS:-"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
-# Native access exactly as the launcher grants it (scripts/lib/common.sh), so the guest cannot drift from it.
-NATIVE=$(sed -n 's/^PMEMBLK_NATIVE_MODULES="\(.*\)"$/\1/p' /mnt/pmemblk/scripts/lib/launch.sh)
-PMEMBLK_GUEST_CMD=${PMEMBLK_GUEST_CMD:-"$JAVA_HOME/bin/java $PMEMBLK_GUEST_JAVA_OPTS --enable-native-access=${NATIVE:-io.pmemblk.posix,io.pmemblk.pmem} --illegal-native-access=deny --add-exports=java.base/sun.nio.ch=io.pmemblk.nbd -p /mnt/pmemblk/cli/target/pmemblk.jar:/mnt/pmemblk/cli/target/modules -m io.pmemblk.cli/io.pmemblk.cli.Main"}
+. "$(dirname "$0")/guest-java.sh" # PMEMBLK_GUEST_CMD: java with the launcher's JVM arguments
 RATE_SECS=${UBLK_RATE_SECS:-10}
 READY_SECS=150        # serve took 15 s under TCG on a quiet host, up to 50 s on a busy one
 SOCK=/tmp/nbd.sock
