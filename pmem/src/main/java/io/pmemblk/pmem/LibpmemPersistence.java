@@ -1,8 +1,9 @@
 package io.pmemblk.pmem;
 
+import io.pmemblk.posix.TrustedFile;
+
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
-import java.nio.file.Path;
 
 /**
  * Persistence through libpmem, for a pmem_map_file mapping. On real pmem, copies are pmem_memcpy with NODRAIN
@@ -57,7 +58,7 @@ final class LibpmemPersistence implements Persistence {
     }
 
     @Override
-    public void syncCreated(Path file) throws IOException {
+    public void syncCreated(TrustedFile file) throws IOException {
         MappedFilePersistence.syncCreatedFile(file);
     }
 }

@@ -1,13 +1,11 @@
 package io.pmemblk.pmem;
 
 import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.TrustedFile;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.lang.foreign.MemorySegment;
-import java.nio.channels.FileChannel;
-import java.nio.file.Path;
-import java.nio.file.StandardOpenOption;
 
 /**
  * Persistence of a JDK file mapping ({@code FileChannel.map}): ordinary stores into the page cache, made durable
@@ -57,18 +55,16 @@ final class MappedFilePersistence implements Persistence {
     }
 
     @Override
-    public void syncCreated(Path file) throws IOException {
+    public void syncCreated(TrustedFile file) throws IOException {
         syncCreatedFile(file);
     }
 
-    /** fsync of the new file (its size and allocation) and of its directory (the entry naming it): fsync(2) says both are needed. */
-    static void syncCreatedFile(Path file) throws IOException {
-        try (FileChannel f = FileChannel.open(file, StandardOpenOption.READ)) {
-            f.force(true);
-        }
-        Path dir = file.toAbsolutePath().getParent();
-        try (FileChannel d = FileChannel.open(dir, StandardOpenOption.READ)) {
-            d.force(true);
-        }
+    /**
+     * fsync of the new file (its size and allocation) and of its directory (the entry naming it): fsync(2) says
+     * both are needed. Through the descriptors held since the file was created, never by name.
+     */
+    static void syncCreatedFile(TrustedFile file) throws IOException {
+        Libc.fsync(file.fd(), file.path().toString());
+        file.directory().sync();
     }
 }

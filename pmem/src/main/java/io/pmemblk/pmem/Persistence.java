@@ -1,8 +1,9 @@
 package io.pmemblk.pmem;
 
+import io.pmemblk.posix.TrustedFile;
+
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
-import java.nio.file.Path;
 
 /**
  * The operations that make stores to the mapping durable, as one small port: the region calls nothing else to
@@ -39,6 +40,6 @@ public interface Persistence {
     /** msync(MS_SYNC) of the pages under {@code range}; fails with the errno when the kernel could not write them back. */
     void sync(MemorySegment range) throws IOException;
 
-    /** Makes the creation of {@code file} (or of a directory) durable: fsync of it and of its parent (its name). */
-    void syncCreated(Path file) throws IOException;
+    /** Makes the creation of {@code file} durable: fsync of it (size, blocks) and of its directory (its name), by descriptor. */
+    void syncCreated(TrustedFile file) throws IOException;
 }

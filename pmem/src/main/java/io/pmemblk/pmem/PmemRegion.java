@@ -1,7 +1,10 @@
 package io.pmemblk.pmem;
 
+import io.pmemblk.posix.FileStat;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.TrustedFile;
+import io.pmemblk.posix.TrustedPath;
 
 import java.io.IOException;
 import java.lang.foreign.Arena;
@@ -10,13 +13,8 @@ import io.pmemblk.block.Request;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
-import java.nio.file.Files;
-import java.nio.file.NoSuchFileException;
-import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
-import java.util.ArrayList;
-import java.util.List;
 import java.util.Optional;
 import java.util.function.UnaryOperator;
 
@@ -49,8 +47,11 @@ public final class PmemRegion implements AutoCloseable {
     /** Set by every store; cleared (under flushLock) by the flush that makes those stores persistent. */
     private volatile boolean dirty;
     private final Object flushLock = new Object();
-    /** Holds an exclusive lock on the backing file while a server uses it (null when opened to inspect). */
-    private FileChannel lock;
+    /**
+     * The backing file as opened and checked, held until {@link #close()}; with {@code exclusive} it carries the
+     * lock on the file, which closing it releases.
+     */
+    private TrustedFile file;
 
     private PmemRegion(Path path, Arena arena, MemorySegment memory, Persistence persistence, String mappedBy) {
         this.path = path;
@@ -86,150 +87,103 @@ public final class PmemRegion implements AutoCloseable {
         if (mapper == Mapper.LIBPMEM && lib.isEmpty()) {
             throw new IOException("pmem.mapper=libpmem but " + Libpmem.unavailableReason());
         }
-        boolean devDax = path.toString().startsWith("/dev/dax");
-        if (devDax) {
-            if (lib.isEmpty()) {
-                throw new IOException("device DAX " + path + " needs libpmem: " + Libpmem.unavailableReason());
-            }
-            FileChannel lock = exclusive ? lock(path) : null;
-            return withLock(lock, () -> mapWithLibpmem(path, lib.get(), 0, 0, wrap));
-        }
-        if (size <= 0) {
+        boolean devDaxPath = path.toString().startsWith("/dev/");
+        if (!devDaxPath && size <= 0) {
             throw new IllegalArgumentException("size must be positive, got " + size);
         }
-        boolean exists = Files.exists(path);
-        List<Path> createdDirs = new ArrayList<>();
-        FileChannel lock = null;
-        if (exists) {
-            if (!Files.isRegularFile(path)) {
-                throw new IOException(path + " is neither a regular file nor a device-DAX node (/dev/daxX.Y)");
-            }
-            lock = exclusive ? lock(path) : null;
-            long actual = Files.size(path);
-            if (actual != size) {
-                if (!resize) {
-                    unlock(lock);
-                    throw new IOException(path + " holds " + actual + " bytes but pmem.size is " + size
-                            + "; set pmem.size=" + actual + " to use it as it is, or pmem.resize=true to resize it"
-                            + " (shrinking discards the data past the new end)");
-                }
-                try {
-                    resize(path, size);
-                } catch (IOException | RuntimeException e) {
-                    unlock(lock);
-                    throw e;
-                }
-            }
-        } else {
-            Path parent = path.toAbsolutePath().getParent();
-            for (Path d = parent; d != null && !Files.exists(d); d = d.getParent()) {
-                createdDirs.add(d);
-            }
-            if (parent != null) {
-                Files.createDirectories(parent);
-            }
-        }
-        PmemRegion r = withLock(lock, () -> lib.isPresent()
-                ? mapWithLibpmem(path, lib.get(), exists ? 0 : size, exists ? 0 : Libpmem.PMEM_FILE_CREATE | Libpmem.PMEM_FILE_EXCL, wrap)
-                : mapWithJava(path, size, exists, wrap));
-        if (!exists) {
-            // A crash right after creation must not leave a file without its name or size: whoever maps it
-            // after a power cut has to find what we announced.
-            try {
-                r.persistence.syncCreated(path);
-                for (Path d : createdDirs) { // deepest first: each one's entry lives in its parent
-                    r.persistence.syncCreated(d);
-                }
-            } catch (IOException | RuntimeException e) {
-                r.arena.close();
-                unlock(r.lock);
-                throw e;
-            }
-        }
-        if (exclusive && r.lock == null) {
-            // created just now (creation itself is exclusive: O_EXCL); lock it before anyone can use it
-            try {
-                r.lock = lock(path);
-            } catch (IOException e) {
-                r.arena.close();
-                throw e;
-            }
-        }
-        return r;
-    }
-
-    private interface Mapping {
-        PmemRegion map() throws IOException;
-    }
-
-    private static PmemRegion withLock(FileChannel lock, Mapping m) throws IOException {
+        // Checked and opened (or created, O_EXCL) in one walk through held directories; from here on only the
+        // descriptor is used: to lock, resize, map and sync what was checked, whatever the name leads to by then.
+        TrustedFile file = TrustedPath.ofThisProcess().openFile(path, "pmem.path", !devDaxPath);
+        PmemRegion r = null;
         try {
-            PmemRegion r = m.map();
-            r.lock = lock;
+            if (exclusive) {
+                lock(file);
+            }
+            if (file.stat().isCharacterDevice()) {
+                if (!DEVICE_DAX.matcher(file.path().toString()).matches()) {
+                    throw new IOException(path + " is neither a regular file nor a device-DAX node (/dev/daxX.Y)");
+                }
+                if (lib.isEmpty()) {
+                    throw new IOException("device DAX " + path + " needs libpmem: " + Libpmem.unavailableReason());
+                }
+            } else if (file.created()) {
+                reserve(file, size);
+            } else if (file.stat().size() != size) {
+                if (!resize) {
+                    throw new IOException(path + " holds " + file.stat().size() + " bytes but pmem.size is " + size
+                            + "; set pmem.size=" + file.stat().size() + " to use it as it is, or pmem.resize=true to"
+                            + " resize it (shrinking discards the data past the new end)");
+                }
+                resize(file, size);
+            }
+            r = lib.isPresent() ? mapWithLibpmem(file, lib.get(), wrap) : mapWithJava(file, size, wrap);
+            r.file = file;
+            if (file.created()) {
+                // A crash right after creation must not leave a file without its name or size: whoever maps it
+                // after a power cut has to find what we announced. (The directories made on the way were synced
+                // into their parents as they were made.)
+                r.persistence.syncCreated(file);
+            }
             return r;
         } catch (IOException | RuntimeException e) {
-            unlock(lock);
+            if (r != null) {
+                r.arena.close();
+            }
+            if (file.created()) {
+                removeCreated(file, e);
+            }
+            file.close();
             throw e;
         }
     }
 
-    private static FileChannel lock(Path path) throws IOException {
-        // No final symlink is followed anywhere here (O_NOFOLLOW): the caller checked the file itself.
-        FileChannel ch = FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS);
+    private static final java.util.regex.Pattern DEVICE_DAX = java.util.regex.Pattern.compile("/dev/dax\\d+\\.\\d+");
+
+    /** A file this open created and could not make a device of: gone again, so the next start does not find it empty. */
+    private static void removeCreated(TrustedFile file, Exception cause) {
+        String name = file.path().getFileName().toString();
         try {
-            if (ch.tryLock() == null) {
-                throw new IOException(path + " is in use by another process (it holds the file's lock);"
-                        + " stop that server, or give this one another pmem.path");
+            FileStat now = Libc.fstatat(file.directory().fd(), name, Libc.AT_SYMLINK_NOFOLLOW);
+            if (now.dev() == file.stat().dev() && now.ino() == file.stat().ino()) {
+                Libc.unlinkat(file.directory().fd(), name, 0);
             }
-        } catch (java.nio.channels.OverlappingFileLockException e) {
-            ch.close();
-            throw new IOException(path + " is already open in this process");
-        } catch (IOException | RuntimeException e) {
-            ch.close();
-            throw e;
-        }
-        return ch;
-    }
-
-    private static void unlock(FileChannel lock) throws IOException {
-        if (lock != null) {
-            lock.close();
+        } catch (NativeException e) {
+            cause.addSuppressed(e);
         }
     }
 
-    private static void resize(Path path, long size) throws IOException {
-        try (FileChannel fc = FileChannel.open(path, StandardOpenOption.WRITE, LinkOption.NOFOLLOW_LINKS)) {
-            long old = fc.size();
-            if (size < old) {
-                fc.truncate(size);
-            }
+    /**
+     * An exclusive lock on the open file itself (an OFD lock, {@link Libc#lockExclusive}): the mapping libraries
+     * open and close their own descriptors of the file, which would silently drop a classic POSIX lock.
+     */
+    private static void lock(TrustedFile file) throws IOException {
+        if (!Libc.lockExclusive(file.fd())) {
+            throw new IOException(file.path() + " is in use by another process (it holds the file's lock), or already"
+                    + " open in this process; stop that server, or give this one another pmem.path");
         }
-        if (size > Files.size(path)) {
-            reserve(path, size);
+    }
+
+    private static void resize(TrustedFile file, long size) throws IOException {
+        if (size < file.stat().size()) {
+            Libc.ftruncate(file.fd(), size);
+        } else {
+            reserve(file, size);
         }
     }
 
     /** Extends the file to size with its blocks allocated (posix_fallocate). */
-    private static void reserve(Path path, long size) throws IOException {
-        int fd = Libc.open(path.toString(), Libc.O_RDWR | Libc.O_CREAT | Libc.O_NOFOLLOW, 0600);
-        try {
-            Libc.fallocate(fd, 0, size, path.toString());
-        } finally {
-            Libc.close(fd);
-        }
+    private static void reserve(TrustedFile file, long size) throws IOException {
+        Libc.fallocate(file.fd(), 0, size, file.path().toString());
     }
 
-    private static PmemRegion mapWithLibpmem(Path path, Libpmem lib, long size, int flags, UnaryOperator<Persistence> wrap)
+    /**
+     * libpmem maps by path; given {@code /proc/self/fd/N} it opens the file this process holds, not whatever the
+     * name leads to now. Length 0 and no flags: the whole file (sized above) or device-DAX node.
+     */
+    private static PmemRegion mapWithLibpmem(TrustedFile file, Libpmem lib, UnaryOperator<Persistence> wrap)
             throws IOException {
-        Libpmem.Mapping m;
-        try {
-            m = lib.mapFile(path.toString(), size, flags, 0600);
-        } catch (NativeException e) {
-            if (!Files.exists(path.toAbsolutePath().getParent())) {
-                throw new NoSuchFileException(path.toString(), null, "directory does not exist");
-            }
-            throw e;
-        }
+        Path path = file.path();
+        Libpmem.Mapping m = lib.mapFile(file.procPath(), 0, 0, 0);
         Arena arena = Arena.ofShared();
         long len = m.segment().byteSize();
         // The arena's cleanup unmaps: once closed, any access through a view fails cleanly instead of faulting.
@@ -259,15 +213,12 @@ public final class PmemRegion implements AutoCloseable {
         return "amd64".equals(osArch) || "x86_64".equals(osArch);
     }
 
-    private static PmemRegion mapWithJava(Path path, long size, boolean exists, UnaryOperator<Persistence> wrap) throws IOException {
-        if (!exists) {
-            reserve(path, size);
-        }
+    /** The JDK maps a channel; one opened on {@code /proc/self/fd/N} is the file this process holds. */
+    private static PmemRegion mapWithJava(TrustedFile file, long size, UnaryOperator<Persistence> wrap) throws IOException {
         Arena arena = Arena.ofShared();
-        try (FileChannel fc = FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE,
-                LinkOption.NOFOLLOW_LINKS)) {
+        try (FileChannel fc = FileChannel.open(Path.of(file.procPath()), StandardOpenOption.READ, StandardOpenOption.WRITE)) {
             MemorySegment seg = fc.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
-            return new PmemRegion(path, arena, seg, wrap.apply(new MappedFilePersistence()), "java");
+            return new PmemRegion(file.path(), arena, seg, wrap.apply(new MappedFilePersistence()), "java");
         } catch (IOException | RuntimeException e) {
             arena.close();
             throw e;
@@ -487,7 +438,7 @@ public final class PmemRegion implements AutoCloseable {
                 throw new IOException(path + " was not unmapped: a copy into it is still running (" + e.getMessage()
                         + "); close again after the in-flight requests have finished", e);
             }
-            unlock(lock);
+            file.close();
         }
     }
 

@@ -2,7 +2,6 @@ package io.pmemblk.pmem;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
-import java.nio.file.Path;
 import java.util.BitSet;
 import java.util.HashMap;
 import java.util.Map;
@@ -134,7 +133,7 @@ final class CrashModel implements Persistence {
     }
 
     @Override
-    public void syncCreated(Path file) throws IOException {
+    public void syncCreated(io.pmemblk.posix.TrustedFile file) throws IOException {
         real.syncCreated(file);
     }
 

@@ -4,7 +4,6 @@ import io.pmemblk.block.Request;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
@@ -113,7 +112,7 @@ final class RecordingPersistence implements Persistence {
     }
 
     @Override
-    public void syncCreated(Path file) throws IOException {
+    public void syncCreated(io.pmemblk.posix.TrustedFile file) throws IOException {
         real.syncCreated(file);
         record(Kind.SYNC_CREATED, 0, 0, 0, file.toString());
     }

@@ -37,7 +37,14 @@ public final class Libc {
     public static final int O_RDONLY = 0, O_WRONLY = 01, O_RDWR = 02, O_CREAT = 0100, O_CLOEXEC = 02000000;
     /** A final symbolic link fails the open with ELOOP instead of being followed. */
     public static final int O_NOFOLLOW = 0400000, O_NONBLOCK = 04000, O_EXCL = 0200;
-    public static final int ELOOP = 40, ENOENT = 2;
+    /** A directory only (ENOTDIR otherwise); O_PATH: a handle for *at() calls and fstat, needing only search permission. */
+    public static final int O_DIRECTORY = 0200000, O_PATH = 010000000;
+    /** {@code <fcntl.h>} for the *at() calls: the descriptor itself (fstatat), a final link not followed. */
+    public static final int AT_EMPTY_PATH = 0x1000, AT_SYMLINK_NOFOLLOW = 0x100, AT_REMOVEDIR = 0x200;
+    // <asm-generic/errno-base.h>, <asm-generic/errno.h>
+    public static final int ENOENT = 2, EAGAIN = 11, EACCES = 13, EEXIST = 17, ENOTDIR = 20, ELOOP = 40;
+    /** {@code <asm-generic/fcntl.h>}: open file description locks (Linux 3.15), and struct flock's l_type. */
+    public static final int F_OFD_SETLK = 37, F_WRLCK = 1;
 
     private static final Linker LINKER = Linker.nativeLinker();
     private static final SymbolLookup LIBC = LINKER.defaultLookup();
@@ -56,6 +63,37 @@ public final class Libc {
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG, ADDRESS), true);
     private static final MethodHandle OPEN = find("open",
             FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT), true);
+    /** int openat(int dirfd, const char *path, int flags, ...): the mode is the variadic argument. */
+    private static final MethodHandle OPENAT = LINKER.downcallHandle(LIBC.find("openat").orElseThrow(),
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT), CAPTURE_ERRNO,
+            Linker.Option.firstVariadicArg(3));
+    private static final MethodHandle MKDIRAT = find("mkdirat",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT), true);
+    private static final MethodHandle FSTATAT = find("fstatat",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, ADDRESS, JAVA_INT), true);
+    private static final MethodHandle READLINKAT = find("readlinkat",
+            FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG), true);
+    private static final MethodHandle UNLINKAT = find("unlinkat",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT), true);
+    private static final MethodHandle RENAMEAT = find("renameat",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT, ADDRESS), true);
+    private static final MethodHandle FCHMODAT = find("fchmodat",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT), true);
+    private static final MethodHandle FSYNC = find("fsync", FunctionDescriptor.of(JAVA_INT, JAVA_INT), true);
+    private static final MethodHandle FTRUNCATE = find("ftruncate",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG), true);
+    /** int fcntl(int fd, int cmd, ...): here always with a struct flock pointer as the variadic argument. */
+    private static final MethodHandle FCNTL_PTR = LINKER.downcallHandle(LIBC.find("fcntl").orElseThrow(),
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS), CAPTURE_ERRNO,
+            Linker.Option.firstVariadicArg(2));
+    /**
+     * {@code struct flock} on x86-64 ({@code <bits/fcntl.h>}, the kernel's {@code struct flock} in
+     * {@code include/uapi/asm-generic/fcntl.h} with 64-bit off_t): 32 bytes.
+     */
+    private static final StructLayout FLOCK = MemoryLayout.structLayout(
+            ValueLayout.JAVA_SHORT.withName("l_type"), ValueLayout.JAVA_SHORT.withName("l_whence"),
+            MemoryLayout.paddingLayout(4), JAVA_LONG.withName("l_start"), JAVA_LONG.withName("l_len"),
+            JAVA_INT.withName("l_pid"), MemoryLayout.paddingLayout(4));
     private static final MethodHandle CLOSE = find("close",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT), true);
     private static final MethodHandle POSIX_FALLOCATE = find("posix_fallocate",
@@ -345,6 +383,127 @@ public final class Libc {
                 throw NativeException.of("open", errno(state), path);
             }
             return fd;
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /**
+     * openat(2) with O_CLOEXEC added: {@code path} looked up from the directory {@code dirFd}, not from the
+     * current directory or by a name another process could change above it.
+     */
+    public static int openat(int dirFd, String path, int flags, int mode) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            int fd = (int) OPENAT.invokeExact(state, dirFd, a.allocateFrom(path), flags | O_CLOEXEC, mode);
+            if (fd < 0) {
+                throw NativeException.of("openat", errno(state), "fd " + dirFd + ", " + path + ", flags 0"
+                        + Integer.toOctalString(flags));
+            }
+            return fd;
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** mkdirat(2): a directory {@code name} in {@code dirFd}, {@code mode} less the umask. */
+    public static void mkdirat(int dirFd, String name, int mode) throws NativeException {
+        pathCall("mkdirat", dirFd, name, (a, state, p) -> (int) MKDIRAT.invokeExact(state, dirFd, p, mode));
+    }
+
+    /** unlinkat(2) of {@code name} in {@code dirFd}; {@link #AT_REMOVEDIR} for an empty directory. */
+    public static void unlinkat(int dirFd, String name, int flags) throws NativeException {
+        pathCall("unlinkat", dirFd, name, (a, state, p) -> (int) UNLINKAT.invokeExact(state, dirFd, p, flags));
+    }
+
+    /** renameat(2): atomically replaces {@code to} in {@code toDirFd} by {@code from} of {@code fromDirFd}. */
+    public static void renameat(int fromDirFd, String from, int toDirFd, String to) throws NativeException {
+        pathCall("renameat", fromDirFd, from + " -> fd " + toDirFd + ", " + to, (a, state, p) ->
+                (int) RENAMEAT.invokeExact(state, fromDirFd, a.allocateFrom(from), toDirFd, a.allocateFrom(to)));
+    }
+
+    /** fchmodat(2) of {@code name} in {@code dirFd} (links followed: only for entries this process made). */
+    public static void fchmodat(int dirFd, String name, int mode) throws NativeException {
+        pathCall("fchmodat", dirFd, name, (a, state, p) -> (int) FCHMODAT.invokeExact(state, dirFd, p, mode, 0));
+    }
+
+    /** fstatat(2) of {@code name} in {@code dirFd}; {@link #AT_SYMLINK_NOFOLLOW}: a link itself. */
+    public static FileStat fstatat(int dirFd, String name, int flags) throws NativeException {
+        return stat("fstatat", "fd " + dirFd + ", " + name,
+                (a, state, buf) -> (int) FSTATAT.invokeExact(state, dirFd, a.allocateFrom(name), buf, flags));
+    }
+
+    /** readlinkat(2): where the symbolic link {@code name} in {@code dirFd} points. */
+    public static String readlinkat(int dirFd, String name) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            MemorySegment buf = a.allocate(4096); // PATH_MAX
+            long n = (long) READLINKAT.invokeExact(state, dirFd, a.allocateFrom(name), buf, buf.byteSize());
+            if (n < 0) {
+                throw NativeException.of("readlinkat", errno(state), "fd " + dirFd + ", " + name);
+            }
+            return new String(buf.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE), java.nio.charset.StandardCharsets.UTF_8);
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** fsync(2): the file's data and metadata (a directory's: its entries) on stable storage. */
+    public static void fsync(int fd, String what) throws NativeException {
+        pathCall("fsync", fd, what, (a, state, p) -> (int) FSYNC.invokeExact(state, fd));
+    }
+
+    /** ftruncate(2) to {@code length} bytes. */
+    public static void ftruncate(int fd, long length) throws NativeException {
+        pathCall("ftruncate", fd, "length " + length, (a, state, p) -> (int) FTRUNCATE.invokeExact(state, fd, length));
+    }
+
+    /**
+     * An exclusive open-file-description lock on all of {@code fd}'s file (fcntl F_OFD_SETLK, without waiting).
+     * Unlike a classic POSIX lock (what {@code FileChannel.tryLock} takes) it belongs to this open file, not to
+     * the process, so closing another descriptor of the same file does not drop it; the two kinds still
+     * conflict with each other, so an older server's (or any JDK program's) lock on the file is respected.
+     * @return false when another open file holds a conflicting lock (EAGAIN or EACCES)
+     */
+    public static boolean lockExclusive(int fd) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            MemorySegment fl = a.allocate(FLOCK); // zeroed: SEEK_SET, start 0, length 0 = to the end, l_pid 0 (OFD)
+            fl.set(ValueLayout.JAVA_SHORT, 0, (short) F_WRLCK);
+            int rc = (int) FCNTL_PTR.invokeExact(state, fd, F_OFD_SETLK, fl);
+            if (rc == 0) {
+                return true;
+            }
+            int errno = errno(state);
+            if (errno == EAGAIN || errno == EACCES) {
+                return false;
+            }
+            throw NativeException.of("fcntl", errno, "fd " + fd + ", F_OFD_SETLK F_WRLCK");
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** A call that takes a C string and returns 0 or -1 with errno. */
+    @FunctionalInterface
+    private interface PathCall {
+        int call(Arena a, MemorySegment state, MemorySegment path) throws Throwable;
+    }
+
+    private static void pathCall(String function, int fd, String what, PathCall call) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            if (call.call(a, state, a.allocateFrom(what)) != 0) {
+                throw NativeException.of(function, errno(state), "fd " + fd + ", " + what);
+            }
         } catch (NativeException e) {
             throw e;
         } catch (Throwable t) {

@@ -4,24 +4,41 @@ import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.LinkOption;
 import java.nio.file.Path;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Deque;
+import java.util.List;
 
 /**
  * OpenSSH's rule for the files it trusts (its {@code safe_path()} for authorized_keys), applied to the backing
  * file and the socket directory: every directory from {@code /} down to the file, and the file itself, must be
  * owned by root or by the user pmemblk runs as, and a directory must not be writable by group or others unless
- * its sticky bit is set (as on {@code /tmp}: there nobody can rename or remove another user's entries). Then no
- * other user can replace the file, or a directory on its way, between this check and its use: opening by path
- * afterwards is as good as opening what was checked.
+ * its sticky bit is set (as on {@code /tmp}: there nobody can rename or remove another user's entries).
  *
- * <p>A final symbolic link is not followed ({@code O_NOFOLLOW}): whoever could write the directory it sits in
- * chose where it points. One exception, for device DAX: under {@code /dev} a link owned by root (udev's names,
- * such as {@code /dev/char/252:0}) may lead to a {@code /dev/daxX.Y} node; the node's own path is returned.
+ * <p>Checking and using are one walk, so nothing changes between them: each directory is opened ({@code O_PATH |
+ * O_NOFOLLOW}) relative to the one above it, which is held open, and judged by {@code fstat} of what was opened;
+ * a missing one is made with {@code mkdirat} in its checked parent and then opened and judged like any other
+ * (whoever won a race to create it); the file is created with {@code O_CREAT | O_EXCL | O_NOFOLLOW} in the
+ * held directory, or opened there without following a final link and judged by {@code fstat}. The caller gets
+ * the descriptors ({@link TrustedDirectory}, {@link TrustedFile}) and never uses the names again.
  *
- * <p>Facts come from {@code lstat(2)}/{@code fstat(2)} (the {@code posix} binding), never from guesses of
- * {@code java.nio.file} about links; directory symlinks on the way (e.g. {@code /var/run -> /run}) are allowed
- * when they are owned by root or this user, and the directories they lead to are checked as well.
+ * <p>A final symbolic link is not followed: whoever could write the directory it sits in chose where it points.
+ * One exception, for device DAX: under {@code /dev} a link owned by root (udev's names, such as
+ * {@code /dev/char/252:0}) may lead to a {@code /dev/daxX.Y} node; the node itself is opened. Directory links on
+ * the way (e.g. {@code /var/run -> /run}) are followed when owned by root or this user, and the directories they
+ * lead to are judged as well (the walk follows them itself, component by component).
  */
 public final class TrustedPath {
+    /** As the kernel's limit on links followed in one lookup (MAXSYMLINKS). */
+    private static final int MAX_LINKS = 40;
+    /** A directory for *at() calls and fstat; needs search permission only; a link is not followed (ENOTDIR). */
+    private static final int DIRECTORY = Libc.O_PATH | Libc.O_DIRECTORY | Libc.O_NOFOLLOW;
+    /**
+     * Directories pmemblk creates: 0755 less the umask, never wider, so the check after creation passes whatever
+     * the umask; clients of the socket need to search the socket's directory.
+     */
+    private static final int DIRECTORY_MODE = 0755;
+
     private final int euid;
 
     public TrustedPath(int euid) {
@@ -34,69 +51,97 @@ public final class TrustedPath {
     }
 
     /**
-     * Checks {@code dir} and every directory above it; the part that does not exist yet is not checked (it will
-     * be created by this process, as its own).
+     * Opens {@code dir}, checking it and every directory above it and creating the missing ones (each checked
+     * after it is made).
      * @param setting the setting the path comes from, named in the refusal
      */
-    public void checkDirectory(Path dir, String setting) throws IOException {
-        checkDirectory(dir.toAbsolutePath(), setting, dir.toAbsolutePath());
+    public TrustedDirectory openDirectory(Path dir, String setting) throws IOException {
+        Path abs = dir.toAbsolutePath();
+        return walk(abs, abs, setting, true);
+    }
+
+    /** As {@link #openDirectory} for the directory {@code file} is to be created in (a socket); refusals name {@code file}. */
+    public TrustedDirectory openParentOf(Path file, String setting) throws IOException {
+        Path abs = file.toAbsolutePath();
+        if (abs.getParent() == null) {
+            throw new UnsafePathException(setting + " " + abs + " is not a file in a directory");
+        }
+        return walk(abs.getParent(), abs, setting, true);
     }
 
     /**
-     * Checks the directory {@code file} is to be created in (a socket), and every directory above it; the refusal
-     * names {@code file}, the setting's value.
+     * Opens {@code file} read-write through checked directories: an existing file opened without following a
+     * final link, owned by root or this user, and a regular file not writable by group or others, or a character
+     * device (device DAX; its mode is the administrator's access policy and is not judged here). With
+     * {@code create}, a missing file is created (mode 0600, {@code O_EXCL}) and so are missing directories.
      */
-    public void checkParentOf(Path file, String setting) throws IOException {
+    public TrustedFile openFile(Path file, String setting, boolean create) throws IOException {
         Path abs = file.toAbsolutePath();
-        checkDirectory(abs.getParent(), setting, abs);
-    }
-
-    /** @param named what the refusal names as the setting's value */
-    private void checkDirectory(Path abs, String setting, Path named) throws IOException {
-        Path deepest = checkChain(abs, named, setting);
-        if (deepest != null) {
-            Path real = deepest.toRealPath();
-            if (!real.equals(deepest)) {
-                // A symbolic link on the way: the directories it leads to are where entries really live.
-                checkChain(real, named, setting);
-            }
+        if (abs.getParent() == null) {
+            throw new UnsafePathException(setting + " " + abs + " is a directory; allowed: a regular file, or a"
+                    + " device-DAX node /dev/daxX.Y");
         }
-    }
-
-    /**
-     * Checks the directories above {@code file}, then {@code file} itself if it exists: opened with
-     * {@code O_NOFOLLOW}, owned by root or this user, and a regular file not writable by group or others, or a
-     * character device (device DAX; its mode is the administrator's access policy and is not judged here).
-     * @return the path to open: {@code file}, or the device node a udev link under /dev leads to
-     */
-    public Path checkFile(Path file, String setting) throws IOException {
-        Path abs = file.toAbsolutePath();
-        if (abs.getParent() != null) {
-            checkDirectory(abs.getParent(), setting, abs);
-        }
-        FileStat link;
+        String name = abs.getFileName().toString();
+        TrustedDirectory dir = walk(abs.getParent(), abs, setting, create);
         try {
-            link = Libc.lstat(abs.toString());
-        } catch (NativeException e) {
-            if (e.errno() == Libc.ENOENT) {
-                return abs; // created by this process (O_EXCL), in a directory nobody else can write
+            // Twice at most: a file that appears between our ENOENT and our O_EXCL is opened and judged instead.
+            for (int attempt = 0; ; attempt++) {
+                FileStat found;
+                try {
+                    found = Libc.fstatat(dir.fd(), name, Libc.AT_SYMLINK_NOFOLLOW);
+                } catch (NativeException e) {
+                    if (e.errno() != Libc.ENOENT || !create) {
+                        throw e;
+                    }
+                    try {
+                        int fd = Libc.openat(dir.fd(), name,
+                                Libc.O_RDWR | Libc.O_CREAT | Libc.O_EXCL | Libc.O_NOFOLLOW, 0600);
+                        return new TrustedFile(abs, fd, Libc.fstat(fd), true, dir);
+                    } catch (NativeException x) {
+                        if (x.errno() == Libc.EEXIST && attempt == 0) {
+                            continue;
+                        }
+                        throw x;
+                    }
+                }
+                if (found.isSymbolicLink()) {
+                    Path target = deviceLinkTarget(dir, name, abs, found, setting);
+                    dir.close();
+                    return openFile(target, setting, false);
+                }
+                judgeFileType(found, abs, setting); // before open: a FIFO or socket is never opened
+                int fd;
+                try {
+                    // O_NONBLOCK: should a FIFO replace the file since the fstatat, open must not hang on it
+                    fd = Libc.openat(dir.fd(), name, Libc.O_RDWR | Libc.O_NOFOLLOW | Libc.O_NONBLOCK, 0);
+                } catch (NativeException e) {
+                    if (e.errno() == Libc.ELOOP) { // replaced by a link since the fstatat
+                        throw new UnsafePathException(setting + " " + abs + " is a symbolic link; set " + setting
+                                + " to the file itself");
+                    }
+                    throw e;
+                }
+                try {
+                    FileStat st = Libc.fstat(fd); // what was opened, whatever the name leads to now
+                    judgeFile(st, abs, setting);
+                    return new TrustedFile(abs, fd, st, false, dir);
+                } catch (IOException | RuntimeException e) {
+                    Libc.close(fd);
+                    throw e;
+                }
             }
+        } catch (IOException | RuntimeException e) {
+            dir.close();
             throw e;
         }
-        if (link.isSymbolicLink()) {
-            Path target = deviceLinkTarget(abs, link, setting);
-            checkDirectory(target.getParent(), setting, abs);
-            checkOpened(target, setting);
-            return target;
-        }
-        checkOpened(abs, setting);
-        return abs;
     }
 
-    private Path deviceLinkTarget(Path abs, FileStat link, String setting) throws IOException {
+    private Path deviceLinkTarget(TrustedDirectory dir, String name, Path abs, FileStat link, String setting)
+            throws IOException {
         Path target = null;
         if (abs.startsWith("/dev/") && link.uid() == 0) {
             try {
+                // /dev and its links are root's (checked on the way here): resolving them by name is safe
                 Path real = abs.toRealPath();
                 FileStat t = Libc.stat(real.toString());
                 if (t.isCharacterDevice() && real.getParent().equals(Path.of("/dev"))
@@ -109,93 +154,157 @@ public final class TrustedPath {
         }
         if (target == null) {
             throw new UnsafePathException(setting + " " + abs + " is a symbolic link (to "
-                    + Files.readSymbolicLink(abs) + "), and pmemblk does not follow a final symbolic link: whoever"
+                    + Libc.readlinkat(dir.fd(), name) + "), and pmemblk does not follow a final symbolic link: whoever"
                     + " can write " + abs.getParent() + " decides where it points. Set " + setting
                     + " to the file itself (only root's links under /dev to a /dev/daxX.Y node are followed)");
         }
         return target;
     }
 
-    /** Opens without following a final link and judges what was opened. */
-    private void checkOpened(Path abs, String setting) throws IOException {
-        FileStat st;
-        int fd;
-        try {
-            // O_NONBLOCK: a FIFO put there must not hang the check; it is refused below like any non-file.
-            fd = Libc.open(abs.toString(), Libc.O_RDONLY | Libc.O_NOFOLLOW | Libc.O_NONBLOCK, 0);
-        } catch (NativeException e) {
-            if (e.errno() == Libc.ELOOP) { // replaced by a link since the lstat
-                throw new UnsafePathException(setting + " " + abs + " is a symbolic link; set " + setting
-                        + " to the file itself");
-            }
-            throw e;
+    private void judgeFileType(FileStat st, Path abs, String setting) throws UnsafePathException {
+        if (!st.isRegularFile() && !st.isCharacterDevice()) {
+            throw new UnsafePathException(setting + " " + abs + " is a " + st.typeName()
+                    + "; allowed: a regular file, or a device-DAX node /dev/daxX.Y");
         }
-        try {
-            st = Libc.fstat(fd);
-        } finally {
-            Libc.close(fd);
-        }
+    }
+
+    private void judgeFile(FileStat st, Path abs, String setting) throws UnsafePathException {
         if (!trusted(st.uid())) {
             throw new UnsafePathException(setting + " " + abs + " is owned by " + owner(abs, st)
                     + ", not by root or by the user pmemblk runs as (" + who() + "): that user can read and change"
                     + " everything served from it. Use a file of your own (e.g. the default location), or take it"
                     + " over if it is meant to be yours: chown " + euid + " " + abs);
         }
-        if (st.isRegularFile()) {
-            if (st.groupOrOtherWritable()) {
-                throw new UnsafePathException(setting + " " + abs + " is writable by group or others (mode "
-                        + st.permissions() + "): they can change the device's data under it. Fix: chmod go-w " + abs);
-            }
-        } else if (!st.isCharacterDevice()) {
-            throw new UnsafePathException(setting + " " + abs + " is a " + st.typeName()
-                    + "; allowed: a regular file, or a device-DAX node /dev/daxX.Y");
+        judgeFileType(st, abs, setting);
+        if (st.isRegularFile() && st.groupOrOtherWritable()) {
+            throw new UnsafePathException(setting + " " + abs + " is writable by group or others (mode "
+                    + st.permissions() + "): they can change the device's data under it. Fix: chmod go-w " + abs);
         }
     }
 
     /**
-     * Checks each existing prefix of {@code path} from the root down, with lstat (a link on the way is judged as
-     * a link: by its owner; the next component is then looked up through it).
-     * @return the deepest existing prefix, or null when not even the root exists
+     * Walks {@code dir} from {@code /}, one component at a time relative to the directory held open above it,
+     * judging each directory by fstat of its descriptor and each link by its owner; follows links itself.
+     * @param named what refusals name as the setting's value
+     * @param create make missing directories (mkdirat in the checked parent, then opened and judged)
      */
-    private Path checkChain(Path path, Path asGiven, String setting) throws IOException {
-        Path p = path.getRoot();
-        Path deepest = null;
-        for (int i = -1; i < path.getNameCount(); i++) {
-            if (i >= 0) {
-                p = p.resolve(path.getName(i));
-            }
-            FileStat st;
-            try {
-                st = Libc.lstat(p.toString());
-            } catch (NativeException e) {
-                if (e.errno() == Libc.ENOENT) {
-                    return deepest;
-                }
-                throw e;
-            }
-            deepest = p;
-            if (!trusted(st.uid())) {
-                throw new UnsafePathException(setting + " " + asGiven + ": " + (st.isDirectory() ? "directory " : "")
-                        + p + " is owned by " + owner(p, st) + ", not by root or by the user pmemblk runs as ("
-                        + who() + "): that user can replace anything below it. Use a directory owned by "
-                        + (euid == 0 ? "root" : "root or " + who()) + " (e.g. the default location), or, if it is meant to be yours: chown " + euid + " "
-                        + p);
-            }
-            if (st.isSymbolicLink()) {
-                continue; // owned by a trusted user in a checked directory: nobody else can repoint it
-            }
-            if (!st.isDirectory()) {
-                throw new UnsafePathException(setting + " " + asGiven + ": " + p + " is a " + st.typeName()
-                        + ", not a directory");
-            }
-            if (st.groupOrOtherWritable() && !st.sticky()) {
-                throw new UnsafePathException(setting + " " + asGiven + ": directory " + p
-                        + " is writable by group or others without the sticky bit (mode " + st.permissions()
-                        + "): they can rename or replace what pmemblk creates there. Fix: chmod go-w " + p
-                        + " (or chmod +t " + p + " for a shared directory like /tmp), or use another directory");
-            }
+    private TrustedDirectory walk(Path dir, Path named, String setting, boolean create) throws IOException {
+        Deque<String> todo = new ArrayDeque<>();
+        for (Path c : dir) {
+            todo.add(c.toString());
         }
-        return deepest;
+        Path root = Path.of("/");
+        Path at = root;
+        int fd = Libc.open("/", DIRECTORY, 0);
+        try {
+            FileStat st = Libc.fstat(fd);
+            judgeDirectory(st, at, named, setting);
+            int links = 0;
+            while (!todo.isEmpty()) {
+                String c = todo.removeFirst();
+                if (c.isEmpty() || c.equals(".")) {
+                    continue;
+                }
+                Path next = c.equals("..") ? (at.getParent() == null ? at : at.getParent()) : at.resolve(c);
+                int child;
+                try {
+                    child = Libc.openat(fd, c, DIRECTORY, 0);
+                } catch (NativeException e) {
+                    if (e.errno() == Libc.ENOENT && create) {
+                        if (makeDirectory(fd, c)) {
+                            syncDirectory(fd, at); // the new entry survives a crash before anything is put in it
+                        }
+                        todo.addFirst(c); // opened and judged as any directory found there, whoever made it
+                        continue;
+                    }
+                    if (e.errno() != Libc.ENOTDIR && e.errno() != Libc.ELOOP) {
+                        throw e;
+                    }
+                    FileStat link = Libc.fstatat(fd, c, Libc.AT_SYMLINK_NOFOLLOW);
+                    if (!link.isSymbolicLink()) {
+                        throw new UnsafePathException(setting + " " + named + ": " + next + " is a "
+                                + link.typeName() + ", not a directory");
+                    }
+                    judgeOwner(link, next, named, setting, false);
+                    if (++links > MAX_LINKS) {
+                        throw new UnsafePathException(setting + " " + named + ": more than " + MAX_LINKS
+                                + " symbolic links on the way (a loop?) at " + next);
+                    }
+                    String target = Libc.readlinkat(fd, c);
+                    List<String> parts = new ArrayList<>();
+                    for (Path p : Path.of(target)) {
+                        parts.add(p.toString());
+                    }
+                    for (int i = parts.size() - 1; i >= 0; i--) {
+                        todo.addFirst(parts.get(i));
+                    }
+                    if (target.startsWith("/")) { // root was judged first; start there again
+                        int r = Libc.open("/", DIRECTORY, 0);
+                        Libc.close(fd);
+                        fd = r;
+                        at = root;
+                    }
+                    continue;
+                }
+                try {
+                    st = Libc.fstat(child);
+                    judgeDirectory(st, next, named, setting);
+                } catch (IOException | RuntimeException e) {
+                    Libc.close(child);
+                    throw e;
+                }
+                Libc.close(fd);
+                fd = child;
+                at = next;
+            }
+            return new TrustedDirectory(fd, at, st);
+        } catch (IOException | RuntimeException e) {
+            Libc.close(fd);
+            throw e;
+        }
+    }
+
+    /** @return true when this call made it; false when someone else did first (EEXIST) */
+    private static boolean makeDirectory(int parent, String name) throws NativeException {
+        try {
+            Libc.mkdirat(parent, name, DIRECTORY_MODE);
+            return true;
+        } catch (NativeException e) {
+            if (e.errno() == Libc.EEXIST) {
+                return false;
+            }
+            throw e;
+        }
+    }
+
+    private static void syncDirectory(int fd, Path at) throws NativeException {
+        int d = Libc.openat(fd, ".", Libc.O_RDONLY | Libc.O_DIRECTORY, 0);
+        try {
+            Libc.fsync(d, at.toString());
+        } finally {
+            Libc.close(d);
+        }
+    }
+
+    private void judgeDirectory(FileStat st, Path p, Path named, String setting) throws UnsafePathException {
+        judgeOwner(st, p, named, setting, true);
+        if (st.groupOrOtherWritable() && !st.sticky()) {
+            throw new UnsafePathException(setting + " " + named + ": directory " + p
+                    + " is writable by group or others without the sticky bit (mode " + st.permissions()
+                    + "): they can rename or replace what pmemblk creates there. Fix: chmod go-w " + p
+                    + " (or chmod +t " + p + " for a shared directory like /tmp), or use another directory");
+        }
+    }
+
+    private void judgeOwner(FileStat st, Path p, Path named, String setting, boolean directory)
+            throws UnsafePathException {
+        if (!trusted(st.uid())) {
+            throw new UnsafePathException(setting + " " + named + ": " + (directory ? "directory " : "")
+                    + p + " is owned by " + owner(p, st) + ", not by root or by the user pmemblk runs as ("
+                    + who() + "): that user can replace anything below it. Use a directory owned by "
+                    + (euid == 0 ? "root" : "root or " + who()) + " (e.g. the default location), or, if it is meant"
+                    + " to be yours: chown " + euid + " " + p);
+        }
     }
 
     private boolean trusted(int uid) {
@@ -206,6 +315,7 @@ public final class TrustedPath {
         return euid == 0 ? "root" : "uid " + euid;
     }
 
+    /** The owner's name for a message (looked up by name: only words, nothing is decided on it). */
     private static String owner(Path p, FileStat st) {
         try {
             String name = Files.getOwner(p, LinkOption.NOFOLLOW_LINKS).getName();

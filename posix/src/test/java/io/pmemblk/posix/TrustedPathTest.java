@@ -33,6 +33,25 @@ class TrustedPathTest {
         Files.setPosixFilePermissions(dir, PosixFilePermissions.fromString("rwx------"));
     }
 
+    /** Opens (creating what is missing) and closes again: the path the file was opened as. */
+    static Path openFile(TrustedPath trust, Path f, String setting) throws Exception {
+        try (TrustedFile t = trust.openFile(f, setting, true)) {
+            return t.path();
+        }
+    }
+
+    static Path openDirectory(TrustedPath trust, Path d, String setting) throws Exception {
+        try (TrustedDirectory t = trust.openDirectory(d, setting)) {
+            return t.path();
+        }
+    }
+
+    static Path openParentOf(TrustedPath trust, Path f, String setting) throws Exception {
+        try (TrustedDirectory t = trust.openParentOf(f, setting)) {
+            return t.path();
+        }
+    }
+
     private static void chown(Path p, int uid) throws Exception {
         Files.setAttribute(p, "unix:uid", uid, LinkOption.NOFOLLOW_LINKS); // lchown for a link
     }
@@ -75,7 +94,7 @@ class TrustedPathTest {
         Path link = Files.createSymbolicLink(evil.resolve("p.img"), theirs);
         chown(link, MALLORY);
         chown(evil, MALLORY);
-        assertThatThrownBy(() -> check.checkFile(link, "pmem.path"))
+        assertThatThrownBy(() -> openFile(check, link, "pmem.path"))
                 .isInstanceOf(UnsafePathException.class)
                 .hasMessageContaining("pmem.path " + link + ": directory " + evil + " is owned by uid " + MALLORY)
                 .hasMessageContaining("not by root or by the user pmemblk runs as (root)")
@@ -91,14 +110,14 @@ class TrustedPathTest {
         chown(theirs, MALLORY);
         Path link = Files.createSymbolicLink(shared.resolve("p.img"), theirs);
         chown(link, MALLORY);
-        assertThatThrownBy(() -> check.checkFile(link, "pmem.path"))
+        assertThatThrownBy(() -> openFile(check, link, "pmem.path"))
                 .isInstanceOf(UnsafePathException.class)
                 .hasMessageContaining("pmem.path " + link + " is a symbolic link (to " + theirs + ")")
                 .hasMessageContaining("does not follow a final symbolic link");
         // a link of root's own, to root's own file, is refused all the same: the rule is about links, not owners
         Path own = Files.write(shared.resolve("own.img"), new byte[4096]);
         Path ownLink = Files.createSymbolicLink(shared.resolve("q.img"), own);
-        assertThatThrownBy(() -> check.checkFile(ownLink, "pmem.path")).hasMessageContaining("is a symbolic link");
+        assertThatThrownBy(() -> openFile(check, ownLink, "pmem.path")).hasMessageContaining("is a symbolic link");
     }
 
     @Test
@@ -108,7 +127,7 @@ class TrustedPathTest {
         Path theirs = Files.write(shared.resolve("p.img"), new byte[4096]);
         chmod(theirs, "rw-------");
         chown(theirs, MALLORY);
-        assertThatThrownBy(() -> check.checkFile(theirs, "pmem.path"))
+        assertThatThrownBy(() -> openFile(check, theirs, "pmem.path"))
                 .isInstanceOf(UnsafePathException.class)
                 .hasMessageContaining("pmem.path " + theirs + " is owned by uid " + MALLORY)
                 .hasMessageContaining("chown 0 " + theirs);
@@ -120,13 +139,13 @@ class TrustedPathTest {
         Path evil = Files.createDirectory(dir.resolve("pm-evil"));
         chmod(evil, "rwxrwxrwx");
         chown(evil, MALLORY);
-        assertThatThrownBy(() -> check.checkDirectory(evil, "nbd.socket"))
+        assertThatThrownBy(() -> openDirectory(check, evil, "nbd.socket"))
                 .isInstanceOf(UnsafePathException.class)
                 .hasMessageContaining("nbd.socket " + evil + ": directory " + evil + " is owned by uid " + MALLORY);
-        assertThatThrownBy(() -> check.checkParentOf(evil.resolve("nbd.sock"), "nbd.socket"))
+        assertThatThrownBy(() -> openParentOf(check, evil.resolve("nbd.sock"), "nbd.socket"))
                 .hasMessageContaining("nbd.socket " + evil.resolve("nbd.sock") + ": directory " + evil + " is owned by");
         // and a directory to be created below it is refused for the same reason
-        assertThatThrownBy(() -> check.checkDirectory(evil.resolve("a/b"), "nbd.socket"))
+        assertThatThrownBy(() -> openDirectory(check, evil.resolve("a/b"), "nbd.socket"))
                 .hasMessageContaining("directory " + evil + " is owned by uid " + MALLORY);
     }
 
@@ -134,22 +153,22 @@ class TrustedPathTest {
     void aWorldWritableDirectoryWithoutTheStickyBitIsRefusedEvenIfRootOwnsIt() throws Exception {
         Path open = Files.createDirectory(dir.resolve("open"));
         chmod(open, "rwxrwxrwx");
-        assertThatThrownBy(() -> check.checkFile(open.resolve("p.img"), "pmem.path"))
+        assertThatThrownBy(() -> openFile(check, open.resolve("p.img"), "pmem.path"))
                 .isInstanceOf(UnsafePathException.class)
                 .hasMessageContaining("directory " + open + " is writable by group or others without the sticky bit"
                         + " (mode 0777)")
                 .hasMessageContaining("chmod go-w " + open);
         chmod(open, "rwxrwx---");
-        assertThatThrownBy(() -> check.checkDirectory(open, "nbd.socket")).hasMessageContaining("(mode 0770)");
+        assertThatThrownBy(() -> openDirectory(check, open, "nbd.socket")).hasMessageContaining("(mode 0770)");
         sticky(open);
-        check.checkDirectory(open, "nbd.socket"); // like /tmp: allowed
+        openDirectory(check, open, "nbd.socket"); // like /tmp: allowed
     }
 
     @Test
     void aGroupWritableFileIsRefused() throws Exception {
         Path f = Files.write(dir.resolve("p.img"), new byte[4096]);
         chmod(f, "rw-rw----");
-        assertThatThrownBy(() -> check.checkFile(f, "pmem.path"))
+        assertThatThrownBy(() -> openFile(check, f, "pmem.path"))
                 .isInstanceOf(UnsafePathException.class)
                 .hasMessageContaining("pmem.path " + f + " is writable by group or others (mode 0660)")
                 .hasMessageContaining("chmod go-w " + f);
@@ -160,36 +179,36 @@ class TrustedPathTest {
         Path d = Files.createDirectories(dir.resolve("state/pmemblk"));
         Path f = Files.write(d.resolve("p.img"), new byte[4096]);
         chmod(f, "rw-------");
-        assertThat(check.checkFile(f, "pmem.path")).isEqualTo(f);
-        assertThat(check.checkFile(d.resolve("new.img"), "pmem.path")).isEqualTo(d.resolve("new.img"));
-        check.checkDirectory(dir.resolve("not/yet/there"), "nbd.socket");
+        assertThat(openFile(check, f, "pmem.path")).isEqualTo(f);
+        assertThat(openFile(check, d.resolve("new.img"), "pmem.path")).isEqualTo(d.resolve("new.img"));
+        openDirectory(check, dir.resolve("not/yet/there"), "nbd.socket");
         // another user's file the process may own: the check trusts whoever it runs as
         chown(f, MALLORY);
-        assertThat(new TrustedPath(MALLORY).checkFile(f, "pmem.path")).isEqualTo(f);
+        assertThat(openFile(new TrustedPath(MALLORY), f, "pmem.path")).isEqualTo(f);
     }
 
     @Test
     void directoryLinksOnTheWayAreJudgedByTheirOwnerAndWhereTheyLead() throws Exception {
         Path real = Files.createDirectory(dir.resolve("real"));
         Path viaOwn = Files.createSymbolicLink(dir.resolve("via-own"), real);
-        assertThat(check.checkFile(viaOwn.resolve("p.img"), "pmem.path")).isEqualTo(viaOwn.resolve("p.img"));
+        assertThat(openFile(check, viaOwn.resolve("p.img"), "pmem.path")).isEqualTo(viaOwn.resolve("p.img"));
 
         Path viaTheirs = Files.createSymbolicLink(dir.resolve("via-theirs"), real);
         chown(viaTheirs, MALLORY);
-        assertThatThrownBy(() -> check.checkFile(viaTheirs.resolve("p.img"), "pmem.path"))
+        assertThatThrownBy(() -> openFile(check, viaTheirs.resolve("p.img"), "pmem.path"))
                 .hasMessageContaining(viaTheirs + " is owned by uid " + MALLORY);
 
         Path theirDir = Files.createDirectory(dir.resolve("their-dir"));
         chown(theirDir, MALLORY);
         Path toTheirs = Files.createSymbolicLink(dir.resolve("to-theirs"), theirDir);
-        assertThatThrownBy(() -> check.checkDirectory(toTheirs, "nbd.socket"))
+        assertThatThrownBy(() -> openDirectory(check, toTheirs, "nbd.socket"))
                 .hasMessageContaining("directory " + theirDir + " is owned by uid " + MALLORY);
     }
 
     @Test
     void onlyRootsLinksUnderDevToADaxNodeAreFollowed() {
         // /dev/stdin is root's link under /dev, but to /proc/self/fd/0, not to a /dev/daxX.Y node
-        assertThatThrownBy(() -> check.checkFile(Path.of("/dev/stdin"), "pmem.path"))
+        assertThatThrownBy(() -> openFile(check, Path.of("/dev/stdin"), "pmem.path"))
                 .isInstanceOf(UnsafePathException.class)
                 .hasMessageContaining("pmem.path /dev/stdin is a symbolic link");
     }
@@ -197,13 +216,13 @@ class TrustedPathTest {
     @Test
     void aCharacterDeviceOwnedByRootPassesWhateverItsMode() throws Exception {
         // /dev/null is crw-rw-rw- root: a device node's mode is the administrator's access policy
-        assertThat(check.checkFile(Path.of("/dev/null"), "pmem.path")).isEqualTo(Path.of("/dev/null"));
+        assertThat(openFile(check, Path.of("/dev/null"), "pmem.path")).isEqualTo(Path.of("/dev/null"));
     }
 
     @Test
     void aFifoOrADirectoryIsNotABackingFile() throws Exception {
         Path d = Files.createDirectory(dir.resolve("d"));
-        assertThatThrownBy(() -> check.checkFile(d, "pmem.path"))
+        assertThatThrownBy(() -> openFile(check, d, "pmem.path"))
                 .hasMessageContaining("is a directory; allowed: a regular file, or a device-DAX node");
     }
 }
