@@ -81,9 +81,9 @@ public final class Device implements AutoCloseable {
     }
 
     /**
-     * pmem.path as it may be opened: checked as OpenSSH checks its files ({@link TrustedPath}), a udev link to a
-     * device-DAX node resolved. With {@code auto}, an image at the pre-issue-15 default is not left behind for a
-     * new empty one: start-up stops and says how to move it or keep using it.
+     * pmem.path to open. {@link PmemRegion#open} checks it as OpenSSH checks its files ({@link TrustedPath}) in
+     * the same walk that opens or creates it. With {@code auto}, an image at the pre-issue-15 default is not left
+     * behind for a new empty one: start-up stops and says how to move it or keep using it.
      */
     static Path trustedPmemPath(Settings settings) throws IOException {
         Path path = settings.get(Settings.PMEM_PATH);
@@ -93,9 +93,11 @@ public final class Device implements AutoCloseable {
             throw new IOException("pmem.path: the default moved from " + DefaultPaths.OLD_PMEM_PATH + " (where other"
                     + " users can create the directory first) to " + path + ", and a device image is at the old place."
                     + " Move it: mkdir -p -m 0700 " + path.getParent() + " && mv " + DefaultPaths.OLD_PMEM_PATH + " "
-                    + path + "; or keep it where it is with --set pmem.path=" + DefaultPaths.OLD_PMEM_PATH);
+                    + path + "; or, outside the systemd unit, keep it where it is with --set pmem.path="
+                    + DefaultPaths.OLD_PMEM_PATH + " (the unit's PrivateTmp=yes gives the service a private /var/tmp"
+                    + " that systemd deletes when it stops: there, move it)");
         }
-        return TrustedPath.ofThisProcess().checkFile(path, "pmem.path");
+        return path;
     }
 
     public static Device open(Settings settings) throws IOException {

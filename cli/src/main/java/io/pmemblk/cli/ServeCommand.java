@@ -4,6 +4,7 @@ import io.pmemblk.nbd.NbdConfig;
 import io.pmemblk.nbd.NbdServer;
 import io.pmemblk.nbd.tls.TlsMode;
 import io.pmemblk.nbd.tls.TlsServer;
+import io.pmemblk.posix.TrustedDirectory;
 import io.pmemblk.posix.TrustedPath;
 import io.pmemblk.posix.UnsafePathException;
 import io.pmemblk.settings.Settings;
@@ -69,13 +70,22 @@ final class ServeCommand implements Callable<Integer> {
             }
         }
         TlsServer tls;
+        TrustedDirectory socketDirectory = null;
         try {
-            // Before the device is opened or created: a wrong socket directory or TLS file leaves nothing behind.
-            if (s.get(Settings.NBD_SOCKET) != null) {
-                TrustedPath.ofThisProcess().checkParentOf(s.get(Settings.NBD_SOCKET), "nbd.socket");
+            // A pmem.path that systemd deletes at stop is refused before anything is created there.
+            String privateTmp = PrivateTmp.refusal(s.get(Settings.PMEM_PATH), System.getenv());
+            if (privateTmp != null) {
+                System.err.println("pmemblk: " + privateTmp);
+                return 1;
             }
             tls = TlsServer.load(TlsMode.valueOf(s.get(Settings.NBD_TLS).name()), s.get(Settings.NBD_TLS_CERTIFICATE),
                     s.get(Settings.NBD_TLS_KEY), s.get(Settings.NBD_TLS_VERIFY_CLIENTS));
+            // Before the device is opened or created: a wrong socket directory leaves no device file behind. Held
+            // open from here to the bind, so the socket lands in the directory checked now, not in whatever its
+            // name leads to after the device has opened.
+            if (s.get(Settings.NBD_SOCKET) != null) {
+                socketDirectory = TrustedPath.ofThisProcess().openParentOf(s.get(Settings.NBD_SOCKET), "nbd.socket");
+            }
         } catch (IOException e) {
             System.err.println("pmemblk: " + e.getMessage());
             return 1;
@@ -84,14 +94,17 @@ final class ServeCommand implements Callable<Integer> {
         Device device;
         try {
             device = Device.open(s);
-        } catch (UnsafePathException e) {
-            System.err.println("pmemblk: " + e.getMessage());
-            return 1;
-        } catch (io.pmemblk.dma.vfio.VfioException e) {
-            System.err.println("pmemblk: dma.engine=vfio: " + e.getMessage());
-            return 1;
         } catch (IOException e) {
-            System.err.println("pmemblk: cannot open pmem.path " + s.get(Settings.PMEM_PATH) + ": " + e.getMessage());
+            if (socketDirectory != null) {
+                socketDirectory.close();
+            }
+            if (e instanceof UnsafePathException) {
+                System.err.println("pmemblk: " + e.getMessage());
+            } else if (e instanceof io.pmemblk.dma.vfio.VfioException) {
+                System.err.println("pmemblk: dma.engine=vfio: " + e.getMessage());
+            } else {
+                System.err.println("pmemblk: cannot open pmem.path " + s.get(Settings.PMEM_PATH) + ": " + e.getMessage());
+            }
             return 1;
         }
         Metrics metrics = null;
@@ -109,6 +122,10 @@ final class ServeCommand implements Callable<Integer> {
                     s.get(Settings.NBD_MAX_CONNECTIONS),
                     "pmemblk " + Sizes.format(device.region().size()) + " on " + device.region().path()),
                     device.layer());
+            if (socketDirectory != null) {
+                server.unixSocketDirectory(socketDirectory); // the server closes it from here on
+                socketDirectory = null;
+            }
             server.stallTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_STALL_TIMEOUT))).tls(tls)
                     .busyPoll(java.time.Duration.ofNanos(1000L * s.get(Settings.NBD_BUSY_POLL)));
             List<java.net.URI> uris = server.start();
@@ -144,6 +161,9 @@ final class ServeCommand implements Callable<Integer> {
             closeUblk(ublk);
             if (server != null) {
                 server.close();
+            }
+            if (socketDirectory != null) {
+                socketDirectory.close();
             }
             if (metrics != null) {
                 metrics.close();

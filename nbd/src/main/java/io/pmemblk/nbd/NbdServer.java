@@ -3,6 +3,11 @@ package io.pmemblk.nbd;
 import io.pmemblk.block.BlockLayer;
 import io.pmemblk.nbd.tls.TlsChannel;
 import io.pmemblk.nbd.tls.TlsServer;
+import io.pmemblk.posix.FileStat;
+import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.TrustedDirectory;
+import io.pmemblk.posix.TrustedPath;
 import java.io.IOException;
 import java.net.ConnectException;
 import java.net.InetSocketAddress;
@@ -13,11 +18,7 @@ import java.net.UnixDomainSocketAddress;
 import java.nio.channels.ClosedChannelException;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
-import java.nio.file.Files;
-import java.nio.file.LinkOption;
 import java.nio.file.Path;
-import java.nio.file.StandardCopyOption;
-import java.nio.file.attribute.PosixFilePermissions;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -42,8 +43,6 @@ public final class NbdServer implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger(NbdServer.class.getName());
     static final Duration DEFAULT_HANDSHAKE_TIMEOUT = Duration.ofSeconds(10);
     static final Duration SHUTDOWN_WAIT = Duration.ofSeconds(5);
-    private static final int S_IFMT = 0170000;
-    private static final int S_IFSOCK = 0140000;
 
     private final NbdConfig config;
     private final BlockLayer layer;
@@ -54,6 +53,10 @@ public final class NbdServer implements AutoCloseable {
     private final List<Thread> acceptors = new ArrayList<>();
     private ScheduledExecutorService timer;
     private Path boundSocket;
+    /** The unix socket's directory, checked and held open from before the device opened until close. */
+    private TrustedDirectory socketDirectory;
+    /** fstat of the socket bound, so close removes that one and no other that took its name. */
+    private FileStat boundSocketStat;
     private boolean started;
     volatile Duration handshakeTimeout = DEFAULT_HANDSHAKE_TIMEOUT;
     /**
@@ -103,6 +106,16 @@ public final class NbdServer implements AutoCloseable {
     /** TLS for every listener (STARTTLS); {@link TlsServer#off()} by default. Before {@link #start()}. */
     public NbdServer tls(TlsServer tls) {
         this.tls = java.util.Objects.requireNonNull(tls, "tls");
+        return this;
+    }
+
+    /**
+     * The directory of {@code config.unixSocket()}, already checked and held open ({@link TrustedPath#openParentOf}):
+     * the socket is bound in it, whatever its name leads to by then. Taken over (closed by {@link #close()}).
+     * Without it, {@link #start()} checks and opens the directory itself. Before {@link #start()}.
+     */
+    public NbdServer unixSocketDirectory(TrustedDirectory dir) {
+        this.socketDirectory = java.util.Objects.requireNonNull(dir, "dir");
         return this;
     }
 
@@ -156,48 +169,126 @@ public final class NbdServer implements AutoCloseable {
 
     /**
      * Binds the unix socket with mode 0600 and no window where it is reachable with looser permissions: the
-     * socket is created inside a fresh 0700 directory next to its final path (nobody else can reach it there),
-     * chmod'ed to 0600, and only then renamed into place (rename is atomic; a bound socket keeps working under
-     * its new name because clients find it by inode). Setting the umask would be process-wide and racy.
+     * socket is created inside a fresh 0700 directory made in the held socket directory (nobody else can reach it
+     * there), chmod'ed to 0600, and only then renamed into place (rename is atomic; a bound socket keeps working
+     * under its new name because clients find it by inode). Setting the umask would be process-wide and racy.
+     *
+     * <p>Every step goes through descriptors: bind(2) takes only a path, so it is given
+     * {@code /proc/self/fd/N/s} of the staging directory's descriptor, which the kernel resolves through this
+     * process's descriptor table (at most 26 bytes, far below sun_path's 108, whatever the directory's name);
+     * fchdir would do it too but changes the working directory of every thread of the JVM at once. The rename
+     * into the held directory gives the socket its name, which bind's length limit never applies to. Afterwards
+     * the configured path must still lead to that socket (the directory's name not moved to another directory
+     * meanwhile), or nobody could connect to what is served: start fails and says so.
      */
     private ServerSocketChannel bindUnix(Path path) throws IOException {
-        Path parent = path.getParent();
-        Files.createDirectories(parent);
-        removeStaleSocket(path);
-        Path staging = Files.createTempDirectory(parent, ".nbd-",
-                PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rwx------")));
-        Path temp = staging.resolve("s");
+        if (socketDirectory == null) {
+            socketDirectory = TrustedPath.ofThisProcess().openParentOf(path, "nbd.socket");
+        }
+        TrustedDirectory dir = socketDirectory;
+        String name = path.getFileName().toString();
+        removeStaleSocket(dir, name, path);
+        String staging = ".nbd-" + Long.toHexString(java.util.concurrent.ThreadLocalRandom.current().nextLong());
+        Libc.mkdirat(dir.fd(), staging, 0700);
+        int stagingFd = -1;
         ServerSocketChannel ch = ServerSocketChannel.open(java.net.StandardProtocolFamily.UNIX);
         try {
-            ch.bind(UnixDomainSocketAddress.of(temp), 128);
-            Files.setPosixFilePermissions(temp, PosixFilePermissions.fromString("rw-------"));
-            Files.move(temp, path, StandardCopyOption.ATOMIC_MOVE);
+            stagingFd = Libc.openat(dir.fd(), staging, Libc.O_PATH | Libc.O_DIRECTORY | Libc.O_NOFOLLOW, 0);
+            ch.bind(UnixDomainSocketAddress.of("/proc/self/fd/" + stagingFd + "/s"), 128);
+            Libc.fchmodat(stagingFd, "s", 0600);
+            FileStat bound = Libc.fstatat(stagingFd, "s", Libc.AT_SYMLINK_NOFOLLOW);
+            Libc.renameat(stagingFd, "s", dir.fd(), name);
+            boundSocketStat = bound;
+            if (!dir.isAt(path.getParent()) || !sameFile(path, bound)) {
+                throw new IOException("nbd.socket " + path + ": " + path.getParent() + " is no longer the directory"
+                        + " pmemblk checked and bound the socket in (" + dir.path() + " was moved or replaced while"
+                        + " the server started), so nobody could connect at " + path + ". Find what moves "
+                        + path.getParent() + ", then start again");
+            }
             boundSocket = path;
         } catch (IOException | RuntimeException e) {
             ch.close();
-            Files.deleteIfExists(temp);
+            removeOwnSocket(); // renamed into place already: not left for clients to find dead
             throw e;
         } finally {
-            Files.deleteIfExists(staging);
+            if (stagingFd >= 0) {
+                int fd = stagingFd;
+                quietly(() -> Libc.unlinkat(fd, "s", 0), true); // only there when bind or rename failed
+                quietly(() -> Libc.close(fd), true);
+            }
+            quietly(() -> Libc.unlinkat(dir.fd(), staging, Libc.AT_REMOVEDIR), true);
         }
         return ch;
     }
 
-    /** A socket file nobody listens on is left over from a crash: remove it. A live one is refused. */
-    private static void removeStaleSocket(Path path) throws IOException {
-        if (!Files.exists(path, LinkOption.NOFOLLOW_LINKS)) {
+    /** Whether {@code path}, looked up by name without following a final link, is the file of {@code st}. */
+    private static boolean sameFile(Path path, FileStat st) {
+        try {
+            FileStat now = Libc.lstat(path.toString());
+            return now.dev() == st.dev() && now.ino() == st.ino();
+        } catch (NativeException e) {
+            return false;
+        }
+    }
+
+    /** The socket this server bound, removed from the held directory if its name still holds that socket. */
+    private void removeOwnSocket() {
+        if (socketDirectory == null || boundSocketStat == null || config.unixSocket() == null) {
             return;
         }
-        int mode = (Integer) Files.getAttribute(path, "unix:mode", LinkOption.NOFOLLOW_LINKS);
-        if ((mode & S_IFMT) != S_IFSOCK) {
-            throw new IOException("cannot listen on " + path + ": it exists and is not a socket (mode 0"
-                    + Integer.toOctalString(mode) + "); remove it or choose another path");
+        String name = config.unixSocket().getFileName().toString();
+        try {
+            FileStat now = Libc.fstatat(socketDirectory.fd(), name, Libc.AT_SYMLINK_NOFOLLOW);
+            if (now.dev() == boundSocketStat.dev() && now.ino() == boundSocketStat.ino()) {
+                Libc.unlinkat(socketDirectory.fd(), name, 0);
+            }
+        } catch (NativeException e) {
+            if (e.errno() != Libc.ENOENT) {
+                LOG.log(System.Logger.Level.WARNING, "nbd: could not remove socket {0}: {1}", config.unixSocket(),
+                        e.getMessage());
+            }
         }
-        try (SocketChannel probe = SocketChannel.open(UnixDomainSocketAddress.of(path))) {
+        boundSocketStat = null;
+    }
+
+    private interface NativeStep {
+        void run() throws NativeException;
+    }
+
+    /** Clean-up that may find nothing to do. */
+    private static void quietly(NativeStep step, boolean enabled) {
+        if (enabled) {
+            try {
+                step.run();
+            } catch (NativeException ignored) {
+                // nothing there (ENOENT) or already gone
+            }
+        }
+    }
+
+    /** A socket file nobody listens on is left over from a crash: remove it. A live one is refused. */
+    private static void removeStaleSocket(TrustedDirectory dir, String name, Path path) throws IOException {
+        FileStat st;
+        try {
+            st = Libc.fstatat(dir.fd(), name, Libc.AT_SYMLINK_NOFOLLOW);
+        } catch (NativeException e) {
+            if (e.errno() == Libc.ENOENT) {
+                return;
+            }
+            throw e;
+        }
+        if (!st.isSocket()) {
+            throw new IOException("cannot listen on " + path + ": it exists and is not a socket (mode 0"
+                    + Integer.toOctalString(st.mode()) + "); remove it or choose another path");
+        }
+        // Probed through the held directory where the address fits sun_path (108 bytes), else by its name.
+        String viaFd = dir.procPath() + "/" + name;
+        Path probeAt = viaFd.getBytes(java.nio.charset.StandardCharsets.UTF_8).length < 108 ? Path.of(viaFd) : path;
+        try (SocketChannel probe = SocketChannel.open(UnixDomainSocketAddress.of(probeAt))) {
             throw new IOException("cannot listen on " + path + ": another server is accepting connections on it");
         } catch (ConnectException stale) {
             LOG.log(System.Logger.Level.INFO, "nbd: removing stale socket {0} (nobody listening)", path);
-            Files.deleteIfExists(path);
+            Libc.unlinkat(dir.fd(), name, 0);
         }
     }
 
@@ -326,13 +417,10 @@ public final class NbdServer implements AutoCloseable {
                 }
             }
         }
-        if (boundSocket != null) {
-            // Not accepting any more: the path goes now, so a restarted server can bind it at once.
-            try {
-                Files.deleteIfExists(boundSocket);
-            } catch (IOException e) {
-                LOG.log(System.Logger.Level.WARNING, "nbd: could not remove socket {0}: {1}", boundSocket, e.toString());
-            }
+        // Not accepting any more: the socket goes now, so a restarted server can bind it at once.
+        removeOwnSocket();
+        if (socketDirectory != null) {
+            quietly(socketDirectory::close, true);
         }
         List<NbdConnection> open = new ArrayList<>(connections);
         for (NbdConnection c : open) {

@@ -60,11 +60,13 @@ final class MappedFilePersistence implements Persistence {
     }
 
     /**
-     * fsync of the new file (its size and allocation) and of its directory (the entry naming it): fsync(2) says
-     * both are needed. Through the descriptors held since the file was created, never by name.
+     * fsync of the new file (its size and allocation), of its directory (the entry naming it), and of the parent
+     * of each directory made for it, deepest first: fsync(2) says each entry needs its directory synced. Through
+     * the descriptors held since they were created, never by name.
      */
     static void syncCreatedFile(TrustedFile file) throws IOException {
         Libc.fsync(file.fd(), file.path().toString());
         file.directory().sync();
+        file.directory().syncMadeDirectories();
     }
 }

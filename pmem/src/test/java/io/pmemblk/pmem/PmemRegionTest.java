@@ -111,7 +111,7 @@ class PmemRegionTest {
     @Test
     void nonRegularFileIsRefused() {
         assertThatThrownBy(() -> PmemRegion.open(dir, 4096, false, PmemRegion.Mapper.AUTO))
-                .hasMessageContaining("neither a regular file");
+                .hasMessageContaining("is a directory; allowed: a regular file, or a device-DAX node");
     }
 
     private static void assumeMapper(PmemRegion.Mapper mapper) {

@@ -114,6 +114,9 @@ final class RecordingPersistence implements Persistence {
     @Override
     public void syncCreated(io.pmemblk.posix.TrustedFile file) throws IOException {
         real.syncCreated(file);
-        record(Kind.SYNC_CREATED, 0, 0, 0, file.toString());
+        record(Kind.SYNC_CREATED, 0, 0, 0, file.path().toString());
+        for (java.nio.file.Path d : file.directory().madeDirectories()) {
+            record(Kind.SYNC_CREATED, 0, 0, 0, d.toString());
+        }
     }
 }

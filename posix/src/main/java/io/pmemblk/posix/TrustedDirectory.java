@@ -1,6 +1,7 @@
 package io.pmemblk.posix;
 
 import java.nio.file.Path;
+import java.util.List;
 
 /**
  * A directory reached through directories {@link TrustedPath} checked, held open ({@code O_PATH}) so that what is
@@ -12,12 +13,30 @@ public final class TrustedDirectory implements AutoCloseable {
     private final int fd;
     private final Path path;
     private final FileStat stat;
+    /** The directories the walk to this one made, deepest first, each with its parent held open to sync the entry. */
+    private final List<Made> made;
     private boolean closed;
 
-    TrustedDirectory(int fd, Path path, FileStat stat) {
+    /** A directory the walk made, and the directory its entry is in. */
+    record Made(Path directory, TrustedDirectory parent) {}
+
+    TrustedDirectory(int fd, Path path, FileStat stat, List<Made> made) {
         this.fd = fd;
         this.path = path;
         this.stat = stat;
+        this.made = List.copyOf(made);
+    }
+
+    /** The directories made on the way here (by this process, mode 0755 less the umask), deepest first. */
+    public List<Path> madeDirectories() {
+        return made.stream().map(Made::directory).toList();
+    }
+
+    /** fsync of the parent of each directory made on the way here, deepest first: their names survive a crash. */
+    public void syncMadeDirectories() throws NativeException {
+        for (Made m : made) {
+            m.parent().sync();
+        }
     }
 
     /** The O_PATH descriptor, for the *at() calls. */
@@ -69,7 +88,13 @@ public final class TrustedDirectory implements AutoCloseable {
     public synchronized void close() throws NativeException {
         if (!closed) {
             closed = true;
-            Libc.close(fd);
+            try {
+                Libc.close(fd);
+            } finally {
+                for (Made m : made) {
+                    m.parent().close();
+                }
+            }
         }
     }
 

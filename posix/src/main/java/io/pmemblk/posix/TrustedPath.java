@@ -195,6 +195,7 @@ public final class TrustedPath {
         }
         Path root = Path.of("/");
         Path at = root;
+        List<TrustedDirectory.Made> made = new ArrayList<>();
         int fd = Libc.open("/", DIRECTORY, 0);
         try {
             FileStat st = Libc.fstat(fd);
@@ -211,8 +212,9 @@ public final class TrustedPath {
                     child = Libc.openat(fd, c, DIRECTORY, 0);
                 } catch (NativeException e) {
                     if (e.errno() == Libc.ENOENT && create) {
-                        if (makeDirectory(fd, c)) {
-                            syncDirectory(fd, at); // the new entry survives a crash before anything is put in it
+                        if (makeDirectory(fd, c)) { // its parent held, to sync the new entry with the file
+                            made.addFirst(new TrustedDirectory.Made(next,
+                                    new TrustedDirectory(Libc.openat(fd, ".", DIRECTORY, 0), at, st, List.of())));
                         }
                         todo.addFirst(c); // opened and judged as any directory found there, whoever made it
                         continue;
@@ -257,9 +259,12 @@ public final class TrustedPath {
                 fd = child;
                 at = next;
             }
-            return new TrustedDirectory(fd, at, st);
+            return new TrustedDirectory(fd, at, st, made);
         } catch (IOException | RuntimeException e) {
             Libc.close(fd);
+            for (TrustedDirectory.Made m : made) {
+                m.parent().close();
+            }
             throw e;
         }
     }
@@ -274,15 +279,6 @@ public final class TrustedPath {
                 return false;
             }
             throw e;
-        }
-    }
-
-    private static void syncDirectory(int fd, Path at) throws NativeException {
-        int d = Libc.openat(fd, ".", Libc.O_RDONLY | Libc.O_DIRECTORY, 0);
-        try {
-            Libc.fsync(d, at.toString());
-        } finally {
-            Libc.close(d);
         }
     }
 
