@@ -11,6 +11,7 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.function.UnaryOperator;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
@@ -112,6 +113,97 @@ class PmemRegionTest {
     void nonRegularFileIsRefused() {
         assertThatThrownBy(() -> PmemRegion.open(dir, 4096, false, PmemRegion.Mapper.AUTO))
                 .hasMessageContaining("is a directory; allowed: a regular file, or a device-DAX node");
+    }
+
+    /**
+     * Issue 22: on an existing file, the mapper's own channel (java) or libpmem's own descriptor was closed after
+     * mapping, and with it went the classic POSIX lock lock() had taken: any other process could then lock and
+     * open the same file. Checked from another process, as a second server would.
+     */
+    @ParameterizedTest
+    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    void anotherProcessCannotLockAFileTheRegionReopened(PmemRegion.Mapper mapper) throws Exception {
+        assumeMapper(mapper);
+        Path f = dir.resolve("p.img");
+        PmemRegion.open(f, 1 << 20, false, mapper).close(); // created, so the next open finds it existing
+        try (PmemRegion r = PmemRegion.open(f, 1 << 20, false, mapper)) {
+            assertThat(otherProcessLocks(f)).as("another process's lock attempt while the region is open").isEqualTo("refused");
+            PmemRegion.open(f, 1 << 20, false, mapper, false).close(); // inspection opens and closes a descriptor too
+            assertThat(otherProcessLocks(f)).as("after an inspection opened and closed the file").isEqualTo("refused");
+        }
+        assertThat(otherProcessLocks(f)).as("after close").isEqualTo("locked");
+    }
+
+    /** Python's fcntl.lockf (a classic POSIX lock, as the JDK's FileChannel.tryLock takes) from another process. */
+    static String otherProcessLocks(Path f) throws Exception {
+        Process p = new ProcessBuilder("/usr/bin/python3", "-c", """
+                import fcntl, sys
+                f = open(sys.argv[1], 'r+')
+                try:
+                    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    print('locked')
+                except OSError:
+                    print('refused')
+                """, f.toString()).redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes()).trim();
+        assertThat(p.waitFor(30, java.util.concurrent.TimeUnit.SECONDS)).as("python3 ended").isTrue();
+        return out;
+    }
+
+    /**
+     * Issue 22: lock and fsync reopened the new file by name after mapping it. Between the mapping and the sync (the
+     * persistence port's syncCreated, wrapped here) the file's name is given to another file: the lock must still
+     * be on the file that was mapped, and the region must serve that file.
+     */
+    @ParameterizedTest
+    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    void theFileIsLockedAndSyncedAsMappedEvenIfItsNameIsReplacedMeanwhile(PmemRegion.Mapper mapper) throws Exception {
+        assumeMapper(mapper);
+        Path f = dir.resolve("p.img");
+        Path moved = dir.resolve("moved.img");
+        UnaryOperator<Persistence> replaceTheNameOnSync = real -> new Persistence() {
+            @Override
+            public void syncCreated(io.pmemblk.posix.TrustedFile file) throws IOException {
+                Files.move(f, moved);
+                Files.write(f, new byte[1 << 20]); // another file under the name, as another process could make it
+                real.syncCreated(file);
+            }
+
+            @Override public boolean flushesCaches() { return real.flushesCaches(); }
+            @Override public void copy(MemorySegment src, MemorySegment dst) { real.copy(src, dst); }
+            @Override public void fill(MemorySegment dst, byte value) { real.fill(dst, value); }
+            @Override public void writeBack(MemorySegment range) { real.writeBack(range); }
+            @Override public void drain() { real.drain(); }
+            @Override public void sync(MemorySegment range) throws IOException { real.sync(range); }
+        };
+        try (PmemRegion r = PmemRegion.open(f, 1 << 20, false, PmemRegion.Mapper.valueOf(mapper.name()), true,
+                replaceTheNameOnSync)) {
+            r.memory().set(ValueLayout.JAVA_BYTE, 7, (byte) 42);
+            r.persistAll();
+            assertThat(Files.readAllBytes(moved)[7]).as("the region maps the file it created").isEqualTo((byte) 42);
+            assertThat(otherProcessLocks(moved)).as("the mapped file is locked").isEqualTo("refused");
+            assertThat(otherProcessLocks(f)).as("the file that took its name is not").isEqualTo("locked");
+        }
+    }
+
+    /**
+     * Issue 22: the path was checked before the region created what was missing (Files.createDirectories accepted
+     * any directory found there), so a directory another user made after the check was used. Now the region checks
+     * as it creates: a directory of another user on the way, there before the file is created, is refused and
+     * nothing is created in it.
+     */
+    @Test
+    void aDirectoryAnotherUserMadeWhereTheRegionCreatesItsFileIsRefused() throws Exception {
+        assumeTrue(io.pmemblk.posix.Libc.geteuid() == 0, "chowns a directory to another user: run as root (CI does)");
+        Path f = dir.resolve("state/pmemblk/p.img");
+        // (here the old code's TrustedPath.checkFile(f) passed: state/ did not exist yet)
+        Path theirs = Files.createDirectories(dir.resolve("state/pmemblk"));
+        Files.setPosixFilePermissions(theirs, java.nio.file.attribute.PosixFilePermissions.fromString("rwxrwxrwx"));
+        Files.setAttribute(theirs, "unix:uid", 4242);
+        assertThatThrownBy(() -> PmemRegion.open(f, 1 << 20, false, PmemRegion.Mapper.AUTO))
+                .isInstanceOf(io.pmemblk.posix.UnsafePathException.class)
+                .hasMessageContaining("directory " + theirs.toRealPath() + " is owned by uid 4242");
+        assertThat(f).doesNotExist();
     }
 
     private static void assumeMapper(PmemRegion.Mapper mapper) {
