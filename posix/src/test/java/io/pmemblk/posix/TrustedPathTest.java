@@ -225,4 +225,89 @@ class TrustedPathTest {
         assertThatThrownBy(() -> openFile(check, d, "pmem.path"))
                 .hasMessageContaining("is a directory; allowed: a regular file, or a device-DAX node");
     }
+
+    /** Issue 22: what is made through a held directory lands in the directory that was checked, whatever its name leads to by then. */
+    @Test
+    void whatIsMadeThroughAHeldDirectoryLandsInItEvenIfItsNameIsGivenToAnother() throws Exception {
+        Path run = dir.resolve("run");
+        try (TrustedDirectory held = check.openParentOf(run.resolve("nbd.sock"), "nbd.socket")) {
+            Path moved = Files.move(run, dir.resolve("run.checked"));
+            Path theirs = Files.createDirectory(run);
+            chmod(theirs, "rwxrwxrwx");
+            chown(theirs, MALLORY);
+            assertThat(held.isAt(run)).as("the name leads elsewhere now").isFalse();
+            assertThat(held.isAt(moved)).isTrue();
+            Libc.close(Libc.openat(held.fd(), "made", Libc.O_RDWR | Libc.O_CREAT | Libc.O_EXCL | Libc.O_NOFOLLOW, 0600));
+            assertThat(moved.resolve("made")).exists();
+            assertThat(theirs.resolve("made")).doesNotExist();
+        }
+    }
+
+    @Test
+    void aNewFileIsCreatedExclusivelyMode0600AndADirectoryMadeOnTheWayIsSyncedByItsHeldParent() throws Exception {
+        Path f = dir.resolve("state/pmemblk/p.img");
+        try (TrustedFile t = check.openFile(f, "pmem.path", true)) {
+            assertThat(t.created()).isTrue();
+            assertThat(t.stat().permissions()).isEqualTo("0600");
+            assertThat(t.stat().size()).isZero();
+            assertThat(t.directory().madeDirectories()).containsExactly(dir.resolve("state/pmemblk"), dir.resolve("state"));
+            t.directory().syncMadeDirectories();
+            assertThat(Libc.fstat(t.fd()).ino()).isEqualTo(Files.getAttribute(f, "unix:ino"));
+        }
+        try (TrustedFile again = check.openFile(f, "pmem.path", true)) {
+            assertThat(again.created()).as("found, not made again").isFalse();
+            assertThat(again.directory().madeDirectories()).isEmpty();
+        }
+    }
+
+    @Test
+    void aDanglingLinkAtTheNameIsRefusedNotFollowedToCreateItsTarget() throws Exception {
+        Path target = dir.resolve("elsewhere.img");
+        Path link = Files.createSymbolicLink(dir.resolve("p.img"), target);
+        assertThatThrownBy(() -> check.openFile(link, "pmem.path", true))
+                .isInstanceOf(UnsafePathException.class)
+                .hasMessageContaining("pmem.path " + link + " is a symbolic link (to " + target + ")");
+        assertThat(target).doesNotExist();
+    }
+
+    @Test
+    void aLoopOfDirectoryLinksIsRefused() throws Exception {
+        Files.createSymbolicLink(dir.resolve("a"), dir.resolve("b"));
+        Files.createSymbolicLink(dir.resolve("b"), dir.resolve("a"));
+        assertThatThrownBy(() -> check.openFile(dir.resolve("a/p.img"), "pmem.path", true))
+                .isInstanceOf(UnsafePathException.class)
+                .hasMessageContaining("more than 40 symbolic links on the way");
+    }
+
+    /**
+     * The lock PmemRegion takes: on the open file itself, so closing another descriptor of the same file (as the
+     * JDK's and libpmem's mappers do) keeps it, where a classic POSIX lock would go; and it still excludes a
+     * classic lock (FileChannel.tryLock, an older server).
+     */
+    @Test
+    void anOpenFileLockSurvivesClosingAnotherDescriptorAndExcludesAClassicLock() throws Exception {
+        Path f = Files.write(dir.resolve("p.img"), new byte[4096]);
+        int held = Libc.open(f.toString(), Libc.O_RDWR, 0);
+        try {
+            assertThat(Libc.lockExclusive(held)).isTrue();
+            Libc.close(Libc.open(f.toString(), Libc.O_RDWR, 0));
+            int other = Libc.open(f.toString(), Libc.O_RDWR, 0);
+            try {
+                assertThat(Libc.lockExclusive(other)).as("a second open file of the same file").isFalse();
+            } finally {
+                Libc.close(other);
+            }
+            try (var ch = java.nio.channels.FileChannel.open(f, java.nio.file.StandardOpenOption.WRITE)) {
+                assertThat(ch.tryLock()).as("a classic POSIX lock").isNull();
+            }
+        } finally {
+            Libc.close(held);
+        }
+        int after = Libc.open(f.toString(), Libc.O_RDWR, 0);
+        try {
+            assertThat(Libc.lockExclusive(after)).as("free once the holder closed").isTrue();
+        } finally {
+            Libc.close(after);
+        }
+    }
 }
