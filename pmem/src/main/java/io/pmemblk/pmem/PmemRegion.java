@@ -87,7 +87,7 @@ public final class PmemRegion implements AutoCloseable {
         if (mapper == Mapper.LIBPMEM && lib.isEmpty()) {
             throw new IOException("pmem.mapper=libpmem but " + Libpmem.unavailableReason());
         }
-        boolean devDaxPath = path.toString().startsWith("/dev/");
+        boolean devDaxPath = path.toString().startsWith("/dev/dax"); // never created: a missing node is an error
         if (!devDaxPath && size <= 0) {
             throw new IllegalArgumentException("size must be positive, got " + size);
         }
@@ -95,9 +95,11 @@ public final class PmemRegion implements AutoCloseable {
         // descriptor is used: to lock, resize, map and sync what was checked, whatever the name leads to by then.
         TrustedFile file = TrustedPath.ofThisProcess().openFile(path, "pmem.path", !devDaxPath);
         PmemRegion r = null;
+        boolean ours = !exclusive; // may remove what it created: not when another process locked it first
         try {
             if (exclusive) {
                 lock(file);
+                ours = true;
             }
             if (file.stat().isCharacterDevice()) {
                 if (!DEVICE_DAX.matcher(file.path().toString()).matches()) {
@@ -129,7 +131,7 @@ public final class PmemRegion implements AutoCloseable {
             if (r != null) {
                 r.arena.close();
             }
-            if (file.created()) {
+            if (file.created() && ours) {
                 removeCreated(file, e);
             }
             file.close();
