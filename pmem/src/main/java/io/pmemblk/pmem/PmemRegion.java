@@ -573,6 +573,8 @@ public final class PmemRegion implements AutoCloseable {
     /**
      * Persists everything and unmaps. Idempotent. Callers should have stopped all I/O first; a request still
      * copying makes this fail with an IOException (and leaves the region open) instead of unmapping under it.
+     * After a failed write-back (now or earlier) it unmaps and throws {@link WriteBackFailedException}: the
+     * caller must not report the data as persisted.
      */
     @Override
     public void close() throws IOException {
