@@ -149,7 +149,11 @@ final class ServeCommand implements Callable<Integer> {
             if (metrics != null) {
                 metrics.close();
             }
-            device.close();
+            try {
+                device.close();
+            } catch (IOException ce) {
+                System.err.println("pmemblk: data NOT persisted: " + ce.getMessage());
+            }
             return 1;
         }
 
