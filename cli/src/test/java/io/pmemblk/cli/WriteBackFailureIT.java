@@ -77,7 +77,7 @@ class WriteBackFailureIT {
         assertThat(s.terminate()).as("exit code of a stop that persisted nothing").isEqualTo(ServeCommand.EXIT_NOT_PERSISTED);
         String err = s.stderr();
         assertThat(err).contains("; data NOT persisted: ").doesNotContain("data persisted");
-        assertThat(err.lines().filter(l -> l.contains("failed (bytes 0 to ") && !l.contains("NOT persisted")).count())
+        assertThat(err.lines().filter(l -> l.contains("failed (msync of bytes 0 to ") && !l.contains("NOT persisted")).count())
                 .as("the failure is logged once, with its range:%n%s", err).isEqualTo(1);
         assertThat(err).contains("No space left on device").contains("restart the server");
     }

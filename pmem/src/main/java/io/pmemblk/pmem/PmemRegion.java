@@ -491,7 +491,7 @@ public final class PmemRegion implements AutoCloseable {
         boolean now = false;
         synchronized (flushLock) {
             if (writeBackFailure == null) {
-                writeBackFailure = "write-back " + what + " " + path + " failed (bytes " + offset + " to "
+                writeBackFailure = "write-back " + what + " " + path + " failed (msync of bytes " + offset + " to "
                         + (offset + length) + "): " + cause.getMessage() + "; data acknowledged as written may not be"
                         + " on the storage. Linux reports a failed write-back only once and marks the pages clean,"
                         + " so it cannot be retried: every FLUSH, FUA write and write now fails with EIO, reads still"
