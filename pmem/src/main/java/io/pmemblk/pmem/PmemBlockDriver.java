@@ -379,6 +379,11 @@ public final class PmemBlockDriver implements BlockDriver {
             boolean write = r.op == Op.WRITE;
             try {
                 if (write) {
+                    if (region.writeBackFailed()) {
+                        // placed before the failure, landed after it: refused like those the CPU refuses
+                        region.countRefused();
+                        return complete(r, Status.EIO, error);
+                    }
                     region.deviceWrote(r.offset, r.length, r.fua);
                 }
                 stats.count(Route.DMA, write, r.length);

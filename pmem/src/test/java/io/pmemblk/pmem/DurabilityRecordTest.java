@@ -299,6 +299,27 @@ class DurabilityRecordTest {
         driver = null;
     }
 
+    /** The same on the DMA route: its FUA msync runs on the engine's completion thread. */
+    @ParameterizedTest(name = "{0}")
+    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    void aFailedMsyncOfADmaWriteIsFinalToo(PmemRegion.Mapper mapper) throws Exception {
+        open(mapper, 1, DmaEngine.soft(new IovaSpace(), 1, 64, 16), new Routing(8192, Integer.MAX_VALUE));
+        assumeTrue(!rec.flushesCaches(), "pmem: nothing to msync (pmem_drain cannot fail)");
+        HardwareQueue q = layer.queue(0);
+        rec.failSyncs.set(1);
+        submit(q, Op.WRITE, 0, 65536, true, 1);
+        assertThat(await(1)).as("FUA DMA write whose msync fails").containsExactly(Status.EIO);
+        assertThat(firstFailed().thread()).as("the msync ran on the DMA completion thread, not the submitter")
+                .isNotEqualTo(Thread.currentThread().threadId());
+        byte[] before = readBack(q, 1 << 20, 65536);
+        submit(q, Op.WRITE, 1 << 20, 65536, false, 2);
+        submit(q, Op.FLUSH, 0, 0, false, 0);
+        assertThat(await(2)).containsExactly(Status.EIO, Status.EIO);
+        assertThat(readBack(q, 1 << 20, 65536)).as("the refused DMA-sized write did not land").isEqualTo(before);
+        assertThatThrownBy(() -> driver.close()).isInstanceOf(WriteBackFailedException.class);
+        driver = null;
+    }
+
     private RecordingPersistence.Event firstFailed() {
         return rec.events().stream().filter(e -> e.kind() == RecordingPersistence.Kind.SYNC_FAILED).findFirst().orElseThrow();
     }
@@ -319,9 +340,10 @@ class DurabilityRecordTest {
                 bufs[s].get(b, at, n);
                 at += n;
             }
-            statuses.add(done.status());
+            got.set(b); // before the status: a DMA read completes on the engine's thread
+            int status = done.status();
             done.release();
-            got.set(b);
+            statuses.add(status);
         };
         q.dispatch(new Request[]{r}, 1);
         assertThat(await(1)).as("READ after a failed write-back").containsExactly(Status.OK);
