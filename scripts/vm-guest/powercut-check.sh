@@ -68,7 +68,7 @@ case "$1" in
         # what has been dirty for 30 s, and a JVM start under emulation can take that long): only the new
         # server's FLUSH (or its start) may make them durable, or the case proves nothing.
         echo 0 >/proc/sys/vm/dirty_writeback_centisecs && echo 360000 >/proc/sys/vm/dirty_expire_centisecs
-        n=1500
+        n=1000
         say "restart case on region $((k % 8)): $n plain writes, kill -9, a new server, one FLUSH, then the power goes"
         /usr/bin/python3 "$HERE/powercut.py" plain "$URI" $((k % 8 * BLOCKS)) "$BLOCKS" "$n" "$4"
         kill -KILL "$SERVER_PID"
