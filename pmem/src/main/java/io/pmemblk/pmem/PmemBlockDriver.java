@@ -389,6 +389,7 @@ public final class PmemBlockDriver implements BlockDriver {
                 stats.count(Route.DMA, write, r.length);
                 r.route = Route.DMA;
             } catch (WriteBackFailedException e) {
+                region.countRefused();
                 result = Status.EIO; // the region has said why, once
             } catch (Throwable t) {
                 error = failed(r, "persisting its DMA write", t, error);
@@ -427,6 +428,7 @@ public final class PmemBlockDriver implements BlockDriver {
         try {
             status = execute(r);
         } catch (WriteBackFailedException e) {
+            region.countRefused();
             status = Status.EIO; // the region has said why, once: one line, not one per request
         } catch (Throwable t) {
             error = failed(r, "failed", t, error);

@@ -58,7 +58,7 @@ public final class PmemRegion implements AutoCloseable {
      * once and marks the pages clean, so nothing later can make those bytes durable, and no later FLUSH may say so.
      */
     private volatile String writeBackFailure;
-    /** Requests refused because of {@link #writeBackFailure} (counted only on that path). */
+    /** Requests the driver answered EIO because of {@link #writeBackFailure} (counted only on that path). */
     private final java.util.concurrent.atomic.LongAdder refused = new java.util.concurrent.atomic.LongAdder();
     /** Holds an exclusive lock on the backing file while a server uses it (null when opened to inspect). */
     private FileChannel lock;
@@ -477,7 +477,6 @@ public final class PmemRegion implements AutoCloseable {
     private void refuseIfFailed() throws WriteBackFailedException {
         String f = writeBackFailure;
         if (f != null) {
-            refused.increment();
             throw new WriteBackFailedException(f, null);
         }
     }
@@ -500,7 +499,6 @@ public final class PmemRegion implements AutoCloseable {
             }
             first = writeBackFailure;
         }
-        refused.increment();
         if (now) {
             System.getLogger(PmemRegion.class.getName()).log(System.Logger.Level.ERROR, first);
         }

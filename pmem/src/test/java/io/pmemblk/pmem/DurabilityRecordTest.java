@@ -386,10 +386,12 @@ class DurabilityRecordTest {
         driver = new PmemBlockDriver(region, new CopyStats(), null, Routing.CPU_ONLY);
         layer = new BlockLayer(driver, 1, 16, 8 << 20, 1 << 20);
         assertThat(region.writeBackFailure()).startsWith("write-back at start-up");
+        assertThat(region.refusedRequests()).as("no request refused yet").isZero();
         HardwareQueue q = layer.queue(0);
         submit(q, Op.FLUSH, 0, 0, false, 0);
         submit(q, Op.WRITE, 0, 4096, false, 1);
         assertThat(await(2)).containsExactly(Status.EIO, Status.EIO);
+        assertThat(region.refusedRequests()).isEqualTo(2);
         readBack(q, 0, 4096);
         assertThatThrownBy(() -> driver.close()).isInstanceOf(WriteBackFailedException.class);
         driver = null;
