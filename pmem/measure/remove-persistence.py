@@ -9,9 +9,9 @@ M={
             // MUTATION: NT stores left undrained; FUA and FLUSH drain on their own thread (the old design)
         } else {
             dirty = true; // after'''),('''        if (!isPmem) {
-            persistence.sync(memory.asSlice(offset, length));
+            sync(offset, length);
         }''','''        if (!isPmem) {
-            persistence.sync(memory.asSlice(offset, length));
+            sync(offset, length);
         } else {
             persistence.drain();
         }''')],
@@ -31,18 +31,16 @@ M={
         } else {
             dirty = true;''')],
 'M4_no_msync_for_fua':[('''        if (!isPmem) {
-            persistence.sync(memory.asSlice(offset, length));
+            sync(offset, length);
         }''','''        if (!isPmem) {
             // MUTATION: no msync
         }''')],
-'M5_flush_does_not_msync':[('''                persistence.sync(memory);''','''                if (false) persistence.sync(memory); // MUTATION: no msync''')],
+'M5_flush_does_not_msync':[('''            sync(0, memory.byteSize());''','''            if (false) sync(0, memory.byteSize()); // MUTATION: no msync''')],
 'M6_no_msync_for_fua_device_writes':[('''            if (fua) {
-                persistence.sync(range);
+                sync(offset, length);
             }''','''            // MUTATION: no msync for FUA''')],
-'M7_failed_msync_clears_dirty':[('''            } catch (IOException | RuntimeException e) {
-                dirty = true;
-                throw e;''','''            } catch (IOException | RuntimeException e) {
-                throw e; // MUTATION: dirty stays cleared''')],
+'M7_failed_msync_not_kept':[('''                writeBackFailure = "write-back "''','''                String notKept = "write-back "'''),('''            first = writeBackFailure;''','''            first = "MUTATION: the failure is not kept";''')],
+'M10_no_sync_at_start':[('''            r.syncAtStart();''','''            // MUTATION: r.syncAtStart();''')],
 'M8_no_fsync_after_create':[('''                r.persistence.syncCreated(path);''','''                if (false) r.persistence.syncCreated(path); // MUTATION: no fsync''')],
 'M9_device_writes_not_drained':[('''        if (isPmem) {
             persistence.writeBack(range);

@@ -5,6 +5,11 @@
 #   powercut-check.sh cut K MARKER_AT MARKER SEED   [dump region K-1 first when K > 0], then load region K
 #                                                   with powercut.py and print MARKER after MARKER_AT writes:
 #                                                   the host kills QEMU when it sees it, mid-load
+#   powercut-check.sh restart K MARKER SEED         [dump region K-1 first when K > 0], then the restart case on
+#                                                   region K: plain writes (no FUA, no FLUSH), kill -9 of the
+#                                                   server, a new server, one FLUSH acknowledged, MARKER: the host
+#                                                   cuts the power; the FLUSH promised every write the killed
+#                                                   server acknowledged
 #   powercut-check.sh dump K                        read region K back (after the last cut) and stop cleanly
 # Region K is K mod 8 (2048 blocks of 4 KiB each; the 64 MiB pool holds eight); each load zeroes its region first. Lines "W/A/F ..." and "B/T ..." are read by
 # scripts/vm-guest/powercut-verify.py on the host.
@@ -26,18 +31,22 @@ fi
 mount -t ext4 /dev/vda "$MNT"   # journal replay after a cut; no dax: the page cache is in play
 grep " $MNT " /proc/mounts | grep -q dax && { say "unexpected dax mount"; exit 1; }
 
-rm -f "$SOCK"
-# shellcheck disable=SC2086 # the command is a word list
-$PMEMBLK_GUEST_CMD serve --set "pmem.path=$MNT/pool" --set pmem.size=64M --set "nbd.socket=$SOCK" \
-    --set nbd.port=0 --set nbd.export=pmem0 >/tmp/server.log 2>&1 &
-SERVER_PID=$!
-i=0
-until grep -q '^ready:' /tmp/server.log 2>/dev/null; do
-    kill -0 "$SERVER_PID" 2>/dev/null || { say "server exited before it was ready:"; cat /tmp/server.log; exit 1; }
-    i=$((i + 1)); [ "$i" -lt 1200 ] || { say "server not ready within 120 s"; cat /tmp/server.log; exit 1; }
-    sleep 0.1
-done
-say "server ready: $(grep -m1 'PmemRegion' /tmp/server.log || true)"
+# start_server LOG: serve on the pool, waits (bounded) for its ready line; sets SERVER_PID.
+start_server() {
+    rm -f "$SOCK"
+    # shellcheck disable=SC2086 # the command is a word list
+    $PMEMBLK_GUEST_CMD serve --set "pmem.path=$MNT/pool" --set pmem.size=64M --set "nbd.socket=$SOCK" \
+        --set nbd.port=0 --set nbd.export=pmem0 >"$1" 2>&1 &
+    SERVER_PID=$!
+    i=0
+    until grep -q '^ready:' "$1" 2>/dev/null; do
+        kill -0 "$SERVER_PID" 2>/dev/null || { say "server exited before it was ready:"; cat "$1"; exit 1; }
+        i=$((i + 1)); [ "$i" -lt 1200 ] || { say "server not ready within 120 s"; cat "$1"; exit 1; }
+        sleep 0.1
+    done
+    say "server ready: $(grep -m1 'PmemRegion' "$1" || true)"
+}
+start_server /tmp/server.log
 
 case "$1" in
     cut)
@@ -49,11 +58,31 @@ case "$1" in
         say "load $k on region $((k % 8)): the power goes after write $3"
         /usr/bin/python3 "$HERE/powercut.py" write "$URI" $((k % 8 * BLOCKS)) "$BLOCKS" "$3" 100000 "$4" "$5"
         ;;
+    restart)
+        k=$2
+        if [ "$k" -gt 0 ]; then
+            say "read-back of cut $((k - 1)) (region $(( (k - 1) % 8 )))"
+            /usr/bin/python3 "$HERE/powercut.py" dump "$URI" $(( (k - 1) % 8 * BLOCKS )) "$BLOCKS"
+        fi
+        # The kernel must not write the pages back on its own while the server restarts (its flusher writes
+        # what has been dirty for 30 s, and a JVM start under emulation can take that long): only the new
+        # server's FLUSH (or its start) may make them durable, or the case proves nothing.
+        echo 0 >/proc/sys/vm/dirty_writeback_centisecs && echo 360000 >/proc/sys/vm/dirty_expire_centisecs
+        n=1000
+        say "restart case on region $((k % 8)): $n plain writes, kill -9, a new server, one FLUSH, then the power goes"
+        /usr/bin/python3 "$HERE/powercut.py" plain "$URI" $((k % 8 * BLOCKS)) "$BLOCKS" "$n" "$4"
+        kill -KILL "$SERVER_PID"
+        wait "$SERVER_PID" 2>/dev/null || true
+        say "server killed; $(grep -E '^(Dirty|Writeback):' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
+        start_server /tmp/server-2.log
+        say "after the new server's start: $(grep -E '^(Dirty|Writeback):' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
+        /usr/bin/python3 "$HERE/powercut.py" flush "$URI" "$n" "$3"
+        ;;
     dump)
         say "read-back of cut $2 (region $(($2 % 8)))"
         /usr/bin/python3 "$HERE/powercut.py" dump "$URI" $(($2 % 8 * BLOCKS)) "$BLOCKS"
         kill -TERM "$SERVER_PID"; wait "$SERVER_PID" || true
         umount "$MNT"
         ;;
-    *) echo "usage: powercut-check.sh cut K MARKER_AT MARKER SEED | dump K"; exit 2 ;;
+    *) echo "usage: powercut-check.sh cut K MARKER_AT MARKER SEED | restart K MARKER SEED | dump K"; exit 2 ;;
 esac

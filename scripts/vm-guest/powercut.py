@@ -8,6 +8,13 @@
       server acknowledges it, "A seq"; after a FLUSH returns, "F seq" (every write acknowledged before the
       FLUSH was sent, i.e. up to seq, is promised). After MARKER_AT writes it prints MARKER (the host kills
       QEMU when it sees it) and goes on writing until the power goes.
+  powercut.py plain URI FIRST BLOCKS COUNT SEED
+      The restart case's first half: zeroes the region durably, then COUNT plain writes (no FUA, no FLUSH) at
+      random blocks, printed as above ("W seq block 0", "A seq"); exits 0 with them acknowledged and promised
+      nothing yet. The server is then killed (kill -9) and started again.
+  powercut.py flush URI SEQ MARKER
+      The second half, on the new server: one FLUSH, then "F SEQ" (it promises every write up to SEQ, which the
+      killed server acknowledged) and MARKER, and waits for the power to go (nothing else may write back).
   powercut.py dump URI FIRST BLOCKS
       Reads every block of [FIRST, FIRST+BLOCKS) and prints "B block seq" (seq -1: never written, all zeros) or "T block" when the
       block is neither zeros nor one whole write (torn, or foreign data).
@@ -18,6 +25,7 @@ A block's content is a pure function of (block, seq): a 16-byte header (magic, b
 import random
 import struct
 import sys
+import time
 
 import nbd
 
@@ -63,6 +71,42 @@ def write(uri, first, blocks, marker_at, maximum, marker, seed):
     sys.exit(1)
 
 
+def connect(uri):
+    h = nbd.NBD()
+    h.connect_uri(uri)
+    if not (h.can_fua() and h.can_flush()):
+        print("server does not advertise FUA and FLUSH", flush=True)
+        sys.exit(1)
+    return h
+
+
+def plain(uri, first, blocks, count, seed):
+    rnd = random.Random(seed)
+    h = connect(uri)
+    if h.can_zero():
+        h.zero(blocks * BS, first * BS)
+    else:
+        for b in range(first, first + blocks):
+            h.pwrite(bytes(BS), b * BS)
+    h.flush()
+    for seq in range(1, count + 1):
+        block = first + rnd.randrange(blocks)
+        print(f"W {seq} {block} 0", flush=True)
+        h.pwrite(content(block, seq), block * BS)
+        print(f"A {seq}", flush=True)
+    h.shutdown()
+
+
+def flush(uri, seq, marker):
+    h = connect(uri)
+    h.flush()
+    print(f"F {seq}", flush=True)
+    print(marker, flush=True)
+    time.sleep(600)
+    print("powercut: the power is still on 600 s after the FLUSH", flush=True)
+    sys.exit(1)
+
+
 def dump(uri, first, blocks):
     h = nbd.NBD()
     h.connect_uri(uri)
@@ -84,6 +128,10 @@ if __name__ == "__main__":
     if sys.argv[1] == "write":
         write(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7],
               int(sys.argv[8]))
+    elif sys.argv[1] == "plain":
+        plain(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
+    elif sys.argv[1] == "flush":
+        flush(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     elif sys.argv[1] == "dump":
         dump(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     else:

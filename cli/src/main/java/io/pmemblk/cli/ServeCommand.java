@@ -27,7 +27,8 @@ import java.util.concurrent.LinkedBlockingQueue;
 /**
  * {@code pmemblk serve}: opens the device and serves it over NBD until SIGTERM or SIGINT, then stops
  * gracefully: no new connections, in-flight requests finish and are answered, everything is persisted,
- * the mapping is released, and the process exits 0. SIGHUP re-reads the settings and applies the keys that can
+ * the mapping is released, and the process exits 0; when persisting fails, or a write-back failed earlier, it says
+ * the data was NOT persisted and exits {@value #EXIT_NOT_PERSISTED}. SIGHUP re-reads the settings and applies the keys that can
  * change live ({@link LiveSettings}). Under systemd ({@code Type=notify}) it reports READY=1 once every listener
  * is up, RELOADING=1 and READY=1 around a reload, STOPPING=1, and a STATUS line with the exports.
  */
@@ -168,7 +169,11 @@ final class ServeCommand implements Callable<Integer> {
             if (metrics != null) {
                 metrics.close();
             }
-            device.close();
+            try {
+                device.close();
+            } catch (IOException ce) {
+                System.err.println("pmemblk: data NOT persisted: " + ce.getMessage());
+            }
             return 1;
         }
 
@@ -187,15 +192,31 @@ final class ServeCommand implements Callable<Integer> {
         // ublk first: STOP_DEV drains the disk through its queues, which need the block layer still open.
         closeUblk(ublk);
         server.close();
-        boolean idle = device.close(30_000);
+        boolean idle;
+        String notPersisted = null;
+        try {
+            idle = device.close(30_000);
+        } catch (IOException e) {
+            idle = true;
+            notPersisted = e.getMessage();
+        }
         if (metrics != null) {
             metrics.close();
         }
-        System.err.println("pmemblk: stopped" + (idle ? "" : " (some requests were still in flight at the deadline)")
-                + "; data persisted");
+        String inFlight = idle ? "" : " (some requests were still in flight at the deadline)";
+        if (notPersisted != null) {
+            // Never "persisted" after a failed write-back: what the clients were told OK may not be on the storage.
+            System.err.println("pmemblk: stopped" + inFlight + "; data NOT persisted: " + notPersisted);
+            systemd.close();
+            return EXIT_NOT_PERSISTED;
+        }
+        System.err.println("pmemblk: stopped" + inFlight + "; data persisted");
         systemd.close();
         return 0;
     }
+
+    /** Exit code of a stop that could not make the data durable (a write-back failed, now or earlier). */
+    static final int EXIT_NOT_PERSISTED = 3;
 
     /**
      * A TCP listener beyond loopback without required TLS: anyone who reaches the port reads and rewrites the

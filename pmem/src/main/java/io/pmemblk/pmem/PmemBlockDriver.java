@@ -31,7 +31,9 @@ import java.util.Arrays;
  * <p>Durability: a WRITE/TRIM/WRITE_ZEROES with FUA is persistent before it completes; a FLUSH makes every
  * write completed before it, on any queue and by either route, persistent. A DMA write is made persistent
  * by the CPU after the device reports it ({@link PmemRegion#deviceWrote}): with DDIO the device's writes sit
- * in the CPU cache until flushed.
+ * in the CPU cache until flushed. Once the region's write-back has failed ({@link PmemRegion#writeBackFailed})
+ * every FLUSH, FUA and plain write answers EIO without touching the mapping, reads are served as before; the
+ * region logs the failure once, so these refusals log nothing.
  *
  * <p>Faults: a copy the channel reports failed (a halt: its descriptor and every one placed after it) is
  * done again by the CPU before the request completes, so nothing is lost; the same bytes are copied again,
@@ -122,8 +124,9 @@ public final class PmemBlockDriver implements BlockDriver {
 
     @Override
     public boolean receivesInPlace(long offset, long length) {
-        if (offset < 0 || length <= 0 || offset > size || length > size - offset || length > Integer.MAX_VALUE) {
-            return false; // the normal path answers it with the right error
+        if (offset < 0 || length <= 0 || offset > size || length > size - offset || length > Integer.MAX_VALUE
+                || region.writeBackFailed()) {
+            return false; // the normal path answers it with the right error (EIO after a failed write-back)
         }
         if (engine == null) {
             return true;
@@ -205,8 +208,9 @@ public final class PmemBlockDriver implements BlockDriver {
 
     private boolean wantsDma(Request r) {
         // A zero-length READ/WRITE has no segment to copy: nothing would ever report it.
-        if (!r.op.carriesData() || r.dataInPlace || r.segments() == 0 || !inBounds(r)) {
-            return false;
+        if (!r.op.carriesData() || r.dataInPlace || r.segments() == 0 || !inBounds(r)
+                || (r.op == Op.WRITE && region.writeBackFailed())) {
+            return false; // refused writes are answered by execute, before any copy
         }
         Route f = forced;
         return f != null ? f == Route.DMA : routing.toDma(r);
@@ -375,10 +379,18 @@ public final class PmemBlockDriver implements BlockDriver {
             boolean write = r.op == Op.WRITE;
             try {
                 if (write) {
+                    if (region.writeBackFailed()) {
+                        // placed before the failure, landed after it: refused like those the CPU refuses
+                        region.countRefused();
+                        return complete(r, Status.EIO, error);
+                    }
                     region.deviceWrote(r.offset, r.length, r.fua);
                 }
                 stats.count(Route.DMA, write, r.length);
                 r.route = Route.DMA;
+            } catch (WriteBackFailedException e) {
+                region.countRefused();
+                result = Status.EIO; // the region has said why, once
             } catch (Throwable t) {
                 error = failed(r, "persisting its DMA write", t, error);
                 result = Status.EIO;
@@ -415,6 +427,9 @@ public final class PmemBlockDriver implements BlockDriver {
         int status;
         try {
             status = execute(r);
+        } catch (WriteBackFailedException e) {
+            region.countRefused();
+            status = Status.EIO; // the region has said why, once: one line, not one per request
         } catch (Throwable t) {
             error = failed(r, "failed", t, error);
             status = Status.EIO;
@@ -469,6 +484,13 @@ public final class PmemBlockDriver implements BlockDriver {
         }
         long off = r.offset;
         long len = r.length;
+        if (op != Op.READ && op != Op.CACHE && region.writeBackFailed()) {
+            // Stored now, the bytes could never be made durable (the failed pages are clean to the kernel):
+            // refused before they reach the mapping. A payload the kernel received in place has landed already,
+            // as a write answered with an error may have.
+            region.countRefused();
+            return Status.EIO;
+        }
         switch (op) {
             case READ -> {
                 if (r.sinkReadsDevice) {

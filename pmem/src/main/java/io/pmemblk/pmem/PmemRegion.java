@@ -44,9 +44,20 @@ public final class PmemRegion implements AutoCloseable {
     private final boolean isPmem;
     private final Persistence persistence;
     private final String mappedBy;
-    /** Set by every store; cleared (under flushLock) by the flush that makes those stores persistent. */
+    /**
+     * Set by every store; cleared (under flushLock) by the flush that makes those stores persistent. False means
+     * every page of the mapping is durable, including what an earlier process left: {@link #open} syncs the whole
+     * mapping before handing the region out (see {@link #syncAtStart}).
+     */
     private volatile boolean dirty;
     private final Object flushLock = new Object();
+    /**
+     * The first write-back failure of this process, or null. Once set it stays: Linux reports a failed write-back
+     * once and marks the pages clean, so nothing later can make those bytes durable, and no later FLUSH may say so.
+     */
+    private volatile String writeBackFailure;
+    /** Requests the driver answered EIO because of {@link #writeBackFailure} (counted only on that path). */
+    private final java.util.concurrent.atomic.LongAdder refused = new java.util.concurrent.atomic.LongAdder();
     /**
      * The backing file as opened and checked, held until {@link #close()}; with {@code exclusive} it carries the
      * lock on the file, which closing it releases.
@@ -126,6 +137,9 @@ public final class PmemRegion implements AutoCloseable {
                 // into their parents as they were made.)
                 r.persistence.syncCreated(file);
             }
+            if (exclusive) {
+                r.syncAtStart();
+            }
             return r;
         } catch (IOException | RuntimeException e) {
             if (r != null) {
@@ -136,6 +150,30 @@ public final class PmemRegion implements AutoCloseable {
             }
             file.close();
             throw e;
+        }
+    }
+
+    /**
+     * Makes durable whatever an earlier process left in the page cache: its acknowledged writes that no FLUSH
+     * covered (it was killed, or a client reconnects and FLUSHes here, or ublk recovery reissues a FLUSH), which
+     * {@code dirty == false} would otherwise let the first FLUSH skip. Done here rather than by starting dirty:
+     * the server says {@code ready} only once what it serves is durable, and a write-back error the earlier
+     * process never saw (Linux reports an unseen one to the next file opened) is found before any client is
+     * answered OK. Cheap when the pages are clean: msync only walks the file's dirty pages (measured in
+     * pmem/DURABILITY.md). The same on fsdax, mapped with MAP_SYNC (is_pmem) or not: msync writes back the CPU
+     * cache lines of every DAX entry still tagged dirty, which an earlier process that did not flush them (one
+     * on the page-cache path, or without MAP_SYNC) left. Only device DAX is not synced: it has neither page cache
+     * nor msync (EINVAL), and every writer of ours drained its stores before acknowledging them. A failure does
+     * not stop the start: the region starts failed (reads work, writes and FLUSH answer EIO), and says so.
+     */
+    private void syncAtStart() {
+        if (path.toString().startsWith("/dev/dax")) {
+            return;
+        }
+        try {
+            persistence.sync(memory);
+        } catch (IOException e) {
+            failWriteBack("at start-up, of what an earlier process left in", 0, memory.byteSize(), e);
         }
     }
 
@@ -344,7 +382,7 @@ public final class PmemRegion implements AutoCloseable {
         } else {
             dirty = true;
             if (fua) {
-                persistence.sync(range);
+                sync(offset, length);
             }
         }
     }
@@ -355,7 +393,7 @@ public final class PmemRegion implements AutoCloseable {
      */
     public void persistWritten(long offset, long length) throws IOException {
         if (!isPmem) {
-            persistence.sync(memory.asSlice(offset, length));
+            sync(offset, length);
         }
     }
 
@@ -364,13 +402,80 @@ public final class PmemRegion implements AutoCloseable {
      * real pmem (with DDIO a device's writes can sit in the CPU cache), msync otherwise.
      */
     public void persistRange(long offset, long length) throws IOException {
-        MemorySegment range = memory.asSlice(offset, length);
         if (isPmem) {
+            MemorySegment range = memory.asSlice(offset, length);
             persistence.writeBack(range);
             persistence.drain();
+            refuseIfFailed();
         } else {
-            persistence.sync(range);
+            sync(offset, length);
         }
+    }
+
+    /**
+     * msync of [offset, offset+length): a failure is kept for good ({@link #failWriteBack}); after one, even a
+     * sync that succeeds is refused. That check after the call also catches most of a race the kernel allows:
+     * two concurrent msyncs whose pages both failed get the error reported to one of them only.
+     */
+    private void sync(long offset, long length) throws IOException {
+        refuseIfFailed();
+        try {
+            persistence.sync(memory.asSlice(offset, length));
+        } catch (IOException e) {
+            throw failWriteBack("of", offset, length, e);
+        }
+        refuseIfFailed();
+    }
+
+    private void refuseIfFailed() throws WriteBackFailedException {
+        String f = writeBackFailure;
+        if (f != null) {
+            throw new WriteBackFailedException(f, null);
+        }
+    }
+
+    /**
+     * Enters the failed state (once; later failures only add to the count) and says so once, with what failed
+     * and what to do: restart after fixing the storage. Returns what the failing caller throws.
+     */
+    private WriteBackFailedException failWriteBack(String what, long offset, long length, IOException cause) {
+        String first;
+        boolean now = false;
+        synchronized (flushLock) {
+            if (writeBackFailure == null) {
+                writeBackFailure = "write-back " + what + " " + path + " failed (msync of bytes " + offset + " to "
+                        + (offset + length) + "): " + cause.getMessage() + "; data acknowledged as written may not be"
+                        + " on the storage. Linux reports a failed write-back only once and marks the pages clean,"
+                        + " so it cannot be retried: every FLUSH, FUA write and write now fails with EIO, reads still"
+                        + " work. Fix the storage (see the kernel log), check the data, then restart the server";
+                now = true;
+            }
+            first = writeBackFailure;
+        }
+        if (now) {
+            System.getLogger(PmemRegion.class.getName()).log(System.Logger.Level.ERROR, first);
+        }
+        return new WriteBackFailedException(first, cause);
+    }
+
+    /** Why write-back failed, if it has in this process (then writes, FUA and FLUSH fail); null while it has not. */
+    public String writeBackFailure() {
+        return writeBackFailure;
+    }
+
+    /** True once a write-back has failed: the driver refuses writes, FUA and FLUSH with EIO. */
+    public boolean writeBackFailed() {
+        return writeBackFailure != null;
+    }
+
+    /** Counts a request the driver refused because write-back has failed ({@link #refusedRequests()}). */
+    void countRefused() {
+        refused.increment();
+    }
+
+    /** Requests (FLUSH, FUA and plain writes) answered EIO because write-back has failed, the failing ones included. */
+    public long refusedRequests() {
+        return refused.sum();
     }
 
     /** Waits for this thread's earlier non-temporal stores and write-backs to reach persistence (real pmem); no-op elsewhere. */
@@ -396,32 +501,31 @@ public final class PmemRegion implements AutoCloseable {
      * <p>Page cache. msync writes back every dirty page of the range, whichever thread dirtied it: the pages
      * belong to the kernel, not to a core. Concurrent callers serialise on one lock, so a caller that finds
      * nothing dirty knows any flush that cleared the flag has finished. The flag is cleared before the msync
-     * (stores racing with it set it again) and set again when the msync fails, so the next FLUSH retries and
-     * fails again until the kernel accepts. (Linux may mark pages clean after a failed write-back and report
-     * the error once per file; the retry then cannot know — a kernel limit, not ours to hide.)
+     * (stores racing with it set it again). A failed msync is final ({@link #writeBackFailure()}): Linux reports
+     * a write-back error once and leaves the pages clean, so a second msync would find nothing to write and
+     * answer OK for data that never reached the storage. This FLUSH and every later one fail instead.
      */
     public void persistAll() throws IOException {
         if (isPmem) {
             persistence.drain();
+            refuseIfFailed();
             return;
         }
         synchronized (flushLock) {
+            refuseIfFailed();
             if (!dirty) {
                 return;
             }
             dirty = false;
-            try {
-                persistence.sync(memory);
-            } catch (IOException | RuntimeException e) {
-                dirty = true;
-                throw e;
-            }
+            sync(0, memory.byteSize());
         }
     }
 
     /**
      * Persists everything and unmaps. Idempotent. Callers should have stopped all I/O first; a request still
      * copying makes this fail with an IOException (and leaves the region open) instead of unmapping under it.
+     * After a failed write-back (now or earlier) it unmaps and throws {@link WriteBackFailedException}: the
+     * caller must not report the data as persisted.
      */
     @Override
     public void close() throws IOException {
