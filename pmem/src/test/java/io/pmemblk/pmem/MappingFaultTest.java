@@ -54,6 +54,16 @@ class MappingFaultTest {
         q = layer.queue(0);
         assertThat(run(Op.WRITE, 0, 2 << 20, (byte) 0x5a, false, null)).isZero();
         assertThat(run(Op.WRITE, HALF, 1 << 20, (byte) 0x6b, false, null)).isZero();
+        // Hot enough for C2: compiled, a fault's error is thrown at a later safepoint poll unless the access
+        // path makes it throw on the spot (interpreted, it shows up at once and proves nothing).
+        for (int i = 0; i < 40_000; i++) {
+            int len = (i & 1) == 0 ? 512 : 8192;
+            run(Op.READ, (i * 8192L) % HALF, len, (byte) 0, (i & 2) != 0, null);
+            run(Op.WRITE, HALF + (i * 8192L) % HALF, len, (byte) 0x6b, false, null);
+            if ((i & 15) == 0) {
+                run(Op.WRITE_ZEROES, HALF + (1 << 20) + (i * 8192L) % (1 << 20), len, (byte) 0, false, null);
+            }
+        }
         try (FileChannel fc = FileChannel.open(file, StandardOpenOption.WRITE)) {
             fc.truncate(HALF); // behind the server's back: its mapping still spans SIZE
         }
