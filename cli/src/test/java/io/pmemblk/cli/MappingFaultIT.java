@@ -64,12 +64,12 @@ class MappingFaultIT {
                         except nbd.Error as e:
                             print(name, errno.errorcode.get(e.errno, e.errno))
                     M = 1048576
+                    tryit("zero-64k", lambda: h.zero(65536, 50 * M))
+                    tryit("write-4k", lambda: h.pwrite(b'\\x01' * 4096, 48 * M))
+                    tryit("write-1m-fua", lambda: h.pwrite(b'\\x02' * M, 40 * M, nbd.CMD_FLAG_FUA))
                     tryit("read-4k", lambda: h.pread(4096, 48 * M))
                     tryit("read-1m", lambda: h.pread(M, 40 * M))
                     tryit("read-straddling", lambda: h.pread(8192, 32 * M - 4096))
-                    tryit("write-4k", lambda: h.pwrite(b'\\x01' * 4096, 48 * M))
-                    tryit("write-1m-fua", lambda: h.pwrite(b'\\x02' * M, 40 * M, nbd.CMD_FLAG_FUA))
-                    tryit("zero-64k", lambda: h.zero(65536, 50 * M))
                     ok = h.pread(M, 0) == b'\\x5a' * M
                     print("intact", ok)
                     """);
