@@ -35,6 +35,11 @@ import java.util.function.UnaryOperator;
  * call: out of range is an IndexOutOfBoundsException, after close an IllegalStateException, never a fault.
  * The slices do not reach the heap on the FUA path: 0 bytes per FUA 4k write on every mapper, measured with
  * per-thread allocation counters (pmem/measure/FuaAlloc.java, numbers in pmem/DURABILITY.md).
+ *
+ * <p>A page that cannot be loaded (the file truncated behind the server, a poisoned line, a known bad block:
+ * {@link BadBlocks}) makes the accessor throw a {@link MappingFault} and leaves the rest of the mapping usable:
+ * the CPU touches the mapping only through JVM-protected accesses ({@link FaultBarrier}), and native copies
+ * (libpmem's) and the kernel's (socket I/O on views) get a range only after a probe of its pages.
  */
 public final class PmemRegion implements AutoCloseable {
     /** How to map: {@code auto} (libpmem when it loads), {@code libpmem} (required), {@code java} (never libpmem). */
