@@ -66,6 +66,10 @@ public final class Metrics implements AutoCloseable {
         CounterWithCallback.builder().name("pmemblk_dma_fallbacks_total")
                 .help("Requests completed by the CPU after their DMA copy failed")
                 .callback(cb -> cb.call(stats.dmaFallbacks())).register(registry);
+        CounterWithCallback.builder().name("pmemblk_mapping_faults_total")
+                .help("Requests answered EIO because the mapping could not be accessed: the backing file truncated"
+                        + " under the server, a known bad block, or a machine check on a poisoned line")
+                .callback(cb -> cb.call(stats.mappingFaults())).register(registry);
         CounterWithCallback.builder().name("pmemblk_queue_requests_total")
                 .help("Requests dispatched, by hardware queue")
                 .labelNames("queue")

@@ -13,6 +13,7 @@ public final class CopyStats {
     private final LongAdder[] ops = new LongAdder[4];
     private final LongAdder dmaErrors = new LongAdder();
     private final LongAdder dmaFallbacks = new LongAdder();
+    private final LongAdder mappingFaults = new LongAdder();
 
     public CopyStats() {
         for (int i = 0; i < 4; i++) {
@@ -53,5 +54,14 @@ public final class CopyStats {
 
     public long dmaFallbacks() {
         return dmaFallbacks.sum();
+    }
+
+    /** A request failed with EIO because the mapping could not be accessed (truncated file, bad block, machine check). */
+    public void mappingFault() {
+        mappingFaults.increment();
+    }
+
+    public long mappingFaults() {
+        return mappingFaults.sum();
     }
 }

@@ -8,7 +8,7 @@ import java.lang.foreign.MemorySegment;
 /**
  * Persistence through libpmem, for a pmem_map_file mapping. On real pmem, copies are pmem_memcpy with NODRAIN
  * (non-temporal from 256 bytes on, PMDK's default) and durability is pmem_flush + pmem_drain; on a file libpmem
- * reports as not pmem, stores are ordinary and durability is pmem_msync.
+ * reports as not pmem, stores are ordinary (MemorySegment, fault-safe) and durability is pmem_msync.
  */
 final class LibpmemPersistence implements Persistence {
     private final Libpmem lib;
@@ -24,21 +24,29 @@ final class LibpmemPersistence implements Persistence {
         return isPmem;
     }
 
+    /**
+     * On pmem, libpmem's non-temporal copy after a probe of dst's pages: a fault inside pmem_memcpy would kill
+     * the JVM, and the probe takes it first, in Java. Only a page truncated between the two can still reach it
+     * (a file on fsdax truncated behind the server; device DAX cannot be). Poisoned lines cannot: stores do not
+     * consume poison, only loads do, and pmem_memcpy loads from the buffers, never from pmem.
+     */
     @Override
     public void copy(MemorySegment src, MemorySegment dst) {
         if (isPmem) {
+            FaultBarrier.probe(dst);
             lib.memcpy(dst, src, Libpmem.PMEM_F_MEM_NODRAIN);
         } else {
-            MemorySegment.copy(src, 0, dst, 0, dst.byteSize());
+            FaultBarrier.copy(src, 0, dst, 0, dst.byteSize());
         }
     }
 
     @Override
     public void fill(MemorySegment dst, byte value) {
         if (isPmem) {
+            FaultBarrier.probe(dst);
             lib.memset(dst, value, Libpmem.PMEM_F_MEM_NODRAIN);
         } else {
-            MappedFilePersistence.fillOutsideSafepoints(dst, value);
+            FaultBarrier.fill(dst, value);
         }
     }
 

@@ -1,6 +1,7 @@
 package io.pmemblk.pmem;
 
 import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.TrustedFile;
 
 import java.io.IOException;
@@ -21,17 +22,16 @@ final class MappedFilePersistence implements Persistence {
 
     @Override
     public void copy(MemorySegment src, MemorySegment dst) {
-        MemorySegment.copy(src, 0, dst, 0, dst.byteSize());
+        FaultBarrier.copy(src, 0, dst, 0, dst.byteSize());
     }
 
+    /**
+     * In 64 KiB pieces (FaultBarrier.fill): a 4 GiB WRITE_ZEROES in one MemorySegment.fill would be one VM call
+     * that every safepoint waits for; libc's memset would not, but a fault inside it kills the JVM.
+     */
     @Override
     public void fill(MemorySegment dst, byte value) {
-        fillOutsideSafepoints(dst, value);
-    }
-
-    /** libc memset: a 4 GiB WRITE_ZEROES in MemorySegment.fill would be one VM call that every safepoint waits for. */
-    static void fillOutsideSafepoints(MemorySegment dst, byte value) {
-        Libc.memset(dst, value);
+        FaultBarrier.fill(dst, value);
     }
 
     @Override

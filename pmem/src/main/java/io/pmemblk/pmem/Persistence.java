@@ -22,10 +22,15 @@ public interface Persistence {
     /** True when durability comes from cache flushes and drains; false when it comes from msync. */
     boolean flushesCaches();
 
-    /** Stores all of {@code src} into {@code dst} (same size). Durable after a drain on this thread, or after a sync. */
+    /**
+     * Stores all of {@code src} into {@code dst} (same size). Durable after a drain on this thread, or after a sync.
+     * A fault on the mapping (a page gone with its truncated file, a poisoned line) throws HotSpot's
+     * {@code InternalError} out of this call, never later and never as a JVM crash: Java copies end with a native
+     * round trip, native ones probe {@code dst} first ({@link FaultBarrier}).
+     */
     void copy(MemorySegment src, MemorySegment dst);
 
-    /** Stores {@code value} into all of {@code dst}; durable as {@link #copy}. */
+    /** Stores {@code value} into all of {@code dst}; durable, and failing on a fault, as {@link #copy}. */
     void fill(MemorySegment dst, byte value);
 
     /**

@@ -128,15 +128,29 @@ public final class PmemBlockDriver implements BlockDriver {
                 || region.writeBackFailed()) {
             return false; // the normal path answers it with the right error (EIO after a failed write-back)
         }
+        boolean inPlace;
         if (engine == null) {
+            inPlace = true;
+        } else {
+            Route f = forced;
+            Routing rt = routing;
+            inPlace = f != null ? f == Route.CPU : length < rt.minBytes() && BufferPool.chunksFor(length) < rt.minSegments();
+        }
+        return inPlace && loadable(offset, length);
+    }
+
+    /**
+     * Whether the kernel may copy into or out of the range: a page it cannot load (truncated file, bad block)
+     * would fail the frontend's socket call with EFAULT mid-request and lose the connection. Not loadable: the
+     * request takes the buffers' path instead, where the copy fails alone, with EIO.
+     */
+    private boolean loadable(long offset, long length) {
+        try {
+            region.probe(offset, length);
             return true;
+        } catch (MappingFault f) {
+            return false;
         }
-        Route f = forced;
-        if (f != null) {
-            return f == Route.CPU;
-        }
-        Routing rt = routing;
-        return length < rt.minBytes() && BufferPool.chunksFor(length) < rt.minSegments();
     }
 
     @Override
@@ -407,6 +421,28 @@ public final class PmemBlockDriver implements BlockDriver {
         return completeByCpu(r, error);
     }
 
+    /**
+     * The mapping could not be accessed for r (truncated file, bad block, machine check): r answers EIO and the
+     * driver goes on. One line per second at most, with the offset; the count is a metric.
+     */
+    private void mappingFault(Request r, MappingFault f) {
+        stats.mappingFault();
+        long now = System.nanoTime();
+        long last = lastMappingFaultLog;
+        if (now - last > 1_000_000_000L) {
+            lastMappingFaultLog = now;
+            long total = stats.mappingFaults();
+            LOG.log(System.Logger.Level.ERROR, r.op + " at offset " + r.offset + " answered EIO: " + f.getMessage()
+                    + " (" + total + " mapping faults so far, " + (total - faultsAtLastLog - 1) + " not logged since the"
+                    + " last line); if the backing file was truncated, stop the server and restore it; if the pmem has"
+                    + " bad blocks, `ndctl list --media-errors` shows them");
+            faultsAtLastLog = total;
+        }
+    }
+
+    private volatile long lastMappingFaultLog = System.nanoTime() - 2_000_000_000L;
+    private volatile long faultsAtLastLog;
+
     private boolean faultLogDue() {
         long now = System.nanoTime();
         if (now - lastFaultLog > 1_000_000_000L) {
@@ -430,6 +466,9 @@ public final class PmemBlockDriver implements BlockDriver {
         } catch (WriteBackFailedException e) {
             region.countRefused();
             status = Status.EIO; // the region has said why, once: one line, not one per request
+        } catch (MappingFault f) {
+            mappingFault(r, f);
+            status = Status.EIO;
         } catch (Throwable t) {
             error = failed(r, "failed", t, error);
             status = Status.EIO;
@@ -496,6 +535,8 @@ public final class PmemBlockDriver implements BlockDriver {
                 if (r.sinkReadsDevice) {
                     // The frontend's gathering write copies straight out of the mapping: the CPU route's copy
                     // is the kernel's copy into the socket, and no second copy through the buffers is made.
+                    // Probed first: the kernel would answer a missing page with EFAULT, mid-reply.
+                    region.probe(off, len);
                     region.views(r, state(r).windows(region), off, (int) len);
                 } else {
                     copyOut(r);

@@ -33,6 +33,11 @@ import java.util.function.UnaryOperator;
  * call: out of range is an IndexOutOfBoundsException, after close an IllegalStateException, never a fault.
  * The slices do not reach the heap on the FUA path: 0 bytes per FUA 4k write on every mapper, measured with
  * per-thread allocation counters (pmem/measure/FuaAlloc.java, numbers in pmem/DURABILITY.md).
+ *
+ * <p>A page that cannot be loaded (the file truncated behind the server, a poisoned line, a known bad block:
+ * {@link BadBlocks}) makes the accessor throw a {@link MappingFault} and leaves the rest of the mapping usable:
+ * the CPU touches the mapping only through JVM-protected accesses ({@link FaultBarrier}), and native copies
+ * (libpmem's) and the kernel's (socket I/O on views) get a range only after a probe of its pages.
  */
 public final class PmemRegion implements AutoCloseable {
     /** How to map: {@code auto} (libpmem when it loads), {@code libpmem} (required), {@code java} (never libpmem). */
@@ -88,7 +93,20 @@ public final class PmemRegion implements AutoCloseable {
      * it under the first, which would kill that one with SIGBUS).
      */
     public static PmemRegion open(Path path, long size, boolean resize, Mapper mapper, boolean exclusive) throws IOException {
-        return open(path, size, resize, mapper, exclusive, UnaryOperator.identity());
+        PmemRegion r = open(path, size, resize, mapper, exclusive, UnaryOperator.identity());
+        try {
+            r.badBlocks(BadBlocks.of(path, path.toString().startsWith("/dev/dax"), Path.of("/sys"), r.size()));
+        } catch (IOException | RuntimeException e) {
+            r.close();
+            throw new IOException("reading the bad blocks behind " + path + " failed: " + e.getMessage(), e);
+        }
+        if (r.badBlocks != null) {
+            System.getLogger(PmemRegion.class.getName()).log(System.Logger.Level.WARNING, path + " has "
+                    + r.badBlocks + ": reads there answer EIO" + (r.badBlocks.clearable()
+                            ? " until a write covering them clears them (punched and reallocated)"
+                            : ", writes too: device DAX cannot clear them here (`ndctl clear-errors`, then restore the data)"));
+        }
+        return r;
     }
 
     /** As {@link #open(Path, long, boolean, Mapper, boolean)}, with the real persistence port wrapped (tests record or fail it). */
@@ -294,8 +312,59 @@ public final class PmemRegion implements AutoCloseable {
      * the writer drains, not the FLUSH); elsewhere the pages are dirty until msync.
      */
     public void write(MemorySegment src, long srcOffset, long offset, long length) {
-        persistence.copy(src.asSlice(srcOffset, length), memory.asSlice(offset, length));
+        MemorySegment dst = memory.asSlice(offset, length);
+        BadBlocks b = badBlocks;
+        if (b != null) {
+            b.beforeWrite(offset, length);
+        }
+        try {
+            persistence.copy(src.asSlice(srcOffset, length), dst);
+        } catch (InternalError e) {
+            throw fault("write", offset, length, e);
+        }
         stored();
+    }
+
+    /** The fault HotSpot reported inside an access to [offset, offset+length), as a MappingFault; other errors as they are. */
+    private static MappingFault fault(String what, long offset, long length, InternalError e) {
+        if (!FaultBarrier.isFault(e)) {
+            throw e;
+        }
+        return new MappingFault(what, offset, length, e);
+    }
+
+    /**
+     * Known bad ranges of the namespace behind this mapping (device DAX, fsdax), null when there are none:
+     * then the hot path pays one field load. Set before the region serves, and only ever shrinks.
+     */
+    private BadBlocks badBlocks;
+
+    /** Installs the bad-block list read at start ({@link BadBlocks#of}); null or empty: none. Before serving. */
+    void badBlocks(BadBlocks b) {
+        badBlocks = b == null || b.isEmpty() ? null : b;
+    }
+
+    /** The known bad ranges still not cleared, for the log and the tests; empty when none. */
+    public BadBlocks badBlocks() {
+        BadBlocks b = badBlocks;
+        return b == null ? BadBlocks.NONE : b;
+    }
+
+    /**
+     * Throws a {@link MappingFault} unless every page of [offset, offset+length) can be loaded now, bad blocks
+     * included: before the kernel copies from or into the range (a socket write out of it, a read into it), which
+     * would fail the connection mid-request with EFAULT instead of failing the one request with EIO.
+     */
+    void probe(long offset, long length) {
+        BadBlocks b = badBlocks;
+        if (b != null && b.overlaps(offset, length)) {
+            throw b.fault("access", offset, length);
+        }
+        try {
+            FaultBarrier.probe(memory.asSlice(offset, length));
+        } catch (InternalError e) {
+            throw fault("access", offset, length, e);
+        }
     }
 
     /** After this thread's stores: on pmem drain them (they are ours), elsewhere mark the pages for the next FLUSH. */
@@ -348,22 +417,35 @@ public final class PmemRegion implements AutoCloseable {
         return b;
     }
 
-    /** Loads {@code length} bytes at {@code offset} into {@code dst} at {@code dstOffset}. */
+    /**
+     * Loads {@code length} bytes at {@code offset} into {@code dst} at {@code dstOffset}. A fault on the mapping
+     * (or a known bad block) is a {@link MappingFault}. Always MemorySegment.copy, never libc's memcpy (faster on
+     * long copies, but a fault inside it kills the JVM).
+     */
     public void read(long offset, MemorySegment dst, long dstOffset, long length) {
-        if (length >= LIBC_COPY_MIN && dst.isNative()) {
-            // glibc's memcpy outruns the JDK's copy loop on long copies; the slices check bounds and liveness.
-            Libc.memcpy(dst.asSlice(dstOffset, length), memory.asSlice(offset, length));
-        } else {
-            MemorySegment.copy(memory, offset, dst, dstOffset, length);
+        BadBlocks b = badBlocks;
+        if (b != null && b.overlaps(offset, length)) {
+            throw b.fault("read", offset, length);
+        }
+        try {
+            FaultBarrier.copy(memory, offset, dst, dstOffset, length);
+        } catch (InternalError e) {
+            throw fault("read", offset, length, e);
         }
     }
 
-    /** From this length on, reads copy with libc's memcpy (measured: bench-inproc's read rows). */
-    private static final long LIBC_COPY_MIN = 4096;
-
     /** Zeroes a range (TRIM and WRITE_ZEROES); on pmem drained before this returns, as {@link #write}. */
     public void zero(long offset, long length) {
-        persistence.fill(memory.asSlice(offset, length), (byte) 0);
+        MemorySegment dst = memory.asSlice(offset, length);
+        BadBlocks b = badBlocks;
+        if (b != null) {
+            b.beforeWrite(offset, length);
+        }
+        try {
+            persistence.fill(dst, (byte) 0);
+        } catch (InternalError e) {
+            throw fault("zero", offset, length, e);
+        }
         stored();
     }
 

@@ -98,6 +98,13 @@ public final class Libc {
             FunctionDescriptor.of(JAVA_INT, JAVA_INT), true);
     private static final MethodHandle POSIX_FALLOCATE = find("posix_fallocate",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG, JAVA_LONG), false);
+    /** fallocate(2) with a mode (punching holes), unlike posix_fallocate(3). */
+    private static final MethodHandle FALLOCATE = find("fallocate",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_LONG, JAVA_LONG), true);
+    /** {@code <linux/falloc.h>}: FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE (which needs KEEP_SIZE). */
+    public static final int FALLOC_FL_KEEP_SIZE = 0x01, FALLOC_FL_PUNCH_HOLE = 0x02;
+    // abs(3): pure computation, no system call. Bound without the critical option on purpose: see nativeRoundTrip.
+    private static final MethodHandle ABS = find("abs", FunctionDescriptor.of(JAVA_INT, JAVA_INT), false);
     // memcpy/memset of at most CRITICAL_MAX bytes never block long or call back: critical, no thread-state
     // transition. Longer ones take the plain handle, so a safepoint never waits for them (a page fault inside a
     // critical call holds every other thread at the safepoint). Bound as void: the returned dst is not wanted.
@@ -540,6 +547,45 @@ public final class Libc {
             throw NativeException.of("ioctl", errno(state), "fd " + fd + ", request 0x" + Long.toHexString(request));
         }
         return rc;
+    }
+
+    /**
+     * fallocate(2) of [offset, offset+length) with {@code mode} ({@link #FALLOC_FL_PUNCH_HOLE} |
+     * {@link #FALLOC_FL_KEEP_SIZE} frees the blocks; 0 allocates them).
+     */
+    public static void fallocate(int fd, int mode, long offset, long length, String what) throws NativeException {
+        MemorySegment state = CALL_STATE.get();
+        int rc;
+        try {
+            rc = (int) FALLOCATE.invokeExact(state, fd, mode, offset, length);
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+        if (rc != 0) {
+            throw NativeException.of("fallocate", errno(state), what + ", mode 0x" + Integer.toHexString(mode)
+                    + ", offset " + offset + ", length " + length);
+        }
+    }
+
+    /**
+     * One call into native code and back, doing nothing there (~10 ns). Its worth is the way back: a thread
+     * returning from native code takes the exceptions that were posted to it asynchronously. HotSpot answers a
+     * SIGBUS inside an Unsafe access (a {@code MemorySegment} copy, fill or get on a mapping whose file was
+     * truncated, or a poisoned pmem line) by skipping the access and posting {@code InternalError} to the
+     * thread, which throws it at its next safepoint poll, possibly several calls later. Calling this right
+     * after such an access makes it throw here, inside the caller's try, before the caller reports success.
+     * {@code value} goes through abs(3) and back: a load made only for its fault, fed in here, cannot be dropped.
+     */
+    public static int nativeRoundTrip(int value) {
+        try {
+            return (int) ABS.invokeExact(value);
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
     }
 
     /**
