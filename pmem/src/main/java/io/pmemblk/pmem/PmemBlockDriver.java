@@ -122,18 +122,33 @@ public final class PmemBlockDriver implements BlockDriver {
 
     @Override
     public boolean receivesInPlace(long offset, long length) {
+        return byCpu(offset, length);
+    }
+
+    @Override
+    public boolean sendsInPlace(long offset, long length) {
+        return byCpu(offset, length);
+    }
+
+    /**
+     * Whether a READ or WRITE of the range takes the CPU route, which copies straight between the mapping and
+     * the frontend's socket or ublk: {@link #wantsDma}'s rule, asked before the request is acquired, so it
+     * takes buffers only for DMA. False out of bounds: the normal path answers it with the right error.
+     */
+    private boolean byCpu(long offset, long length) {
         if (offset < 0 || length <= 0 || offset > size || length > size - offset || length > Integer.MAX_VALUE) {
-            return false; // the normal path answers it with the right error
+            return false;
         }
+        return !routesToDma(length);
+    }
+
+    /** The route of a data request of {@code length} bytes, in bounds: forced, or by the thresholds. */
+    private boolean routesToDma(long length) {
         if (engine == null) {
-            return true;
+            return false;
         }
         Route f = forced;
-        if (f != null) {
-            return f == Route.CPU;
-        }
-        Routing rt = routing;
-        return length < rt.minBytes() && BufferPool.chunksFor(length) < rt.minSegments();
+        return f != null ? f == Route.DMA : routing.toDma(length);
     }
 
     @Override
@@ -205,11 +220,11 @@ public final class PmemBlockDriver implements BlockDriver {
 
     private boolean wantsDma(Request r) {
         // A zero-length READ/WRITE has no segment to copy: nothing would ever report it.
+        // A request acquired without buffers (in place) stays on the CPU even if the route changed since.
         if (!r.op.carriesData() || r.dataInPlace || r.segments() == 0 || !inBounds(r)) {
             return false;
         }
-        Route f = forced;
-        return f != null ? f == Route.DMA : routing.toDma(r);
+        return routesToDma(r.length);
     }
 
     /** {@link #place} outcomes; CPU: not offered to the channel at all. */
