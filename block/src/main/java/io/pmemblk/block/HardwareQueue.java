@@ -296,9 +296,10 @@ public final class HardwareQueue implements AutoCloseable {
         }
     }
 
+    /** The shares of the active users; with none, of the first to come (who makes one). */
     private void recomputeShares() {
-        tagShare = Math.max(MIN_SHARE, ceilDiv(sharedDepth, tagUsers + 1));
-        chunkShare = ceilDiv(pool.chunks(), chunkUsers + 1);
+        tagShare = Math.max(MIN_SHARE, ceilDiv(sharedDepth, Math.max(1, tagUsers) + 1));
+        chunkShare = ceilDiv(pool.chunks(), Math.max(1, chunkUsers) + 1);
     }
 
     private static int ceilDiv(int a, int b) {
