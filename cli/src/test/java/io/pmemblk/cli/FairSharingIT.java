@@ -106,49 +106,65 @@ class FairSharingIT {
     }
 
     /**
-     * A floods WRITEs and reads no reply. 32 KiB WRITEs on the DMA route: the reader then leaves every reply to
-     * the sender thread and goes on reading (small WRITEs received in place get their replies written by the
-     * reader itself, which blocks on the full socket after one batch: issue 22 item 4), so A's reader takes
-     * all the tags it may while its replies are stuck.
+     * A floods WRITEs and reads no reply. Its first request is an 8 MiB READ, whose reply cannot fit the socket
+     * (4 MiB at most): the sender blocks on it for good, so no later reply goes out and every tag A takes stays
+     * taken, whatever the socket buffers hold. The WRITEs are 32 KiB on the DMA route, so the reader leaves the
+     * replies to the sender and goes on reading (it writes the replies of in-place WRITEs itself, and would
+     * block there after one batch: issue 22 item 4). Before the fix A took every tag of the queue.
      */
     @Test
     void aFloodOfWritesWhoseRepliesNobodyReadsStallsNoOtherClient() throws Exception {
         int port = ServerProcess.freePort();
-        int n = 30_000; // far more replies than the sockets between the server and A hold
+        int n = 4_000; // more than the queue's 128 tags; all but those wait in the sockets
         int len = 32 * 1024;
         try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",
                 "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "queues=1", "queue.buffer-bytes=32M",
                 "nbd.stall-timeout=60", "metrics.port=" + port, "dma.engine=soft", "route.dma.min-bytes=" + len);
              Raw a = Raw.connectGo(dir.resolve("s"))) {
+            byte[] big = pattern(4, 8 * MIB);
+            a.write(64L * MIB, big, 0);
             AtomicLong sent = new AtomicLong();
-            Thread flood = Thread.ofPlatform().daemon().name("client-A-flood").start(() -> {
+            // A virtual thread: blocked on the socket it shows WAITING, which the wait below asks for.
+            Thread flood = Thread.ofVirtual().name("client-A-flood").start(() -> {
                 byte[] payload = pattern(5, len);
                 int perWrite = 16;
-                ByteBuffer b = ByteBuffer.allocate(perWrite * (28 + len));
+                ByteBuffer b = ByteBuffer.allocate(28 + perWrite * (28 + len));
+                b.put(header(0, READ, n, 64L * MIB, 8 * MIB)); // in the same write as the first WRITEs
                 for (int i = 0; i < n; i += perWrite) {
-                    b.clear();
                     for (int k = i; k < i + perWrite && k < n; k++) {
                         b.put(header(0, WRITE, k, (k % 1024) * (long) len, len)).put(payload);
                     }
                     a.sendIgnoringErrors(java.util.Arrays.copyOf(b.array(), b.position()));
                     sent.set(Math.min(n, i + perWrite));
+                    b.clear();
                 }
             });
-            // A holds as many tags as it may and blocks: its replies fill the socket, nobody reads them.
-            awaitInflight(port, 64, "A's WRITEs stuck on their replies");
+            // A holds as many tags as it may and its reader waits for more: nothing more is read from A's socket.
+            long end = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+            while (inflight(port) < 64 || flood.getState() != Thread.State.WAITING) {
+                assertThat(System.nanoTime() - end).as("A stalled holding 64 tags or more (%s, %s of %d sent)",
+                        inflight(port), sent.get(), n).isNegative();
+                Thread.sleep(20); // polling a condition with a deadline
+            }
+            double stalledAt = inflight(port);
 
             clientBIsServed(dir.resolve("s"), 100L * MIB);
             assertThat(flood.isAlive()).as("A is still stalled (sent %d of %d) when B is answered", sent.get(), n)
                     .isTrue();
-            System.out.println("A sent " + sent.get() + " of " + n + " WRITEs when B was answered; tags in use "
-                    + inflight(port));
+            assertThat(inflight(port)).as("A's tags").isGreaterThanOrEqualTo(stalledAt);
 
-            // A reads its replies at last: it was never cut off, and every WRITE is answered.
-            for (int i = 0; i < n; i++) {
+            // A reads its replies at last: it was never cut off, and every request is answered.
+            boolean[] answered = new boolean[n + 1];
+            for (int i = 0; i <= n; i++) { // completion order: a WRITE's copy may finish before the READ's
                 Reply r = a.simpleReply(60);
                 assertThat(r.error()).as("reply %d", i).isZero();
+                assertThat(answered[(int) r.cookie()]).as("reply for %d twice", r.cookie()).isFalse();
+                answered[(int) r.cookie()] = true;
+                if (r.cookie() == n) {
+                    assertThat(a.recv(8 * MIB, 60).array()).as("the READ's data").isEqualTo(big);
+                }
             }
-            flood.join(60_000);
+            flood.join(Duration.ofSeconds(60));
             assertThat(flood.isAlive()).isFalse();
             assertThat(inflight(port)).isZero();
             assertThat(s.terminate()).isZero();
