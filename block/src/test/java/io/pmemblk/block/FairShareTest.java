@@ -114,14 +114,15 @@ class FairShareTest {
         AtomicReference<Throwable> failed = new AtomicReference<>();
         Thread a = flood(q, stalled, 1000, Op.WRITE, 4096, failed);
         Waits.awaitWaiting("A blocked at its share", a);
-        assertEquals(8, stalled.size(), "A, alone, holds its share: half of 16 tags (the other half is room for"
-                + " the next submitter)");
+        int held = stalled.size();
         assertTimeoutPreemptively(Waits.BOUND, () -> {
             FrontendQueue b = new FrontendQueue(q); // connects after A took what it may
             assertEquals(Status.OK, roundTrip(b, Op.WRITE, 12 << 20));
             assertEquals(Status.OK, roundTrip(b, Op.READ, 12 << 20));
         }, "B waited behind A's tags");
         assertTrue(a.isAlive(), "A is still stalled when B's requests complete");
+        assertEquals(8, held, "A, alone, held its share: half of 16 tags (the other half is room for the next"
+                + " submitter)");
         assertEquals(8, stalled.size(), "and it got no tag meanwhile");
         assertEquals((byte) 0x42, driver.memory.get(ValueLayout.JAVA_BYTE, (12 << 20) + 4095));
         assertEquals(0, q.pool().chunks() - q.pool().freeChunks(), "in-place WRITEs take no buffers");
@@ -196,14 +197,15 @@ class FairShareTest {
         AtomicReference<Throwable> failed = new AtomicReference<>();
         Thread a = flood(q, stalled, 100, Op.READ, CHUNK, failed);
         Waits.awaitWaiting("A blocked at its share of the chunks", a);
-        assertEquals(4, stalled.size(), "4 of 8 chunks, with tags to spare (" + q.tagShare() + ")");
-        assertEquals(4, q.pool().freeChunks());
+        int held = stalled.size();
         assertTimeoutPreemptively(Waits.BOUND, () -> {
             FrontendQueue b = new FrontendQueue(q);
             assertEquals(Status.OK, roundTrip(b, Op.READ, 0));
         }, "B waited for chunks behind A");
         assertTrue(a.isAlive(), "A still stalled when B's READ completed");
+        assertEquals(4, held, "A held 4 of 8 chunks, with tags to spare (" + q.tagShare() + ")");
         assertEquals(4, stalled.size(), "and it got nothing more meanwhile");
+        assertEquals(4, q.pool().freeChunks());
         while (a.isAlive()) {
             stalled.readReplies();
             a.join(1);
