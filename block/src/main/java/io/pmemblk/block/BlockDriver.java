@@ -34,6 +34,18 @@ public interface BlockDriver extends AutoCloseable {
         return false;
     }
 
+    /**
+     * Whether a READ of {@code length} bytes at {@code offset} would take the CPU route and be sent straight out
+     * of the device by a frontend that sets {@link Request#sinkReadsDevice}: the frontend then acquires it
+     * without buffers ({@link FrontendQueue#acquireRead}), and the driver points {@link Request#dataBuffers()}
+     * at the device range when it executes it. The same rule as {@link #receivesInPlace}: the route is decided
+     * once, before anything is acquired, so such a READ never holds (or waits for) buffer chunks. A driver that
+     * answers true must serve a READ without segments that way.
+     */
+    default boolean sendsInPlace(long offset, long length) {
+        return false;
+    }
+
     /** Points the request's data buffers at the device range and marks it {@link Request#dataInPlace}. */
     default void receiveInPlace(Request r) {
         throw new UnsupportedOperationException("this driver does not receive in place");

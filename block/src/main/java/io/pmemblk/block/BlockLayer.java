@@ -14,15 +14,29 @@ public final class BlockLayer implements AutoCloseable {
     private final int maxRequestBytes;
 
     public BlockLayer(BlockDriver driver, int queues, int depth, long poolBytesPerQueue, int maxRequestBytes) {
+        this(driver, queues, depth, poolBytesPerQueue, maxRequestBytes, 0, 0);
+    }
+
+    /**
+     * With {@code reservedDepth} tags more on each of the first {@code reservedQueues} queues, for the one
+     * submitter of each that must never wait behind the shared ones ({@link FrontendQueue#reserved}: ublk).
+     */
+    public BlockLayer(BlockDriver driver, int queues, int depth, long poolBytesPerQueue, int maxRequestBytes,
+                      int reservedDepth, int reservedQueues) {
         if (queues < 1 || depth < 1) {
             throw new IllegalArgumentException("queues and depth must be >= 1");
+        }
+        if (reservedDepth < 0 || reservedQueues < 0 || reservedQueues > queues) {
+            throw new IllegalArgumentException("reserved tags: depth " + reservedDepth + " must be >= 0 and queues "
+                    + reservedQueues + " within 0.." + queues);
         }
         this.driver = driver;
         this.maxRequestBytes = maxRequestBytes;
         this.queues = new HardwareQueue[queues];
         try {
             for (int i = 0; i < queues; i++) {
-                this.queues[i] = new HardwareQueue(i, depth, poolBytesPerQueue, maxRequestBytes, driver);
+                this.queues[i] = new HardwareQueue(i, depth, i < reservedQueues ? reservedDepth : 0,
+                        poolBytesPerQueue, maxRequestBytes, driver);
                 driver.attachQueue(this.queues[i]);
             }
         } catch (RuntimeException e) {

@@ -12,11 +12,14 @@ package io.pmemblk.block;
  *       submits on this queue (an NBD connection's reader; a ublk queue's thread, which the ublk driver already
  *       ties to one hardware queue). Nothing here locks; completions run on any thread and never touch this
  *       object.</li>
- *   <li><b>Acquire.</b> {@link #acquire} (or {@link #acquireWrite} for a WRITE) returns a reset request whose
- *       tag and buffers are held. When no tag or chunk is free it first dispatches the batch, then waits: the
- *       tags and chunks it would wait for may be in this very batch, which never completes undispatched. A
- *       ublk frontend gets its own tag from the kernel; it still takes one of ours here, and sizing the hardware
- *       queue at least as deep as the ublk queue keeps that from ever waiting.</li>
+ *   <li><b>Acquire.</b> {@link #acquire} (or {@link #acquireWrite} for a WRITE, {@link #acquireRead} for a
+ *       READ) returns a reset request whose tag and buffers are held. When no tag or chunk is free, or this
+ *       frontend holds its fair share of them ({@link HardwareQueue}'s fair sharing), it first dispatches the
+ *       batch, then waits: the tags and chunks it would wait for may be in this very batch, which never
+ *       completes undispatched. Meanwhile the other frontends of the queue take tags: one that stops reading
+ *       its replies stalls itself, not them. A ublk frontend gets its own tag from the kernel; it takes one of
+ *       the hardware queue's reserved tags here ({@link #reserved}), as many as the ublk queue is deep, so it
+ *       never waits behind the NBD connections.</li>
  *   <li><b>Fill.</b> The frontend sets {@link Request#op}, {@link Request#offset}, {@link Request#length} (for
  *       requests without data), {@link Request#fua}, {@link Request#cookie} (its handle: the NBD cookie, the ublk
  *       tag), {@link Request#owner} and {@link Request#completion}. For a WRITE it puts the payload into
@@ -24,7 +27,10 @@ package io.pmemblk.block;
  *       socket, or a {@code pread} from {@code /dev/ublkcN} at the request's ublk offset.</li>
  *   <li><b>In place.</b> {@link #acquireWrite} asks the driver whether the WRITE can be received straight into
  *       the device ({@link BlockDriver#receivesInPlace}); then the data buffers are the device range itself and
- *       the frontend's one read is the only copy. The frontend does not care which it got.</li>
+ *       the frontend's one read is the only copy. {@link #acquireRead} likewise asks whether the READ's data
+ *       will be sent straight out of the device ({@link BlockDriver#sendsInPlace}): then it takes no buffers at
+ *       all. The route is decided before anything is taken, so a READ from the mapping never waits for chunks.
+ *       The frontend does not care which it got.</li>
  *   <li><b>Batch and dispatch.</b> {@link #add} puts a filled request in the batch; {@link #dispatch} hands the
  *       whole batch to the driver in one call, so the driver places every descriptor and rings one doorbell per
  *       batch, as blk-mq's plug does. The frontend dispatches before it blocks on its own input (a socket read,
@@ -45,16 +51,32 @@ package io.pmemblk.block;
  */
 public final class FrontendQueue {
     private final HardwareQueue queue;
+    private final Share share;
     private final BlockDriver driver;
     private final Request[] batch;
     private int batched;
     /** Acquired and not yet added, completed here or released: the request being filled. */
     private Request filling;
 
+    /** A frontend on the queue's shared tags, within a fair share of them (an NBD connection). */
     public FrontendQueue(HardwareQueue queue) {
+        this(queue, queue.newShare(false));
+    }
+
+    private FrontendQueue(HardwareQueue queue, Share share) {
         this.queue = queue;
+        this.share = share;
         this.driver = queue.driver();
         this.batch = new Request[queue.depth()];
+    }
+
+    /**
+     * The frontend that owns the queue's reserved tags (a ublk queue, sized as deep as them): it never waits
+     * for a tag behind the shared submitters. One per queue.
+     * @throws IllegalStateException when the queue has no reserved tags, or they belong to another frontend
+     */
+    public static FrontendQueue reserved(HardwareQueue queue) {
+        return new FrontendQueue(queue, queue.newShare(true));
     }
 
     public HardwareQueue queue() {
@@ -69,10 +91,10 @@ public final class FrontendQueue {
      * @throws InterruptedException when interrupted while waiting (nothing is taken; the batch was dispatched)
      */
     public Request acquire(int dataBytes) throws InterruptedException {
-        Request r = queue.tryAcquire(dataBytes);
+        Request r = queue.tryAcquire(share, dataBytes);
         if (r == null) {
             dispatch();
-            r = queue.acquire(dataBytes);
+            r = queue.acquire(share, dataBytes);
         }
         filling = r;
         return r;
@@ -104,6 +126,27 @@ public final class FrontendQueue {
             r.op = Op.WRITE;
             r.offset = offset;
         }
+        return r;
+    }
+
+    /**
+     * A READ of {@code length} bytes at {@code offset}, for a frontend that sends the data with a write of its
+     * own (a gathering socket write, a {@code pwrite} to the kernel): {@link Request#sinkReadsDevice} is set.
+     * When the driver sends it straight out of the device ({@link BlockDriver#sendsInPlace}) no buffers are
+     * taken, else buffers for its length. {@code op}, {@code offset} and {@code length} are set; the caller sets
+     * the rest as for {@link #acquire}.
+     */
+    public Request acquireRead(long offset, int length) throws InterruptedException {
+        Request r;
+        if (driver.sendsInPlace(offset, length)) {
+            r = acquire(0);
+            r.length = length;
+        } else {
+            r = acquire(length);
+        }
+        r.op = Op.READ;
+        r.offset = offset;
+        r.sinkReadsDevice = true;
         return r;
     }
 

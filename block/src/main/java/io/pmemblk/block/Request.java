@@ -41,6 +41,8 @@ public final class Request {
     }
 
     private final HardwareQueue queue;
+    /** The submitter whose share holds this tag (null: a caller without one); set when the tag is taken. */
+    Share share;
     private final int tag;
     private final int[] chunks;
     private final ByteBuffer[] views;

@@ -177,7 +177,8 @@ class FrontendQueueTest {
 
     @Test
     void teardownReleasesTheRequestBeingFilledAndTheBatchButNotWhatTheDriverHas() throws Exception {
-        FrontendQueue f = frontend(4L * CHUNK, CHUNK);
+        // 8 chunks: a lone frontend's share is half the pool, and it holds 3 here
+        FrontendQueue f = frontend(8L * CHUNK, CHUNK);
         driver.hold();
         f.add(filled(f, Op.READ, 0, CHUNK));
         f.dispatch(); // the driver holds this one

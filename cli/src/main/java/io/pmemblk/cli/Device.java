@@ -65,8 +65,11 @@ public final class Device implements AutoCloseable {
             }
             this.driver = new PmemBlockDriver(region, stats, engine, new Routing(
                     settings.get(Settings.ROUTE_DMA_MIN_BYTES), settings.get(Settings.ROUTE_DMA_MIN_SEGMENTS)));
+            // ublk queue i takes tags of its own on hardware queue i, so it never waits behind NBD connections.
+            boolean ublk = settings.get(Settings.UBLK_ENABLED);
             this.layer = new BlockLayer(driver, settings.get(Settings.QUEUES), settings.get(Settings.QUEUE_DEPTH),
-                    settings.get(Settings.QUEUE_BUFFER_BYTES), Settings.MAX_REQUEST_BYTES);
+                    settings.get(Settings.QUEUE_BUFFER_BYTES), Settings.MAX_REQUEST_BYTES,
+                    ublk ? settings.ublkDepth() : 0, ublk ? settings.ublkQueues() : 0);
         } catch (RuntimeException e) {
             if (engine != null) {
                 engine.close();

@@ -180,7 +180,8 @@ final class RequestReader {
             }
             switch (command) {
                 case CMD_READ -> {
-                    Request r = acquire((int) length);
+                    Request r = queue.acquireRead(offset, (int) length); // no buffers when sent from the device
+                    ring.acquired();
                     prepare(r, command, flags, cookie, Op.READ, offset);
                     queue.add(r);
                 }

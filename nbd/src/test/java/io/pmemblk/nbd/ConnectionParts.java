@@ -25,10 +25,11 @@ final class ConnectionParts implements AutoCloseable {
     static final int MAX = 2 * BufferPool.CHUNK;
 
     final MemoryBlockDriver driver = new MemoryBlockDriver(EXPORT);
-    final BlockLayer layer = new BlockLayer(driver, 1, DEPTH, 8L * BufferPool.CHUNK, MAX);
+    /** Twice DEPTH tags and chunks: a connection alone on its queue may hold half (its fair share), DEPTH tags. */
+    final BlockLayer layer = new BlockLayer(driver, 1, 2 * DEPTH, 16L * BufferPool.CHUNK, MAX);
     final HardwareQueue queue = layer.queue(0);
     final FrontendQueue frontend = new FrontendQueue(queue);
-    final ReplyRing ring = new ReplyRing(DEPTH);
+    final ReplyRing ring = new ReplyRing(queue.depth());
     final CloseState state = new CloseState();
     final ReplyEncoder encoder;
     final ReplySender sender;
@@ -48,8 +49,8 @@ final class ConnectionParts implements AutoCloseable {
             client = SocketChannel.open(UnixDomainSocketAddress.of(sock));
             server = listener.accept();
         }
-        encoder = new ReplyEncoder(DEPTH, BufferPool.chunksFor(MAX), structured, EXPORT);
-        sender = new ReplySender(server, ring, encoder, state, DEPTH);
+        encoder = new ReplyEncoder(queue.depth(), BufferPool.chunksFor(MAX), structured, EXPORT);
+        sender = new ReplySender(server, ring, encoder, state, queue.depth());
         reader = new RequestReader(server, frontend, ring, sender, encoder, state, this, structured, structured,
                 EXPORT, MAX, busyPoll == null ? null : busyPoll.forSocket(ChannelFd.of(server)));
     }

@@ -571,17 +571,19 @@ class NbdServerProtocolTest {
         }
         await("connections gone", () -> server.connectionCount() == 0);
         await("tags back", () -> inflightTags() == 0);
-        // All DEPTH tags usable by one connection: the driver holds requests until it has seen DEPTH of them.
+        // A connection's whole fair share usable (half the depth, alone on its queue): the driver holds requests
+        // until it has seen that many.
+        int share = layer.queue(0).tagShare();
         driver.hold();
         try (NbdTestClient c = client().go(EXPORT, false, false)) {
-            for (int i = 0; i < DEPTH; i++) {
+            for (int i = 0; i < share; i++) {
                 c.request(0, CMD_READ, i, 0, 4096, null);
             }
             c.flush();
-            assertTrue(driver.awaitHeld(DEPTH, 10_000), "only " + driver.heldCount() + " of " + DEPTH
+            assertTrue(driver.awaitHeld(share, 10_000), "only " + driver.heldCount() + " of " + share
                     + " requests reached the driver: tags leaked");
             driver.releaseHeld();
-            for (int i = 0; i < DEPTH; i++) {
+            for (int i = 0; i < share; i++) {
                 assertEquals(0, c.reply().error());
             }
         }

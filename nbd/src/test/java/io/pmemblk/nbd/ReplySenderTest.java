@@ -77,7 +77,7 @@ class ReplySenderTest {
     void largeReadRepliesWidenTheSendBufferAndSmallOnesRestoreIt() throws Exception {
         c = new ConnectionParts(dir, false);
         int before = c.server.getOption(StandardSocketOptions.SO_SNDBUF);
-        ReplySender sender = new ReplySender(c.server, c.ring, c.encoder, c.state, ConnectionParts.DEPTH,
+        ReplySender sender = new ReplySender(c.server, c.ring, c.encoder, c.state, c.queue.depth(),
                 ConnectionParts.MAX);
         complete(CMD_READ, ConnectionParts.MAX, 1, Status.OK);
         sender.replyInlineIfIdle();

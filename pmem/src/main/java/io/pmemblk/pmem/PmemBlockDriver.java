@@ -128,21 +128,13 @@ public final class PmemBlockDriver implements BlockDriver {
                 || region.writeBackFailed()) {
             return false; // the normal path answers it with the right error (EIO after a failed write-back)
         }
-        boolean inPlace;
-        if (engine == null) {
-            inPlace = true;
-        } else {
-            Route f = forced;
-            Routing rt = routing;
-            inPlace = f != null ? f == Route.CPU : length < rt.minBytes() && BufferPool.chunksFor(length) < rt.minSegments();
-        }
-        return inPlace && loadable(offset, length);
+        return !routesToDma(length) && loadable(offset, length);
     }
 
     /**
-     * Whether the kernel may copy into or out of the range: a page it cannot load (truncated file, bad block)
-     * would fail the frontend's socket call with EFAULT mid-request and lose the connection. Not loadable: the
-     * request takes the buffers' path instead, where the copy fails alone, with EIO.
+     * Whether the kernel may copy into the range: a page it cannot load (truncated file, bad block) would fail
+     * the frontend's socket read with EFAULT mid-request and lose the connection. Not loadable: the request takes
+     * the buffers' path instead, where the copy fails alone, with EIO.
      */
     private boolean loadable(long offset, long length) {
         try {
@@ -151,6 +143,33 @@ public final class PmemBlockDriver implements BlockDriver {
         } catch (MappingFault f) {
             return false;
         }
+    }
+
+    @Override
+    public boolean sendsInPlace(long offset, long length) {
+        // No probe here: a READ sent from the mapping is probed where it runs (execute), and fails alone with EIO.
+        return byCpu(offset, length);
+    }
+
+    /**
+     * Whether a READ or WRITE of the range takes the CPU route, which copies straight between the mapping and
+     * the frontend's socket or ublk: {@link #wantsDma}'s rule, asked before the request is acquired, so it
+     * takes buffers only for DMA. False out of bounds: the normal path answers it with the right error.
+     */
+    private boolean byCpu(long offset, long length) {
+        if (offset < 0 || length <= 0 || offset > size || length > size - offset || length > Integer.MAX_VALUE) {
+            return false;
+        }
+        return !routesToDma(length);
+    }
+
+    /** The route of a data request of {@code length} bytes, in bounds: forced, or by the thresholds. */
+    private boolean routesToDma(long length) {
+        if (engine == null) {
+            return false;
+        }
+        Route f = forced;
+        return f != null ? f == Route.DMA : routing.toDma(length);
     }
 
     @Override
@@ -222,12 +241,12 @@ public final class PmemBlockDriver implements BlockDriver {
 
     private boolean wantsDma(Request r) {
         // A zero-length READ/WRITE has no segment to copy: nothing would ever report it.
+        // A request acquired without buffers (in place) stays on the CPU even if the route changed since.
         if (!r.op.carriesData() || r.dataInPlace || r.segments() == 0 || !inBounds(r)
                 || (r.op == Op.WRITE && region.writeBackFailed())) {
             return false; // refused writes are answered by execute, before any copy
         }
-        Route f = forced;
-        return f != null ? f == Route.DMA : routing.toDma(r);
+        return routesToDma(r.length);
     }
 
     /** {@link #place} outcomes; CPU: not offered to the channel at all. */

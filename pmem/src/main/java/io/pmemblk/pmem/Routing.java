@@ -1,6 +1,6 @@
 package io.pmemblk.pmem;
 
-import io.pmemblk.block.Request;
+import io.pmemblk.block.BufferPool;
 
 /**
  * Which route a request's data copy takes. A DMA engine frees the CPU and wins on large copies but loses on
@@ -12,7 +12,12 @@ import io.pmemblk.block.Request;
 public record Routing(long minBytes, int minSegments) {
     public static final Routing CPU_ONLY = new Routing(Long.MAX_VALUE, Integer.MAX_VALUE);
 
-    public boolean toDma(Request r) {
-        return r.length >= minBytes || r.segments() >= minSegments;
+    /**
+     * Whether a data request of {@code length} bytes goes to DMA: the one rule, asked before the request is
+     * acquired (whether it needs buffers at all) and again at dispatch. Its segments are the chunks its
+     * buffers take, {@link BufferPool#chunksFor}, so the answer needs no buffers yet.
+     */
+    public boolean toDma(long length) {
+        return length >= minBytes || BufferPool.chunksFor(length) >= minSegments;
     }
 }

@@ -129,6 +129,63 @@ class DmaRoutingTest {
         assertThat(stats.bytes(Route.DMA, false)).isEqualTo(1 << 20);
     }
 
+    /**
+     * The route is decided before a request is acquired, by the rule the batch applies: a READ the CPU will take
+     * is acquired without buffers ({@code FrontendQueue.acquireRead}) and sent from the mapping; one the DMA
+     * channel will take gets buffers. Both answers come from the one rule, for READs and WRITEs alike.
+     */
+    @Test
+    void theRouteIsDecidedBeforeAcquiringByTheRuleTheBatchApplies() throws Exception {
+        open(1, 1, 64, new Routing(65536, 3));
+        assertThat(driver.sendsInPlace(0, 65536 - 4096)).as("below both thresholds: the CPU").isTrue();
+        assertThat(driver.sendsInPlace(0, 65536)).as("at min-bytes: DMA").isFalse();
+        assertThat(driver.receivesInPlace(0, 65536)).isFalse();
+        assertThat(driver.sendsInPlace(SIZE - 100, 200)).as("past the end: the normal path answers").isFalse();
+        driver.routing(new Routing(Long.MAX_VALUE, 3));
+        assertThat(driver.sendsInPlace(0, 2L * 131072)).isTrue();
+        assertThat(driver.sendsInPlace(0, 2L * 131072 + 1)).as("three segments: DMA").isFalse();
+        assertThat(driver.receivesInPlace(0, 2L * 131072 + 1)).isFalse();
+        assertThat(driver.force(Route.CPU)).isTrue();
+        assertThat(driver.sendsInPlace(0, 4L << 20)).isTrue();
+        assertThat(driver.force(Route.DMA)).isTrue();
+        assertThat(driver.sendsInPlace(0, 4096)).isFalse();
+        assertThat(driver.receivesInPlace(0, 4096)).isFalse();
+        driver.force(null);
+        driver.routing(new Routing(65536, 3));
+
+        io.pmemblk.block.FrontendQueue f = new io.pmemblk.block.FrontendQueue(layer.queue(0));
+        byte[] data = new byte[65536 + 4096];
+        new Random(9).nextBytes(data);
+        driver.region().memory().asSlice(8192, data.length).copyFrom(java.lang.foreign.MemorySegment.ofArray(data));
+        Request cpu = f.acquireRead(8192, 4096);
+        Request dma = f.acquireRead(8192, 65536 + 4096);
+        assertThat(cpu.segments()).as("sent from the mapping: no buffers").isZero();
+        assertThat(dma.segments()).as("copied by DMA into buffers").isEqualTo(1);
+        for (Request r : List.of(cpu, dma)) {
+            r.completion = done::add;
+            f.add(r);
+        }
+        f.dispatch();
+        for (int i = 0; i < 2; i++) {
+            Request r = done.poll(10, TimeUnit.SECONDS);
+            assertThat(r).as("completion within 10 s").isNotNull();
+            assertThat(r.status()).isZero();
+            assertThat(r.route).isEqualTo(r == cpu ? Route.CPU : Route.DMA);
+            byte[] got = new byte[(int) r.length];
+            ByteBuffer[] bufs = r.dataBuffers();
+            int at = 0;
+            for (int b = 0; b < r.dataBufferCount(); b++) {
+                ByteBuffer v = bufs[b].duplicate();
+                int k = v.remaining();
+                v.get(got, at, k);
+                at += k;
+            }
+            assertThat(at).isEqualTo(r.length);
+            assertThat(got).isEqualTo(java.util.Arrays.copyOf(data, (int) r.length));
+            r.release();
+        }
+    }
+
     @Test
     void segmentThresholdRoutesMultiSegmentRequests() throws Exception {
         open(1, 1, 64, new Routing(Long.MAX_VALUE, 2));

@@ -74,10 +74,7 @@ final class TagRequests implements Request.Completion {
                         done.done(tag, -EINVAL);
                         return;
                     }
-                    r = frontend.acquire((int) length);
-                    r.op = Op.READ;
-                    r.offset = offset;
-                    r.sinkReadsDevice = true; // the pwrite can copy straight out of the mapping
+                    r = frontend.acquireRead(offset, (int) length); // the pwrite copies straight out of the mapping
                 }
                 case UBLK_IO_OP_WRITE -> {
                     if (length == 0 || length > maxIoBytes) {

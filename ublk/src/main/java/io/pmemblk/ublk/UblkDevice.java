@@ -77,9 +77,10 @@ public final class UblkDevice implements AutoCloseable {
             throw new UblkException("ublk.queues=" + config.queues() + " but the block layer has " + layer.queueCount()
                     + " hardware queues: ublk queue i is served on hardware queue i (set queues >= ublk.queues)", 0);
         }
-        if (config.depth() > layer.queue(0).depth()) {
-            throw new UblkException("ublk.depth=" + config.depth() + " exceeds queue.depth=" + layer.queue(0).depth()
-                    + ": each ublk tag needs a tag of its hardware queue (set queue.depth >= ublk.depth)", 0);
+        if (config.depth() > layer.queue(0).reservedDepth()) {
+            throw new UblkException("ublk.depth=" + config.depth() + " exceeds the " + layer.queue(0).reservedDepth()
+                    + " tags the block layer reserves for ublk on each hardware queue: each ublk tag needs one of"
+                    + " them (the server reserves ublk.depth tags when ublk.enabled=true)", 0);
         }
         long size = layer.driver().size();
         if (size % config.blockSize() != 0 || size % DeviceParams.PHYSICAL_BLOCK != 0) {
@@ -137,9 +138,11 @@ public final class UblkDevice implements AutoCloseable {
                     + old.logicalBlock() + "-byte blocks, but this server has " + params.sizeBytes() + " in "
                     + params.logicalBlock() + ": serve the same pmem.size and ublk.block-size to resume it", 22);
         }
-        if (existing.queues() > layer.queueCount() || existing.depth() > layer.queue(0).depth()) {
+        if (existing.queues() > layer.queueCount()
+                || existing.depth() > layer.queue(existing.queues() - 1).reservedDepth()) {
             throw new UblkException("ublk device " + id + " has " + existing.queues() + " queues x " + existing.depth()
-                    + " tags; this server's block layer has " + layer.queueCount() + " x " + layer.queue(0).depth(), 22);
+                    + " tags; this server's block layer reserves " + layer.queue(0).reservedDepth() + " tags for ublk"
+                    + " on each of " + layer.queueCount() + " queues (serve the same ublk.queues and ublk.depth)", 22);
         }
         // START_USER_RECOVERY answers EBUSY until the kernel has released the dead server's /dev/ublkcN and
         // quiesced the device (the queue rings' teardown runs as the process exits).
@@ -195,7 +198,7 @@ public final class UblkDevice implements AutoCloseable {
     /** Starts a thread per queue and waits until each has fetched all its tags (START_DEV waits for that too). */
     private static void startQueues(BlockLayer layer, DeviceInfo info, int fd, List<UblkQueue> queues) throws UblkException {
         for (int q = 0; q < info.queues(); q++) {
-            UblkQueue queue = new UblkQueue(info.id(), q, info.depth(), fd, new FrontendQueue(layer.queue(q)),
+            UblkQueue queue = new UblkQueue(info.id(), q, info.depth(), fd, FrontendQueue.reserved(layer.queue(q)),
                     info.maxIoBytes());
             queues.add(queue);
             queue.start();

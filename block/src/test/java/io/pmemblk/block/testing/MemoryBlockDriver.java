@@ -25,7 +25,8 @@ import java.util.concurrent.atomic.AtomicLong;
  * requests, batches, the largest batch, flushes, and the tags and buffer chunks in use when batches arrive.
  *
  * <p>With {@link #receiveInPlace(boolean)} it also offers the in-place WRITE route the pmem driver has
- * ({@link BlockDriver#receivesInPlace}): the payload lands straight in {@link #memory}.
+ * ({@link BlockDriver#receivesInPlace}): the payload lands straight in {@link #memory}; with
+ * {@link #sendInPlace(boolean)} the READ counterpart ({@link BlockDriver#sendsInPlace}).
  *
  * <p>It lives in its own package, not {@code io.pmemblk.block}: it ships in block's test-jar to the tests of
  * other modules, and a test-jar sharing a package with the main jar would be a split package once the modules
@@ -48,6 +49,7 @@ public final class MemoryBlockDriver implements BlockDriver {
     public final MemorySegment memory;
     private volatile Mode mode = Mode.INLINE;
     private volatile boolean inPlace;
+    private volatile boolean sendInPlace;
     private final List<Request> held = new ArrayList<>();
     private final List<HardwareQueue> attached = new ArrayList<>();
     private final ExecutorService completer = Executors.newFixedThreadPool(2,
@@ -89,6 +91,11 @@ public final class MemoryBlockDriver implements BlockDriver {
         inPlace = on;
     }
 
+    /** Whether READs in bounds are sent straight out of {@link #memory} (no buffers), as the pmem driver's CPU route. Off by default. */
+    public void sendInPlace(boolean on) {
+        sendInPlace = on;
+    }
+
     /** The queues the block layer attached, in attach order. */
     public synchronized List<HardwareQueue> attached() {
         return new ArrayList<>(attached);
@@ -112,6 +119,12 @@ public final class MemoryBlockDriver implements BlockDriver {
     @Override
     public boolean receivesInPlace(long offset, long length) {
         return inPlace && offset >= 0 && length > 0 && offset <= size() && length <= size() - offset
+                && length <= Integer.MAX_VALUE;
+    }
+
+    @Override
+    public boolean sendsInPlace(long offset, long length) {
+        return sendInPlace && offset >= 0 && length > 0 && offset <= size() && length <= size() - offset
                 && length <= Integer.MAX_VALUE;
     }
 
@@ -236,6 +249,10 @@ public final class MemoryBlockDriver implements BlockDriver {
         }
         switch (r.op) {
             case READ -> {
+                if (r.sinkReadsDevice && r.segments() == 0) {
+                    r.dataFromDevice(memory.asSlice(r.offset, len).asByteBuffer(), null);
+                    break;
+                }
                 long off = r.offset;
                 for (int i = 0; i < r.segments(); i++) {
                     MemorySegment s = r.segment(i);
