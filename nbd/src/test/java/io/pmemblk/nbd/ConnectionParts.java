@@ -35,6 +35,8 @@ final class ConnectionParts implements AutoCloseable {
     final RequestReader reader;
     final SocketChannel server;
     final SocketChannel client;
+    /** The server end's own descriptor, as a plain connection has one. */
+    final SocketFd fd;
 
     ConnectionParts(Path dir, boolean structured) throws IOException {
         this(dir, structured, null);
@@ -49,9 +51,10 @@ final class ConnectionParts implements AutoCloseable {
             server = listener.accept();
         }
         encoder = new ReplyEncoder(DEPTH, BufferPool.chunksFor(MAX), structured, EXPORT);
-        sender = new ReplySender(server, ring, encoder, state, DEPTH);
+        fd = SocketFd.of(server);
+        sender = new ReplySender(server, fd, ring, encoder, state, DEPTH, 0);
         reader = new RequestReader(server, frontend, ring, sender, encoder, state, this, structured, structured,
-                EXPORT, MAX, busyPoll == null ? null : busyPoll.forSocket(ChannelFd.of(server)));
+                EXPORT, MAX, busyPoll == null ? null : busyPoll.forSocket(fd.fd()));
     }
 
     static ByteBuffer request(int flags, int command, long cookie, long offset, long length) {
@@ -109,6 +112,7 @@ final class ConnectionParts implements AutoCloseable {
     public void close() throws IOException {
         client.close();
         server.close();
+        fd.close();
         layer.close();
         driver.close();
     }

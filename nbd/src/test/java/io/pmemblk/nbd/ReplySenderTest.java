@@ -77,8 +77,8 @@ class ReplySenderTest {
     void largeReadRepliesWidenTheSendBufferAndSmallOnesRestoreIt() throws Exception {
         c = new ConnectionParts(dir, false);
         int before = c.server.getOption(StandardSocketOptions.SO_SNDBUF);
-        ReplySender sender = new ReplySender(c.server, c.ring, c.encoder, c.state, ConnectionParts.DEPTH,
-                ConnectionParts.MAX);
+        ReplySender sender = new ReplySender(c.server, c.fd, c.ring, c.encoder, c.state,
+                ConnectionParts.DEPTH, ConnectionParts.MAX);
         complete(CMD_READ, ConnectionParts.MAX, 1, Status.OK);
         sender.replyInlineIfIdle();
         assertTrue(sender.bulkSendBuffer());
