@@ -51,6 +51,9 @@ final class NbdConnection {
     private final java.util.concurrent.atomic.AtomicInteger fdUsers = new java.util.concurrent.atomic.AtomicInteger(1);
     /** This connection holds one of the server's maxConnections slots until its client can see it closed. */
     private final AtomicBoolean slotHeld = new AtomicBoolean(true);
+    /** The stall check's view of a waiting sender (watchdog thread only): the wait it saw, and the socket's unsent bytes then. */
+    private long watchedSince;
+    private int watchedUnsent;
     /** The idle check's view (watchdog thread only): requests read when it last saw some, and since when none came. */
     private long idleRequests = -1;
     private long idleSince;
@@ -126,8 +129,20 @@ final class NbdConnection {
         if (r != 0 && now - r > limitNanos) {
             why = "client stalled in the middle of a WRITE payload for more than "
                     + TimeUnit.NANOSECONDS.toSeconds(limitNanos) + " s";
-        } else if (s != 0 && now - s > limitNanos) {
-            why = "client stopped reading replies for more than " + TimeUnit.NANOSECONDS.toSeconds(limitNanos) + " s";
+        } else if (s != 0) {
+            // Progress, not age: the client reading some of what waits in the socket restarts the clock.
+            SocketFd fd = rs.socketFd();
+            int unsent = fd == null ? -1 : fd.unsent();
+            if (unsent >= 0 && s == watchedSince && unsent < watchedUnsent) {
+                rs.clientProgressed(s, now);
+                s = now;
+            }
+            watchedSince = s;
+            watchedUnsent = unsent;
+            if (now - s > limitNanos) {
+                why = "client stopped reading replies for more than " + TimeUnit.NANOSECONDS.toSeconds(limitNanos)
+                        + " s";
+            }
         }
         if (why != null && !state.broken) {
             state.reason = why;

@@ -20,9 +20,10 @@ import java.util.concurrent.locks.ReentrantLock;
  * rest of that batch to the sender thread, which waits for the client; with no {@link SocketFd} (TLS, or the JDK
  * does not show the descriptor) every reply goes through the sender thread.
  *
- * <p>The stall watchdog measures progress, not age: {@link #sendingSince} is when the sender last saw the client
- * take bytes (a send that moved some, or the socket's unsent bytes falling while it waits), 0 while nothing is
- * waiting. A client reading one 32 MiB reply slowly but steadily is never cut off; one reading nothing is.
+ * <p>The stall watchdog measures progress, not age: {@link #sendingSince} is when the sender began waiting for
+ * room with no byte taken since, 0 while nothing waits; a send that moves bytes stops the clock, and so does the
+ * watchdog seeing the socket's unsent bytes fall (the client reading) while the sender sleeps. A client reading
+ * one 32 MiB reply slowly but steadily is never cut off; one reading nothing is.
  *
  * <p>Replies go out in the order their requests completed: the sender holds what it drained until written
  * ({@link ReplyRing#drainNow} gives the reader nothing meanwhile), so a READ that completed after an overlapping
@@ -68,8 +69,11 @@ final class ReplySender {
     private final int bulkReplyBytes;
     private int defaultSendBuffer = -1;
     private boolean bulkSendBuffer;
-    /** Since when the sender has waited for the client without it taking a byte; 0 = not waiting. Read by the stall watchdog. */
-    private volatile long sendingSince;
+    /**
+     * Since when the sender has waited for the client without seeing it take a byte; 0 = not waiting. Read by
+     * the stall watchdog, which also moves it on when it sees the client read ({@link #clientProgressed}).
+     */
+    private final java.util.concurrent.atomic.AtomicLong sendingSince = new java.util.concurrent.atomic.AtomicLong();
 
     /**
      * @param out            our descriptor of {@code channel}'s socket, or null (TLS, or unknown)
@@ -90,7 +94,20 @@ final class ReplySender {
     }
 
     long sendingSince() {
-        return sendingSince;
+        return sendingSince.get();
+    }
+
+    /**
+     * The watchdog saw the client take bytes (the socket's unsent bytes fell) while the sender waited since
+     * {@code since}: the wait restarts at {@code now}, unless the sender has moved on meanwhile.
+     */
+    void clientProgressed(long since, long now) {
+        sendingSince.compareAndSet(since, now);
+    }
+
+    /** Our descriptor of the socket, or null (TLS, or unknown). */
+    SocketFd socketFd() {
+        return out;
     }
 
     /**
@@ -266,9 +283,9 @@ final class ReplySender {
                 // descriptor the JDK does not show writes all in one call (age, not progress: the launcher's
                 // --add-exports avoids that)
                 while (total > 0) {
-                    sendingSince = System.nanoTime();
+                    sendingSince.set(System.nanoTime());
                     long w = channel.write(iov, first, iovs - first);
-                    sendingSince = 0;
+                    sendingSince.set(0);
                     total -= w;
                     while (first < iovs && !iov[first].hasRemaining()) {
                         iov[first++] = null;
@@ -276,7 +293,7 @@ final class ReplySender {
                 }
                 return;
             }
-            int unsent = 0;
+            boolean waiting = false;
             while (total > 0) {
                 long w = out.send(iov, first, iovs - first);
                 if (w > 0) {
@@ -284,28 +301,27 @@ final class ReplySender {
                     while (first < iovs && !iov[first].hasRemaining()) {
                         iov[first++] = null;
                     }
-                    sendingSince = 0;
+                    if (waiting) {
+                        sendingSince.set(0); // the client took bytes: the stall clock stops
+                        waiting = false;
+                    }
                     continue;
                 }
                 if (state.broken) {
                     throw new IOException(state.reason);
                 }
-                // The send buffer is full: wait for room. While waiting, the client reading some (the socket's
-                // unsent bytes falling) is progress too: a slow reader may take long to free enough room to wake
-                // us, and must not look stalled meanwhile.
-                if (sendingSince == 0) {
-                    sendingSince = System.nanoTime();
-                    unsent = out.unsent();
+                // The send buffer is full: wait for room, with the stall clock running. A slow reader may take
+                // long to free enough room to wake us; the watchdog sees it reading (SIOCOUTQ) meanwhile.
+                if (!waiting) {
+                    sendingSince.set(System.nanoTime());
+                    waiting = true;
                 }
                 out.awaitWritable(WAIT_MILLIS);
-                int now = out.unsent();
-                if (now < unsent) {
-                    sendingSince = System.nanoTime();
-                }
-                unsent = now;
             }
         } finally {
-            sendingSince = 0;
+            if (out != null) {
+                sendingSince.set(0);
+            }
             for (int i = first; i < iovs; i++) {
                 iov[i] = null; // released requests' buffers must not stay reachable from here
             }

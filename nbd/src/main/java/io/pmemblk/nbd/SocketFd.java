@@ -6,9 +6,6 @@ import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.lang.invoke.MethodHandle;
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.MethodType;
 import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
 
@@ -25,19 +22,16 @@ import java.nio.channels.SocketChannel;
  * after the connection's threads have stopped using it; {@link #shutdown} is safe from any thread at any time.
  * It also means closing the JDK channel no longer ends the connection: whoever cuts one calls {@link #shutdown}.
  *
- * <p>{@link #send}, {@link #awaitWritable} and {@link #unsent} use buffers of this object: one thread at a time
- * (the connection's send lock).
+ * <p>{@link #send} and {@link #awaitWritable} use buffers of this object: one thread at a time (the connection's
+ * send lock).
  */
 final class SocketFd {
-    /** {@code sun.nio.ch.DirectBuffer.address()}, exported with the fd (see {@link ChannelFd}); null when not. */
-    private static final MethodHandle ADDRESS = findAddress();
-
     private final int fd;
     private boolean closed; // guarded by this
     private final MemorySegment msghdr;
     private final MemorySegment iovecs;
     private final MemorySegment pollfd;
-    private final MemorySegment queued;
+    private final MemorySegment queued; // guarded by this
 
     private SocketFd(int fd) {
         this.fd = fd;
@@ -54,7 +48,7 @@ final class SocketFd {
     /** A descriptor of {@code channel}'s socket, or null when the JDK does not let us know it (see {@link ChannelFd}). */
     static SocketFd of(SocketChannel channel) throws IOException {
         int jdkFd = ChannelFd.of(channel);
-        if (jdkFd < 0 || ADDRESS == null) {
+        if (jdkFd < 0) {
             return null;
         }
         return new SocketFd(Libc.dupCloexec(jdkFd));
@@ -73,19 +67,20 @@ final class SocketFd {
     long send(ByteBuffer[] bufs, int first, int count) throws IOException {
         int n = Math.min(count, Libc.IOV_MAX);
         long asked = 0;
-        try {
-            for (int i = 0; i < n; i++) {
-                ByteBuffer b = bufs[first + i];
-                int len = b.remaining();
-                long at = (long) i * 16;
-                iovecs.set(ValueLayout.JAVA_LONG, at, (long) ADDRESS.invokeExact(b) + b.position());
-                iovecs.set(ValueLayout.JAVA_LONG, at + 8, len);
-                asked += len;
+        for (int i = 0; i < n; i++) {
+            ByteBuffer b = bufs[first + i];
+            if (!b.isDirect()) {
+                // a heap segment's address() is an offset into its array: never hand that to the kernel
+                throw new IllegalArgumentException("reply buffer " + (first + i) + " is a heap buffer; replies are"
+                        + " built from direct buffers only (the pool's, the device's, the encoder's)");
             }
-        } catch (RuntimeException | Error e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
+            int len = b.remaining();
+            long at = i * Libc.IOVEC.byteSize();
+            // The segment starts at the buffer's position, and it does not escape (C2 can scalar-replace it).
+            // Not DirectBuffer.address(): the JDK refuses that for buffers of shared arenas (the buffer pool's).
+            iovecs.set(ValueLayout.JAVA_LONG, at, MemorySegment.ofBuffer(b).address());
+            iovecs.set(ValueLayout.JAVA_LONG, at + 8, len);
+            asked += len;
         }
         msghdr.set(ValueLayout.JAVA_LONG, Libc.MSGHDR_IOVLEN, n);
         long sent = Libc.sendNow(fd, msghdr);
@@ -109,8 +104,14 @@ final class SocketFd {
         return (revents & (Libc.POLLERR | Libc.POLLHUP)) == 0;
     }
 
-    /** Bytes sent that the peer has not taken yet (SIOCOUTQ); -1 when the socket cannot tell. */
-    int unsent() {
+    /**
+     * Bytes sent that the peer has not taken yet (SIOCOUTQ); -1 when the socket cannot tell or is closed. Any
+     * thread (the stall watchdog): under the lock that {@link #close} takes, so never on a number reused.
+     */
+    synchronized int unsent() {
+        if (closed) {
+            return -1;
+        }
         try {
             return Libc.bytesUnsent(fd, queued);
         } catch (NativeException e) {
@@ -138,16 +139,6 @@ final class SocketFd {
             } catch (NativeException e) {
                 // EBADF cannot happen (ours, closed once); EINTR/EIO on a socket: the number is released anyway
             }
-        }
-    }
-
-    private static MethodHandle findAddress() {
-        try {
-            Class<?> db = Class.forName("sun.nio.ch.DirectBuffer", false, ByteBuffer.class.getClassLoader());
-            return MethodHandles.lookup().findVirtual(db, "address", MethodType.methodType(long.class))
-                    .asType(MethodType.methodType(long.class, ByteBuffer.class));
-        } catch (ReflectiveOperationException | RuntimeException e) {
-            return null; // not exported to us: connections send through the JDK
         }
     }
 }
