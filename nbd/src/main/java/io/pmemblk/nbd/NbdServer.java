@@ -103,7 +103,7 @@ public final class NbdServer implements AutoCloseable {
         return this;
     }
 
-    /** How long the whole negotiation (TLS included) may take before the connection is closed. Before {@link #start()}. */
+    /** How long the whole negotiation (TLS included) may take before the connection is closed; for connections accepted from now on. */
     public NbdServer handshakeTimeout(Duration timeout) {
         if (timeout.isNegative() || timeout.isZero()) {
             throw new IllegalArgumentException("handshake timeout must be positive, got " + timeout);
