@@ -183,8 +183,11 @@ final class ReplySender {
                 iovs = encode(done, n);
                 long total = encoder.encodedBytes();
                 while (total > 0) {
-                    long w = out.send(iov, first, iovs - first);
-                    if (w == 0) {
+                    total -= out.send(iov, first, iovs - first);
+                    while (first < iovs && !iov[first].hasRemaining()) {
+                        iov[first++] = null;
+                    }
+                    if (total > 0 && out.sendBufferFull()) { // another send would only say EAGAIN
                         pendingFirst = first;
                         pendingIovs = iovs;
                         pendingBytes = total;
@@ -192,10 +195,6 @@ final class ReplySender {
                         iovs = first; // the entries left stay for the sender
                         ring.handOff();
                         return;
-                    }
-                    total -= w;
-                    while (first < iovs && !iov[first].hasRemaining()) {
-                        iov[first++] = null;
                     }
                 }
             } catch (IOException e) {
@@ -305,7 +304,10 @@ final class ReplySender {
                         sendingSince.set(0); // the client took bytes: the stall clock stops
                         waiting = false;
                     }
-                    continue;
+                    if (total == 0 || !out.sendBufferFull()) {
+                        continue;
+                    }
+                    // a partial send filled the buffer: the next send would only say EAGAIN, so wait at once
                 }
                 if (state.broken) {
                     throw new IOException(state.reason);

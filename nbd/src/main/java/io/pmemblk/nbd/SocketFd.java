@@ -32,6 +32,8 @@ final class SocketFd {
     private final MemorySegment iovecs;
     private final MemorySegment pollfd;
     private final MemorySegment queued; // guarded by this
+    /** The last {@link #send} took less than it was given: the send buffer is full now. */
+    private boolean full;
 
     private SocketFd(int fd) {
         this.fd = fd;
@@ -91,8 +93,13 @@ final class SocketFd {
             b.position(b.position() + k);
             left -= k;
         }
-        assert sent <= asked;
+        full = sent < asked;
         return sent;
+    }
+
+    /** Whether the last {@link #send} filled the socket's send buffer (took less than it was given). */
+    boolean sendBufferFull() {
+        return full;
     }
 
     /**
