@@ -121,13 +121,16 @@ final class ServeCommand implements Callable<Integer> {
             server = new NbdServer(new NbdConfig(s.get(Settings.NBD_EXPORT), s.get(Settings.NBD_SOCKET),
                     s.get(Settings.NBD_BIND), s.get(Settings.NBD_PORT), Settings.MAX_REQUEST_BYTES,
                     s.get(Settings.NBD_MAX_CONNECTIONS),
-                    "pmemblk " + Sizes.format(device.region().size()) + " on " + device.region().path()),
+                    // no path: the description goes to any client that asks, before TLS too (nbdkit sends none)
+                    "pmemblk " + Sizes.format(device.region().size())),
                     device.layer());
             if (socketDirectory != null) {
                 server.unixSocketDirectory(socketDirectory); // the server closes it from here on
                 socketDirectory = null;
             }
             server.stallTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_STALL_TIMEOUT))).tls(tls)
+                    .handshakeTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_HANDSHAKE_TIMEOUT)))
+                    .idleTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_IDLE_TIMEOUT)))
                     .busyPoll(java.time.Duration.ofNanos(1000L * s.get(Settings.NBD_BUSY_POLL)));
             List<java.net.URI> uris = server.start();
             if (ublkEnabled) {

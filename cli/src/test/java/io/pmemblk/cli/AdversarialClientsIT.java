@@ -481,6 +481,63 @@ class AdversarialClientsIT {
         assertFullDepthOnEveryQueue();
     }
 
+    /**
+     * issue 22 item 4: a half-duplex client, [READ 4 MiB, WRITE 4 MiB] x 4 all sent before it reads a reply (x 4:
+     * the DEPTH tags of this server; a client with more unanswered requests than tags waits for a tag whatever
+     * the server does, as on any server that bounds what is in flight). The
+     * reader must keep reading the WRITE payloads while replies wait (it replies inline only what the socket
+     * takes at once); before, it blocked writing a READ reply that did not fit, the client blocked writing the
+     * next payload, and the stall watchdog cut the connection (EPIPE here).
+     */
+    @Test
+    @Order(32)
+    void aHalfDuplexClientThatSendsEverythingBeforeReadingIsServed() throws Exception {
+        int len = 4 << 20, pairs = DEPTH / 2;
+        long writes = 32L << 20;
+        try (Raw c = Raw.connectGo()) {
+            for (int i = 0; i < pairs; i++) {
+                c.write(i * (long) len, pattern(i, len), 0); // what the READs will return
+            }
+            try {
+                for (int i = 0; i < pairs; i++) {
+                    c.send(header(0, READ, i, i * (long) len, len));
+                    c.send(concat(header(0, WRITE, 100 + i, writes + i * (long) len, len), pattern(100 + i, len)));
+                }
+            } catch (IOException e) {
+                fail("the server stopped reading while its replies waited (half-duplex client): " + e);
+            }
+            for (int i = 0; i < 2 * pairs; i++) {
+                Reply r = c.simpleReply(30);
+                assertThat(r.error).as("reply to %d", r.cookie).isZero();
+                if (r.cookie < 100) {
+                    byte[] got = new byte[len];
+                    c.recv(len, 30).get(got);
+                    assertThat(got).as("READ %d", r.cookie).isEqualTo(pattern((int) r.cookie, len));
+                }
+            }
+            for (int i = 0; i < pairs; i++) {
+                assertThat(c.read(writes + i * (long) len, len)).as("WRITE %d", i).isEqualTo(pattern(100 + i, len));
+            }
+        }
+    }
+
+    /** The export list and info go to any client, before TLS too: they must not name the backing file's path. */
+    @Test
+    @Order(33)
+    void theExportDescriptionDoesNotLeakTheBackingPath() throws Exception {
+        try (Raw c = Raw.connect()) {
+            c.greeting();
+            c.send(ByteBuffer.allocate(4).putInt(0, 3));
+            c.send(ByteBuffer.allocate(16).putLong(IHAVEOPT).putInt(3).putInt(0).flip()); // NBD_OPT_LIST
+            OptReply server = c.optReply(10);
+            assertThat(server.type).as("NBD_REP_SERVER").isEqualTo(2);
+            String text = new String(server.data, StandardCharsets.UTF_8);
+            assertThat(text).as("export list entry").contains("pmemblk").doesNotContain(dir.toString())
+                    .doesNotContain("pmem.img");
+            assertThat(c.optReply(10).type).as("NBD_REP_ACK").isEqualTo(1);
+        }
+    }
+
     /** New clients (one per queue, round-robin) each get DEPTH requests in flight at once answered. */
     private static void assertFullDepthOnEveryQueue() throws Exception {
         List<Raw> clients = new ArrayList<>();

@@ -42,11 +42,27 @@ final class NbdConnection {
     private volatile ReplySender replySender;
     private volatile boolean inTransmission;
     private volatile boolean handshakeTimedOut;
+    /**
+     * Our descriptor of the socket (see {@link SocketFd}), made at accept, before any thread could close the
+     * channel; null when the JDK does not show it.
+     */
+    private final SocketFd socketFd;
+    /** Threads that may still use socketFd: the reader, and the sender once started. */
+    private final java.util.concurrent.atomic.AtomicInteger fdUsers = new java.util.concurrent.atomic.AtomicInteger(1);
+    /** This connection holds one of the server's maxConnections slots until its client can see it closed. */
+    private final AtomicBoolean slotHeld = new AtomicBoolean(true);
+    /** The stall check's view of a waiting sender (watchdog thread only): the wait it saw, and the socket's unsent bytes then. */
+    private long watchedSince;
+    private int watchedUnsent;
+    /** The idle check's view (watchdog thread only): requests read when it last saw some, and since when none came. */
+    private long idleRequests = -1;
+    private long idleSince;
     private final AtomicBoolean handshakeOver = new AtomicBoolean();
 
     NbdConnection(NbdServer server, int id, SocketChannel channel, String peer, HardwareQueue queue,
-                  int maxRequestBytes, long exportSize) {
+                  int maxRequestBytes, long exportSize) throws IOException {
         this.server = server;
+        this.socketFd = SocketFd.of(channel);
         this.id = id;
         this.channel = channel;
         this.peer = peer;
@@ -79,14 +95,14 @@ final class NbdConnection {
     void handshakeTimedOut() {
         if (handshakeOver.compareAndSet(false, true)) { // else the handshake finished first: leave it be
             handshakeTimedOut = true;
-            closeQuietly();
+            cut();
         }
     }
 
     /** Last resort after the bounded wait of a shutdown. */
     void forceClose() {
         state.broken = true;
-        closeQuietly();
+        cut();
         reader.interrupt();
         Thread s = sender;
         if (s != null) {
@@ -113,13 +129,46 @@ final class NbdConnection {
         if (r != 0 && now - r > limitNanos) {
             why = "client stalled in the middle of a WRITE payload for more than "
                     + TimeUnit.NANOSECONDS.toSeconds(limitNanos) + " s";
-        } else if (s != 0 && now - s > limitNanos) {
-            why = "client stopped reading replies for more than " + TimeUnit.NANOSECONDS.toSeconds(limitNanos) + " s";
+        } else if (s != 0) {
+            // Progress, not age: the client reading some of what waits in the socket restarts the clock.
+            SocketFd fd = rs.socketFd();
+            int unsent = fd == null ? -1 : fd.unsent();
+            if (unsent >= 0 && s == watchedSince && unsent < watchedUnsent) {
+                rs.clientProgressed(s, now);
+                s = now;
+            }
+            watchedSince = s;
+            watchedUnsent = unsent;
+            if (now - s > limitNanos) {
+                why = "client stopped reading replies for more than " + TimeUnit.NANOSECONDS.toSeconds(limitNanos)
+                        + " s";
+            }
         }
         if (why != null && !state.broken) {
             state.reason = why;
             state.broken = true;
-            closeQuietly(); // the blocked read or write fails; in-flight requests are released as on any error
+            cut(); // the blocked read or write fails; in-flight requests are released as on any error
+        }
+    }
+
+    /**
+     * Called by the server's watchdog when nbd.idle-timeout is on: a connection in transmission with nothing in
+     * flight, no payload coming and no new request for longer than {@code limitNanos} is closed.
+     */
+    void closeIfIdle(long now, long limitNanos) {
+        RequestReader rr = requestReader;
+        if (rr == null || state.broken) {
+            return;
+        }
+        long seen = rr.requestsSeen();
+        if (seen != idleRequests || rr.receivingSince() != 0 || ring.inflight() != 0) {
+            idleRequests = seen;
+            idleSince = now;
+        } else if (now - idleSince > limitNanos) {
+            state.reason = "idle for more than " + TimeUnit.NANOSECONDS.toSeconds(limitNanos)
+                    + " s (nbd.idle-timeout): no request and nothing in flight";
+            state.broken = true;
+            cut();
         }
     }
 
@@ -144,7 +193,8 @@ final class NbdConnection {
             // Busy-polling asks the kernel's socket (FIONREAD): not for TLS, whose channel holds decrypted bytes
             // the socket no longer shows.
             SocketChannel accepted = channel;
-            BusyPoll.Poller poller = n.channel() == channel ? server.busyPoll().forSocket(ChannelFd.of(channel)) : null;
+            SocketFd fd = n.channel() == accepted ? socketFd : null; // TLS sends through its records
+            BusyPoll.Poller poller = fd == null ? null : server.busyPoll().forSocket(fd.fd());
             channel = n.channel();
             inTransmission = true;
             LOG.log(System.Logger.Level.DEBUG, "nbd connection {0} from {1}: transmission (structured replies {2},"
@@ -156,12 +206,13 @@ final class NbdConnection {
             // a plain unix socket: TCP sizes its buffers itself, and TLS writes records of its own
             boolean plainUnix = n.channel() == accepted
                     && accepted.getLocalAddress() instanceof java.net.UnixDomainSocketAddress;
-            ReplySender rs = new ReplySender(channel, ring, encoder, state, depth,
+            ReplySender rs = new ReplySender(channel, fd, ring, encoder, state, depth,
                     plainUnix ? ReplySender.BULK_REPLY_BYTES : 0);
             RequestReader rr = new RequestReader(channel, frontend, ring, rs, encoder, state, this,
                     n.structuredReplies(), n.baseAllocation(), exportSize, maxRequestBytes, poller);
             replySender = rs;
             requestReader = rr;
+            fdUsers.incrementAndGet(); // the sender's
             sender = Thread.ofPlatform().name("nbd-conn-" + id + "-tx").start(this::senderMain);
             senderStarted = true;
             rr.run();
@@ -169,11 +220,10 @@ final class NbdConnection {
             state.broken = true;
             state.reason = "protocol violation: " + e.getMessage();
         } catch (EOFException e) {
-            if (server.closing()) {
+            if (server.closing() && !state.broken) {
                 state.reason = "server shutdown"; // our own shutdownInput: replies still go out
             } else {
-                state.broken = true;
-                state.reason = e.getMessage();
+                state.fail(e.getMessage()); // a cut (watchdog, forced close) shuts the socket down: its reason stays
             }
         } catch (IOException e) {
             // else an inline reply write failed and already said why
@@ -191,6 +241,7 @@ final class NbdConnection {
                 ring.released(n);
             }
             ring.readerDone();
+            fdUserDone();
             if (!senderStarted) {
                 finish();
             } else if (state.broken) {
@@ -216,6 +267,7 @@ final class NbdConnection {
             // Whatever is still in flight (a forced close leaves some) is released as it completes, so the
             // queue gets every tag back and a shutdown does not wait for requests nobody will answer.
             ring.abandon();
+            fdUserDone();
             finish();
         }
     }
@@ -223,12 +275,42 @@ final class NbdConnection {
     // ---------------------------------------------------------------- teardown
 
     private void finish() {
+        freeSlot();
         closeQuietly();
         RequestReader rr = requestReader;
         LOG.log(state.broken ? System.Logger.Level.WARNING : System.Logger.Level.INFO,
                 "nbd connection {0} from {1} closed after {2} requests: {3}",
                 id, peer, rr == null ? 0 : rr.requests(), state.reason);
         server.connectionClosed(this);
+    }
+
+    /** A thread that may use {@link #socketFd} ended; the last one closes it (no native call can be on it then). */
+    private void fdUserDone() {
+        if (fdUsers.decrementAndGet() == 0) {
+            SocketFd fd = socketFd;
+            if (fd != null) {
+                freeSlot(); // before the client can see the close: it may reconnect at once
+                fd.close();
+            }
+        }
+    }
+
+    private void freeSlot() {
+        if (slotHeld.compareAndSet(true, false)) {
+            server.slotFreed();
+        }
+    }
+
+    /**
+     * Ends the connection from any thread: every blocked read, send and wait returns and fails. Closing the JDK
+     * channel alone would not: our own descriptor ({@link SocketFd}) keeps the socket open.
+     */
+    private void cut() {
+        SocketFd fd = socketFd;
+        if (fd != null) {
+            fd.shutdown();
+        }
+        closeQuietly();
     }
 
     private void closeQuietly() {

@@ -41,7 +41,12 @@ import java.util.concurrent.atomic.AtomicInteger;
  */
 public final class NbdServer implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger(NbdServer.class.getName());
-    static final Duration DEFAULT_HANDSHAKE_TIMEOUT = Duration.ofSeconds(10);
+    /**
+     * What {@code nbd.handshake-timeout} defaults to: the whole negotiation, a TLS handshake included, must end
+     * within it (qemu's NBD server drops clients that have not finished NBD_OPT_GO after 10 s, CVE-2024-7409):
+     * a client that connects and stalls holds a connection slot no longer.
+     */
+    public static final Duration DEFAULT_HANDSHAKE_TIMEOUT = Duration.ofSeconds(10);
     static final Duration SHUTDOWN_WAIT = Duration.ofSeconds(5);
 
     private final NbdConfig config;
@@ -49,6 +54,11 @@ public final class NbdServer implements AutoCloseable {
     private final Set<NbdConnection> connections = ConcurrentHashMap.newKeySet();
     private final AtomicInteger connectionIds = new AtomicInteger();
     private final AtomicBoolean closing = new AtomicBoolean();
+    /**
+     * Connection slots taken (at most maxConnections): reserved in one atomic step at accept, as the unix and the
+     * TCP acceptor may admit at the same time, and given back before the client can see its connection close.
+     */
+    private final AtomicInteger slots = new AtomicInteger();
     private final List<ServerSocketChannel> listeners = new ArrayList<>();
     private final List<Thread> acceptors = new ArrayList<>();
     private ScheduledExecutorService timer;
@@ -66,6 +76,12 @@ public final class NbdServer implements AutoCloseable {
      */
     static final Duration DEFAULT_STALL_TIMEOUT = Duration.ofSeconds(30);
     volatile Duration stallTimeout = DEFAULT_STALL_TIMEOUT;
+    /**
+     * A connection in transmission with nothing in flight and no new request for this long is closed (zero: never,
+     * the default, as nbdkit and qemu-nbd: the kernel's NBD client keeps an unused device's connection idle for as
+     * long as the device is attached, and a cut there is an I/O error for whoever uses the device next).
+     */
+    volatile Duration idleTimeout = Duration.ZERO;
     private volatile TlsServer tls = TlsServer.off();
     /** What {@code nbd.busy-poll} defaults to: measured on a 2-core VM, see {@link BusyPoll}. */
     public static final Duration DEFAULT_BUSY_POLL = Duration.ofNanos(50_000);
@@ -87,6 +103,24 @@ public final class NbdServer implements AutoCloseable {
             throw new IllegalArgumentException("stall timeout must be positive, got " + timeout);
         }
         this.stallTimeout = timeout;
+        return this;
+    }
+
+    /** How long the whole negotiation (TLS included) may take before the connection is closed; for connections accepted from now on. */
+    public NbdServer handshakeTimeout(Duration timeout) {
+        if (timeout.isNegative() || timeout.isZero()) {
+            throw new IllegalArgumentException("handshake timeout must be positive, got " + timeout);
+        }
+        this.handshakeTimeout = timeout;
+        return this;
+    }
+
+    /** How long a connection may sit idle in transmission before it is closed; zero: never (see {@link #idleTimeout}). */
+    public NbdServer idleTimeout(Duration timeout) {
+        if (timeout.isNegative()) {
+            throw new IllegalArgumentException("idle timeout must not be negative, got " + timeout);
+        }
+        this.idleTimeout = timeout;
         return this;
     }
 
@@ -331,19 +365,27 @@ public final class NbdServer implements AutoCloseable {
             ch.close();
             return;
         }
-        if (connections.size() >= config.maxConnections()) {
-            LOG.log(System.Logger.Level.WARNING, "nbd: refusing connection from {0}: {1} connections already (maxConnections)",
-                    peer, connections.size());
+        if (slots.incrementAndGet() > config.maxConnections()) {
+            slots.decrementAndGet();
+            LOG.log(System.Logger.Level.WARNING, "nbd: refusing connection from {0}: {1} connections already"
+                    + " (maxConnections)", peer, config.maxConnections());
             ch.close();
             return;
         }
-        if (tcp) {
-            ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
+        NbdConnection c;
+        try {
+            if (tcp) {
+                ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
+            }
+            int id = connectionIds.incrementAndGet();
+            c = new NbdConnection(this, id, ch, peer, layer.nextQueue(), config.maxRequestBytes(),
+                    layer.driver().size());
+        } catch (IOException | RuntimeException e) {
+            slots.decrementAndGet();
+            throw e;
         }
-        int id = connectionIds.incrementAndGet();
-        NbdConnection c = new NbdConnection(this, id, ch, peer, layer.nextQueue(), config.maxRequestBytes(),
-                layer.driver().size());
         connections.add(c);
+        int id = c.id;
         LOG.log(System.Logger.Level.INFO, "nbd connection {0} from {1} opened", id, peer);
         c.start();
     }
@@ -373,17 +415,29 @@ public final class NbdServer implements AutoCloseable {
         return closing.get();
     }
 
-    /** The watchdog: closes connections stuck mid-payload or mid-reply for longer than the stall timeout. */
+    /**
+     * The watchdog: closes connections stuck mid-payload or mid-reply for longer than the stall timeout, and
+     * idle ones past the idle timeout.
+     */
     private void closeStalled() {
         long now = System.nanoTime();
         long limit = stallTimeout.toNanos();
+        long idle = idleTimeout.toNanos();
         for (NbdConnection c : connections) {
             try {
                 c.closeIfStalled(now, limit);
+                if (idle > 0) {
+                    c.closeIfIdle(now, idle);
+                }
             } catch (RuntimeException e) {
                 LOG.log(System.Logger.Level.ERROR, "nbd: stall check of connection " + c.id + " failed", e);
             }
         }
+    }
+
+    /** A connection's slot is free: its client may see it closed from now on. Once per admitted connection. */
+    void slotFreed() {
+        slots.decrementAndGet();
     }
 
     void connectionClosed(NbdConnection c) {

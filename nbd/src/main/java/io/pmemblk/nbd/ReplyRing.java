@@ -20,6 +20,13 @@ final class ReplyRing implements Request.Completion {
     /** The reader is dispatching and will drain inline afterwards: completions need not wake the sender. */
     private boolean inline;
     private boolean abandoned;
+    /**
+     * The sender drained replies and has not released them yet: the reader's inline drain takes nothing
+     * meanwhile, or a later reply (a READ of what an earlier WRITE wrote) could go out before the earlier one.
+     */
+    private boolean senderHolds;
+    /** The reader handed the rest of an inline batch to the sender: its drain returns even with nothing new. */
+    private boolean handedOff;
     /** Times the sender came back from waiting: what a spurious wake-up costs is a futex and a context switch. */
     private long senderWakeups;
 
@@ -63,22 +70,38 @@ final class ReplyRing implements Request.Completion {
     /** Ends an inline drain; wakes the sender for replies that arrived after it (or that it could not take). */
     synchronized void inlineEnd() {
         inline = false;
-        if (count > 0 && senderWaiting) {
+        if ((count > 0 || handedOff) && senderWaiting) {
             notify();
         }
     }
 
-    /** Moves every pending reply into {@code out} without waiting; returns how many. */
+    /**
+     * Moves every pending reply into {@code out} without waiting; returns how many: none while the sender holds
+     * replies it drained earlier (they must go out first).
+     */
     synchronized int drainNow(Request[] out) {
-        return count == 0 ? 0 : take(out);
+        return count == 0 || senderHolds ? 0 : take(out);
+    }
+
+    /** The reader left the rest of an inline batch for the sender: wakes it (see {@link #drain}). */
+    synchronized void handOff() {
+        handedOff = true;
+        if (senderWaiting && !inline) {
+            notify();
+        }
     }
 
     /**
-     * Moves every pending reply into {@code out}, waiting for at least one. Returns -1 once the reader has
-     * stopped and nothing is in flight any more.
+     * The sender's drain: moves every pending reply into {@code out}, waiting for at least one or a hand-off
+     * (then it may return 0). Returns -1 once the reader has stopped and nothing is in flight any more. What
+     * it returns is the sender's until {@link #senderReleased}.
      */
     synchronized int drain(Request[] out) throws InterruptedException {
         while (count == 0) {
+            if (handedOff) {
+                handedOff = false;
+                return 0;
+            }
             if (readerDone && inflight == 0) {
                 return -1;
             }
@@ -90,6 +113,8 @@ final class ReplyRing implements Request.Completion {
                 senderWakeups++;
             }
         }
+        handedOff = false;
+        senderHolds = true;
         return take(out);
     }
 
@@ -116,6 +141,12 @@ final class ReplyRing implements Request.Completion {
         if (inflight == 0 && readerDone && senderWaiting) {
             notify();
         }
+    }
+
+    /** The sender replied to (or dropped) what it drained and released {@code n} requests. */
+    synchronized void senderReleased(int n) {
+        senderHolds = false;
+        released(n);
     }
 
     /** The reader will acquire nothing more. */

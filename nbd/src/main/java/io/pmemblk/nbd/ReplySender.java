@@ -14,11 +14,31 @@ import java.util.concurrent.locks.ReentrantLock;
  * ({@link #replyInlineIfIdle}): one thread hand-off (a futex wake and a context switch) fewer per batch, which
  * is what small requests on a 2-core machine pay most for.
  *
+ * <p>The reader must never wait for the client: a client may be blocked sending its next WRITE payload and read
+ * replies only after that (half-duplex), so a reader blocked writing to it would never read that payload. So the
+ * reader writes inline only what the socket takes at once (MSG_DONTWAIT through {@link SocketFd}) and hands the
+ * rest of that batch to the sender thread, which waits for the client; with no {@link SocketFd} (TLS, or the JDK
+ * does not show the descriptor) every reply goes through the sender thread.
+ *
+ * <p>The stall watchdog measures progress, not age: {@link #sendingSince} is when the sender began waiting for
+ * room with no byte taken since, 0 while nothing waits; a send that moves bytes stops the clock, and so does the
+ * watchdog seeing the socket's unsent bytes fall (the client reading) while the sender sleeps. A client reading
+ * one 32 MiB reply slowly but steadily is never cut off; one reading nothing is.
+ *
+ * <p>Replies go out in the order their requests completed: the sender holds what it drained until written
+ * ({@link ReplyRing#drainNow} gives the reader nothing meanwhile), so a READ that completed after an overlapping
+ * WRITE never overtakes the WRITE's reply.
+ *
  * <p>A write that fails marks the connection broken and shuts its input, so the reader stops; from then on
  * requests are released without replies, so the queue still gets every tag back.
  */
 final class ReplySender {
+    /** Longest wait for room before the sender looks again at the client's progress and the connection's state. */
+    static final int WAIT_MILLIS = 100;
+
     private final SocketChannel channel;
+    /** Our own descriptor of a plain socket: sends that never block; null: blocking JDK writes, no inline replies. */
+    private final SocketFd out;
     private final ReplyRing ring;
     private final ReplyEncoder encoder;
     private final CloseState state;
@@ -27,6 +47,15 @@ final class ReplySender {
     /** Drain arrays: the sender thread's, and the reader's for inline replies. */
     private final Request[] done;
     private final Request[] inlineDone;
+    /**
+     * An inline batch the socket did not take whole: {@code inlineDone[0..pendingCount)} are its requests and
+     * the encoder's iov entries {@code [pendingFirst, pendingIovs)} (the first one partly sent) its unsent
+     * {@code pendingBytes}. The sender thread writes it before anything else. Guarded by sendLock.
+     */
+    private int pendingCount;
+    private int pendingFirst;
+    private int pendingIovs;
+    private long pendingBytes;
     /**
      * Send-buffer sizing for Unix sockets, which have no autotuning (TCP grows its buffer for bulk flows itself).
      * A unix socket's writer sleeps whenever its send buffer (208 KiB by default) is full and wakes when the
@@ -40,22 +69,23 @@ final class ReplySender {
     private final int bulkReplyBytes;
     private int defaultSendBuffer = -1;
     private boolean bulkSendBuffer;
-    /** When the current write began waiting for the socket; 0 = not writing. Read by the stall watchdog. */
-    private volatile long sendingSince;
-
-    ReplySender(SocketChannel channel, ReplyRing ring, ReplyEncoder encoder, CloseState state, int depth) {
-        this(channel, ring, encoder, state, depth, 0);
-    }
+    /**
+     * Since when the sender has waited for the client without seeing it take a byte; 0 = not waiting. Read by
+     * the stall watchdog, which also moves it on when it sees the client read ({@link #clientProgressed}).
+     */
+    private final java.util.concurrent.atomic.AtomicLong sendingSince = new java.util.concurrent.atomic.AtomicLong();
 
     /**
+     * @param out            our descriptor of {@code channel}'s socket, or null (TLS, or unknown)
      * @param bulkReplyBytes a batch with a READ reply at least this long is written with a {@link #BULK_SEND_BUFFER}
      *                       socket send buffer, other batches with the socket's own; 0: the buffer is left alone
      *                       (TCP, whose kernel sizes it itself, and TLS)
      */
-    ReplySender(SocketChannel channel, ReplyRing ring, ReplyEncoder encoder, CloseState state, int depth,
-                int bulkReplyBytes) {
+    ReplySender(SocketChannel channel, SocketFd out, ReplyRing ring, ReplyEncoder encoder, CloseState state,
+                int depth, int bulkReplyBytes) {
         this.bulkReplyBytes = bulkReplyBytes;
         this.channel = channel;
+        this.out = out;
         this.ring = ring;
         this.encoder = encoder;
         this.state = state;
@@ -64,32 +94,36 @@ final class ReplySender {
     }
 
     long sendingSince() {
-        return sendingSince;
+        return sendingSince.get();
+    }
+
+    /**
+     * The watchdog saw the client take bytes (the socket's unsent bytes fell) while the sender waited since
+     * {@code since}: the wait restarts at {@code now}, unless the sender has moved on meanwhile.
+     */
+    void clientProgressed(long since, long now) {
+        sendingSince.compareAndSet(since, now);
+    }
+
+    /** Our descriptor of the socket, or null (TLS, or unknown). */
+    SocketFd socketFd() {
+        return out;
     }
 
     /**
      * The sender thread's loop: until the reader has stopped and every request in flight is back, waits for
-     * completions, replies to them and releases them.
+     * completions (or an inline batch handed over), replies to them and releases them.
      */
     void run() throws InterruptedException {
         int n;
         while ((n = ring.drain(done)) >= 0) {
             sendLock.lock();
             try {
-                sendAndRelease(done, n);
-            } finally {
-                sendLock.unlock();
-            }
-        }
-    }
-
-    /** Reader side, right after a dispatch: replies to what completed already unless the sender is writing. */
-    void replyInlineIfIdle() {
-        if (sendLock.tryLock()) {
-            try {
-                int n = ring.drainNow(inlineDone);
+                if (pendingCount > 0) {
+                    finishPending(); // drained before done[]: its replies go first
+                }
                 if (n > 0) {
-                    sendAndRelease(inlineDone, n);
+                    sendAndRelease(done, n);
                 }
             } finally {
                 sendLock.unlock();
@@ -97,29 +131,128 @@ final class ReplySender {
         }
     }
 
-    /** Writes the replies of {@code done[0..n)} (unless the connection is broken) and releases them. Holds sendLock. */
+    /**
+     * Reader side, right after a dispatch: replies to what completed already unless the sender is writing (or
+     * holds replies it drained, or the rest of an earlier inline batch), as far as the socket takes them now.
+     */
+    void replyInlineIfIdle() {
+        if (out != null && sendLock.tryLock()) {
+            try {
+                if (pendingCount == 0) {
+                    int n = ring.drainNow(inlineDone);
+                    if (n > 0) {
+                        sendInline(inlineDone, n);
+                    }
+                }
+            } finally {
+                sendLock.unlock();
+            }
+        }
+    }
+
+    /** Whether an inline batch waits for the sender thread to finish it (tests). */
+    boolean handedOver() {
+        sendLock.lock();
+        try {
+            return pendingCount > 0;
+        } finally {
+            sendLock.unlock();
+        }
+    }
+
+    /** Sender thread, holding sendLock: writes the replies of {@code done[0..n)} (unless broken) and releases them. */
     private void sendAndRelease(Request[] done, int n) {
         if (!state.broken) {
             try {
-                int iovs = encoder.encode(done, n);
-                if (bulkReplyBytes > 0) {
-                    sizeSendBuffer(encoder.largestData() >= bulkReplyBytes);
-                }
-                write(iovs, encoder.encodedBytes());
+                int iovs = encode(done, n);
+                writeFully(0, iovs, encoder.encodedBytes());
             } catch (IOException e) {
-                state.fail("write failed: " + e); // else a forced close or the stall watchdog already said why
-                try {
-                    channel.shutdownInput(); // the reader stops; in-flight requests still drain through here
-                } catch (IOException closed) {
-                    // already closed
+                failed(e);
+            }
+        }
+        release(done, n, true);
+    }
+
+    /** Reader, holding sendLock: sends what the socket takes now; hands the rest, requests and all, to the sender. */
+    private void sendInline(Request[] done, int n) {
+        if (!state.broken) {
+            ByteBuffer[] iov = encoder.iov();
+            int iovs = 0;
+            int first = 0;
+            try {
+                iovs = encode(done, n);
+                long total = encoder.encodedBytes();
+                while (total > 0) {
+                    total -= out.send(iov, first, iovs - first);
+                    while (first < iovs && !iov[first].hasRemaining()) {
+                        iov[first++] = null;
+                    }
+                    if (total > 0 && out.sendBufferFull()) { // another send would only say EAGAIN
+                        pendingFirst = first;
+                        pendingIovs = iovs;
+                        pendingBytes = total;
+                        pendingCount = n;
+                        iovs = first; // the entries left stay for the sender
+                        ring.handOff();
+                        return;
+                    }
+                }
+            } catch (IOException e) {
+                failed(e);
+            } finally {
+                for (int i = first; i < iovs; i++) {
+                    iov[i] = null; // released requests' buffers must not stay reachable from here
                 }
             }
         }
+        release(done, n, false);
+    }
+
+    /** Sender thread, holding sendLock: the rest of an inline batch the socket did not take at once. */
+    private void finishPending() {
+        int n = pendingCount;
+        pendingCount = 0;
+        if (!state.broken) {
+            try {
+                writeFully(pendingFirst, pendingIovs, pendingBytes);
+            } catch (IOException e) {
+                failed(e);
+            }
+        } else {
+            for (int i = pendingFirst; i < pendingIovs; i++) {
+                encoder.iov()[i] = null;
+            }
+        }
+        release(inlineDone, n, true);
+    }
+
+    private int encode(Request[] done, int n) throws IOException {
+        int iovs = encoder.encode(done, n);
+        if (bulkReplyBytes > 0) {
+            sizeSendBuffer(encoder.largestData() >= bulkReplyBytes);
+        }
+        return iovs;
+    }
+
+    private void failed(IOException e) {
+        state.fail("write failed: " + e); // else a forced close or the stall watchdog already said why
+        try {
+            channel.shutdownInput(); // the reader stops; in-flight requests still drain through here
+        } catch (IOException closed) {
+            // already closed
+        }
+    }
+
+    private void release(Request[] done, int n, boolean bySender) {
         for (int i = 0; i < n; i++) {
             done[i].release();
             done[i] = null;
         }
-        ring.released(n);
+        if (bySender) {
+            ring.senderReleased(n);
+        } else {
+            ring.released(n);
+        }
     }
 
     /** Switches the socket's send buffer between the bulk size and its own, when the batch asks for the other. */
@@ -140,20 +273,57 @@ final class ReplySender {
         return bulkSendBuffer;
     }
 
-    private void write(int iovs, long total) throws IOException {
+    /** Sender thread: writes iov entries {@code [first, iovs)}, {@code total} bytes, waiting for the client as long as it reads. */
+    private void writeFully(int first, int iovs, long total) throws IOException {
         ByteBuffer[] iov = encoder.iov();
-        int first = 0;
         try {
-            while (total > 0) {
-                sendingSince = System.nanoTime(); // progress restarts the stall clock
-                long w = channel.write(iov, first, iovs - first);
-                sendingSince = 0;
-                total -= w;
-                while (first < iovs && !iov[first].hasRemaining()) {
-                    iov[first++] = null;
+            if (out == null) {
+                // TLS writes a bounded run of records per call, so each call is progress; a plain channel whose
+                // descriptor the JDK does not show writes all in one call (age, not progress: the launcher's
+                // --add-exports avoids that)
+                while (total > 0) {
+                    sendingSince.set(System.nanoTime());
+                    long w = channel.write(iov, first, iovs - first);
+                    sendingSince.set(0);
+                    total -= w;
+                    while (first < iovs && !iov[first].hasRemaining()) {
+                        iov[first++] = null;
+                    }
                 }
+                return;
+            }
+            boolean waiting = false;
+            while (total > 0) {
+                long w = out.send(iov, first, iovs - first);
+                if (w > 0) {
+                    total -= w;
+                    while (first < iovs && !iov[first].hasRemaining()) {
+                        iov[first++] = null;
+                    }
+                    if (waiting) {
+                        sendingSince.set(0); // the client took bytes: the stall clock stops
+                        waiting = false;
+                    }
+                    if (total == 0 || !out.sendBufferFull()) {
+                        continue;
+                    }
+                    // a partial send filled the buffer: the next send would only say EAGAIN, so wait at once
+                }
+                if (state.broken) {
+                    throw new IOException(state.reason);
+                }
+                // The send buffer is full: wait for room, with the stall clock running. A slow reader may take
+                // long to free enough room to wake us; the watchdog sees it reading (SIOCOUTQ) meanwhile.
+                if (!waiting) {
+                    sendingSince.set(System.nanoTime());
+                    waiting = true;
+                }
+                out.awaitWritable(WAIT_MILLIS);
             }
         } finally {
+            if (out != null) {
+                sendingSince.set(0);
+            }
             for (int i = first; i < iovs; i++) {
                 iov[i] = null; // released requests' buffers must not stay reachable from here
             }

@@ -114,6 +114,21 @@ final class RequestReader {
         return requests;
     }
 
+    private static final java.lang.invoke.VarHandle REQUESTS;
+
+    static {
+        try {
+            REQUESTS = java.lang.invoke.MethodHandles.lookup().findVarHandle(RequestReader.class, "requests", long.class);
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
+
+    /** {@link #requests()} from another thread (the idle watchdog): a coarse count that must not be torn or stale forever. */
+    long requestsSeen() {
+        return (long) REQUESTS.getOpaque(this);
+    }
+
     long receivingSince() {
         return receivingSince;
     }

@@ -36,6 +36,8 @@ final class ConnectionParts implements AutoCloseable {
     final RequestReader reader;
     final SocketChannel server;
     final SocketChannel client;
+    /** The server end's own descriptor, as a plain connection has one. */
+    final SocketFd fd;
 
     ConnectionParts(Path dir, boolean structured) throws IOException {
         this(dir, structured, null);
@@ -50,9 +52,10 @@ final class ConnectionParts implements AutoCloseable {
             server = listener.accept();
         }
         encoder = new ReplyEncoder(queue.depth(), BufferPool.chunksFor(MAX), structured, EXPORT);
-        sender = new ReplySender(server, ring, encoder, state, queue.depth());
+        fd = SocketFd.of(server);
+        sender = new ReplySender(server, fd, ring, encoder, state, queue.depth(), 0);
         reader = new RequestReader(server, frontend, ring, sender, encoder, state, this, structured, structured,
-                EXPORT, MAX, busyPoll == null ? null : busyPoll.forSocket(ChannelFd.of(server)));
+                EXPORT, MAX, busyPoll == null ? null : busyPoll.forSocket(fd.fd()));
     }
 
     static ByteBuffer request(int flags, int command, long cookie, long offset, long length) {
@@ -110,6 +113,7 @@ final class ConnectionParts implements AutoCloseable {
     public void close() throws IOException {
         client.close();
         server.close();
+        fd.close();
         layer.close();
         driver.close();
     }

@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.pmemblk.block.BlockLayer;
 import io.pmemblk.block.testing.MemoryBlockDriver;
+import io.pmemblk.block.testing.Waits;
 import io.pmemblk.nbd.tls.TlsMode;
 import io.pmemblk.nbd.tls.TlsServer;
 import java.io.IOException;
@@ -150,6 +151,48 @@ class NbdTlsTest {
             startTls(c, "nocert");
             c.negotiate("pmem0", false, false);
             assertEquals(0, c.call(0, CMD_FLUSH, 0, 0, null).error());
+        }
+    }
+
+    /**
+     * nbd.handshake-timeout bounds the whole negotiation, the TLS handshake included: a client that acknowledges
+     * STARTTLS and then sends half a ClientHello, or one that keeps haggling, is cut at the limit, and the slot
+     * it held serves the next client.
+     */
+    @Test
+    void theHandshakeTimeoutCutsAStalledTlsHandshakeAndEndlessHaggling() throws Exception {
+        start(TlsMode.REQUIRE, false);
+        server.handshakeTimeout(java.time.Duration.ofMillis(500));
+        try (NbdTestClient c = client()) {
+            c.option(OPT_STARTTLS, new byte[0]);
+            assertEquals(REP_ACK, c.optionReply().type());
+            c.out.write(new byte[] {0x16, 0x03, 0x01, 0x02, 0x00, 0x01}); // a TLS record header, then nothing
+            c.flush();
+            long t0 = System.nanoTime();
+            assertTrue(c.closedByServer(), "a stalled TLS handshake is cut");
+            assertTrue(System.nanoTime() - t0 < java.time.Duration.ofSeconds(5).toNanos(), "cut at the limit, not later");
+        }
+        try (NbdTestClient c = client()) {
+            long t0 = System.nanoTime();
+            boolean cut = false;
+            while (!cut && System.nanoTime() - t0 < java.time.Duration.ofSeconds(10).toNanos()) {
+                try {
+                    c.option(OPT_LIST, new byte[0]); // refused (TLS first) but answered: haggling, not idle
+                    c.flush();
+                    c.optionReply();
+                    java.util.concurrent.locks.LockSupport.parkNanos(100_000_000);
+                } catch (java.io.IOException e) {
+                    cut = true;
+                }
+            }
+            assertTrue(cut, "a client still haggling after the handshake timeout is cut");
+        }
+        Waits.await("the slots to be free", () -> server.connectionCount() == 0);
+        server.handshakeTimeout(java.time.Duration.ofSeconds(10));
+        try (NbdTestClient c = client()) {
+            startTls(c, "nocert");
+            c.negotiate("pmem0", false, false);
+            assertEquals(0, c.call(0, CMD_FLUSH, 0, 0, null).error(), "served after the cuts");
         }
     }
 

@@ -77,7 +77,7 @@ class ReplySenderTest {
     void largeReadRepliesWidenTheSendBufferAndSmallOnesRestoreIt() throws Exception {
         c = new ConnectionParts(dir, false);
         int before = c.server.getOption(StandardSocketOptions.SO_SNDBUF);
-        ReplySender sender = new ReplySender(c.server, c.ring, c.encoder, c.state, c.queue.depth(),
+        ReplySender sender = new ReplySender(c.server, c.fd, c.ring, c.encoder, c.state, c.queue.depth(),
                 ConnectionParts.MAX);
         complete(CMD_READ, ConnectionParts.MAX, 1, Status.OK);
         sender.replyInlineIfIdle();
@@ -160,7 +160,69 @@ class ReplySenderTest {
         c.sender.replyInlineIfIdle();
         assertEquals(0, c.queue.inflight());
         c.server.close();
+        c.fd.close(); // the connection's own descriptor keeps the socket open until the connection ends
         assertEquals(-1, c.client.read(ByteBuffer.allocate(16)), "no reply bytes");
         assertFalse(c.state.reason.startsWith("write failed"));
+    }
+
+    /**
+     * The reader writes inline only what the socket takes at once: a client that reads nothing yet (it may be
+     * blocked sending its next WRITE payload) must never hold the reader. The rest goes to the sender thread,
+     * which finishes the batch, in order, once the client reads.
+     */
+    @Test
+    void theReaderNeverWaitsForTheClientAndTheSenderFinishesWhatDidNotFit() throws Exception {
+        c = new ConnectionParts(dir, false);
+        int sndbuf = c.server.getOption(StandardSocketOptions.SO_SNDBUF);
+        assertTrue(ConnectionParts.MAX > sndbuf, "the reply must not fit the socket: " + sndbuf);
+        complete(CMD_READ, ConnectionParts.MAX, 1, Status.OK);
+        complete(CMD_WRITE, 0, 2, Status.OK);
+        assertTimeoutPreemptively(Waits.BOUND, c.sender::replyInlineIfIdle,
+                "the reader waited for a client that reads nothing");
+        assertTrue(c.sender.handedOver(), "what did not fit is left for the sender thread");
+        assertEquals(2, c.queue.inflight(), "nothing released before its reply is written whole");
+        AtomicReference<Throwable> failed = new AtomicReference<>();
+        Thread t = senderThread(failed);
+        ByteBuffer w = c.receive(16 + ConnectionParts.MAX + 16);
+        simpleReply(w, 0, 1);
+        w.position(w.position() + ConnectionParts.MAX);
+        simpleReply(w, 0, 2);
+        c.ring.readerDone();
+        Waits.join("the sender", t);
+        assertEquals(null, failed.get());
+        assertEquals(0, c.queue.inflight());
+        assertFalse(c.state.broken, c.state.reason);
+    }
+
+    /**
+     * Replies go out in completion order: while the sender thread holds replies it drained (it has not taken
+     * the send lock yet), the reader's inline path sends nothing newer, or a READ that returns an earlier
+     * overlapping WRITE's data would overtake that WRITE's reply (nbd-tester-client's integrity test).
+     */
+    @Test
+    void aReplyTheSenderDrainedGoesOutBeforeOneThatCompletedAfterIt() throws Exception {
+        c = new ConnectionParts(dir, false);
+        Request write = complete(CMD_WRITE, 0, 1, Status.OK);
+        Request[] taken = new Request[ConnectionParts.DEPTH];
+        assertEquals(1, c.ring.drain(taken), "the sender thread drained the WRITE's reply"); // as its run() does
+        complete(CMD_READ, 4096, 2, Status.OK);
+        c.sender.replyInlineIfIdle();
+        c.client.configureBlocking(false);
+        assertEquals(0, c.client.read(ByteBuffer.allocate(16)), "the READ's reply went out before the WRITE's");
+        assertEquals(2, c.queue.inflight());
+        c.client.configureBlocking(true);
+        // the sender's write of the WRITE's reply, as run() would do it, then the READ may go
+        ByteBuffer h = ByteBuffer.allocate(16).putInt(SIMPLE_REPLY_MAGIC).putInt(0).putLong(1).flip();
+        while (h.hasRemaining()) {
+            c.server.write(h);
+        }
+        write.release();
+        taken[0] = null;
+        c.ring.senderReleased(1);
+        c.sender.replyInlineIfIdle();
+        ByteBuffer w = c.receive(16 + 16 + 4096);
+        simpleReply(w, 0, 1);
+        simpleReply(w, 0, 2);
+        assertEquals(0, c.queue.inflight());
     }
 }

@@ -157,6 +157,38 @@ public final class Libc {
     private static final MethodHandle SETSOCKOPT = find("setsockopt",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT), true);
 
+    // Stream sockets the JDK opened (an NBD connection): a send that never blocks, a bounded wait for room, and a
+    // descriptor of our own that the JDK's close cannot hand to another socket while we still use it.
+    private static final MethodHandle SENDMSG = find("sendmsg",
+            FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_INT), true);
+    private static final MethodHandle POLL = find("poll",
+            FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT), true);
+    /** int fcntl(int fd, int cmd, ...): variadic after cmd; F_DUPFD_CLOEXEC takes an int. */
+    private static final MethodHandle FCNTL_INT = LINKER.downcallHandle(LIBC.find("fcntl").orElseThrow(),
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT), CAPTURE_ERRNO, Linker.Option.firstVariadicArg(2));
+    private static final MethodHandle SHUTDOWN = find("shutdown",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT), true);
+    /** {@code <bits/socket.h>} struct msghdr on x86-64 / arm64 (LP64). */
+    public static final StructLayout MSGHDR = MemoryLayout.structLayout(
+            ADDRESS.withName("msg_name"), JAVA_INT.withName("msg_namelen"), MemoryLayout.paddingLayout(4),
+            ADDRESS.withName("msg_iov"), JAVA_LONG.withName("msg_iovlen"),
+            ADDRESS.withName("msg_control"), JAVA_LONG.withName("msg_controllen"),
+            JAVA_INT.withName("msg_flags"), MemoryLayout.paddingLayout(4));
+    public static final long MSGHDR_IOV = MSGHDR.byteOffset(MemoryLayout.PathElement.groupElement("msg_iov"));
+    public static final long MSGHDR_IOVLEN = MSGHDR.byteOffset(MemoryLayout.PathElement.groupElement("msg_iovlen"));
+    /** {@code <bits/types/struct_iovec.h>} struct iovec: base, length. */
+    public static final StructLayout IOVEC = MemoryLayout.structLayout(ADDRESS.withName("iov_base"),
+            JAVA_LONG.withName("iov_len"));
+    /** {@code <bits/xopen_lim.h>} IOV_MAX: the most iovecs one sendmsg takes. */
+    public static final int IOV_MAX = 1024;
+    /** {@code <sys/poll.h>} struct pollfd: fd, events, revents. */
+    public static final StructLayout POLLFD = MemoryLayout.structLayout(JAVA_INT.withName("fd"),
+            ValueLayout.JAVA_SHORT.withName("events"), ValueLayout.JAVA_SHORT.withName("revents"));
+    public static final short POLLOUT = 0x4, POLLERR = 0x8, POLLHUP = 0x10;
+    public static final int SHUT_RDWR = 2;
+    public static final int EAGAIN = 11, EINTR = 4;
+    private static final int F_DUPFD_CLOEXEC = 1030;
+
     private static MethodHandle find(String name, FunctionDescriptor fd, boolean captureErrno) {
         MemorySegment symbol = LIBC.find(name)
                 .orElseThrow(() -> new UnsatisfiedLinkError("libc has no symbol " + name));
@@ -734,6 +766,102 @@ public final class Libc {
         } catch (Throwable t) {
             throw new AssertionError(t);
         }
+    }
+
+    /**
+     * sendmsg(2) of {@code msghdr}'s iovecs with MSG_DONTWAIT | MSG_NOSIGNAL: never blocks, even on a blocking
+     * socket (the flag is per call, unlike O_NONBLOCK, which the JDK's blocking reads on the same socket share).
+     * Allocates nothing.
+     * @return bytes the socket took; 0 when its send buffer is full (EAGAIN) or a signal came first (EINTR)
+     * @throws NativeException for any other error (EPIPE, ECONNRESET: the peer is gone)
+     */
+    public static long sendNow(int fd, MemorySegment msghdr) throws NativeException {
+        MemorySegment state = CALL_STATE.get();
+        long n;
+        try {
+            n = (long) SENDMSG.invokeExact(state, fd, msghdr, MSG_DONTWAIT | MSG_NOSIGNAL);
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+        if (n < 0) {
+            int errno = errno(state);
+            if (errno == EAGAIN || errno == EINTR) {
+                return 0;
+            }
+            throw NativeException.of("sendmsg", errno, "fd " + fd + ", " + msghdr.get(JAVA_LONG, MSGHDR_IOVLEN)
+                    + " iovecs");
+        }
+        return n;
+    }
+
+    /**
+     * poll(2) of the one {@code struct pollfd} in {@code pollfd} (its fd and events set by the caller), at most
+     * {@code millis}. Allocates nothing.
+     * @return the revents (POLLERR and POLLHUP included whether asked for or not); 0 on timeout or a signal
+     */
+    public static int pollOne(MemorySegment pollfd, int millis) throws NativeException {
+        MemorySegment state = CALL_STATE.get();
+        int rc;
+        try {
+            rc = (int) POLL.invokeExact(state, pollfd, 1L, millis);
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+        if (rc < 0) {
+            int errno = errno(state);
+            if (errno == EINTR) {
+                return 0;
+            }
+            throw NativeException.of("poll", errno, "fd " + pollfd.get(JAVA_INT, 0));
+        }
+        return rc == 0 ? 0 : Short.toUnsignedInt(pollfd.get(ValueLayout.JAVA_SHORT, 6));
+    }
+
+    /** fcntl(F_DUPFD_CLOEXEC): a second descriptor of the same open socket or file, closed on exec. */
+    public static int dupCloexec(int fd) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            int rc = (int) FCNTL_INT.invokeExact(state, fd, F_DUPFD_CLOEXEC, 0);
+            if (rc < 0) {
+                throw NativeException.of("fcntl", errno(state), "fd " + fd + ", F_DUPFD_CLOEXEC");
+            }
+            return rc;
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** shutdown(2): wakes every thread blocked on the socket, in any process or descriptor, and fails their calls. */
+    public static void shutdown(int fd, int how) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(CAPTURE);
+            if ((int) SHUTDOWN.invokeExact(state, fd, how) != 0) {
+                throw NativeException.of("shutdown", errno(state), "fd " + fd + ", how " + how);
+            }
+        } catch (NativeException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** ioctl SIOCOUTQ (= TIOCOUTQ, asm-generic/ioctls.h): see {@link #bytesUnsent}. */
+    public static final long SIOCOUTQ = 0x5411;
+
+    /**
+     * Bytes sent on stream socket {@code fd} that the peer has not taken yet (ioctl SIOCOUTQ: on a unix socket
+     * what the peer has not read, on TCP what it has not acknowledged). Falling while a writer waits is the
+     * peer making progress. Allocation-free: {@code out} is the caller's 4-byte segment.
+     */
+    public static int bytesUnsent(int fd, MemorySegment out) throws NativeException {
+        ioctl(fd, SIOCOUTQ, out);
+        return out.get(ValueLayout.JAVA_INT, 0);
     }
 
     /** An address made by {@link #unixAddress} as it was written ('@' for the abstract namespace), for messages. */

@@ -91,6 +91,17 @@ public final class Settings {
     public static final Key<Integer> NBD_STALL_TIMEOUT = Key.of("nbd.stall-timeout", "30", "whole seconds 1..3600",
             "A client stuck in the middle of a WRITE payload, or not reading its replies, for this long is disconnected"
                     + " so the tags it holds go back to the other clients of its queue.", t -> intRange(t, 1, 3600));
+    public static final Key<Integer> NBD_HANDSHAKE_TIMEOUT = Key.of("nbd.handshake-timeout", "10",
+            "whole seconds 1..300",
+            "A client must finish the whole negotiation (TLS handshake included) within this long, or it is"
+                    + " disconnected and its connection slot freed (qemu's NBD server uses 10 s too): clients that"
+                    + " connect and stall cannot hold nbd.max-connections slots for long.", t -> intRange(t, 1, 300));
+    public static final Key<Integer> NBD_IDLE_TIMEOUT = Key.of("nbd.idle-timeout", "0",
+            "whole seconds 0..604800 (0 = never)",
+            "A connection with no request in flight and no new one for this long is disconnected. Off by default, as"
+                    + " in nbdkit and qemu-nbd: the kernel's NBD client keeps the connection of an attached but unused"
+                    + " device idle, and cutting it fails that device's next I/O (unless nbd-client reconnects).",
+            t -> intRange(t, 0, 604800));
     public static final Key<Integer> NBD_BUSY_POLL = Key.of("nbd.busy-poll", "50", "microseconds 0..1000 (0 = off)",
             "How long a connection's reader polls its socket for the next request before it sleeps, as Linux's"
                     + " busy_poll does for network cards: where waking a sleeping thread costs tens of microseconds"
@@ -189,7 +200,9 @@ public final class Settings {
     static {
         Map<String, Key<?>> m = new LinkedHashMap<>();
         for (Key<?> k : List.of(PMEM_PATH, PMEM_SIZE, PMEM_RESIZE, PMEM_MAPPER, NBD_SOCKET, NBD_PORT, NBD_BIND,
-                NBD_TLS, NBD_TLS_CERTIFICATE, NBD_TLS_KEY, NBD_TLS_VERIFY_CLIENTS, NBD_EXPORT, NBD_MAX_CONNECTIONS, NBD_STALL_TIMEOUT, NBD_BUSY_POLL, QUEUES, QUEUE_DEPTH, QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
+                NBD_TLS, NBD_TLS_CERTIFICATE, NBD_TLS_KEY, NBD_TLS_VERIFY_CLIENTS, NBD_EXPORT, NBD_MAX_CONNECTIONS,
+                NBD_STALL_TIMEOUT, NBD_HANDSHAKE_TIMEOUT, NBD_IDLE_TIMEOUT, NBD_BUSY_POLL, QUEUES, QUEUE_DEPTH,
+                QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
                 DMA_RING_SIZE, DMA_SOFT_FAIL_EVERY, DMA_SOFT_BREAK_AFTER, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS,
                 UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT,
                 LOG_LEVEL)) {

@@ -1,0 +1,151 @@
+package io.pmemblk.nbd;
+
+import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.NativeException;
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.ByteBuffer;
+import java.nio.channels.SocketChannel;
+
+/**
+ * A plain connection's own descriptor of its socket (a dup of the JDK channel's), for what a blocking JDK channel
+ * cannot do: a send that never blocks ({@link #send}, MSG_DONTWAIT), so the reader can reply inline without ever
+ * waiting for a client that is itself blocked sending; a bounded wait for room ({@link #awaitWritable}) with the
+ * peer's reading visible ({@link #unsent}, SIOCOUTQ), so the stall watchdog measures progress, not age; and the
+ * busy-poller's FIONREAD.
+ *
+ * <p>A descriptor of our own because the JDK closes its one when it decides to (a thread interrupted in a read, a
+ * close from another thread), and a number closed under a native call may by then name the next client's
+ * socket: replies sent there would leak one client's data to another. This one is closed once ({@link #close}),
+ * after the connection's threads have stopped using it; {@link #shutdown} is safe from any thread at any time.
+ * It also means closing the JDK channel no longer ends the connection: whoever cuts one calls {@link #shutdown}.
+ *
+ * <p>{@link #send} and {@link #awaitWritable} use buffers of this object: one thread at a time (the connection's
+ * send lock).
+ */
+final class SocketFd {
+    private final int fd;
+    private boolean closed; // guarded by this
+    private final MemorySegment msghdr;
+    private final MemorySegment iovecs;
+    private final MemorySegment pollfd;
+    private final MemorySegment queued; // guarded by this
+    /** The last {@link #send} took less than it was given: the send buffer is full now. */
+    private boolean full;
+
+    private SocketFd(int fd) {
+        this.fd = fd;
+        Arena arena = Arena.ofAuto();
+        msghdr = arena.allocate(Libc.MSGHDR);
+        iovecs = arena.allocate(Libc.IOVEC, Libc.IOV_MAX);
+        msghdr.set(ValueLayout.ADDRESS, Libc.MSGHDR_IOV, iovecs);
+        pollfd = arena.allocate(Libc.POLLFD);
+        pollfd.set(ValueLayout.JAVA_INT, 0, fd);
+        pollfd.set(ValueLayout.JAVA_SHORT, 4, Libc.POLLOUT);
+        queued = arena.allocate(ValueLayout.JAVA_INT);
+    }
+
+    /** A descriptor of {@code channel}'s socket, or null when the JDK does not let us know it (see {@link ChannelFd}). */
+    static SocketFd of(SocketChannel channel) throws IOException {
+        int jdkFd = ChannelFd.of(channel);
+        if (jdkFd < 0) {
+            return null;
+        }
+        return new SocketFd(Libc.dupCloexec(jdkFd));
+    }
+
+    int fd() {
+        return fd;
+    }
+
+    /**
+     * Sends what {@code bufs[first, first+count)} hold (direct buffers), as much as the socket takes now without
+     * waiting, and advances their positions past what went. Allocates nothing.
+     * @return bytes sent; 0 when the socket's send buffer is full
+     * @throws IOException when the peer is gone (EPIPE, ECONNRESET) or the socket was shut down
+     */
+    long send(ByteBuffer[] bufs, int first, int count) throws IOException {
+        int n = Math.min(count, Libc.IOV_MAX);
+        long asked = 0;
+        for (int i = 0; i < n; i++) {
+            ByteBuffer b = bufs[first + i];
+            if (!b.isDirect()) {
+                // a heap segment's address() is an offset into its array: never hand that to the kernel
+                throw new IllegalArgumentException("reply buffer " + (first + i) + " is a heap buffer; replies are"
+                        + " built from direct buffers only (the pool's, the device's, the encoder's)");
+            }
+            int len = b.remaining();
+            long at = i * Libc.IOVEC.byteSize();
+            // The segment starts at the buffer's position, and it does not escape (C2 can scalar-replace it).
+            // Not DirectBuffer.address(): the JDK refuses that for buffers of shared arenas (the buffer pool's).
+            iovecs.set(ValueLayout.JAVA_LONG, at, MemorySegment.ofBuffer(b).address());
+            iovecs.set(ValueLayout.JAVA_LONG, at + 8, len);
+            asked += len;
+        }
+        msghdr.set(ValueLayout.JAVA_LONG, Libc.MSGHDR_IOVLEN, n);
+        long sent = Libc.sendNow(fd, msghdr);
+        long left = sent;
+        for (int i = first; left > 0; i++) {
+            ByteBuffer b = bufs[i];
+            int k = (int) Math.min(left, b.remaining());
+            b.position(b.position() + k);
+            left -= k;
+        }
+        full = sent < asked;
+        return sent;
+    }
+
+    /** Whether the last {@link #send} filled the socket's send buffer (took less than it was given). */
+    boolean sendBufferFull() {
+        return full;
+    }
+
+    /**
+     * Waits until the socket has room to send, it failed or was shut down, or {@code millis} passed.
+     * @return false when the socket can never send again (error or hang-up)
+     */
+    boolean awaitWritable(int millis) throws NativeException {
+        int revents = Libc.pollOne(pollfd, millis);
+        return (revents & (Libc.POLLERR | Libc.POLLHUP)) == 0;
+    }
+
+    /**
+     * Bytes sent that the peer has not taken yet (SIOCOUTQ); -1 when the socket cannot tell or is closed. Any
+     * thread (the stall watchdog): under the lock that {@link #close} takes, so never on a number reused.
+     */
+    synchronized int unsent() {
+        if (closed) {
+            return -1;
+        }
+        try {
+            return Libc.bytesUnsent(fd, queued);
+        } catch (NativeException e) {
+            return -1;
+        }
+    }
+
+    /** Ends the connection both ways: every blocked read, send and wait on the socket returns. Any thread. */
+    synchronized void shutdown() {
+        if (!closed) {
+            try {
+                Libc.shutdown(fd, Libc.SHUT_RDWR);
+            } catch (NativeException e) {
+                // not connected any more: nothing to wake
+            }
+        }
+    }
+
+    /** Once every thread that sends, waits or polls on it is done. Idempotent. */
+    synchronized void close() {
+        if (!closed) {
+            closed = true;
+            try {
+                Libc.close(fd);
+            } catch (NativeException e) {
+                // EBADF cannot happen (ours, closed once); EINTR/EIO on a socket: the number is released anyway
+            }
+        }
+    }
+}
