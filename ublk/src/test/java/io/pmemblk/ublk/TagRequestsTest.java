@@ -54,6 +54,7 @@ class TagRequestsTest {
     FrontendQueue frontend;
     TagRequests requests;
     int fd = -1;
+    FdGuard ublkc;
     final Map<Integer, Integer> results = new ConcurrentHashMap<>();
     final AtomicInteger doneCalls = new AtomicInteger();
     /** What each tag was given, for the acknowledgement record: op, fua, offset, length, id. */
@@ -70,7 +71,8 @@ class TagRequestsTest {
         layer = new BlockLayer(driver, 1, 64, 32 << 20, MAX_IO);
         frontend = new FrontendQueue(layer.queue(0));
         fd = Libc.open(dir.resolve("ublkc").toString(), Libc.O_CREAT | openFlags, 0600);
-        requests = new TagRequests(0, fd, frontend, MAX_IO, (tag, res) -> {
+        ublkc = new FdGuard(fd);
+        requests = new TagRequests(0, ublkc, frontend, MAX_IO, (tag, res) -> {
             long[] g = given.get(tag);
             Op op = Op.values()[(int) g[0]];
             // The acknowledgement: from here the COMMIT carrying res may reach the kernel.
