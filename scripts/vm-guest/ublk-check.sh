@@ -29,7 +29,7 @@ set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$(dirname "$0")/guest-java.sh" # PMEMBLK_GUEST_CMD: java with the launcher's JVM arguments
 RATE_SECS=${UBLK_RATE_SECS:-10}
-READY_SECS=150        # serve took 15 s under TCG on a quiet host, up to 50 s on a busy one
+READY_SECS=${UBLK_READY_SECS:-300} # serve took 15 s under TCG on a quiet host, 50 s on a busy one, 150+ with four guests on 2 cores
 SOCK=/tmp/nbd.sock
 PM=/mnt/pm            # ext4 -o dax on the NVDIMM's fsdax namespace
 FS=/mnt/ublk          # ext4 on /dev/ublkbN
@@ -382,7 +382,7 @@ part_ublk_recovery() {
     rm -f /tmp/other-pool
     _rc=0
     # shellcheck disable=SC2086
-    timeout 150 $PMEMBLK_GUEST_CMD serve --set pmem.path=/tmp/other-pool --set pmem.size=16M --set "nbd.socket=$SOCK" \
+    timeout $READY_SECS $PMEMBLK_GUEST_CMD serve --set pmem.path=/tmp/other-pool --set pmem.size=16M --set "nbd.socket=$SOCK" \
         --set nbd.port=0 --set nbd.export=pmem0 --set ublk.enabled=true --set ublk.id=$ID --set ublk.recovery=true \
         >/tmp/server-other.log 2>&1 || _rc=$?
     rm -f /tmp/other-pool
