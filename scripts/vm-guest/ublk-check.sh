@@ -379,12 +379,24 @@ part_ublk_recovery() {
     wait_gone "$SPID" 30 || fail "serve still alive 30 s after the second kill -9"
     wait "$SPID" 2>/dev/null || true
     [ -b "$DEV" ] || fail "$DEV vanished after the second kill -9 with ublk.recovery=true"
-    rm -f /tmp/other-pool
-    _rc=0
+    # The other file has the same size and block size, which is all recovery checked before.
+    rm -f /tmp/other-pool "$SOCK"
     # shellcheck disable=SC2086
-    timeout $READY_SECS $PMEMBLK_GUEST_CMD serve --set pmem.path=/tmp/other-pool --set pmem.size=16M --set "nbd.socket=$SOCK" \
+    $PMEMBLK_GUEST_CMD serve --set pmem.path=/tmp/other-pool --set pmem.size=256M --set "nbd.socket=$SOCK" \
         --set nbd.port=0 --set nbd.export=pmem0 --set ublk.enabled=true --set ublk.id=$ID --set ublk.recovery=true \
-        >/tmp/server-other.log 2>&1 || _rc=$?
+        >/tmp/server-other.log 2>&1 &
+    _op=$!
+    track "$_op"
+    _t0=$(now)
+    while alive "$_op"; do
+        if grep -q '^ready: /dev/ublkb' /tmp/server-other.log; then
+            server_lines /tmp/server-other.log | sed 's/^/server| /'
+            fail "serve on another file of the same size resumed $DEV: the filesystem on it now reads another file's data"
+        fi
+        [ $(( $(now) - _t0 )) -lt $READY_SECS ] || { diagnose "$_op"; fail "serve on another file neither exited nor got ready in ${READY_SECS}s"; }
+        sleep 0.2
+    done
+    _rc=0; wait "$_op" || _rc=$?
     rm -f /tmp/other-pool
     server_lines /tmp/server-other.log | sed 's/^/server| /'
     [ "$_rc" = 1 ] || fail "serve on another file with ublk.id=$ID exited $_rc (want 1: refused, the device waiting for its own file)"
