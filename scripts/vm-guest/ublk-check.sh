@@ -17,6 +17,8 @@
 #                  SIGTERM again; no I/O error in the kernel log
 #   ublk-recovery  fio verify on /dev/ublkb7 (ublk.id=7), the server kill -9'ed mid-run, the device stays,
 #                  serve again with ublk.id=7: fio completes and verifies, no I/O error in the kernel log;
+#                  killed again: a serve on another file with ublk.id=7 exits 1 naming the inode of the file
+#                  the device serves (the device stays waiting), a serve on that file resumes it;
 #                  then ublk.recovery=false (ublk.id=8): kill -9 removes /dev/ublkb8 and ends the I/O waiting
 #                  on it, and the next serve with ublk.id=8 comes up and serves
 # Output: per scenario "RESULT NAME.status=pass|fail", on failure "RESULT NAME.why=...", "RESULT NAME.secs=N",
@@ -27,7 +29,7 @@ set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$(dirname "$0")/guest-java.sh" # PMEMBLK_GUEST_CMD: java with the launcher's JVM arguments
 RATE_SECS=${UBLK_RATE_SECS:-10}
-READY_SECS=150        # serve took 15 s under TCG on a quiet host, up to 50 s on a busy one
+READY_SECS=${UBLK_READY_SECS:-300} # serve took 15 s under TCG on a quiet host, 50 s on a busy one, 150+ with four guests on 2 cores
 SOCK=/tmp/nbd.sock
 PM=/mnt/pm            # ext4 -o dax on the NVDIMM's fsdax namespace
 FS=/mnt/ublk          # ext4 on /dev/ublkbN
@@ -368,6 +370,46 @@ part_ublk_recovery() {
     fi
     check_dmesg
     result fio "verified"
+
+    # Recovery only onto the file the device serves: killed again, a server on another file with ublk.id=7 is
+    # refused, naming the inode of the file the device was serving, and leaves the device waiting; a server on
+    # that file then resumes it.
+    _ino=$(stat -c %i "$POOL")
+    kill -9 "$SPID"
+    wait_gone "$SPID" 30 || fail "serve still alive 30 s after the second kill -9"
+    wait "$SPID" 2>/dev/null || true
+    [ -b "$DEV" ] || fail "$DEV vanished after the second kill -9 with ublk.recovery=true"
+    # The other file has the same size and block size, which is all recovery checked before.
+    rm -f /tmp/other-pool "$SOCK"
+    # shellcheck disable=SC2086
+    $PMEMBLK_GUEST_CMD serve --set pmem.path=/tmp/other-pool --set pmem.size=256M --set "nbd.socket=$SOCK" \
+        --set nbd.port=0 --set nbd.export=pmem0 --set ublk.enabled=true --set ublk.id=$ID --set ublk.recovery=true \
+        >/tmp/server-other.log 2>&1 &
+    _op=$!
+    track "$_op"
+    _t0=$(now)
+    while alive "$_op"; do
+        if grep -q '^ready: /dev/ublkb' /tmp/server-other.log; then
+            server_lines /tmp/server-other.log | sed 's/^/server| /'
+            fail "serve on another file of the same size resumed $DEV: the filesystem on it now reads another file's data"
+        fi
+        [ $(( $(now) - _t0 )) -lt $READY_SECS ] || { diagnose "$_op"; fail "serve on another file neither exited nor got ready in ${READY_SECS}s"; }
+        sleep 0.2
+    done
+    _rc=0; wait "$_op" || _rc=$?
+    rm -f /tmp/other-pool
+    server_lines /tmp/server-other.log | sed 's/^/server| /'
+    [ "$_rc" = 1 ] || fail "serve on another file with ublk.id=$ID exited $_rc (want 1: refused, the device waiting for its own file)"
+    grep -q "waiting for recovery of another backing file: it was serving inode $_ino " /tmp/server-other.log \
+        || fail "serve on another file did not name inode $_ino, the file the device was serving: $(server_lines /tmp/server-other.log | tail -n 1 | cut -c1-200)"
+    [ -b "$DEV" ] || fail "$DEV gone after the refused serve on another file"
+    result other_file "refused, naming inode $_ino"
+    say "serve on another file with ublk.id=$ID: exit 1, names inode $_ino; $DEV still waiting"
+    start_server rec3 --set "pmem.path=$POOL" --set pmem.size=256M --set ublk.id=$ID --set ublk.recovery=true
+    [ "$DEV" = /dev/ublkb$ID ] || fail "recovery onto the right file with ublk.id=$ID came up as $DEV"
+    grep -q ', recovered)' "$SLOG" || fail "serve on the device's own file did not resume it: $(last_line)"
+    timeout 60 dd if="$DEV" of=/dev/null bs=1M count=8 iflag=direct 2>/dev/null || fail "read from the resumed $DEV failed"
+    result same_file "resumed"
     stop_server
 
     # Without recovery the device goes away with its server, and the same id can be served again.

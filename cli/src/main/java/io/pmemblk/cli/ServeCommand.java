@@ -10,6 +10,7 @@ import io.pmemblk.posix.UnsafePathException;
 import io.pmemblk.settings.Settings;
 import io.pmemblk.settings.SettingsException;
 import io.pmemblk.settings.Sizes;
+import io.pmemblk.ublk.BackingFile;
 import io.pmemblk.ublk.UblkConfig;
 import io.pmemblk.ublk.UblkDevice;
 import io.pmemblk.ublk.UblkException;
@@ -134,8 +135,10 @@ final class ServeCommand implements Callable<Integer> {
                     .busyPoll(java.time.Duration.ofNanos(1000L * s.get(Settings.NBD_BUSY_POLL)));
             List<java.net.URI> uris = server.start();
             if (ublkEnabled) {
+                // The device records which file it serves, so that recovery resumes it on that file only.
                 ublk = UblkDevice.open(device.layer(), new UblkConfig(s.get(Settings.UBLK_ID), s.ublkQueues(),
-                        s.ublkDepth(), s.get(Settings.UBLK_BLOCK_SIZE), UBLK_MAX_IO_BYTES, s.get(Settings.UBLK_RECOVERY)));
+                        s.ublkDepth(), s.get(Settings.UBLK_BLOCK_SIZE), UBLK_MAX_IO_BYTES, s.get(Settings.UBLK_RECOVERY)),
+                        BackingFile.of(device.region().path()));
                 if (metrics != null) {
                     metrics.addUblk(ublk);
                 }

@@ -28,7 +28,6 @@ import static io.pmemblk.ublk.UblkAbi.*;
  */
 final class TagRequests implements Request.Completion {
     private static final System.Logger LOG = System.getLogger(TagRequests.class.getName());
-    private static final int EIO = Status.EIO, ENOTSUP = Status.ENOTSUP, EINVAL = Status.EINVAL;
 
     /** Where a tag's result goes: the queue commits it (called on any thread, once per served request). */
     @FunctionalInterface
@@ -37,7 +36,8 @@ final class TagRequests implements Request.Completion {
     }
 
     private final int q;
-    private final int fd;
+    /** {@code /dev/ublkcN}, retired by the device before it closes it (a late completion must not use the number). */
+    private final FdGuard ublkc;
     private final FrontendQueue frontend;
     private final int maxIoBytes;
     private final Done done;
@@ -45,12 +45,12 @@ final class TagRequests implements Request.Completion {
 
     /**
      * @param q          the ublk queue (part of the user-copy position)
-     * @param fd         {@code /dev/ublkcN}
+     * @param ublkc      {@code /dev/ublkcN}
      * @param maxIoBytes the device's max I/O: longer READ/WRITEs are refused (the kernel splits to it)
      */
-    TagRequests(int q, int fd, FrontendQueue frontend, int maxIoBytes, Done done, String name) {
+    TagRequests(int q, FdGuard ublkc, FrontendQueue frontend, int maxIoBytes, Done done, String name) {
         this.q = q;
-        this.fd = fd;
+        this.ublkc = ublkc;
         this.frontend = frontend;
         this.maxIoBytes = maxIoBytes;
         this.done = done;
@@ -100,7 +100,7 @@ final class TagRequests implements Request.Completion {
                     r.length = length;
                 }
                 default -> {
-                    done.done(tag, -ENOTSUP); // zone operations: not a zoned device
+                    done.done(tag, -EOPNOTSUPP); // zone operations: not a zoned device
                     return;
                 }
             }
@@ -110,16 +110,36 @@ final class TagRequests implements Request.Completion {
             if (frontend.full()) {
                 frontend.dispatch();
             }
-        } catch (InterruptedException | RuntimeException e) {
+        } catch (Throwable e) {
+            // An Error too (out of memory, an InternalError from a fault): it fails this request, not the queue
+            // thread, which serves every other tag of the device.
             if (e instanceof InterruptedException) {
                 Thread.currentThread().interrupt();
             }
             if (handedOver) {
-                LOG.log(System.Logger.Level.ERROR, name + ": dispatching threw (its requests are completed by the driver): " + e, e);
+                dispatchThrew(e);
             } else {
                 failHere(r, tag, e);
             }
         }
+    }
+
+    /**
+     * Hands the batch to the driver. What the driver throws (it rethrows an Error once it has completed the whole
+     * batch: {@link io.pmemblk.block.BlockDriver#queueRequests}) is logged here and goes no further: the
+     * requests are answered, and the queue thread must go on serving.
+     */
+    void dispatch() {
+        try {
+            frontend.dispatch();
+        } catch (Throwable e) {
+            dispatchThrew(e);
+        }
+    }
+
+    private void dispatchThrew(Throwable e) {
+        LOG.log(System.Logger.Level.ERROR, name + ": the driver threw on a batch (it has answered its requests; the"
+                + " queue goes on): " + e, e);
     }
 
     private void fill(Request r, int tag, int opFlags) {
@@ -133,13 +153,13 @@ final class TagRequests implements Request.Completion {
      * Answers EIO for a tag whose request never reached the driver (r: acquired and not completed, or null); the
      * tag is committed either way, exactly once.
      */
-    private void failHere(Request r, int tag, Exception e) {
+    private void failHere(Request r, int tag, Throwable e) {
         LOG.log(System.Logger.Level.ERROR, name + ": tag " + tag + " answered EIO: " + e, e);
         if (r != null && !r.isCompleted()) {
             try {
                 frontend.completeHere(r, EIO); // completes through completed(), which commits the tag
                 return;
-            } catch (RuntimeException again) {
+            } catch (Throwable again) {
                 e.addSuppressed(again);
             }
         }
@@ -158,33 +178,43 @@ final class TagRequests implements Request.Completion {
 
     /** Moves the request's data buffers' bytes from or to the kernel at the tag's user-copy position, looping on short counts. */
     private long copy(Request r, int tag, boolean fromKernel) {
-        ByteBuffer[] bufs = r.dataBuffers();
-        long done = 0;
-        for (int i = 0, n = r.dataBufferCount(); i < n; i++) {
-            MemorySegment buf = MemorySegment.ofBuffer(bufs[i]);
-            while (buf.byteSize() > 0) {
-                long pos = userCopyPosition(q, tag, done);
-                long moved = fromKernel ? FileIo.pread(fd, buf, pos) : FileIo.pwrite(fd, buf, pos);
-                if (moved <= 0) {
-                    return moved == 0 ? done : moved; // the request ends early (clamped), or -errno
-                }
-                done += moved;
-                buf = buf.asSlice(moved);
+        int fd = ublkc.enter();
+        try {
+            if (fd < 0) {
+                return -ENODEV; // the device is closed: its number may already be another file's
             }
+            ByteBuffer[] bufs = r.dataBuffers();
+            long done = 0;
+            for (int i = 0, n = r.dataBufferCount(); i < n; i++) {
+                MemorySegment buf = MemorySegment.ofBuffer(bufs[i]);
+                while (buf.byteSize() > 0) {
+                    long pos = userCopyPosition(q, tag, done);
+                    long moved = fromKernel ? FileIo.pread(fd, buf, pos) : FileIo.pwrite(fd, buf, pos);
+                    if (moved <= 0) {
+                        return moved == 0 ? done : moved; // the request ends early (clamped), or -errno
+                    }
+                    done += moved;
+                    buf = buf.asSlice(moved);
+                }
+            }
+            return done;
+        } finally {
+            ublkc.exit();
         }
-        return done;
     }
 
     /**
      * The driver completed a request: on the queue's thread (CPU route) or a DMA channel's. Works out the tag's
-     * result, sends a READ's data to the kernel, gives the request back, and reports the tag.
+     * result, sends a READ's data to the kernel, gives the request back, and reports the tag: always, whatever
+     * throws on the way (a READ whose hand-back threw, say from a mapping already unmapped, is reported -EIO),
+     * since a tag never reported keeps its request hanging in the kernel until STOP_DEV.
      */
     @Override
     public void completed(Request r) {
         int tag = (int) r.cookie;
-        int status = r.status();
-        int res;
+        int res = -EIO;
         try {
+            int status = r.status();
             if (status != Status.OK) {
                 res = -status;
             } else if (r.op == Op.READ) {
@@ -195,10 +225,18 @@ final class TagRequests implements Request.Completion {
             } else {
                 res = 0; // FLUSH, DISCARD, WRITE_ZEROES: success is 0, not a byte count
             }
+        } catch (Throwable e) {
+            res = -EIO;
+            LOG.log(System.Logger.Level.ERROR, name + ": tag " + tag + " (" + r.op + ") answered EIO: handing its"
+                    + " result to the kernel threw: " + e, e);
         } finally {
-            r.release();
+            try {
+                r.release();
+            } catch (Throwable e) {
+                LOG.log(System.Logger.Level.ERROR, name + ": releasing the request of tag " + tag + " threw: " + e, e);
+            }
+            done.done(tag, res);
         }
-        done.done(tag, res);
     }
 
     @Override

@@ -53,6 +53,8 @@ final class UblkAbi {
     static final int DEV_INFO_DEV_ID = 12;       // u32
     static final int DEV_INFO_SRV_PID = 16;      // s32
     static final int DEV_INFO_FLAGS = 24;        // u64 UBLK_F_*
+    /** u64 ublksrv_flags: "for ublksrv internal use, invisible to ublk driver"; kept with the device until DEL_DEV. */
+    static final int DEV_INFO_SRV_FLAGS = 32;
     static final int DEV_INFO_OWNER_UID = 40;    // u32
     static final int DEV_INFO_OWNER_GID = 44;    // u32
     static final int UBLK_S_DEV_DEAD = 0, UBLK_S_DEV_LIVE = 1, UBLK_S_DEV_QUIESCED = 2;
@@ -108,8 +110,12 @@ final class UblkAbi {
     static final long IO_DESC_QUEUE_STRIDE = 98304;
     static final int UBLK_MAX_QUEUE_DEPTH = 4096;
 
+    // The errnos the ublk driver and the calls around it answer (asm-generic/errno-base.h, errno.h), by name.
+    static final int EPERM = 1, ENOENT = 2, EINTR = 4, EIO = 5, ENXIO = 6, EBADF = 9, EACCES = 13, EBUSY = 16,
+            EEXIST = 17, ENODEV = 19, EINVAL = 22, ENOTTY = 25, EOPNOTSUPP = 95;
+
     /** CQE res of FETCH / COMMIT_AND_FETCH: a new request for the tag; or the device is stopping (-ENODEV). */
-    static final int UBLK_IO_RES_OK = 0, UBLK_IO_RES_ABORT = -19;
+    static final int UBLK_IO_RES_OK = 0, UBLK_IO_RES_ABORT = -ENODEV;
 
     /**
      * The user-copy position of byte {@code offset} of request (q, tag): pread/pwrite on {@code /dev/ublkcN} at it

@@ -46,10 +46,10 @@ public final class UblkControl implements AutoCloseable {
             fd = Libc.open(CONTROL_DEVICE, Libc.O_RDWR, 0);
         } catch (NativeException e) {
             throw switch (e.errno()) {
-                case 2, 6, 19 -> new UblkException(CONTROL_DEVICE + " does not exist: the ublk driver is not loaded"
+                case ENOENT, ENXIO, ENODEV -> new UblkException(CONTROL_DEVICE + " does not exist: the ublk driver is not loaded"
                         + " (run `modprobe ublk_drv` as root; it needs Linux >= 6.4 with CONFIG_BLK_DEV_UBLK), or set"
                         + " ublk.enabled=false", e.errno(), e);
-                case 1, 13 -> new UblkException("cannot open " + CONTROL_DEVICE + ": " + e.getMessage()
+                case EPERM, EACCES -> new UblkException("cannot open " + CONTROL_DEVICE + ": " + e.getMessage()
                         + "; creating ublk devices needs root (CAP_SYS_ADMIN)", e.errno(), e);
                 default -> new UblkException("cannot open " + CONTROL_DEVICE + ": " + e.getMessage(), e.errno(), e);
             };
@@ -64,7 +64,7 @@ public final class UblkControl implements AutoCloseable {
             }
             int errno = e instanceof NativeException n ? n.errno() : 0;
             throw new UblkException("cannot create the io_uring for " + CONTROL_DEVICE + ": " + e.getMessage()
-                    + (errno == 1 || errno == 13 ? " (is io_uring disabled? sysctl kernel.io_uring_disabled must be 0)" : ""),
+                    + (errno == EPERM || errno == EACCES ? " (is io_uring disabled? sysctl kernel.io_uring_disabled must be 0)" : ""),
                     errno, e);
         }
     }
@@ -81,9 +81,11 @@ public final class UblkControl implements AutoCloseable {
 
     /**
      * ADD_DEV: creates device {@code id} (-1: the kernel picks) with {@code queues} x {@code depth} tags,
-     * requests of at most {@code maxIoBytes}, and {@code flags} (UBLK_F_*); returns what the kernel made of it.
+     * requests of at most {@code maxIoBytes}, and {@code flags} (UBLK_F_*); {@code serverFlags} goes into
+     * {@code ublksrv_flags}, which the kernel keeps with the device for us. Returns what the kernel made of it.
      */
-    public synchronized DeviceInfo add(int id, int queues, int depth, int maxIoBytes, long flags) throws UblkException {
+    public synchronized DeviceInfo add(int id, int queues, int depth, int maxIoBytes, long flags, long serverFlags)
+            throws UblkException {
         MemorySegment info = buffer.asSlice(0, DEV_INFO_SIZE);
         info.fill((byte) 0);
         info.set(JAVA_SHORT, DEV_INFO_NR_HW_QUEUES, (short) queues);
@@ -92,14 +94,15 @@ public final class UblkControl implements AutoCloseable {
         info.set(JAVA_INT, DEV_INFO_DEV_ID, id);
         info.set(JAVA_INT, DEV_INFO_SRV_PID, -1);
         info.set(JAVA_LONG, DEV_INFO_FLAGS, flags);
+        info.set(JAVA_LONG, DEV_INFO_SRV_FLAGS, serverFlags);
         int res = run(UBLK_U_CMD_ADD_DEV, id, NO_QUEUE, info, DEV_INFO_SIZE, 0);
         if (res < 0) {
             String what = id < 0 ? "a new ublk device" : "ublk device " + id;
             throw new UblkException(switch (-res) {
-                case 17 -> "cannot add " + what + ": the id is in use (another pmemblk or ublk server, or a stale device:"
+                case EEXIST -> "cannot add " + what + ": the id is in use (another pmemblk or ublk server, or a stale device:"
                         + " `ublk list`, or set ublk.id=-1)";
-                case 13 -> "cannot add " + what + ": the kernel has no free ublk device (module parameter ublks_max, default 64)";
-                case 1 -> "cannot add " + what + ": not permitted (needs root: CAP_SYS_ADMIN)";
+                case EACCES -> "cannot add " + what + ": the kernel has no free ublk device (module parameter ublks_max, default 64)";
+                case EPERM -> "cannot add " + what + ": not permitted (needs root: CAP_SYS_ADMIN)";
                 default -> "cannot add " + what + " (" + queues + " queues x " + depth + " tags, max I/O " + maxIoBytes
                         + " bytes, flags 0x" + Long.toHexString(flags) + "): " + errnoText(res);
             }, -res);
@@ -112,8 +115,8 @@ public final class UblkControl implements AutoCloseable {
         MemorySegment info = buffer.asSlice(0, DEV_INFO_SIZE);
         info.fill((byte) 0);
         int res = run(UBLK_U_CMD_GET_DEV_INFO, id, NO_QUEUE, info, DEV_INFO_SIZE, 0);
-        if (res == -19) {
-            return null; // ENODEV
+        if (res == -ENODEV) {
+            return null;
         }
         check(res, "GET_DEV_INFO", id);
         return DeviceInfo.read(info);
@@ -157,7 +160,7 @@ public final class UblkControl implements AutoCloseable {
      */
     public void delete(int id, long millis) throws UblkException {
         int res = runUnlocked(UBLK_U_CMD_DEL_DEV_ASYNC, id, 0);
-        if (res == -95 || res == -22) { // EOPNOTSUPP / EINVAL: no DEL_DEV_ASYNC before 6.9
+        if (res == -EOPNOTSUPP || res == -EINVAL) { // no DEL_DEV_ASYNC before 6.9
             check(runUnlocked(UBLK_U_CMD_DEL_DEV, id, 0), "DEL_DEV", id);
             return;
         }
@@ -166,13 +169,13 @@ public final class UblkControl implements AutoCloseable {
         while (info(id) != null) {
             if (System.nanoTime() - deadline > 0) {
                 throw new UblkException("ublk device " + id + " was deleted but is still held after " + millis
-                        + " ms (a process has /dev/ublkc" + id + " open or mapped); it goes away when that is closed", 16);
+                        + " ms (a process has /dev/ublkc" + id + " open or mapped); it goes away when that is closed", EBUSY);
             }
             try {
                 Thread.sleep(20); // the kernel signals nothing here: bounded polling
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
-                throw new UblkException("interrupted while deleting ublk device " + id, 4, e);
+                throw new UblkException("interrupted while deleting ublk device " + id, EINTR, e);
             }
         }
     }

@@ -64,15 +64,16 @@ public final class UblkDevice implements AutoCloseable {
     private static void requireUserCopy(long features) throws UblkException {
         if ((features & UBLK_F_USER_COPY) == 0) {
             throw new UblkException("this kernel's ublk driver has no UBLK_F_USER_COPY (features 0x"
-                    + Long.toHexString(features) + "); pmemblk needs Linux >= 6.4", 95);
+                    + Long.toHexString(features) + "); pmemblk needs Linux >= 6.4", EOPNOTSUPP);
         }
     }
 
     /**
-     * Creates and starts the device over {@code layer} (or resumes a quiesced one with {@code config.id()}).
+     * Creates and starts the device over {@code layer}, whose data is {@code backing}'s (or resumes a quiesced one
+     * with {@code config.id()}, when it was serving that same file).
      * @throws UblkException with a message naming what to fix; nothing is left behind
      */
-    public static UblkDevice open(BlockLayer layer, UblkConfig config) throws UblkException {
+    public static UblkDevice open(BlockLayer layer, UblkConfig config, BackingFile backing) throws UblkException {
         if (config.queues() > layer.queueCount()) {
             throw new UblkException("ublk.queues=" + config.queues() + " but the block layer has " + layer.queueCount()
                     + " hardware queues: ublk queue i is served on hardware queue i (set queues >= ublk.queues)", 0);
@@ -95,13 +96,13 @@ public final class UblkDevice implements AutoCloseable {
             if (config.id() >= 0) {
                 DeviceInfo existing = control.info(config.id());
                 if (existing != null) {
-                    UblkDevice resumed = takeOver(control, layer, config, existing, params);
+                    UblkDevice resumed = takeOver(control, layer, config, existing, params, backing);
                     if (resumed != null) {
                         return resumed;
                     }
                 }
             }
-            return create(control, layer, config, params, maxIo);
+            return create(control, layer, config, params, maxIo, backing);
         } catch (UblkException | RuntimeException e) {
             control.close();
             throw e;
@@ -110,12 +111,12 @@ public final class UblkDevice implements AutoCloseable {
 
     /** An existing device with our id: resume it (quiesced, recoverable), delete it (dead), or refuse (live). */
     private static UblkDevice takeOver(UblkControl control, BlockLayer layer, UblkConfig config, DeviceInfo existing,
-            DeviceParams params) throws UblkException {
+            DeviceParams params, BackingFile backing) throws UblkException {
         int id = existing.id();
         boolean serverAlive = existing.serverPid() > 0 && Files.exists(Path.of("/proc/" + existing.serverPid()));
         if (existing.state() == UBLK_S_DEV_LIVE && serverAlive) {
             throw new UblkException("ublk device " + id + " is in use: served by process " + existing.serverPid()
-                    + " (stop it, or choose another ublk.id; -1 lets the kernel pick)", 17);
+                    + " (stop it, or choose another ublk.id; -1 lets the kernel pick)", EEXIST);
         }
         if (existing.state() == UBLK_S_DEV_DEAD) {
             // A server without recovery died (or never started the device): the disk is gone, only the id is
@@ -126,32 +127,36 @@ public final class UblkDevice implements AutoCloseable {
         }
         if (!existing.recoverable()) {
             throw new UblkException("ublk device " + id + " is " + existing.stateName() + " but was created without"
-                    + " recovery; it cannot be taken over (its server " + existing.serverPid() + " may still be exiting)", 16);
+                    + " recovery; it cannot be taken over (its server " + existing.serverPid() + " may still be exiting)", EBUSY);
         }
         if (!config.recovery()) {
             throw new UblkException("ublk device " + id + " is waiting for recovery (" + existing.stateName()
-                    + ") but ublk.recovery=false: set ublk.recovery=true to resume it", 16);
+                    + ") but ublk.recovery=false: set ublk.recovery=true to resume it", EBUSY);
+        }
+        String other = otherBackingFile(existing, backing);
+        if (other != null) {
+            throw new UblkException(other, EINVAL);
         }
         DeviceParams old = control.params(id);
         if (old.sizeBytes() != params.sizeBytes() || old.logicalBlock() != params.logicalBlock()) {
             throw new UblkException("ublk device " + id + " waiting for recovery has " + old.sizeBytes() + " bytes in "
                     + old.logicalBlock() + "-byte blocks, but this server has " + params.sizeBytes() + " in "
-                    + params.logicalBlock() + ": serve the same pmem.size and ublk.block-size to resume it", 22);
+                    + params.logicalBlock() + ": serve the same pmem.size and ublk.block-size to resume it", EINVAL);
         }
         if (existing.queues() > layer.queueCount()
                 || existing.depth() > layer.queue(existing.queues() - 1).reservedDepth()) {
             throw new UblkException("ublk device " + id + " has " + existing.queues() + " queues x " + existing.depth()
                     + " tags; this server's block layer reserves " + layer.queue(0).reservedDepth() + " tags for ublk"
-                    + " on each of " + layer.queueCount() + " queues (serve the same ublk.queues and ublk.depth)", 22);
+                    + " on each of " + layer.queueCount() + " queues (serve the same ublk.queues and ublk.depth)", EINVAL);
         }
         // START_USER_RECOVERY answers EBUSY until the kernel has released the dead server's /dev/ublkcN and
         // quiesced the device (the queue rings' teardown runs as the process exits).
         long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(STEP_MILLIS);
         int res;
-        while ((res = control.startRecovery(id)) == -16) {
+        while ((res = control.startRecovery(id)) == -EBUSY) {
             if (System.nanoTime() - deadline > 0) {
                 throw new UblkException("ublk device " + id + ": START_USER_RECOVERY still busy after " + STEP_MILLIS
-                        + " ms (the previous server has not released /dev/ublkc" + id + ")", 16);
+                        + " ms (the previous server has not released /dev/ublkc" + id + ")", EBUSY);
             }
             pause();
         }
@@ -167,16 +172,48 @@ public final class UblkDevice implements AutoCloseable {
         } catch (UblkException | RuntimeException e) {
             // The device stays quiesced for a later attempt: leave it, stop our queues.
             abandon(queues);
-            closeQuietly(fd);
+            closeUblkc(fd, queues);
             throw e;
         }
     }
 
+    /**
+     * Why {@code existing} must not be resumed on {@code backing} (it recorded another file, or none), naming the
+     * file it served and how to go on; null when it served this very file.
+     */
+    static String otherBackingFile(DeviceInfo existing, BackingFile backing) {
+        long recorded = existing.serverFlags();
+        long ours = backing.identity();
+        if (recorded == ours) {
+            return null;
+        }
+        int id = existing.id();
+        String here = "pmem.path=" + backing.path() + " is inode " + backing.ino() + " on device " + backing.deviceName()
+                + " (identity 0x" + Long.toHexString(ours) + ")";
+        String delete = "or delete the device (the I/O waiting on it then fails) with a ublk tool (ublksrv's `ublk del -n "
+                + id + "`) and serve this file with ublk.id=" + id + " again, or with another ublk.id";
+        long inode = BackingFile.inodeOf(recorded);
+        if (inode < 0) {
+            return "ublk device " + id + " is waiting for recovery but records no backing file (ublksrv_flags 0x"
+                    + Long.toHexString(recorded) + ": created by an older pmemblk, or by another ublk server), so it"
+                    + " cannot be told whether " + here + " is the file it served; resuming it on another file would"
+                    + " give the filesystem on /dev/ublkb" + id + " other data. Resume it with the server that created"
+                    + " it, " + delete;
+        }
+        boolean sameInode = inode == (backing.ino() & 0xFFFF_FFFFL);
+        return "ublk device " + id + " is waiting for recovery of another backing file: it was serving inode " + inode
+                + (sameInode ? " of another filesystem, or a file since deleted and created again with that inode"
+                        + " number (its identity 0x" : " (identity 0x") + Long.toHexString(recorded) + "), and " + here
+                + "; resuming it here would give the filesystem on /dev/ublkb" + id + " other data. Serve the file it"
+                + " was serving with ublk.id=" + id + " to resume it (`find MOUNTPOINT -xdev -inum " + inode
+                + "` on its filesystem names it; SIGTERM of that server then deletes the device), " + delete;
+    }
+
     private static UblkDevice create(UblkControl control, BlockLayer layer, UblkConfig config, DeviceParams params,
-            int maxIo) throws UblkException {
+            int maxIo, BackingFile backing) throws UblkException {
         long flags = UBLK_F_USER_COPY
                 | (config.recovery() ? UBLK_F_USER_RECOVERY | UBLK_F_USER_RECOVERY_REISSUE : 0);
-        DeviceInfo info = control.add(config.id(), config.queues(), config.depth(), maxIo, flags);
+        DeviceInfo info = control.add(config.id(), config.queues(), config.depth(), maxIo, flags, backing.identity());
         int fd = -1;
         List<UblkQueue> queues = new ArrayList<>();
         try {
@@ -215,7 +252,7 @@ public final class UblkDevice implements AutoCloseable {
                 throw new UblkException("ublk queue " + queue.index() + " did not fetch its tags within " + STEP_MILLIS + " ms", 0, e);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
-                throw new UblkException("interrupted while starting ublk queues", 4, e);
+                throw new UblkException("interrupted while starting ublk queues", EINTR, e);
             }
         }
     }
@@ -231,7 +268,7 @@ public final class UblkDevice implements AutoCloseable {
             try {
                 return Libc.open(path, Libc.O_RDWR, 0);
             } catch (NativeException e) {
-                boolean transient_ = e.errno() == 16 || e.errno() == 2; // EBUSY, ENOENT
+                boolean transient_ = e.errno() == EBUSY || e.errno() == ENOENT;
                 if (!transient_ || System.nanoTime() - deadline > 0) {
                     throw new UblkException("cannot open " + path + ": " + e.getMessage(), e.errno(), e);
                 }
@@ -245,7 +282,7 @@ public final class UblkDevice implements AutoCloseable {
             Thread.sleep(20); // polling the kernel for a state change it does not signal; bounded by the callers
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            throw new UblkException("interrupted", 4, e);
+            throw new UblkException("interrupted", EINTR, e);
         }
     }
 
@@ -258,7 +295,7 @@ public final class UblkDevice implements AutoCloseable {
             cause.addSuppressed(e);
         }
         abandon(queues);
-        closeQuietly(fd);
+        closeUblkc(fd, queues);
         try {
             control.delete(id, STEP_MILLIS);
         } catch (UblkException | RuntimeException e) {
@@ -280,6 +317,25 @@ public final class UblkDevice implements AutoCloseable {
                 return;
             }
         }
+    }
+
+    /**
+     * Closes {@code /dev/ublkcN} once no queue can write to it any more: each queue's guard is retired first, so a
+     * completion arriving later (an abandoned queue's DMA request) skips its pwrite instead of writing READ data
+     * into whatever file gets the number next. A hand-back still inside its pwrite keeps the fd open (leaked).
+     */
+    private static void closeUblkc(int fd, List<UblkQueue> queues) {
+        if (fd < 0) {
+            return;
+        }
+        for (UblkQueue q : queues) {
+            if (!q.retireUblkc(STEP_MILLIS)) {
+                LOG.log(System.Logger.Level.ERROR, q + ": a READ hand-back is still inside its pwrite after " + STEP_MILLIS
+                        + " ms; /dev/ublkc fd " + fd + " is left open rather than closed under it");
+                return;
+            }
+        }
+        closeQuietly(fd);
     }
 
     private static void closeQuietly(int fd) {
@@ -347,7 +403,7 @@ public final class UblkDevice implements AutoCloseable {
                 break;
             }
         }
-        closeQuietly(ublkcFd);
+        closeUblkc(ublkcFd, queues);
         try {
             control.delete(info.id(), STEP_MILLIS);
         } catch (UblkException e) {

@@ -44,12 +44,16 @@ final class UblkQueue implements Runnable, CompletionHandler {
     private static final System.Logger LOG = System.getLogger(UblkQueue.class.getName());
     /** user_data of the eventfd read (tags are below 4096). */
     private static final long EVENT = 1L << 32;
+    /** How long a closing queue waits for a wake-up inside its eventfd write (one non-blocking write). */
+    private static final long WAKE_RETIRE_MILLIS = 5_000;
     /** Index of /dev/ublkcN in the ring's registered files. */
     private static final int UBLKC_FIXED = 0;
 
     private final int q;
     private final int depth;
     private final int ublkcFd;
+    /** This queue's writers' view of {@code /dev/ublkcN}: retired before the device closes the number. */
+    private final FdGuard ublkc;
     private final FrontendQueue frontend;
     private final TagRequests requestsOf;
     private final String name;
@@ -67,7 +71,8 @@ final class UblkQueue implements Runnable, CompletionHandler {
     /** 1, written to the eventfd by other threads (shared, constant). */
     private final MemorySegment one = Arena.ofAuto().allocate(JAVA_LONG);
 
-    private volatile int eventFd = -1;
+    /** The wake-up eventfd (null until the thread made it); retired, then closed, when the thread ends. */
+    private volatile FdGuard event;
     private volatile boolean abandon;
     private IoUring ring;
     private SubmissionQueue sq;
@@ -84,9 +89,10 @@ final class UblkQueue implements Runnable, CompletionHandler {
         this.q = q;
         this.depth = depth;
         this.ublkcFd = ublkcFd;
+        this.ublkc = new FdGuard(ublkcFd);
         this.frontend = frontend;
         this.name = "ublk" + deviceId + "-q" + q;
-        this.requestsOf = new TagRequests(q, ublkcFd, frontend, maxIoBytes, this::finish, name);
+        this.requestsOf = new TagRequests(q, ublkc, frontend, maxIoBytes, this::finish, name);
         this.result = new int[depth];
         this.local = new int[depth];
         this.remoteNext = new int[depth];
@@ -126,6 +132,15 @@ final class UblkQueue implements Runnable, CompletionHandler {
         wake();
     }
 
+    /**
+     * Before the device closes {@code /dev/ublkcN}: from here this queue's late completions (a DMA READ finishing
+     * after its queue was abandoned) skip their hand-back instead of writing to a number the next open may get.
+     * @return false when a hand-back is still inside its pwrite after {@code millis}: the fd must stay open
+     */
+    boolean retireUblkc(long millis) {
+        return ublkc.retire(millis);
+    }
+
     @Override
     public void run() {
         try (Arena mappings = Arena.ofConfined()) {
@@ -145,7 +160,7 @@ final class UblkQueue implements Runnable, CompletionHandler {
             descriptors = Libc.map(ublkcFd, bytes, Libc.PROT_READ, Libc.MAP_SHARED | Libc.MAP_POPULATE,
                     q * IO_DESC_QUEUE_STRIDE, mappings);
             eventValue = mappings.allocate(JAVA_LONG);
-            eventFd = FileIo.eventfd(0, 0);
+            event = new FdGuard(FileIo.eventfd(0, 0));
             armEvent();
             for (int tag = 0; tag < depth; tag++) {
                 command(UBLK_U_IO_FETCH_REQ, tag, 0);
@@ -161,16 +176,30 @@ final class UblkQueue implements Runnable, CompletionHandler {
         } finally {
             frontend.releaseUndispatched();
             if (ring != null) {
-                ring.close(); // cancels whatever is still fetched (an abandoned queue)
+                ring.close(); // cancels whatever is still fetched (an abandoned queue), and the eventfd read
             }
-            int e = eventFd;
-            if (e >= 0) {
-                try {
-                    Libc.close(e);
-                } catch (NativeException ignored) {
-                    // an eventfd close does not fail on a valid fd
-                }
-            }
+            closeEvent();
+        }
+    }
+
+    /**
+     * Completions may still come (an abandoned queue's DMA requests) and wake this thread after it has gone:
+     * the eventfd is retired first, so none of them writes to its number once it is closed and reused.
+     */
+    private void closeEvent() {
+        FdGuard e = event;
+        if (e == null) {
+            return;
+        }
+        if (!e.retire(WAKE_RETIRE_MILLIS)) {
+            LOG.log(System.Logger.Level.ERROR, name + ": a wake-up is still inside its eventfd write after "
+                    + WAKE_RETIRE_MILLIS + " ms; the eventfd is left open rather than closed under it");
+            return;
+        }
+        try {
+            Libc.close(e.fd());
+        } catch (NativeException ignored) {
+            // an eventfd close does not fail on a valid fd
         }
     }
 
@@ -178,7 +207,7 @@ final class UblkQueue implements Runnable, CompletionHandler {
         while (live > 0 && !abandon) {
             ring.submitAndWait(1);
             ring.cq().drain(this);
-            frontend.dispatch(); // CPU-route completions run in here, on this thread
+            requestsOf.dispatch(); // CPU-route completions run in here, on this thread
             takeRemote();
             commitDone();
             if (!eventArmed) {
@@ -231,9 +260,17 @@ final class UblkQueue implements Runnable, CompletionHandler {
     }
 
     private void wake() {
-        int e = eventFd;
-        if (e >= 0) {
-            FileIo.write(e, one); // a full counter (2^64-2 wake-ups unread) is the only failure, and cannot happen
+        FdGuard g = event;
+        if (g == null) {
+            return; // not made yet: the thread checks abandon before it first waits
+        }
+        int e = g.enter();
+        try {
+            if (e >= 0) {
+                FileIo.write(e, one); // a full counter (2^64-2 wake-ups unread) is the only failure, and cannot happen
+            }
+        } finally {
+            g.exit();
         }
     }
 
@@ -277,7 +314,7 @@ final class UblkQueue implements Runnable, CompletionHandler {
 
     /** Keeps one read of the eventfd in the ring, so a completion on another thread wakes the wait. */
     private void armEvent() {
-        if (!sq.read(eventFd, eventValue, -1, EVENT)) {
+        if (!sq.read(event.fd(), eventValue, -1, EVENT)) {
             throw new IllegalStateException(name + ": no SQ slot for the eventfd read");
         }
         eventArmed = true;

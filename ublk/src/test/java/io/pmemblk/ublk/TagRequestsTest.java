@@ -3,6 +3,9 @@ package io.pmemblk.ublk;
 import io.pmemblk.block.BlockLayer;
 import io.pmemblk.block.FrontendQueue;
 import io.pmemblk.block.Op;
+import io.pmemblk.block.testing.MemoryBlockDriver;
+import io.pmemblk.dma.DmaChannel;
+import io.pmemblk.dma.DmaCompletionListener;
 import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.pmem.CopyStats;
@@ -22,6 +25,7 @@ import org.junit.jupiter.params.provider.EnumSource;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Map;
 import java.util.Random;
@@ -54,6 +58,7 @@ class TagRequestsTest {
     FrontendQueue frontend;
     TagRequests requests;
     int fd = -1;
+    FdGuard ublkc;
     final Map<Integer, Integer> results = new ConcurrentHashMap<>();
     final AtomicInteger doneCalls = new AtomicInteger();
     /** What each tag was given, for the acknowledgement record: op, fua, offset, length, id. */
@@ -61,16 +66,21 @@ class TagRequestsTest {
     long ids;
 
     void open(PmemRegion.Mapper mapper, DmaEngine engine, Routing routing, int openFlags) throws Exception {
+        open(mapper, engine, routing, openFlags, 64);
+    }
+
+    void open(PmemRegion.Mapper mapper, DmaEngine engine, Routing routing, int openFlags, int depth) throws Exception {
         if (mapper == PmemRegion.Mapper.LIBPMEM) {
             assumeTrue(Libpmem.load().isPresent(), "libpmem not installed");
         }
         rec = PersistenceRecorder.open(dir.resolve("d.img"), SIZE, mapper);
         assertThat(rec.region().isPmem()).isEqualTo(mapper == PmemRegion.Mapper.LIBPMEM && FORCED);
         driver = new PmemBlockDriver(rec.region(), new CopyStats(), engine, routing);
-        layer = new BlockLayer(driver, 1, 64, 32 << 20, MAX_IO);
+        layer = new BlockLayer(driver, 1, depth, 32 << 20, MAX_IO);
         frontend = new FrontendQueue(layer.queue(0));
         fd = Libc.open(dir.resolve("ublkc").toString(), Libc.O_CREAT | openFlags, 0600);
-        requests = new TagRequests(0, fd, frontend, MAX_IO, (tag, res) -> {
+        ublkc = new FdGuard(fd);
+        requests = new TagRequests(0, ublkc, frontend, MAX_IO, (tag, res) -> {
             long[] g = given.get(tag);
             Op op = Op.values()[(int) g[0]];
             // The acknowledgement: from here the COMMIT carrying res may reach the kernel.
@@ -126,7 +136,9 @@ class TagRequestsTest {
         given.put(tag, new long[]{op.ordinal(), fua ? 1 : 0, offset, length, id});
         // Recorded before the serve, so before the kernel's stores into the mapping: every persistence step that
         // covers them comes after this point, as the check requires.
-        rec.submitted(id, op, fua, offset, length);
+        if (rec != null) {
+            rec.submitted(id, op, fua, offset, length);
+        }
         requests.serve(tag, ublkOp | (fua ? UBLK_IO_F_FUA : 0), offset >> 9, (int) (length >> 9));
     }
 
@@ -237,5 +249,111 @@ class TagRequestsTest {
         assertThat(doneCalls.get()).isEqualTo(1);
         assertThat(layer.queue(0).inflight()).isZero();
         assertThat(frontend.batched()).isZero();
+    }
+
+    @Test
+    void aReadWhoseHandBackThrowsIsCommittedWithEio() throws Exception {
+        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_RDWR);
+        kernelHasWrite(1, 8192, 3);
+        serve(1, UBLK_IO_OP_WRITE, false, 0, 8192);
+        serve(2, UBLK_IO_OP_READ, false, 0, 8192);
+        frontend.dispatch();
+        assertThat(await(2)).isEqualTo(8192);
+        // The mapping goes (a server stopping past its drain deadline) while the kernel still sends a READ: the
+        // driver hands back views of the unmapped range (cached per request), and the pwrite out of them throws.
+        rec.region().close();
+        serve(2, UBLK_IO_OP_READ, false, 0, 8192);
+        frontend.dispatch();
+        assertThat(await(2)).as("the READ is committed, with EIO: a tag never committed hangs until STOP_DEV")
+                .isEqualTo(-EIO);
+        assertThat(layer.queue(0).inflight()).as("and its request released").isZero();
+        assertThat(doneCalls.get()).isEqualTo(3);
+    }
+
+    @Test
+    void anErrorFromTheDriverFailsItsRequestNotTheQueue() throws Exception {
+        // The real driver with a DMA channel that throws OutOfMemoryError on placing: the driver answers the
+        // batch (on the CPU) and rethrows the Error to its caller, the ublk queue thread, which must go on.
+        DmaEngine engine = DmaEngine.soft(new IovaSpace(), 1, 64, 16);
+        AtomicInteger oomsLeft = new AtomicInteger(2);
+        engine.interpose(c -> new OomChannel(c, oomsLeft));
+        open(PmemRegion.Mapper.JAVA, engine, new Routing(65536, Integer.MAX_VALUE), Libc.O_RDWR, 2);
+        byte[] a = kernelHasWrite(0, 256 << 10, 1);
+        serve(0, UBLK_IO_OP_WRITE, false, 0, 256 << 10);
+        requests.dispatch(); // the queue thread's dispatch before it waits on its ring
+        assertThat(await(0)).as("answered by the driver despite the Error").isEqualTo(256 << 10);
+        byte[] b = kernelHasWrite(1, 256 << 10, 2);
+        kernelHasWrite(2, 256 << 10, 3);
+        serve(1, UBLK_IO_OP_WRITE, false, 1 << 20, 256 << 10);
+        serve(2, UBLK_IO_OP_WRITE, false, 2 << 20, 256 << 10); // the batch is full: serve dispatches it itself
+        assertThat(oomsLeft.get()).as("both Errors were thrown").isZero();
+        assertThat(await(1)).isEqualTo(256 << 10);
+        assertThat(await(2)).isEqualTo(256 << 10);
+        serve(3, UBLK_IO_OP_READ, false, 1 << 20, 256 << 10);
+        requests.dispatch();
+        assertThat(await(3)).as("the queue goes on: the next request is served").isEqualTo(256 << 10);
+        assertThat(kernelGotRead(3, 256 << 10)).isEqualTo(b);
+        assertThat(device(0, 256 << 10)).isEqualTo(a);
+        assertThat(doneCalls.get()).as("each tag reported once").isEqualTo(4);
+        assertThat(layer.queue(0).inflight()).isZero();
+    }
+
+    @Test
+    void aCompletionAfterTheDeviceRetiredItsFdWritesNothingToTheFileThatGotTheNumber() throws Exception {
+        MemoryBlockDriver memory = new MemoryBlockDriver(SIZE);
+        layer = new BlockLayer(memory, 1, 8, 8 << 20, MAX_IO);
+        frontend = new FrontendQueue(layer.queue(0));
+        fd = Libc.open(dir.resolve("ublkc").toString(), Libc.O_CREAT | Libc.O_RDWR, 0600);
+        ublkc = new FdGuard(fd);
+        requests = new TagRequests(0, ublkc, frontend, MAX_IO, (tag, res) -> {
+            doneCalls.incrementAndGet();
+            results.put(tag, res);
+        }, "test-q0");
+        try {
+            memory.hold(); // a READ still with the driver (a DMA copy) when its queue is abandoned
+            serve(5, UBLK_IO_OP_READ, false, 0, 65536);
+            requests.dispatch();
+            assertThat(memory.awaitHeld(1, 10_000)).isTrue();
+            // The device closes /dev/ublkcN as UblkDevice does, and the number goes to the next file opened.
+            assertThat(ublkc.retire(1_000)).as("no writer inside").isTrue();
+            Libc.close(fd);
+            Path victim = dir.resolve("victim");
+            int reused = Libc.open(victim.toString(), Libc.O_CREAT | Libc.O_RDWR, 0600);
+            fd = reused;
+            assertThat(reused).as("the next open gets the closed number").isEqualTo(ublkc.fd());
+            memory.releaseHeld();
+            assertThat(await(5)).as("the late READ has nowhere to go").isEqualTo(-ENODEV);
+            assertThat(Files.size(victim)).as("nothing written into the file that got the number").isZero();
+        } finally {
+            memory.close();
+        }
+    }
+
+    /** A channel whose placeAll() throws OutOfMemoryError while {@code left} lasts, as an allocation deep in a driver can. */
+    private static final class OomChannel implements DmaChannel {
+        final DmaChannel inner;
+        final AtomicInteger left;
+
+        OomChannel(DmaChannel inner, AtomicInteger left) {
+            this.inner = inner;
+            this.left = left;
+        }
+
+        @Override public int index() { return inner.index(); }
+        @Override public void listener(DmaCompletionListener l) { inner.listener(l); }
+        @Override public int freeSlots() { return inner.freeSlots(); }
+        @Override public int slotsFor(long length) { return inner.slotsFor(length); }
+        @Override public void submit() { inner.submit(); }
+        @Override public int poll() { return inner.poll(); }
+        @Override public void close() { inner.close(); }
+        @Override public boolean place(long src, long dst, long length, Object ctx) { return inner.place(src, dst, length, ctx); }
+
+        @Override
+        public boolean placeAll(Copies copies, Object ctx) {
+            if (left.get() > 0 && left.getAndDecrement() > 0) {
+                throw new OutOfMemoryError("injected: no memory for the DMA descriptors");
+            }
+            return inner.placeAll(copies, ctx);
+        }
     }
 }
