@@ -9,6 +9,8 @@
 # defaults (tiered C1+C2, the collector the JVM picks), which is what `pmemblk serve` runs with.
 # Output: a line per start ("start K: ok 9.1s" / "start K: CRASH ..." / "start K: FAIL ..."), then
 #   RESULT starts.{variant,mode,runs,ok,crashes,failures,secs,first_crash}=...
+# STARTS_CRASH_AT=K sends start K's JVM a SIGSEGV once it is ready: the check that a crash is seen, counted and its
+# hs_err file reaches the host.
 # Exit: 0 when every start was clean, 1 otherwise. Every wait is bounded.
 set -u
 . "$(dirname "$0")/guest-java.sh" # PMEMBLK_GUEST_CMD, PMEMBLK_GUEST_CRASH_DIR
@@ -55,6 +57,11 @@ while [ "$k" -le "$N" ]; do
         sleep 0.1
     done
     ready_ds=$(( $(now_ds) - t0 ))
+    if [ -z "$verdict" ] && [ "$k" = "${STARTS_CRASH_AT:-0}" ]; then
+        kill -SEGV "$pid"
+        t1=$(now)
+        while alive "$pid" && [ $(( $(now) - t1 )) -lt 60 ]; do sleep 0.1; done
+    fi
     if [ -z "$verdict" ]; then
         # A little I/O on each frontend: the request paths, not only start-up, run.
         if ! timeout 60 qemu-io -f raw -c "write -P $((k % 255 + 1)) -f 0 1M" -c "read -P $((k % 255 + 1)) 0 1M" \
