@@ -90,7 +90,9 @@ while [ "$k" -le "$N" ]; do
     # A start that failed but still runs (not ready, I/O wrong): its threads for the log, then it is ended, so the
     # next start gets the machine.
     if [ "$verdict" = fail ] && alive "$pid"; then
-        kill -QUIT "$pid"; sleep 2
+        kill -QUIT "$pid"
+        t1=$(now)
+        until grep -q '^JNI global refs' "$log" || [ $(( $(now) - t1 )) -ge 20 ]; do sleep 0.2; done
         sed -n '/^Full thread dump/,/^JNI global refs/p' "$log" | grep -E '^"|^ +at ' | head -n 60 | sed 's/^/  threads| /'
         kill -KILL "$pid"
     fi
