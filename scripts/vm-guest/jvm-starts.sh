@@ -28,6 +28,31 @@ cd /tmp || exit 1
 now() { cut -d. -f1 /proc/uptime; }
 now_ds() { awk '{ printf "%d\n", $1 * 10 }' /proc/uptime; }
 alive() { [ -d "/proc/$1" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
+# diagnose PID LOG: a JVM that does not get on. Which threads burn CPU (utime, in ticks, twice 5 s apart), the
+# Java stacks (SIGQUIT: into LOG), and for the busiest thread its registers and the instructions at its pc (gdb),
+# twice: a thread that spins in place shows the same pc and the same code bytes.
+diagnose() {
+    _p=$1 _l=$2
+    for _t in /proc/"$_p"/task/*; do echo "${_t##*/} $(cut -d')' -f2 "$_t/stat" | awk '{print $12}') $(cat "$_t/comm")"; done >/tmp/ticks.1
+    sleep 5
+    for _t in /proc/"$_p"/task/*; do echo "${_t##*/} $(cut -d')' -f2 "$_t/stat" | awk '{print $12}') $(cat "$_t/comm")"; done >/tmp/ticks.2
+    echo "  busy threads (tid, CPU ticks in 5 s, name):"
+    join /tmp/ticks.1 /tmp/ticks.2 | awk '{ d = $4 - $2; if (d > 0) print "  busy| " $1, d, $3 }' | sort -k3 -n -r | head -n 8
+    _busy=$(join /tmp/ticks.1 /tmp/ticks.2 | awk '{ print $4 - $2, $1 }' | sort -n -r | head -n 1 | cut -d' ' -f2)
+    kill -QUIT "$_p"
+    _t1=$(now)
+    until grep -q '^JNI global refs' "$_l" || [ $(( $(now) - _t1 )) -ge 30 ]; do sleep 0.2; done
+    sed -n '/^Full thread dump/,/^JNI global refs/p' "$_l" | grep -E '^"|^[[:space:]]+at ' | head -n 80 | sed 's/^/  threads| /'
+    if [ -n "$_busy" ] && command -v gdb >/dev/null; then
+        for _i in 1 2; do
+            echo "  gdb, thread $_busy, look $_i:"
+            timeout 120 gdb -q -batch -nx -p "$_p" \
+                -ex "python [t.switch() for t in gdb.selected_inferior().threads() if t.ptid[1] == $_busy]" \
+                -ex 'info registers rip rsp rax rbx rcx rdx rsi rdi r8 r9 r10 r11 r12 r13 r14 r15' \
+                -ex 'x/12i $pc-16' -ex 'x/32xb $pc' </dev/null 2>&1 | grep -v -E '^\[|^warning|^Using|libthread|^$' | head -n 40 | sed 's/^/  gdb| /'
+        done
+    fi
+}
 crash_files() { ls "$PMEMBLK_GUEST_CRASH_DIR"/hs_err_pid*.log 2>/dev/null | wc -l; }
 
 if [ "$MODE" = ublk ]; then
@@ -37,7 +62,7 @@ fi
 head -c 1048576 /dev/urandom >"$PATTERN"
 echo "jvm-starts: $N starts, mode $MODE, variant $LABEL, JVM options '${PMEMBLK_GUEST_JAVA_OPTS}', cpu: $(grep -m1 '^flags' /proc/cpuinfo | grep -o -w -E 'avx2|avx512f|bmi2|sse4_2' | tr '\n' ' ')"
 
-ok=0 crashes=0 failures=0 first_crash='' t_all=$(now)
+ok=0 crashes=0 failures=0 hangs=0 first_crash='' t_all=$(now)
 k=1
 while [ "$k" -le "$N" ]; do
     log=/tmp/starts-$k.log
@@ -87,13 +112,11 @@ while [ "$k" -le "$N" ]; do
         fi
         [ -n "$verdict" ] || alive "$pid" || verdict=exited
     fi
-    # A start that failed but still runs (not ready, I/O wrong): its threads for the log, then it is ended, so the
-    # next start gets the machine.
+    # A start that failed but still runs (not ready, I/O wrong): what it is doing, then it is ended, so the next
+    # start gets the machine.
     if [ "$verdict" = fail ] && alive "$pid"; then
-        kill -QUIT "$pid"
-        t1=$(now)
-        until grep -q '^JNI global refs' "$log" || [ $(( $(now) - t1 )) -ge 20 ]; do sleep 0.2; done
-        sed -n '/^Full thread dump/,/^JNI global refs/p' "$log" | grep -E '^"|^ +at ' | head -n 60 | sed 's/^/  threads| /'
+        hangs=$((hangs + 1))
+        diagnose "$pid" "$log"
         kill -KILL "$pid"
     fi
     rc=0; wait "$pid" || rc=$?
@@ -123,6 +146,7 @@ echo "RESULT starts.runs=$N"
 echo "RESULT starts.ok=$ok"
 echo "RESULT starts.crashes=$crashes"
 echo "RESULT starts.failures=$failures"
+echo "RESULT starts.hangs=$hangs"
 echo "RESULT starts.secs=$(( $(now) - t_all ))"
 echo "RESULT starts.first_crash=${first_crash:-none}"
 [ "$crashes" = 0 ] && [ "$failures" = 0 ]
