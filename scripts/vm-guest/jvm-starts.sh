@@ -18,7 +18,7 @@ N=${1:?usage: jvm-starts.sh N nbd|ublk [LABEL]}
 MODE=${2:?usage: jvm-starts.sh N nbd|ublk [LABEL]}
 LABEL=${3:-default}
 case "$MODE" in nbd|ublk) ;; *) echo "jvm-starts: MODE must be nbd or ublk, got '$MODE'"; exit 2 ;; esac
-READY_SECS=300   # one start took 80-150 s under TCG on the 2-core host with a load of 30
+READY_SECS=600   # one start took 130-300 s under TCG on the 2-core host with a load of 25-30
 STOP_SECS=60
 SOCK=/tmp/starts.sock
 POOL=/tmp/starts.pool
