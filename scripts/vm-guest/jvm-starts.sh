@@ -30,7 +30,8 @@ now_ds() { awk '{ printf "%d\n", $1 * 10 }' /proc/uptime; }
 alive() { [ -d "/proc/$1" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
 # diagnose PID LOG: a JVM that does not get on. Which threads burn CPU (utime, in ticks, twice 5 s apart), the
 # Java stacks (SIGQUIT: into LOG), and for the busiest thread its registers and the instructions at its pc (gdb),
-# twice: a thread that spins in place shows the same pc and the same code bytes.
+# twice: a thread that spins in place shows the same pc and the same code bytes. (Under TCG on a loaded host the
+# guest's tick accounting overstates CPU time, 39 s in 5 s was seen: the ticks rank threads, the pcs tell a spin.)
 diagnose() {
     _p=$1 _l=$2
     for _t in /proc/"$_p"/task/*; do echo "${_t##*/} $(cut -d')' -f2 "$_t/stat" | awk '{print $12}') $(cat "$_t/comm")"; done >/tmp/ticks.1
