@@ -6,6 +6,7 @@
 # Output: RESULT phases.{module_bootstrap,first_sb_append_c1,first_pmemblk_class,ready}=SECONDS (JVM uptime; ready
 # by the shell's clock from the launch).
 set -u
+# shellcheck disable=SC2034 # read by guest-java.sh
 PMEMBLK_GUEST_JAVA_OPTS="-Xlog:class+load:file=/tmp/phases-classes.log:uptime -XX:+PrintCompilation"
 . "$(dirname "$0")/guest-java.sh"
 LOG=/tmp/phases-serve.log
