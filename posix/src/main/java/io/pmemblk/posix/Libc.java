@@ -192,7 +192,7 @@ public final class Libc {
             ValueLayout.JAVA_SHORT.withName("events"), ValueLayout.JAVA_SHORT.withName("revents"));
     public static final short POLLOUT = 0x4, POLLERR = 0x8, POLLHUP = 0x10;
     public static final int SHUT_RDWR = 2;
-    public static final int EAGAIN = 11, EINTR = 4;
+    public static final int EINTR = 4;
     private static final int F_DUPFD_CLOEXEC = 1030;
 
     private static MethodHandle find(String name, FunctionDescriptor fd, boolean captureErrno) {
