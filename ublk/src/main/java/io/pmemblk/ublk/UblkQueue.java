@@ -143,7 +143,12 @@ final class UblkQueue implements Runnable, CompletionHandler {
 
     @Override
     public void run() {
-        try (Arena mappings = Arena.ofConfined()) {
+        // Not try-with-resources: the arena holds eventValue, the buffer of the eventfd read armed in the ring,
+        // and the kernel may still write into it until the ring is closed. A resource closes before finally runs,
+        // which would free that buffer while the read is still armed (a wake() in between lands 8 bytes in freed
+        // memory). So the ring closes first, then the arena.
+        Arena mappings = Arena.ofConfined();
+        try {
             // Memory reclaim must not wait for writeback through /dev/ublkbN, which this very thread serves
             // (ublksrv does the same; its test generic/008 checks the flags).
             int flusher = Libc.setIoFlusher();
@@ -179,6 +184,7 @@ final class UblkQueue implements Runnable, CompletionHandler {
                 ring.close(); // cancels whatever is still fetched (an abandoned queue), and the eventfd read
             }
             closeEvent();
+            mappings.close();
         }
     }
 
