@@ -1,5 +1,8 @@
 package io.pmemblk.nbd;
 
+import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.NativeException;
+
 import io.pmemblk.block.Request;
 import java.io.IOException;
 import java.net.StandardSocketOptions;
@@ -234,8 +237,19 @@ final class ReplySender {
         return iovs;
     }
 
+    /**
+     * A client that hangs up with replies outstanding is its own doing: said as such (as the JDK's "Broken pipe"
+     * was before replies went through {@link SocketFd}), not as an exception of ours.
+     */
+    private static String why(IOException e) {
+        if (e instanceof NativeException ne && (ne.errno() == Libc.EPIPE || ne.errno() == Libc.ECONNRESET)) {
+            return "the client hung up (" + ne.getMessage() + ")";
+        }
+        return e.toString();
+    }
+
     private void failed(IOException e) {
-        state.fail("write failed: " + e); // else a forced close or the stall watchdog already said why
+        state.fail("write failed: " + why(e)); // else a forced close or the stall watchdog already said why
         try {
             channel.shutdownInput(); // the reader stops; in-flight requests still drain through here
         } catch (IOException closed) {

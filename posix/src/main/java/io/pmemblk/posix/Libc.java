@@ -42,7 +42,8 @@ public final class Libc {
     /** {@code <fcntl.h>} for the *at() calls: the descriptor itself (fstatat), a final link not followed. */
     public static final int AT_EMPTY_PATH = 0x1000, AT_SYMLINK_NOFOLLOW = 0x100, AT_REMOVEDIR = 0x200;
     // <asm-generic/errno-base.h>, <asm-generic/errno.h>
-    public static final int ENOENT = 2, EAGAIN = 11, EACCES = 13, EEXIST = 17, ENOTDIR = 20, ELOOP = 40;
+    public static final int ENOENT = 2, EAGAIN = 11, EACCES = 13, EEXIST = 17, ENOTDIR = 20, EPIPE = 32, ELOOP = 40,
+            ECONNRESET = 104;
     /** {@code <asm-generic/fcntl.h>}: open file description locks (Linux 3.15), and struct flock's l_type. */
     public static final int F_OFD_SETLK = 37, F_WRLCK = 1;
 
