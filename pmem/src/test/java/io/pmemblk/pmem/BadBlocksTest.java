@@ -163,29 +163,7 @@ class BadBlocksTest {
     private final CopyStats stats = new CopyStats();
 
     private int run(Op op, long off, int len, byte fill, boolean sink, byte[] out) throws InterruptedException {
-        Request r = q.acquire(op.carriesData() && !sink ? len : 0);
-        r.op = op;
-        r.offset = off;
-        r.length = len;
-        r.sinkReadsDevice = sink;
-        if (op == Op.WRITE) {
-            for (ByteBuffer b : r.buffers()) {
-                if (b == null) break;
-                while (b.hasRemaining()) b.put(fill);
-            }
-        }
-        AtomicInteger done = new AtomicInteger(-1);
-        r.completion = req -> done.set(req.status());
-        q.dispatch(new Request[]{r}, 1);
-        if (op == Op.READ && done.get() == 0 && out != null) {
-            int pos = 0;
-            for (int s = 0; s < r.segments(); s++) {
-                r.buffers()[s].get(out, pos, r.segmentLength(s));
-                pos += r.segmentLength(s);
-            }
-        }
-        r.release();
-        return done.get();
+        return InlineRequests.run(q, op, off, len, fill, sink, out);
     }
 
     @Test

@@ -70,32 +70,7 @@ class MappingFaultTest {
     }
 
     private int run(Op op, long off, int len, byte fill, boolean sink, byte[] out) throws InterruptedException {
-        Request r = q.acquire(op.carriesData() && !sink ? len : 0);
-        r.op = op;
-        r.offset = off;
-        r.length = len;
-        r.sinkReadsDevice = sink;
-        if (op == Op.WRITE) {
-            for (ByteBuffer b : r.buffers()) {
-                if (b == null) break;
-                while (b.hasRemaining()) b.put(fill);
-            }
-        }
-        AtomicInteger done = new AtomicInteger(-1);
-        r.completion = req -> done.set(req.status());
-        q.dispatch(new Request[]{r}, 1);
-        assertThat(done.get()).as("CPU route completes inline").isGreaterThanOrEqualTo(0);
-        if (op == Op.READ && done.get() == 0 && out != null) {
-            int pos = 0;
-            for (int s = 0, n = sink ? r.dataBufferCount() : r.segments(); s < n; s++) {
-                ByteBuffer b = sink ? r.dataBuffers()[s] : r.buffers()[s];
-                int k = sink ? b.remaining() : r.segmentLength(s);
-                b.get(out, pos, k);
-                pos += k;
-            }
-        }
-        r.release();
-        return done.get();
+        return InlineRequests.run(q, op, off, len, fill, sink, out);
     }
 
     @ParameterizedTest
