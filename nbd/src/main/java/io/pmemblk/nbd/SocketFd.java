@@ -43,7 +43,6 @@ final class SocketFd {
         msghdr.set(ValueLayout.ADDRESS, Libc.MSGHDR_IOV, iovecs);
         pollfd = arena.allocate(Libc.POLLFD);
         pollfd.set(ValueLayout.JAVA_INT, 0, fd);
-        pollfd.set(ValueLayout.JAVA_SHORT, 4, Libc.POLLOUT);
         queued = arena.allocate(ValueLayout.JAVA_INT);
     }
 
@@ -107,8 +106,18 @@ final class SocketFd {
      * @return false when the socket can never send again (error or hang-up)
      */
     boolean awaitWritable(int millis) throws NativeException {
-        int revents = Libc.pollOne(pollfd, millis);
+        int revents = await(Libc.POLLOUT, millis);
         return (revents & (Libc.POLLERR | Libc.POLLHUP)) == 0;
+    }
+
+    /**
+     * Waits until one of {@code events} (POLLOUT, POLLIN) holds on the socket, it failed or hung up, or
+     * {@code millis} passed.
+     * @return the revents: POLLERR and POLLHUP whether asked for or not; 0 on timeout
+     */
+    int await(short events, int millis) throws NativeException {
+        pollfd.set(ValueLayout.JAVA_SHORT, 4, events);
+        return Libc.pollOne(pollfd, millis);
     }
 
     /**

@@ -166,22 +166,25 @@ class ReplySenderTest {
     }
 
     /**
-     * The reader writes inline only what the socket takes at once: a client that reads nothing yet (it may be
-     * blocked sending its next WRITE payload) must never hold the reader. The rest goes to the sender thread,
-     * which finishes the batch, in order, once the client reads.
+     * A client blocked sending its next WRITE payload reads no reply until the reader takes that payload
+     * (half-duplex): the reader waits for room only while the client sends nothing. Once input waits and no room
+     * comes, the rest of the batch goes to the sender thread, which finishes it, in order, once the client reads.
      */
     @Test
-    void theReaderNeverWaitsForTheClientAndTheSenderFinishesWhatDidNotFit() throws Exception {
+    void theReaderHandsTheRestToTheSenderOnceInputWaitsAndNoRoomComes() throws Exception {
         c = new ConnectionParts(dir, false);
         int sndbuf = c.server.getOption(StandardSocketOptions.SO_SNDBUF);
         assertTrue(ConnectionParts.MAX > sndbuf, "the reply must not fit the socket: " + sndbuf);
         complete(CMD_READ, ConnectionParts.MAX, 1, Status.OK);
         complete(CMD_WRITE, 0, 2, Status.OK);
-        assertTimeoutPreemptively(Waits.BOUND, c.sender::replyInlineIfIdle,
-                "the reader waited for a client that reads nothing");
+        AtomicReference<Throwable> failed = new AtomicReference<>();
+        Thread inline = ConnectionParts.thread("reader", failed, c.sender::replyInlineIfIdle);
+        Waits.await("the reader waiting for room, the stall clock running", () -> c.sender.sendingSince() != 0);
+        c.client.write(ConnectionParts.request(0, CMD_WRITE, 3, 0, 4096)); // the next request arrives
+        Waits.join("the reader, once input waits", inline);
+        assertEquals(null, failed.get());
         assertTrue(c.sender.handedOver(), "what did not fit is left for the sender thread");
         assertEquals(2, c.queue.inflight(), "nothing released before its reply is written whole");
-        AtomicReference<Throwable> failed = new AtomicReference<>();
         Thread t = senderThread(failed);
         ByteBuffer w = c.receive(16 + ConnectionParts.MAX + 16);
         simpleReply(w, 0, 1);
@@ -192,6 +195,33 @@ class ReplySenderTest {
         assertEquals(null, failed.get());
         assertEquals(0, c.queue.inflight());
         assertFalse(c.state.broken, c.state.reason);
+    }
+
+    /**
+     * A client that reads its replies gets a batch larger than the socket's buffer from the reader itself: no
+     * hand-off to the sender thread (a futex wake and a context switch per batch, which cost 64 KiB reads at QD16
+     * up to a quarter of their rate).
+     */
+    @Test
+    void aClientThatReadsGetsABatchLargerThanTheSocketInlineWithNoHandOff() throws Exception {
+        c = new ConnectionParts(dir, false);
+        int sndbuf = c.server.getOption(StandardSocketOptions.SO_SNDBUF);
+        assertTrue(ConnectionParts.MAX > sndbuf, "the reply must not fit the socket: " + sndbuf);
+        complete(CMD_READ, ConnectionParts.MAX, 1, Status.OK);
+        complete(CMD_READ, ConnectionParts.MAX, 2, Status.OK);
+        AtomicReference<Throwable> failed = new AtomicReference<>();
+        AtomicReference<ByteBuffer> got = new AtomicReference<>();
+        Thread client = ConnectionParts.thread("client", failed,
+                () -> got.set(c.receive(2 * (16 + ConnectionParts.MAX))));
+        c.sender.replyInlineIfIdle();
+        assertFalse(c.sender.handedOver(), "the reader sent the whole batch itself");
+        assertEquals(0, c.queue.inflight(), "both requests released by the reader");
+        Waits.join("the client", client);
+        assertEquals(null, failed.get());
+        ByteBuffer w = got.get();
+        simpleReply(w, 0, 1);
+        w.position(w.position() + ConnectionParts.MAX);
+        simpleReply(w, 0, 2);
     }
 
     /**

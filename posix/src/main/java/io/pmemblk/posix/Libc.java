@@ -191,7 +191,7 @@ public final class Libc {
     /** {@code <sys/poll.h>} struct pollfd: fd, events, revents. */
     public static final StructLayout POLLFD = MemoryLayout.structLayout(JAVA_INT.withName("fd"),
             ValueLayout.JAVA_SHORT.withName("events"), ValueLayout.JAVA_SHORT.withName("revents"));
-    public static final short POLLOUT = 0x4, POLLERR = 0x8, POLLHUP = 0x10;
+    public static final short POLLIN = 0x1, POLLOUT = 0x4, POLLERR = 0x8, POLLHUP = 0x10;
     public static final int SHUT_RDWR = 2;
     public static final int EINTR = 4;
     private static final int F_DUPFD_CLOEXEC = 1030;
