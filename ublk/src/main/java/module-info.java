@@ -4,7 +4,7 @@
  * from {@code io.pmemblk.posix}, the rings from {@code io.pmemblk.uring}.
  */
 module io.pmemblk.ublk {
-    requires transitive io.pmemblk.block;
+    requires transitive io.pmemblk.queueing;
     requires io.pmemblk.posix;
     requires io.pmemblk.uring;
 

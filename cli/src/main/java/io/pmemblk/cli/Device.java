@@ -1,6 +1,6 @@
 package io.pmemblk.cli;
 
-import io.pmemblk.block.BlockLayer;
+import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.ioat.IoatSpec;
@@ -128,7 +128,7 @@ public final class Device implements AutoCloseable {
     }
 
     /** Sends every request to one route (bench, tune); false when that route is not available. */
-    public boolean forceRoute(io.pmemblk.block.Route route) {
+    public boolean forceRoute(io.pmemblk.queueing.Route route) {
         return driver.force(route);
     }
 

@@ -1,10 +1,10 @@
 package io.pmemblk.cli;
 
-import io.pmemblk.block.BlockLayer;
-import io.pmemblk.block.HardwareQueue;
-import io.pmemblk.block.LatencyBuckets;
-import io.pmemblk.block.Op;
-import io.pmemblk.block.Route;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.HardwareQueue;
+import io.pmemblk.queueing.LatencyBuckets;
+import io.pmemblk.queueing.Op;
+import io.pmemblk.queueing.Route;
 import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.ublk.UblkDevice;
 import io.prometheus.metrics.core.metrics.CounterWithCallback;

@@ -8,10 +8,10 @@ final class RouteOption {
     static boolean apply(Device device, String route) {
         switch (route) {
             case "auto", "cpu" -> {
-                return route.equals("auto") || device.forceRoute(io.pmemblk.block.Route.CPU);
+                return route.equals("auto") || device.forceRoute(io.pmemblk.queueing.Route.CPU);
             }
             case "dma" -> {
-                if (!device.forceRoute(io.pmemblk.block.Route.DMA)) {
+                if (!device.forceRoute(io.pmemblk.queueing.Route.DMA)) {
                     System.err.println("pmemblk: --route dma needs a DMA engine; allowed: --set dma.engine=soft");
                     return false;
                 }

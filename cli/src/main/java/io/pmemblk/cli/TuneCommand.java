@@ -1,6 +1,6 @@
 package io.pmemblk.cli;
 
-import io.pmemblk.block.Route;
+import io.pmemblk.queueing.Route;
 import io.pmemblk.settings.Settings;
 import io.pmemblk.settings.SettingsException;
 import io.pmemblk.settings.Sizes;

@@ -1,8 +1,8 @@
 package io.pmemblk.nbd;
 
-import io.pmemblk.block.BufferPool;
-import io.pmemblk.block.FrontendQueue;
-import io.pmemblk.block.HardwareQueue;
+import io.pmemblk.queueing.BufferPool;
+import io.pmemblk.queueing.FrontendQueue;
+import io.pmemblk.queueing.HardwareQueue;
 import java.io.EOFException;
 import java.io.IOException;
 import java.nio.channels.SocketChannel;

@@ -1,6 +1,6 @@
 package io.pmemblk.nbd;
 
-import io.pmemblk.block.BlockLayer;
+import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.nbd.tls.TlsChannel;
 import io.pmemblk.nbd.tls.TlsServer;
 import io.pmemblk.posix.FileStat;

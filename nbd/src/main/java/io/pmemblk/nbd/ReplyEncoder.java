@@ -2,7 +2,7 @@ package io.pmemblk.nbd;
 
 import static io.pmemblk.nbd.NbdProtocol.*;
 
-import io.pmemblk.block.Request;
+import io.pmemblk.queueing.Request;
 import java.nio.ByteBuffer;
 
 /**

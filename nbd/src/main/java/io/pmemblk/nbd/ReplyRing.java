@@ -1,6 +1,6 @@
 package io.pmemblk.nbd;
 
-import io.pmemblk.block.Request;
+import io.pmemblk.queueing.Request;
 
 /**
  * The completed requests of one connection waiting for their replies: a fixed ring of queue-depth slots

@@ -3,7 +3,7 @@ package io.pmemblk.nbd;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 
-import io.pmemblk.block.Request;
+import io.pmemblk.queueing.Request;
 import java.io.IOException;
 import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;

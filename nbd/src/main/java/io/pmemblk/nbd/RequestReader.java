@@ -2,11 +2,11 @@ package io.pmemblk.nbd;
 
 import static io.pmemblk.nbd.NbdProtocol.*;
 
-import io.pmemblk.block.BufferPool;
-import io.pmemblk.block.FrontendQueue;
-import io.pmemblk.block.Op;
-import io.pmemblk.block.Request;
-import io.pmemblk.block.Status;
+import io.pmemblk.queueing.BufferPool;
+import io.pmemblk.queueing.FrontendQueue;
+import io.pmemblk.queueing.Op;
+import io.pmemblk.queueing.Request;
+import io.pmemblk.queueing.Status;
 import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;

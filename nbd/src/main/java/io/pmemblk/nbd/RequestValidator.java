@@ -2,7 +2,7 @@ package io.pmemblk.nbd;
 
 import static io.pmemblk.nbd.NbdProtocol.*;
 
-import io.pmemblk.block.Status;
+import io.pmemblk.queueing.Status;
 
 /**
  * Which NBD requests the server refuses, and with which error, as pure functions of the request and what the

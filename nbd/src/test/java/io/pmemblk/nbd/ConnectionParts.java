@@ -2,11 +2,11 @@ package io.pmemblk.nbd;
 
 import static io.pmemblk.nbd.NbdProtocol.*;
 
-import io.pmemblk.block.BlockLayer;
-import io.pmemblk.block.BufferPool;
-import io.pmemblk.block.FrontendQueue;
-import io.pmemblk.block.HardwareQueue;
-import io.pmemblk.block.testing.MemoryBlockDriver;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.BufferPool;
+import io.pmemblk.queueing.FrontendQueue;
+import io.pmemblk.queueing.HardwareQueue;
+import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import java.io.IOException;
 import java.net.StandardProtocolFamily;
 import java.net.UnixDomainSocketAddress;

@@ -5,9 +5,9 @@ import static org.junit.jupiter.api.Assertions.assertDoesNotThrow;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.pmemblk.block.BlockLayer;
-import io.pmemblk.block.testing.MemoryBlockDriver;
-import io.pmemblk.block.testing.Waits;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.testing.MemoryBlockDriver;
+import io.pmemblk.queueing.testing.Waits;
 import java.io.IOException;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Path;

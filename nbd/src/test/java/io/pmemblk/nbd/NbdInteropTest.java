@@ -3,8 +3,8 @@ package io.pmemblk.nbd;
 import static org.junit.jupiter.api.Assertions.*;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
-import io.pmemblk.block.BlockLayer;
-import io.pmemblk.block.testing.MemoryBlockDriver;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;

@@ -3,9 +3,9 @@ package io.pmemblk.nbd;
 import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.*;
 
-import io.pmemblk.block.BlockLayer;
-import io.pmemblk.block.BufferPool;
-import io.pmemblk.block.testing.MemoryBlockDriver;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.BufferPool;
+import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;

@@ -1,12 +1,12 @@
 package io.pmemblk.nbd;
 
-import static io.pmemblk.block.testing.Waits.await;
+import static io.pmemblk.queueing.testing.Waits.await;
 import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.*;
 
-import io.pmemblk.block.BlockLayer;
-import io.pmemblk.block.Status;
-import io.pmemblk.block.testing.MemoryBlockDriver;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.Status;
+import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import java.io.IOException;
 import java.net.URI;
 import java.nio.ByteBuffer;

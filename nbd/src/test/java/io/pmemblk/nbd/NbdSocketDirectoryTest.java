@@ -1,7 +1,7 @@
 package io.pmemblk.nbd;
 
-import io.pmemblk.block.BlockLayer;
-import io.pmemblk.block.testing.MemoryBlockDriver;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.posix.TrustedDirectory;
 import io.pmemblk.posix.TrustedPath;
 import org.junit.jupiter.api.AfterEach;

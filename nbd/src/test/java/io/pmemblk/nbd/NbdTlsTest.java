@@ -6,9 +6,9 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.pmemblk.block.BlockLayer;
-import io.pmemblk.block.testing.MemoryBlockDriver;
-import io.pmemblk.block.testing.Waits;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.testing.MemoryBlockDriver;
+import io.pmemblk.queueing.testing.Waits;
 import io.pmemblk.nbd.tls.TlsMode;
 import io.pmemblk.nbd.tls.TlsServer;
 import java.io.IOException;

@@ -5,12 +5,12 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 
-import io.pmemblk.block.BlockLayer;
-import io.pmemblk.block.BufferPool;
-import io.pmemblk.block.HardwareQueue;
-import io.pmemblk.block.Request;
-import io.pmemblk.block.Status;
-import io.pmemblk.block.testing.MemoryBlockDriver;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.BufferPool;
+import io.pmemblk.queueing.HardwareQueue;
+import io.pmemblk.queueing.Request;
+import io.pmemblk.queueing.Status;
+import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import java.io.ByteArrayOutputStream;
 import java.nio.ByteBuffer;
 import java.util.Random;

@@ -2,8 +2,8 @@ package io.pmemblk.nbd;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
-import io.pmemblk.block.Request;
-import io.pmemblk.block.testing.Waits;
+import io.pmemblk.queueing.Request;
+import io.pmemblk.queueing.testing.Waits;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;

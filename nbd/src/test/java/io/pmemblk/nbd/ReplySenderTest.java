@@ -6,9 +6,9 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.pmemblk.block.Request;
-import io.pmemblk.block.Status;
-import io.pmemblk.block.testing.Waits;
+import io.pmemblk.queueing.Request;
+import io.pmemblk.queueing.Status;
+import io.pmemblk.queueing.testing.Waits;
 import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;

@@ -8,8 +8,8 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.pmemblk.block.Status;
-import io.pmemblk.block.testing.Waits;
+import io.pmemblk.queueing.Status;
+import io.pmemblk.queueing.testing.Waits;
 import java.io.EOFException;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;

@@ -1,6 +1,6 @@
 package io.pmemblk.tuning;
 
-import io.pmemblk.block.Route;
+import io.pmemblk.queueing.Route;
 import io.pmemblk.settings.Sizes;
 
 import java.io.PrintStream;

@@ -1,6 +1,6 @@
 package io.pmemblk.tuning;
 
-import io.pmemblk.block.Route;
+import io.pmemblk.queueing.Route;
 import io.pmemblk.settings.Sizes;
 import org.jfree.chart.ChartRenderingInfo;
 import org.jfree.chart.JFreeChart;

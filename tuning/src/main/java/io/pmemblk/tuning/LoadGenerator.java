@@ -1,10 +1,10 @@
 package io.pmemblk.tuning;
 
-import io.pmemblk.block.BlockLayer;
-import io.pmemblk.block.HardwareQueue;
-import io.pmemblk.block.Op;
-import io.pmemblk.block.Request;
-import io.pmemblk.block.Status;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.HardwareQueue;
+import io.pmemblk.queueing.Op;
+import io.pmemblk.queueing.Request;
+import io.pmemblk.queueing.Status;
 import org.HdrHistogram.Histogram;
 
 import java.lang.management.ManagementFactory;

@@ -1,7 +1,7 @@
 package io.pmemblk.tuning;
 
-import io.pmemblk.block.BlockLayer;
-import io.pmemblk.block.Route;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.Route;
 import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.pmem.CopyStats;

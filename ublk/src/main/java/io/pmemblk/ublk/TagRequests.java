@@ -1,9 +1,9 @@
 package io.pmemblk.ublk;
 
-import io.pmemblk.block.FrontendQueue;
-import io.pmemblk.block.Op;
-import io.pmemblk.block.Request;
-import io.pmemblk.block.Status;
+import io.pmemblk.queueing.FrontendQueue;
+import io.pmemblk.queueing.Op;
+import io.pmemblk.queueing.Request;
+import io.pmemblk.queueing.Status;
 import io.pmemblk.posix.FileIo;
 
 import java.lang.foreign.MemorySegment;
@@ -126,7 +126,7 @@ final class TagRequests implements Request.Completion {
 
     /**
      * Hands the batch to the driver. What the driver throws (it rethrows an Error once it has completed the whole
-     * batch: {@link io.pmemblk.block.BlockDriver#queueRequests}) is logged here and goes no further: the
+     * batch: {@link io.pmemblk.queueing.BlockDriver#queueRequests}) is logged here and goes no further: the
      * requests are answered, and the queue thread must go on serving.
      */
     void dispatch() {

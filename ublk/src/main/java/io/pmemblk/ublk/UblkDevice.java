@@ -1,7 +1,7 @@
 package io.pmemblk.ublk;
 
-import io.pmemblk.block.BlockLayer;
-import io.pmemblk.block.FrontendQueue;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 

@@ -1,6 +1,6 @@
 package io.pmemblk.ublk;
 
-import io.pmemblk.block.FrontendQueue;
+import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.posix.FileIo;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;

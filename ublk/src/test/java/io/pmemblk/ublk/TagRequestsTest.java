@@ -1,9 +1,9 @@
 package io.pmemblk.ublk;
 
-import io.pmemblk.block.BlockLayer;
-import io.pmemblk.block.FrontendQueue;
-import io.pmemblk.block.Op;
-import io.pmemblk.block.testing.MemoryBlockDriver;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.FrontendQueue;
+import io.pmemblk.queueing.Op;
+import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.dma.DmaChannel;
 import io.pmemblk.dma.DmaCompletionListener;
 import io.pmemblk.dma.DmaEngine;
@@ -16,7 +16,7 @@ import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.pmem.Routing;
 import io.pmemblk.posix.FileIo;
 import io.pmemblk.posix.Libc;
-import io.pmemblk.block.Route;
+import io.pmemblk.queueing.Route;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;

@@ -1,4 +1,0 @@
-/** The multi-queue block layer: hardware queues, tags, registered buffer pools, batched dispatch. Pure Java. */
-module io.pmemblk.block {
-    exports io.pmemblk.block;
-}

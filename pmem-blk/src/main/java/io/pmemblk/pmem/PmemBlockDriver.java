@@ -1,0 +1,644 @@
+package io.pmemblk.pmem;
+
+import io.pmemblk.queueing.BlockDriver;
+import io.pmemblk.queueing.BufferPool;
+import io.pmemblk.queueing.HardwareQueue;
+import io.pmemblk.queueing.Op;
+import io.pmemblk.queueing.Request;
+import io.pmemblk.queueing.Route;
+import io.pmemblk.queueing.Status;
+import io.pmemblk.dma.DmaChannel;
+import io.pmemblk.dma.DmaEngine;
+import io.pmemblk.dma.IovaSpace;
+
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteBuffer;
+import java.util.Arrays;
+
+/**
+ * The pmem block driver: executes block requests against a {@link PmemRegion}, copying each request's data
+ * by CPU or by a DMA channel ({@link Routing}). Every request is bounds-checked here (frontends' checks are
+ * not trusted) and completed exactly once.
+ *
+ * <p>Batches: all DMA copies of a batch are placed in the channel's ring and the doorbell is rung once at the
+ * end: an MMIO doorbell write costs more than a small copy, so one per batch, not per request. Queue i uses
+ * channel i mod channels, so queues do not share a ring unless there are fewer channels than queues. The CPU requests of a batch complete inline; DMA requests complete on the channel's
+ * completion thread.
+ *
+ * <p>Durability: a WRITE/TRIM/WRITE_ZEROES with FUA is persistent before it completes; a FLUSH makes every
+ * write completed before it, on any queue and by either route, persistent. A DMA write is made persistent
+ * by the CPU after the device reports it ({@link PmemRegion#deviceWrote}): with DDIO the device's writes sit
+ * in the CPU cache until flushed. Once the region's write-back has failed ({@link PmemRegion#writeBackFailed})
+ * every FLUSH, FUA and plain write answers EIO without touching the mapping, reads are served as before; the
+ * region logs the failure once, so these refusals log nothing.
+ *
+ * <p>Faults: a copy the channel reports failed (a halt: its descriptor and every one placed after it) is
+ * done again by the CPU before the request completes, so nothing is lost; the same bytes are copied again,
+ * which a reader cannot tell from one copy. A channel that throws instead (closed, or broken by a halt it could
+ * not recover from) loses nothing either: its request goes to the CPU, and the rest of the batch runs.
+ */
+public final class PmemBlockDriver implements BlockDriver {
+    private static final System.Logger LOG = System.getLogger(PmemBlockDriver.class.getName());
+    private static final int MAX_QUEUES = 4096;
+
+    private final PmemRegion region;
+    private final long size;
+    private final CopyStats stats;
+    private final DmaEngine engine;
+    private final DmaChannel[] channels;
+    private final long regionIova;
+    private final long[] poolIova = new long[MAX_QUEUES];
+    private volatile Routing routing;
+    /** Forced route for benchmarks and the tuner; null = by {@link #routing}. */
+    private volatile Route forced;
+    private volatile long lastFaultLog = System.nanoTime() - 2_000_000_000L;
+
+    /** A CPU-only driver. */
+    public PmemBlockDriver(PmemRegion region, CopyStats stats) {
+        this(region, stats, null, Routing.CPU_ONLY);
+    }
+
+    /**
+     * A driver that may offload copies to {@code engine} (null: CPU only). The region is registered in the
+     * engine's IOVA space now, each queue's buffer pool when the queue attaches: once, never per request
+     * (mapping a buffer for a device per request costs more than the copy it serves). The driver owns the engine from here on and closes it before the region.
+     */
+    public PmemBlockDriver(PmemRegion region, CopyStats stats, DmaEngine engine, Routing routing) {
+        this.region = region;
+        this.size = region.size();
+        this.stats = stats;
+        this.engine = engine;
+        this.routing = routing;
+        Arrays.fill(poolIova, -1);
+        if (engine != null) {
+            this.channels = engine.channels().toArray(new DmaChannel[0]);
+            this.regionIova = engine.iovaSpace().map(region.memory());
+            engine.onCompletion(this::dmaCompleted);
+        } else {
+            this.channels = new DmaChannel[0];
+            this.regionIova = -1;
+        }
+    }
+
+    public PmemRegion region() {
+        return region;
+    }
+
+    /** The DMA engine, or null for a CPU-only driver. */
+    public DmaEngine engine() {
+        return engine;
+    }
+
+    @Override
+    public long size() {
+        return size;
+    }
+
+    @Override
+    public boolean isPmem() {
+        return region.isPmem();
+    }
+
+    public Routing routing() {
+        return routing;
+    }
+
+    public void routing(Routing routing) {
+        this.routing = routing;
+    }
+
+    /**
+     * Sends every data request to one route (null: back to the thresholds).
+     * @return false when {@code route} is DMA and there is no engine
+     */
+    public boolean force(Route route) {
+        if (route == Route.DMA && engine == null) {
+            return false;
+        }
+        forced = route;
+        return true;
+    }
+
+    @Override
+    public boolean receivesInPlace(long offset, long length) {
+        if (offset < 0 || length <= 0 || offset > size || length > size - offset || length > Integer.MAX_VALUE
+                || region.writeBackFailed()) {
+            return false; // the normal path answers it with the right error (EIO after a failed write-back)
+        }
+        return !routesToDma(length) && loadable(offset, length);
+    }
+
+    /**
+     * Whether the kernel may copy into the range: a page it cannot load (truncated file, bad block) would fail
+     * the frontend's socket read with EFAULT mid-request and lose the connection. Not loadable: the request takes
+     * the buffers' path instead, where the copy fails alone, with EIO.
+     */
+    private boolean loadable(long offset, long length) {
+        try {
+            region.probe(offset, length);
+            return true;
+        } catch (MappingFault f) {
+            return false;
+        }
+    }
+
+    @Override
+    public boolean sendsInPlace(long offset, long length) {
+        // No probe here: a READ sent from the mapping is probed where it runs (execute), and fails alone with EIO.
+        return byCpu(offset, length);
+    }
+
+    /**
+     * Whether a READ or WRITE of the range takes the CPU route, which copies straight between the mapping and
+     * the frontend's socket or ublk: {@link #wantsDma}'s rule, asked before the request is acquired, so it
+     * takes buffers only for DMA. False out of bounds: the normal path answers it with the right error.
+     */
+    private boolean byCpu(long offset, long length) {
+        if (offset < 0 || length <= 0 || offset > size || length > size - offset || length > Integer.MAX_VALUE) {
+            return false;
+        }
+        return !routesToDma(length);
+    }
+
+    /** The route of a data request of {@code length} bytes, in bounds: forced, or by the thresholds. */
+    private boolean routesToDma(long length) {
+        if (engine == null) {
+            return false;
+        }
+        Route f = forced;
+        return f != null ? f == Route.DMA : routing.toDma(length);
+    }
+
+    @Override
+    public void receiveInPlace(Request r) {
+        region.views(r, state(r).windows(region), r.offset, (int) r.length);
+        r.dataInPlace = true;
+    }
+
+    @Override
+    public void attachQueue(HardwareQueue queue) {
+        if (engine != null) {
+            if (queue.index() >= MAX_QUEUES) {
+                throw new IllegalArgumentException("at most " + MAX_QUEUES + " hardware queues with DMA");
+            }
+            poolIova[queue.index()] = engine.iovaSpace().map(queue.pool().memory());
+        }
+    }
+
+    /**
+     * Every request of the batch is completed exactly once, whatever throws (the contract of
+     * {@link BlockDriver#queueRequests}; a request left uncompleted keeps its tag, and shutdown waits for it):
+     * a copy the channel cannot take goes to the CPU, a CPU copy that throws answers EIO, and the requests
+     * after it still run. An {@link Error} (out of memory, a failed assertion) is logged, its request answered
+     * EIO, and it is rethrown once the whole batch is completed and the doorbell rung: the caller learns that
+     * something is badly wrong, and no tag is lost on the way.
+     */
+    @Override
+    public void queueRequests(int hwq, Request[] batch, int count) {
+        DmaChannel channel = channels.length == 0 ? null : channels[hwq % channels.length];
+        boolean unsubmitted = false; // copies placed since the last doorbell
+        Throwable error = null;      // the first Error of the batch
+        for (int i = 0; i < count; i++) {
+            Request r = batch[i];
+            int rc = CPU;
+            if (channel != null) {
+                try {
+                    rc = wantsDma(r) ? place(channel, hwq, r) : CPU;
+                } catch (Throwable t) { // place() catches what the channel throws: this is the routing itself
+                    error = failed(r, "routing", t, error);
+                }
+            }
+            if (rc == PLACED) {
+                // The request's count still holds the placer's share, so the request is ours until it is dropped:
+                // nothing of it may be read after that.
+                PerRequest st = (PerRequest) r.driverData;
+                unsubmitted |= st.placed > 0;
+                error = firstError(error, st.placeError);
+                st.placeError = null;
+                if (st.drop(1 + r.segments() - st.placed) == 0) {
+                    error = finishDma(r, st, error); // every placed copy reported already, or none was placed
+                }
+                continue;
+            }
+            if (rc == RING_FULL && unsubmitted) {
+                // Ring the doorbell for what is already placed, and let the CPU take this one rather than
+                // stall the whole batch behind the device.
+                error = submit(channel, error);
+                unsubmitted = false;
+            }
+            error = completeByCpu(r, error);
+        }
+        if (unsubmitted) {
+            error = submit(channel, error);
+        }
+        if (error != null) {
+            throw (Error) error;
+        }
+    }
+
+    private boolean wantsDma(Request r) {
+        // A zero-length READ/WRITE has no segment to copy: nothing would ever report it.
+        // A request acquired without buffers (in place) stays on the CPU even if the route changed since.
+        if (!r.op.carriesData() || r.dataInPlace || r.segments() == 0 || !inBounds(r)
+                || (r.op == Op.WRITE && region.writeBackFailed())) {
+            return false; // refused writes are answered by execute, before any copy
+        }
+        return routesToDma(r.length);
+    }
+
+    /** {@link #place} outcomes; CPU: not offered to the channel at all. */
+    private static final int PLACED = 0, RING_FULL = 1, CPU = 2;
+
+    /**
+     * Driver-private failure status, beside the channel's CHANERR bits and its CLOSED/ABORTED: the channel threw
+     * while this request's copies were being placed (closed, or broken by a halt it could not recover from).
+     */
+    static final int STATUS_NOT_PLACED = 0x2000_0000;
+
+    /**
+     * Places every segment of r as one unit ({@link DmaChannel#placeAll}: all or none), each copy with r as its
+     * context. RING_FULL: there was no room for all of them and nothing was placed. PLACED: the request's count
+     * ({@link PerRequest#outstanding}) is one per segment plus one that the caller drops, with the share of the
+     * segments not placed because the channel threw ({@link PerRequest#placeError}); whoever drops the count to
+     * zero completes the request.
+     */
+    private int place(DmaChannel channel, int hwq, Request r) {
+        int n = r.segments();
+        PerRequest st = state(r);
+        // Set before the copies are placed: a report (on the completion thread) may come before placeAll returns.
+        // Every segment's copy reports to the request, not just the last: the device may halt on any descriptor,
+        // failing that copy and every one after it, so some segments may succeed and others fail. The request
+        // completes when all have reported, and goes to the CPU if any failed.
+        st.failedStatus = 0;
+        st.placed = 0;
+        st.placeError = null;
+        st.outstanding = n + 1;
+        st.copies(r, poolIova[hwq], regionIova + r.offset, r.op == Op.WRITE);
+        try {
+            if (!channel.placeAll(st, r)) {
+                return RING_FULL;
+            }
+            st.placed = n;
+        } catch (Throwable t) {
+            // Nothing was placed (all or none); the request goes to the CPU with the caller's drop.
+            st.failedStatus = STATUS_NOT_PLACED;
+            st.placeError = t instanceof Error ? t : null;
+            if (t instanceof Error || faultLogDue()) {
+                LOG.log(System.Logger.Level.ERROR, "DMA channel " + channel.index() + " threw placing " + r
+                        + "; it is completed by the CPU: " + t, t);
+            }
+        }
+        return PLACED;
+    }
+
+    /**
+     * The driver's per-request area ({@link Request#driverData}): made once per tag, reused. It is also the
+     * request's list of copies for {@link DmaChannel#placeAll}, so placing allocates nothing.
+     */
+    static final class PerRequest implements DmaChannel.Copies {
+        private static final VarHandle OUTSTANDING;
+
+        static {
+            try {
+                OUTSTANDING = MethodHandles.lookup().findVarHandle(PerRequest.class, "outstanding", int.class);
+            } catch (ReflectiveOperationException e) {
+                throw new ExceptionInInitializerError(e);
+            }
+        }
+
+        /**
+         * Segment copies not yet reported by the channel, plus the placer's share while it is still placing;
+         * the channel's completion thread and the placer drop it concurrently, so only atomically
+         * ({@link #drop}). The first failure's status is written before the writer's drop.
+         */
+        volatile int outstanding;
+        int failedStatus;
+        /** The placer's own: copies it put in the ring (0 or all: placeAll), and an Error the channel threw at it. */
+        int placed;
+        Throwable placeError;
+        private ByteBuffer[] windows;
+
+        private Request request;
+        private long poolIova;
+        private long deviceIova;
+        private boolean write;
+
+        /** Points the copy list at r: its segments in the pool at poolIova, its range at deviceIova. */
+        void copies(Request r, long poolIova, long deviceIova, boolean write) {
+            this.request = r;
+            this.poolIova = poolIova;
+            this.deviceIova = deviceIova;
+            this.write = write;
+        }
+
+        @Override
+        public int count() {
+            return request.segments();
+        }
+
+        @Override
+        public long srcIova(int i) {
+            return write ? poolIova + request.segmentPoolOffset(i) : deviceIova + (long) i * BufferPool.CHUNK;
+        }
+
+        @Override
+        public long dstIova(int i) {
+            return write ? deviceIova + (long) i * BufferPool.CHUNK : poolIova + request.segmentPoolOffset(i);
+        }
+
+        @Override
+        public long length(int i) {
+            return request.segmentLength(i);
+        }
+
+        /** Drops n shares; returns what is left (0: the caller completes the request). */
+        int drop(int n) {
+            return (int) OUTSTANDING.getAndAdd(this, -n) - n;
+        }
+
+        ByteBuffer[] windows(PmemRegion region) {
+            if (windows == null) {
+                windows = region.newWindowCache();
+            }
+            return windows;
+        }
+    }
+
+    private static PerRequest state(Request r) {
+        Object d = r.driverData;
+        if (d == null) {
+            PerRequest p = new PerRequest();
+            r.driverData = p;
+            return p;
+        }
+        return (PerRequest) d;
+    }
+
+    /**
+     * A segment copy of a request has been reported (channel completion thread). The request completes with the
+     * last share of its count. Nothing escapes but an Error, and that only after the request is completed: the
+     * channel's thread logs it and goes on.
+     */
+    private void dmaCompleted(Object ctx, int segmentStatus) {
+        Request r = (Request) ctx;
+        PerRequest st = (PerRequest) r.driverData;
+        if (segmentStatus != 0 && st.failedStatus == 0) {
+            st.failedStatus = segmentStatus;
+        }
+        int left = st.drop(1);
+        if (left > 0) {
+            return;
+        }
+        if (left < 0) {
+            // More reports than copies placed: completing again would complete someone else's request.
+            LOG.log(System.Logger.Level.ERROR, "DMA channel reported a copy of " + r + " more often than it was placed;"
+                    + " ignored");
+            return;
+        }
+        Throwable error = finishDma(r, st, null);
+        if (error != null) {
+            throw (Error) error;
+        }
+    }
+
+    /** Completes a request whose copies have all been reported: by DMA if they all succeeded, else by the CPU. */
+    private Throwable finishDma(Request r, PerRequest st, Throwable error) {
+        int status = st.failedStatus;
+        if (status == 0) {
+            int result = Status.OK;
+            boolean write = r.op == Op.WRITE;
+            try {
+                if (write) {
+                    if (region.writeBackFailed()) {
+                        // placed before the failure, landed after it: refused like those the CPU refuses
+                        region.countRefused();
+                        return complete(r, Status.EIO, error);
+                    }
+                    region.deviceWrote(r.offset, r.length, r.fua);
+                }
+                stats.count(Route.DMA, write, r.length);
+                r.route = Route.DMA;
+            } catch (WriteBackFailedException e) {
+                region.countRefused();
+                result = Status.EIO; // the region has said why, once
+            } catch (Throwable t) {
+                error = failed(r, "persisting its DMA write", t, error);
+                result = Status.EIO;
+            }
+            return complete(r, result, error);
+        }
+        stats.dmaError();
+        stats.dmaFallback();
+        // A halt fails every copy behind it: one line per second, not one per request.
+        if (status != STATUS_NOT_PLACED && faultLogDue()) {
+            LOG.log(System.Logger.Level.WARNING, "DMA copy of " + r + " failed (CHANERR 0x" + Integer.toHexString(status)
+                    + "); it and the copies behind it are completed by the CPU (" + stats.dmaFallbacks() + " so far)");
+        }
+        return completeByCpu(r, error);
+    }
+
+    /**
+     * The mapping could not be accessed for r (truncated file, bad block, machine check): r answers EIO and the
+     * driver goes on. One line per second at most, with the offset; the count is a metric.
+     */
+    private void mappingFault(Request r, MappingFault f) {
+        stats.mappingFault();
+        long now = System.nanoTime();
+        long last = lastMappingFaultLog;
+        if (now - last > 1_000_000_000L) {
+            lastMappingFaultLog = now;
+            long total = stats.mappingFaults();
+            LOG.log(System.Logger.Level.ERROR, r.op + " at offset " + r.offset + " answered EIO: " + f.getMessage()
+                    + " (" + total + " mapping faults so far, " + (total - faultsAtLastLog - 1) + " not logged since the"
+                    + " last line); if the backing file was truncated, stop the server and restore it; if the pmem has"
+                    + " bad blocks, `ndctl list --media-errors` shows them");
+            faultsAtLastLog = total;
+        }
+    }
+
+    private volatile long lastMappingFaultLog = System.nanoTime() - 2_000_000_000L;
+    private volatile long faultsAtLastLog;
+
+    private boolean faultLogDue() {
+        long now = System.nanoTime();
+        if (now - lastFaultLog > 1_000_000_000L) {
+            lastFaultLog = now;
+            return true;
+        }
+        return false;
+    }
+
+    private boolean inBounds(Request r) {
+        long off = r.offset;
+        long len = r.length;
+        return off >= 0 && len >= 0 && off <= size && len <= size - off;
+    }
+
+    /** Executes r by the CPU and completes it: EIO when that throws. */
+    private Throwable completeByCpu(Request r, Throwable error) {
+        int status;
+        try {
+            status = execute(r);
+        } catch (WriteBackFailedException e) {
+            region.countRefused();
+            status = Status.EIO; // the region has said why, once: one line, not one per request
+        } catch (MappingFault f) {
+            mappingFault(r, f);
+            status = Status.EIO;
+        } catch (Throwable t) {
+            error = failed(r, "failed", t, error);
+            status = Status.EIO;
+        }
+        return complete(r, status, error);
+    }
+
+    /**
+     * Completes r once. What the completion throws (the frontend's callback, or a second completion the request
+     * refuses) is logged and never retried: the request's state has moved on, and calling again would run the
+     * frontend's completion twice.
+     */
+    private static Throwable complete(Request r, int status, Throwable error) {
+        try {
+            r.complete(status);
+            return error;
+        } catch (Throwable t) {
+            LOG.log(System.Logger.Level.ERROR, "completing " + r + " threw: " + t, t);
+            return firstError(error, t);
+        }
+    }
+
+    private Throwable submit(DmaChannel channel, Throwable error) {
+        try {
+            channel.submit();
+            return error;
+        } catch (Throwable t) {
+            // The placed copies stay reported by the channel: at the next doorbell, or as closed when it closes.
+            LOG.log(System.Logger.Level.ERROR, "ringing DMA channel " + channel.index() + "'s doorbell threw: " + t, t);
+            return firstError(error, t);
+        }
+    }
+
+    /** Logs what r's execution threw; keeps the first Error (the rest answer EIO and are done with). */
+    private static Throwable failed(Request r, String what, Throwable t, Throwable error) {
+        LOG.log(System.Logger.Level.ERROR, "request " + r + " " + what + ": " + t, t);
+        return firstError(error, t);
+    }
+
+    private static Throwable firstError(Throwable first, Throwable t) {
+        return first != null || !(t instanceof Error) ? first : t;
+    }
+
+    private int execute(Request r) throws IOException {
+        Op op = r.op;
+        if (op == Op.FLUSH) {
+            region.persistAll();
+            return Status.OK;
+        }
+        if (!inBounds(r)) {
+            return op == Op.WRITE || op == Op.WRITE_ZEROES ? Status.ENOSPC : Status.EINVAL;
+        }
+        long off = r.offset;
+        long len = r.length;
+        if (op != Op.READ && op != Op.CACHE && region.writeBackFailed()) {
+            // Stored now, the bytes could never be made durable (the failed pages are clean to the kernel):
+            // refused before they reach the mapping. A payload the kernel received in place has landed already,
+            // as a write answered with an error may have.
+            region.countRefused();
+            return Status.EIO;
+        }
+        switch (op) {
+            case READ -> {
+                if (r.sinkReadsDevice) {
+                    // The frontend's gathering write copies straight out of the mapping: the CPU route's copy
+                    // is the kernel's copy into the socket, and no second copy through the buffers is made.
+                    // Probed first: the kernel would answer a missing page with EFAULT, mid-reply.
+                    region.probe(off, len);
+                    region.views(r, state(r).windows(region), off, (int) len);
+                } else {
+                    copyOut(r);
+                }
+                stats.count(Route.CPU, false, len);
+                r.route = Route.CPU;
+            }
+            case WRITE -> {
+                if (r.dataInPlace) {
+                    // received straight into the mapping by the kernel: cache lines to write back on real
+                    // pmem (as for a device's writes), dirty pages elsewhere
+                    region.deviceWrote(off, len, r.fua);
+                } else {
+                    copyIn(r);
+                    if (r.fua) {
+                        region.persistWritten(off, len);
+                    }
+                }
+                stats.count(Route.CPU, true, len);
+                r.route = Route.CPU;
+            }
+            case TRIM, WRITE_ZEROES -> {
+                // TRIM leaves the range reading as zeroes: deterministic for every client, and what
+                // nbdkit's memory plugin does too.
+                region.zero(off, len);
+                if (r.fua) {
+                    region.persistWritten(off, len);
+                }
+            }
+            case CACHE -> { } // the mapping is already memory: nothing to prefetch
+            default -> {
+                return Status.EINVAL;
+            }
+        }
+        return Status.OK;
+    }
+
+    private void copyIn(Request r) {
+        MemorySegment pool = r.queue().pool().memory();
+        long dst = r.offset;
+        for (int s = 0, n = r.segments(); s < n; s++) {
+            int len = r.segmentLength(s);
+            region.write(pool, r.segmentPoolOffset(s), dst, len);
+            dst += len;
+        }
+    }
+
+    private void copyOut(Request r) {
+        MemorySegment pool = r.queue().pool().memory();
+        long src = r.offset;
+        for (int s = 0, n = r.segments(); s < n; s++) {
+            int len = r.segmentLength(s);
+            region.read(src, pool, r.segmentPoolOffset(s), len);
+            src += len;
+        }
+    }
+
+    /** CPU time of the DMA engine's own threads so far (the software device's engines), 0 without one. */
+    public long engineCpuNanos() {
+        return engine == null ? 0 : engine.softDevice().map(d -> d.engineCpuTimeNanos()).orElse(0L);
+    }
+
+    @Override
+    public void persistAll() throws IOException {
+        region.persistAll();
+    }
+
+    /** Closes the DMA engine (its copies drain or fall back to the CPU), then persists and unmaps the region. */
+    @Override
+    public void close() throws IOException {
+        try {
+            if (engine != null) {
+                engine.close();
+                IovaSpace space = engine.iovaSpace();
+                for (long iova : poolIova) {
+                    if (iova >= 0) {
+                        space.unmap(iova);
+                    }
+                }
+                space.unmap(regionIova);
+            }
+        } finally {
+            region.close();
+        }
+    }
+}

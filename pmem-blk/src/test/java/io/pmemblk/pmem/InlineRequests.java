@@ -1,0 +1,51 @@
+package io.pmemblk.pmem;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import io.pmemblk.queueing.HardwareQueue;
+import io.pmemblk.queueing.Op;
+import io.pmemblk.queueing.Request;
+
+import java.nio.ByteBuffer;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * One request through a driver with no DMA engine, which completes it inline on the CPU route: the tests that
+ * put single requests against a damaged mapping (a truncated file, known bad blocks) share this.
+ * {@code sink}: a READ sent from the mapping (its data read back from the device views); {@code out}: where a
+ * READ's data goes (null: not copied). Returns the request's status.
+ */
+final class InlineRequests {
+    private InlineRequests() {
+    }
+
+    static int run(HardwareQueue q, Op op, long off, int len, byte fill, boolean sink, byte[] out)
+            throws InterruptedException {
+        Request r = q.acquire(op.carriesData() && !sink ? len : 0);
+        r.op = op;
+        r.offset = off;
+        r.length = len;
+        r.sinkReadsDevice = sink;
+        if (op == Op.WRITE) {
+            for (ByteBuffer b : r.buffers()) {
+                if (b == null) break;
+                while (b.hasRemaining()) b.put(fill);
+            }
+        }
+        AtomicInteger done = new AtomicInteger(-1);
+        r.completion = req -> done.set(req.status());
+        q.dispatch(new Request[]{r}, 1);
+        assertThat(done.get()).as("CPU route completes inline").isGreaterThanOrEqualTo(0);
+        if (op == Op.READ && done.get() == 0 && out != null) {
+            int pos = 0;
+            for (int s = 0, n = sink ? r.dataBufferCount() : r.segments(); s < n; s++) {
+                ByteBuffer b = sink ? r.dataBuffers()[s] : r.buffers()[s];
+                int k = sink ? b.remaining() : r.segmentLength(s);
+                b.get(out, pos, k);
+                pos += k;
+            }
+        }
+        r.release();
+        return done.get();
+    }
+}

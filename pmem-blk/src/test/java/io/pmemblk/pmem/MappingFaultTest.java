@@ -1,0 +1,138 @@
+package io.pmemblk.pmem;
+
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.HardwareQueue;
+import io.pmemblk.queueing.Op;
+import io.pmemblk.queueing.Request;
+import io.pmemblk.queueing.Status;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.concurrent.atomic.AtomicInteger;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+/**
+ * The backing file truncated under a live mapping (SIGBUS on every access past the new end, as a poisoned pmem
+ * line raises it): each request touching the lost part answers EIO, everything else keeps working, the JVM
+ * lives. Runs with both mappers; in the forced-pmem execution (pom) also through libpmem's non-temporal path.
+ */
+class MappingFaultTest {
+    static final int SIZE = 8 << 20;
+    static final int HALF = SIZE / 2;
+    @TempDir
+    Path dir;
+    PmemBlockDriver driver;
+    BlockLayer layer;
+    HardwareQueue q;
+    CopyStats stats = new CopyStats();
+
+    @AfterEach
+    void tearDown() throws IOException {
+        if (layer != null) {
+            layer.close();
+        }
+        if (driver != null) {
+            driver.close();
+        }
+    }
+
+    private void serveThenTruncate(PmemRegion.Mapper mapper) throws Exception {
+        Path file = dir.resolve("d.img");
+        driver = new PmemBlockDriver(PmemRegion.open(file, SIZE, false, mapper), stats);
+        layer = new BlockLayer(driver, 1, 8, 4 << 20, 2 << 20);
+        q = layer.queue(0);
+        assertThat(run(Op.WRITE, 0, 2 << 20, (byte) 0x5a, false, null)).isZero();
+        assertThat(run(Op.WRITE, HALF, 1 << 20, (byte) 0x6b, false, null)).isZero();
+        // Hot enough for C2: compiled, a fault's error is thrown at a later safepoint poll unless the access
+        // path makes it throw on the spot (interpreted, it shows up at once and proves nothing).
+        for (int i = 0; i < 40_000; i++) {
+            int len = (i & 1) == 0 ? 512 : 8192;
+            run(Op.READ, (i * 8192L) % HALF, len, (byte) 0, (i & 2) != 0, null);
+            run(Op.WRITE, HALF + (i * 8192L) % HALF, len, (byte) 0x6b, false, null);
+            if ((i & 15) == 0) {
+                run(Op.WRITE_ZEROES, HALF + (1 << 20) + (i * 8192L) % (1 << 20), len, (byte) 0, false, null);
+            }
+        }
+        try (FileChannel fc = FileChannel.open(file, StandardOpenOption.WRITE)) {
+            fc.truncate(HALF); // behind the server's back: its mapping still spans SIZE
+        }
+    }
+
+    private int run(Op op, long off, int len, byte fill, boolean sink, byte[] out) throws InterruptedException {
+        return InlineRequests.run(q, op, off, len, fill, sink, out);
+    }
+
+    @ParameterizedTest
+    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "AUTO"})
+    void requestsIntoTheTruncatedPartAnswerEioAndTheRestIsServed(PmemRegion.Mapper mapper) throws Exception {
+        serveThenTruncate(mapper);
+        long[] lens = {512, 4096, 65536, 2 << 20}; // inline copies, libc-sized copies, many 64 KiB chunks
+        int expectedFaults = 0;
+        for (long len : lens) {
+            int n = (int) len;
+            assertThat(run(Op.READ, HALF + 4096, n, (byte) 0, false, null)).as("READ %d past the end", len).isEqualTo(Status.EIO);
+            assertThat(run(Op.READ, HALF + 4096, n, (byte) 0, true, null)).as("sink READ %d past the end", len).isEqualTo(Status.EIO);
+            assertThat(run(Op.WRITE, HALF + 8192, n, (byte) 1, false, null)).as("WRITE %d past the end", len).isEqualTo(Status.EIO);
+            assertThat(run(Op.WRITE_ZEROES, HALF + 8192, n, (byte) 0, false, null)).as("WRITE_ZEROES %d", len).isEqualTo(Status.EIO);
+            expectedFaults += 4;
+        }
+        // straddling the new end: the whole request fails, none of it is answered as if read
+        assertThat(run(Op.READ, HALF - 4096, 8192, (byte) 0, false, null)).isEqualTo(Status.EIO);
+        expectedFaults++;
+        assertThat(stats.mappingFaults()).isEqualTo(expectedFaults);
+
+        // the intact half is served, by both read paths, and takes writes
+        byte[] got = new byte[1 << 20];
+        assertThat(run(Op.READ, 4096, got.length, (byte) 0, false, got)).isZero();
+        for (int i = 0; i < got.length; i++) assertThat(got[i]).as("byte %d", i).isEqualTo((byte) 0x5a);
+        byte[] viaViews = new byte[65536];
+        assertThat(run(Op.READ, 65536, viaViews.length, (byte) 0, true, viaViews)).isZero();
+        for (int i = 0; i < viaViews.length; i++) assertThat(viaViews[i]).isEqualTo((byte) 0x5a);
+        assertThat(run(Op.WRITE, 0, 4096, (byte) 0x77, false, null)).isZero();
+        assertThat(run(Op.FLUSH, 0, 0, (byte) 0, false, null)).isZero();
+        byte[] back = new byte[4096];
+        assertThat(run(Op.READ, 0, 4096, (byte) 0, false, back)).isZero();
+        for (byte b : back) assertThat(b).isEqualTo((byte) 0x77);
+        assertThat(stats.mappingFaults()).as("no fault counted for the intact part").isEqualTo(expectedFaults);
+    }
+
+    @ParameterizedTest
+    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "AUTO"})
+    void theKernelIsNotHandedAPageItCannotLoad(PmemRegion.Mapper mapper) throws Exception {
+        serveThenTruncate(mapper);
+        // a WRITE past the end is not received into the mapping (read(2) would answer EFAULT mid-payload)
+        assertThat(driver.receivesInPlace(HALF + 4096, 4096)).isFalse();
+        assertThat(driver.receivesInPlace(HALF - 4096, 8192)).isFalse();
+        assertThat(driver.receivesInPlace(4096, 65536)).isTrue();
+    }
+
+    @ParameterizedTest
+    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "AUTO"})
+    void theRegionsAccessorsThrowAMappingFaultNamingTheOffset(PmemRegion.Mapper mapper) throws Exception {
+        serveThenTruncate(mapper);
+        PmemRegion region = driver.region();
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment buf = a.allocate(1 << 20);
+            assertThatThrownBy(() -> region.read(HALF + 100, buf, 0, 1 << 20)).isInstanceOf(MappingFault.class)
+                    .hasMessageContaining("read of 1048576 bytes at offset " + (HALF + 100))
+                    .satisfies(e -> assertThat(((MappingFault) e).offset()).isEqualTo(HALF + 100));
+            assertThatThrownBy(() -> region.write(buf, 0, HALF, 4096)).isInstanceOf(MappingFault.class)
+                    .hasMessageContaining("write of 4096 bytes at offset " + HALF);
+            assertThatThrownBy(() -> region.zero(SIZE - 4096, 4096)).isInstanceOf(MappingFault.class);
+            assertThatThrownBy(() -> region.probe(SIZE - 1, 1)).isInstanceOf(MappingFault.class);
+            region.read(0, buf, 0, 4096);
+            assertThat(buf.get(java.lang.foreign.ValueLayout.JAVA_BYTE, 0)).isEqualTo((byte) 0x5a);
+        }
+    }
+}

@@ -1,0 +1,4 @@
+/** The multi-queue block layer: hardware queues, tags, registered buffer pools, batched dispatch. Pure Java. */
+module io.pmemblk.queueing {
+    exports io.pmemblk.queueing;
+}
