@@ -32,7 +32,7 @@ import java.util.function.UnaryOperator;
  * is a slice that owns nothing. Hot-path methods take offsets and pass slices of the mapping to every native
  * call: out of range is an IndexOutOfBoundsException, after close an IllegalStateException, never a fault.
  * The slices do not reach the heap on the FUA path: 0 bytes per FUA 4k write on every mapper, measured with
- * per-thread allocation counters (pmem-blk/measure/FuaAlloc.java, numbers in pmem-blk/DURABILITY.md).
+ * per-thread allocation counters (pmem-blk/measure/FuaAlloc.java, numbers in docs/durability.md).
  *
  * <p>A page that cannot be loaded (the file truncated behind the server, a poisoned line, a known bad block:
  * {@link BadBlocks}) makes the accessor throw a {@link MappingFault} and leaves the rest of the mapping usable:
@@ -178,7 +178,7 @@ public final class PmemRegion implements AutoCloseable {
      * the server says {@code ready} only once what it serves is durable, and a write-back error the earlier
      * process never saw (Linux reports an unseen one to the next file opened) is found before any client is
      * answered OK. Cheap when the pages are clean: msync only walks the file's dirty pages (measured in
-     * pmem-blk/DURABILITY.md). The same on fsdax, mapped with MAP_SYNC (is_pmem) or not: msync writes back the CPU
+     * docs/durability.md). The same on fsdax, mapped with MAP_SYNC (is_pmem) or not: msync writes back the CPU
      * cache lines of every DAX entry still tagged dirty, which an earlier process that did not flush them (one
      * on the page-cache path, or without MAP_SYNC) left. Only device DAX is not synced: it has neither page cache
      * nor msync (EINVAL), and every writer of ours drained its stores before acknowledging them. A failure does
