@@ -9,7 +9,7 @@ import java.util.Map;
  * {@code RuntimeDirectory=pmemblk}: /run/pmemblk); as another user, the XDG base directories
  * (XDG_DATA_HOME, default ~/.local/share, for the device image, which is user data like a VM image;
  * XDG_RUNTIME_DIR for the socket, or beside the image when that is not set, as without a login session).
- * Before issue 15 both defaults lived in world-writable /var/tmp and /tmp, where another user could create
+ * Earlier versions put both defaults in world-writable /var/tmp and /tmp, where another user could create
  * {@code pmemblk/} first.
  */
 public final class DefaultPaths {
@@ -17,7 +17,7 @@ public final class DefaultPaths {
 
     public static final Path ROOT_STATE = Path.of("/var/lib/pmemblk");
     public static final Path ROOT_RUNTIME = Path.of("/run/pmemblk");
-    /** The default pmem.path before issue 15: an existing image there is not silently replaced by a new one. */
+    /** The default pmem.path of earlier versions: an existing image there is not silently replaced by a new one. */
     public static final Path OLD_PMEM_PATH = Path.of("/var/tmp/pmemblk/pmem0.img");
     static final String IMAGE = "pmem0.img";
     static final String SOCKET = "nbd.sock";
