@@ -6,7 +6,7 @@ import picocli.CommandLine.Command;
 
 /** The {@code pmemblk} command. */
 @Command(name = "pmemblk", mixinStandardHelpOptions = true, versionProvider = Main.Version.class,
-        description = "A userspace persistent-memory block device, served over NBD.",
+        description = "A userspace persistent-memory block device, served over NBD and ublk.",
         footerHeading = "%nFiles and signals:%n",
         footer = {
                 "  /etc/pmemblk/NAME.properties  the settings of systemd's pmemblk@NAME",
@@ -14,7 +14,8 @@ import picocli.CommandLine.Command;
                 "  SIGHUP            serve re-reads --config (systemctl reload does this) and",
                 "                    applies route.dma.min-bytes, route.dma.min-segments,",
                 "                    nbd.stall-timeout and log.level without a restart",
-                "Exit status: 0 done, 1 failed, 2 a bad setting or bad usage."},
+                "Exit status: 0 done, 1 failed, 2 a bad setting or bad usage, 3 serve stopped but",
+                "a write-back had failed: data NOT persisted (see the log)."},
         subcommands = {ServeCommand.class, InfoCommand.class, BenchCommand.class, TuneCommand.class, VersionCommand.class, ConfigExampleCommand.class, DmaCommand.class,
                 CommandLine.HelpCommand.class})
 public final class Main {
