@@ -11,6 +11,7 @@ blocks, `spans`) are not links and are skipped.
 Prints one line per broken link (file:line: what is wrong, what would be allowed) and exits 1 if there is any.
 Stdlib only, so it runs wherever scripts/test runs.
 """
+import functools
 import re
 import sys
 import urllib.parse
@@ -51,20 +52,19 @@ def lines_outside_code(path):
             yield number, line
 
 
-def anchors(path, cache={}):
+@functools.cache
+def anchors(path):
     """Every #fragment a link into path may name: its headings' anchors and its HTML anchors."""
-    if path not in cache:
-        found, seen = set(), {}
-        for _, line in lines_outside_code(path):
-            found.update(HTML_ANCHOR.findall(line))
-            heading = HEADING.match(line)
-            if heading:
-                base = slug(heading.group(2))
-                count = seen.get(base, 0)  # a repeated heading gets -1, -2, ... as on GitHub
-                seen[base] = count + 1
-                found.add(base if count == 0 else f"{base}-{count}")
-        cache[path] = found
-    return cache[path]
+    found, seen = set(), {}
+    for _, line in lines_outside_code(path):
+        found.update(HTML_ANCHOR.findall(line))
+        heading = HEADING.match(line)
+        if heading:
+            base = slug(heading.group(2))
+            count = seen.get(base, 0)  # a repeated heading gets -1, -2, ... as on GitHub
+            seen[base] = count + 1
+            found.add(base if count == 0 else f"{base}-{count}")
+    return found
 
 
 def check(root):
