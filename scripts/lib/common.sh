@@ -2,9 +2,12 @@
 # shellcheck shell=bash
 
 PMEMBLK_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-PMEMBLK_JAR="$PMEMBLK_ROOT/cli/target/pmemblk.jar"
-PMEMBLK_MODULES="$PMEMBLK_ROOT/cli/target/modules"
-# find_jdk, jdk_feature, PMEMBLK_NATIVE_MODULES, pmemblk_java_args: shared with the installed /usr/bin/pmemblk.
+# What the build leaves in cli/target: the jar, the modules it runs with, the JVM's argument file.
+PMEMBLK_HOME="$PMEMBLK_ROOT/cli/target"
+PMEMBLK_JAR="$PMEMBLK_HOME/pmemblk.jar"
+PMEMBLK_MODULES="$PMEMBLK_HOME/modules"
+PMEMBLK_ARGS="$PMEMBLK_HOME/pmemblk.args"
+# find_jdk, jdk_feature, pmemblk_java_args: shared with the installed /usr/bin/pmemblk.
 # shellcheck source=scripts/lib/launch.sh
 . "$PMEMBLK_ROOT/scripts/lib/launch.sh"
 # Installs the Debian packages named when any is missing (needs root, or sudo without a password).
@@ -26,14 +29,16 @@ ensure_packages() {
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 }
 
-# Builds cli/target/pmemblk.jar when it is missing or older than any source or pom. Serialised with flock
-# so two launchers started together do not build over each other.
+# Builds cli/target (the jar, its modules, pmemblk.args) when any is missing or older than a source it is built
+# from: main sources, resources, cli/src/launch or a pom (tests are not in it: an edited test must not make the
+# launcher, or an IT that runs it, rebuild). Serialised with flock so two launchers started together do not
+# build over each other.
 ensure_jar() {
-  local stale
   stale() {
-    [ ! -f "$PMEMBLK_JAR" ] || [ ! -d "$PMEMBLK_MODULES" ] && return 0
+    [ ! -f "$PMEMBLK_JAR" ] || [ ! -d "$PMEMBLK_MODULES" ] || [ ! -f "$PMEMBLK_ARGS" ] && return 0
     [ -n "$(find "$PMEMBLK_ROOT" -path "$PMEMBLK_ROOT/bench" -prune -o -path '*/target' -prune -o -path '*/.git' -prune \
-        -o \( -name '*.java' -o -name 'pom.xml' -o -path '*/src/main/resources/*' \) -newer "$PMEMBLK_JAR" -print -quit)" ]
+        -o -path '*/src/test' -prune -o \( -name '*.java' -o -name 'pom.xml' -o -path '*/src/main/resources/*' \
+        -o -path "$PMEMBLK_ROOT/cli/src/launch/*" \) -newer "$PMEMBLK_JAR" -print -quit)" ]
   }
   stale || return 0
   mkdir -p "$PMEMBLK_ROOT/cli/target"
@@ -43,6 +48,8 @@ ensure_jar() {
       echo "pmemblk: building $PMEMBLK_JAR (mvn package) ..." >&2
       (cd "$PMEMBLK_ROOT" && mvn -q -B -DskipTests -pl cli -am package) >&2 \
         || { echo "pmemblk: build failed (run: cd $PMEMBLK_ROOT && mvn -pl cli -am package)" >&2; exit 1; }
+      # the jar plugin leaves an unchanged jar as it was, older than the pom or file that made this build
+      touch "$PMEMBLK_JAR"
     fi
   ) 9>"$PMEMBLK_ROOT/cli/target/.build.lock"
 }
