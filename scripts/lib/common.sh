@@ -48,8 +48,6 @@ ensure_jar() {
       echo "pmemblk: building $PMEMBLK_JAR (mvn package) ..." >&2
       (cd "$PMEMBLK_ROOT" && mvn -q -B -DskipTests -pl cli -am package) >&2 \
         || { echo "pmemblk: build failed (run: cd $PMEMBLK_ROOT && mvn -pl cli -am package)" >&2; exit 1; }
-      # the jar plugin leaves an unchanged jar as it was, older than the pom or file that made this build
-      touch "$PMEMBLK_JAR"
     fi
   ) 9>"$PMEMBLK_ROOT/cli/target/.build.lock"
 }
