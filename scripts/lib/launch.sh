@@ -3,9 +3,10 @@
 # so both find the JDK the same way and run java with the same generated argument file.
 # shellcheck shell=bash
 
-# PMEMBLK_JAVA_ARGS: the JVM arguments that run the pmemblk built or installed in folder $1: its pmemblk.jar and modules/ as the module path, then its pmemblk.args, the argument file the
-# build generates with every grant and the main module (cli/src/launch/pmemblk.args says what it holds). The
-# folder is cli/target in a clone and /usr/share/pmemblk when installed; options go before, commands after.
+# PMEMBLK_JAVA_ARGS: the JVM arguments that run the pmemblk built or installed in folder $1 (cli/target in a
+# clone, /usr/share/pmemblk installed): its pmemblk.jar and modules/ as the module path, then its pmemblk.args,
+# the argument file the build generates with every grant and the main module (cli/src/launch/pmemblk.args says
+# what it holds and why the module path is not in it). JVM options go before these, pmemblk's arguments after.
 pmemblk_java_args() {
   local home=$1
   if [ ! -f "$home/pmemblk.args" ]; then
