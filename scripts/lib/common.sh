@@ -29,22 +29,25 @@ ensure_packages() {
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 }
 
-# Builds cli/target (the jar, its modules, pmemblk.args) when any is missing or older than a source it is built
-# from: main sources, resources, cli/src/launch or a pom (tests are not in it: an edited test must not make the
-# launcher, or an IT that runs it, rebuild). Serialised with flock so two launchers started together do not
-# build over each other.
+# The JVM argument file is stale when missing or older than its template (a pom edit, which may change a
+# grant, is newer than the jar, so ensure_jar rebuilds both through its own check).
+args_stale() {
+  [ ! -f "$PMEMBLK_ARGS" ] || [ -n "$(find "$PMEMBLK_ROOT/cli/src/launch" -newer "$PMEMBLK_ARGS" -print -quit)" ]
+}
+
+# Builds cli/target/pmemblk.jar when it is missing or older than any source or pom. Serialised with flock
+# so two launchers started together do not build over each other.
 ensure_jar() {
   stale() {
-    [ ! -f "$PMEMBLK_JAR" ] || [ ! -d "$PMEMBLK_MODULES" ] || [ ! -f "$PMEMBLK_ARGS" ] && return 0
+    [ ! -f "$PMEMBLK_JAR" ] || [ ! -d "$PMEMBLK_MODULES" ] && return 0
     [ -n "$(find "$PMEMBLK_ROOT" -path "$PMEMBLK_ROOT/bench" -prune -o -path '*/target' -prune -o -path '*/.git' -prune \
-        -o -path '*/src/test' -prune -o \( -name '*.java' -o -name 'pom.xml' -o -path '*/src/main/resources/*' \
-        -o -path "$PMEMBLK_ROOT/cli/src/launch/*" \) -newer "$PMEMBLK_JAR" -print -quit)" ]
+        -o \( -name '*.java' -o -name 'pom.xml' -o -path '*/src/main/resources/*' \) -newer "$PMEMBLK_JAR" -print -quit)" ]
   }
-  stale || return 0
+  stale || args_stale || return 0
   mkdir -p "$PMEMBLK_ROOT/cli/target"
   (
     flock 9
-    if stale; then
+    if stale || args_stale; then
       echo "pmemblk: building $PMEMBLK_JAR (mvn package) ..." >&2
       (cd "$PMEMBLK_ROOT" && mvn -q -B -DskipTests -pl cli -am package) >&2 \
         || { echo "pmemblk: build failed (run: cd $PMEMBLK_ROOT && mvn -pl cli -am package)" >&2; exit 1; }
