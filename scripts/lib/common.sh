@@ -2,9 +2,12 @@
 # shellcheck shell=bash
 
 PMEMBLK_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-PMEMBLK_JAR="$PMEMBLK_ROOT/cli/target/pmemblk.jar"
-PMEMBLK_MODULES="$PMEMBLK_ROOT/cli/target/modules"
-# find_jdk, jdk_feature, PMEMBLK_NATIVE_MODULES, pmemblk_java_args: shared with the installed /usr/bin/pmemblk.
+# What the build leaves in cli/target: the jar, the modules it runs with, the JVM's argument file.
+PMEMBLK_HOME="$PMEMBLK_ROOT/cli/target"
+PMEMBLK_JAR="$PMEMBLK_HOME/pmemblk.jar"
+PMEMBLK_MODULES="$PMEMBLK_HOME/modules"
+PMEMBLK_ARGS="$PMEMBLK_HOME/pmemblk.args"
+# find_jdk, jdk_feature, pmemblk_java_args: shared with the installed /usr/bin/pmemblk.
 # shellcheck source=scripts/lib/launch.sh
 . "$PMEMBLK_ROOT/scripts/lib/launch.sh"
 # Installs the Debian packages named when any is missing (needs root, or sudo without a password).
@@ -26,20 +29,25 @@ ensure_packages() {
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 }
 
+# The JVM argument file is stale when missing or older than its template (a pom edit, which may change a
+# grant, is newer than the jar, so ensure_jar rebuilds both through its own check).
+args_stale() {
+  [ ! -f "$PMEMBLK_ARGS" ] || [ -n "$(find "$PMEMBLK_ROOT/cli/src/launch" -newer "$PMEMBLK_ARGS" -print -quit)" ]
+}
+
 # Builds cli/target/pmemblk.jar when it is missing or older than any source or pom. Serialised with flock
 # so two launchers started together do not build over each other.
 ensure_jar() {
-  local stale
   stale() {
     [ ! -f "$PMEMBLK_JAR" ] || [ ! -d "$PMEMBLK_MODULES" ] && return 0
     [ -n "$(find "$PMEMBLK_ROOT" -path "$PMEMBLK_ROOT/bench" -prune -o -path '*/target' -prune -o -path '*/.git' -prune \
         -o \( -name '*.java' -o -name 'pom.xml' -o -path '*/src/main/resources/*' \) -newer "$PMEMBLK_JAR" -print -quit)" ]
   }
-  stale || return 0
+  stale || args_stale || return 0
   mkdir -p "$PMEMBLK_ROOT/cli/target"
   (
     flock 9
-    if stale; then
+    if stale || args_stale; then
       echo "pmemblk: building $PMEMBLK_JAR (mvn package) ..." >&2
       (cd "$PMEMBLK_ROOT" && mvn -q -B -DskipTests -pl cli -am package) >&2 \
         || { echo "pmemblk: build failed (run: cd $PMEMBLK_ROOT && mvn -pl cli -am package)" >&2; exit 1; }

@@ -1,20 +1,21 @@
 # How pmemblk is launched: find a Java >= 25, and the JVM's arguments. Sourced by scripts/lib/common.sh (a
 # clone) and by the installed /usr/bin/pmemblk (the Debian package ships this file as /usr/share/pmemblk/launch.sh),
-# so both find the JDK and grant native access the same way.
+# so both find the JDK the same way and run java with the same generated argument file.
 # shellcheck shell=bash
 
-# Every module on the module path, native access granted by name to the two modules that bind native libraries
-# (libc, libpmem) and refused to every other caller.
-PMEMBLK_NATIVE_MODULES="io.pmemblk.posix,io.pmemblk.pmem"
-# PMEMBLK_JAVA_ARGS for the jar $1 (default $PMEMBLK_JAR) and the folder of modules $2 (default $PMEMBLK_MODULES).
+# PMEMBLK_JAVA_ARGS: the JVM arguments that run the pmemblk built or installed in folder $1 (cli/target in a
+# clone, /usr/share/pmemblk installed): its pmemblk.jar and modules/ as the module path, then its pmemblk.args,
+# the argument file the build generates with every grant and the main module (cli/src/launch/pmemblk.args says
+# what it holds and why the module path is not in it). JVM options go before these, pmemblk's arguments after.
 pmemblk_java_args() {
-  local jar=${1:-$PMEMBLK_JAR} modules=${2:-$PMEMBLK_MODULES}
+  local home=$1
+  if [ ! -f "$home/pmemblk.args" ]; then
+    echo "pmemblk: $home/pmemblk.args is missing; it is built with the jar (cd <clone> && mvn -pl cli -am package)," \
+      "or installed with it by the Debian package" >&2
+    exit 1
+  fi
   # shellcheck disable=SC2034  # for the script that sourced this file
-  # --add-exports: the NBD reader busy-polls its socket (FIONREAD) through the fd the JDK keeps in sun.nio.ch
-  # (io.pmemblk.nbd.ChannelFd, BusyPoll); without it the server still works, reading without polling.
-  PMEMBLK_JAVA_ARGS=(--enable-native-access="$PMEMBLK_NATIVE_MODULES" --illegal-native-access=deny
-    --add-exports=java.base/sun.nio.ch=io.pmemblk.nbd
-    --module-path "$jar:$modules" --module io.pmemblk.cli/io.pmemblk.cli.Main)
+  PMEMBLK_JAVA_ARGS=(--module-path "$home/pmemblk.jar:$home/modules" "@$home/pmemblk.args")
 }
 
 # The feature release of a JDK home ("25"), from its release file or by asking its java.

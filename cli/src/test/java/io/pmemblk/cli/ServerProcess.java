@@ -14,12 +14,14 @@ import java.util.concurrent.TimeUnit;
 
 /**
  * A real {@code pmemblk serve} process, launched as scripts/pmemblk launches it (the modules on the module path,
- * native access granted by module name only), for interop tests.
+ * the JVM arguments from the build's {@code target/pmemblk.args}), for interop tests.
  * Start-up waits for the {@code ready:} lines with a bounded wait; stderr goes to a log file named in failures.
  */
 final class ServerProcess implements AutoCloseable {
     static final Path JAR = Path.of("target", "pmemblk.jar").toAbsolutePath();
     static final Path MODULES = Path.of("target", "modules").toAbsolutePath();
+    /** The JVM's argument file every launcher uses (cli/src/launch/pmemblk.args, filtered by the build). */
+    static final Path ARGS = Path.of("target", "pmemblk.args").toAbsolutePath();
     static final String JAVA = Path.of(System.getProperty("java.home"), "bin", "java").toString();
 
     final Process process;
@@ -33,20 +35,14 @@ final class ServerProcess implements AutoCloseable {
         this.log = log;
     }
 
-    /** The modules that bind native libraries (libc, libpmem): the only ones the launcher grants native access. */
-    static final String NATIVE_MODULES = "io.pmemblk.posix,io.pmemblk.pmem";
-
     static List<String> command(String subcommand, List<String> args) {
-        return command(NATIVE_MODULES, subcommand, args);
+        return command(ARGS, subcommand, args);
     }
 
-    /** The launcher's command line with native access granted to {@code nativeModules} only, refused to the rest. */
-    static List<String> command(String nativeModules, String subcommand, List<String> args) {
-        List<String> cmd = new ArrayList<>(List.of(JAVA,
-                "--enable-native-access=" + nativeModules, "--illegal-native-access=deny",
-                "--add-exports=java.base/sun.nio.ch=io.pmemblk.nbd", // as scripts/lib/launch.sh: nbd.busy-poll
-                "--module-path", JAR + java.io.File.pathSeparator + MODULES,
-                "--module", "io.pmemblk.cli/io.pmemblk.cli.Main", subcommand));
+    /** The launcher's command line, with the JVM arguments of {@code argFile} (the build's, or a test's variant). */
+    static List<String> command(Path argFile, String subcommand, List<String> args) {
+        List<String> cmd = new ArrayList<>(List.of(JAVA, "--module-path", JAR + java.io.File.pathSeparator + MODULES,
+                "@" + argFile, subcommand));
         cmd.addAll(args);
         return cmd;
     }
@@ -67,8 +63,14 @@ final class ServerProcess implements AutoCloseable {
      */
     static ServerProcess start(Path dir, java.util.Map<String, String> env, List<String> args, int listeners)
             throws IOException, InterruptedException {
+        return start(command("serve", args), dir, env, listeners);
+    }
+
+    /** Starts {@code cmd}, a serve command line of any launcher; waits as {@link #start(Path, java.util.Map, List, int)}. */
+    static ServerProcess start(List<String> cmd, Path dir, java.util.Map<String, String> env, int listeners)
+            throws IOException, InterruptedException {
         Path log = Files.createTempFile(dir, "serve", ".log");
-        ProcessBuilder pb = new ProcessBuilder(command("serve", args))
+        ProcessBuilder pb = new ProcessBuilder(cmd)
                 .redirectError(ProcessBuilder.Redirect.appendTo(log.toFile()));
         pb.environment().putAll(env);
         Process p = pb.start();
