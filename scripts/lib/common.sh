@@ -29,7 +29,6 @@ ensure_packages() {
 # Builds cli/target/pmemblk.jar when it is missing or older than any source or pom. Serialised with flock
 # so two launchers started together do not build over each other.
 ensure_jar() {
-  local stale
   stale() {
     [ ! -f "$PMEMBLK_JAR" ] || [ ! -d "$PMEMBLK_MODULES" ] && return 0
     [ -n "$(find "$PMEMBLK_ROOT" -path "$PMEMBLK_ROOT/bench" -prune -o -path '*/target' -prune -o -path '*/.git' -prune \
@@ -69,6 +68,7 @@ baseline_build() {
       flock 9
       [ -f "$dir/.built" ] && exit 0
       wt=$(mktemp -d /tmp/pmemblk-baseline-wt.XXXXXX)
+      # shellcheck disable=SC2317 # run by the EXIT trap
       remove_wt() {
         git -C "$PMEMBLK_ROOT" worktree remove --force "$wt" >/dev/null 2>&1 || true
         rm -rf "$wt" "$dir.partial"
@@ -116,6 +116,7 @@ round_order() {
 
 # ab_describe REV: sets BASE_DESC and OURS_DESC, the two sides of an A/B run as its report names them (after
 # baseline_build REV).
+# shellcheck disable=SC2034 # BASE_DESC is for the script that calls this
 ab_describe() {
   BASE_DESC="$BASELINE_SHORT ($1: $(git -C "$PMEMBLK_ROOT" log -1 --format=%s "$BASELINE_SHA" | cut -c1-80))"
   OURS_DESC="this tree, $(git -C "$PMEMBLK_ROOT" rev-parse --abbrev-ref HEAD) at $(git -C "$PMEMBLK_ROOT" rev-parse --short HEAD)"
