@@ -63,16 +63,18 @@ serve_ready() {
     return 1
 }
 # serve_stop [SECONDS]: SIGTERM and a bounded wait (default 30 s); sets SERVER_RC to its exit status. Returns 1 (and
-# SIGKILLs it) when it is still running after the bound. Safe under set -e, whatever the server's status.
+# SIGKILLs it, SERVER_RC=killed) when it is still running after the bound. Safe under set -e, whatever the server's status.
 serve_stop() {
     kill -TERM "$SERVER_PID" 2>/dev/null || true
+    # shellcheck disable=SC2034 # SERVER_RC is for the script that sourced this file
     if ! wait_gone "$SERVER_PID" "${1:-30}"; then
         say "server ignored SIGTERM for ${1:-30} s"
         kill -KILL "$SERVER_PID" 2>/dev/null || true
         wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_RC=killed
         return 1
     fi
-    # shellcheck disable=SC2034 # for the script that sourced this file
+    # shellcheck disable=SC2034 # the same
     if wait "$SERVER_PID"; then SERVER_RC=0; else SERVER_RC=$?; fi
 }
 
