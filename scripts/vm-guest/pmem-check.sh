@@ -30,7 +30,8 @@ start_server() {
         # shellcheck disable=SC2086 # SERVER_ARGS is a word list
         serve_start /tmp/server.log --set "pmem.path=$POOL" --set "pmem.size=$SIZE" --set "nbd.socket=$SOCK" \
             --set nbd.port=0 --set nbd.export=pmem0 --set "metrics.port=$METRICS_PORT" $SERVER_ARGS
-        serve_ready /tmp/server.log 120 || exit 1
+        # 300 s: a JVM start took 100-165 s under TCG on a busy 2-core host
+        serve_ready /tmp/server.log 300 || exit 1
     else
         [ -e "$POOL" ] || truncate -s "$SIZE" "$POOL"
         nbdkit -f -U "$SOCK" -e pmem0 file "$POOL" >/tmp/server.log 2>&1 &
