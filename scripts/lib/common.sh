@@ -66,7 +66,6 @@ baseline_build() {
   local rev=$1 sha cache dir
   sha=$(git -C "$PMEMBLK_ROOT" rev-parse --verify --quiet "$rev^{commit}") \
     || { echo "pmemblk: --baseline '$rev' is not a commit of $PMEMBLK_ROOT" >&2; return 1; }
-  # shellcheck disable=SC2034  # BASELINE_SHA is for the scripts that source this file
   BASELINE_SHA=$sha
   BASELINE_SHORT=$(git -C "$PMEMBLK_ROOT" rev-parse --short "$sha")
   cache=${PMEMBLK_BASELINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pmemblk-baseline}
@@ -78,6 +77,7 @@ baseline_build() {
       flock 9
       [ -f "$dir/.built" ] && exit 0
       wt=$(mktemp -d /tmp/pmemblk-baseline-wt.XXXXXX)
+      # shellcheck disable=SC2317 # run by the EXIT trap
       remove_wt() {
         git -C "$PMEMBLK_ROOT" worktree remove --force "$wt" >/dev/null 2>&1 || true
         rm -rf "$wt" "$dir.partial"
@@ -101,4 +101,33 @@ baseline_build() {
   fi
   [ -x "$BASELINE_ROOT/scripts/pmemblk" ] \
     || { echo "pmemblk: baseline $BASELINE_SHORT has no scripts/pmemblk to launch it with" >&2; return 1; }
+}
+
+# The bench scripts' reports and A/B tables (scripts/lib/benchreport.py; standard library only, so Debian's
+# /usr/bin/python3 runs it with nothing installed).
+benchreport() {
+  local py=/usr/bin/python3
+  [ -x "$py" ] || py=python3
+  "$py" "$PMEMBLK_ROOT/scripts/lib/benchreport.py" "$@"
+}
+
+# round_order ROUND NAME...: sets ORDER to the names in the order they run in that round. In an A/B run (a name is
+# "baseline") even rounds run in reverse, so neither ours nor the baseline always goes first.
+round_order() {
+  local r=$1 i
+  shift
+  ORDER=("$@")
+  if [[ " $* " == *" baseline "* ]] && ((r % 2 == 0)); then
+    ORDER=()
+    for ((i = $#; i >= 1; i--)); do ORDER+=("${!i}"); done
+  fi
+}
+
+# ab_describe REV: sets BASE_DESC and OURS_DESC, the two sides of an A/B run as its report names them (after
+# baseline_build REV).
+# shellcheck disable=SC2034 # BASE_DESC is for the script that calls this
+ab_describe() {
+  BASE_DESC="$BASELINE_SHORT ($1: $(git -C "$PMEMBLK_ROOT" log -1 --format=%s "$BASELINE_SHA" | cut -c1-80))"
+  OURS_DESC="this tree, $(git -C "$PMEMBLK_ROOT" rev-parse --abbrev-ref HEAD) at $(git -C "$PMEMBLK_ROOT" rev-parse --short HEAD)"
+  [ -z "$(git -C "$PMEMBLK_ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ] || OURS_DESC+=" + uncommitted changes"
 }

@@ -13,7 +13,8 @@
 # hs_err file reaches the host.
 # Exit: 0 when every start was clean, 1 otherwise. Every wait is bounded.
 set -u
-. "$(dirname "$0")/guest-java.sh" # PMEMBLK_GUEST_CMD, PMEMBLK_GUEST_CRASH_DIR
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh" # PMEMBLK_GUEST_CMD, PMEMBLK_GUEST_CRASH_DIR (guest-java.sh), now, alive, serve_start
 N=${1:?usage: jvm-starts.sh N nbd|ublk [LABEL]}
 MODE=${2:?usage: jvm-starts.sh N nbd|ublk [LABEL]}
 LABEL=${3:-default}
@@ -25,9 +26,7 @@ POOL=/tmp/starts.pool
 PATTERN=/tmp/starts.pattern
 cd /tmp || exit 1
 
-now() { cut -d. -f1 /proc/uptime; }
 now_ds() { awk '{ printf "%d\n", $1 * 10 }' /proc/uptime; }
-alive() { [ -d "/proc/$1" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
 # diagnose PID LOG: a JVM that does not get on. Which threads burn CPU (utime, in ticks, twice 5 s apart), the
 # Java stacks (SIGQUIT: into LOG), and for the busiest thread its registers and the instructions at its pc (gdb),
 # twice: a thread that spins in place shows the same pc and the same code bytes. (Under TCG on a loaded host the
@@ -50,11 +49,15 @@ diagnose() {
             timeout 120 gdb -q -batch -nx -p "$_p" \
                 -ex "python [t.switch() for t in gdb.selected_inferior().threads() if t.ptid[1] == $_busy]" \
                 -ex 'info registers rip rsp rax rbx rcx rdx rsi rdi r8 r9 r10 r11 r12 r13 r14 r15' \
-                -ex 'x/12i $pc-16' -ex 'x/32xb $pc' </dev/null 2>&1 | grep -v -E '^\[|^warning|^Using|libthread|^$' | head -n 40 | sed 's/^/  gdb| /'
+                -ex "x/12i \$pc-16" -ex "x/32xb \$pc" </dev/null 2>&1 | grep -v -E '^\[|^warning|^Using|libthread|^$' | head -n 40 | sed 's/^/  gdb| /'
         done
     fi
 }
-crash_files() { ls "$PMEMBLK_GUEST_CRASH_DIR"/hs_err_pid*.log 2>/dev/null | wc -l; }
+crash_files() {
+    # shellcheck disable=SC2046 # a glob, split into its matches on purpose
+    set -- "$PMEMBLK_GUEST_CRASH_DIR"/hs_err_pid*.log
+    if [ -e "$1" ]; then echo $#; else echo 0; fi
+}
 
 if [ "$MODE" = ublk ]; then
     modprobe ublk_drv || { echo "jvm-starts: modprobe ublk_drv failed"; exit 1; }
@@ -72,10 +75,10 @@ while [ "$k" -le "$N" ]; do
     t0=$(now_ds)
     extra=''
     [ "$MODE" = ublk ] && extra="--set ublk.enabled=true"
-    # shellcheck disable=SC2086 # word lists
-    $PMEMBLK_GUEST_CMD serve --set "pmem.path=$POOL" --set pmem.size=64M --set "nbd.socket=$SOCK" --set nbd.port=0 \
-        --set nbd.export=pmem0 $extra >"$log" 2>&1 &
-    pid=$!
+    # shellcheck disable=SC2086 # extra is a word list
+    serve_start "$log" --set "pmem.path=$POOL" --set pmem.size=64M --set "nbd.socket=$SOCK" --set nbd.port=0 \
+        --set nbd.export=pmem0 $extra
+    pid=$SERVER_PID
     verdict='' why=''
     until grep -q '^ready:' "$log"; do
         alive "$pid" || { verdict=died; break; }
@@ -123,7 +126,8 @@ while [ "$k" -le "$N" ]; do
     rc=0; wait "$pid" || rc=$?
     if [ "$(crash_files)" -gt "$before" ] || [ "$rc" = 134 ] || [ "$rc" = 139 ]; then
         crashes=$((crashes + 1))
-        f=$(ls -t "$PMEMBLK_GUEST_CRASH_DIR"/hs_err_pid*.log 2>/dev/null | head -n 1)
+        # The newest report: their names carry the pid, so only their times order them.
+        f=$(find "$PMEMBLK_GUEST_CRASH_DIR" -maxdepth 1 -name 'hs_err_pid*.log' -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2-)
         what="exit $rc, $(grep -m1 -E '^# +SIG' "$f" 2>/dev/null | sed 's/^# *//'); $(grep -A1 -m1 '^# Problematic frame' "$f" 2>/dev/null | tail -n 1 | sed 's/^# *//')"
         [ -n "$first_crash" ] || first_crash="start $k: $what"
         echo "start $k: CRASH after $((ready_ds / 10)).$((ready_ds % 10))s ($what; ${f:-no hs_err file})"
@@ -141,13 +145,14 @@ while [ "$k" -le "$N" ]; do
     k=$((k + 1))
 done
 rm -f "$POOL" "$PATTERN"
-echo "RESULT starts.variant=$LABEL"
-echo "RESULT starts.mode=$MODE"
-echo "RESULT starts.runs=$N"
-echo "RESULT starts.ok=$ok"
-echo "RESULT starts.crashes=$crashes"
-echo "RESULT starts.failures=$failures"
-echo "RESULT starts.hangs=$hangs"
-echo "RESULT starts.secs=$(( $(now) - t_all ))"
-echo "RESULT starts.first_crash=${first_crash:-none}"
+RESULT_PREFIX=starts.
+result variant "$LABEL"
+result mode "$MODE"
+result runs "$N"
+result ok "$ok"
+result crashes "$crashes"
+result failures "$failures"
+result hangs "$hangs"
+result secs "$(( $(now) - t_all ))"
+result first_crash "${first_crash:-none}"
 [ "$crashes" = 0 ] && [ "$failures" = 0 ]

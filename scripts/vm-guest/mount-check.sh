@@ -5,6 +5,8 @@
 #   mount-check.sh verify  e2fsck -fn must be clean; every stored sum is checked and printed again
 # Lines starting with "RESULT " are read by the host.
 set -eu
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
 DEV=/dev/vda
 MNT=/mnt/disk
 SIZES="4K 64K 1M 8M 32M"
@@ -20,21 +22,22 @@ write)
     (cd "$MNT" && sha256sum file-* >SHA256SUMS)
     sed 's/^/SUM /' "$MNT/SHA256SUMS"
     umount "$MNT"
-    echo "RESULT written=$(echo $SIZES | wc -w)"
+    # shellcheck disable=SC2086 # counts the words
+    result written "$(set -- $SIZES; echo $#)"
     ;;
 verify)
     # -n: read-only check; exit 0 only when the filesystem is clean.
     if e2fsck -fn "$DEV" >/tmp/fsck.out 2>&1; then
-        echo "RESULT fsck=clean"
+        result fsck clean
     else
         cat /tmp/fsck.out
-        echo "RESULT fsck=dirty"
+        result fsck dirty
         exit 1
     fi
     mount -o ro "$DEV" "$MNT"
     sed 's/^/SUM /' "$MNT/SHA256SUMS"
     (cd "$MNT" && sha256sum -c --quiet SHA256SUMS)
-    echo "RESULT verified=$(wc -l <"$MNT/SHA256SUMS")"
+    result verified "$(wc -l <"$MNT/SHA256SUMS")"
     umount "$MNT"
     ;;
 *)

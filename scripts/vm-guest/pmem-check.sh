@@ -16,57 +16,35 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 SERVER=${SERVER:-nbdkit}
 SERVER_ARGS=${SERVER_ARGS:-}
 METRICS_PORT=${METRICS_PORT:-0}
-. "$(dirname "$0")/guest-java.sh" # PMEMBLK_GUEST_CMD: java with the launcher's JVM arguments
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
 MNT=/mnt/pm
 POOL=$MNT/pool
 SIZE=256M
 SOCK=/tmp/nbd.sock
 URI="nbd+unix:///pmem0?socket=$SOCK"
-SERVER_PID=
-
-say() { echo "pmem-check: [$(cut -d' ' -f1 /proc/uptime)s] $*"; }
 
 start_server() {
     rm -f "$SOCK"
     if [ "$SERVER" = pmemblk ]; then
-        # shellcheck disable=SC2086 # the command and SERVER_ARGS are word lists
-        $PMEMBLK_GUEST_CMD serve --set "pmem.path=$POOL" --set "pmem.size=$SIZE" --set "nbd.socket=$SOCK" \
-            --set nbd.port=0 --set nbd.export=pmem0 --set "metrics.port=$METRICS_PORT" $SERVER_ARGS \
-            >/tmp/server.log 2>&1 &
+        # shellcheck disable=SC2086 # SERVER_ARGS is a word list
+        serve_start /tmp/server.log --set "pmem.path=$POOL" --set "pmem.size=$SIZE" --set "nbd.socket=$SOCK" \
+            --set nbd.port=0 --set nbd.export=pmem0 --set "metrics.port=$METRICS_PORT" $SERVER_ARGS
+        # 300 s: a JVM start took 100-165 s under TCG on a busy 2-core host
+        serve_ready /tmp/server.log 300 || exit 1
     else
         [ -e "$POOL" ] || truncate -s "$SIZE" "$POOL"
         nbdkit -f -U "$SOCK" -e pmem0 file "$POOL" >/tmp/server.log 2>&1 &
+        SERVER_PID=$!
+        # nbdkit prints nothing when it serves: its socket is the sign.
+        rc=0; wait_until "$SERVER_PID" 120 test -S "$SOCK" || rc=$?
+        [ "$rc" = 0 ] || { say "nbdkit not serving $SOCK after 120 s or exited (wait $rc):"; cat /tmp/server.log; exit 1; }
     fi
-    SERVER_PID=$!
-    # Bounded wait for readiness: the JVM starts slowly under TCG emulation.
-    t0=$(cut -d. -f1 /proc/uptime)
-    while :; do
-        if [ "$SERVER" = pmemblk ]; then grep -q '^ready:' /tmp/server.log && break
-        else [ -S "$SOCK" ] && break; fi
-        if ! kill -0 "$SERVER_PID" 2>/dev/null; then say "server exited:"; cat /tmp/server.log; exit 1; fi
-        [ $(( $(cut -d. -f1 /proc/uptime) - t0 )) -lt 120 ] || { say "server not ready in 120 s:"; cat /tmp/server.log; exit 1; }
-        sleep 0.1
-    done
-    say "server ready after $(( $(cut -d. -f1 /proc/uptime) - t0 )) s"
-    show_server_log
-}
-
-show_server_log() {  # the server's own lines, without java.util.logging's two-line records
-    grep -v -E '^(INFO|FINE|[A-Z][a-z]{2} [0-9]+, [0-9]{4} )' /tmp/server.log | sed 's/^/server| /' || true
+    server_lines /tmp/server.log | sed 's/^/server| /'
 }
 
 stop_server() {
-    kill -TERM "$SERVER_PID"
-    i=0
-    while kill -0 "$SERVER_PID" 2>/dev/null; do
-        i=$((i + 1))
-        [ $i -lt 300 ] || { say "server ignored SIGTERM for 30 s"; cat /tmp/server.log; exit 1; }
-        sleep 0.1
-    done
-}
-
-metric_sum() {  # metric_sum FILE ROUTE: sum of pmemblk_copy_bytes_total samples with that route
-    awk -v r="route=\"$2\"" '/^pmemblk_copy_bytes_total\{/ && index($0, r) { s += $NF } END { printf "%.0f\n", s }' "$1"
+    serve_stop 30 || { cat /tmp/server.log; exit 1; }
 }
 
 case "${1:-}" in
@@ -75,20 +53,21 @@ first)
     say "booted"
     ndctl create-namespace -f -e namespace0.0 -m fsdax --map=mem >/tmp/ndctl.json
     grep -q '"mode":"fsdax"' /tmp/ndctl.json || { cat /tmp/ndctl.json; exit 1; }
-    echo "RESULT mode=fsdax"
+    result mode fsdax
     say "namespace is fsdax"
     mkfs.ext4 -q -F -b 4096 /dev/pmem0
     mkdir -p "$MNT"
     mount -o dax /dev/pmem0 "$MNT"
     grep " $MNT " /proc/mounts | grep -q 'dax=always' || { grep " $MNT " /proc/mounts; say "not a DAX mount"; exit 1; }
-    echo "RESULT dax=always"
+    result dax always
     say "ext4 mounted -o dax"
     start_server
     if [ "$SERVER" = pmemblk ] && [ "${INFO:-1}" = 1 ]; then
+        # shellcheck disable=SC2086 # the command and SERVER_ARGS are word lists
         $PMEMBLK_GUEST_CMD info --set "pmem.path=$POOL" --set "pmem.size=$SIZE" $SERVER_ARGS >/tmp/info.out 2>&1 \
             || { cat /tmp/info.out; exit 1; }
         cat /tmp/info.out
-        echo "RESULT is_pmem=$(sed -n 's/^is_pmem=//p' /tmp/info.out | head -n 1)"
+        result is_pmem "$(sed -n 's/^is_pmem=//p' /tmp/info.out | head -n 1)"
         say "info done"
     fi
     # Mixed sizes so both copy routes run; write, then read back and check every block's crc32c.
@@ -99,13 +78,13 @@ first)
     fi
     grep -E '^ *(READ|WRITE):' /tmp/fio.out || true
     grep -q 'err= 0' /tmp/fio.out || { cat /tmp/fio.out; exit 1; }
-    echo "RESULT fio=ok"
+    result fio ok
     say "fio done"
     if [ "$METRICS_PORT" != 0 ]; then
-        curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" >/tmp/metrics.txt || { say "metrics not served"; exit 1; }
+        scrape "$METRICS_PORT" /tmp/metrics.txt || { say "metrics not served on port $METRICS_PORT"; exit 1; }
         grep '^pmemblk_copy_bytes_total' /tmp/metrics.txt || true
-        echo "RESULT dma_bytes=$(metric_sum /tmp/metrics.txt dma)"
-        echo "RESULT cpu_bytes=$(metric_sum /tmp/metrics.txt cpu)"
+        result dma_bytes "$(metric_sum /tmp/metrics.txt pmemblk_copy_bytes_total 'route="dma"')"
+        result cpu_bytes "$(metric_sum /tmp/metrics.txt pmemblk_copy_bytes_total 'route="cpu"')"
     fi
     # Ends with MARKER and keeps the connection open: the power is cut with nothing flushed after.
     exec python3 "$HERE/fua.py" write "$URI" "$MARKER"
@@ -115,12 +94,12 @@ second)
     grep -q '"mode":"fsdax"' /tmp/ndctl.json || { cat /tmp/ndctl.json; say "namespace lost its fsdax mode"; exit 1; }
     mkdir -p "$MNT"
     mount -o dax /dev/pmem0 "$MNT"
-    echo "RESULT remount=ok"
+    result remount ok
     start_server
     rc=0
     python3 "$HERE/fua.py" verify "$URI" || rc=$?
     stop_server
-    show_server_log
+    server_lines /tmp/server.log | sed 's/^/server| /'
     umount "$MNT"
     exit $rc
     ;;

@@ -15,13 +15,12 @@
 # scripts/vm-guest/powercut-verify.py on the host.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
-. "$(dirname "$0")/guest-java.sh" # PMEMBLK_GUEST_CMD: java with the launcher's JVM arguments
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
 MNT=/mnt/d
 SOCK=/tmp/nbd.sock
 URI="nbd+unix:///pmem0?socket=$SOCK"
 BLOCKS=2048
-
-say() { echo "powercut-check: [$(cut -d' ' -f1 /proc/uptime)s] $*"; }
 
 mkdir -p "$MNT"
 if ! blkid /dev/vda >/dev/null 2>&1; then
@@ -34,16 +33,9 @@ grep " $MNT " /proc/mounts | grep -q dax && { say "unexpected dax mount"; exit 1
 # start_server LOG: serve on the pool, waits (bounded) for its ready line; sets SERVER_PID.
 start_server() {
     rm -f "$SOCK"
-    # shellcheck disable=SC2086 # the command is a word list
-    $PMEMBLK_GUEST_CMD serve --set "pmem.path=$MNT/pool" --set pmem.size=64M --set "nbd.socket=$SOCK" \
-        --set nbd.port=0 --set nbd.export=pmem0 >"$1" 2>&1 &
-    SERVER_PID=$!
-    i=0
-    until grep -q '^ready:' "$1" 2>/dev/null; do
-        kill -0 "$SERVER_PID" 2>/dev/null || { say "server exited before it was ready:"; cat "$1"; exit 1; }
-        i=$((i + 1)); [ "$i" -lt 1200 ] || { say "server not ready within 120 s"; cat "$1"; exit 1; }
-        sleep 0.1
-    done
+    serve_start "$1" --set "pmem.path=$MNT/pool" --set pmem.size=64M --set "nbd.socket=$SOCK" \
+        --set nbd.port=0 --set nbd.export=pmem0
+    serve_ready "$1" 120 || exit 1
     say "server ready: $(grep -m1 'PmemRegion' "$1" || true)"
 }
 start_server /tmp/server.log
@@ -81,7 +73,7 @@ case "$1" in
     dump)
         say "read-back of cut $2 (region $(($2 % 8)))"
         /usr/bin/python3 "$HERE/powercut.py" dump "$URI" $(($2 % 8 * BLOCKS)) "$BLOCKS"
-        kill -TERM "$SERVER_PID"; wait "$SERVER_PID" || true
+        serve_stop 60 || true
         umount "$MNT"
         ;;
     *) echo "usage: powercut-check.sh cut K MARKER_AT MARKER SEED | restart K MARKER SEED | dump K"; exit 2 ;;

@@ -39,21 +39,30 @@ def content(block, seq):
     return head + struct.pack("<Q", word) * ((BS - len(head)) // 8)
 
 
-def write(uri, first, blocks, marker_at, maximum, marker, seed):
-    rnd = random.Random(seed)
+def connect(uri):
     h = nbd.NBD()
     h.connect_uri(uri)
     if not (h.can_fua() and h.can_flush()):
         print("server does not advertise FUA and FLUSH", flush=True)
         sys.exit(1)
-    # The region may hold an earlier cut's blocks (long runs reuse regions): zero it durably first, so that
-    # every block read back after this cut is zeros or one of this load's writes.
+    return h
+
+
+def zero_region(h, first, blocks):
+    """The region may hold an earlier cut's blocks (long runs reuse regions): it is zeroed durably first, so that
+    every block read back after this cut is zeros or one of this load's writes."""
     if h.can_zero():
         h.zero(blocks * BS, first * BS)
     else:
         for b in range(first, first + blocks):
             h.pwrite(bytes(BS), b * BS)
     h.flush()
+
+
+def write(uri, first, blocks, marker_at, maximum, marker, seed):
+    rnd = random.Random(seed)
+    h = connect(uri)
+    zero_region(h, first, blocks)
     seq = 0
     while seq < maximum:
         seq += 1
@@ -71,24 +80,10 @@ def write(uri, first, blocks, marker_at, maximum, marker, seed):
     sys.exit(1)
 
 
-def connect(uri):
-    h = nbd.NBD()
-    h.connect_uri(uri)
-    if not (h.can_fua() and h.can_flush()):
-        print("server does not advertise FUA and FLUSH", flush=True)
-        sys.exit(1)
-    return h
-
-
 def plain(uri, first, blocks, count, seed):
     rnd = random.Random(seed)
     h = connect(uri)
-    if h.can_zero():
-        h.zero(blocks * BS, first * BS)
-    else:
-        for b in range(first, first + blocks):
-            h.pwrite(bytes(BS), b * BS)
-    h.flush()
+    zero_region(h, first, blocks)
     for seq in range(1, count + 1):
         block = first + rnd.randrange(blocks)
         print(f"W {seq} {block} 0", flush=True)

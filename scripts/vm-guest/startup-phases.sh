@@ -8,25 +8,23 @@
 set -u
 # shellcheck disable=SC2034 # read by guest-java.sh
 PMEMBLK_GUEST_JAVA_OPTS="-Xlog:class+load:file=/tmp/phases-classes.log:uptime -XX:+PrintCompilation"
-. "$(dirname "$0")/guest-java.sh"
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
 LOG=/tmp/phases-serve.log
-now() { cut -d' ' -f1 /proc/uptime; }
-t0=$(now)
-# shellcheck disable=SC2086 # a word list
-$PMEMBLK_GUEST_CMD serve --set pmem.path=/tmp/phases.pool --set pmem.size=64M --set nbd.socket=/tmp/phases.sock \
-    --set nbd.port=0 --set nbd.export=pmem0 >"$LOG" 2>&1 &
-pid=$!
-deadline=$(( ${t0%.*} + 900 ))
-until grep -q '^ready:' "$LOG"; do
-    kill -0 "$pid" 2>/dev/null || { echo "startup-phases: serve exited:"; grep -v -E '^ +[0-9]+ +[0-9]+ ' "$LOG" | tail; exit 1; }
-    [ "$(cut -d. -f1 /proc/uptime)" -lt "$deadline" ] || { echo "startup-phases: not ready in 900 s"; kill -KILL "$pid"; exit 1; }
-    sleep 0.2
-done
-t1=$(now)
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+t0=$(uptime_s)
+serve_start "$LOG" --set pmem.path=/tmp/phases.pool --set pmem.size=64M --set nbd.socket=/tmp/phases.sock \
+    --set nbd.port=0 --set nbd.export=pmem0
+rc=0; wait_until "$SERVER_PID" 900 grep -s -q '^ready:' "$LOG" || rc=$?
+if [ "$rc" != 0 ]; then
+    # The log is mostly PrintCompilation's lines: the server's own are the others.
+    if [ "$rc" = 1 ]; then say "serve exited:"; else say "not ready in 900 s"; kill -KILL "$SERVER_PID"; fi
+    grep -v -E '^ +[0-9]+ +[0-9]+ ' "$LOG" | tail; exit 1
+fi
+t1=$(uptime_s)
 secs() { sed -n 's/^\[\([0-9.]*\)s\].*/\1/p' | head -n 1; }
 echo "RESULT phases.module_bootstrap=$(grep -m1 'jdk.internal.module.ModuleBootstrap ' /tmp/phases-classes.log | secs)"
 echo "RESULT phases.first_sb_append_c1=$(awk '$3 == 3 && $4 == "java.lang.StringBuilder::append" { printf "%.1f\n", $1 / 1000; exit }' "$LOG")"
 echo "RESULT phases.first_pmemblk_class=$(grep -m1 ' io\.pmemblk\.' /tmp/phases-classes.log | secs)"
 echo "RESULT phases.ready=$(echo "$t1 $t0" | awk '{ printf "%.1f\n", $1 - $2 }')"
-kill -TERM "$pid"
-wait "$pid"
+serve_stop 60 && [ "$SERVER_RC" = 0 ]

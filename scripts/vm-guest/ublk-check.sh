@@ -27,7 +27,8 @@
 # of each ublk-nbd measurement, default 10).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
-. "$(dirname "$0")/guest-java.sh" # PMEMBLK_GUEST_CMD: java with the launcher's JVM arguments
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
 RATE_SECS=${UBLK_RATE_SECS:-10}
 READY_SECS=${UBLK_READY_SECS:-300} # serve took 15 s under TCG on a quiet host, 50 s on a busy one, 150+ with four guests on 2 cores
 SOCK=/tmp/nbd.sock
@@ -37,29 +38,16 @@ VERIFY_BSSPLIT=4k/30:16k/20:64k/20:256k/15:1m/15
 # fio writes a verify state file into its working directory; /tmp is the writable one here.
 cd /tmp || exit 1
 
-PART=setup
-now() { cut -d. -f1 /proc/uptime; }
-# Progress lines; the last one is kept so that a step failing unexpectedly (errexit) can be named.
+PART=setup RESULT_PREFIX=setup.
+# Progress lines, naming the scenario (lib.sh's say, plus the part); the last one is kept so that a step failing
+# unexpectedly (errexit) can be named.
 say() { echo "ublk-check: [$(cut -d' ' -f1 /proc/uptime)s] $PART: $*"; echo "$*" >"/tmp/progress.$PART"; }
 # fail REASON: the scenario's one-line reason for the host, then out of the scenario's subshell.
-fail() { echo "RESULT $PART.why=$*"; : >"/tmp/why.$PART"; say "FAIL: $*"; exit 1; }
-result() { echo "RESULT $PART.$1=$2"; }
+fail() { result why "$*"; : >"/tmp/why.$PART"; say "FAIL: $*"; exit 1; }
 
-# A process that exited but was not reaped (an orphan of a finished subshell) is gone too.
-alive() { [ -d "/proc/$1" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
-wait_gone() {  # wait_gone PID SECONDS
-    _t=$(( $(now) + $2 ))
-    while alive "$1"; do [ "$(now)" -lt "$_t" ] || return 1; sleep 0.1; done
-}
-wait_absent() {  # wait_absent PATH SECONDS
-    _t=$(( $(now) + $2 ))
-    while [ -e "$1" ]; do [ "$(now)" -lt "$_t" ] || return 1; sleep 0.1; done
-}
 # Every process a scenario starts in the background is noted here, so it can be ended if the scenario fails.
 track() { echo "$1" >>"/tmp/pids.$PART"; }
 
-# The server's own lines, without java.util.logging's two-line records.
-server_lines() { grep -v -E '^(INFO|FINE|[A-Z][a-z]{2} [0-9]+, [0-9]{4} |[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]+ (INFO|FINE))' "$1" 2>/dev/null; }
 show_log() { say "server log $SLOG:"; sed 's/^/server| /' "$SLOG"; }
 last_line() { server_lines "$SLOG" | tail -n 1; }
 
@@ -76,6 +64,7 @@ diagnose() {
     _t=$(( $(now) + 20 ))
     until grep -q '^JNI global refs' "$SLOG" 2>/dev/null; do [ "$(now)" -lt "$_t" ] || break; sleep 0.2; done
     sed -n '/^Full thread dump/,/^JNI global refs/p' "$SLOG" | grep -v '^$' | sed 's/^/diag| /'
+    # shellcheck disable=SC2012 # a listing for a person to read, not parsed
     ls -l /dev/ublk* 2>/dev/null | sed 's/^/diag| /'
     dmesg | tail -n 15 | sed 's/^/diag| dmesg: /'
 }
@@ -86,20 +75,16 @@ SPID='' DEV='' DEVID='' SLOG=''
 start_server() {
     SLOG=/tmp/server-$1.log; shift
     rm -f "$SOCK"
-    # shellcheck disable=SC2086 # the command is a word list
-    $PMEMBLK_GUEST_CMD serve --set "nbd.socket=$SOCK" --set nbd.port=0 --set nbd.export=pmem0 \
-        --set ublk.enabled=true "$@" >"$SLOG" 2>&1 &
-    SPID=$!
+    serve_start "$SLOG" --set "nbd.socket=$SOCK" --set nbd.port=0 --set nbd.export=pmem0 --set ublk.enabled=true "$@"
+    SPID=$SERVER_PID
     track "$SPID"
-    _t0=$(now)
-    until grep -q '^ready: /dev/ublkb[0-9]' "$SLOG"; do
-        if ! alive "$SPID"; then
-            _rc=0; wait "$SPID" || _rc=$?
-            show_log; fail "serve exited ($_rc) without a ublk device: $(last_line)"
-        fi
-        [ $(( $(now) - _t0 )) -lt $READY_SECS ] || { diagnose "$SPID"; show_log; fail "serve printed no 'ready: /dev/ublkbN' in ${READY_SECS}s: $(last_line)"; }
-        sleep 0.2
-    done
+    _t0=$(now) _rc=0
+    wait_until "$SPID" "$READY_SECS" grep -s -q '^ready: /dev/ublkb[0-9]' "$SLOG" || _rc=$?
+    case $_rc in
+        1) _rc=0; wait "$SPID" || _rc=$?
+           show_log; fail "serve exited ($_rc) without a ublk device: $(last_line)" ;;
+        2) diagnose "$SPID"; show_log; fail "serve printed no 'ready: /dev/ublkbN' in ${READY_SECS}s: $(last_line)" ;;
+    esac
     DEV=$(sed -n 's/^ready: \(\/dev\/ublkb[0-9][0-9]*\).*/\1/p' "$SLOG" | tail -n 1)
     DEVID=${DEV#/dev/ublkb}
     [ -b "$DEV" ] || { show_log; fail "serve printed 'ready: $DEV' but $DEV is not a block device"; }
@@ -118,11 +103,24 @@ stop_server() {
     say "serve stopped (SIGTERM, exit 0); $DEV and /dev/ublkc$DEVID gone"
 }
 
-metric_sum() {  # metric_sum FILE METRIC [LABEL-TEXT]: sum of the samples of METRIC whose line contains LABEL-TEXT
-    awk -v m="$2" -v l="${3:-}" 'index($0, m "{") == 1 && index($0, l) { s += $NF } END { printf "%.0f\n", s }' "$1"
+# kill_at_requests PORT N SECONDS FIO-OUTPUT: SIGKILLs the server (SPID) once its metrics on PORT count N ublk
+# requests, while fio (FPID) still runs: the kill lands with I/O in flight. Sets KILLED_AFTER.
+kill_at_requests() {
+    _t=$(( $(now) + $3 )) _n=0
+    while :; do
+        alive "$FPID" || { cat "$4"; fail "fio ended before the kill (after $_n ublk requests)"; }
+        if scrape "$1" "/tmp/metrics-$1.txt"; then _n=$(metric_sum "/tmp/metrics-$1.txt" pmemblk_ublk_requests_total); fi
+        [ "$_n" -lt "$2" ] || break
+        [ "$(now)" -lt "$_t" ] || fail "fio did not reach $2 ublk requests in $3 s (metric: $_n)"
+        sleep 0.2
+    done
+    kill9_server
+    KILLED_AFTER=$_n
 }
-scrape() {  # scrape PORT FILE
-    curl -fsS --max-time 10 "http://127.0.0.1:$1/metrics" >"$2" 2>/dev/null
+kill9_server() {  # kill -9 of the server (SPID), waited for (bounded)
+    kill -9 "$SPID"
+    wait_gone "$SPID" 30 || fail "serve still alive 30 s after kill -9"
+    wait "$SPID" 2>/dev/null || true
 }
 
 # fio_verify NAME FIO-TARGET-ARGS...: random writes of 4k..1m, libaio, direct, iodepth 32, then every block
@@ -130,7 +128,7 @@ scrape() {  # scrape PORT FILE
 fio_verify() {
     _n=$1; shift
     _rc=0
-    timeout -k 10 300 fio --name="$_n" --ioengine=libaio --direct=1 --rw=randwrite --bssplit=$VERIFY_BSSPLIT \
+    timeout -k 10 300 fio --name="$_n" --ioengine=libaio --direct=1 --rw=randwrite --bssplit="$VERIFY_BSSPLIT" \
         --iodepth=32 --verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 "$@" \
         --output="/tmp/fio-$_n.out" >/dev/null 2>&1 || _rc=$?
     grep -E '^ *(READ|WRITE):|err=' "/tmp/fio-$_n.out" 2>/dev/null | sed "s/^/fio $_n| /"
@@ -198,12 +196,12 @@ part_ublk_nbd() {
     P_IOPS=$RATE_IOPS
     ensure_dax_mount
     start_server nbd --set "pmem.path=$PM/pool" --set pmem.size=256M --set metrics.port=9471
-    result queues "$(ls "/sys/block/ublkb$DEVID/mq" | wc -l)"
+    result queues "$(count "/sys/block/ublkb$DEVID/mq"/*)"
     fio_rate ublk "$DEV"
     U_IOPS=$RATE_IOPS
     # The kernel's NBD client on the same server; as many connections as the ublk device has queues.
     nbd-client -d /dev/nbd0 >/dev/null 2>&1 || true
-    _c=$(ls "/sys/block/ublkb$DEVID/mq" | wc -l)
+    _c=$(count "/sys/block/ublkb$DEVID/mq"/*)
     timeout 60 nbd-client -unix "$SOCK" -N pmem0 -b 4096 -connections "$_c" /dev/nbd0 >/tmp/nbd-client.out 2>&1 \
         || { cat /tmp/nbd-client.out; fail "nbd-client could not connect /dev/nbd0 to $SOCK: $(tail -n 1 /tmp/nbd-client.out)"; }
     _sz=$(blockdev --getsize64 /dev/nbd0)
@@ -250,7 +248,7 @@ part_ublk_pmem() {
     _u=$(metric_sum /tmp/metrics-dma.txt pmemblk_ublk_requests_total)
     result dma_bytes "$_d"; result cpu_bytes "$_c"; result dma_ublk_requests "$_u"
     [ "$_u" -gt 0 ] || fail "with dma.engine=soft: pmemblk_ublk_requests_total is $_u"
-    [ "$_d" -gt 0 ] && [ "$_c" -gt 0 ] || fail "copy routes not both used: dma=$_d cpu=$_c bytes"
+    if [ "$_d" -le 0 ] || [ "$_c" -le 0 ]; then fail "copy routes not both used: dma=$_d cpu=$_c bytes"; fi
     stop_server
     check_dmesg
 }
@@ -330,36 +328,26 @@ part_ublk_recovery() {
     rm -f "$POOL"
     ID=7
     # Another device may hold id 7 after a failed scenario: say so instead of failing obscurely.
-    [ ! -e /dev/ublkc$ID ] || fail "/dev/ublkc$ID exists before the scenario"
+    [ ! -e "/dev/ublkc$ID" ] || fail "/dev/ublkc$ID exists before the scenario"
     start_server rec1 --set "pmem.path=$POOL" --set pmem.size=256M --set metrics.port=9474 \
-        --set ublk.id=$ID --set ublk.recovery=true
-    [ "$DEV" = /dev/ublkb$ID ] || fail "ublk.id=$ID but serve created $DEV"
+        --set ublk.id="$ID" --set ublk.recovery=true
+    [ "$DEV" = "/dev/ublkb$ID" ] || fail "ublk.id=$ID but serve created $DEV"
     # 4k random writes, then all read back: long enough to kill the server while writes are in flight.
     timeout -k 10 400 fio --name=recovery --filename="$DEV" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
         --iodepth=32 --size=96M --verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 \
         --output=/tmp/fio-recovery.out >/dev/null 2>&1 &
     FPID=$!
     track "$FPID"
-    # Kill once the server has taken 3000 requests (an eighth of the writes), polled from its metrics.
-    _t=$(( $(now) + 180 )) _n=0
-    while :; do
-        alive "$FPID" || { cat /tmp/fio-recovery.out; fail "fio ended before the kill (after $_n ublk requests)"; }
-        if scrape 9474 /tmp/metrics-rec.txt; then _n=$(metric_sum /tmp/metrics-rec.txt pmemblk_ublk_requests_total); fi
-        [ "$_n" -lt 3000 ] || break
-        [ "$(now)" -lt "$_t" ] || fail "fio did not reach 3000 ublk requests in 180 s (metric: $_n)"
-        sleep 0.2
-    done
-    kill -9 "$SPID"
-    wait_gone "$SPID" 30 || fail "serve still alive 30 s after kill -9"
-    wait "$SPID" 2>/dev/null || true
-    result killed_after "$_n"
-    say "serve killed (SIGKILL) after $_n ublk requests"
+    # Kill once the server has taken 3000 requests (an eighth of the writes).
+    kill_at_requests 9474 3000 180 /tmp/fio-recovery.out
+    result killed_after "$KILLED_AFTER"
+    say "serve killed (SIGKILL) after $KILLED_AFTER ublk requests"
     [ -b "$DEV" ] || fail "$DEV vanished after kill -9 with ublk.recovery=true"
     alive "$FPID" || { cat /tmp/fio-recovery.out; fail "fio ended while no server ran (its I/O was not held)"; }
     _gap0=$(now)
     start_server rec2 --set "pmem.path=$POOL" --set pmem.size=256M --set metrics.port=9475 \
-        --set ublk.id=$ID --set ublk.recovery=true
-    [ "$DEV" = /dev/ublkb$ID ] || fail "recovery with ublk.id=$ID came up as $DEV"
+        --set ublk.id="$ID" --set ublk.recovery=true
+    [ "$DEV" = "/dev/ublkb$ID" ] || fail "recovery with ublk.id=$ID came up as $DEV"
     result recovered_after "$(( $(now) - _gap0 ))s"
     wait_gone "$FPID" 300 || { diagnose "$SPID"; fail "fio still running 300 s after the recovered server was ready"; }
     _rc=0; wait "$FPID" || _rc=$?
@@ -375,15 +363,13 @@ part_ublk_recovery() {
     # refused, naming the inode of the file the device was serving, and leaves the device waiting; a server on
     # that file then resumes it.
     _ino=$(stat -c %i "$POOL")
-    kill -9 "$SPID"
-    wait_gone "$SPID" 30 || fail "serve still alive 30 s after the second kill -9"
-    wait "$SPID" 2>/dev/null || true
+    kill9_server
     [ -b "$DEV" ] || fail "$DEV vanished after the second kill -9 with ublk.recovery=true"
     # The other file has the same size and block size, which is all recovery checked before.
     rm -f /tmp/other-pool "$SOCK"
     # shellcheck disable=SC2086
     $PMEMBLK_GUEST_CMD serve --set pmem.path=/tmp/other-pool --set pmem.size=256M --set "nbd.socket=$SOCK" \
-        --set nbd.port=0 --set nbd.export=pmem0 --set ublk.enabled=true --set ublk.id=$ID --set ublk.recovery=true \
+        --set nbd.port=0 --set nbd.export=pmem0 --set ublk.enabled=true --set ublk.id="$ID" --set ublk.recovery=true \
         >/tmp/server-other.log 2>&1 &
     _op=$!
     track "$_op"
@@ -393,7 +379,7 @@ part_ublk_recovery() {
             server_lines /tmp/server-other.log | sed 's/^/server| /'
             fail "serve on another file of the same size resumed $DEV: the filesystem on it now reads another file's data"
         fi
-        [ $(( $(now) - _t0 )) -lt $READY_SECS ] || { diagnose "$_op"; fail "serve on another file neither exited nor got ready in ${READY_SECS}s"; }
+        [ $(( $(now) - _t0 )) -lt "$READY_SECS" ] || { diagnose "$_op"; fail "serve on another file neither exited nor got ready in ${READY_SECS}s"; }
         sleep 0.2
     done
     _rc=0; wait "$_op" || _rc=$?
@@ -405,8 +391,8 @@ part_ublk_recovery() {
     [ -b "$DEV" ] || fail "$DEV gone after the refused serve on another file"
     result other_file "refused, naming inode $_ino"
     say "serve on another file with ublk.id=$ID: exit 1, names inode $_ino; $DEV still waiting"
-    start_server rec3 --set "pmem.path=$POOL" --set pmem.size=256M --set ublk.id=$ID --set ublk.recovery=true
-    [ "$DEV" = /dev/ublkb$ID ] || fail "recovery onto the right file with ublk.id=$ID came up as $DEV"
+    start_server rec3 --set "pmem.path=$POOL" --set pmem.size=256M --set ublk.id="$ID" --set ublk.recovery=true
+    [ "$DEV" = "/dev/ublkb$ID" ] || fail "recovery onto the right file with ublk.id=$ID came up as $DEV"
     grep -q ', recovered)' "$SLOG" || fail "serve on the device's own file did not resume it: $(last_line)"
     timeout 60 dd if="$DEV" of=/dev/null bs=1M count=8 iflag=direct 2>/dev/null || fail "read from the resumed $DEV failed"
     result same_file "resumed"
@@ -416,68 +402,64 @@ part_ublk_recovery() {
     ID=8
     dmesg_mark
     start_server norec1 --set "pmem.path=$POOL" --set pmem.size=256M --set metrics.port=9476 \
-        --set ublk.id=$ID --set ublk.recovery=false
-    [ "$DEV" = /dev/ublkb$ID ] || fail "ublk.id=$ID but serve created $DEV"
+        --set ublk.id="$ID" --set ublk.recovery=false
+    [ "$DEV" = "/dev/ublkb$ID" ] || fail "ublk.id=$ID but serve created $DEV"
     timeout -k 5 200 fio --name=norec --filename="$DEV" --ioengine=libaio --direct=1 --rw=randread --bs=4k \
         --iodepth=32 --size=48M --runtime=150 --time_based --output=/tmp/fio-norec.out >/dev/null 2>&1 &
     FPID=$!
     track "$FPID"
-    _t=$(( $(now) + 120 )) _n=0
-    while :; do
-        alive "$FPID" || { cat /tmp/fio-norec.out; fail "fio (recovery=false) ended before the kill"; }
-        if scrape 9476 /tmp/metrics-norec.txt; then _n=$(metric_sum /tmp/metrics-norec.txt pmemblk_ublk_requests_total); fi
-        [ "$_n" -lt 1000 ] || break
-        [ "$(now)" -lt "$_t" ] || fail "fio (recovery=false) did not reach 1000 ublk requests in 120 s"
-        sleep 0.2
-    done
-    kill -9 "$SPID"
-    wait_gone "$SPID" 30 || fail "serve (recovery=false) still alive 30 s after kill -9"
-    wait "$SPID" 2>/dev/null || true
+    kill_at_requests 9476 1000 120 /tmp/fio-norec.out
     wait_absent "$DEV" 30 || fail "$DEV still present 30 s after kill -9 with ublk.recovery=false"
     wait_gone "$FPID" 30 || fail "fio on $DEV still running 30 s after its device went away"
     wait "$FPID" 2>/dev/null || true
     say "kill -9 with ublk.recovery=false: $DEV gone, fio ended"
-    start_server norec2 --set "pmem.path=$POOL" --set pmem.size=256M --set ublk.id=$ID --set ublk.recovery=false
+    start_server norec2 --set "pmem.path=$POOL" --set pmem.size=256M --set ublk.id="$ID" --set ublk.recovery=false
     timeout 60 dd if="$DEV" of=/dev/null bs=1M count=8 iflag=direct 2>/dev/null || fail "read from the new $DEV failed"
     stop_server
     result norecovery "ok"
 }
 
 # ---------------------------------------------------------------------------------------------
-# run_part NAME FUNCTION: the scenario in a subshell with errexit; whatever it leaves behind is ended.
+# run_part NAME: the scenario in a subshell with errexit; whatever it leaves behind is ended.
 run_part() {
-    PART=$1
+    PART=$1 RESULT_PREFIX=$1.
     _t0=$(now)
     : >"/tmp/pids.$PART"
     rm -f "/tmp/why.$PART" "/tmp/progress.$PART"
     dmesg_mark
     say "start"
-    ( set -e; $2 )
+    ( set -e
+      case $PART in
+          ublk-nbd) part_ublk_nbd ;;
+          ublk-pmem) part_ublk_pmem ;;
+          ublk) part_ublk ;;
+          ublk-recovery) part_ublk_recovery ;;
+      esac )
     _rc=$?
     # Clean-up for the next scenario: filesystems on ublk and NBD first (while a server may still answer),
     # then the processes (SIGTERM lets a server delete its device), then the NBD client.
     if mountpoint -q "$FS" 2>/dev/null; then timeout 30 umount "$FS" 2>/dev/null || umount -l "$FS" 2>/dev/null; fi
-    for p in $(cat "/tmp/pids.$PART"); do alive "$p" && kill -TERM "$p" 2>/dev/null; done
-    for p in $(cat "/tmp/pids.$PART"); do wait_gone "$p" 30 || kill -KILL "$p" 2>/dev/null; done
+    while read -r p; do alive "$p" && kill -TERM "$p" 2>/dev/null; done <"/tmp/pids.$PART"
+    while read -r p; do wait_gone "$p" 30 || kill -KILL "$p" 2>/dev/null; done <"/tmp/pids.$PART"
     [ -e /sys/block/nbd0/pid ] && timeout 30 nbd-client -d /dev/nbd0 >/dev/null 2>&1
     if [ "$_rc" = 0 ]; then
-        echo "RESULT $PART.status=pass"
+        result status pass
     else
-        echo "RESULT $PART.status=fail"
+        result status fail
         [ -e "/tmp/why.$PART" ] \
-            || echo "RESULT $PART.why=a step failed (exit $_rc) after: $(cat "/tmp/progress.$PART" 2>/dev/null)"
+            || result why "a step failed (exit $_rc) after: $(cat "/tmp/progress.$PART" 2>/dev/null)"
     fi
-    echo "RESULT $PART.secs=$(( $(now) - _t0 ))"
+    result secs "$(( $(now) - _t0 ))"
     say "end (status $_rc)"
 }
 
-modprobe -a ublk_drv nbd || { echo "RESULT setup.why=modprobe ublk_drv nbd failed"; exit 1; }
-[ -c /dev/ublk-control ] || { echo "RESULT setup.why=no /dev/ublk-control after modprobe ublk_drv"; exit 1; }
+modprobe -a ublk_drv nbd || { result why "modprobe ublk_drv nbd failed"; exit 1; }
+[ -c /dev/ublk-control ] || { result why "no /dev/ublk-control after modprobe ublk_drv"; exit 1; }
 want() { case " $ARGS " in *" $1 "*) return 0 ;; esac; return 1; }
 ARGS=" $* "
-want ublk-nbd && run_part ublk-nbd part_ublk_nbd
-want ublk-pmem && run_part ublk-pmem part_ublk_pmem
-want ublk && run_part ublk part_ublk
-want ublk-recovery && run_part ublk-recovery part_ublk_recovery
+want ublk-nbd && run_part ublk-nbd
+want ublk-pmem && run_part ublk-pmem
+want ublk && run_part ublk
+want ublk-recovery && run_part ublk-recovery
 mountpoint -q "$PM" && umount "$PM"
 exit 0

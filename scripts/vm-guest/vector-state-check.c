@@ -36,57 +36,43 @@ struct worker {
 // Loads ymm1..15 (or xmm1..15) from pattern, then `rounds` times: spin, compare each register with its pattern.
 // Returns 0 after all rounds, or the number (1..15) of the first register that differed, with all registers
 // stored in seen at that moment.
+// One asm block for both register files: LOAD, CHECK and STORE (defined before each use) say how one register is
+// loaded, compared with its pattern and saved; TAIL ends the block (vzeroupper after AVX code).
+#define EACH_REGISTER(M) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15)
+#define ROUNDS_ASM(TAIL)                                                                                          \
+    __asm__ volatile(                                                                                             \
+        EACH_REGISTER(LOAD)                                                                                       \
+        "1:\n\t"                                                                                                  \
+        "mov %[spin], %%rdx\n\t"                                                                                  \
+        "2: dec %%rdx\n\t jnz 2b\n\t"                                                                            \
+        EACH_REGISTER(CHECK)                                                                                      \
+        "dec %[rounds]\n\t jnz 1b\n\t"                                                                           \
+        "xor %[bad], %[bad]\n\t jmp 4f\n\t"                                                                      \
+        "3:\n\t"                                                                                                  \
+        EACH_REGISTER(STORE)                                                                                      \
+        "4:\n\t" TAIL                                                                                             \
+        : [bad] "=&r"(bad), [rounds] "+r"(rounds)                                                                 \
+        : [p] "r"(w->pattern), [s] "r"(w->seen), [spin] "r"(spin)                                                 \
+        : "rax", "rdx", "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",   \
+          "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15")
+
 static long run_rounds(struct worker *w, long rounds, long spin) {
     long bad;
     if (use_ymm) {
-        __asm__ volatile(
 #define LOAD(r) "vmovdqa " #r "*32(%[p]), %%ymm" #r "\n\t"
-            LOAD(1) LOAD(2) LOAD(3) LOAD(4) LOAD(5) LOAD(6) LOAD(7) LOAD(8)
-            LOAD(9) LOAD(10) LOAD(11) LOAD(12) LOAD(13) LOAD(14) LOAD(15)
-            "1:\n\t"
-            "mov %[spin], %%rdx\n\t"
-            "2: dec %%rdx\n\t jnz 2b\n\t"
 #define CHECK(r) "vpcmpeqq " #r "*32(%[p]), %%ymm" #r ", %%ymm0\n\t vpmovmskb %%ymm0, %%eax\n\t" \
                  "mov $" #r ", %[bad]\n\t cmp $-1, %%eax\n\t jne 3f\n\t"
-            CHECK(1) CHECK(2) CHECK(3) CHECK(4) CHECK(5) CHECK(6) CHECK(7) CHECK(8)
-            CHECK(9) CHECK(10) CHECK(11) CHECK(12) CHECK(13) CHECK(14) CHECK(15)
-            "dec %[rounds]\n\t jnz 1b\n\t"
-            "xor %[bad], %[bad]\n\t jmp 4f\n\t"
-            "3:\n\t"
 #define STORE(r) "vmovdqa %%ymm" #r ", " #r "*32(%[s])\n\t"
-            STORE(1) STORE(2) STORE(3) STORE(4) STORE(5) STORE(6) STORE(7) STORE(8)
-            STORE(9) STORE(10) STORE(11) STORE(12) STORE(13) STORE(14) STORE(15)
-            "4:\n\t vzeroupper\n\t"
-            : [bad] "=&r"(bad), [rounds] "+r"(rounds)
-            : [p] "r"(w->pattern), [s] "r"(w->seen), [spin] "r"(spin)
-            : "rax", "rdx", "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
-              "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+        ROUNDS_ASM("vzeroupper\n\t");
 #undef LOAD
 #undef CHECK
 #undef STORE
     } else {
-        __asm__ volatile(
 #define LOAD(r) "movdqa " #r "*32(%[p]), %%xmm" #r "\n\t"
-            LOAD(1) LOAD(2) LOAD(3) LOAD(4) LOAD(5) LOAD(6) LOAD(7) LOAD(8)
-            LOAD(9) LOAD(10) LOAD(11) LOAD(12) LOAD(13) LOAD(14) LOAD(15)
-            "1:\n\t"
-            "mov %[spin], %%rdx\n\t"
-            "2: dec %%rdx\n\t jnz 2b\n\t"
 #define CHECK(r) "movdqa %%xmm" #r ", %%xmm0\n\t pcmpeqd " #r "*32(%[p]), %%xmm0\n\t pmovmskb %%xmm0, %%eax\n\t" \
                  "mov $" #r ", %[bad]\n\t cmp $0xffff, %%eax\n\t jne 3f\n\t"
-            CHECK(1) CHECK(2) CHECK(3) CHECK(4) CHECK(5) CHECK(6) CHECK(7) CHECK(8)
-            CHECK(9) CHECK(10) CHECK(11) CHECK(12) CHECK(13) CHECK(14) CHECK(15)
-            "dec %[rounds]\n\t jnz 1b\n\t"
-            "xor %[bad], %[bad]\n\t jmp 4f\n\t"
-            "3:\n\t"
 #define STORE(r) "movdqa %%xmm" #r ", " #r "*32(%[s])\n\t"
-            STORE(1) STORE(2) STORE(3) STORE(4) STORE(5) STORE(6) STORE(7) STORE(8)
-            STORE(9) STORE(10) STORE(11) STORE(12) STORE(13) STORE(14) STORE(15)
-            "4:\n\t"
-            : [bad] "=&r"(bad), [rounds] "+r"(rounds)
-            : [p] "r"(w->pattern), [s] "r"(w->seen), [spin] "r"(spin)
-            : "rax", "rdx", "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
-              "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+        ROUNDS_ASM("");
 #undef LOAD
 #undef CHECK
 #undef STORE

@@ -1,0 +1,350 @@
+"""The reports of scripts/bench-nbd and scripts/bench-inproc: one reading of fio's and `pmemblk bench`'s JSON, one
+A/B rule (medians over rounds, ours/baseline below 0.95 in **bold**, the worst row named) and the Markdown tables
+both print. Standard library only: it runs with Debian's /usr/bin/python3 and nothing installed.
+
+  benchreport.py nbd-cell FIO_JSON JOB SERVER ROUND TICKS RUNTIME HZ   one TSV line of bench-nbd's results
+  benchreport.py rate fio|pmemblk RW                                   "IOPS MiB/s" from the JSON on stdin
+  benchreport.py nbd-report ... / inproc-report ...                    the table (--help lists the options)
+"""
+
+import argparse
+import collections
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+
+SLOW = 0.95  # an A/B row whose ours/baseline is below this is flagged; the noise of one run is about 5 %
+
+
+def fio_job(text):
+    """The first job of fio's JSON output. fio's nbd engine prints "connected" (and fio may print warnings) before
+    the JSON itself, so parsing starts at the first brace."""
+    return json.loads(text[text.index("{"):])["jobs"][0]
+
+
+def fio_side(job, rw):
+    """The direction a job measured: its write figures for a writing workload, its read figures otherwise."""
+    return job["write"] if "write" in rw else job["read"]
+
+
+def nbd_cell(text, job, server, rnd, ticks, runtime, hz):
+    """One result line of bench-nbd: job, server, round, IOPS, MiB/s and the server's CPU per request in µs.
+    The CPU is the server's user+sys over the whole fio run, ramp included, so the requests are estimated as
+    IOPS x (runtime + 1 s ramp); it is much steadier than throughput on a shared machine."""
+    j = fio_job(text)
+    if j["error"]:
+        raise ValueError(f"fio job {job} on {server}: error {j['error']}")
+    side = fio_side(j, job)
+    ops = side["iops"] * (runtime + 1)
+    us = ticks / hz * 1e6 / ops if ops else 0
+    return f"{job}\t{server}\t{rnd}\t{side['iops']:.1f}\t{side['bw'] / 1024:.1f}\t{us:.2f}"
+
+
+def rate(kind, text, rw):
+    """(IOPS, MiB/s) of one run: fio's libpmem engine (`kind` fio) or `pmemblk bench --json` (`kind` pmemblk)."""
+    if kind == "pmemblk":
+        d = json.loads(text)
+        return d["iops"], d["mib_per_s"]
+    side = fio_side(fio_job(text), rw)
+    return side["iops"], side["bw"] / 1024
+
+
+def median(rows, k):
+    """The median of field k over the rounds of a cell, None for a cell that has no successful round."""
+    return statistics.median(r[k] for r in rows) if rows else None
+
+
+def ab_ratio(ours, other, baseline):
+    """The text of a ratio cell and the ratio; bold when the other side is the baseline and ours is slower by more
+    than the noise; "-" when either side failed."""
+    if not (ours and other):
+        return "-", None
+    x = ours / other
+    return (f"**{x:.2f}**" if baseline and x < SLOW else f"{x:.2f}"), x
+
+
+def ab_summary(rows, what):
+    """The A/B verdict line: how many rows, the worst one, how many below the threshold. rows: (ratio, name)."""
+    if not rows:
+        return f"A/B: 0 rows (every {what} failed on ours or the baseline)."
+    worst = min(rows)
+    slow = sum(1 for x, _ in rows if x < SLOW)
+    return f"A/B: {len(rows)} rows, worst ours/baseline {worst[0]:.2f} ({worst[1]}); {slow} row(s) below {SLOW}."
+
+
+def ab_note(ours_desc, base_desc, alternated):
+    return (f"ours = {ours_desc}; baseline = {base_desc}. Even rounds ran the {alternated} in reverse order; "
+            f"ours/baseline below {SLOW} is **bold**.")
+
+
+def machine_line(now=None):
+    """Where and when: the figures of two runs compare only on the same machine."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return f"{now:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, {platform.machine()}; "
+
+
+def table_head(columns, align):
+    return ["| " + " | ".join(columns) + " |", "|" + "".join(f" {a} |" for a in align)]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# bench-nbd
+
+def read_nbd_results(path):
+    """cells[(job, server)] -> [(iops, mib_s, cpu_us)] per successful round; a failed round leaves the key."""
+    cells = collections.defaultdict(list)
+    with open(path) as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if fields[3] == "FAIL":
+                cells.setdefault((fields[0], fields[1]), [])
+                continue
+            cells[(fields[0], fields[1])].append(tuple(float(x) for x in fields[3:6]))
+    return cells
+
+
+def nbd_value(cells, job, server):
+    """IOPS for random jobs, MiB/s for sequential ones; the median over the rounds."""
+    return median(cells[(job, server)], 0 if job.startswith("rand") else 1)
+
+
+def nbd_fmt(job, v):
+    if v is None:
+        return "FAILED"
+    return f"{v / 1000:.1f}k IOPS" if job.startswith("rand") else f"{v:.0f} MiB/s"
+
+
+def nbd_bar(job, v):
+    """The bar a job must clear: at least the best storing peer; 1.3x nbdkit memory for 64k and 2M jobs, 1.1x for
+    4k jobs; and 0.9x nbdkit null where null is faster than every storing peer. (value, what) or None."""
+    storing = [n for n in ("memory", "qemu") if n in v]
+    parts = []
+    if storing and all(v[n] for n in storing):
+        parts.append((max(v[n] for n in storing), "best storing peer"))
+    if v.get("memory"):
+        k = 1.1 if "-4k-" in job else 1.3
+        parts.append((k * v["memory"], f"{k}x nbdkit memory"))
+    if v.get("null") and storing and all(v[n] for n in storing) and v["null"] > max(v[n] for n in storing):
+        parts.append((0.9 * v["null"], "0.9x nbdkit null"))
+    return max(parts) if parts else None
+
+
+def nbd_report(cells, servers, jobs, *, runtime, size, repeat, sets="", ours_cpu="?", base_cpu="", base_desc="",
+               ours_desc="", tls=False, qemu_desc="?", now=None):
+    """The Markdown report of bench-nbd and the chart's data rows (ratios to nbdkit memory; empty in an A/B run).
+    servers: [(name, label)] in the order they ran."""
+    names = [n for n, _ in servers]
+    label = dict(servers)
+    ab = "baseline" in names
+    ratios = [r for r in ("memory", "qemu", "null", "baseline") if r in names]
+    if ab:
+        title = f"# NBD A/B: pmemblk (ours) vs baseline {base_desc.split()[0]} (one run, servers alternated per job)"
+    else:
+        title = "# NBD throughput: pmemblk vs nbdkit and qemu-nbd (one run, servers alternated per job)"
+    if tls:
+        title += ", every server over TLS 1.3 with client certificates"
+    peers_note = []
+    if "null" in names:
+        peers_note.append("nbdkit null stores nothing: it is the transport limit.")
+    if "qemu" in names:
+        peers_note.append(f"qemu-nbd serves a raw image on /dev/shm with {qemu_desc}.")
+    lines = [
+        title,
+        "",
+        machine_line(now)
+        + "fio nbd engine, unix sockets, one connection per job unless the job says -Nconn (N connections, fio numjobs); "
+        f"{size} exports; {runtime} s per job (+1 s ramp), "
+        f"{repeat} round(s), median shown" + (f"; pmemblk serve {sets}" if sets else "") + ".",
+    ]
+    if tls:
+        lines.append("TLS: pmemblk nbd.tls=require with nbd.tls.verify-clients (the JDK's SSLEngine); nbdkit --tls=require"
+                     " --tls-verify-peer and qemu-nbd tls-creds-x509 verify-peer=on (GnuTLS); same certificates"
+                     " (scripts/lib/test-pki, EC P-256); fio's libnbd (GnuTLS) presents a client certificate.")
+    lines.append(" ".join(["MiB/s for sequential jobs, IOPS for random ones."] + peers_note))
+    if ab:
+        lines.append(ab_note(ours_desc, base_desc, "servers"))
+    show_bar = not ab and "memory" in names
+    lines.append("")
+    lines += table_head(["job"] + [label[n] for n in names] + [f"ours/{label[r]}" for r in ratios]
+                        + (["ours/bar"] if show_bar else []),
+                        ["---"] + ["---:"] * (len(names) + len(ratios) + (1 if show_bar else 0)))
+    chart, ab_rows, bar_rows = [], [], []
+    for job in jobs:
+        v = {n: nbd_value(cells, job, n) for n in names}
+        row = [nbd_fmt(job, v[n]) for n in names]
+        for r in ratios:
+            text, x = ab_ratio(v["ours"], v[r], r == "baseline")
+            row.append(text)
+            if r == "baseline" and x is not None:
+                ab_rows.append((x, job))
+        if show_bar:
+            b = nbd_bar(job, v)
+            if b and v["ours"]:
+                x = v["ours"] / b[0]
+                bar_rows.append((x, job, b[1]))
+                row.append(f"**{x:.2f}** ({b[1]})" if x < 1.0 else f"{x:.2f} ({b[1]})")
+            else:
+                row.append("-")
+        lines.append(f"| {job} | " + " | ".join(row) + " |")
+        if show_bar and v["memory"]:
+            chart.append(job + "".join(f"\t{(v[n] / v['memory'] if v[n] else 0):.3f}" for n in names))
+    lines += ["", "Server CPU per request (user+sys µs, median; lower is better; steadier than throughput on a shared"
+              " machine):", ""]
+    lines += table_head(["job"] + [label[n] for n in names] + (["baseline/ours"] if ab else []),
+                        ["---"] + ["---:"] * (len(names) + (1 if ab else 0)))
+    for job in jobs:
+        c = {n: median(cells[(job, n)], 2) for n in names}
+        row = [f"{c[n]:.1f}" if c[n] else "-" for n in names]
+        if ab:
+            row.append(f"{c['baseline'] / c['ours']:.2f}" if c["ours"] and c["baseline"] else "-")
+        lines.append(f"| {job} | " + " | ".join(row) + " |")
+    lines.append("")
+    if bar_rows:
+        short = [f"{j} {x:.2f}" for x, j, _ in sorted(bar_rows) if x < 1.0]
+        lines += [f"Bar: {len(bar_rows) - len(short)} of {len(bar_rows)} jobs clear it"
+                  + (f"; below: {', '.join(short)}." if short else "."), ""]
+    if ab:
+        lines += [ab_summary(ab_rows, "job"), ""]
+    cpu = f"CPU time of our server over the whole run (user+sys, seconds, all jobs; ps): {ours_cpu}"
+    lines += [cpu + (f"; of the baseline's: {base_cpu}." if ab else "."), ""]
+    chart_data = ("job\t" + "\t".join(label[n] for n in names) + "\n" + "\n".join(chart) + "\n") if chart else ""
+    return lines, chart_data
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# bench-inproc
+
+def read_inproc_results(path):
+    """cells[(rw, bs, qd, jobs, prog)] -> [(iops, mib_s)] per round, and the rows' keys in the order they ran."""
+    cells = collections.defaultdict(list)
+    order = []
+    with open(path) as f:
+        for line in f:
+            rw, bs, qd, jobs, prog, _, measured = line.rstrip("\n").split("\t")
+            key = (rw, bs, qd, jobs)
+            if key not in order:
+                order.append(key)
+            cells[key + (prog,)].append(tuple(float(x) for x in measured.split()))
+    return cells, order
+
+
+def inproc_fmt(key, v):
+    if v is None:
+        return "FAILED"
+    return f"{v / 1000:.0f}k IOPS" if key[1] == "4k" else f"{v:.0f} MiB/s"
+
+
+def inproc_table(cells, order, progs, base_desc=""):
+    """The rows of bench-inproc's table (IOPS for 4k rows, MiB/s otherwise, medians) and, in an A/B run, the
+    verdict line."""
+    ab = "baseline" in progs
+    label = {"ours": "ours" if ab else "pmemblk bench", "baseline": f"baseline {base_desc.split()[0]}" if ab else "",
+             "fio": "fio libpmem"}
+    ratios = [p for p in ("fio", "baseline") if p in progs]
+    lines = table_head(["workload", "jobs"] + [label[p] for p in progs] + [f"ours/{r}" for r in ratios],
+                       ["---"] * (2 + len(progs) + len(ratios)))
+    ab_rows = []
+    for key in order:
+        rw, bs, qd, jobs = key
+        v = {p: median(cells[key + (p,)], 0 if bs == "4k" else 1) for p in progs}
+        row = [inproc_fmt(key, v[p]) for p in progs]
+        for r in ratios:
+            text, x = ab_ratio(v["ours"], v[r], r == "baseline")
+            row.append(text)
+            if r == "baseline" and x is not None:
+                ab_rows.append((x, f"{bs} {rw} QD{qd} jobs={jobs}"))
+        lines.append(f"| {bs} {rw} QD{qd} | {jobs} | " + " | ".join(row) + " |")
+    if ab:
+        lines += ["", ab_summary(ab_rows, "row")]
+    return lines
+
+
+def inproc_head(*, seconds, size, repeat, sets="", ours_desc="", base_desc="", now=None):
+    """The heading of the A/B file bench-inproc writes (the terminal gets the table alone)."""
+    return [
+        "# In process A/B: `pmemblk bench` ours vs baseline (one run, alternated per row)",
+        "",
+        machine_line(now) + f"{size} files on /dev/shm with PMEM_IS_PMEM_FORCE=1; {seconds} s per row and program, "
+        f"{repeat} round(s), median shown; queues=2" + (f" {sets}" if sets else "") + ".",
+        ab_note(ours_desc, base_desc, "programs"),
+        "",
+    ]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+
+def main(argv):
+    p = argparse.ArgumentParser(prog="benchreport.py", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("nbd-cell", help="one TSV result line of bench-nbd from fio's JSON")
+    c.add_argument("fio_json")
+    c.add_argument("job")
+    c.add_argument("server")
+    c.add_argument("round")
+    c.add_argument("ticks", type=int)
+    c.add_argument("runtime", type=int)
+    c.add_argument("hz", type=int)
+    r = sub.add_parser("rate", help='"IOPS MiB/s" of fio (libpmem) or pmemblk bench JSON on stdin')
+    r.add_argument("kind", choices=("fio", "pmemblk"))
+    r.add_argument("rw")
+    ab = argparse.ArgumentParser(add_help=False)
+    ab.add_argument("--results", required=True, help="the TSV the bench script wrote")
+    ab.add_argument("--size", required=True)
+    ab.add_argument("--repeat", required=True)
+    ab.add_argument("--sets", default="")
+    ab.add_argument("--ours-desc", default="")
+    ab.add_argument("--base-desc", default="")
+    n = sub.add_parser("nbd-report", parents=[ab], help="bench-nbd's report: OUT/STEM.md (and STEM.dat for the chart)")
+    n.add_argument("--out", required=True)
+    n.add_argument("--stem", required=True)
+    n.add_argument("--jobs", required=True, help="comma list, in table order")
+    n.add_argument("--runtime", required=True)
+    n.add_argument("--ours-cpu", default="?")
+    n.add_argument("--base-cpu", default="")
+    n.add_argument("--tls", action="store_true")
+    n.add_argument("--qemu-desc", default="?")
+    n.add_argument("servers", nargs="+", metavar="NAME=LABEL")
+    i = sub.add_parser("inproc-report", parents=[ab], help="bench-inproc's table (and the A/B file with --ab-file)")
+    i.add_argument("--seconds", required=True)
+    i.add_argument("--ab-file", default="")
+    i.add_argument("progs", nargs="+", metavar="PROGRAM")
+    a = p.parse_args(argv)
+
+    if a.cmd == "nbd-cell":
+        with open(a.fio_json) as f:
+            text = f.read()
+        try:
+            print(nbd_cell(text, a.job, a.server, a.round, a.ticks, a.runtime, a.hz))
+        except ValueError as e:
+            sys.exit(str(e))
+    elif a.cmd == "rate":
+        iops, mibs = rate(a.kind, sys.stdin.read(), a.rw)
+        print(iops, mibs)
+    elif a.cmd == "nbd-report":
+        servers = [tuple(s.split("=", 1)) for s in a.servers]
+        lines, chart = nbd_report(read_nbd_results(a.results), servers, a.jobs.split(","), runtime=a.runtime,
+                                  size=a.size, repeat=a.repeat, sets=a.sets, ours_cpu=a.ours_cpu,
+                                  base_cpu=a.base_cpu, base_desc=a.base_desc, ours_desc=a.ours_desc, tls=a.tls,
+                                  qemu_desc=a.qemu_desc)
+        with open(os.path.join(a.out, a.stem + ".md"), "w") as f:
+            f.write("\n".join(lines))
+        if chart:
+            with open(os.path.join(a.out, a.stem + ".dat"), "w") as f:
+                f.write(chart)
+        print("\n".join(lines))
+    else:
+        cells, order = read_inproc_results(a.results)
+        lines = inproc_table(cells, order, a.progs, a.base_desc)
+        print("\n".join(lines))
+        if a.ab_file:
+            head = inproc_head(seconds=a.seconds, size=a.size, repeat=a.repeat, sets=a.sets,
+                               ours_desc=a.ours_desc, base_desc=a.base_desc)
+            with open(a.ab_file, "w") as f:
+                f.write("\n".join(head + lines) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,175 @@
+"""Unit tests of benchreport.py (scripts/test runs them: python3 -m unittest discover -s scripts/lib)."""
+
+import datetime
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchreport as br  # noqa: E402
+
+NOW = datetime.datetime(2026, 12, 1, 23, 30, tzinfo=datetime.timezone.utc)
+FIO_READ = 'connected\n{"jobs":[{"error":0,"read":{"iops":1000.0,"bw":64000},"write":{"iops":5.0,"bw":320}}]}'
+
+
+def nbd_cells(rows):
+    cells = {}
+    for job, server, *figures in rows:
+        cells.setdefault((job, server), [])
+        if figures:
+            cells[(job, server)].append(tuple(figures))
+    return br.collections.defaultdict(list, cells)
+
+
+def columns(line):
+    return line.strip().strip("|").split("|")
+
+
+def tables(lines):
+    """Each Markdown table of a report as its list of lines."""
+    out, cur = [], []
+    for line in lines + [""]:
+        if line.startswith("|"):
+            cur.append(line)
+        elif cur:
+            out.append(cur)
+            cur = []
+    return out
+
+
+class ParsingTest(unittest.TestCase):
+    def test_fio_json_after_the_nbd_engines_banner(self):
+        self.assertEqual(br.fio_job(FIO_READ)["read"]["iops"], 1000.0)
+
+    def test_nbd_cell_cpu_per_request_counts_the_ramp_second(self):
+        # 150 ticks at 100 Hz = 1.5 s of CPU over 1000 IOPS x (2 s + 1 s ramp) = 3000 requests: 500 µs each.
+        line = br.nbd_cell(FIO_READ, "read-64k-qd1", "ours", "1", 150, 2, 100)
+        self.assertEqual(line.split("\t"), ["read-64k-qd1", "ours", "1", "1000.0", "62.5", "500.00"])
+
+    def test_nbd_cell_refuses_a_job_that_failed_naming_job_and_server(self):
+        with self.assertRaisesRegex(ValueError, "fio job read-64k-qd1 on baseline: error 5"):
+            br.nbd_cell(FIO_READ.replace('"error":0', '"error":5'), "read-64k-qd1", "baseline", "1", 1, 1, 100)
+
+    def test_rate_takes_the_side_the_workload_measured(self):
+        self.assertEqual(br.rate("fio", FIO_READ, "randread"), (1000.0, 62.5))
+        self.assertEqual(br.rate("fio", FIO_READ, "write"), (5.0, 0.3125))
+        self.assertEqual(br.rate("pmemblk", '{"iops": 7, "mib_per_s": 8.5}', "read"), (7, 8.5))
+
+
+class AbTest(unittest.TestCase):
+    def test_bold_only_below_the_threshold_and_only_against_the_baseline(self):
+        self.assertEqual(br.ab_ratio(94, 100, True), ("**0.94**", 0.94))
+        self.assertEqual(br.ab_ratio(95, 100, True)[0], "0.95")
+        self.assertEqual(br.ab_ratio(50, 100, False)[0], "0.50")
+        self.assertEqual(br.ab_ratio(None, 100, True), ("-", None))
+        self.assertEqual(br.ab_ratio(100, None, True), ("-", None))
+
+    def test_summary_names_the_worst_row_and_counts_the_slow_ones(self):
+        self.assertEqual(br.ab_summary([(1.02, "a"), (0.90, "b"), (0.94, "c")], "job"),
+                         "A/B: 3 rows, worst ours/baseline 0.90 (b); 2 row(s) below 0.95.")
+        self.assertEqual(br.ab_summary([], "row"), "A/B: 0 rows (every row failed on ours or the baseline).")
+
+
+class NbdReportTest(unittest.TestCase):
+    CELLS = [
+        ("read-64k-qd1", "ours", 20000.0, 1250.0, 17.0), ("read-64k-qd1", "ours", 22000.0, 1350.0, 15.0),
+        ("read-64k-qd1", "baseline", 21000.0, 1500.0, 30.0),
+        ("randread-4k-qd32", "ours", 75300.0, 294.0, 3.2), ("randread-4k-qd32", "baseline"),
+    ]
+
+    def report(self, servers, cells):
+        return br.nbd_report(nbd_cells(cells), servers, ["read-64k-qd1", "randread-4k-qd32"], runtime="1",
+                             size="1G", repeat="2", base_desc="abc1234 (HEAD: x)", ours_desc="this tree",
+                             ours_cpu="0:05", base_cpu="0:06", now=NOW)
+
+    def test_ab_tables_keep_their_columns_bold_and_cpu_table(self):
+        lines, chart = self.report([("ours", "ours"), ("baseline", "baseline abc1234")], self.CELLS)
+        self.assertEqual(lines[0], "# NBD A/B: pmemblk (ours) vs baseline abc1234 (one run, servers alternated per job)")
+        self.assertTrue(lines[2].startswith("2026-12-01 23:30 UTC, "))
+        throughput, cpu = tables(lines)
+        self.assertEqual(throughput[0], "| job | ours | baseline abc1234 | ours/baseline abc1234 |")
+        self.assertEqual(throughput[1], "| --- | ---: | ---: | ---: |")
+        # medians: ours 1300 MiB/s against 1500: 0.87, flagged; the failed baseline cell reads FAILED, its ratio -.
+        self.assertEqual(throughput[2], "| read-64k-qd1 | 1300 MiB/s | 1500 MiB/s | **0.87** |")
+        self.assertEqual(throughput[3], "| randread-4k-qd32 | 75.3k IOPS | FAILED | - |")
+        self.assertEqual(cpu[0], "| job | ours | baseline abc1234 | baseline/ours |")
+        self.assertEqual(cpu[2], "| read-64k-qd1 | 16.0 | 30.0 | 1.88 |")
+        for table in (throughput, cpu):
+            self.assertEqual({len(columns(row)) for row in table}, {len(columns(table[0]))})
+        self.assertIn("A/B: 1 rows, worst ours/baseline 0.87 (read-64k-qd1); 1 row(s) below 0.95.", lines)
+        self.assertIn("CPU time of our server over the whole run (user+sys, seconds, all jobs; ps): 0:05; "
+                      "of the baseline's: 0:06.", lines)
+        self.assertEqual(chart, "")
+
+    def test_peer_run_has_the_bar_and_the_chart_and_no_ab_line(self):
+        cells = [("read-64k-qd1", "ours", 1.0, 1300.0, 16.0), ("read-64k-qd1", "memory", 1.0, 1000.0, 0.0),
+                 ("read-64k-qd1", "null", 1.0, 1100.0, 0.0),
+                 ("randread-4k-qd32", "ours", 75000.0, 1.0, 3.0), ("randread-4k-qd32", "memory", 70000.0, 1.0, 0.0),
+                 ("randread-4k-qd32", "null", 80000.0, 1.0, 0.0)]
+        lines, chart = self.report([("ours", "ours"), ("memory", "nbdkit memory"), ("null", "nbdkit null")], cells)
+        throughput, cpu = tables(lines)
+        self.assertEqual(throughput[0], "| job | ours | nbdkit memory | nbdkit null | ours/nbdkit memory"
+                                        " | ours/nbdkit null | ours/bar |")
+        # 64k: the bar is 1.3x memory = 1300 MiB/s, cleared exactly; 4k: 1.1x memory = 77k IOPS (above 0.9x null,
+        # 72k), missed: bold.
+        self.assertEqual(throughput[2], "| read-64k-qd1 | 1300 MiB/s | 1000 MiB/s | 1100 MiB/s | 1.30 | 1.18"
+                                        " | 1.00 (1.3x nbdkit memory) |")
+        self.assertTrue(throughput[3].endswith("| **0.97** (1.1x nbdkit memory) |"), throughput[3])
+        self.assertEqual(cpu[0], "| job | ours | nbdkit memory | nbdkit null |")
+        self.assertIn("Bar: 1 of 2 jobs clear it; below: randread-4k-qd32 0.97.", lines)
+        self.assertFalse(any(line.startswith("A/B:") for line in lines))
+        self.assertEqual(chart.splitlines(), ["job\tours\tnbdkit memory\tnbdkit null",
+                                              "read-64k-qd1\t1.300\t1.000\t1.100",
+                                              "randread-4k-qd32\t1.071\t1.000\t1.143"])
+
+
+class InprocReportTest(unittest.TestCase):
+    def test_table_with_fio_and_baseline(self):
+        cells = br.collections.defaultdict(list, {
+            ("randread", "4k", "32", "1", "ours"): [(1111000.0, 1.0)],
+            ("randread", "4k", "32", "1", "baseline"): [(1031000.0, 1.0)],
+            ("randread", "4k", "32", "1", "fio"): [(900000.0, 1.0)],
+            ("write", "2m", "4", "2", "ours"): [(1.0, 17000.0), (1.0, 18000.0), (1.0, 16000.0)],
+            ("write", "2m", "4", "2", "baseline"): [(1.0, 19000.0)],
+        })
+        order = [("randread", "4k", "32", "1"), ("write", "2m", "4", "2")]
+        lines = br.inproc_table(cells, order, ["ours", "baseline", "fio"], "abc1234 (HEAD: x)")
+        self.assertEqual(lines[:2], ["| workload | jobs | ours | baseline abc1234 | fio libpmem | ours/fio | ours/baseline |",
+                                     "| --- | --- | --- | --- | --- | --- | --- |"])
+        self.assertEqual(lines[2], "| 4k randread QD32 | 1 | 1111k IOPS | 1031k IOPS | 900k IOPS | 1.23 | 1.08 |")
+        self.assertEqual(lines[3], "| 2m write QD4 | 2 | 17000 MiB/s | 19000 MiB/s | FAILED | - | **0.89** |")
+        self.assertEqual(lines[-1], "A/B: 2 rows, worst ours/baseline 0.89 (2m write QD4 jobs=2); 1 row(s) below 0.95.")
+
+    def test_peer_run_names_pmemblk_bench_and_has_no_ab_line(self):
+        cells = br.collections.defaultdict(list, {("read", "64k", "16", "1", "ours"): [(1.0, 14000.0)],
+                                                  ("read", "64k", "16", "1", "fio"): [(1.0, 12500.0)]})
+        lines = br.inproc_table(cells, [("read", "64k", "16", "1")], ["ours", "fio"])
+        self.assertEqual(lines, ["| workload | jobs | pmemblk bench | fio libpmem | ours/fio |",
+                                 "| --- | --- | --- | --- | --- |",
+                                 "| 64k read QD16 | 1 | 14000 MiB/s | 12500 MiB/s | 1.12 |"])
+
+
+class CommandLineTest(unittest.TestCase):
+    def test_inproc_report_reads_the_scripts_tsv_and_writes_the_ab_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            res = os.path.join(d, "results.tsv")
+            with open(res, "w") as f:
+                f.write("read\t64k\t16\t1\tours\t1\t230000.0 14375.0\n"
+                        "read\t64k\t16\t1\tbaseline\t1\t260000.0 16250.0\n")
+            ab = os.path.join(d, "ab.md")
+            out = subprocess.run([sys.executable, br.__file__, "inproc-report", "--results", res, "--ab-file", ab,
+                                  "--seconds", "1", "--size", "1G", "--repeat", "1", "--base-desc", "abc (x)",
+                                  "--ours-desc", "this tree", "ours", "baseline"],
+                                 capture_output=True, text=True, check=True, timeout=60).stdout
+            self.assertIn("| 64k read QD16 | 1 | 14375 MiB/s | 16250 MiB/s | **0.88** |", out)
+            with open(ab) as f:
+                written = f.read()
+            self.assertTrue(written.startswith("# In process A/B: `pmemblk bench` ours vs baseline"))
+            self.assertIn("ours = this tree; baseline = abc (x). Even rounds ran the programs in reverse order", written)
+            self.assertTrue(written.endswith(out))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,91 @@
+# shellcheck shell=sh
+# What the guest scripts (scripts/vm-guest/*.sh, run by scripts/vm-test through scripts/vm) share: progress and
+# RESULT lines, bounded waits, and starting and stopping `pmemblk serve`. Sourced as `. "$(dirname "$0")/lib.sh"`;
+# POSIX sh, since the guest runs the scripts with the host's /bin/sh. Every wait here has a bound and says which
+# one passed.
+# shellcheck source=guest-java.sh
+. "$(dirname "$0")/guest-java.sh" # PMEMBLK_GUEST_CMD: java with the launcher's JVM arguments
+
+GUEST_NAME=${GUEST_NAME:-$(basename "$0" .sh)}
+SERVER_PID='' SERVER_RC=''
+
+# Seconds since the guest booted: the clock of every bound (the guest has no network time).
+now() { cut -d. -f1 /proc/uptime; }
+# A progress line, with the guest's uptime: under emulation the time a step took is often the news.
+say() { echo "$GUEST_NAME: [$(cut -d' ' -f1 /proc/uptime)s] $*"; }
+# result KEY VALUE: a line the host reads (scripts/vm-test: `result FILE KEY`); RESULT_PREFIX names a scenario
+# where one guest runs several.
+result() { echo "RESULT ${RESULT_PREFIX:-}$1=$2"; }
+
+# A process that exited but was not reaped (an orphan of a finished subshell) is gone too.
+alive() { [ -d "/proc/$1" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
+wait_gone() {  # wait_gone PID SECONDS: true once PID is gone, false when the bound passed first
+    _wt=$(( $(now) + $2 ))
+    while alive "$1"; do [ "$(now)" -lt "$_wt" ] || return 1; sleep 0.1; done
+}
+wait_absent() {  # wait_absent PATH SECONDS
+    _wt=$(( $(now) + $2 ))
+    while [ -e "$1" ]; do [ "$(now)" -lt "$_wt" ] || return 1; sleep 0.1; done
+}
+# wait_until PID SECONDS COMMAND...: 0 once COMMAND succeeds, 1 if PID exited first, 2 if the bound passed.
+wait_until() {
+    _wp=$1 _wt=$(( $(now) + $2 )); shift 2
+    until "$@"; do
+        alive "$_wp" || return 1
+        [ "$(now)" -lt "$_wt" ] || return 2
+        sleep 0.1
+    done
+}
+
+# The server's own lines, without java.util.logging's two-line records.
+server_lines() {
+    grep -v -E '^(INFO|FINE|[A-Z][a-z]{2} [0-9]+, [0-9]{4} |[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]+ (INFO|FINE))' "$1" 2>/dev/null || true
+}
+
+# serve_start LOG ARGS...: `pmemblk serve ARGS` in the background, its output in LOG; sets SERVER_PID.
+serve_start() {
+    _log=$1; shift
+    # shellcheck disable=SC2086 # the command is a word list
+    $PMEMBLK_GUEST_CMD serve "$@" >"$_log" 2>&1 &
+    SERVER_PID=$!
+}
+# serve_ready LOG SECONDS [REGEX]: waits for the server's ready line (default '^ready:'); if the server exits or the
+# bound passes first, says which, prints LOG and returns 1. The bounds are generous: a JVM starts slowly under TCG.
+serve_ready() {
+    _rt=$(now) _rc=0
+    wait_until "$SERVER_PID" "$2" grep -s -q -E "${3:-^ready:}" "$1" || _rc=$?
+    case $_rc in
+        0) say "server ready after $(( $(now) - _rt )) s"; return 0 ;;
+        1) say "server exited before it was ready:" ;;
+        *) say "server not ready in $2 s:" ;;
+    esac
+    cat "$1"
+    return 1
+}
+# serve_stop [SECONDS]: SIGTERM and a bounded wait (default 30 s); sets SERVER_RC to its exit status. Returns 1 (and
+# SIGKILLs it, SERVER_RC=killed) when it is still running after the bound. Safe under set -e, whatever the server's status.
+serve_stop() {
+    kill -TERM "$SERVER_PID" 2>/dev/null || true
+    # shellcheck disable=SC2034 # SERVER_RC is for the script that sourced this file
+    if ! wait_gone "$SERVER_PID" "${1:-30}"; then
+        say "server ignored SIGTERM for ${1:-30} s"
+        kill -KILL "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+        SERVER_RC=killed
+        return 1
+    fi
+    # shellcheck disable=SC2034 # the same
+    if wait "$SERVER_PID"; then SERVER_RC=0; else SERVER_RC=$?; fi
+}
+
+# count WORD...: how many words (a glob's matches: `count /dir/*`, which counts the pattern itself when none match,
+# so test the first with -e where none is possible).
+count() { echo $#; }
+
+# Prometheus text from the server's metrics port: scrape PORT FILE, then metric_sum FILE METRIC [LABEL-TEXT], the sum
+# of METRIC's samples (those whose line contains LABEL-TEXT, e.g. 'route="dma"').
+scrape() { curl -fsS --max-time 10 "http://127.0.0.1:$1/metrics" >"$2" 2>/dev/null; }
+metric_sum() {
+    awk -v m="$2" -v l="${3:-}" '(index($0, m "{") == 1 || index($0, m " ") == 1) && index($0, l) { s += $NF }
+        END { printf "%.0f\n", s }' "$1"
+}
