@@ -9,6 +9,7 @@ import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
 import java.util.concurrent.TimeUnit;
@@ -34,8 +35,9 @@ public final class SegmentCopyProbe implements Autotuner.SegmentProbe, AutoClose
     private final DmaEngine engine;
     private final DmaChannel channel;
     private final Arena arena = Arena.ofShared();
-    private final MemorySegment buffer;
-    private final long bufferIova, regionIova;
+    /** What writes copy from (a pattern) and, apart, what reads copy into: a read never changes what is written. */
+    private final MemorySegment source, sink;
+    private final long sourceIova, sinkIova, regionIova;
     private final AtomicInteger reported = new AtomicInteger();
     private final AtomicInteger failed = new AtomicInteger();
     private volatile Thread waiter;
@@ -51,8 +53,13 @@ public final class SegmentCopyProbe implements Autotuner.SegmentProbe, AutoClose
         this.region = region;
         this.engine = engine;
         this.channel = engine.channel(0);
-        this.buffer = arena.allocate(maxSize, 4096);
-        this.bufferIova = engine.iovaSpace().map(buffer);
+        this.source = arena.allocate(maxSize, 4096);
+        this.sink = arena.allocate(maxSize, 4096);
+        for (long b = 0; b < maxSize; b++) {
+            source.set(ValueLayout.JAVA_BYTE, b, pattern(b)); // not zeroes, as fio does
+        }
+        this.sourceIova = engine.iovaSpace().map(source);
+        this.sinkIova = engine.iovaSpace().map(sink);
         this.regionIova = engine.iovaSpace().map(region.memory());
         engine.onCompletion((ctx, status) -> {
             if (status != 0) {
@@ -68,9 +75,9 @@ public final class SegmentCopyProbe implements Autotuner.SegmentProbe, AutoClose
 
     @Override
     public Autotuner.Sample measure(Route route, boolean write, int size, int segments, double seconds) {
-        if (segments < 1 || size % segments != 0 || size > buffer.byteSize()) {
-            throw new IllegalArgumentException(size + " bytes in " + segments + " segments: allowed a size up to "
-                    + buffer.byteSize() + " that the segment count divides");
+        if (segments < 1 || size % segments != 0 || size > source.byteSize()) {
+            throw new IllegalArgumentException(size + " bytes in " + segments + " segments: allowed: a size up to "
+                    + source.byteSize() + " that the segment count divides");
         }
         ThreadMXBean mx = ManagementFactory.getThreadMXBean();
         long slots = region.size() / size;
@@ -96,15 +103,15 @@ public final class SegmentCopyProbe implements Autotuner.SegmentProbe, AutoClose
         for (int s = 0; s < segments; s++) {
             long at = (long) s * each;
             if (write) {
-                region.write(buffer, at, offset + at, each);
+                region.write(source, at, offset + at, each);
             } else {
-                region.read(offset + at, buffer, at, each);
+                region.read(offset + at, sink, at, each);
             }
         }
     }
 
     private void byDma(boolean write, long offset, int size, int segments) {
-        copies.set(write ? bufferIova : regionIova + offset, write ? regionIova + offset : bufferIova, size / segments,
+        copies.set(write ? sourceIova : regionIova + offset, write ? regionIova + offset : sinkIova, size / segments,
                 segments);
         int before = reported.get();
         if (!channel.placeAll(copies, copies)) {
@@ -138,11 +145,16 @@ public final class SegmentCopyProbe implements Autotuner.SegmentProbe, AutoClose
         }
     }
 
+    /** The byte at {@code i} of what the probe writes. */
+    static byte pattern(long i) {
+        return (byte) (i * 31 + 7);
+    }
+
     private long engineCpuNanos() {
         return engine.softDevice().map(d -> d.engineCpuTimeNanos()).orElse(0L);
     }
 
-    /** Closes the engine (draining it), then frees the buffer. */
+    /** Closes the engine (draining it), then frees the buffers. */
     @Override
     public void close() {
         try {

@@ -196,8 +196,9 @@ public final class LoadGenerator {
                 long issued = 0; // acquired and added: the seam may dispatch the batch itself, inside acquire
                 boolean first = true;
                 while (System.nanoTime() < end) {
-                    while (issued - completed.get() < job.iodepth() && !frontend.full()) {
-                        // Dispatches the batch itself before it waits for a tag or chunks.
+                    // A round tops up to iodepth in flight, at most iodepth requests: acquire may dispatch the
+                    // batch itself before it waits, and inline completions then free room as fast as it fills.
+                    for (int n = 0; n < job.iodepth() && issued - completed.get() < job.iodepth() && !frontend.full(); n++) {
                         Request r = frontend.acquire(job.blockSize());
                         prepare(r, first);
                         frontend.add(r);
