@@ -26,7 +26,9 @@ import org.openjdk.jmh.annotations.Warmup;
  *   <li>{@link #segmentCopyWrite} / {@link #segmentCopyRead}: {@code MemorySegment.copy}, what the server does when
  *       the region is not real pmem (and for every read);</li>
  *   <li>{@link #libpmemNonTemporalWrite}: {@code pmem_memcpy} with {@code PMEM_F_MEM_NONTEMPORAL | NODRAIN}, the
- *       write path on real pmem (stores bypass the cache; a FLUSH drains them later).</li>
+ *       write path on real pmem (stores bypass the cache; a FLUSH drains them later);</li>
+ *   <li>{@link #libpmemNonTemporalWriteDrained}: the same copy with {@code pmem_drain} after each, what a writer
+ *       that drains its own stores pays per write (the two side by side are the drain's cost).</li>
  * </ul>
  * Each operation moves to the next block of the region, wrapping at {@code regionMiB}, so the region side is
  * mostly not in cache (as on a block device). The {@code mib} counter is the copy throughput in MiB/s.
@@ -115,6 +117,14 @@ public class PmemCopyBenchmark {
     public void libpmemNonTemporalWrite(Pmem p, Throughput t) {
         p.lib.memcpy(pmem.asSlice(nextOffset(), bytes), buffer,
                 Libpmem.PMEM_F_MEM_NONTEMPORAL | Libpmem.PMEM_F_MEM_NODRAIN);
+        t.mib += bytes / 1048576.0;
+    }
+
+    @Benchmark
+    public void libpmemNonTemporalWriteDrained(Pmem p, Throughput t) {
+        p.lib.memcpy(pmem.asSlice(nextOffset(), bytes), buffer,
+                Libpmem.PMEM_F_MEM_NONTEMPORAL | Libpmem.PMEM_F_MEM_NODRAIN);
+        p.lib.drain();
         t.mib += bytes / 1048576.0;
     }
 }
