@@ -57,7 +57,7 @@ public final class SegmentThreshold {
         }
         String why = rN < 1 && r1 < 1 ? "DMA loses either way, so no segment count makes it win"
                 : rN < 1 ? "more segments only make DMA worse"
-                : "DMA wins either way, which is the size threshold's to decide";
+                : "DMA wins either way, so the segment count does not tip it (the size sweep decides)";
         return new Result(null, size, segments, rN, r1, noisy, at + ": " + why + ": leave route.dma.min-segments=off");
     }
 
