@@ -3,7 +3,7 @@ package io.pmemblk.cli;
 import io.pmemblk.settings.Settings;
 import io.pmemblk.settings.SettingsException;
 import io.pmemblk.settings.Sizes;
-import io.pmemblk.tuning.LoadGenerator;
+import io.pmemblk.bench.load.LoadGenerator;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
@@ -14,10 +14,12 @@ import java.util.concurrent.Callable;
 
 /**
  * {@code pmemblk bench}: drives the real block layer and pmem driver in process (no protocol), fio-style,
- * and prints throughput, latency percentiles and CPU time.
+ * through the frontend seam, and prints throughput, latency percentiles, CPU time and the copy path measured.
  */
 @Command(name = "bench", mixinStandardHelpOptions = true,
-        description = "In-process load generator against the block layer and pmem driver (no network protocol).")
+        description = "In-process load generator against the block layer and pmem driver (no network protocol):"
+                + " every request is copied between buffers and the mapping, the path of a vhost-user request;"
+                + " served NBD/ublk CPU requests are copied by the kernel straight to or from the mapping instead.")
 final class BenchCommand implements Callable<Integer> {
     @Mixin
     SettingsOptions options;
@@ -91,7 +93,7 @@ final class BenchCommand implements Callable<Integer> {
             long engineCpu = device.dmaEngineCpuNanos() - engineCpu0;
             if (json) {
                 System.out.printf(Locale.ROOT, "{\"rw\":\"%s\",\"bs\":%d,\"iodepth\":%d,\"jobs\":%d,\"route\":\"%s\","
-                                + "\"is_pmem\":%b,\"seconds\":%.3f,\"ops\":%d,\"bytes\":%d,\"errors\":%d,\"iops\":%.1f,"
+                                + "\"is_pmem\":%b,\"path\":\"buffers<->mapping\",\"seconds\":%.3f,\"ops\":%d,\"bytes\":%d,\"errors\":%d,\"iops\":%.1f,"
                                 + "\"mib_per_s\":%.1f,\"lat_ns\":{\"p50\":%d,\"p99\":%d,\"p99.9\":%d,\"max\":%d},"
                                 + "\"cpu_ns\":{\"submit\":%d,\"dma_engine\":%d}}%n",
                         rw, job.blockSize(), iodepth, jobs, route, device.region().isPmem(), r.seconds(), r.ops(),
@@ -101,6 +103,12 @@ final class BenchCommand implements Callable<Integer> {
                 System.out.printf(Locale.ROOT, "pmemblk bench: %s bs=%s iodepth=%d jobs=%d route=%s on %s (is_pmem=%b), %.1f s%n",
                         rw, Sizes.format(job.blockSize()), iodepth, jobs, route, device.region().path(),
                         device.region().isPmem(), r.seconds());
+                System.out.println("  path: " + LoadGenerator.PATH);
+                int inFlight = gen.inFlightPerJob(job);
+                if (inFlight < iodepth) {
+                    System.out.printf(Locale.ROOT, "  in flight: %d per job, not %d: a job's fair share of its queue's"
+                            + " tags (raise queue.depth for more)%n", inFlight, iodepth);
+                }
                 System.out.printf(Locale.ROOT, "  %s IOPS, %.1f MiB/s, %d errors%n", iops(r.iops()), r.mibPerSecond(), r.errors());
                 System.out.printf(Locale.ROOT, "  latency (usec): p50 %.1f, p99 %.1f, p99.9 %.1f, max %.1f%n",
                         r.p50Nanos() / 1e3, r.p99Nanos() / 1e3, r.p999Nanos() / 1e3, r.maxNanos() / 1e3);

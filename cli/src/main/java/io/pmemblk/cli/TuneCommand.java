@@ -1,5 +1,9 @@
 package io.pmemblk.cli;
 
+import io.pmemblk.bench.load.LoadGenerator;
+import io.pmemblk.dma.DmaEngine;
+import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.queueing.BufferPool;
 import io.pmemblk.queueing.Route;
 import io.pmemblk.settings.Settings;
 import io.pmemblk.settings.SettingsException;
@@ -7,8 +11,10 @@ import io.pmemblk.settings.Sizes;
 import io.pmemblk.tuning.Autotuner;
 import io.pmemblk.tuning.Crossover;
 import io.pmemblk.tuning.CrossoverChart;
-import io.pmemblk.tuning.LoadGenerator;
+import io.pmemblk.tuning.LoadProbe;
 import io.pmemblk.tuning.PropertiesEditor;
+import io.pmemblk.tuning.SegmentCopyProbe;
+import io.pmemblk.tuning.SegmentThreshold;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
@@ -23,13 +29,17 @@ import java.util.Locale;
 import java.util.concurrent.Callable;
 
 /**
- * {@code pmemblk tune}: measures where DMA starts to beat the CPU on this machine and, with {@code --write},
- * puts that threshold into the properties file. It measures on a scratch file beside {@code pmem.path}
- * (same filesystem, so the same mapping kind and is_pmem), never on the device's own data.
+ * {@code pmemblk tune}: measures where DMA starts to beat the CPU on this machine, by size and by segments, and,
+ * with {@code --write}, puts both thresholds into the properties file. It measures on a scratch file beside
+ * {@code pmem.path} (same filesystem, so the same mapping kind and is_pmem), never on the device's own data,
+ * through the load generator on the frontend seam: buffers to and from the mapping, the vhost-user path.
  */
 @Command(name = "tune", mixinStandardHelpOptions = true,
-        description = "Measure the CPU/DMA crossover on this machine and (with --write) set route.dma.min-bytes in the config"
-                + " file, which a running server applies on reload (SIGHUP); --chart draws what was measured.")
+        description = "Measure the CPU/DMA crossover on this machine, by request size and by segment count, and (with"
+                + " --write) set route.dma.min-bytes and route.dma.min-segments in the config file, which a running"
+                + " server applies on reload (SIGHUP); --chart draws what was measured. It measures copies between"
+                + " buffers and the mapping (the path of a vhost-user request), not the kernel's copies of served"
+                + " NBD/ublk CPU requests.")
 final class TuneCommand implements Callable<Integer> {
     @Option(names = "--config", paramLabel = "FILE", description = "Properties file to read (and to update with --write).")
     Path config;
@@ -37,7 +47,8 @@ final class TuneCommand implements Callable<Integer> {
     @Option(names = "--set", paramLabel = "KEY=VALUE", description = "Override one setting for this run.")
     List<String> overrides = new ArrayList<>();
 
-    @Option(names = "--write", description = "Write the measured route.dma.min-bytes into --config FILE (other lines kept).")
+    @Option(names = "--write", description = "Write the measured route.dma.min-bytes and route.dma.min-segments into"
+            + " --config FILE (other lines kept).")
     boolean write;
 
     @Option(names = "--objective", defaultValue = "throughput", description = "throughput or cpu (default ${DEFAULT-VALUE})")
@@ -75,7 +86,8 @@ final class TuneCommand implements Callable<Integer> {
         long[] sizes;
         {
             if (write && config == null) {
-                throw new SettingsException("--write needs --config FILE: the file to put route.dma.min-bytes in");
+                throw new SettingsException("--write needs --config FILE: the file to put route.dma.min-bytes and"
+                        + " route.dma.min-segments in");
             }
             try {
                 obj = Crossover.Objective.valueOf(objective.toUpperCase(Locale.ROOT));
@@ -107,31 +119,35 @@ final class TuneCommand implements Callable<Integer> {
         List<String> scratchSettings = new ArrayList<>(overrides);
         scratchSettings.add("pmem.path=" + scratchFile);
         scratchSettings.add("pmem.size=" + scratch);
-        scratchSettings.add("queue.depth=" + Math.max(depth, 1));
-        double perPoint = Math.max(0.05, seconds / (sizes.length * 8.0 * repeats));
+        // The seam gives each job a fair share of its queue (ceil(depth / (users + 1)) tags and chunks): deep enough
+        // that every job of the deep shape keeps --depth requests of the largest size in flight, even all on one queue.
+        scratchSettings.add("queue.depth=" + Math.min(4096, depth * (jobs + 1)));
+        long pool = (long) (jobs + 1) * depth * sizes[sizes.length - 1];
+        if (pool > s.get(Settings.QUEUE_BUFFER_BYTES)) {
+            scratchSettings.add("queue.buffer-bytes=" + Math.min(4L << 30, (pool + BufferPool.CHUNK - 1) / BufferPool.CHUNK * BufferPool.CHUNK));
+        }
+        double perPoint = Math.max(0.05, seconds / (sizes.length * 8.0 * repeats + 8.0 * repeats));
         Autotuner.Options options = new Autotuner.Options(sizes, jobs, depth, repeats, perPoint, obj);
         Autotuner.Report report;
         boolean pmem;
-        try (Device device = Device.open(Settings.load(config, scratchSettings))) {
+        String segmentsNotMeasured = options.segmentSize() == 0 ? "no swept size is two pool chunks (256K) or more"
+                : s.get(Settings.DMA_ENGINE) != Settings.DmaEngineKind.SOFT ? "the " + s.text(Settings.DMA_ENGINE)
+                        + " engine's channels belong to the device's driver; measured on the soft engine only" : null;
+        try (Device device = Device.open(Settings.load(config, scratchSettings));
+             SegmentCopyProbe segments = segmentsNotMeasured != null ? null : new SegmentCopyProbe(device.region(),
+                     DmaEngine.soft(new IovaSpace(), 1, s.get(Settings.DMA_RING_SIZE)), (int) options.segmentSize())) {
             pmem = device.region().isPmem();
-            System.err.printf(Locale.ROOT, "pmemblk tune: %s engine, scratch %s (is_pmem=%b), %d sizes x 2 routes x (1x1, %dx%d) x read/write x %d repeats, %.2f s each%n",
+            System.err.printf(Locale.ROOT, "pmemblk tune: %s engine, scratch %s (is_pmem=%b), %d sizes x 2 routes x (1x1, %dx%d) x read/write x %d repeats,"
+                            + " then %s in %d segments and in one, %.2f s each%n",
                     s.text(Settings.DMA_ENGINE), scratchFile, device.region().isPmem(), options.sizes().length, jobs, depth,
-                    repeats, perPoint);
-            LoadGenerator gen = new LoadGenerator(device.layer());
-            Autotuner.Probe probe = (route, w, bs, j, d, secs) -> {
-                device.forceRoute(route);
-                long engine0 = device.dmaEngineCpuNanos();
-                LoadGenerator.Result r = gen.run(new LoadGenerator.Job(w ? LoadGenerator.Pattern.WRITE
-                        : LoadGenerator.Pattern.READ, bs, d, j, secs, 0));
-                long engine = device.dmaEngineCpuNanos() - engine0;
-                return new Autotuner.Sample(r.mibPerSecond(), r.submitCpuNanos() / 1e9 / r.seconds(), engine / 1e9 / r.seconds());
-            };
+                    repeats, Sizes.format(options.segmentSize()), BufferPool.chunksFor(options.segmentSize()), perPoint);
+            Autotuner.Probe probe = new LoadProbe(device.layer(), device.driver());
             // warm the JIT on both routes before anything is recorded
             for (Route route : Route.values()) {
                 probe.measure(route, true, 65536, 1, depth, 0.3);
                 probe.measure(route, false, 65536, 1, depth, 0.3);
             }
-            report = new Autotuner(probe, System.err).run(options);
+            report = new Autotuner(probe, segments, System.err).run(options);
         } finally {
             Files.deleteIfExists(scratchFile);
         }
@@ -147,7 +163,20 @@ final class TuneCommand implements Callable<Integer> {
             System.out.println("Warning: the machine was too noisy to decide firmly: the DMA/CPU ratio next to the decision is"
                     + " within the spread of the repeats. Run again with more --seconds or on a quieter machine.");
         }
+        SegmentThreshold.Result seg = report.segments();
+        if (seg != null) {
+            System.out.println(seg.explanation() + ".");
+            if (seg.noisy()) {
+                System.out.println("Warning: the segment comparison was within the spread of the repeats: run again with"
+                        + " more --seconds or on a quieter machine.");
+            }
+        } else {
+            System.out.println("Segments not measured: " + segmentsNotMeasured + "; route.dma.min-segments is left as it is.");
+        }
         System.out.println("route.dma.min-bytes=" + value);
+        if (seg != null) {
+            System.out.println("route.dma.min-segments=" + seg.value());
+        }
         if (write) {
             String how = Instant.now().truncatedTo(ChronoUnit.SECONDS) + " (objective " + obj.name().toLowerCase(Locale.ROOT)
                     + ", " + s.text(Settings.DMA_ENGINE) + " engine, sizes " + Sizes.format(sizes[0]) + ".."
@@ -155,6 +184,11 @@ final class TuneCommand implements Callable<Integer> {
                     + ", median of " + repeats + (r.noisy() ? ", noisy" : "") + ")";
             PropertiesEditor.set(config, Settings.ROUTE_DMA_MIN_BYTES.name(), value, how);
             System.out.println("wrote route.dma.min-bytes=" + value + " to " + config);
+            if (seg != null) {
+                PropertiesEditor.set(config, Settings.ROUTE_DMA_MIN_SEGMENTS.name(), seg.value(), how + ", "
+                        + Sizes.format(seg.size()) + " in " + seg.segments() + " segments and in one");
+                System.out.println("wrote route.dma.min-segments=" + seg.value() + " to " + config);
+            }
             System.out.println(reloadHint(config));
         }
         if (chart != null) {

@@ -26,13 +26,16 @@ class TuneChartIT {
                 "--write", "--chart", png.toString(), "--seconds", "1", "--repeats", "1", "--scratch-size", "64M",
                 "--sizes", "64K,1M")), 300);
         assertThat(r.exit()).as(r.out()).isZero();
-        assertThat(r.out()).contains("wrote route.dma.min-bytes=")
+        assertThat(r.out()).contains("wrote route.dma.min-bytes=", "wrote route.dma.min-segments=")
+                .contains("path: buffers <-> mapping on both routes")
+                .containsPattern("(?m)^1M +8 +write ") // the segment dimension at the largest size, 8 pool chunks
                 .contains("No restart needed: a running 'pmemblk serve --config " + config + "' applies it on reload: kill -HUP")
                 .contains("chart: " + png);
         BufferedImage image = ImageIO.read(png.toFile());
         assertThat(image.getWidth()).isEqualTo(1600);
         assertThat(image.getHeight()).isEqualTo(1000);
-        assertThat(Files.readString(config)).containsPattern("(?m)^route\\.dma\\.min-bytes=");
+        assertThat(Files.readString(config)).containsPattern("(?m)^route\\.dma\\.min-bytes=")
+                .containsPattern("(?m)^route\\.dma\\.min-segments=");
     }
 
     /** One through the real command (exit 2, before any measuring); the other cases on the check itself. */

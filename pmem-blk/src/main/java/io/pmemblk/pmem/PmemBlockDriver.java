@@ -124,11 +124,8 @@ public final class PmemBlockDriver implements BlockDriver {
 
     @Override
     public boolean receivesInPlace(long offset, long length) {
-        if (offset < 0 || length <= 0 || offset > size || length > size - offset || length > Integer.MAX_VALUE
-                || region.writeBackFailed()) {
-            return false; // the normal path answers it with the right error (EIO after a failed write-back)
-        }
-        return !routesToDma(length) && loadable(offset, length);
+        // After a failed write-back the normal path answers it, with EIO.
+        return !region.writeBackFailed() && byCpu(offset, length) && loadable(offset, length);
     }
 
     /**
@@ -153,8 +150,9 @@ public final class PmemBlockDriver implements BlockDriver {
 
     /**
      * Whether a READ or WRITE of the range takes the CPU route, which copies straight between the mapping and
-     * the frontend's socket or ublk: {@link #wantsDma}'s rule, asked before the request is acquired, so it
-     * takes buffers only for DMA. False out of bounds: the normal path answers it with the right error.
+     * the frontend's socket or ublk: {@link #routesToDma}, the rule {@link #wantsDma} applies at dispatch, asked
+     * before the request is acquired, so it takes buffers only for DMA. False out of bounds: the normal path
+     * answers it with the right error.
      */
     private boolean byCpu(long offset, long length) {
         if (offset < 0 || length <= 0 || offset > size || length > size - offset || length > Integer.MAX_VALUE) {

@@ -32,7 +32,7 @@ import java.util.function.UnaryOperator;
  * is a slice that owns nothing. Hot-path methods take offsets and pass slices of the mapping to every native
  * call: out of range is an IndexOutOfBoundsException, after close an IllegalStateException, never a fault.
  * The slices do not reach the heap on the FUA path: 0 bytes per FUA 4k write on every mapper, measured with
- * per-thread allocation counters (pmem-blk/measure/FuaAlloc.java, numbers in docs/durability.md).
+ * per-thread allocation counters (numbers in docs/durability.md; bench/jmh RegionCopyBenchmark.fuaWrite with -prof gc).
  *
  * <p>A page that cannot be loaded (the file truncated behind the server, a poisoned line, a known bad block:
  * {@link BadBlocks}) makes the accessor throw a {@link MappingFault} and leaves the rest of the mapping usable:

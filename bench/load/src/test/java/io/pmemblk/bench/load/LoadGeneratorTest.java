@@ -1,4 +1,4 @@
-package io.pmemblk.tuning;
+package io.pmemblk.bench.load;
 
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.Route;
@@ -8,12 +8,10 @@ import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.pmem.Routing;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
 import org.junit.jupiter.api.io.TempDir;
 
-import java.io.IOException;
 import java.nio.file.Path;
 import java.util.concurrent.atomic.AtomicReference;
 
@@ -32,28 +30,21 @@ class LoadGeneratorTest {
 
     @TempDir
     Path dir;
-    PmemBlockDriver driver;
-    BlockLayer layer;
-
-    @AfterEach
-    void close() throws IOException {
-        if (driver != null) {
-            driver.close();
-        }
-        if (layer != null) {
-            layer.close();
-        }
-    }
 
     @ParameterizedTest
     @EnumSource(Route.class)
     void aPoolSmallerThanJobsTimesDepthTimesBlockSizeFinishes(Route route) throws Exception {
         DmaEngine engine = DmaEngine.soft(new IovaSpace(), 1, 512);
-        driver = new PmemBlockDriver(PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.AUTO),
-                new CopyStats(), engine, Routing.CPU_ONLY);
-        assertThat(driver.force(route)).isTrue();
-        // 16 MiB of buffers: four 4 MiB requests, against 2 jobs x 32 deep x 4 MiB = 256 MiB asked for.
-        layer = new BlockLayer(driver, 1, 128, 16 << 20, 4 << 20);
+        try (PmemBlockDriver driver = new PmemBlockDriver(PmemRegion.open(dir.resolve("d.img"), SIZE, false,
+                PmemRegion.Mapper.AUTO), new CopyStats(), engine, Routing.CPU_ONLY);
+             // 16 MiB of buffers: four 4 MiB requests, against 2 jobs x 32 deep x 4 MiB = 256 MiB asked for.
+             BlockLayer layer = new BlockLayer(driver, 1, 128, 16 << 20, 4 << 20)) {
+            assertThat(driver.force(route)).isTrue();
+            runBounded(layer);
+        }
+    }
+
+    private static void runBounded(BlockLayer layer) throws Exception {
         LoadGenerator.Job job = new LoadGenerator.Job(LoadGenerator.Pattern.RANDRW, 4 << 20, 32, 2, 0.3, 0);
         AtomicReference<Object> outcome = new AtomicReference<>();
         Thread runner = Thread.ofPlatform().name("bench-runner").start(() -> {

@@ -1,6 +1,11 @@
-package io.pmemblk.uring;
+package io.pmemblk.bench.ring;
 
 import io.pmemblk.posix.Libc;
+import io.pmemblk.uring.CompletionHandler;
+import io.pmemblk.uring.CompletionQueue;
+import io.pmemblk.uring.IoUring;
+import io.pmemblk.uring.IoUringAbi;
+import io.pmemblk.uring.SubmissionQueue;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -13,8 +18,8 @@ import java.nio.file.Path;
  * refills every free slot, submits the batch and waits for at least one completion in one io_uring_enter, then reaps.
  * Registered file and buffers (READ_FIXED), as the ublk data path will use them. Prints one line:
  * {@code ring: <iops> IOPS ...}. Run by scripts/bench-uring:
- * <pre>java --enable-native-access=ALL-UNNAMED -cp posix/target/classes:uring/target/classes:uring/target/test-classes \
- *     io.pmemblk.uring.RingBench /dev/shm/FILE SECONDS [QD] [WARMUP_SECONDS]</pre>
+ * <pre>java --enable-native-access=ALL-UNNAMED -cp posix/target/classes:uring/target/classes:bench/ring/target/classes \
+ *     io.pmemblk.bench.ring.RingBench /dev/shm/FILE SECONDS [QD] [WARMUP_SECONDS]</pre>
  */
 public final class RingBench implements CompletionHandler {
     private static final int BLOCK = 4096;
