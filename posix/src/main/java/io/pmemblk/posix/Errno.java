@@ -26,6 +26,7 @@ public final class Errno {
     public static final int EINVAL = 22;
     public static final int ENOTTY = 25;
     public static final int ENOSPC = 28;
+    public static final int ESPIPE = 29;
     public static final int EPIPE = 32;
     public static final int ELOOP = 40;
     public static final int EOVERFLOW = 75;
@@ -59,6 +60,7 @@ public final class Errno {
             case EINVAL -> "EINVAL";
             case ENOTTY -> "ENOTTY";
             case ENOSPC -> "ENOSPC";
+            case ESPIPE -> "ESPIPE";
             case EPIPE -> "EPIPE";
             case ELOOP -> "ELOOP";
             case EOVERFLOW -> "EOVERFLOW";
