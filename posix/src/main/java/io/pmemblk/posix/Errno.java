@@ -8,33 +8,14 @@ package io.pmemblk.posix;
 public final class Errno {
     private Errno() {}
 
-    public static final int EPERM = 1;
-    public static final int ENOENT = 2;
-    public static final int EINTR = 4;
-    public static final int EIO = 5;
-    public static final int ENXIO = 6;
-    public static final int EBADF = 9;
-    public static final int EAGAIN = 11;
-    public static final int ENOMEM = 12;
-    public static final int EACCES = 13;
-    public static final int EFAULT = 14;
-    public static final int EBUSY = 16;
-    public static final int EEXIST = 17;
-    public static final int ENODEV = 19;
-    public static final int ENOTDIR = 20;
-    public static final int EISDIR = 21;
-    public static final int EINVAL = 22;
-    public static final int ENOTTY = 25;
-    public static final int ENOSPC = 28;
-    public static final int ESPIPE = 29;
-    public static final int EPIPE = 32;
-    public static final int ELOOP = 40;
-    public static final int EOVERFLOW = 75;
-    public static final int EOPNOTSUPP = 95;
+    // errno-base.h
+    public static final int EPERM = 1, ENOENT = 2, EINTR = 4, EIO = 5, ENXIO = 6, EBADF = 9, EAGAIN = 11, ENOMEM = 12,
+            EACCES = 13, EFAULT = 14, EBUSY = 16, EEXIST = 17, ENODEV = 19, ENOTDIR = 20, EISDIR = 21, EINVAL = 22,
+            ENOTTY = 25, ENOSPC = 28, ESPIPE = 29, EPIPE = 32;
+    // errno.h
+    public static final int ELOOP = 40, EOVERFLOW = 75, EOPNOTSUPP = 95, ECONNRESET = 104, ESHUTDOWN = 108;
     /** Linux's ENOTSUP is EOPNOTSUPP; NBD's spec names it ENOTSUP. */
     public static final int ENOTSUP = EOPNOTSUPP;
-    public static final int ECONNRESET = 104;
-    public static final int ESHUTDOWN = 108;
 
     /**
      * The symbolic name of {@code errno} ({@code "EINVAL"}), for messages; {@code "errno N"} for one not named

@@ -27,14 +27,9 @@ public final class Libc {
     private Libc() {}
 
     // <sys/mman.h> on x86-64 Linux
-    public static final int PROT_READ = 0x1;
-    public static final int PROT_WRITE = 0x2;
-    public static final int MAP_SHARED = 0x01;
-    public static final int MAP_PRIVATE = 0x02;
-    public static final int MAP_ANONYMOUS = 0x20;
-    public static final int MAP_POPULATE = 0x8000;
-    public static final int MS_ASYNC = 1;
-    public static final int MS_SYNC = 4;
+    public static final int PROT_READ = 0x1, PROT_WRITE = 0x2;
+    public static final int MAP_SHARED = 0x01, MAP_PRIVATE = 0x02, MAP_ANONYMOUS = 0x20, MAP_POPULATE = 0x8000;
+    public static final int MS_ASYNC = 1, MS_SYNC = 4;
     public static final long MAP_FAILED = -1L;
     // <fcntl.h>
     public static final int O_RDONLY = 0, O_WRONLY = 01, O_RDWR = 02, O_CREAT = 0100, O_CLOEXEC = 02000000;
