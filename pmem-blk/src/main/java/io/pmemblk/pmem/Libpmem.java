@@ -61,12 +61,12 @@ public final class Libpmem {
     private static final class Bound {
         static final SymbolLookup LIB = SymbolLookup.libraryLookup(SONAME, Arena.global());
         static final Linker LINKER = Linker.nativeLinker();
-        // Copies, flushes and drains of at most CRITICAL_MAX bytes are short, never block and never call back:
-        // critical downcalls skip the thread-state transition that would otherwise cost more than a 4 KiB copy.
         static final MethodHandle MAP_FILE = LINKER.downcallHandle(find(LIB, "pmem_map_file"),
                 FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS), ERRNO);
         static final MethodHandle UNMAP = LINKER.downcallHandle(find(LIB, "pmem_unmap"),
                 FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
+        // Copies, flushes and drains of at most CRITICAL_MAX bytes are short, never block and never call back:
+        // critical downcalls skip the thread-state transition that would otherwise cost more than a 4 KiB copy.
         static final MethodHandle FLUSH = LINKER.downcallHandle(find(LIB, "pmem_flush"),
                 FunctionDescriptor.ofVoid(ADDRESS, JAVA_LONG), CRITICAL);
         static final MethodHandle FLUSH_LONG = LINKER.downcallHandle(find(LIB, "pmem_flush"),

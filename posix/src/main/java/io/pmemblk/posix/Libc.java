@@ -469,12 +469,12 @@ public final class Libc {
 
     /** fsync(2): the file's data and metadata (a directory's: its entries) on stable storage. */
     public static void fsync(int fd, String what) throws NativeException {
-        pathCall("fsync", fd, what, (a, state, p) -> (int) FSYNC.invokeExact(state, fd));
+        call("fsync", "fd " + fd + ", " + what, state -> (int) FSYNC.invokeExact(state, fd));
     }
 
     /** ftruncate(2) to {@code length} bytes. */
     public static void ftruncate(int fd, long length) throws NativeException {
-        pathCall("ftruncate", fd, "length " + length, (a, state, p) -> (int) FTRUNCATE.invokeExact(state, fd, length));
+        call("ftruncate", "fd " + fd + ", length " + length, state -> (int) FTRUNCATE.invokeExact(state, fd, length));
     }
 
     /**
