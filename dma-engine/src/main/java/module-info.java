@@ -2,7 +2,7 @@
  * Copy engines: the I/OAT v3 channel driver over an {@link io.pmemblk.dma.Mmio} register window, the software
  * I/OAT device behind the same registers, the IOVA space both translate through, and the VFIO layer that puts a
  * real PCI device (I/OAT, or QEMU's edu) behind them. No native access of its own: its ioctls, mmaps and eventfds
- * go through io.pmemblk.posix (VfioCalls, Libc, FileIo).
+ * go through io.pmemblk.posix (Libc, FileIo).
  */
 module io.pmemblk.dma {
     requires java.management; // the soft device reports its engine threads' CPU time

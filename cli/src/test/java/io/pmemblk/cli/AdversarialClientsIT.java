@@ -1,5 +1,9 @@
 package io.pmemblk.cli;
 
+import static io.pmemblk.posix.Errno.EINVAL;
+import static io.pmemblk.posix.Errno.ENOSPC;
+import static io.pmemblk.posix.Errno.ENOTSUP;
+
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.MethodOrderer;
@@ -51,7 +55,6 @@ class AdversarialClientsIT {
     static final int STRUCT_MAGIC = 0x668e33ef;
     static final int READ = 0, WRITE = 1, DISC = 2, FLUSH = 3, TRIM = 4, CACHE = 5, ZEROES = 6, BSTATUS = 7;
     static final int FUA = 1, NO_HOLE = 2, DF = 4, REQ_ONE = 8, FAST_ZERO = 16;
-    static final int EINVAL = 22, ENOSPC = 28, ENOTSUP = 95;
 
     @TempDir
     static Path dir;

@@ -1,6 +1,6 @@
 package io.pmemblk.cli;
 
-import io.pmemblk.posix.FileIo;
+import io.pmemblk.posix.Errno;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 
@@ -39,7 +39,7 @@ final class NotifyListener implements AutoCloseable {
             received.add(m);
             return m;
         } catch (NativeException e) {
-            if (e.errno() == FileIo.EAGAIN) {
+            if (e.errno() == Errno.EAGAIN) {
                 throw new AssertionError("no notification on " + address + " within " + timeout + "; received so far: "
                         + received);
             }
@@ -55,7 +55,7 @@ final class NotifyListener implements AutoCloseable {
             throw new AssertionError("unexpected notification: " + new String(buffer.asSlice(0, n)
                     .toArray(ValueLayout.JAVA_BYTE), StandardCharsets.UTF_8));
         } catch (NativeException e) {
-            if (e.errno() != FileIo.EAGAIN) {
+            if (e.errno() != Errno.EAGAIN) {
                 throw e;
             }
         }

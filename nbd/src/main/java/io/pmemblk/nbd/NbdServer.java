@@ -3,6 +3,7 @@ package io.pmemblk.nbd;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.nbd.tls.TlsChannel;
 import io.pmemblk.nbd.tls.TlsServer;
+import io.pmemblk.posix.Errno;
 import io.pmemblk.posix.FileStat;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
@@ -277,7 +278,7 @@ public final class NbdServer implements AutoCloseable {
                 Libc.unlinkat(socketDirectory.fd(), name, 0);
             }
         } catch (NativeException e) {
-            if (e.errno() != Libc.ENOENT) {
+            if (e.errno() != Errno.ENOENT) {
                 LOG.log(System.Logger.Level.WARNING, "nbd: could not remove socket {0}: {1}", config.unixSocket(),
                         e.getMessage());
             }
@@ -306,7 +307,7 @@ public final class NbdServer implements AutoCloseable {
         try {
             st = Libc.fstatat(dir.fd(), name, Libc.AT_SYMLINK_NOFOLLOW);
         } catch (NativeException e) {
-            if (e.errno() == Libc.ENOENT) {
+            if (e.errno() == Errno.ENOENT) {
                 return;
             }
             throw e;

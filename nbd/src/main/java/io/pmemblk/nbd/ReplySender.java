@@ -1,5 +1,6 @@
 package io.pmemblk.nbd;
 
+import io.pmemblk.posix.Errno;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 
@@ -286,7 +287,7 @@ final class ReplySender {
      * was before replies went through {@link SocketFd}), not as an exception of ours.
      */
     private static String why(IOException e) {
-        if (e instanceof NativeException ne && (ne.errno() == Libc.EPIPE || ne.errno() == Libc.ECONNRESET)) {
+        if (e instanceof NativeException ne && (ne.errno() == Errno.EPIPE || ne.errno() == Errno.ECONNRESET)) {
             return "the client hung up (" + ne.getMessage() + ")";
         }
         return e.toString();

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.pmemblk.posix.Errno;
 import io.pmemblk.queueing.Status;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
@@ -164,8 +165,8 @@ class RequestValidatorTest {
                 Arguments.of(Status.EOVERFLOW, CMD_FLAG_DF, Status.EOVERFLOW),
                 Arguments.of(Status.EOVERFLOW, 0, Status.EINVAL),
                 // Anything the protocol does not name is EIO.
-                Arguments.of(2, 0, Status.EIO), // ENOENT
-                Arguments.of(4, 0, Status.EIO), // EINTR
+                Arguments.of(Errno.ENOENT, 0, Status.EIO),
+                Arguments.of(Errno.EINTR, 0, Status.EIO),
                 Arguments.of(999, 0, Status.EIO),
                 Arguments.of(-1, 0, Status.EIO));
     }

@@ -1,5 +1,7 @@
 package io.pmemblk.pmem;
 
+import io.pmemblk.posix.Errno;
+import io.pmemblk.posix.Native;
 import io.pmemblk.posix.NativeException;
 
 import java.lang.foreign.Arena;
@@ -7,13 +9,13 @@ import java.lang.foreign.FunctionDescriptor;
 import java.lang.foreign.Linker;
 import java.lang.foreign.MemoryLayout;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.StructLayout;
 import java.lang.foreign.SymbolLookup;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
-import java.lang.invoke.VarHandle;
 import java.util.Optional;
 
+import static io.pmemblk.posix.Native.CRITICAL;
+import static io.pmemblk.posix.Native.ERRNO;
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 import static java.lang.foreign.ValueLayout.JAVA_LONG;
@@ -22,6 +24,10 @@ import static java.lang.foreign.ValueLayout.JAVA_LONG;
  * PMDK's libpmem (libpmem.so.1, PMDK 1.12), bound once through FFM. {@link #load()} is empty when the
  * library is not installed, so callers fall back to a plain file mapping. Signatures and flags from
  * pmem/pmdk doc/libpmem (pmem_map_file.3, pmem_memmove_persist.3, pmem_is_pmem.3).
+ *
+ * <p>The one binding class outside io.pmemblk.posix: it loads a library of its own, which is this module's own
+ * native access (the launcher grants it by name, and refuses it to the rest). Errno, its capture buffer and the
+ * handling of invokeExact's Throwable are {@link Native}'s, as for libc.
  */
 public final class Libpmem {
     public static final String SONAME = "libpmem.so.1";
@@ -32,13 +38,6 @@ public final class Libpmem {
     // pmem_memcpy / pmem_memset flags
     public static final int PMEM_F_MEM_NODRAIN = 1;
     public static final int PMEM_F_MEM_NONTEMPORAL = 2;
-
-    private static final StructLayout CAPTURE = Linker.Option.captureStateLayout();
-    private static final VarHandle ERRNO = CAPTURE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
-
-    /** errno capture buffer per thread: msync runs per FUA request and must not allocate there. */
-    private static final ThreadLocal<MemorySegment> CALL_STATE =
-            ThreadLocal.withInitial(() -> Arena.ofAuto().allocate(CAPTURE));
 
     private static volatile Optional<Libpmem> instance;
     private static volatile String unavailableReason = "not probed";
@@ -62,14 +61,12 @@ public final class Libpmem {
     private static final class Bound {
         static final SymbolLookup LIB = SymbolLookup.libraryLookup(SONAME, Arena.global());
         static final Linker LINKER = Linker.nativeLinker();
-        static final Linker.Option ERRNO = Linker.Option.captureCallState("errno");
-        // Copies, flushes and drains of at most CRITICAL_MAX bytes are short, never block and never call back:
-        // critical downcalls skip the thread-state transition that would otherwise cost more than a 4 KiB copy.
-        static final Linker.Option CRITICAL = Linker.Option.critical(false);
         static final MethodHandle MAP_FILE = LINKER.downcallHandle(find(LIB, "pmem_map_file"),
                 FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS), ERRNO);
         static final MethodHandle UNMAP = LINKER.downcallHandle(find(LIB, "pmem_unmap"),
                 FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
+        // Copies, flushes and drains of at most CRITICAL_MAX bytes are short, never block and never call back:
+        // critical downcalls skip the thread-state transition that would otherwise cost more than a 4 KiB copy.
         static final MethodHandle FLUSH = LINKER.downcallHandle(find(LIB, "pmem_flush"),
                 FunctionDescriptor.ofVoid(ADDRESS, JAVA_LONG), CRITICAL);
         static final MethodHandle FLUSH_LONG = LINKER.downcallHandle(find(LIB, "pmem_flush"),
@@ -150,35 +147,33 @@ public final class Libpmem {
      */
     public Mapping mapFile(String path, long length, int flags, int mode) throws NativeException {
         try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
+            MemorySegment state = Native.callState();
             MemorySegment mapped = a.allocate(JAVA_LONG);
             MemorySegment isPmem = a.allocate(JAVA_INT);
-            MemorySegment p = (MemorySegment) Bound.MAP_FILE.invokeExact(state, a.allocateFrom(path), length, flags, mode, mapped, isPmem);
+            MemorySegment p;
+            try {
+                p = (MemorySegment) Bound.MAP_FILE.invokeExact(state, a.allocateFrom(path), length, flags, mode, mapped, isPmem);
+            } catch (Throwable t) {
+                throw Native.unexpected(t);
+            }
             if (p.equals(MemorySegment.NULL)) {
-                int errno = (int) ERRNO.get(state, 0L);
-                throw new NativeException("pmem_map_file(" + path + ", length " + length + ", flags " + flags
-                        + ") failed: " + errormsg() + " (errno " + errno + ")", errno);
+                throw failed("pmem_map_file(" + path + ", length " + length + ", flags " + flags + ")", Native.errno(state));
             }
             long len = mapped.get(JAVA_LONG, 0);
             return new Mapping(p.reinterpret(len), isPmem.get(JAVA_INT, 0) != 0);
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
         }
     }
 
     public void unmap(MemorySegment mapping) throws NativeException {
+        int rc;
         try {
-            int rc = (int) Bound.UNMAP.invokeExact(mapping, mapping.byteSize());
-            if (rc != 0) {
-                throw new NativeException("pmem_unmap(0x" + Long.toHexString(mapping.address()) + ", "
-                        + mapping.byteSize() + ") failed: " + errormsg(), 0);
-            }
-        } catch (NativeException e) {
-            throw e;
+            rc = (int) Bound.UNMAP.invokeExact(mapping, mapping.byteSize());
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
+        }
+        if (rc != 0) {
+            throw new NativeException("pmem_unmap(0x" + Long.toHexString(mapping.address()) + ", "
+                    + mapping.byteSize() + ") failed: " + errormsg(), 0);
         }
     }
 
@@ -197,28 +192,23 @@ public final class Libpmem {
             } else {
                 Bound.FLUSH_LONG.invokeExact(range, n);
             }
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
     }
 
     /** msync(MS_SYNC) of the pages under {@code range} through libpmem (which page-aligns it), for mappings that are not real pmem. */
     public void msync(MemorySegment range) throws NativeException {
-        MemorySegment state = CALL_STATE.get();
+        MemorySegment state = Native.callState();
         int rc;
         try {
             rc = (int) Bound.MSYNC.invokeExact(state, range, range.byteSize());
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
         if (rc != 0) {
-            int errno = (int) ERRNO.get(state, 0L);
-            throw new NativeException("pmem_msync(0x" + Long.toHexString(range.address()) + ", " + range.byteSize()
-                    + ") failed: " + errormsg() + " (errno " + errno + ")", errno);
+            throw failed("pmem_msync(0x" + Long.toHexString(range.address()) + ", " + range.byteSize() + ")",
+                    Native.errno(state));
         }
     }
 
@@ -238,10 +228,8 @@ public final class Libpmem {
             } else {
                 Bound.MEMCPY_LONG.invokeExact(dst, src, n, flags);
             }
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
     }
 
@@ -254,10 +242,8 @@ public final class Libpmem {
             } else {
                 Bound.MEMSET_LONG.invokeExact(dst, value, n, flags);
             }
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
     }
 
@@ -269,8 +255,13 @@ public final class Libpmem {
         try {
             Bound.DRAIN.invokeExact();
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
+    }
+
+    /** A failed call with errno: libpmem's own message (it names the step that failed), then errno's. */
+    private NativeException failed(String call, int errno) {
+        return new NativeException(call + " failed: " + errormsg() + " (errno " + errno + ", " + Errno.name(errno) + ")", errno);
     }
 
     private String errormsg() {

@@ -1,15 +1,13 @@
 package io.pmemblk.posix;
 
-import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
-import java.lang.foreign.Linker;
-import java.lang.foreign.MemoryLayout;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.StructLayout;
 import java.lang.invoke.MethodHandle;
 import java.lang.invoke.MethodHandles;
-import java.lang.invoke.VarHandle;
 
+import static io.pmemblk.posix.Errno.EINTR;
+import static io.pmemblk.posix.Native.ERRNO;
+import static io.pmemblk.posix.Native.libc;
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 import static java.lang.foreign.ValueLayout.JAVA_LONG;
@@ -26,37 +24,20 @@ public final class FileIo {
 
     /** {@code <sys/eventfd.h>}: EFD_CLOEXEC = O_CLOEXEC, EFD_NONBLOCK = O_NONBLOCK. */
     public static final int EFD_CLOEXEC = 02000000, EFD_NONBLOCK = 04000;
-    /** {@code <asm-generic/errno-base.h>} */
-    public static final int EINTR = 4, EAGAIN = 11;
-
-    private static final Linker LINKER = Linker.nativeLinker();
-    private static final StructLayout CAPTURE = Linker.Option.captureStateLayout();
-    private static final VarHandle ERRNO = CAPTURE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
-    private static final Linker.Option CAPTURE_ERRNO = Linker.Option.captureCallState("errno");
 
     /** ssize_t pread(int fd, void *buf, size_t count, off_t offset), and pwrite with the same shape. */
-    private static final MethodHandle PREAD = bind("pread64", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG, JAVA_LONG));
-    private static final MethodHandle PWRITE = bind("pwrite64", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG, JAVA_LONG));
+    private static final MethodHandle PREAD = libc("pread64", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG, JAVA_LONG), ERRNO);
+    private static final MethodHandle PWRITE = libc("pwrite64", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG, JAVA_LONG), ERRNO);
     /**
      * ssize_t read(int fd, void *buf, size_t count), and write with the same shape; both take (and drop) a
      * position argument too, so that one loop serves all four.
      */
     private static final MethodHandle READ = MethodHandles.dropArguments(
-            bind("read", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG)), 4, long.class);
+            libc("read", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG), ERRNO), 4, long.class);
     private static final MethodHandle WRITE = MethodHandles.dropArguments(
-            bind("write", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG)), 4, long.class);
+            libc("write", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG), ERRNO), 4, long.class);
     /** int eventfd(unsigned int initval, int flags) */
-    private static final MethodHandle EVENTFD = bind("eventfd", FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT));
-
-    /** errno capture buffer per thread: these run per request and must allocate nothing. */
-    private static final ThreadLocal<MemorySegment> CALL_STATE =
-            ThreadLocal.withInitial(() -> Arena.ofAuto().allocate(CAPTURE));
-
-    private static MethodHandle bind(String name, FunctionDescriptor fd) {
-        MemorySegment symbol = LINKER.defaultLookup().find(name)
-                .orElseThrow(() -> new UnsatisfiedLinkError("libc has no symbol " + name));
-        return LINKER.downcallHandle(symbol, fd, CAPTURE_ERRNO);
-    }
+    private static final MethodHandle EVENTFD = libc("eventfd", FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT), ERRNO);
 
     /**
      * pread(2) of {@code dst.byteSize()} bytes at {@code position} of {@code fd} into {@code dst}, retried on
@@ -83,38 +64,30 @@ public final class FileIo {
 
     /** One call of {@code call} (a constant once inlined into the four above), retried on EINTR. */
     private static long transfer(MethodHandle call, int fd, MemorySegment buffer, long position) {
-        MemorySegment state = CALL_STATE.get();
+        MemorySegment state = Native.callState();
         long rc;
         do {
             try {
                 rc = (long) call.invokeExact(state, fd, buffer, buffer.byteSize(), position);
-            } catch (RuntimeException | Error e) {
-                throw e;
             } catch (Throwable t) {
-                throw new AssertionError(t);
+                throw Native.unexpected(t);
             }
-        } while (rc < 0 && errno(state) == EINTR);
-        return rc < 0 ? -errno(state) : rc;
+        } while (rc < 0 && Native.errno(state) == EINTR);
+        return rc < 0 ? -Native.errno(state) : rc;
     }
 
     /** eventfd(2) with {@code flags} (EFD_CLOEXEC is always added); returns the fd. */
     public static int eventfd(int initialValue, int flags) throws NativeException {
-        MemorySegment state = CALL_STATE.get();
+        MemorySegment state = Native.callState();
         int fd;
         try {
             fd = (int) EVENTFD.invokeExact(state, initialValue, flags | EFD_CLOEXEC);
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
         if (fd < 0) {
-            throw NativeException.of("eventfd", errno(state), "initval " + initialValue + ", flags 0x" + Integer.toHexString(flags));
+            throw NativeException.of("eventfd", Native.errno(state), "initval " + initialValue + ", flags 0x" + Integer.toHexString(flags));
         }
         return fd;
-    }
-
-    private static int errno(MemorySegment state) {
-        return (int) ERRNO.get(state, 0L);
     }
 }

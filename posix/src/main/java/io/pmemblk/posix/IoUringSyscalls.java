@@ -2,20 +2,22 @@ package io.pmemblk.posix;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
-import java.lang.foreign.Linker;
-import java.lang.foreign.MemoryLayout;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.StructLayout;
 import java.lang.invoke.MethodHandle;
-import java.lang.invoke.VarHandle;
 
+import static io.pmemblk.posix.Errno.EAGAIN;
+import static io.pmemblk.posix.Errno.EBUSY;
+import static io.pmemblk.posix.Errno.EINTR;
+import static io.pmemblk.posix.Native.ERRNO;
+import static io.pmemblk.posix.Native.libc;
+import static io.pmemblk.posix.Native.variadicFrom;
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_LONG;
 
 /**
  * The three io_uring system calls, through libc's variadic {@code syscall(long number, ...)} because glibc has no
  * wrappers for them (and liburing is not used). The ring logic lives in {@code io.pmemblk.uring}, which needs no
- * native access of its own: everything that touches {@link Linker} or gives a raw address a size is here.
+ * native access of its own: everything that binds a call or gives a raw address a size is in this module.
  *
  * <p>Syscall numbers: {@code arch/x86/entry/syscalls/syscall_64.tbl} (Linux 5.1+; unchanged through 6.18).
  * No handle is {@code Linker.Option.critical}: io_uring_enter with GETEVENTS blocks, and setup/register pin
@@ -26,51 +28,35 @@ public final class IoUringSyscalls {
 
     /** x86-64 syscall numbers, {@code arch/x86/entry/syscalls/syscall_64.tbl}. */
     public static final long SYS_IO_URING_SETUP = 425, SYS_IO_URING_ENTER = 426, SYS_IO_URING_REGISTER = 427;
-    /** {@code <asm-generic/errno-base.h>}: the io_uring_enter errors the ring handles itself instead of throwing. */
-    public static final int EINTR = 4, EAGAIN = 11, EBUSY = 16;
-
-    private static final Linker LINKER = Linker.nativeLinker();
-    private static final StructLayout CAPTURE = Linker.Option.captureStateLayout();
-    private static final VarHandle ERRNO = CAPTURE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
-    private static final Linker.Option CAPTURE_ERRNO = Linker.Option.captureCallState("errno");
-    private static final Linker.Option VARIADIC_AFTER_NUMBER = Linker.Option.firstVariadicArg(1);
-    private static final MemorySegment SYSCALL = LINKER.defaultLookup().find("syscall")
-            .orElseThrow(() -> new UnsatisfiedLinkError("libc has no symbol syscall"));
 
     // Integers are passed as long (the kernel reads full registers; variadic ints would leave the upper half
     // undefined). Pointers are passed as segments, so the linker keeps their memory alive during the call.
     /** io_uring_setup(u32 entries, struct io_uring_params *p) */
-    private static final MethodHandle SETUP = LINKER.downcallHandle(SYSCALL,
-            FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_LONG, ADDRESS), CAPTURE_ERRNO, VARIADIC_AFTER_NUMBER);
+    private static final MethodHandle SETUP = libc("syscall",
+            FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_LONG, ADDRESS), ERRNO, variadicFrom(1));
     /** io_uring_enter(unsigned fd, u32 to_submit, u32 min_complete, u32 flags, const void *argp, size_t argsz) */
-    private static final MethodHandle ENTER = LINKER.downcallHandle(SYSCALL,
+    private static final MethodHandle ENTER = libc("syscall",
             FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_LONG),
-            CAPTURE_ERRNO, VARIADIC_AFTER_NUMBER);
+            ERRNO, variadicFrom(1));
     /** io_uring_register(unsigned fd, unsigned opcode, void *arg, unsigned nr_args) */
-    private static final MethodHandle REGISTER = LINKER.downcallHandle(SYSCALL,
+    private static final MethodHandle REGISTER = libc("syscall",
             FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_LONG, ADDRESS, JAVA_LONG),
-            CAPTURE_ERRNO, VARIADIC_AFTER_NUMBER);
-
-    /** errno capture buffer per thread: io_uring_enter runs per batch of requests and must allocate nothing. */
-    private static final ThreadLocal<MemorySegment> CALL_STATE =
-            ThreadLocal.withInitial(() -> Arena.ofAuto().allocate(CAPTURE));
+            ERRNO, variadicFrom(1));
 
     /**
      * io_uring_setup(2). {@code params} is the 120-byte {@code struct io_uring_params}, filled in by the caller
      * (flags, cq_entries) and by the kernel (offsets, features). Returns the ring's fd.
      */
     public static int setup(int entries, MemorySegment params) throws NativeException {
-        MemorySegment state = CALL_STATE.get();
+        MemorySegment state = Native.callState();
         long rc;
         try {
             rc = (long) SETUP.invokeExact(state, SYS_IO_URING_SETUP, (long) entries, params);
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
         if (rc < 0) {
-            throw NativeException.of("io_uring_setup", errno(state), "entries " + entries + ", flags 0x"
+            throw NativeException.of("io_uring_setup", Native.errno(state), "entries " + entries + ", flags 0x"
                     + Integer.toHexString(params.get(java.lang.foreign.ValueLayout.JAVA_INT, 8)));
         }
         return (int) rc;
@@ -82,20 +68,18 @@ public final class IoUringSyscalls {
      * any other failure is a {@link NativeException}. Allocates nothing.
      */
     public static int enter(int ringFd, int toSubmit, int minComplete, int flags) throws NativeException {
-        MemorySegment state = CALL_STATE.get();
+        MemorySegment state = Native.callState();
         long rc;
         try {
             rc = (long) ENTER.invokeExact(state, SYS_IO_URING_ENTER, (long) ringFd,
                     toSubmit & 0xFFFF_FFFFL, minComplete & 0xFFFF_FFFFL, flags & 0xFFFF_FFFFL, 0L, 0L);
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
         if (rc >= 0) {
             return (int) rc;
         }
-        int errno = errno(state);
+        int errno = Native.errno(state);
         if (errno == EINTR || errno == EAGAIN || errno == EBUSY) {
             return -errno;
         }
@@ -105,18 +89,16 @@ public final class IoUringSyscalls {
 
     /** io_uring_register(2); returns the (non-negative) result. */
     public static int register(int ringFd, int opcode, MemorySegment arg, int nrArgs) throws NativeException {
-        MemorySegment state = CALL_STATE.get();
+        MemorySegment state = Native.callState();
         long rc;
         try {
             rc = (long) REGISTER.invokeExact(state, SYS_IO_URING_REGISTER, (long) ringFd, (long) opcode, arg,
                     nrArgs & 0xFFFF_FFFFL);
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
         if (rc < 0) {
-            throw NativeException.of("io_uring_register", errno(state),
+            throw NativeException.of("io_uring_register", Native.errno(state),
                     "fd " + ringFd + ", opcode " + opcode + ", nr_args " + nrArgs);
         }
         return (int) rc;
@@ -129,9 +111,5 @@ public final class IoUringSyscalls {
      */
     public static MemorySegment mapRing(int ringFd, long length, long offset, Arena owner) throws NativeException {
         return Libc.map(ringFd, length, Libc.PROT_READ | Libc.PROT_WRITE, Libc.MAP_SHARED | Libc.MAP_POPULATE, offset, owner);
-    }
-
-    private static int errno(MemorySegment state) {
-        return (int) ERRNO.get(state, 0L);
     }
 }

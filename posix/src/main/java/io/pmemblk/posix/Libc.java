@@ -2,36 +2,34 @@ package io.pmemblk.posix;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
-import java.lang.foreign.Linker;
 import java.lang.foreign.MemoryLayout;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.StructLayout;
-import java.lang.foreign.SymbolLookup;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
-import java.lang.invoke.VarHandle;
 
+import static io.pmemblk.posix.Errno.EACCES;
+import static io.pmemblk.posix.Errno.EAGAIN;
+import static io.pmemblk.posix.Errno.EINTR;
+import static io.pmemblk.posix.Native.CRITICAL;
+import static io.pmemblk.posix.Native.ERRNO;
+import static io.pmemblk.posix.Native.libc;
+import static io.pmemblk.posix.Native.variadicFrom;
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 import static java.lang.foreign.ValueLayout.JAVA_LONG;
 
 /**
- * The libc functions pmemblk needs, bound once through FFM. Nothing else in the project touches
- * {@link Linker} for libc. Every failing call becomes a {@link NativeException} carrying errno,
- * its text, and the arguments that were asked for.
+ * The libc functions pmemblk needs, each bound once through {@link Native}. Every failing call becomes a
+ * {@link NativeException} carrying errno, its text, and the arguments that were asked for.
  */
 public final class Libc {
     private Libc() {}
 
     // <sys/mman.h> on x86-64 Linux
-    public static final int PROT_READ = 0x1;
-    public static final int PROT_WRITE = 0x2;
-    public static final int MAP_SHARED = 0x01;
-    public static final int MAP_PRIVATE = 0x02;
-    public static final int MAP_ANONYMOUS = 0x20;
-    public static final int MAP_POPULATE = 0x8000;
-    public static final int MS_ASYNC = 1;
-    public static final int MS_SYNC = 4;
+    public static final int PROT_READ = 0x1, PROT_WRITE = 0x2;
+    public static final int MAP_SHARED = 0x01, MAP_PRIVATE = 0x02, MAP_ANONYMOUS = 0x20, MAP_POPULATE = 0x8000;
+    public static final int MS_ASYNC = 1, MS_SYNC = 4;
     public static final long MAP_FAILED = -1L;
     // <fcntl.h>
     public static final int O_RDONLY = 0, O_WRONLY = 01, O_RDWR = 02, O_CREAT = 0100, O_CLOEXEC = 02000000;
@@ -41,52 +39,47 @@ public final class Libc {
     public static final int O_DIRECTORY = 0200000, O_PATH = 010000000;
     /** {@code <fcntl.h>} for the *at() calls: the descriptor itself (fstatat), a final link not followed. */
     public static final int AT_EMPTY_PATH = 0x1000, AT_SYMLINK_NOFOLLOW = 0x100, AT_REMOVEDIR = 0x200;
-    // <asm-generic/errno-base.h>, <asm-generic/errno.h>
-    public static final int ENOENT = 2, EAGAIN = 11, EACCES = 13, EEXIST = 17, ENOTDIR = 20, EPIPE = 32, ELOOP = 40,
-            ECONNRESET = 104;
     /** {@code <asm-generic/fcntl.h>}: open file description locks (Linux 3.15), and struct flock's l_type. */
     public static final int F_OFD_SETLK = 37, F_WRLCK = 1;
 
-    private static final Linker LINKER = Linker.nativeLinker();
-    private static final SymbolLookup LIBC = LINKER.defaultLookup();
-    private static final StructLayout CAPTURE = Linker.Option.captureStateLayout();
-    private static final VarHandle ERRNO =
-            CAPTURE.varHandle(MemoryLayout.PathElement.groupElement("errno"));
-    private static final Linker.Option CAPTURE_ERRNO = Linker.Option.captureCallState("errno");
-
-    private static final MethodHandle MMAP = find("mmap",
-            FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, JAVA_INT, JAVA_LONG), true);
-    private static final MethodHandle MUNMAP = find("munmap",
-            FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG), true);
-    private static final MethodHandle MSYNC = find("msync",
-            FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT), true);
-    private static final MethodHandle IOCTL = find("ioctl",
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG, ADDRESS), true);
-    private static final MethodHandle OPEN = find("open",
-            FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT), true);
+    private static final MethodHandle MMAP = libc("mmap",
+            FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, JAVA_INT, JAVA_LONG), ERRNO);
+    private static final MethodHandle MUNMAP = libc("munmap",
+            FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG), ERRNO);
+    private static final MethodHandle MSYNC = libc("msync",
+            FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT), ERRNO);
+    /**
+     * int ioctl(int fd, unsigned long request, ...): variadic after the request, in the two shapes its callers pass:
+     * a pointer (a struct, or an int the kernel writes: FIONREAD) and a value (VFIO_CHECK_EXTENSION's int).
+     */
+    private static final MethodHandle IOCTL = libc("ioctl",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG, ADDRESS), ERRNO, variadicFrom(2));
+    private static final MethodHandle IOCTL_VALUE = libc("ioctl",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG, JAVA_LONG), ERRNO, variadicFrom(2));
+    /** int open(const char *path, int flags, ...): the mode is the variadic argument. */
+    private static final MethodHandle OPEN = libc("open",
+            FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT), ERRNO, variadicFrom(2));
     /** int openat(int dirfd, const char *path, int flags, ...): the mode is the variadic argument. */
-    private static final MethodHandle OPENAT = LINKER.downcallHandle(LIBC.find("openat").orElseThrow(),
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT), CAPTURE_ERRNO,
-            Linker.Option.firstVariadicArg(3));
-    private static final MethodHandle MKDIRAT = find("mkdirat",
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT), true);
-    private static final MethodHandle FSTATAT = find("fstatat",
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, ADDRESS, JAVA_INT), true);
-    private static final MethodHandle READLINKAT = find("readlinkat",
-            FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG), true);
-    private static final MethodHandle UNLINKAT = find("unlinkat",
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT), true);
-    private static final MethodHandle RENAMEAT = find("renameat",
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT, ADDRESS), true);
-    private static final MethodHandle FCHMODAT = find("fchmodat",
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT), true);
-    private static final MethodHandle FSYNC = find("fsync", FunctionDescriptor.of(JAVA_INT, JAVA_INT), true);
-    private static final MethodHandle FTRUNCATE = find("ftruncate",
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG), true);
+    private static final MethodHandle OPENAT = libc("openat",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT), ERRNO, variadicFrom(3));
+    private static final MethodHandle MKDIRAT = libc("mkdirat",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT), ERRNO);
+    private static final MethodHandle FSTATAT = libc("fstatat",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, ADDRESS, JAVA_INT), ERRNO);
+    private static final MethodHandle READLINKAT = libc("readlinkat",
+            FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG), ERRNO);
+    private static final MethodHandle UNLINKAT = libc("unlinkat",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT), ERRNO);
+    private static final MethodHandle RENAMEAT = libc("renameat",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT, ADDRESS), ERRNO);
+    private static final MethodHandle FCHMODAT = libc("fchmodat",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT), ERRNO);
+    private static final MethodHandle FSYNC = libc("fsync", FunctionDescriptor.of(JAVA_INT, JAVA_INT), ERRNO);
+    private static final MethodHandle FTRUNCATE = libc("ftruncate",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG), ERRNO);
     /** int fcntl(int fd, int cmd, ...): here always with a struct flock pointer as the variadic argument. */
-    private static final MethodHandle FCNTL_PTR = LINKER.downcallHandle(LIBC.find("fcntl").orElseThrow(),
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS), CAPTURE_ERRNO,
-            Linker.Option.firstVariadicArg(2));
+    private static final MethodHandle FCNTL_PTR = libc("fcntl",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS), ERRNO, variadicFrom(2));
     /**
      * {@code struct flock} on x86-64 ({@code <bits/fcntl.h>}, the kernel's {@code struct flock} in
      * {@code include/uapi/asm-generic/fcntl.h} with 64-bit off_t): 32 bytes.
@@ -95,53 +88,50 @@ public final class Libc {
             ValueLayout.JAVA_SHORT.withName("l_type"), ValueLayout.JAVA_SHORT.withName("l_whence"),
             MemoryLayout.paddingLayout(4), JAVA_LONG.withName("l_start"), JAVA_LONG.withName("l_len"),
             JAVA_INT.withName("l_pid"), MemoryLayout.paddingLayout(4));
-    private static final MethodHandle CLOSE = find("close",
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT), true);
-    private static final MethodHandle POSIX_FALLOCATE = find("posix_fallocate",
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG, JAVA_LONG), false);
+    private static final MethodHandle CLOSE = libc("close",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT), ERRNO);
+    private static final MethodHandle POSIX_FALLOCATE = libc("posix_fallocate",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG, JAVA_LONG));
     /** fallocate(2) with a mode (punching holes), unlike posix_fallocate(3). */
-    private static final MethodHandle FALLOCATE = find("fallocate",
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_LONG, JAVA_LONG), true);
+    private static final MethodHandle FALLOCATE = libc("fallocate",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_LONG, JAVA_LONG), ERRNO);
     /** {@code <linux/falloc.h>}: FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE (which needs KEEP_SIZE). */
     public static final int FALLOC_FL_KEEP_SIZE = 0x01, FALLOC_FL_PUNCH_HOLE = 0x02;
     // abs(3): pure computation, no system call. Bound without the critical option on purpose: see nativeRoundTrip.
-    private static final MethodHandle ABS = find("abs", FunctionDescriptor.of(JAVA_INT, JAVA_INT), false);
+    private static final MethodHandle ABS = libc("abs", FunctionDescriptor.of(JAVA_INT, JAVA_INT));
     // memcpy/memset of at most CRITICAL_MAX bytes never block long or call back: critical, no thread-state
     // transition. Longer ones take the plain handle, so a safepoint never waits for them (a page fault inside a
     // critical call holds every other thread at the safepoint). Bound as void: the returned dst is not wanted.
-    private static final MethodHandle MEMCPY = LINKER.downcallHandle(LIBC.find("memcpy").orElseThrow(),
-            FunctionDescriptor.ofVoid(ADDRESS, ADDRESS, JAVA_LONG), Linker.Option.critical(false));
-    private static final MethodHandle MEMCPY_LONG = LINKER.downcallHandle(LIBC.find("memcpy").orElseThrow(),
+    private static final MethodHandle MEMCPY = libc("memcpy",
+            FunctionDescriptor.ofVoid(ADDRESS, ADDRESS, JAVA_LONG), CRITICAL);
+    private static final MethodHandle MEMCPY_LONG = libc("memcpy",
             FunctionDescriptor.ofVoid(ADDRESS, ADDRESS, JAVA_LONG));
-    private static final MethodHandle MEMSET = LINKER.downcallHandle(LIBC.find("memset").orElseThrow(),
-            FunctionDescriptor.ofVoid(ADDRESS, JAVA_INT, JAVA_LONG), Linker.Option.critical(false));
-    private static final MethodHandle MEMSET_LONG = LINKER.downcallHandle(LIBC.find("memset").orElseThrow(),
+    private static final MethodHandle MEMSET = libc("memset",
+            FunctionDescriptor.ofVoid(ADDRESS, JAVA_INT, JAVA_LONG), CRITICAL);
+    private static final MethodHandle MEMSET_LONG = libc("memset",
             FunctionDescriptor.ofVoid(ADDRESS, JAVA_INT, JAVA_LONG));
     /** Longest range passed to a critical memcpy/memset: at most 16 page faults. */
     public static final long CRITICAL_MAX = 64 << 10;
-    /** errno capture buffer per thread, so msync (run per FUA request) allocates nothing. */
-    private static final ThreadLocal<MemorySegment> CALL_STATE = ThreadLocal.withInitial(() -> Arena.ofAuto().allocate(CAPTURE));
-    private static final MethodHandle STRERROR = find("strerror",
-            FunctionDescriptor.of(ADDRESS.withTargetLayout(MemoryLayout.sequenceLayout(256, ValueLayout.JAVA_BYTE)), JAVA_INT), false);
-    private static final MethodHandle GETPID = find("getpid", FunctionDescriptor.of(JAVA_INT), false);
+    private static final MethodHandle STRERROR = libc("strerror", FunctionDescriptor.of(Native.pointerTo(256), JAVA_INT));
+    private static final MethodHandle GETPID = libc("getpid", FunctionDescriptor.of(JAVA_INT));
     /** int prctl(int option, ...): variadic after the option, every argument passed as an unsigned long. */
-    private static final MethodHandle PRCTL = LINKER.downcallHandle(LIBC.find("prctl").orElseThrow(),
+    private static final MethodHandle PRCTL = libc("prctl",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_LONG),
-            CAPTURE_ERRNO, Linker.Option.firstVariadicArg(1));
+            ERRNO, variadicFrom(1));
     /** {@code <linux/prctl.h>} PR_SET_IO_FLUSHER (Linux 5.6). */
     public static final int PR_SET_IO_FLUSHER = 57;
     // stat, lstat and fstat are real symbols since glibc 2.33 (before, only __xstat and friends); Debian 12 has 2.36.
-    private static final MethodHandle LSTAT = find("lstat", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS), true);
-    private static final MethodHandle STAT = find("stat", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS), true);
-    private static final MethodHandle FSTAT = find("fstat", FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS), true);
-    private static final MethodHandle GETEUID = find("geteuid", FunctionDescriptor.of(JAVA_INT), false);
+    private static final MethodHandle LSTAT = libc("lstat", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS), ERRNO);
+    private static final MethodHandle STAT = libc("stat", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS), ERRNO);
+    private static final MethodHandle FSTAT = libc("fstat", FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS), ERRNO);
+    private static final MethodHandle GETEUID = libc("geteuid", FunctionDescriptor.of(JAVA_INT));
     /** int statx(int dirfd, const char *path, int flags, unsigned int mask, struct statx *buf): glibc >= 2.28. */
-    private static final MethodHandle STATX = find("statx",
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, ADDRESS), true);
+    private static final MethodHandle STATX = libc("statx",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, ADDRESS), ERRNO);
     // <linux/stat.h>, <fcntl.h>; struct statx: stx_mask u32 at 0, stx_btime (i64 tv_sec, u32 tv_nsec) at 80, 256 bytes.
     private static final int AT_FDCWD = -100, STATX_BTIME = 0x800;
     private static final long STATX_SIZE = 256, STX_MASK = 0, STX_BTIME_SEC = 80, STX_BTIME_NSEC = 88;
-    private static final MethodHandle SYSCONF = find("sysconf", FunctionDescriptor.of(JAVA_LONG, JAVA_INT), false);
+    private static final MethodHandle SYSCONF = libc("sysconf", FunctionDescriptor.of(JAVA_LONG, JAVA_INT));
 
     // <sys/socket.h>, <bits/socket_type.h> on x86-64 Linux: the unix datagram socket systemd's notify protocol
     // needs, which java.nio's channels do not offer (they have unix stream sockets only).
@@ -153,28 +143,28 @@ public final class Libc {
             ValueLayout.JAVA_SHORT.withName("sun_family"),
             MemoryLayout.sequenceLayout(108, ValueLayout.JAVA_BYTE).withName("sun_path"));
     private static final long SUN_PATH = SOCKADDR_UN.byteOffset(MemoryLayout.PathElement.groupElement("sun_path"));
-    private static final MethodHandle SOCKET = find("socket",
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT), true);
-    private static final MethodHandle BIND = find("bind",
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT), true);
-    private static final MethodHandle SENDTO = find("sendto",
-            FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT, ADDRESS, JAVA_INT), true);
-    private static final MethodHandle RECV = find("recv",
-            FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT), true);
-    private static final MethodHandle SETSOCKOPT = find("setsockopt",
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT), true);
+    private static final MethodHandle SOCKET = libc("socket",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT), ERRNO);
+    private static final MethodHandle BIND = libc("bind",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT), ERRNO);
+    private static final MethodHandle SENDTO = libc("sendto",
+            FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT, ADDRESS, JAVA_INT), ERRNO);
+    private static final MethodHandle RECV = libc("recv",
+            FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT), ERRNO);
+    private static final MethodHandle SETSOCKOPT = libc("setsockopt",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT), ERRNO);
 
     // Stream sockets the JDK opened (an NBD connection): a send that never blocks, a bounded wait for room, and a
     // descriptor of our own that the JDK's close cannot hand to another socket while we still use it.
-    private static final MethodHandle SENDMSG = find("sendmsg",
-            FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_INT), true);
-    private static final MethodHandle POLL = find("poll",
-            FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT), true);
+    private static final MethodHandle SENDMSG = libc("sendmsg",
+            FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_INT), ERRNO);
+    private static final MethodHandle POLL = libc("poll",
+            FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT), ERRNO);
     /** int fcntl(int fd, int cmd, ...): variadic after cmd; F_DUPFD_CLOEXEC takes an int. */
-    private static final MethodHandle FCNTL_INT = LINKER.downcallHandle(LIBC.find("fcntl").orElseThrow(),
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT), CAPTURE_ERRNO, Linker.Option.firstVariadicArg(2));
-    private static final MethodHandle SHUTDOWN = find("shutdown",
-            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT), true);
+    private static final MethodHandle FCNTL_INT = libc("fcntl",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT), ERRNO, variadicFrom(2));
+    private static final MethodHandle SHUTDOWN = libc("shutdown",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT), ERRNO);
     /** {@code <bits/socket.h>} struct msghdr on x86-64 / arm64 (LP64). */
     public static final StructLayout MSGHDR = MemoryLayout.structLayout(
             ADDRESS.withName("msg_name"), JAVA_INT.withName("msg_namelen"), MemoryLayout.paddingLayout(4),
@@ -193,13 +183,31 @@ public final class Libc {
             ValueLayout.JAVA_SHORT.withName("events"), ValueLayout.JAVA_SHORT.withName("revents"));
     public static final short POLLIN = 0x1, POLLOUT = 0x4, POLLERR = 0x8, POLLHUP = 0x10;
     public static final int SHUT_RDWR = 2;
-    public static final int EINTR = 4;
     private static final int F_DUPFD_CLOEXEC = 1030;
 
-    private static MethodHandle find(String name, FunctionDescriptor fd, boolean captureErrno) {
-        MemorySegment symbol = LIBC.find(name)
-                .orElseThrow(() -> new UnsatisfiedLinkError("libc has no symbol " + name));
-        return captureErrno ? LINKER.downcallHandle(symbol, fd, CAPTURE_ERRNO) : LINKER.downcallHandle(symbol, fd);
+    /** A call that fails with a negative result and errno, made through {@link #call}. */
+    @FunctionalInterface
+    private interface Call {
+        long invoke(MemorySegment state) throws Throwable;
+    }
+
+    /**
+     * One call that fails with a negative result (-1, MAP_FAILED) and errno: its result, or a NativeException
+     * naming {@code function} and {@code what} was asked. For calls off the per-request paths (the lambda may
+     * allocate); those on them are written out, each allocation-free.
+     */
+    private static long call(String function, String what, Call call) throws NativeException {
+        MemorySegment state = Native.callState();
+        long rc;
+        try {
+            rc = call.invoke(state);
+        } catch (Throwable t) {
+            throw Native.unexpected(t);
+        }
+        if (rc < 0) {
+            throw NativeException.of(function, Native.errno(state), what);
+        }
+        return rc;
     }
 
     /**
@@ -218,10 +226,8 @@ public final class Libc {
             } else {
                 MEMCPY_LONG.invokeExact(dst, src, n);
             }
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
     }
 
@@ -237,10 +243,8 @@ public final class Libc {
             } else {
                 MEMSET_LONG.invokeExact(dst, value, n);
             }
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
     }
 
@@ -258,7 +262,7 @@ public final class Libc {
         try {
             return (int) GETPID.invokeExact();
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
     }
 
@@ -269,12 +273,11 @@ public final class Libc {
      * @return 0, or -errno (EPERM without the capability, EINVAL before Linux 5.6)
      */
     public static int setIoFlusher() {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            int rc = (int) PRCTL.invokeExact(state, PR_SET_IO_FLUSHER, 1L, 0L, 0L, 0L);
-            return rc == 0 ? 0 : -errno(state);
-        } catch (Throwable t) {
-            throw new AssertionError(t);
+        try {
+            call("prctl", "PR_SET_IO_FLUSHER", state -> (int) PRCTL.invokeExact(state, PR_SET_IO_FLUSHER, 1L, 0L, 0L, 0L));
+            return 0;
+        } catch (NativeException e) {
+            return -e.errno();
         }
     }
 
@@ -283,7 +286,7 @@ public final class Libc {
         try {
             return (int) GETEUID.invokeExact();
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
     }
 
@@ -310,19 +313,12 @@ public final class Libc {
      */
     public static long birthTime(String path) throws NativeException {
         try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
             MemorySegment buf = a.allocate(STATX_SIZE, 8);
-            if ((int) STATX.invokeExact(state, AT_FDCWD, a.allocateFrom(path), 0, STATX_BTIME, buf) != 0) {
-                throw NativeException.of("statx", errno(state), path);
-            }
+            call("statx", path, state -> (int) STATX.invokeExact(state, AT_FDCWD, a.allocateFrom(path), 0, STATX_BTIME, buf));
             if ((buf.get(JAVA_INT, STX_MASK) & STATX_BTIME) == 0) {
                 return -1;
             }
             return buf.get(JAVA_LONG, STX_BTIME_SEC) * 1_000_000_000L + Integer.toUnsignedLong(buf.get(JAVA_INT, STX_BTIME_NSEC));
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
         }
     }
 
@@ -334,16 +330,9 @@ public final class Libc {
 
     private static FileStat stat(String function, String what, StatCall call) throws NativeException {
         try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
             MemorySegment buf = a.allocate(FileStat.LAYOUT);
-            if (call.call(a, state, buf) != 0) {
-                throw NativeException.of(function, errno(state), what);
-            }
+            call(function, what, state -> call.call(a, state, buf));
             return FileStat.read(buf);
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
         }
     }
 
@@ -352,7 +341,7 @@ public final class Libc {
         try {
             return (long) SYSCONF.invokeExact(30);
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
     }
 
@@ -367,17 +356,15 @@ public final class Libc {
         }
         long skew = (mapping.address() + offset) & (PAGE - 1);
         MemorySegment range = mapping.asSlice(offset - skew, length + skew); // bounds checked here
-        MemorySegment state = CALL_STATE.get();
+        MemorySegment state = Native.callState();
         int rc;
         try {
             rc = (int) MSYNC.invokeExact(state, range, range.byteSize(), MS_SYNC);
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
         if (rc != 0) {
-            throw NativeException.of("msync", errno(state),
+            throw NativeException.of("msync", Native.errno(state),
                     "address 0x" + Long.toHexString(range.address()) + ", length " + range.byteSize());
         }
     }
@@ -386,20 +373,11 @@ public final class Libc {
 
     /** mmap(2); returns the mapping as a segment of {@code length} bytes, unbounded to any arena (caller owns it). */
     public static MemorySegment mmap(long length, int prot, int flags, int fd, long offset) throws NativeException {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            MemorySegment p = (MemorySegment) MMAP.invokeExact(state, MemorySegment.NULL, length, prot, flags, fd, offset);
-            if (p.address() == MAP_FAILED) {
-                throw NativeException.of("mmap", errno(state),
-                        "length " + length + ", prot 0x" + Integer.toHexString(prot) + ", flags 0x"
-                                + Integer.toHexString(flags) + ", fd " + fd + ", offset " + offset);
-            }
-            return p.reinterpret(length);
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
-        }
+        // MAP_FAILED is (void *) -1: negative as a long, as call() wants a failure
+        long address = call("mmap", "length " + length + ", prot 0x" + Integer.toHexString(prot) + ", flags 0x"
+                        + Integer.toHexString(flags) + ", fd " + fd + ", offset " + offset,
+                state -> ((MemorySegment) MMAP.invokeExact(state, MemorySegment.NULL, length, prot, flags, fd, offset)).address());
+        return Native.sized(MemorySegment.ofAddress(address), length);
     }
 
     /**
@@ -412,7 +390,7 @@ public final class Libc {
     public static MemorySegment map(int fd, long length, int prot, int flags, long offset, Arena owner) throws NativeException {
         MemorySegment raw = mmap(length, prot, flags, fd, offset);
         try {
-            return raw.reinterpret(length, owner, unused -> {
+            return Native.owned(raw, length, owner, unused -> {
                 try {
                     munmap(raw);
                 } catch (NativeException e) {
@@ -430,33 +408,14 @@ public final class Libc {
     }
 
     public static void munmap(MemorySegment mapping) throws NativeException {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            int rc = (int) MUNMAP.invokeExact(state, mapping, mapping.byteSize());
-            if (rc != 0) {
-                throw NativeException.of("munmap", errno(state),
-                        "address 0x" + Long.toHexString(mapping.address()) + ", length " + mapping.byteSize());
-            }
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
-        }
+        call("munmap", "address 0x" + Long.toHexString(mapping.address()) + ", length " + mapping.byteSize(),
+                state -> (int) MUNMAP.invokeExact(state, mapping, mapping.byteSize()));
     }
 
     /** open(2) with O_CLOEXEC added. */
     public static int open(String path, int flags, int mode) throws NativeException {
         try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            int fd = (int) OPEN.invokeExact(state, a.allocateFrom(path), flags | O_CLOEXEC, mode);
-            if (fd < 0) {
-                throw NativeException.of("open", errno(state), path);
-            }
-            return fd;
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
+            return (int) call("open", path, state -> (int) OPEN.invokeExact(state, a.allocateFrom(path), flags | O_CLOEXEC, mode));
         }
     }
 
@@ -466,17 +425,8 @@ public final class Libc {
      */
     public static int openat(int dirFd, String path, int flags, int mode) throws NativeException {
         try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            int fd = (int) OPENAT.invokeExact(state, dirFd, a.allocateFrom(path), flags | O_CLOEXEC, mode);
-            if (fd < 0) {
-                throw NativeException.of("openat", errno(state), "fd " + dirFd + ", " + path + ", flags 0"
-                        + Integer.toOctalString(flags));
-            }
-            return fd;
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
+            return (int) call("openat", "fd " + dirFd + ", " + path + ", flags 0" + Integer.toOctalString(flags),
+                    state -> (int) OPENAT.invokeExact(state, dirFd, a.allocateFrom(path), flags | O_CLOEXEC, mode));
         }
     }
 
@@ -510,28 +460,21 @@ public final class Libc {
     /** readlinkat(2): where the symbolic link {@code name} in {@code dirFd} points. */
     public static String readlinkat(int dirFd, String name) throws NativeException {
         try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
             MemorySegment buf = a.allocate(4096); // PATH_MAX
-            long n = (long) READLINKAT.invokeExact(state, dirFd, a.allocateFrom(name), buf, buf.byteSize());
-            if (n < 0) {
-                throw NativeException.of("readlinkat", errno(state), "fd " + dirFd + ", " + name);
-            }
+            long n = call("readlinkat", "fd " + dirFd + ", " + name,
+                    state -> (long) READLINKAT.invokeExact(state, dirFd, a.allocateFrom(name), buf, buf.byteSize()));
             return new String(buf.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE), java.nio.charset.StandardCharsets.UTF_8);
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
         }
     }
 
     /** fsync(2): the file's data and metadata (a directory's: its entries) on stable storage. */
     public static void fsync(int fd, String what) throws NativeException {
-        pathCall("fsync", fd, what, (a, state, p) -> (int) FSYNC.invokeExact(state, fd));
+        call("fsync", "fd " + fd + ", " + what, state -> (int) FSYNC.invokeExact(state, fd));
     }
 
     /** ftruncate(2) to {@code length} bytes. */
     public static void ftruncate(int fd, long length) throws NativeException {
-        pathCall("ftruncate", fd, "length " + length, (a, state, p) -> (int) FTRUNCATE.invokeExact(state, fd, length));
+        call("ftruncate", "fd " + fd + ", length " + length, state -> (int) FTRUNCATE.invokeExact(state, fd, length));
     }
 
     /**
@@ -543,22 +486,15 @@ public final class Libc {
      */
     public static boolean lockExclusive(int fd) throws NativeException {
         try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
             MemorySegment fl = a.allocate(FLOCK); // zeroed: SEEK_SET, start 0, length 0 = to the end, l_pid 0 (OFD)
             fl.set(ValueLayout.JAVA_SHORT, 0, (short) F_WRLCK);
-            int rc = (int) FCNTL_PTR.invokeExact(state, fd, F_OFD_SETLK, fl);
-            if (rc == 0) {
-                return true;
-            }
-            int errno = errno(state);
-            if (errno == EAGAIN || errno == EACCES) {
+            call("fcntl", "fd " + fd + ", F_OFD_SETLK F_WRLCK", state -> (int) FCNTL_PTR.invokeExact(state, fd, F_OFD_SETLK, fl));
+            return true;
+        } catch (NativeException e) {
+            if (e.errno() == EAGAIN || e.errno() == EACCES) {
                 return false;
             }
-            throw NativeException.of("fcntl", errno, "fd " + fd + ", F_OFD_SETLK F_WRLCK");
-        } catch (NativeException e) {
             throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
         }
     }
 
@@ -570,46 +506,42 @@ public final class Libc {
 
     private static void pathCall(String function, int fd, String what, PathCall call) throws NativeException {
         try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            if (call.call(a, state, a.allocateFrom(what)) != 0) {
-                throw NativeException.of(function, errno(state), "fd " + fd + ", " + what);
-            }
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
+            MemorySegment path = a.allocateFrom(what);
+            call(function, "fd " + fd + ", " + what, state -> call.call(a, state, path));
         }
     }
 
     public static void close(int fd) throws NativeException {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            int rc = (int) CLOSE.invokeExact(state, fd);
-            if (rc != 0) {
-                throw NativeException.of("close", errno(state), "fd " + fd);
-            }
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
-        }
+        call("close", "fd " + fd, state -> (int) CLOSE.invokeExact(state, fd));
     }
 
     /** ioctl(2) with a pointer argument; returns the (non-negative) result. */
     public static int ioctl(int fd, long request, MemorySegment arg) throws NativeException {
-        MemorySegment state = CALL_STATE.get(); // allocation-free: FIONREAD runs per socket read (bytesQueued)
+        MemorySegment state = Native.callState(); // allocation-free: FIONREAD runs per socket read (bytesQueued)
         int rc;
         try {
             rc = (int) IOCTL.invokeExact(state, fd, request, arg);
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
         if (rc < 0) {
-            throw NativeException.of("ioctl", errno(state), "fd " + fd + ", request 0x" + Long.toHexString(request));
+            throw NativeException.of("ioctl", Native.errno(state), "fd " + fd + ", request 0x" + Long.toHexString(request));
         }
         return rc;
+    }
+
+    /**
+     * ioctl(2) {@code request}, named {@code what} in a failure's message, with a pointer to {@code arg} (a
+     * struct the kernel reads or fills); returns the non-negative result.
+     */
+    public static int ioctl(int fd, long request, MemorySegment arg, String what) throws NativeException {
+        return (int) call("ioctl " + what, "fd " + fd, state -> (int) IOCTL.invokeExact(state, fd, request, arg));
+    }
+
+    /** ioctl(2) {@code request}, named {@code what}, with its argument by value; returns the non-negative result. */
+    public static int ioctl(int fd, long request, long value, String what) throws NativeException {
+        return (int) call("ioctl " + what, "fd " + fd + ", 0x" + Long.toHexString(value),
+                state -> (int) IOCTL_VALUE.invokeExact(state, fd, request, value));
     }
 
     /**
@@ -617,19 +549,8 @@ public final class Libc {
      * {@link #FALLOC_FL_KEEP_SIZE} frees the blocks; 0 allocates them).
      */
     public static void fallocate(int fd, int mode, long offset, long length, String what) throws NativeException {
-        MemorySegment state = CALL_STATE.get();
-        int rc;
-        try {
-            rc = (int) FALLOCATE.invokeExact(state, fd, mode, offset, length);
-        } catch (RuntimeException | Error e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
-        }
-        if (rc != 0) {
-            throw NativeException.of("fallocate", errno(state), what + ", mode 0x" + Integer.toHexString(mode)
-                    + ", offset " + offset + ", length " + length);
-        }
+        call("fallocate", what + ", mode 0x" + Integer.toHexString(mode) + ", offset " + offset + ", length " + length,
+                state -> (int) FALLOCATE.invokeExact(state, fd, mode, offset, length));
     }
 
     /**
@@ -644,10 +565,8 @@ public final class Libc {
     public static int nativeRoundTrip(int value) {
         try {
             return (int) ABS.invokeExact(value);
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
     }
 
@@ -656,15 +575,14 @@ public final class Libc {
      * mapping can never hit an unallocated hole (which would raise SIGBUS when the filesystem is full).
      */
     public static void fallocate(int fd, long offset, long length, String what) throws NativeException {
+        int rc;
         try {
-            int rc = (int) POSIX_FALLOCATE.invokeExact(fd, offset, length);
-            if (rc != 0) { // returns the error number itself, not -1/errno
-                throw NativeException.of("posix_fallocate", rc, what + ", offset " + offset + ", length " + length);
-            }
-        } catch (NativeException e) {
-            throw e;
+            rc = (int) POSIX_FALLOCATE.invokeExact(fd, offset, length);
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
+        }
+        if (rc != 0) { // returns the error number itself, not -1/errno
+            throw NativeException.of("posix_fallocate", rc, what + ", offset " + offset + ", length " + length);
         }
     }
 
@@ -695,33 +613,13 @@ public final class Libc {
 
     /** socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0). */
     public static int unixDatagramSocket() throws NativeException {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            int fd = (int) SOCKET.invokeExact(state, AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-            if (fd < 0) {
-                throw NativeException.of("socket", errno(state), "AF_UNIX, SOCK_DGRAM");
-            }
-            return fd;
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
-        }
+        return (int) call("socket", "AF_UNIX, SOCK_DGRAM", state -> (int) SOCKET.invokeExact(state, AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
     }
 
     /** bind(2) of {@code fd} to an address made by {@link #unixAddress}. */
     public static void bind(int fd, MemorySegment address) throws NativeException {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            int rc = (int) BIND.invokeExact(state, fd, address, (int) address.byteSize());
-            if (rc != 0) {
-                throw NativeException.of("bind", errno(state), "fd " + fd + ", " + describe(address));
-            }
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
-        }
+        call("bind", "fd " + fd + ", " + describe(address),
+                state -> (int) BIND.invokeExact(state, fd, address, (int) address.byteSize()));
     }
 
     /**
@@ -729,18 +627,16 @@ public final class Libc {
      * MSG_NOSIGNAL. Allocates nothing. A datagram is sent whole or not at all.
      */
     public static void sendTo(int fd, MemorySegment message, MemorySegment address) throws NativeException {
-        MemorySegment state = CALL_STATE.get();
+        MemorySegment state = Native.callState();
         long n;
         try {
             n = (long) SENDTO.invokeExact(state, fd, message, message.byteSize(), MSG_NOSIGNAL, address,
                     (int) address.byteSize());
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
         if (n < 0) {
-            throw NativeException.of("sendto", errno(state), "fd " + fd + ", " + message.byteSize() + " bytes to "
+            throw NativeException.of("sendto", Native.errno(state), "fd " + fd + ", " + message.byteSize() + " bytes to "
                     + describe(address));
         }
     }
@@ -751,17 +647,15 @@ public final class Libc {
      * @throws NativeException with errno EAGAIN when nothing came (MSG_DONTWAIT, or the SO_RCVTIMEO deadline)
      */
     public static int recv(int fd, MemorySegment buffer, int flags) throws NativeException {
-        MemorySegment state = CALL_STATE.get();
+        MemorySegment state = Native.callState();
         long n;
         try {
             n = (long) RECV.invokeExact(state, fd, buffer, buffer.byteSize(), flags);
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
         if (n < 0) {
-            throw NativeException.of("recv", errno(state), "fd " + fd + ", " + buffer.byteSize() + " bytes");
+            throw NativeException.of("recv", Native.errno(state), "fd " + fd + ", " + buffer.byteSize() + " bytes");
         }
         return (int) n;
     }
@@ -784,18 +678,11 @@ public final class Libc {
             throw new IllegalArgumentException("receive timeout must be positive, got " + millis + " ms");
         }
         try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
             MemorySegment timeval = a.allocate(JAVA_LONG, 2); // struct timeval { time_t tv_sec; suseconds_t tv_usec; }
             timeval.setAtIndex(JAVA_LONG, 0, millis / 1000);
             timeval.setAtIndex(JAVA_LONG, 1, millis % 1000 * 1000);
-            int rc = (int) SETSOCKOPT.invokeExact(state, fd, SOL_SOCKET, SO_RCVTIMEO, timeval, (int) timeval.byteSize());
-            if (rc != 0) {
-                throw NativeException.of("setsockopt", errno(state), "fd " + fd + ", SO_RCVTIMEO " + millis + " ms");
-            }
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
+            call("setsockopt", "fd " + fd + ", SO_RCVTIMEO " + millis + " ms",
+                    state -> (int) SETSOCKOPT.invokeExact(state, fd, SOL_SOCKET, SO_RCVTIMEO, timeval, (int) timeval.byteSize()));
         }
     }
 
@@ -807,17 +694,15 @@ public final class Libc {
      * @throws NativeException for any other error (EPIPE, ECONNRESET: the peer is gone)
      */
     public static long sendNow(int fd, MemorySegment msghdr) throws NativeException {
-        MemorySegment state = CALL_STATE.get();
+        MemorySegment state = Native.callState();
         long n;
         try {
             n = (long) SENDMSG.invokeExact(state, fd, msghdr, MSG_DONTWAIT | MSG_NOSIGNAL);
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
         if (n < 0) {
-            int errno = errno(state);
+            int errno = Native.errno(state);
             if (errno == EAGAIN || errno == EINTR) {
                 return 0;
             }
@@ -833,17 +718,15 @@ public final class Libc {
      * @return the revents (POLLERR and POLLHUP included whether asked for or not); 0 on timeout or a signal
      */
     public static int pollOne(MemorySegment pollfd, int millis) throws NativeException {
-        MemorySegment state = CALL_STATE.get();
+        MemorySegment state = Native.callState();
         int rc;
         try {
             rc = (int) POLL.invokeExact(state, pollfd, 1L, millis);
-        } catch (RuntimeException | Error e) {
-            throw e;
         } catch (Throwable t) {
-            throw new AssertionError(t);
+            throw Native.unexpected(t);
         }
         if (rc < 0) {
-            int errno = errno(state);
+            int errno = Native.errno(state);
             if (errno == EINTR) {
                 return 0;
             }
@@ -854,32 +737,12 @@ public final class Libc {
 
     /** fcntl(F_DUPFD_CLOEXEC): a second descriptor of the same open socket or file, closed on exec. */
     public static int dupCloexec(int fd) throws NativeException {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            int rc = (int) FCNTL_INT.invokeExact(state, fd, F_DUPFD_CLOEXEC, 0);
-            if (rc < 0) {
-                throw NativeException.of("fcntl", errno(state), "fd " + fd + ", F_DUPFD_CLOEXEC");
-            }
-            return rc;
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
-        }
+        return (int) call("fcntl", "fd " + fd + ", F_DUPFD_CLOEXEC", state -> (int) FCNTL_INT.invokeExact(state, fd, F_DUPFD_CLOEXEC, 0));
     }
 
     /** shutdown(2): wakes every thread blocked on the socket, in any process or descriptor, and fails their calls. */
     public static void shutdown(int fd, int how) throws NativeException {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment state = a.allocate(CAPTURE);
-            if ((int) SHUTDOWN.invokeExact(state, fd, how) != 0) {
-                throw NativeException.of("shutdown", errno(state), "fd " + fd + ", how " + how);
-            }
-        } catch (NativeException e) {
-            throw e;
-        } catch (Throwable t) {
-            throw new AssertionError(t);
-        }
+        call("shutdown", "fd " + fd + ", how " + how, state -> (int) SHUTDOWN.invokeExact(state, fd, how));
     }
 
     /** ioctl SIOCOUTQ (= TIOCOUTQ, asm-generic/ioctls.h): see {@link #bytesUnsent}. */
@@ -910,9 +773,5 @@ public final class Libc {
             len++;
         }
         return "unix address '" + new String(b, 0, len, java.nio.charset.StandardCharsets.UTF_8) + "'";
-    }
-
-    private static int errno(MemorySegment state) {
-        return (int) ERRNO.get(state, 0L);
     }
 }

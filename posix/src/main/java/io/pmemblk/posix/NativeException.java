@@ -12,8 +12,10 @@ public final class NativeException extends IOException {
         this.errno = errno;
     }
 
+    /** {@code function(what) failed: <strerror> (errno N, ENAME)}: the call, what it was asked, and why it failed. */
     public static NativeException of(String function, int errno, String what) {
-        return new NativeException(function + "(" + what + ") failed: " + Libc.strerror(errno) + " (errno " + errno + ")", errno);
+        return new NativeException(function + "(" + what + ") failed: " + Libc.strerror(errno) + " (errno " + errno
+                + ", " + Errno.name(errno) + ")", errno);
     }
 
     public int errno() {

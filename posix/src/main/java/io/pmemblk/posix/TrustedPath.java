@@ -90,7 +90,7 @@ public final class TrustedPath {
                 try {
                     found = Libc.fstatat(dir.fd(), name, Libc.AT_SYMLINK_NOFOLLOW);
                 } catch (NativeException e) {
-                    if (e.errno() != Libc.ENOENT || !create) {
+                    if (e.errno() != Errno.ENOENT || !create) {
                         throw e;
                     }
                     try {
@@ -98,7 +98,7 @@ public final class TrustedPath {
                                 Libc.O_RDWR | Libc.O_CREAT | Libc.O_EXCL | Libc.O_NOFOLLOW, 0600);
                         return new TrustedFile(abs, fd, Libc.fstat(fd), true, dir);
                     } catch (NativeException x) {
-                        if (x.errno() == Libc.EEXIST && attempt == 0) {
+                        if (x.errno() == Errno.EEXIST && attempt == 0) {
                             continue;
                         }
                         throw x;
@@ -115,7 +115,7 @@ public final class TrustedPath {
                     // O_NONBLOCK: should a FIFO replace the file since the fstatat, open must not hang on it
                     fd = Libc.openat(dir.fd(), name, Libc.O_RDWR | Libc.O_NOFOLLOW | Libc.O_NONBLOCK, 0);
                 } catch (NativeException e) {
-                    if (e.errno() == Libc.ELOOP) { // replaced by a link since the fstatat
+                    if (e.errno() == Errno.ELOOP) { // replaced by a link since the fstatat
                         throw new UnsafePathException(setting + " " + abs + " is a symbolic link; set " + setting
                                 + " to the file itself");
                     }
@@ -211,7 +211,7 @@ public final class TrustedPath {
                 try {
                     child = Libc.openat(fd, c, DIRECTORY, 0);
                 } catch (NativeException e) {
-                    if (e.errno() == Libc.ENOENT && create) {
+                    if (e.errno() == Errno.ENOENT && create) {
                         if (makeDirectory(fd, c)) { // its parent held, to sync the new entry with the file
                             made.addFirst(new TrustedDirectory.Made(next,
                                     new TrustedDirectory(Libc.openat(fd, ".", DIRECTORY, 0), at, st, List.of())));
@@ -219,7 +219,7 @@ public final class TrustedPath {
                         todo.addFirst(c); // opened and judged as any directory found there, whoever made it
                         continue;
                     }
-                    if (e.errno() != Libc.ENOTDIR && e.errno() != Libc.ELOOP) {
+                    if (e.errno() != Errno.ENOTDIR && e.errno() != Errno.ELOOP) {
                         throw e;
                     }
                     FileStat link = Libc.fstatat(fd, c, Libc.AT_SYMLINK_NOFOLLOW);
@@ -275,7 +275,7 @@ public final class TrustedPath {
             Libc.mkdirat(parent, name, DIRECTORY_MODE);
             return true;
         } catch (NativeException e) {
-            if (e.errno() == Libc.EEXIST) {
+            if (e.errno() == Errno.EEXIST) {
                 return false;
             }
             throw e;

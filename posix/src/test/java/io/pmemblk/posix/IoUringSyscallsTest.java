@@ -29,7 +29,7 @@ class IoUringSyscallsTest {
             assertThatThrownBy(() -> IoUringSyscalls.enter(fd, 1, 0, 0))
                     .isInstanceOf(NativeException.class)
                     .hasMessageContaining("io_uring_enter(fd " + fd)
-                    .satisfies(e -> assertThat(((NativeException) e).errno()).isEqualTo(95)); // EOPNOTSUPP
+                    .satisfies(e -> assertThat(((NativeException) e).errno()).isEqualTo(Errno.EOPNOTSUPP));
         } finally {
             Libc.close(fd);
         }

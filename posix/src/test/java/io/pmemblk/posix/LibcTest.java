@@ -18,7 +18,7 @@ class LibcTest {
                 .isInstanceOf(NativeException.class)
                 .hasMessageContaining(missing.toString())
                 .hasMessageContaining("No such file or directory")
-                .satisfies(e -> assertThat(((NativeException) e).errno()).isEqualTo(2));
+                .satisfies(e -> assertThat(((NativeException) e).errno()).isEqualTo(Errno.ENOENT));
     }
 
     /**
@@ -55,7 +55,7 @@ class LibcTest {
     @Test
     void ioFlusherIsSetOrRefusedWithAnErrno() throws Exception {
         int rc = Libc.setIoFlusher(); // root here: set; elsewhere EPERM. Either way no exception, and the kernel says which
-        assertThat(rc).isIn(0, -1);
+        assertThat(rc).isIn(0, -Errno.EPERM);
         if (rc == 0) {
             // /proc/thread-self/stat field 9: PF_MEMALLOC_NOIO (0x80000) | PF_LOCAL_THROTTLE (0x100000)
             String stat = java.nio.file.Files.readString(java.nio.file.Path.of("/proc/thread-self/stat"));

@@ -9,6 +9,7 @@ import io.pmemblk.posix.FileIo;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 
+import static io.pmemblk.posix.Errno.*;
 import static io.pmemblk.ublk.UblkAbi.*;
 
 /**

@@ -1,5 +1,7 @@
 package io.pmemblk.ublk;
 
+import io.pmemblk.posix.Errno;
+
 /**
  * The ublk kernel ABI, written once. Source: {@code include/uapi/linux/ublk_cmd.h} of Linux 6.12.19 (the guest
  * kernel of scripts/vm is Debian's 6.12), with the rules the driver applies in {@code drivers/block/ublk_drv.c};
@@ -110,12 +112,8 @@ final class UblkAbi {
     static final long IO_DESC_QUEUE_STRIDE = 98304;
     static final int UBLK_MAX_QUEUE_DEPTH = 4096;
 
-    // The errnos the ublk driver and the calls around it answer (asm-generic/errno-base.h, errno.h), by name.
-    static final int EPERM = 1, ENOENT = 2, EINTR = 4, EIO = 5, ENXIO = 6, EBADF = 9, EACCES = 13, EBUSY = 16,
-            EEXIST = 17, ENODEV = 19, EINVAL = 22, ENOTTY = 25, EOPNOTSUPP = 95;
-
     /** CQE res of FETCH / COMMIT_AND_FETCH: a new request for the tag; or the device is stopping (-ENODEV). */
-    static final int UBLK_IO_RES_OK = 0, UBLK_IO_RES_ABORT = -ENODEV;
+    static final int UBLK_IO_RES_OK = 0, UBLK_IO_RES_ABORT = -Errno.ENODEV;
 
     /**
      * The user-copy position of byte {@code offset} of request (q, tag): pread/pwrite on {@code /dev/ublkcN} at it

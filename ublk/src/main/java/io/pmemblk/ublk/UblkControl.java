@@ -8,6 +8,7 @@ import io.pmemblk.uring.IoUringAbi;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 
+import static io.pmemblk.posix.Errno.*;
 import static io.pmemblk.ublk.UblkAbi.*;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 import static java.lang.foreign.ValueLayout.JAVA_LONG;

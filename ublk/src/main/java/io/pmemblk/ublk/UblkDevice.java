@@ -13,6 +13,7 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 
+import static io.pmemblk.posix.Errno.*;
 import static io.pmemblk.ublk.UblkAbi.*;
 
 /**

@@ -32,6 +32,7 @@ import java.util.Random;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 
+import static io.pmemblk.posix.Errno.*;
 import static io.pmemblk.ublk.UblkAbi.*;
 import static java.lang.foreign.ValueLayout.JAVA_BYTE;
 import static org.assertj.core.api.Assertions.assertThat;
@@ -228,15 +229,15 @@ class TagRequestsTest {
     void requestsTheDeviceCannotServeAreAnsweredOnceWithAnErrno() throws Exception {
         open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_RDWR);
         serve(0, 10, false, 0, 4096); // a zone operation: not a zoned device
-        assertThat(await(0)).isEqualTo(-95);
+        assertThat(await(0)).isEqualTo(-EOPNOTSUPP);
         serve(1, UBLK_IO_OP_READ, false, 0, MAX_IO + 4096L);
-        assertThat(await(1)).isEqualTo(-22);
+        assertThat(await(1)).isEqualTo(-EINVAL);
         kernelHasWrite(2, 8192, 1);
         serve(2, UBLK_IO_OP_WRITE, false, SIZE - 4096, 8192); // past the end: the driver's bounds check
         frontend.dispatch();
-        assertThat(await(2)).isEqualTo(-28);
+        assertThat(await(2)).isEqualTo(-ENOSPC);
         serve(3, UBLK_IO_OP_WRITE, false, 0, 4096); // the kernel has no data for tag 3: a short copy
-        assertThat(await(3)).isEqualTo(-5);
+        assertThat(await(3)).isEqualTo(-EIO);
         assertThat(doneCalls.get()).isEqualTo(4);
         assertThat(layer.queue(0).inflight()).isZero();
     }
@@ -245,7 +246,7 @@ class TagRequestsTest {
     void aFailedCopyFromTheKernelAnswersTheErrnoAndLeavesNoTagBehind() throws Exception {
         open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_WRONLY);
         serve(3, UBLK_IO_OP_WRITE, true, 0, 4096); // pread on a write-only fd: EBADF
-        assertThat(await(3)).isEqualTo(-9);
+        assertThat(await(3)).isEqualTo(-EBADF);
         assertThat(doneCalls.get()).isEqualTo(1);
         assertThat(layer.queue(0).inflight()).isZero();
         assertThat(frontend.batched()).isZero();

@@ -1,5 +1,6 @@
 package io.pmemblk.uring;
 
+import io.pmemblk.posix.Errno;
 import io.pmemblk.posix.IoUringSyscalls;
 import io.pmemblk.posix.NativeException;
 
@@ -268,7 +269,7 @@ public final class SubmissionQueue {
         do {
             r = IoUringSyscalls.enter(fd, toSubmit, minComplete, flags);
             // EINTR (a JVM signal): nothing was consumed and nothing waited for; the same call again is right.
-        } while (r == -IoUringSyscalls.EINTR);
+        } while (r == -Errno.EINTR);
         head = (int) INT.getAcquire(sqRing, headOff);
         return Math.max(r, 0);
     }

@@ -17,6 +17,7 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
 
+import static io.pmemblk.posix.Errno.*;
 import static io.pmemblk.uring.IoUringAbi.*;
 import static java.lang.foreign.ValueLayout.JAVA_BYTE;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
@@ -27,7 +28,6 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /** Runs against this machine's kernel: every completion below was produced by io_uring itself. */
 class IoUringTest {
-    private static final int EBADF = 9, EFAULT = 14, EISDIR = 21, EINVAL = 22, EOPNOTSUPP = 95;
 
     /** One completion, as recorded by a test's handler. */
     record Cqe(long userData, int res, int flags) {}

@@ -1,13 +1,14 @@
 package io.pmemblk.dma.vfio;
 
 import static io.pmemblk.dma.vfio.VfioAbi.*;
+import static io.pmemblk.posix.Errno.*;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 import static java.lang.foreign.ValueLayout.JAVA_LONG;
 import static java.lang.foreign.ValueLayout.JAVA_SHORT;
 
+import io.pmemblk.posix.Errno;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
-import io.pmemblk.posix.VfioCalls;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Files;
@@ -24,8 +25,6 @@ import java.util.List;
 public final class VfioContainer implements AutoCloseable {
     /** An IOVA window the IOMMU accepts, end inclusive (VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE). */
     public record IovaRange(long start, long end) { }
-
-    private static final int EOPNOTSUPP = 95, EFAULT = 14, ENOMEM = 12, ENOENT = 2, EBUSY = 16, EPERM = 1, EACCES = 13;
 
     private final int fd;
     private final List<VfioGroup> groups = new ArrayList<>();
@@ -54,11 +53,11 @@ public final class VfioContainer implements AutoCloseable {
         }
         VfioContainer c = new VfioContainer(fd);
         try {
-            int api = VfioCalls.ioctl(fd, GET_API_VERSION, 0L, "VFIO_GET_API_VERSION");
+            int api = Libc.ioctl(fd, GET_API_VERSION, 0L, "VFIO_GET_API_VERSION");
             if (api != API_VERSION) {
                 throw new VfioException("VFIO API version " + api + ", this driver speaks version " + API_VERSION);
             }
-            if (VfioCalls.ioctl(fd, CHECK_EXTENSION, TYPE1V2_IOMMU, "VFIO_CHECK_EXTENSION") <= 0) {
+            if (Libc.ioctl(fd, CHECK_EXTENSION, TYPE1V2_IOMMU, "VFIO_CHECK_EXTENSION") <= 0) {
                 throw new VfioException("the kernel's VFIO has no type1v2 IOMMU backend: no IOMMU is enabled (boot with"
                         + " intel_iommu=on or amd_iommu=on, and enable VT-d/AMD-Vi in the firmware)");
             }
@@ -93,17 +92,17 @@ public final class VfioContainer implements AutoCloseable {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment st = a.allocate(GROUP_STATUS);
             st.set(JAVA_INT, offset(GROUP_STATUS, "argsz"), (int) GROUP_STATUS.byteSize());
-            VfioCalls.ioctl(gfd, GROUP_GET_STATUS, st, "VFIO_GROUP_GET_STATUS");
+            Libc.ioctl(gfd, GROUP_GET_STATUS, st, "VFIO_GROUP_GET_STATUS");
             if ((st.get(JAVA_INT, offset(GROUP_STATUS, "flags")) & GROUP_FLAGS_VIABLE) == 0) {
                 throw new VfioException("IOMMU group " + number + " is not viable: every device in it must be bound to"
                         + " vfio-pci (or to no driver); its devices: " + PciDevices.groupMembers(number)
                         + ". Bind each with: " + PciDevices.bindCommands("ADDR"));
             }
             MemorySegment cfd = a.allocateFrom(JAVA_INT, fd);
-            VfioCalls.ioctl(gfd, GROUP_SET_CONTAINER, cfd, "VFIO_GROUP_SET_CONTAINER");
+            Libc.ioctl(gfd, GROUP_SET_CONTAINER, cfd, "VFIO_GROUP_SET_CONTAINER");
             g.attached = true;
             if (!iommuSet) {
-                VfioCalls.ioctl(fd, SET_IOMMU, TYPE1V2_IOMMU, "VFIO_SET_IOMMU(TYPE1v2)");
+                Libc.ioctl(fd, SET_IOMMU, TYPE1V2_IOMMU, "VFIO_SET_IOMMU(TYPE1v2)");
                 iommuSet = true;
                 readIommuInfo();
             }
@@ -123,12 +122,12 @@ public final class VfioContainer implements AutoCloseable {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment info = a.allocate(IOMMU_INFO);
             info.set(JAVA_INT, 0, (int) IOMMU_INFO.byteSize());
-            VfioCalls.ioctl(fd, IOMMU_GET_INFO, info, "VFIO_IOMMU_GET_INFO");
+            Libc.ioctl(fd, IOMMU_GET_INFO, info, "VFIO_IOMMU_GET_INFO");
             int argsz = info.get(JAVA_INT, 0);
             if ((info.get(JAVA_INT, offset(IOMMU_INFO, "flags")) & IOMMU_INFO_CAPS) != 0 && argsz > IOMMU_INFO.byteSize()) {
                 info = a.allocate(argsz, 8);
                 info.set(JAVA_INT, 0, argsz);
-                VfioCalls.ioctl(fd, IOMMU_GET_INFO, info, "VFIO_IOMMU_GET_INFO");
+                Libc.ioctl(fd, IOMMU_GET_INFO, info, "VFIO_IOMMU_GET_INFO");
             }
             pageSizes = info.get(JAVA_LONG, offset(IOMMU_INFO, "iova_pgsizes"));
             ranges = iovaRanges(info);
@@ -177,7 +176,7 @@ public final class VfioContainer implements AutoCloseable {
             m.set(JAVA_LONG, offset(DMA_MAP, "vaddr"), vaddr);
             m.set(JAVA_LONG, offset(DMA_MAP, "iova"), iova);
             m.set(JAVA_LONG, offset(DMA_MAP, "size"), size);
-            VfioCalls.ioctl(fd, IOMMU_MAP_DMA, m, "VFIO_IOMMU_MAP_DMA");
+            Libc.ioctl(fd, IOMMU_MAP_DMA, m, "VFIO_IOMMU_MAP_DMA");
         } catch (NativeException e) {
             throw new VfioException(mapFailure(e.errno(), vaddr, iova, size) + " [" + e.getMessage() + "]", e);
         }
@@ -196,7 +195,7 @@ public final class VfioContainer implements AutoCloseable {
                     + " tmpfs/hugetlbfs";
             case ENOMEM -> "the locked-memory limit is too low (ulimit -l, RLIMIT_MEMLOCK; run as root or raise it)";
             case ENOENT -> "no memory at that address";
-            default -> "errno " + errno;
+            default -> Errno.name(errno);
         };
     }
 
@@ -207,7 +206,7 @@ public final class VfioContainer implements AutoCloseable {
             m.set(JAVA_INT, offset(DMA_UNMAP, "argsz"), (int) DMA_UNMAP.byteSize());
             m.set(JAVA_LONG, offset(DMA_UNMAP, "iova"), iova);
             m.set(JAVA_LONG, offset(DMA_UNMAP, "size"), size);
-            VfioCalls.ioctl(fd, IOMMU_UNMAP_DMA, m, "VFIO_IOMMU_UNMAP_DMA");
+            Libc.ioctl(fd, IOMMU_UNMAP_DMA, m, "VFIO_IOMMU_UNMAP_DMA");
             return m.get(JAVA_LONG, offset(DMA_UNMAP, "size"));
         } catch (NativeException e) {
             throw new VfioException("unmapping IOVA 0x" + Long.toHexString(iova) + " (" + size + " bytes) failed: "

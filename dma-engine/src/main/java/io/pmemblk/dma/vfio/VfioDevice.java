@@ -10,7 +10,6 @@ import io.pmemblk.dma.SegmentMmio;
 import io.pmemblk.posix.FileIo;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
-import io.pmemblk.posix.VfioCalls;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
@@ -45,7 +44,7 @@ public final class VfioDevice {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment info = a.allocate(DEVICE_INFO);
             info.set(JAVA_INT, 0, (int) DEVICE_INFO.byteSize());
-            VfioCalls.ioctl(fd, DEVICE_GET_INFO, info, "VFIO_DEVICE_GET_INFO");
+            Libc.ioctl(fd, DEVICE_GET_INFO, info, "VFIO_DEVICE_GET_INFO");
             this.flags = info.get(JAVA_INT, offset(DEVICE_INFO, "flags"));
             this.regions = info.get(JAVA_INT, offset(DEVICE_INFO, "num_regions"));
             this.irqs = info.get(JAVA_INT, offset(DEVICE_INFO, "num_irqs"));
@@ -73,7 +72,7 @@ public final class VfioDevice {
             MemorySegment r = a.allocate(REGION_INFO);
             r.set(JAVA_INT, offset(REGION_INFO, "argsz"), (int) REGION_INFO.byteSize());
             r.set(JAVA_INT, offset(REGION_INFO, "index"), index);
-            VfioCalls.ioctl(fd, DEVICE_GET_REGION_INFO, r, "VFIO_DEVICE_GET_REGION_INFO");
+            Libc.ioctl(fd, DEVICE_GET_REGION_INFO, r, "VFIO_DEVICE_GET_REGION_INFO");
             return new Region(index, r.get(JAVA_INT, offset(REGION_INFO, "flags")),
                     r.get(JAVA_LONG, offset(REGION_INFO, "size")), r.get(JAVA_LONG, offset(REGION_INFO, "offset")));
         } catch (NativeException e) {
@@ -137,7 +136,7 @@ public final class VfioDevice {
             MemorySegment i = a.allocate(IRQ_INFO);
             i.set(JAVA_INT, offset(IRQ_INFO, "argsz"), (int) IRQ_INFO.byteSize());
             i.set(JAVA_INT, offset(IRQ_INFO, "index"), index);
-            VfioCalls.ioctl(fd, DEVICE_GET_IRQ_INFO, i, "VFIO_DEVICE_GET_IRQ_INFO");
+            Libc.ioctl(fd, DEVICE_GET_IRQ_INFO, i, "VFIO_DEVICE_GET_IRQ_INFO");
             return (i.get(JAVA_INT, offset(IRQ_INFO, "flags")) & IRQ_INFO_EVENTFD) == 0 ? 0 : i.get(JAVA_INT, offset(IRQ_INFO, "count"));
         } catch (NativeException e) {
             throw new VfioException(address + ": IRQ info " + index + " failed: " + e.getMessage(), e);
@@ -171,7 +170,7 @@ public final class VfioDevice {
             for (int i = 0; i < count; i++) {
                 s.set(JAVA_INT, head + 4L * i, made.get(i).fd());
             }
-            VfioCalls.ioctl(fd, DEVICE_SET_IRQS, s, "VFIO_DEVICE_SET_IRQS");
+            Libc.ioctl(fd, DEVICE_SET_IRQS, s, "VFIO_DEVICE_SET_IRQS");
         } catch (NativeException | RuntimeException e) {
             made.forEach(EventfdInterrupt::close);
             throw new VfioException(address + ": enabling " + count + " interrupts failed: " + e.getMessage(), e);
@@ -187,7 +186,7 @@ public final class VfioDevice {
             return;
         }
         try {
-            VfioCalls.ioctl(fd, DEVICE_RESET, 0L, "VFIO_DEVICE_RESET");
+            Libc.ioctl(fd, DEVICE_RESET, 0L, "VFIO_DEVICE_RESET");
         } catch (NativeException e) {
             throw new VfioException(address + ": reset failed: " + e.getMessage(), e);
         }
@@ -208,7 +207,7 @@ public final class VfioDevice {
                     s.set(JAVA_INT, offset(IRQ_SET, "flags"), IRQ_SET_DATA_NONE | IRQ_SET_ACTION_TRIGGER);
                     s.set(JAVA_INT, offset(IRQ_SET, "index"), irqIndex);
                     s.set(JAVA_INT, offset(IRQ_SET, "count"), 0);
-                    VfioCalls.ioctl(fd, DEVICE_SET_IRQS, s, "VFIO_DEVICE_SET_IRQS(off)");
+                    Libc.ioctl(fd, DEVICE_SET_IRQS, s, "VFIO_DEVICE_SET_IRQS(off)");
                 }
             });
         }

@@ -5,7 +5,6 @@ import static io.pmemblk.dma.vfio.VfioAbi.GROUP_UNSET_CONTAINER;
 
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
-import io.pmemblk.posix.VfioCalls;
 import java.lang.foreign.Arena;
 import java.util.ArrayList;
 import java.util.List;
@@ -37,7 +36,7 @@ public final class VfioGroup {
     public VfioDevice device(String address) throws VfioException {
         int dfd;
         try (Arena a = Arena.ofConfined()) {
-            dfd = VfioCalls.ioctl(fd, GROUP_GET_DEVICE_FD, a.allocateFrom(address), "VFIO_GROUP_GET_DEVICE_FD");
+            dfd = Libc.ioctl(fd, GROUP_GET_DEVICE_FD, a.allocateFrom(address), "VFIO_GROUP_GET_DEVICE_FD");
         } catch (NativeException e) {
             throw new VfioException("cannot open device " + address + " in IOMMU group " + number + ": " + e.getMessage(), e);
         }
@@ -65,7 +64,7 @@ public final class VfioGroup {
         Teardown t = new Teardown();
         t.each(devices.reversed(), VfioDevice::close);
         if (attached) {
-            t.step(() -> VfioCalls.ioctl(fd, GROUP_UNSET_CONTAINER, 0L, "VFIO_GROUP_UNSET_CONTAINER"));
+            t.step(() -> Libc.ioctl(fd, GROUP_UNSET_CONTAINER, 0L, "VFIO_GROUP_UNSET_CONTAINER"));
         }
         t.closeFd(fd);
         t.finish();

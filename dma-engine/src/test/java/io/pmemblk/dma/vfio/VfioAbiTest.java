@@ -3,6 +3,7 @@ package io.pmemblk.dma.vfio;
 import static io.pmemblk.dma.vfio.VfioAbi.*;
 import static org.assertj.core.api.Assertions.assertThat;
 
+import io.pmemblk.posix.Errno;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -70,10 +71,10 @@ class VfioAbiTest {
 
     @Test
     void mapRefusalsNameTheFix() {
-        assertThat(VfioContainer.mapFailure(95, 0x7f0000000000L, 0x100000, 1 << 20))
+        assertThat(VfioContainer.mapFailure(Errno.EOPNOTSUPP, 0x7f0000000000L, 0x100000, 1 << 20))
                 .contains("fsdax").contains("/dev/daxX.Y").contains("tmpfs").contains("IOVA 0x100000");
-        assertThat(VfioContainer.mapFailure(14, 0, 0x100000, 4096)).contains("page-cache file").contains("device-DAX");
-        assertThat(VfioContainer.mapFailure(12, 0, 0x100000, 4096)).contains("RLIMIT_MEMLOCK");
+        assertThat(VfioContainer.mapFailure(Errno.EFAULT, 0, 0x100000, 4096)).contains("page-cache file").contains("device-DAX");
+        assertThat(VfioContainer.mapFailure(Errno.ENOMEM, 0, 0x100000, 4096)).contains("RLIMIT_MEMLOCK");
     }
 
     @Test
