@@ -38,7 +38,8 @@ public final class Device implements AutoCloseable {
         try {
             Path path = trustedPmemPath(settings);
             this.region = PmemRegion.open(path, settings.get(Settings.PMEM_SIZE),
-                    settings.get(Settings.PMEM_RESIZE), settings.get(Settings.PMEM_MAPPER));
+                    settings.get(Settings.PMEM_RESIZE),
+                    PmemRegion.Mapper.valueOf(settings.get(Settings.PMEM_MAPPER).name()));
         } catch (IOException | RuntimeException e) {
             if (vfio != null) {
                 vfio.close();

@@ -3,7 +3,6 @@ package io.pmemblk.nbd;
 import static io.pmemblk.nbd.NbdProtocol.*;
 
 import io.pmemblk.nbd.tls.TlsChannel;
-import io.pmemblk.nbd.tls.TlsMode;
 import io.pmemblk.nbd.tls.TlsServer;
 import java.io.EOFException;
 import java.io.IOException;
@@ -18,8 +17,8 @@ import java.util.function.BooleanSupplier;
  * length from the client before checking it (option data is bounded by {@link #MAX_OPTION_BYTES}, the number
  * of options by {@link #MAX_OPTIONS}; the caller bounds the time).
  *
- * <p>TLS (proto.md "TLS support"): with {@link TlsMode#OFF} STARTTLS is refused with NBD_REP_ERR_POLICY; with
- * ON a client may upgrade; with REQUIRE every option before STARTTLS but ABORT gets NBD_REP_ERR_TLS_REQD and
+ * <p>TLS (proto.md "TLS support"): with TLS off ({@link TlsServer#off()}) STARTTLS is refused with
+ * NBD_REP_ERR_POLICY; offered, a client may upgrade; required, every option before STARTTLS but ABORT gets NBD_REP_ERR_TLS_REQD and
  * EXPORT_NAME ends the session. After the upgrade haggling starts again inside TLS: what was negotiated in
  * plaintext (structured replies, metadata contexts) is forgotten, since a man in the middle could have chosen it.
  * The channel the connection goes on with is in {@link Negotiated#channel()}: the same one, or the TLS one.
@@ -173,14 +172,14 @@ final class Handshake {
     }
 
     private boolean tlsRequired() {
-        return tls.mode() == TlsMode.REQUIRE && !(channel instanceof TlsChannel);
+        return tls.required() && !(channel instanceof TlsChannel);
     }
 
     /** NBD_OPT_STARTTLS: acknowledge, then the TLS handshake; a failed one ends the session (it is too late then). */
     private void startTls(long length) throws IOException {
         if (length != 0) {
             reply(OPT_STARTTLS, REP_ERR_INVALID, utf8("NBD_OPT_STARTTLS takes no data"));
-        } else if (tls.mode() == TlsMode.OFF) {
+        } else if (!tls.offered()) {
             reply(OPT_STARTTLS, REP_ERR_POLICY, utf8("TLS is off on this server (nbd.tls=off)"));
         } else if (channel instanceof TlsChannel) {
             reply(OPT_STARTTLS, REP_ERR_INVALID, utf8("TLS is already running on this connection"));

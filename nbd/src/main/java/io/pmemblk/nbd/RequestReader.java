@@ -42,7 +42,6 @@ final class RequestReader {
     private final ReplySender sender;
     private final ReplyEncoder encoder;
     private final CloseState state;
-    private final Object owner;
     private final boolean structured;
     private final boolean baseAllocation;
     private final long exportSize;
@@ -68,11 +67,10 @@ final class RequestReader {
     private volatile long receivingSince;
 
     /**
-     * @param owner what requests carry as {@link Request#owner} (the connection)
      * @param poller  busy-polls the socket before a read would sleep, or null
      */
     RequestReader(SocketChannel channel, FrontendQueue queue, ReplyRing ring, ReplySender sender,
-                  ReplyEncoder encoder, CloseState state, Object owner, boolean structured, boolean baseAllocation,
+                  ReplyEncoder encoder, CloseState state, boolean structured, boolean baseAllocation,
                   long exportSize, int maxRequestBytes, BusyPoll.Poller poller) {
         this.channel = channel;
         this.queue = queue;
@@ -80,7 +78,6 @@ final class RequestReader {
         this.sender = sender;
         this.encoder = encoder;
         this.state = state;
-        this.owner = owner;
         this.structured = structured;
         this.baseAllocation = baseAllocation;
         this.exportSize = exportSize;
@@ -232,7 +229,6 @@ final class RequestReader {
         r.offset = offset;
         r.fua = (flags & CMD_FLAG_FUA) != 0;
         r.cookie = cookie;
-        r.owner = owner;
         r.completion = ring;
         r.sinkReadsDevice = op == Op.READ; // the sender writes READ data with writev: it can send from pmem itself
     }

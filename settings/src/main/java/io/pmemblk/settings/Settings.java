@@ -1,6 +1,5 @@
 package io.pmemblk.settings;
 
-import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.posix.Libc;
 
 import java.io.IOException;
@@ -32,8 +31,14 @@ public final class Settings {
     /** Least severe log records written, most severe first (java.util.logging's SEVERE .. FINEST). */
     public enum LogLevel { ERROR, WARNING, INFO, DEBUG, TRACE }
 
-    /** nbd.tls; the NBD frontend's TlsMode has the same names. */
+    /** nbd.tls: STARTTLS refused, offered, or required (the NBD frontend's TlsServer.off/load(required)). */
     public enum TlsMode { OFF, ON, REQUIRE }
+
+    /**
+     * pmem.mapper, by the names of the device's PmemRegion.Mapper (SettingsTest holds them equal), so that the
+     * settings need not require the device module for one enum.
+     */
+    public enum Mapper { AUTO, LIBPMEM, JAVA }
 
     public static final Key<Path> PMEM_PATH = Key.of("pmem.path", "auto",
             "auto, a file path (created if missing), or a device-DAX node /dev/daxX.Y",
@@ -50,9 +55,9 @@ public final class Settings {
     public static final Key<Boolean> PMEM_RESIZE = Key.of("pmem.resize", "false", "true or false",
             "Resize an existing backing file to pmem.size (shrinking discards data past the new end).",
             Settings::bool);
-    public static final Key<PmemRegion.Mapper> PMEM_MAPPER = Key.of("pmem.mapper", "auto", "auto, libpmem or java",
+    public static final Key<Mapper> PMEM_MAPPER = Key.of("pmem.mapper", "auto", "auto, libpmem or java",
             "How to map: libpmem when libpmem.so.1 loads (auto), libpmem only, or the JDK's FileChannel.map.",
-            t -> choice(t, PmemRegion.Mapper.class));
+            t -> choice(t, Mapper.class));
     public static final Key<Path> NBD_SOCKET = Key.of("nbd.socket", "auto",
             "auto, a path for a unix socket (created mode 0600), or empty for none",
             "Unix socket the NBD server listens on. auto: /run/pmemblk/nbd.sock as root (the systemd unit's"
