@@ -396,7 +396,7 @@ public final class NbdServer implements AutoCloseable {
         ScheduledFuture<?> deadline = timer.schedule(c::handshakeTimedOut, handshakeTimeout.toMillis(),
                 TimeUnit.MILLISECONDS);
         try {
-            Handshake.Negotiated n = new Handshake(ch, tls, config, layer.driver().size(), closing::get).run();
+            Handshake.Negotiated n = new Handshake(ch, tls, config, layer.driver(), closing::get).run();
             // Only with TLS configured: with nbd.tls=off the TlsChannel class is never loaded, so the JIT still
             // sees the JDK's one SocketChannel class behind the readers' and senders' calls, as before TLS existed.
             if (n != null && tls.offered() && n.channel() instanceof TlsChannel t) {
