@@ -58,8 +58,11 @@ public final class DmaEngine implements AutoCloseable {
 
     /** The software I/OAT device with 1 MiB descriptors (XFERCAP 20), {@code channels} channels of {@code ringSize}. */
     public static DmaEngine soft(IovaSpace space, int channels, int ringSize) {
-        return soft(space, channels, ringSize, 20);
+        return soft(space, channels, ringSize, SOFT_XFERCAP_LOG2);
     }
+
+    /** The software device's largest descriptor, 2^20 = 1 MiB, as on hardware. */
+    public static final int SOFT_XFERCAP_LOG2 = 20;
 
     /** As {@link #soft(IovaSpace, int, int)} with descriptors of at most 2^xfercapLog2 bytes. */
     public static DmaEngine soft(IovaSpace space, int channels, int ringSize, int xfercapLog2) {

@@ -143,15 +143,6 @@ public final class Settings {
                 }
                 return v;
             });
-    public static final Key<Integer> DMA_SOFT_FAIL_EVERY = Key.of("dma.soft.fail-every", "0",
-            "an integer 0..1000000 (0 = never)",
-            "Fault injection for tests: every Nth descriptor of each soft DMA channel halts the channel"
-                    + " (the requests are completed by the CPU, the channel recovers).", t -> intRange(t, 0, 1_000_000));
-    public static final Key<Integer> DMA_SOFT_BREAK_AFTER = Key.of("dma.soft.break-after", "0",
-            "an integer 0..1000000000 (0 = never)",
-            "Fault injection for tests: the Nth descriptor of each soft DMA channel breaks the channel for good (it"
-                    + " never re-arms; every request is then completed by the CPU). Replaces dma.soft.fail-every.",
-            t -> intRange(t, 0, 1_000_000_000));
     public static final Key<Long> ROUTE_DMA_MIN_BYTES = Key.of("route.dma.min-bytes", "256K",
             "a size from 1 to 32M, or off",
             "Requests at least this long go to DMA (when a DMA engine is configured); pmemblk tune measures it.",
@@ -208,7 +199,7 @@ public final class Settings {
                 NBD_TLS, NBD_TLS_CERTIFICATE, NBD_TLS_KEY, NBD_TLS_VERIFY_CLIENTS, NBD_EXPORT, NBD_MAX_CONNECTIONS,
                 NBD_STALL_TIMEOUT, NBD_HANDSHAKE_TIMEOUT, NBD_IDLE_TIMEOUT, NBD_BUSY_POLL, QUEUES, QUEUE_DEPTH,
                 QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
-                DMA_RING_SIZE, DMA_SOFT_FAIL_EVERY, DMA_SOFT_BREAK_AFTER, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS,
+                DMA_RING_SIZE, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS,
                 UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT,
                 LOG_LEVEL)) {
             m.put(k.name(), k);
