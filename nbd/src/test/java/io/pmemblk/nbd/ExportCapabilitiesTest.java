@@ -40,11 +40,11 @@ class ExportCapabilitiesTest {
     }
 
     @AfterEach
-    void stop() {
-        if (server != null) {
-            server.close();
-            layer.close();
-            driver.close();
+    void stop() throws Exception {
+        for (AutoCloseable c : new AutoCloseable[] {server, layer, driver}) { // the server first, the device last
+            if (c != null) {
+                c.close();
+            }
         }
     }
 
