@@ -327,7 +327,7 @@ final class Handshake {
 
     private void reply(int option, int type, byte[] data) throws IOException {
         if (type < 0) { // the error replies have the top bit set ("Option reply types")
-            RefusalLog.option(option, type, data);
+            RefusalLog.SERVER.option(option, type, data);
         }
         int n = data == null ? 0 : data.length;
         ByteBuffer r = ByteBuffer.allocate(20 + n);

@@ -9,18 +9,19 @@ import java.lang.System.Logger.Level;
  * costs one level check: nothing is built, nothing is locked.
  */
 final class RefusalLog {
-    private RefusalLog() {}
-
     static final int LINES_PER_SECOND = 20;
     private static final long SECOND_NANOS = 1_000_000_000L;
     private static final System.Logger LOG = System.getLogger(RefusalLog.class.getName());
 
-    private static long windowStart = System.nanoTime() - SECOND_NANOS;
-    private static int lines;
-    private static long leftOut;
+    /** The one every connection of every server in this process logs through: the limit is the process's. */
+    static final RefusalLog SERVER = new RefusalLog();
+
+    private long windowStart = System.nanoTime() - SECOND_NANOS;
+    private int lines;
+    private long leftOut;
 
     /** A request answered {@code error} without reaching the driver. */
-    static void request(int command, int flags, long offset, long length, int error) {
+    void request(int command, int flags, long offset, long length, int error) {
         if (!LOG.isLoggable(Level.DEBUG)) {
             return;
         }
@@ -33,7 +34,7 @@ final class RefusalLog {
     }
 
     /** An option answered with the error reply {@code reply} and its UTF-8 {@code message} (or null). */
-    static void option(int option, int reply, byte[] message) {
+    void option(int option, int reply, byte[] message) {
         if (!LOG.isLoggable(Level.DEBUG)) {
             return;
         }
@@ -51,7 +52,7 @@ final class RefusalLog {
     }
 
     /** -1: over this second's lines, count it; else the refusals left out since the last line written. */
-    private static synchronized long admit() {
+    private synchronized long admit() {
         long now = System.nanoTime();
         if (now - windowStart >= SECOND_NANOS) {
             windowStart = now;

@@ -242,7 +242,7 @@ final class RequestReader {
     /** Answers a refused request without the driver; the refusal is logged (at DEBUG, rate-limited). */
     private void replyNow(int command, int flags, long cookie, long offset, long length, int error)
             throws InterruptedException {
-        RefusalLog.request(command, flags, offset, length, error);
+        RefusalLog.SERVER.request(command, flags, offset, length, error);
         Request r = acquire(0);
         prepare(r, command, flags, cookie, null, 0);
         queue.completeHere(r, error);
