@@ -237,7 +237,7 @@ class DmaRoutingTest {
     /**
      * A flaky channel shared by two queues whose submitters race its recovery: a halt can land between the
      * place() calls of one multi-segment request, so the first segments fail while the rest (placed after the
-     * re-arm) succeed. Every byte must still land (found by fio verify through serve with dma.soft.fail-every).
+     * re-arm) succeed. Every byte must still land (found by fio verify through serve with every 40th descriptor failing, DmaServeIT).
      */
     @Test
     void haltsBetweenTheSegmentsOfOneRequestLoseNothing() throws Exception {
