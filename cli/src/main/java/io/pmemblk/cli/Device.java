@@ -3,7 +3,7 @@ package io.pmemblk.cli;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaSpace;
-import io.pmemblk.dma.ioat.IoatSpec;
+import io.pmemblk.dma.soft.SoftFaults;
 import io.pmemblk.dma.vfio.VfioEngine;
 import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.Routing;
@@ -38,7 +38,8 @@ public final class Device implements AutoCloseable {
         try {
             Path path = trustedPmemPath(settings);
             this.region = PmemRegion.open(path, settings.get(Settings.PMEM_SIZE),
-                    settings.get(Settings.PMEM_RESIZE), settings.get(Settings.PMEM_MAPPER));
+                    settings.get(Settings.PMEM_RESIZE),
+                    PmemRegion.Mapper.valueOf(settings.get(Settings.PMEM_MAPPER).name()));
         } catch (IOException | RuntimeException e) {
             if (vfio != null) {
                 vfio.close();
@@ -48,20 +49,9 @@ public final class Device implements AutoCloseable {
         DmaEngine engine = vfio;
         try {
             if (settings.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.SOFT) {
+                // No setting injects faults; an end-to-end test puts a SoftFaults provider on the class path.
                 engine = DmaEngine.soft(new IovaSpace(), settings.get(Settings.DMA_CHANNELS),
-                        settings.get(Settings.DMA_RING_SIZE));
-                int failEvery = settings.get(Settings.DMA_SOFT_FAIL_EVERY);
-                if (failEvery > 0) {
-                    for (int c = 0; c < engine.channelCount(); c++) {
-                        engine.softDevice().orElseThrow().failEvery(c, failEvery, IoatSpec.CHANERR_DEST_ADDR);
-                    }
-                }
-                int breakAfter = settings.get(Settings.DMA_SOFT_BREAK_AFTER);
-                if (breakAfter > 0) {
-                    for (int c = 0; c < engine.channelCount(); c++) {
-                        engine.softDevice().orElseThrow().breakAfter(c, breakAfter, IoatSpec.CHANERR_DEST_ADDR);
-                    }
-                }
+                        settings.get(Settings.DMA_RING_SIZE), DmaEngine.SOFT_XFERCAP_LOG2, SoftFaults.installed());
             }
             this.driver = new PmemBlockDriver(region, stats, engine, new Routing(
                     settings.get(Settings.ROUTE_DMA_MIN_BYTES), settings.get(Settings.ROUTE_DMA_MIN_SEGMENTS)));

@@ -2,6 +2,7 @@ package io.pmemblk.cli;
 
 import io.pmemblk.dma.Mmio;
 import io.pmemblk.dma.edu.EduDevice;
+import io.pmemblk.dma.edu.EduSelfTest;
 import io.pmemblk.dma.edu.EduSpec;
 import io.pmemblk.dma.vfio.EventfdInterrupt;
 import io.pmemblk.dma.vfio.PciDevices;
@@ -15,8 +16,6 @@ import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
 import java.lang.foreign.Arena;
-import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.concurrent.Callable;
@@ -52,8 +51,8 @@ final class DmaCommand implements Callable<Integer> {
     }
 
     /**
-     * The end-to-end proof on an edu device, through the same layer serve uses: a copy RAM -> edu -> RAM matches,
-     * then a DMA to an IOVA that was unmapped moves no byte (the IOMMU refuses it; the kernel logs the fault).
+     * The end-to-end proof on an edu device ({@link EduSelfTest}) through the same VFIO layer serve uses; the
+     * IOMMU refuses the DMA to the unmapped IOVA and the kernel logs the fault.
      */
     @Command(name = "check", mixinStandardHelpOptions = true,
             description = "Copy through an edu device, then DMA to an unmapped IOVA and check the IOMMU stopped it.")
@@ -74,36 +73,17 @@ final class DmaCommand implements Callable<Integer> {
                 EventfdInterrupt msi = d.enableInterrupts(VfioAbi.PCI_MSI_IRQ, 1).getFirst();
                 EduDevice edu = new EduDevice(bar, msi);
                 VfioIovaSpace space = new VfioIovaSpace(container, VfioEngine.IOVA_BASE, EduSpec.DMA_LIMIT);
-                MemorySegment src = arena.allocate(4096, 4096);
-                MemorySegment dst = arena.allocate(4096, 4096);
-                for (int i = 0; i < 4096; i++) {
-                    src.set(ValueLayout.JAVA_BYTE, i, (byte) (i * 7 + 3));
+                EduSelfTest.Result r = EduSelfTest.run(edu, space, arena, TimeUnit.SECONDS.toNanos(5));
+                if (!r.copyFinished()) {
+                    System.out.println("check: copy: a transfer did not finish in 5 s");
+                    return 1;
                 }
-                long srcIova = space.map(src);
-                long dstIova = space.map(dst);
-                long timeout = TimeUnit.SECONDS.toNanos(5);
-                for (long off = 0; off < 4096; off += EduSpec.CHUNK) {
-                    if (!edu.transfer(srcIova + off, EduSpec.CHUNK, false, timeout)
-                            || !edu.transfer(dstIova + off, EduSpec.CHUNK, true, timeout)) {
-                        System.out.println("check: copy: a transfer did not finish in 5 s");
-                        return 1;
-                    }
-                }
-                boolean copied = src.mismatch(dst) == -1;
-                System.out.println("check: copy RAM->edu->RAM of 4096 bytes in " + edu.transfers() + " transfers ("
-                        + msi.deviceInterrupts() + " interrupts): " + (copied ? "match" : "MISMATCH"));
-                // The IOMMU proof: the device is told to write where nothing is mapped any more.
-                space.unmap(dstIova);
-                dst.fill((byte) 0xee);
-                boolean done = edu.transfer(dstIova, EduSpec.CHUNK, true, timeout);
-                long changed = 0;
-                for (int i = 0; i < 4096; i++) {
-                    changed += dst.get(ValueLayout.JAVA_BYTE, i) != (byte) 0xee ? 1 : 0;
-                }
-                System.out.println("check: DMA to unmapped IOVA 0x" + Long.toHexString(dstIova) + ": device reports "
-                        + (done ? "done" : "not done") + ", bytes changed: " + changed);
-                space.unmap(srcIova);
-                return copied && changed == 0 ? 0 : 1;
+                System.out.println("check: copy RAM->edu->RAM of 4096 bytes in " + r.transfers() + " transfers ("
+                        + msi.deviceInterrupts() + " interrupts): " + (r.copied() ? "match" : "MISMATCH"));
+                System.out.println("check: DMA to unmapped IOVA 0x" + Long.toHexString(r.unmappedIova())
+                        + ": device reports " + (r.refusedDone() ? "done" : "not done") + ", bytes changed: "
+                        + r.bytesChanged());
+                return r.passed() ? 0 : 1;
             }
         }
     }

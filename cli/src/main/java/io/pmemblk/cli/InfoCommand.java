@@ -33,7 +33,7 @@ final class InfoCommand implements Callable<Integer> {
         System.out.println("exists=" + exists);
         if (exists) {
             try (PmemRegion r = PmemRegion.open(path, exists && Files.isRegularFile(path) ? Files.size(path) : 0,
-                    false, s.get(Settings.PMEM_MAPPER), false)) {
+                    false, PmemRegion.Mapper.valueOf(s.get(Settings.PMEM_MAPPER).name()), false)) {
                 System.out.println("size=" + r.size() + " (" + Sizes.format(r.size()) + ")");
                 if (Files.isRegularFile(path) && r.size() != s.get(Settings.PMEM_SIZE)) {
                     System.out.println("size_mismatch=pmem.size is " + s.text(Settings.PMEM_SIZE)
@@ -49,7 +49,8 @@ final class InfoCommand implements Callable<Integer> {
             if (dir != null && Files.isDirectory(dir)) {
                 Path probe = Files.createTempFile(dir, ".pmemblk-probe", ".tmp");
                 Files.delete(probe);
-                try (PmemRegion r = PmemRegion.open(probe, 1 << 20, false, s.get(Settings.PMEM_MAPPER))) {
+                try (PmemRegion r = PmemRegion.open(probe, 1 << 20, false,
+                        PmemRegion.Mapper.valueOf(s.get(Settings.PMEM_MAPPER).name()))) {
                     System.out.println("is_pmem=" + r.isPmem());
                     System.out.println("mapped_by=" + r.mappedBy());
                 } finally {

@@ -2,7 +2,6 @@ package io.pmemblk.cli;
 
 import io.pmemblk.nbd.NbdConfig;
 import io.pmemblk.nbd.NbdServer;
-import io.pmemblk.nbd.tls.TlsMode;
 import io.pmemblk.nbd.tls.TlsServer;
 import io.pmemblk.posix.TrustedDirectory;
 import io.pmemblk.posix.TrustedPath;
@@ -80,8 +79,10 @@ final class ServeCommand implements Callable<Integer> {
                 System.err.println("pmemblk: " + privateTmp);
                 return 1;
             }
-            tls = TlsServer.load(TlsMode.valueOf(s.get(Settings.NBD_TLS).name()), s.get(Settings.NBD_TLS_CERTIFICATE),
-                    s.get(Settings.NBD_TLS_KEY), s.get(Settings.NBD_TLS_VERIFY_CLIENTS));
+            tls = s.get(Settings.NBD_TLS) == Settings.TlsMode.OFF ? TlsServer.off()
+                    : TlsServer.load(s.get(Settings.NBD_TLS) == Settings.TlsMode.REQUIRE,
+                            s.get(Settings.NBD_TLS_CERTIFICATE), s.get(Settings.NBD_TLS_KEY),
+                            s.get(Settings.NBD_TLS_VERIFY_CLIENTS));
             // Before the device is opened or created: a wrong socket directory leaves no device file behind. Held
             // open from here to the bind, so the socket lands in the directory checked now, not in whatever its
             // name leads to after the device has opened.

@@ -1,5 +1,6 @@
 package io.pmemblk.cli;
 
+import io.pmemblk.cli.faults.FaultJar;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -70,9 +71,11 @@ class DmaServeIT {
     @Test
     void aFlakyChannelDuringTheRunLosesNothing() throws Exception {
         int port = freePort();
-        try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",
-                "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "dma.engine=soft", "route.dma.min-bytes=65536",
-                "dma.soft.fail-every=40", "metrics.port=" + port, "queue.buffer-bytes=32M")) {
+        // Every 40th descriptor of each channel halts it: a provider of faults on serve's class path (test code).
+        try (ServerProcess s = ServerProcess.start(dir, FaultJar.environment(dir, "fail-every=40"),
+                ServerProcess.sets("pmem.path=" + dir.resolve("p.img"), "pmem.size=128M", "nbd.socket=" + dir.resolve("s"),
+                        "nbd.port=0", "dma.engine=soft", "route.dma.min-bytes=65536", "metrics.port=" + port,
+                        "queue.buffer-bytes=32M"), 1)) {
             ServerProcess.Run r = fio(s, "faults");
             assertThat(r.exit()).as(r.out()).isZero();
             assertThat(r.out()).contains("err= 0").doesNotContain("verify failed", "bad magic");

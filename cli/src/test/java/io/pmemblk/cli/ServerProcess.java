@@ -49,12 +49,17 @@ final class ServerProcess implements AutoCloseable {
 
     /** Starts serve with {@code --set} for each of {@code sets}; waits until it is ready or fails. */
     static ServerProcess start(Path dir, String... sets) throws IOException, InterruptedException {
+        return start(dir, java.util.Map.of(), sets(sets), expectedListeners(sets));
+    }
+
+    /** {@code --set} before each of {@code sets}. */
+    static List<String> sets(String... sets) {
         List<String> args = new ArrayList<>();
         for (String s : sets) {
             args.add("--set");
             args.add(s);
         }
-        return start(dir, java.util.Map.of(), args, expectedListeners(sets));
+        return args;
     }
 
     /**

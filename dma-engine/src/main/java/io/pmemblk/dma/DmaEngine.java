@@ -1,6 +1,7 @@
 package io.pmemblk.dma;
 
 import io.pmemblk.dma.ioat.IoatChannel;
+import io.pmemblk.dma.soft.SoftFaults;
 import io.pmemblk.dma.soft.SoftIoatDevice;
 import java.util.List;
 import java.util.Optional;
@@ -57,12 +58,20 @@ public final class DmaEngine implements AutoCloseable {
 
     /** The software I/OAT device with 1 MiB descriptors (XFERCAP 20), {@code channels} channels of {@code ringSize}. */
     public static DmaEngine soft(IovaSpace space, int channels, int ringSize) {
-        return soft(space, channels, ringSize, 20);
+        return soft(space, channels, ringSize, SOFT_XFERCAP_LOG2);
     }
+
+    /** The software device's largest descriptor, 2^20 = 1 MiB, as on hardware. */
+    public static final int SOFT_XFERCAP_LOG2 = 20;
 
     /** As {@link #soft(IovaSpace, int, int)} with descriptors of at most 2^xfercapLog2 bytes. */
     public static DmaEngine soft(IovaSpace space, int channels, int ringSize, int xfercapLog2) {
-        SoftIoatDevice dev = new SoftIoatDevice(space, channels, xfercapLog2);
+        return soft(space, channels, ringSize, xfercapLog2, SoftFaults.NONE);
+    }
+
+    /** As {@link #soft(IovaSpace, int, int, int)}, the device's engines asking {@code faults} (tests). */
+    public static DmaEngine soft(IovaSpace space, int channels, int ringSize, int xfercapLog2, SoftFaults faults) {
+        SoftIoatDevice dev = new SoftIoatDevice(space, channels, xfercapLog2, faults);
         try {
             List<IoatChannel> list = start(dev, space, dev::interrupt, channels, ringSize);
             return new DmaEngine(space, list, dev, dev);
@@ -129,7 +138,7 @@ public final class DmaEngine implements AutoCloseable {
         return space;
     }
 
-    /** The software device, for fault injection and engine CPU time; empty on hardware. */
+    /** The software device, for its engines' CPU time and descriptor counts; empty on hardware. */
     public Optional<SoftIoatDevice> softDevice() {
         return Optional.ofNullable(softDevice);
     }

@@ -1,6 +1,7 @@
 package io.pmemblk.dma;
 
 import io.pmemblk.dma.soft.SoftIoatDevice;
+import io.pmemblk.dma.testing.InjectedFaults;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -15,6 +16,8 @@ public final class Rig implements AutoCloseable {
     public final long dstIova;
     public final DmaEngine engine;
     public final SoftIoatDevice device;
+    /** Faults on cue in {@link #device}. */
+    public final InjectedFaults faults = new InjectedFaults();
     public final DmaChannel ch;
     public final Recorder rec = new Recorder();
 
@@ -26,9 +29,10 @@ public final class Rig implements AutoCloseable {
         }
         srcIova = space.map(src);
         dstIova = space.map(dst);
-        engine = DmaEngine.soft(space, channels, ringSize, xfercap);
+        engine = DmaEngine.soft(space, channels, ringSize, xfercap, faults);
         engine.onCompletion(rec);
         device = engine.softDevice().orElseThrow();
+        faults.attach(device);
         ch = engine.channel(0);
     }
 

@@ -3,8 +3,8 @@ package io.pmemblk.nbd;
 import static io.pmemblk.nbd.NbdProtocol.*;
 
 import io.pmemblk.nbd.tls.TlsChannel;
-import io.pmemblk.nbd.tls.TlsMode;
 import io.pmemblk.nbd.tls.TlsServer;
+import io.pmemblk.queueing.BlockDriver;
 import java.io.EOFException;
 import java.io.IOException;
 import java.nio.ByteBuffer;
@@ -18,8 +18,8 @@ import java.util.function.BooleanSupplier;
  * length from the client before checking it (option data is bounded by {@link #MAX_OPTION_BYTES}, the number
  * of options by {@link #MAX_OPTIONS}; the caller bounds the time).
  *
- * <p>TLS (proto.md "TLS support"): with {@link TlsMode#OFF} STARTTLS is refused with NBD_REP_ERR_POLICY; with
- * ON a client may upgrade; with REQUIRE every option before STARTTLS but ABORT gets NBD_REP_ERR_TLS_REQD and
+ * <p>TLS (proto.md "TLS support"): with TLS off ({@link TlsServer#off()}) STARTTLS is refused with
+ * NBD_REP_ERR_POLICY; offered, a client may upgrade; required, every option before STARTTLS but ABORT gets NBD_REP_ERR_TLS_REQD and
  * EXPORT_NAME ends the session. After the upgrade haggling starts again inside TLS: what was negotiated in
  * plaintext (structured replies, metadata contexts) is forgotten, since a man in the middle could have chosen it.
  * The channel the connection goes on with is in {@link Negotiated#channel()}: the same one, or the TLS one.
@@ -39,28 +39,48 @@ final class Handshake {
     private final TlsServer tls;
     private final NbdConfig config;
     private final long exportSize;
+    /** From the driver's capability queries; SEND_DF joins them once structured replies are negotiated. */
+    private final int exportFlags;
     private final BooleanSupplier shuttingDown;
     private boolean noZeroes;
     private boolean structured;
     private boolean baseAllocation;
 
-    Handshake(SocketChannel channel, NbdConfig config, long exportSize, BooleanSupplier shuttingDown) {
-        this(channel, TlsServer.off(), config, exportSize, shuttingDown);
-    }
-
-    Handshake(SocketChannel channel, TlsServer tls, NbdConfig config, long exportSize, BooleanSupplier shuttingDown) {
+    Handshake(SocketChannel channel, TlsServer tls, NbdConfig config, BlockDriver driver, BooleanSupplier shuttingDown) {
         this.channel = channel;
         this.tls = tls;
         this.config = config;
-        this.exportSize = exportSize;
+        this.exportSize = driver.size();
+        this.exportFlags = exportFlags(driver);
         this.shuttingDown = shuttingDown;
     }
 
+    /**
+     * The transmission flags the driver's capability queries give, as nbdkit's protocol-handshake.c derives
+     * them: a read-only export advertises no writing command (nor FUA, which only writes carry meaningfully),
+     * FAST_ZERO needs WRITE_ZEROES. SEND_DF is not among them: it depends on the client (structured replies).
+     */
+    static int exportFlags(BlockDriver d) {
+        int f = TFLAG_HAS_FLAGS;
+        if (d.isReadOnly()) {
+            f |= TFLAG_READ_ONLY;
+        } else {
+            f |= d.canFua() ? TFLAG_SEND_FUA : 0;
+            f |= d.canTrim() ? TFLAG_SEND_TRIM : 0;
+            if (d.canZero()) {
+                f |= TFLAG_SEND_WRITE_ZEROES | (d.canFastZero() ? TFLAG_SEND_FAST_ZERO : 0);
+            }
+        }
+        f |= d.canFlush() ? TFLAG_SEND_FLUSH : 0;
+        f |= d.canCache() ? TFLAG_SEND_CACHE : 0;
+        f |= d.isRotational() ? TFLAG_ROTATIONAL : 0;
+        f |= d.canMultiConn() ? TFLAG_CAN_MULTI_CONN : 0;
+        return f;
+    }
+
     int transmissionFlags() {
-        int f = TFLAG_HAS_FLAGS | TFLAG_SEND_FLUSH | TFLAG_SEND_FUA | TFLAG_SEND_TRIM | TFLAG_SEND_WRITE_ZEROES
-                | TFLAG_CAN_MULTI_CONN | TFLAG_SEND_CACHE | TFLAG_SEND_FAST_ZERO;
         // proto.md: SEND_DF MUST be clear unless structured replies were negotiated.
-        return structured ? f | TFLAG_SEND_DF : f;
+        return structured ? exportFlags | TFLAG_SEND_DF : exportFlags;
     }
 
     /** Returns the negotiated state, or null when the client ended the session (ABORT) during haggling. */
@@ -173,14 +193,14 @@ final class Handshake {
     }
 
     private boolean tlsRequired() {
-        return tls.mode() == TlsMode.REQUIRE && !(channel instanceof TlsChannel);
+        return tls.required() && !(channel instanceof TlsChannel);
     }
 
     /** NBD_OPT_STARTTLS: acknowledge, then the TLS handshake; a failed one ends the session (it is too late then). */
     private void startTls(long length) throws IOException {
         if (length != 0) {
             reply(OPT_STARTTLS, REP_ERR_INVALID, utf8("NBD_OPT_STARTTLS takes no data"));
-        } else if (tls.mode() == TlsMode.OFF) {
+        } else if (!tls.offered()) {
             reply(OPT_STARTTLS, REP_ERR_POLICY, utf8("TLS is off on this server (nbd.tls=off)"));
         } else if (channel instanceof TlsChannel) {
             reply(OPT_STARTTLS, REP_ERR_INVALID, utf8("TLS is already running on this connection"));
@@ -306,6 +326,9 @@ final class Handshake {
     }
 
     private void reply(int option, int type, byte[] data) throws IOException {
+        if (type < 0) { // the error replies have the top bit set ("Option reply types")
+            RefusalLog.SERVER.option(option, type, data);
+        }
         int n = data == null ? 0 : data.length;
         ByteBuffer r = ByteBuffer.allocate(20 + n);
         r.putLong(OPTION_REPLY_MAGIC).putInt(option).putInt(type).putInt(n);

@@ -208,7 +208,7 @@ final class NbdConnection {
                     && accepted.getLocalAddress() instanceof java.net.UnixDomainSocketAddress;
             ReplySender rs = new ReplySender(channel, fd, ring, encoder, state, depth,
                     plainUnix ? ReplySender.BULK_REPLY_BYTES : 0);
-            RequestReader rr = new RequestReader(channel, frontend, ring, rs, encoder, state, this,
+            RequestReader rr = new RequestReader(channel, frontend, ring, rs, encoder, state, n.transmissionFlags(),
                     n.structuredReplies(), n.baseAllocation(), exportSize, maxRequestBytes, poller);
             replySender = rs;
             requestReader = rr;

@@ -1,5 +1,7 @@
 package io.pmemblk.nbd;
 
+import io.pmemblk.queueing.Status;
+
 /**
  * Wire constants of the NBD protocol, all big-endian, as written in NetworkBlockDevice/nbd {@code doc/proto.md}
  * (sections "Values", "Option types", "Structured reply types", "Error values") and {@code nbd-protocol.h} of
@@ -105,6 +107,53 @@ final class NbdProtocol {
      * A client-supplied string made safe for a log line or a reply: control characters become '?', and it is
      * cut at 128 characters, so a client can neither forge log lines nor flood the log.
      */
+    /** A command's name as proto.md writes it (nbdkit's name_of_nbd_cmd), for log lines. */
+    static String commandName(int command) {
+        return switch (command) {
+            case CMD_READ -> "NBD_CMD_READ";
+            case CMD_WRITE -> "NBD_CMD_WRITE";
+            case CMD_DISC -> "NBD_CMD_DISC";
+            case CMD_FLUSH -> "NBD_CMD_FLUSH";
+            case CMD_TRIM -> "NBD_CMD_TRIM";
+            case CMD_CACHE -> "NBD_CMD_CACHE";
+            case CMD_WRITE_ZEROES -> "NBD_CMD_WRITE_ZEROES";
+            case CMD_BLOCK_STATUS -> "NBD_CMD_BLOCK_STATUS";
+            default -> "command " + command;
+        };
+    }
+
+    /** An option's name as proto.md writes it (nbdkit's name_of_nbd_opt), for log lines. */
+    static String optionName(int option) {
+        return switch (option) {
+            case OPT_EXPORT_NAME -> "NBD_OPT_EXPORT_NAME";
+            case OPT_ABORT -> "NBD_OPT_ABORT";
+            case OPT_LIST -> "NBD_OPT_LIST";
+            case OPT_STARTTLS -> "NBD_OPT_STARTTLS";
+            case OPT_INFO -> "NBD_OPT_INFO";
+            case OPT_GO -> "NBD_OPT_GO";
+            case OPT_STRUCTURED_REPLY -> "NBD_OPT_STRUCTURED_REPLY";
+            case OPT_LIST_META_CONTEXT -> "NBD_OPT_LIST_META_CONTEXT";
+            case OPT_SET_META_CONTEXT -> "NBD_OPT_SET_META_CONTEXT";
+            case OPT_EXTENDED_HEADERS -> "NBD_OPT_EXTENDED_HEADERS";
+            default -> "option " + option;
+        };
+    }
+
+    /** An error's name as proto.md writes it ("Error values"), for log lines. */
+    static String errorName(int error) {
+        return switch (error) {
+            case Status.EPERM -> "NBD_EPERM";
+            case Status.EIO -> "NBD_EIO";
+            case Status.ENOMEM -> "NBD_ENOMEM";
+            case Status.EINVAL -> "NBD_EINVAL";
+            case Status.ENOSPC -> "NBD_ENOSPC";
+            case Status.EOVERFLOW -> "NBD_EOVERFLOW";
+            case Status.ENOTSUP -> "NBD_ENOTSUP";
+            case Status.ESHUTDOWN -> "NBD_ESHUTDOWN";
+            default -> "error " + error;
+        };
+    }
+
     static String printable(String s) {
         StringBuilder b = new StringBuilder(Math.min(s.length(), 140));
         for (int i = 0; i < s.length() && i < 128; i++) {

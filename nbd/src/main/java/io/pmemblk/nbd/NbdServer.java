@@ -397,10 +397,10 @@ public final class NbdServer implements AutoCloseable {
         ScheduledFuture<?> deadline = timer.schedule(c::handshakeTimedOut, handshakeTimeout.toMillis(),
                 TimeUnit.MILLISECONDS);
         try {
-            Handshake.Negotiated n = new Handshake(ch, tls, config, layer.driver().size(), closing::get).run();
+            Handshake.Negotiated n = new Handshake(ch, tls, config, layer.driver(), closing::get).run();
             // Only with TLS configured: with nbd.tls=off the TlsChannel class is never loaded, so the JIT still
             // sees the JDK's one SocketChannel class behind the readers' and senders' calls, as before TLS existed.
-            if (n != null && tls.mode() != io.pmemblk.nbd.tls.TlsMode.OFF && n.channel() instanceof TlsChannel t) {
+            if (n != null && tls.offered() && n.channel() instanceof TlsChannel t) {
                 String client = TlsServer.clientSubject(t);
                 LOG.log(System.Logger.Level.INFO, "nbd connection {0} from {1}: {2} {3}, {4}", c.id, c.peer,
                         t.session().getProtocol(), t.session().getCipherSuite(),

@@ -42,7 +42,8 @@ final class RequestReader {
     private final ReplySender sender;
     private final ReplyEncoder encoder;
     private final CloseState state;
-    private final Object owner;
+    /** What the handshake advertised: requests it does not offer are refused. */
+    private final int transmissionFlags;
     private final boolean structured;
     private final boolean baseAllocation;
     private final long exportSize;
@@ -68,11 +69,11 @@ final class RequestReader {
     private volatile long receivingSince;
 
     /**
-     * @param owner what requests carry as {@link Request#owner} (the connection)
+     * @param transmissionFlags what the handshake advertised ({@link Handshake.Negotiated#transmissionFlags()})
      * @param poller  busy-polls the socket before a read would sleep, or null
      */
     RequestReader(SocketChannel channel, FrontendQueue queue, ReplyRing ring, ReplySender sender,
-                  ReplyEncoder encoder, CloseState state, Object owner, boolean structured, boolean baseAllocation,
+                  ReplyEncoder encoder, CloseState state, int transmissionFlags, boolean structured, boolean baseAllocation,
                   long exportSize, int maxRequestBytes, BusyPoll.Poller poller) {
         this.channel = channel;
         this.queue = queue;
@@ -80,7 +81,7 @@ final class RequestReader {
         this.sender = sender;
         this.encoder = encoder;
         this.state = state;
-        this.owner = owner;
+        this.transmissionFlags = transmissionFlags;
         this.structured = structured;
         this.baseAllocation = baseAllocation;
         this.exportSize = exportSize;
@@ -165,19 +166,20 @@ final class RequestReader {
                 state.reason = "client disconnected (NBD_CMD_DISC)";
                 return;
             }
-            int error = RequestValidator.validate(command, flags, offset, length, structured, baseAllocation,
+            int error = RequestValidator.validate(command, flags, offset, length, transmissionFlags, structured,
+                    baseAllocation,
                     exportSize, maxRequestBytes);
             if (command == CMD_WRITE) {
                 if (RequestValidator.writeTooLarge(length, maxRequestBytes)) {
                     // Never read (or allocate) an oversized payload: answer, then hang up.
-                    replyNow(command, flags, cookie, Status.EINVAL);
+                    replyNow(command, flags, cookie, offset, length, Status.EINVAL);
                     queue.dispatch();
                     state.reason = "WRITE of " + length + " bytes exceeds the maximum " + maxRequestBytes;
                     return;
                 }
                 if (error != 0) {
                     skip(in, length);
-                    replyNow(command, flags, cookie, error);
+                    replyNow(command, flags, cookie, offset, length, error);
                     continue;
                 }
                 largeWrites = length >= LARGE_WRITE;
@@ -190,7 +192,7 @@ final class RequestReader {
                 continue;
             }
             if (error != 0) {
-                replyNow(command, flags, cookie, error);
+                replyNow(command, flags, cookie, offset, length, error);
                 continue;
             }
             switch (command) {
@@ -232,13 +234,15 @@ final class RequestReader {
         r.offset = offset;
         r.fua = (flags & CMD_FLAG_FUA) != 0;
         r.cookie = cookie;
-        r.owner = owner;
         r.completion = ring;
         r.sinkReadsDevice = op == Op.READ; // the sender writes READ data with writev: it can send from pmem itself
     }
 
     /** A reply decided here (a validation error): takes a tag so it queues like any other reply. */
-    private void replyNow(int command, int flags, long cookie, int error) throws InterruptedException {
+    /** Answers a refused request without the driver; the refusal is logged (at DEBUG, rate-limited). */
+    private void replyNow(int command, int flags, long cookie, long offset, long length, int error)
+            throws InterruptedException {
+        RefusalLog.SERVER.request(command, flags, offset, length, error);
         Request r = acquire(0);
         prepare(r, command, flags, cookie, null, 0);
         queue.completeHere(r, error);

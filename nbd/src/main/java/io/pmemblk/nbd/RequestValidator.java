@@ -19,16 +19,45 @@ final class RequestValidator {
      *
      * @param offset the wire's u64 offset: values of 2^63 and above arrive negative and are out of range
      * @param length the wire's u32 length, unsigned (0..2^32-1)
+     * @param eflags the transmission flags the handshake advertised: a command or flag they do not offer is
+     *               refused, as nbdkit refuses what its plugin cannot do ("Transmission flags")
      */
-    static int validate(int command, int flags, long offset, long length, boolean structured,
+    static int validate(int command, int flags, long offset, long length, int eflags, boolean structured,
                         boolean baseAllocation, long exportSize, int maxRequestBytes) {
-        // "Command flags": FUA is valid on every command once SEND_FUA is advertised (we always advertise it).
-        int allowed = CMD_FLAG_FUA;
+        // "Command flags": FUA is valid on every command once SEND_FUA is advertised.
+        int allowed = (eflags & TFLAG_SEND_FUA) != 0 ? CMD_FLAG_FUA : 0;
+        boolean readOnly = (eflags & TFLAG_READ_ONLY) != 0;
         switch (command) {
             // NBD_CMD_FLAG_DF: only with structured replies ("NBD_CMD_READ").
             case CMD_READ -> allowed |= structured ? CMD_FLAG_DF : 0;
-            case CMD_WRITE, CMD_FLUSH, CMD_TRIM, CMD_CACHE -> { }
-            case CMD_WRITE_ZEROES -> allowed |= CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO;
+            // "NBD_FLAG_READ_ONLY": writing commands get EPERM (nbdkit: "write request on readonly connection").
+            case CMD_WRITE -> {
+                if (readOnly) {
+                    return Status.EPERM;
+                }
+            }
+            // A command the export does not advertise: EINVAL (nbdkit: "... operation not supported").
+            case CMD_FLUSH -> {
+                if ((eflags & TFLAG_SEND_FLUSH) == 0) {
+                    return Status.EINVAL;
+                }
+            }
+            case CMD_CACHE -> {
+                if ((eflags & TFLAG_SEND_CACHE) == 0) {
+                    return Status.EINVAL;
+                }
+            }
+            case CMD_TRIM -> {
+                if (readOnly || (eflags & TFLAG_SEND_TRIM) == 0) {
+                    return readOnly ? Status.EPERM : Status.EINVAL;
+                }
+            }
+            case CMD_WRITE_ZEROES -> {
+                if (readOnly || (eflags & TFLAG_SEND_WRITE_ZEROES) == 0) {
+                    return readOnly ? Status.EPERM : Status.EINVAL;
+                }
+                allowed |= CMD_FLAG_NO_HOLE | ((eflags & TFLAG_SEND_FAST_ZERO) != 0 ? CMD_FLAG_FAST_ZERO : 0);
+            }
             case CMD_BLOCK_STATUS -> {
                 // "NBD_CMD_BLOCK_STATUS": only after a metadata context was set, which needs structured replies.
                 if (!structured || !baseAllocation) {

@@ -54,7 +54,7 @@ final class ConnectionParts implements AutoCloseable {
         encoder = new ReplyEncoder(queue.depth(), BufferPool.chunksFor(MAX), structured, EXPORT);
         fd = SocketFd.of(server);
         sender = new ReplySender(server, fd, ring, encoder, state, queue.depth(), 0);
-        reader = new RequestReader(server, frontend, ring, sender, encoder, state, this, structured, structured,
+        reader = new RequestReader(server, frontend, ring, sender, encoder, state, RequestValidatorTest.ALL, structured, structured,
                 EXPORT, MAX, busyPoll == null ? null : busyPoll.forSocket(fd.fd()));
     }
 

@@ -9,7 +9,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.queueing.testing.Waits;
-import io.pmemblk.nbd.tls.TlsMode;
 import io.pmemblk.nbd.tls.TlsServer;
 import java.io.IOException;
 import java.net.Socket;
@@ -61,14 +60,14 @@ class NbdTlsTest {
         assertEquals(0, p.exitValue(), new String(p.getInputStream().readAllBytes()));
     }
 
-    void start(TlsMode mode, boolean verifyClients) throws IOException {
+    void start(boolean required, boolean verifyClients) throws IOException {
         driver = new MemoryBlockDriver(SIZE);
         layer = new BlockLayer(driver, 1, 8, 2L * MAX, MAX);
         try (var probe = new java.net.ServerSocket(0)) {
             port = probe.getLocalPort();
         }
         server = new NbdServer(new NbdConfig("pmem0", null, "127.0.0.1", port, MAX, 16, ""), layer)
-                .tls(TlsServer.load(mode, pki.resolve("server-cert.pem"), pki.resolve("server-key.pem"),
+                .tls(TlsServer.load(required, pki.resolve("server-cert.pem"), pki.resolve("server-key.pem"),
                         verifyClients ? pki.resolve("ca-cert.pem") : null));
         server.start();
     }
@@ -118,7 +117,7 @@ class NbdTlsTest {
 
     @Test
     void requireRefusesEveryOptionBeforeStartTlsThenServesInsideTls() throws Exception {
-        start(TlsMode.REQUIRE, false);
+        start(true, false);
         try (NbdTestClient c = client()) {
             for (int option : new int[] {OPT_INFO, OPT_GO, OPT_LIST, OPT_STRUCTURED_REPLY, OPT_SET_META_CONTEXT, 999}) {
                 c.option(option, option == OPT_INFO || option == OPT_GO ? NbdTestClient.infoData("pmem0") : new byte[0]);
@@ -142,7 +141,7 @@ class NbdTlsTest {
 
     @Test
     void requireEndsASessionThatPicksAnExportInPlaintext() throws Exception {
-        start(TlsMode.REQUIRE, false);
+        start(true, false);
         try (NbdTestClient c = client()) {
             c.option(OPT_EXPORT_NAME, "pmem0".getBytes());
             assertTrue(c.closedByServer(), "EXPORT_NAME cannot be refused: the session ends, nothing is sent");
@@ -161,7 +160,7 @@ class NbdTlsTest {
      */
     @Test
     void theHandshakeTimeoutCutsAStalledTlsHandshakeAndEndlessHaggling() throws Exception {
-        start(TlsMode.REQUIRE, false);
+        start(true, false);
         server.handshakeTimeout(java.time.Duration.ofMillis(500));
         try (NbdTestClient c = client()) {
             c.option(OPT_STARTTLS, new byte[0]);
@@ -199,7 +198,7 @@ class NbdTlsTest {
     /** After STARTTLS haggling restarts: structured replies agreed in plaintext (maybe by a MitM) are forgotten. */
     @Test
     void onLetsTheClientChooseAndForgetsWhatWasNegotiatedInPlaintext() throws Exception {
-        start(TlsMode.ON, false);
+        start(false, false);
         try (NbdTestClient c = client()) {
             c.option(OPT_GO, NbdTestClient.infoData("pmem0"));
             assertEquals(REP_ACK, c.optionReplies().getLast().type(), "on: plaintext is allowed");
@@ -228,7 +227,7 @@ class NbdTlsTest {
 
     @Test
     void verifyClientsRefusesAClientWithoutACertificateAndServesOneWithIt() throws Exception {
-        start(TlsMode.REQUIRE, true);
+        start(true, true);
         try (NbdTestClient c = client()) {
             c.option(OPT_STARTTLS, new byte[0]);
             assertEquals(REP_ACK, c.optionReply().type());

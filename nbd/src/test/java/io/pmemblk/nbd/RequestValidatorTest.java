@@ -23,6 +23,10 @@ class RequestValidatorTest {
     static final int OK = 0;
     static final int EINVAL = Status.EINVAL;
     static final int ENOSPC = Status.ENOSPC;
+    static final int EPERM = Status.EPERM;
+    /** Every transmission flag a driver's capabilities can give: what the pmem driver's export advertises. */
+    static final int ALL = TFLAG_HAS_FLAGS | TFLAG_SEND_FLUSH | TFLAG_SEND_FUA | TFLAG_SEND_TRIM
+            | TFLAG_SEND_WRITE_ZEROES | TFLAG_SEND_FAST_ZERO | TFLAG_SEND_CACHE | TFLAG_CAN_MULTI_CONN;
     /** A flag bit no command accepts ("Command flags" defines bits 0..4 only). */
     static final int UNKNOWN_FLAG = 1 << 5;
 
@@ -135,8 +139,38 @@ class RequestValidatorTest {
     @MethodSource("requests")
     void validate(String what, int command, int flags, long offset, long length, boolean structured,
                   boolean baseAllocation, long export, int expected) {
-        assertEquals(expected, RequestValidator.validate(command, flags, offset, length, structured, baseAllocation,
-                export, MAX), what);
+        assertEquals(expected, RequestValidator.validate(command, flags, offset, length, ALL, structured,
+                baseAllocation, export, MAX), what);
+    }
+
+    /** what, command, flags, the export's transmission flags, expected ("Transmission flags", nbdkit's rules). */
+    static Stream<Arguments> capabilities() {
+        int readOnly = TFLAG_HAS_FLAGS | TFLAG_READ_ONLY | TFLAG_SEND_FLUSH | TFLAG_SEND_CACHE;
+        return Stream.of(
+                Arguments.of("TRIM without SEND_TRIM", CMD_TRIM, 0, ALL & ~TFLAG_SEND_TRIM, EINVAL),
+                Arguments.of("TRIM with SEND_TRIM", CMD_TRIM, 0, ALL, OK),
+                Arguments.of("FLUSH without SEND_FLUSH", CMD_FLUSH, 0, ALL & ~TFLAG_SEND_FLUSH, EINVAL),
+                Arguments.of("CACHE without SEND_CACHE", CMD_CACHE, 0, ALL & ~TFLAG_SEND_CACHE, EINVAL),
+                Arguments.of("WRITE_ZEROES without SEND_WRITE_ZEROES", CMD_WRITE_ZEROES, 0,
+                        ALL & ~(TFLAG_SEND_WRITE_ZEROES | TFLAG_SEND_FAST_ZERO), EINVAL),
+                Arguments.of("WRITE_ZEROES+FAST_ZERO without SEND_FAST_ZERO", CMD_WRITE_ZEROES, CMD_FLAG_FAST_ZERO,
+                        ALL & ~TFLAG_SEND_FAST_ZERO, EINVAL),
+                Arguments.of("WRITE_ZEROES without SEND_FAST_ZERO", CMD_WRITE_ZEROES, 0, ALL & ~TFLAG_SEND_FAST_ZERO, OK),
+                Arguments.of("WRITE+FUA without SEND_FUA", CMD_WRITE, CMD_FLAG_FUA, ALL & ~TFLAG_SEND_FUA, EINVAL),
+                Arguments.of("WRITE without SEND_FUA", CMD_WRITE, 0, ALL & ~TFLAG_SEND_FUA, OK),
+                Arguments.of("READ read-only", CMD_READ, 0, readOnly, OK),
+                Arguments.of("FLUSH read-only", CMD_FLUSH, 0, readOnly, OK),
+                Arguments.of("WRITE read-only", CMD_WRITE, 0, readOnly, EPERM),
+                Arguments.of("TRIM read-only", CMD_TRIM, 0, readOnly, EPERM),
+                Arguments.of("WRITE_ZEROES read-only", CMD_WRITE_ZEROES, 0, readOnly, EPERM));
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource("capabilities")
+    void refusesWhatTheExportDoesNotAdvertise(String what, int command, int flags, int eflags, int expected) {
+        long length = command == CMD_FLUSH ? 0 : 4096;
+        assertEquals(expected, RequestValidator.validate(command, flags, 0, length, eflags, false, false, EXPORT,
+                MAX), what);
     }
 
     @Test

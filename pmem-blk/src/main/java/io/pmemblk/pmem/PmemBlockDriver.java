@@ -102,6 +102,53 @@ public final class PmemBlockDriver implements BlockDriver {
         return region.isPmem();
     }
 
+    // Capabilities: the region is one writable mapping shared by every queue, so what one connection wrote is
+    // what all read, and FLUSH/FUA persist it whichever queue it came in on.
+
+    /** Never: the region is always mapped writable. */
+    @Override
+    public boolean isReadOnly() {
+        return false;
+    }
+
+    @Override
+    public boolean canFlush() {
+        return true;
+    }
+
+    @Override
+    public boolean canFua() {
+        return true;
+    }
+
+    /** TRIM zeroes the range, like WRITE_ZEROES: pmem has no thin provisioning to give it back to. */
+    @Override
+    public boolean canTrim() {
+        return true;
+    }
+
+    @Override
+    public boolean canZero() {
+        return true;
+    }
+
+    /** Zeroing is a store loop over the mapping, the same cost as writing zeros, never slower. */
+    @Override
+    public boolean canFastZero() {
+        return true;
+    }
+
+    /** CACHE succeeds at once: the mapping is already memory. */
+    @Override
+    public boolean canCache() {
+        return true;
+    }
+
+    @Override
+    public boolean canMultiConn() {
+        return true;
+    }
+
     public Routing routing() {
         return routing;
     }

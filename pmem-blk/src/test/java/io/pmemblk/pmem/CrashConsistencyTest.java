@@ -8,6 +8,7 @@ import io.pmemblk.queueing.Status;
 import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.ioat.IoatSpec;
+import io.pmemblk.dma.testing.InjectedFaults;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
@@ -149,9 +150,10 @@ class CrashConsistencyTest {
             PmemRegion region = PmemRegion.open(dir.resolve("d.img"), SIZE, false, mapper, true, p -> model = new CrashModel(p));
             model.attach(region.memory());
             assertThat(region.isPmem()).isEqualTo(mapper == PmemRegion.Mapper.LIBPMEM && FORCED);
-            DmaEngine engine = DmaEngine.soft(new IovaSpace(), 2, 64, 12);
+            InjectedFaults faults = new InjectedFaults();
+            DmaEngine engine = DmaEngine.soft(new IovaSpace(), 2, 64, 12, faults);
             if (seed % 2 == 0) { // faults: halted copies are redone by the CPU
-                engine.softDevice().orElseThrow().failEvery(0, 7, IoatSpec.CHANERR_DEST_ADDR);
+                faults.failEvery(0, 7, IoatSpec.CHANERR_DEST_ADDR);
             }
             driver = new PmemBlockDriver(region, new CopyStats(), engine, new Routing(16 << 10, Integer.MAX_VALUE));
             layer = new BlockLayer(driver, 3, 16, 4 << 20, 64 << 10);

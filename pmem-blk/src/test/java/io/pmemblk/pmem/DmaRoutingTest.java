@@ -8,6 +8,7 @@ import io.pmemblk.queueing.Route;
 import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.ioat.IoatSpec;
+import io.pmemblk.dma.testing.InjectedFaults;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -34,10 +35,12 @@ class DmaRoutingTest {
     PmemBlockDriver driver;
     BlockLayer layer;
     CopyStats stats = new CopyStats();
+    final InjectedFaults faults = new InjectedFaults();
     final BlockingQueue<Request> done = new ArrayBlockingQueue<>(256);
 
     void open(int queues, int channels, int ringSize, Routing routing) throws IOException {
-        engine = DmaEngine.soft(new IovaSpace(), channels, ringSize, 16); // 64 KiB descriptors: splits happen
+        engine = DmaEngine.soft(new IovaSpace(), channels, ringSize, 16, faults); // 64 KiB descriptors: splits happen
+        faults.attach(engine.softDevice().orElseThrow());
         driver = new PmemBlockDriver(PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.AUTO),
                 stats, engine, routing);
         layer = new BlockLayer(driver, queues, 32, 32 << 20, 4 << 20);
@@ -204,7 +207,7 @@ class DmaRoutingTest {
         open(1, 1, 256, new Routing(4096, Integer.MAX_VALUE));
         HardwareQueue q = layer.queue(0);
         // the 5th descriptor from now halts the channel: it and every copy placed after it fail
-        engine.softDevice().orElseThrow().failDescriptor(0, 5, IoatSpec.CHANERR_DEST_ADDR);
+        faults.failDescriptor(0, 5, IoatSpec.CHANERR_DEST_ADDR);
         int n = 20;
         Request[] batch = new Request[n];
         for (int i = 0; i < n; i++) {
@@ -234,12 +237,12 @@ class DmaRoutingTest {
     /**
      * A flaky channel shared by two queues whose submitters race its recovery: a halt can land between the
      * place() calls of one multi-segment request, so the first segments fail while the rest (placed after the
-     * re-arm) succeed. Every byte must still land (found by fio verify through serve with dma.soft.fail-every).
+     * re-arm) succeed. Every byte must still land (found by fio verify through serve with every 40th descriptor failing, DmaServeIT).
      */
     @Test
     void haltsBetweenTheSegmentsOfOneRequestLoseNothing() throws Exception {
         open(2, 1, 64, new Routing(4096, Integer.MAX_VALUE));
-        engine.softDevice().orElseThrow().failEvery(0, 23, IoatSpec.CHANERR_DEST_ADDR);
+        faults.failEvery(0, 23, IoatSpec.CHANERR_DEST_ADDR);
         int rounds = 300, perBatch = 4, len = 3 * 131072 + 4096; // four segments each
         java.util.concurrent.atomic.AtomicReference<Throwable> failure = new java.util.concurrent.atomic.AtomicReference<>();
         Thread[] submitters = new Thread[2];
@@ -285,7 +288,7 @@ class DmaRoutingTest {
     @Test
     void aFullRingFallsBackToTheCpuInsteadOfStalling() throws Exception {
         open(1, 1, 16, new Routing(4096, Integer.MAX_VALUE));
-        engine.softDevice().orElseThrow().stall(true);
+        faults.stall(true);
         HardwareQueue q = layer.queue(0);
         int n = 30;
         Request[] batch = new Request[n];
@@ -293,7 +296,7 @@ class DmaRoutingTest {
             batch[i] = prepare(q, Op.WRITE, (long) i * 8192, 8192, 500 + i);
         }
         q.dispatch(batch, n);
-        engine.softDevice().orElseThrow().stall(false);
+        faults.stall(false);
         int dma = 0;
         for (Request r : await(n)) {
             assertThat(r.status()).isZero();

@@ -10,6 +10,7 @@ import io.pmemblk.dma.DmaChannel;
 import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.ioat.IoatSpec;
+import io.pmemblk.dma.testing.InjectedFaults;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -102,9 +103,11 @@ class ExactlyOnceTest {
     }
 
     ThrowingChannel channel;
+    final InjectedFaults faults = new InjectedFaults();
 
     void open(Routing routing) throws IOException {
-        engine = DmaEngine.soft(new IovaSpace(), 1, 256, 16);
+        engine = DmaEngine.soft(new IovaSpace(), 1, 256, 16, faults);
+        faults.attach(engine.softDevice().orElseThrow());
         engine.interpose(c -> channel = new ThrowingChannel(c));
         driver = new PmemBlockDriver(PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.AUTO),
                 stats, engine, routing);
@@ -210,8 +213,7 @@ class ExactlyOnceTest {
     @Test
     void aRequestIsNotCompletedWhileItsCopiesAreStillInTheRing() throws Exception {
         open(new Routing(65536, Integer.MAX_VALUE));
-        var device = engine.softDevice().orElseThrow();
-        device.stall(true);
+        faults.stall(true);
         channel.failCalls(2, 2);
         Request r = prepare(Op.WRITE, 0, DMA_LEN, 1000);
         Request thrown = prepare(Op.WRITE, 1 << 20, DMA_LEN, 1001);
@@ -223,7 +225,7 @@ class ExactlyOnceTest {
         assertThat(thrown.route).isEqualTo(Route.CPU);
         assertThat(done.poll()).as("the request with its copies in the stalled ring is still waiting for them").isNull();
         assertThat(completions.get(r.cookie)).isNull();
-        device.stall(false);
+        faults.stall(false);
         Request third = done.poll(10, TimeUnit.SECONDS);
         assertThat(third).as("completed once the ring has reported its copies").isSameAs(r);
         assertThat(third.status()).isEqualTo(Status.OK);
@@ -309,14 +311,14 @@ class ExactlyOnceTest {
         open(new Routing(65536, Integer.MAX_VALUE));
         // The 10th descriptor halts the channel and it never arms again: the driver's recovery times out,
         // what was placed is reported failed, and from then on placeAll() throws.
-        engine.softDevice().orElseThrow().breakAfter(0, 10, IoatSpec.CHANERR_DEST_ADDR);
+        faults.breakAfter(0, 10, IoatSpec.CHANERR_DEST_ADDR);
         int n = 12, rounds = 3;
         for (int round = 0; round < rounds; round++) {
             q.dispatch(mixedWrites(n, 0), n);
             awaitAndRelease(n, Status.OK);
             assertWritesLanded(n, 0);
         }
-        assertThat(engine.softDevice().orElseThrow().broken(0)).isTrue();
+        assertThat(faults.isBroken(0)).isTrue();
         assertThat(stats.dmaFallbacks()).isPositive();
         assertThat(q.inflight()).isZero();
         closeAndAssertEachCompletedOnce(n * rounds);

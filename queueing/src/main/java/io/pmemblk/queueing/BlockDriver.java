@@ -10,6 +10,10 @@ package io.pmemblk.queueing;
  *       A WRITE with fua, and a FLUSH, complete only when persistent; FLUSH covers every write completed
  *       before it on any queue.</li>
  *   <li>Bounds are checked here too: a frontend's checks are not trusted.</li>
+ *   <li>Capability queries ({@link #isReadOnly} .. {@link #canMultiConn}), nbdkit's {@code can_*} callbacks: what
+ *       a frontend advertises (NBD's transmission flags) and refuses. Asked when a client connects, never per
+ *       request; the answers stay fixed while the driver is open. A driver advertises only what it implements:
+ *       each defaults to no, as nbdkit's do when a plugin has no such callback.</li>
  * </ul>
  */
 public interface BlockDriver extends AutoCloseable {
@@ -17,6 +21,57 @@ public interface BlockDriver extends AutoCloseable {
 
     /** True when stores reach persistence by CPU cache flushes (real pmem), false when msync is needed. */
     boolean isPmem();
+
+    /** No WRITE, TRIM or WRITE_ZEROES is accepted (nbdkit {@code can_write} false). */
+    default boolean isReadOnly() {
+        return false;
+    }
+
+    /** FLUSH makes every completed write persistent (nbdkit {@code can_flush}). */
+    default boolean canFlush() {
+        return false;
+    }
+
+    /** A request with fua completes only once its data is persistent, without a FLUSH (nbdkit {@code can_fua}). */
+    default boolean canFua() {
+        return false;
+    }
+
+    /** TRIM is served (nbdkit {@code can_trim}); what a trimmed range reads back as is the driver's. */
+    default boolean canTrim() {
+        return false;
+    }
+
+    /** WRITE_ZEROES is served (nbdkit {@code can_zero}). */
+    default boolean canZero() {
+        return false;
+    }
+
+    /**
+     * WRITE_ZEROES with FAST_ZERO is served: zeroing is never slower than writing zeros, else the driver
+     * answers {@link Status#ENOTSUP} (nbdkit {@code can_fast_zero}).
+     */
+    default boolean canFastZero() {
+        return false;
+    }
+
+    /** CACHE (prefetch a range) is served (nbdkit {@code can_cache}). */
+    default boolean canCache() {
+        return false;
+    }
+
+    /** Seeks cost time: clients may sort their requests (nbdkit {@code is_rotational}). */
+    default boolean isRotational() {
+        return false;
+    }
+
+    /**
+     * Connections see one another's completed writes and one FLUSH covers them all, so a client may spread its
+     * requests over several connections (nbdkit {@code can_multi_conn}).
+     */
+    default boolean canMultiConn() {
+        return false;
+    }
 
     /** Called once per hardware queue at start-up, with its registered buffer pool. */
     default void attachQueue(HardwareQueue queue) {}

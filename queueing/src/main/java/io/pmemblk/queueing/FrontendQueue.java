@@ -1,7 +1,7 @@
 package io.pmemblk.queueing;
 
 /**
- * What every frontend (NBD today, ublk next) does with the block layer, done once: one submitting thread's view
+ * What every frontend (NBD, ublk) does with the block layer, done once: one submitting thread's view
  * of a {@link HardwareQueue}. It acquires requests without deadlocking on its own batch, gathers them into a
  * batch, hands the batch to the driver in one call, receives WRITE payloads in place when the driver offers it,
  * and gives back on teardown whatever the driver never saw.
@@ -22,7 +22,7 @@ package io.pmemblk.queueing;
  *       never waits behind the NBD connections.</li>
  *   <li><b>Fill.</b> The frontend sets {@link Request#op}, {@link Request#offset}, {@link Request#length} (for
  *       requests without data), {@link Request#fua}, {@link Request#cookie} (its handle: the NBD cookie, the ublk
- *       tag), {@link Request#owner} and {@link Request#completion}. For a WRITE it puts the payload into
+ *       tag) and {@link Request#completion}. For a WRITE it puts the payload into
  *       {@link Request#dataBuffers()} ({@link Request#dataBufferCount()} of them): a scattering read from a
  *       socket, or a {@code pread} from {@code /dev/ublkcN} at the request's ublk offset.</li>
  *   <li><b>In place.</b> {@link #acquireWrite} asks the driver whether the WRITE can be received straight into

@@ -60,8 +60,6 @@ public final class Request {
     public boolean fua;
     /** Frontend's handle (NBD cookie), echoed in the reply. */
     public long cookie;
-    /** Frontend's per-request context (the connection), so one Completion serves many connections. */
-    public Object owner;
     /**
      * Set by a frontend that sends a READ's data with a gathering write of its own: the driver may then leave
      * the data where it is (the device mapping) and point {@link #dataBuffers()} at it instead of copying it
@@ -224,7 +222,6 @@ public final class Request {
         length = 0;
         fua = false;
         cookie = 0;
-        owner = null;
         completion = null;
         route = null;
         status = 0;

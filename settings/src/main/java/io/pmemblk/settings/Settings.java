@@ -1,6 +1,5 @@
 package io.pmemblk.settings;
 
-import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.posix.Libc;
 
 import java.io.IOException;
@@ -32,8 +31,14 @@ public final class Settings {
     /** Least severe log records written, most severe first (java.util.logging's SEVERE .. FINEST). */
     public enum LogLevel { ERROR, WARNING, INFO, DEBUG, TRACE }
 
-    /** nbd.tls; the NBD frontend's TlsMode has the same names. */
+    /** nbd.tls: STARTTLS refused, offered, or required (the NBD frontend's TlsServer.off/load(required)). */
     public enum TlsMode { OFF, ON, REQUIRE }
+
+    /**
+     * pmem.mapper, by the names of the device's PmemRegion.Mapper (SettingsTest holds them equal), so that the
+     * settings need not require the device module for one enum.
+     */
+    public enum Mapper { AUTO, LIBPMEM, JAVA }
 
     public static final Key<Path> PMEM_PATH = Key.of("pmem.path", "auto",
             "auto, a file path (created if missing), or a device-DAX node /dev/daxX.Y",
@@ -50,9 +55,9 @@ public final class Settings {
     public static final Key<Boolean> PMEM_RESIZE = Key.of("pmem.resize", "false", "true or false",
             "Resize an existing backing file to pmem.size (shrinking discards data past the new end).",
             Settings::bool);
-    public static final Key<PmemRegion.Mapper> PMEM_MAPPER = Key.of("pmem.mapper", "auto", "auto, libpmem or java",
+    public static final Key<Mapper> PMEM_MAPPER = Key.of("pmem.mapper", "auto", "auto, libpmem or java",
             "How to map: libpmem when libpmem.so.1 loads (auto), libpmem only, or the JDK's FileChannel.map.",
-            t -> choice(t, PmemRegion.Mapper.class));
+            t -> choice(t, Mapper.class));
     public static final Key<Path> NBD_SOCKET = Key.of("nbd.socket", "auto",
             "auto, a path for a unix socket (created mode 0600), or empty for none",
             "Unix socket the NBD server listens on. auto: /run/pmemblk/nbd.sock as root (the systemd unit's"
@@ -138,15 +143,6 @@ public final class Settings {
                 }
                 return v;
             });
-    public static final Key<Integer> DMA_SOFT_FAIL_EVERY = Key.of("dma.soft.fail-every", "0",
-            "an integer 0..1000000 (0 = never)",
-            "Fault injection for tests: every Nth descriptor of each soft DMA channel halts the channel"
-                    + " (the requests are completed by the CPU, the channel recovers).", t -> intRange(t, 0, 1_000_000));
-    public static final Key<Integer> DMA_SOFT_BREAK_AFTER = Key.of("dma.soft.break-after", "0",
-            "an integer 0..1000000000 (0 = never)",
-            "Fault injection for tests: the Nth descriptor of each soft DMA channel breaks the channel for good (it"
-                    + " never re-arms; every request is then completed by the CPU). Replaces dma.soft.fail-every.",
-            t -> intRange(t, 0, 1_000_000_000));
     public static final Key<Long> ROUTE_DMA_MIN_BYTES = Key.of("route.dma.min-bytes", "256K",
             "a size from 1 to 32M, or off",
             "Requests at least this long go to DMA (when a DMA engine is configured); pmemblk tune measures it.",
@@ -203,7 +199,7 @@ public final class Settings {
                 NBD_TLS, NBD_TLS_CERTIFICATE, NBD_TLS_KEY, NBD_TLS_VERIFY_CLIENTS, NBD_EXPORT, NBD_MAX_CONNECTIONS,
                 NBD_STALL_TIMEOUT, NBD_HANDSHAKE_TIMEOUT, NBD_IDLE_TIMEOUT, NBD_BUSY_POLL, QUEUES, QUEUE_DEPTH,
                 QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
-                DMA_RING_SIZE, DMA_SOFT_FAIL_EVERY, DMA_SOFT_BREAK_AFTER, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS,
+                DMA_RING_SIZE, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS,
                 UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT,
                 LOG_LEVEL)) {
             m.put(k.name(), k);

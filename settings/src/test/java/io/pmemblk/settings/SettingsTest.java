@@ -36,7 +36,26 @@ class SettingsTest {
         assertThat(s.get(Settings.QUEUE_DEPTH)).isEqualTo(128);
         assertThat(s.get(Settings.DMA_ENGINE)).isEqualTo(Settings.DmaEngineKind.NONE);
         assertThat(s.get(Settings.METRICS_PORT)).isZero();
-        assertThat(s.get(Settings.PMEM_MAPPER)).isEqualTo(PmemRegion.Mapper.AUTO);
+        assertThat(s.get(Settings.PMEM_MAPPER)).isEqualTo(Settings.Mapper.AUTO);
+    }
+
+    @Test
+    void aPropertiesFileCannotSwitchOnFaultInjection(@TempDir Path tmp) throws Exception {
+        // The keys that once did (dma.soft.fail-every, dma.soft.break-after) are unknown: faults are test code only.
+        for (String key : List.of("dma.soft.fail-every", "dma.soft.break-after")) {
+            Path f = tmp.resolve(key + ".properties");
+            Files.writeString(f, key + "=40\n");
+            assertThatThrownBy(() -> Settings.load(f, List.of())).isInstanceOf(SettingsException.class)
+                    .hasMessageContaining(key);
+        }
+        assertThat(Settings.KEYS.keySet()).noneMatch(k -> k.contains("fail") || k.contains("inject") || k.contains("fault"));
+    }
+
+    @Test
+    void pmemMapperNamesTheDevicesMappersOneForOne() {
+        // serve hands the choice to PmemRegion by name: a mapper added or renamed on one side only fails here.
+        assertThat(java.util.Arrays.stream(Settings.Mapper.values()).map(Enum::name))
+                .containsExactlyElementsOf(java.util.Arrays.stream(PmemRegion.Mapper.values()).map(Enum::name).toList());
     }
 
     @Test

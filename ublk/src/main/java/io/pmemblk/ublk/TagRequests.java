@@ -146,7 +146,6 @@ final class TagRequests implements Request.Completion {
     private void fill(Request r, int tag, int opFlags) {
         r.fua = (opFlags & UBLK_IO_F_FUA) != 0;
         r.cookie = tag;
-        r.owner = this;
         r.completion = this;
     }
 

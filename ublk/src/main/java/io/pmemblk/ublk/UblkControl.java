@@ -217,21 +217,52 @@ public final class UblkControl implements AutoCloseable {
 
     private int submit(IoUring r, MemorySegment c, int op, int id, short queue, MemorySegment buf, int len, long data)
             throws NativeException {
+        fill(c, id, queue, buf, len, data);
+        return await(r, fd, op, c, TOKENS.incrementAndGet());
+    }
+
+    /** Every command's user data, unique in this process, so a completion is matched to the command it answers. */
+    private static final java.util.concurrent.atomic.AtomicLong TOKENS = new java.util.concurrent.atomic.AtomicLong();
+
+    /**
+     * Submits {@code cmd} as a URING_CMD {@code op} on {@code fd} with user data {@code token}, waits for its CQE
+     * and returns its result. One command is in flight on a control ring at a time, so any other completion means
+     * the ring is not what this class thinks (a command was left behind, or the ring is shared): that fails here,
+     * naming both user data values, rather than answer one command with another's result.
+     */
+    static int await(IoUring r, int fd, int op, MemorySegment cmd, long token) throws NativeException {
+        if (!r.sq().uringCmd(fd, op, cmd, token)) {
+            throw new IllegalStateException("control ring full: a previous command never completed");
+        }
+        int[] res = {Integer.MIN_VALUE};
+        long[] stray = {0};
+        boolean[] strayed = {false};
+        while (res[0] == Integer.MIN_VALUE && !strayed[0]) {
+            r.submitAndWait(1);
+            r.cq().drain((userData, result, flags) -> {
+                if (userData == token) {
+                    res[0] = result;
+                } else {
+                    stray[0] = userData;
+                    strayed[0] = true;
+                }
+            });
+        }
+        if (strayed[0]) {
+            throw new IllegalStateException("ublk control command 0x" + Integer.toHexString(op) + " (user data "
+                    + token + ") got a completion for user data " + stray[0] + ": only one command may be in flight"
+                    + " on a control ring");
+        }
+        return res[0];
+    }
+
+    private static void fill(MemorySegment c, int id, short queue, MemorySegment buf, int len, long data) {
         c.fill((byte) 0);
         c.set(JAVA_INT, CTRL_CMD_DEV_ID, id);
         c.set(JAVA_SHORT, CTRL_CMD_QUEUE_ID, queue);
         c.set(JAVA_SHORT, CTRL_CMD_LEN, (short) len);
         c.set(JAVA_LONG, CTRL_CMD_ADDR, buf.address());
         c.set(JAVA_LONG, CTRL_CMD_DATA, data);
-        if (!r.sq().uringCmd(fd, op, c, op)) {
-            throw new IllegalStateException("control ring full: a previous command never completed");
-        }
-        int[] res = {Integer.MIN_VALUE};
-        while (res[0] == Integer.MIN_VALUE) {
-            r.submitAndWait(1);
-            r.cq().drain((userData, result, flags) -> res[0] = result);
-        }
-        return res[0];
     }
 
     private static void check(int res, String what, int id) throws UblkException {

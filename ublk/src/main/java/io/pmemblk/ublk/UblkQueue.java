@@ -296,21 +296,19 @@ final class UblkQueue implements Runnable, CompletionHandler {
         localCount = 0;
     }
 
-    /** Prepares a FETCH or COMMIT_AND_FETCH SQE for tag in place (no payload segment: nothing allocated). */
+    /**
+     * Prepares a FETCH or COMMIT_AND_FETCH SQE for tag, its ublksrv_io_cmd written in place in the SQE (no
+     * payload segment: nothing allocated, nothing copied).
+     */
     private void command(int cmdOp, int tag, int res) throws NativeException {
-        long sqe = sq.next();
+        long sqe = sq.uringCmd(UBLKC_FIXED, IoUringAbi.IOSQE_FIXED_FILE, cmdOp, tag);
         if (sqe < 0) {
             ring.submit(); // cannot happen with one command per tag in a ring of 2 x depth, but never drop one
-            sqe = sq.next();
+            sqe = sq.uringCmd(UBLKC_FIXED, IoUringAbi.IOSQE_FIXED_FILE, cmdOp, tag);
             if (sqe < 0) {
                 throw new IllegalStateException(name + ": submission queue full after a submit");
             }
         }
-        sqes.set(JAVA_BYTE, sqe + IoUringAbi.SQE_OPCODE, IoUringAbi.IORING_OP_URING_CMD);
-        sqes.set(JAVA_BYTE, sqe + IoUringAbi.SQE_FLAGS, IoUringAbi.IOSQE_FIXED_FILE);
-        sqes.set(JAVA_INT, sqe + IoUringAbi.SQE_FD, UBLKC_FIXED);
-        sqes.set(JAVA_INT, sqe + IoUringAbi.SQE_CMD_OP, cmdOp);
-        sqes.set(JAVA_LONG, sqe + IoUringAbi.SQE_USER_DATA, tag);
         long cmd = sqe + IoUringAbi.SQE_CMD;
         sqes.set(JAVA_SHORT, cmd + IO_CMD_Q_ID, (short) q);
         sqes.set(JAVA_SHORT, cmd + IO_CMD_TAG, (short) tag);

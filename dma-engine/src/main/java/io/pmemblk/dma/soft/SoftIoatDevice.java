@@ -44,11 +44,21 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
     private final int xfercapLog2;
     private final long maxTransfer;
     private final Channel[] channels;
+    private final SoftFaults faults;
     private volatile int intrctrl;
     private volatile boolean closed;
 
     /** A device with {@code channelCount} channels and descriptors of at most 2^xfercapLog2 bytes (20 = 1 MiB on hardware). */
     public SoftIoatDevice(IovaSpace space, int channelCount, int xfercapLog2) {
+        this(space, channelCount, xfercapLog2, SoftFaults.NONE);
+    }
+
+    /**
+     * As {@link #SoftIoatDevice(IovaSpace, int, int)}, its engines asking {@code faults} before each descriptor
+     * (tests: a channel that fails on cue). After a change of what {@code faults} answers, {@link #wake} the
+     * channel so its engine looks again.
+     */
+    public SoftIoatDevice(IovaSpace space, int channelCount, int xfercapLog2, SoftFaults faults) {
         if (channelCount < 1 || channelCount > 255) {
             throw new IllegalArgumentException("channel count " + channelCount + " not in 1..255 (CHANCNT is a u8)");
         }
@@ -56,6 +66,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             throw new IllegalArgumentException("XFERCAP " + xfercapLog2 + " not in 6..31");
         }
         this.space = space;
+        this.faults = faults;
         this.xfercapLog2 = xfercapLog2;
         this.maxTransfer = 1L << xfercapLog2;
         this.channels = new Channel[channelCount];
@@ -76,94 +87,12 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         return channels.length;
     }
 
-    // ---- fault injection and observation for tests and benchmarks ----
-
-    /** The {@code nth} descriptor the channel processes from now (1 = the next one) halts with {@code chanerrBit}. */
-    public void failDescriptor(int channel, int nth, int chanerrBit) {
-        arm(channel, requireNth(nth), 0, chanerrBit, false);
+    /** Has channel {@code n}'s engine look at its registers and its {@link SoftFaults} again. */
+    public void wake(int n) {
+        LockSupport.unpark(channel(n).thread);
     }
 
-    /**
-     * Every {@code period}-th descriptor the channel processes from now halts with {@code chanerrBit}
-     * (0 stops it): a flaky device, for end-to-end fault tests of a running server.
-     */
-    public void failEvery(int channel, int period, int chanerrBit) {
-        if (period < 0) {
-            throw new IllegalArgumentException("period must be >= 0, got " + period);
-        }
-        arm(channel, period, period, chanerrBit, false);
-    }
-
-    /**
-     * The {@code nth} descriptor the channel processes from now (1 = the next one) halts it with
-     * {@code chanerrBit}, and the channel is broken for good: it never arms again, so a driver's recovery times
-     * out and the channel stays unusable (a wedged device, or one gone from the bus). For tests of what a
-     * driver does with a channel that dies mid-run.
-     */
-    public void breakAfter(int channel, int nth, int chanerrBit) {
-        arm(channel, requireNth(nth), 0, chanerrBit, true);
-    }
-
-    private static int requireNth(int nth) {
-        if (nth < 1) {
-            throw new IllegalArgumentException("nth counts from 1 (the next descriptor), got " + nth);
-        }
-        return nth;
-    }
-
-    /** Sets a channel's fault under its lock, so the engine thread sees all four fields change together. */
-    private void arm(int channel, int countdown, int period, int chanerrBit, boolean breaks) {
-        Channel c = channel(channel);
-        c.lock.lock();
-        try {
-            c.failCountdown = countdown;
-            c.failPeriod = period;
-            c.failBit = chanerrBit;
-            c.failBreaks = breaks;
-        } finally {
-            c.lock.unlock();
-        }
-    }
-
-    /** Whether the channel was broken by {@link #breakAfter}. */
-    public boolean broken(int channel) {
-        return channel(channel).broken;
-    }
-
-    /** Channel 0 shorthand of {@link #failDescriptor(int, int, int)}. */
-    public void failDescriptor(int nth, int chanerrBit) {
-        failDescriptor(0, nth, chanerrBit);
-    }
-
-    /** While stalled the engine processes nothing (doorbells are remembered); releasing resumes it. */
-    public void stall(int channel, boolean stalled) {
-        Channel c = channel(channel);
-        c.stalled = stalled;
-        LockSupport.unpark(c.thread);
-    }
-
-    /** Stalls or releases every channel. */
-    public void stall(boolean stalled) {
-        for (int i = 0; i < channels.length; i++) {
-            stall(i, stalled);
-        }
-    }
-
-    /** Halts the channel now with {@code chanerrBit}, as a device-detected error between descriptors would. */
-    public void halt(int channel, int chanerrBit) {
-        Channel c = channel(channel);
-        c.lock.lock();
-        try {
-            c.halt(chanerrBit);
-        } finally {
-            c.lock.unlock();
-        }
-    }
-
-    /** Channel 0 shorthand of {@link #halt(int, int)}. */
-    public void halt(int chanerrBit) {
-        halt(0, chanerrBit);
-    }
+    // ---- observation, for tests and benchmarks ----
 
     /** Descriptors the channel has completed since it was created (monotonic, not reset by RESET). */
     public long descriptorsCompleted(int channel) {
@@ -303,7 +232,6 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         volatile long chansts = CHANSTS_HALTED;
         volatile long chainaddr;
         volatile long chancmp;
-        volatile boolean stalled;
         volatile long completedTotal;
 
         int state = CHANSTS_HALTED;
@@ -311,13 +239,6 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         long lastCompleted;
         long nextDescriptor;
         boolean fetchingFromChainaddr;
-        int failCountdown;
-        int failBit;
-        int failPeriod;
-        /** The injected failure breaks the channel ({@link #breakAfter}). */
-        boolean failBreaks;
-        /** Broken: CHAINADDR writes never arm it again. */
-        volatile boolean broken;
 
         Channel(int index) {
             this.index = index;
@@ -330,7 +251,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         }
 
         private boolean runnable() {
-            return !stalled && (state == CHANSTS_ARMED || state == CHANSTS_IDLE || state == CHANSTS_ACTIVE)
+            return !faults.stalled(index) && (state == CHANSTS_ARMED || state == CHANSTS_IDLE || state == CHANSTS_ACTIVE)
                     && ((dmacount - processed) & 0xFFFF) != 0;
         }
 
@@ -338,6 +259,16 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         public void run() {
             while (!closed) {
                 if (!runnable()) {
+                    int cause = faults.haltNow(index);
+                    if (cause != 0) {
+                        lock.lock();
+                        try {
+                            halt(cause);
+                        } finally {
+                            lock.unlock();
+                        }
+                        continue;
+                    }
                     LockSupport.park(this);
                     continue;
                 }
@@ -385,7 +316,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             lock.lock();
             try {
                 chainaddr = address;
-                if (state == CHANSTS_ACTIVE || chanerr != 0 || broken) {
+                if (state == CHANSTS_ACTIVE || chanerr != 0 || faults.broken(index)) {
                     return; // hardware ignores a chain address while running or with errors pending
                 }
                 nextDescriptor = address;
@@ -428,10 +359,9 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             long src = d.get(FIELD_U64, DESC_SRC);
             long dst = d.get(FIELD_U64, DESC_DST);
             long next = d.get(FIELD_U64, DESC_NEXT);
-            if (failCountdown > 0 && --failCountdown == 0) {
-                failCountdown = failPeriod;
-                broken |= failBreaks;
-                halt(failBit);
+            int injected = faults.failDescriptor(index);
+            if (injected != 0) {
+                halt(injected);
                 return;
             }
             if ((control & CTRL_NULL) == 0) {

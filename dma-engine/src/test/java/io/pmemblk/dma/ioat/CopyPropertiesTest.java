@@ -75,7 +75,7 @@ class CopyPropertiesTest {
         List<Copy> copies = copies(rnd, 1, 20);
         int failSeed = rnd.nextInt(1, 1001);
         try (Rig r = new Rig(1, 64, 12, BUF)) {
-            r.device.stall(true);
+            r.faults.stall(true);
             int[] lastDescriptor = new int[copies.size()];
             int descriptors = 0;
             for (int i = 0; i < copies.size(); i++) {
@@ -90,8 +90,8 @@ class CopyPropertiesTest {
                 firstFailed++;
             }
             r.ch.submit();
-            r.device.failDescriptor(failAt, IoatSpec.CHANERR_READ_DATA);
-            r.device.stall(false);
+            r.faults.failDescriptor(failAt, IoatSpec.CHANERR_READ_DATA);
+            r.faults.stall(false);
             r.rec.awaitCount(copies.size());
             for (int i = 0; i < copies.size(); i++) {
                 int expectedStatus = i < firstFailed ? 0 : IoatSpec.CHANERR_READ_DATA;

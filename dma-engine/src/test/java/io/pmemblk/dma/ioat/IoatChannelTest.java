@@ -175,13 +175,13 @@ class IoatChannelTest {
     /** Stall, place four one-descriptor copies, fail the nth processed descriptor, release. */
     private static void failThenRecover(int chanerrBit) {
         try (Rig r = new Rig(1, 16, 20, 1 << 16)) {
-            r.device.stall(true);
+            r.faults.stall(true);
             for (int i = 0; i < 4; i++) {
                 assertThat(r.ch.place(r.srcIova + i * 1024L, r.dstIova + i * 1024L, 1024, "c" + i)).isTrue();
             }
             r.ch.submit();
-            r.device.failDescriptor(2, chanerrBit);
-            r.device.stall(false);
+            r.faults.failDescriptor(2, chanerrBit);
+            r.faults.stall(false);
             r.rec.awaitCount(4);
             assertThat(r.rec.status("c0")).isZero();
             assertThat(r.rec.status("c1")).isEqualTo(chanerrBit);
@@ -216,7 +216,7 @@ class IoatChannelTest {
     @Test
     void placeAllPlacesEveryCopyOrNone() {
         try (Rig r = new Rig(1, 16, 12, 1 << 16)) { // 4 KiB descriptors, 15 usable slots
-            r.device.stall(true);
+            r.faults.stall(true);
             // 3 copies of 2 descriptors each: 6 slots
             assertThat(r.ch.placeAll(copies(r, 3, 8192, 8192), "unit")).isTrue();
             assertThat(r.ch.freeSlots()).isEqualTo(9);
@@ -224,7 +224,7 @@ class IoatChannelTest {
             assertThat(r.ch.placeAll(copies(r, 5, 8192, 8192), "too big")).isFalse();
             assertThat(r.ch.freeSlots()).as("a refused unit leaves the ring as it was").isEqualTo(9);
             r.ch.submit();
-            r.device.stall(false);
+            r.faults.stall(false);
             r.rec.awaitCondition(() -> r.ch.freeSlots() == 15, () -> "the unit's copies to complete");
             assertThat(r.rec.status("unit")).isZero();
             assertThat(r.rec.status("too big")).as("never placed, never reported").isNull();
@@ -245,15 +245,15 @@ class IoatChannelTest {
     @Test
     void aBrokenChannelReportsWhatWasPlacedThenRefusesNewCopies() {
         try (Rig r = new Rig(1, 16, 20, 1 << 16)) {
-            r.device.stall(true);
+            r.faults.stall(true);
             for (int i = 0; i < 4; i++) {
                 assertThat(r.ch.place(r.srcIova + i * 1024L, r.dstIova + i * 1024L, 1024, "c" + i)).isTrue();
             }
             r.ch.submit();
-            r.device.breakAfter(0, 2, IoatSpec.CHANERR_DEST_ADDR);
-            r.device.stall(false);
+            r.faults.breakAfter(0, 2, IoatSpec.CHANERR_DEST_ADDR);
+            r.faults.stall(false);
             r.rec.awaitCount(4); // after the driver's re-arm has timed out (2 s)
-            assertThat(r.device.broken(0)).isTrue();
+            assertThat(r.faults.isBroken(0)).isTrue();
             assertThat(r.rec.status("c0")).isZero();
             for (int i = 1; i < 4; i++) {
                 assertThat(r.rec.status("c" + i)).as("status of c%d", i).isEqualTo(IoatSpec.CHANERR_DEST_ADDR);
@@ -283,12 +283,12 @@ class IoatChannelTest {
     void unmappedIovasHaltWithTheRightCauseAndRecover() {
         try (Rig r = new Rig(1, 16, 20, 1 << 16)) {
             long unmapped = r.dstIova + (1 << 16) + 64; // in the guard gap
-            r.device.stall(true);
+            r.faults.stall(true);
             assertThat(r.ch.place(r.srcIova, r.dstIova, 100, "ok")).isTrue();
             assertThat(r.ch.place(r.srcIova, unmapped, 100, "bad dst")).isTrue();
             assertThat(r.ch.place(r.srcIova, r.dstIova + 200, 100, "after")).isTrue();
             r.ch.submit();
-            r.device.stall(false);
+            r.faults.stall(false);
             r.rec.awaitCount(3);
             assertThat(r.rec.status("ok")).isZero();
             assertThat(r.rec.status("bad dst")).isEqualTo(IoatSpec.CHANERR_DEST_ADDR);
@@ -316,15 +316,15 @@ class IoatChannelTest {
     @Test
     void haltWhileWorkIsQueuedFailsItAndRecovers() {
         try (Rig r = new Rig(1, 16, 20, 1 << 16)) {
-            r.device.stall(true);
+            r.faults.stall(true);
             assertThat(r.ch.place(r.srcIova, r.dstIova, 100, "a")).isTrue();
             assertThat(r.ch.place(r.srcIova, r.dstIova + 100, 100, "b")).isTrue();
             r.ch.submit();
-            r.device.halt(IoatSpec.CHANERR_CHIPSET_UNCORRECTABLE_DATA_INTEGRITY);
+            r.faults.halt(IoatSpec.CHANERR_CHIPSET_UNCORRECTABLE_DATA_INTEGRITY);
             r.rec.awaitCount(2);
             assertThat(r.rec.status("a")).isEqualTo(IoatSpec.CHANERR_CHIPSET_UNCORRECTABLE_DATA_INTEGRITY);
             assertThat(r.rec.status("b")).isEqualTo(IoatSpec.CHANERR_CHIPSET_UNCORRECTABLE_DATA_INTEGRITY);
-            r.device.stall(false);
+            r.faults.stall(false);
             assertThat(r.ch.place(r.srcIova + 7, r.dstIova + 7, 1000, "c")).isTrue();
             r.ch.submit();
             r.rec.awaitCount(3);
@@ -341,7 +341,7 @@ class IoatChannelTest {
             }
             r.ch.submit();
             r.rec.awaitCount(5);
-            r.device.halt(IoatSpec.CHANERR_SOFT);
+            r.faults.halt(IoatSpec.CHANERR_SOFT);
             // Copies placed before the driver notices the halt would be failed with it (the contract); wait for re-arm.
             long chansts = IoatSpec.channelBase(0) + IoatSpec.CHANSTS;
             r.rec.awaitCondition(() -> (r.device.read64(chansts) & IoatSpec.CHANSTS_STATUS_MASK) == IoatSpec.CHANSTS_ARMED,
@@ -359,7 +359,7 @@ class IoatChannelTest {
     @Test
     void splitCopyFailingHalfwayIsReportedOnceAsFailed() {
         try (Rig r = new Rig(1, 32, 12, 1 << 16)) {
-            r.device.failDescriptor(3, IoatSpec.CHANERR_DEST_ADDR);
+            r.faults.failDescriptor(3, IoatSpec.CHANERR_DEST_ADDR);
             assertThat(r.ch.place(r.srcIova, r.dstIova, 5 * 4096, "split")).isTrue();
             assertThat(r.ch.place(r.srcIova, r.dstIova + 40_000, 4096, "next")).isTrue();
             r.ch.submit();
@@ -380,7 +380,7 @@ class IoatChannelTest {
     void stallHoldsWorkUntilReleased() {
         try (Rig r = new Rig(1, 16, 20, 1 << 16)) {
             long before = r.device.descriptorsCompleted(0);
-            r.device.stall(true);
+            r.faults.stall(true);
             for (int i = 0; i < 10; i++) {
                 assertThat(r.ch.place(r.srcIova + i * 100L, r.dstIova + i * 100L, 100, i)).isTrue();
             }
@@ -388,7 +388,7 @@ class IoatChannelTest {
             assertThat(r.device.descriptorsCompleted(0)).as("a stalled engine processes nothing").isEqualTo(before);
             assertThat(r.rec.count()).isZero();
             assertThat(r.ch.freeSlots()).isEqualTo(5);
-            r.device.stall(false);
+            r.faults.stall(false);
             r.rec.awaitCount(10);
             assertThat(r.rec.statuses.values()).allMatch(s -> s == 0);
             assertThat(r.mismatch(0, 0, 1000)).isEqualTo(-1);

@@ -26,7 +26,7 @@ import javax.net.ssl.TrustManagerFactory;
 
 /**
  * The server's TLS: its X.509 certificate and key, the CA client certificates must chain to (or none), and the
- * {@link TlsMode}, all through the JDK's own TLS ({@code SSLEngine}), TLS 1.3 only. Files are PEM, as nbdkit and
+ * whether TLS is required (proto.md "TLS support": FORCEDTLS) or only offered (SELECTIVETLS), all through the JDK's own TLS ({@code SSLEngine}), TLS 1.3 only. Files are PEM, as nbdkit and
  * qemu-nbd take them: the certificate chain (leaf first), a private key in PKCS#8 ({@code BEGIN PRIVATE KEY},
  * what openssl writes) or PKCS#1 RSA ({@code BEGIN RSA PRIVATE KEY}), and one or more CA certificates.
  * Everything is read and checked once, at start-up; a connection only creates its engine.
@@ -35,32 +35,33 @@ public final class TlsServer {
     /** TLS 1.3 only: proto.md asks for 1.2 at least; everything that speaks NBD with TLS today does 1.3. */
     static final String[] PROTOCOLS = {"TLSv1.3"};
 
-    private final TlsMode mode;
+    /** Null when TLS is off (NOTLS): STARTTLS is refused. */
     private final SSLContext context;
+    private final boolean required;
     private final boolean verifyClients;
     private final String subject;
 
-    private TlsServer(TlsMode mode, SSLContext context, boolean verifyClients, String subject) {
-        this.mode = mode;
+    private TlsServer(SSLContext context, boolean required, boolean verifyClients, String subject) {
         this.context = context;
+        this.required = required;
         this.verifyClients = verifyClients;
         this.subject = subject;
     }
 
     /** No TLS: STARTTLS is refused (NBD_REP_ERR_POLICY). */
     public static TlsServer off() {
-        return new TlsServer(TlsMode.OFF, null, false, "");
+        return new TlsServer(null, false, false, "");
     }
 
     /**
-     * Reads and checks the files.
+     * Reads and checks the files: TLS offered to every client.
+     * @param required FORCEDTLS: every option but STARTTLS and ABORT is answered NBD_REP_ERR_TLS_REQD until TLS
+     *                 runs, and NBD_OPT_EXPORT_NAME before it (which cannot be refused) ends the session; false:
+     *                 SELECTIVETLS with no TLS-only export, a client may upgrade or go on in plaintext
      * @param clientCa CA certificates client certificates must chain to (every client then needs one), or null
      * @throws IOException naming the setting, the file and what is wrong with it
      */
-    public static TlsServer load(TlsMode mode, Path certificate, Path key, Path clientCa) throws IOException {
-        if (mode == TlsMode.OFF) {
-            return off();
-        }
+    public static TlsServer load(boolean required, Path certificate, Path key, Path clientCa) throws IOException {
         List<X509Certificate> chain = certificates(certificate, "nbd.tls.certificate");
         PrivateKey privateKey = privateKey(key, chain.getFirst());
         try {
@@ -83,14 +84,20 @@ public final class TlsServer {
             }
             SSLContext ctx = SSLContext.getInstance("TLSv1.3");
             ctx.init(kmf.getKeyManagers(), tmf == null ? null : tmf.getTrustManagers(), null);
-            return new TlsServer(mode, ctx, clientCa != null, chain.getFirst().getSubjectX500Principal().getName());
+            return new TlsServer(ctx, required, clientCa != null, chain.getFirst().getSubjectX500Principal().getName());
         } catch (GeneralSecurityException e) {
             throw new IOException("nbd.tls: the JDK's TLS cannot use " + certificate + " and " + key + ": " + e.getMessage(), e);
         }
     }
 
-    public TlsMode mode() {
-        return mode;
+    /** Whether STARTTLS is accepted. */
+    public boolean offered() {
+        return context != null;
+    }
+
+    /** Whether a client must run STARTTLS before anything but ABORT. */
+    public boolean required() {
+        return required;
     }
 
     public boolean verifiesClients() {
@@ -99,8 +106,8 @@ public final class TlsServer {
 
     /** For the start-up line: what the server presents and what it asks of clients. */
     public String describe() {
-        return mode == TlsMode.OFF ? "nbd.tls=off"
-                : "nbd.tls=" + mode.name().toLowerCase(java.util.Locale.ROOT) + " (TLS 1.3, certificate " + subject
+        return context == null ? "nbd.tls=off"
+                : "nbd.tls=" + (required ? "require" : "on") + " (TLS 1.3, certificate " + subject
                 + (verifyClients ? ", client certificates required)" : ", no client certificates)");
     }
 

@@ -69,9 +69,29 @@ public final class MemoryBlockDriver implements BlockDriver {
     public final AtomicInteger chunksInDriver = new AtomicInteger();
     public final AtomicInteger maxChunksInDriver = new AtomicInteger();
 
+    /** What the capability queries answer yes to; every one by default, as the pmem driver. */
+    public enum Capability { WRITE, FLUSH, FUA, TRIM, ZERO, FAST_ZERO, CACHE, MULTI_CONN }
+
+    private final java.util.EnumSet<Capability> capabilities = java.util.EnumSet.allOf(Capability.class);
+
     public MemoryBlockDriver(long size) {
         this.memory = arena.allocate(size, 4096);
     }
+
+    /** Answers no for {@code missing} from now on (WRITE: a read-only device); set before a frontend asks. */
+    public MemoryBlockDriver without(Capability... missing) {
+        capabilities.removeAll(List.of(missing));
+        return this;
+    }
+
+    @Override public boolean isReadOnly() { return !capabilities.contains(Capability.WRITE); }
+    @Override public boolean canFlush() { return capabilities.contains(Capability.FLUSH); }
+    @Override public boolean canFua() { return capabilities.contains(Capability.FUA); }
+    @Override public boolean canTrim() { return capabilities.contains(Capability.TRIM); }
+    @Override public boolean canZero() { return capabilities.contains(Capability.ZERO); }
+    @Override public boolean canFastZero() { return capabilities.contains(Capability.FAST_ZERO); }
+    @Override public boolean canCache() { return capabilities.contains(Capability.CACHE); }
+    @Override public boolean canMultiConn() { return capabilities.contains(Capability.MULTI_CONN); }
 
     public void mode(Mode m) {
         mode = m;
