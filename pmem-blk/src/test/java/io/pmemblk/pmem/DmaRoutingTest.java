@@ -1,5 +1,7 @@
 package io.pmemblk.pmem;
 
+import io.pmemblk.queueing.testing.Closing;
+
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.HardwareQueue;
 import io.pmemblk.queueing.Op;
@@ -47,13 +49,8 @@ class DmaRoutingTest {
     }
 
     @AfterEach
-    void close() throws IOException {
-        if (driver != null) {
-            driver.close();
-        }
-        if (layer != null) {
-            layer.close();
-        }
+    void close() throws Exception {
+        Closing.closeAll(driver, layer);
     }
 
     private Request prepare(HardwareQueue q, Op op, long off, int len, int seed) throws InterruptedException {

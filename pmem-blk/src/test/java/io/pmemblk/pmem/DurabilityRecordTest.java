@@ -1,5 +1,7 @@
 package io.pmemblk.pmem;
 
+import io.pmemblk.queueing.testing.Closing;
+
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.HardwareQueue;
 import io.pmemblk.queueing.Op;
@@ -62,13 +64,8 @@ class DurabilityRecordTest {
     }
 
     @AfterEach
-    void close() throws IOException {
-        if (driver != null) {
-            driver.close();
-        }
-        if (layer != null) {
-            layer.close();
-        }
+    void close() throws Exception {
+        Closing.closeAll(driver, layer);
     }
 
     /** Acquires, fills (random bytes for WRITE) and dispatches one request; its ack is recorded and it is released. */

@@ -1,5 +1,7 @@
 package io.pmemblk.pmem;
 
+import io.pmemblk.queueing.testing.Closing;
+
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.HardwareQueue;
 import io.pmemblk.queueing.Op;
@@ -38,13 +40,8 @@ class MappingFaultTest {
     CopyStats stats = new CopyStats();
 
     @AfterEach
-    void tearDown() throws IOException {
-        if (layer != null) {
-            layer.close();
-        }
-        if (driver != null) {
-            driver.close();
-        }
+    void tearDown() throws Exception {
+        Closing.closeAll(layer, driver);
     }
 
     private void serveThenTruncate(PmemRegion.Mapper mapper) throws Exception {

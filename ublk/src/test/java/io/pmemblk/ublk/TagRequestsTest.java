@@ -1,5 +1,7 @@
 package io.pmemblk.ublk;
 
+import io.pmemblk.queueing.testing.Closing;
+
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.Op;
@@ -93,12 +95,7 @@ class TagRequestsTest {
 
     @AfterEach
     void close() throws Exception {
-        if (driver != null) {
-            driver.close();
-        }
-        if (layer != null) {
-            layer.close();
-        }
+        Closing.closeAll(driver, layer);
         if (fd >= 0) {
             Libc.close(fd);
         }
