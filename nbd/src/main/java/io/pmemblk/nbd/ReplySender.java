@@ -21,8 +21,9 @@ import java.util.concurrent.locks.ReentrantLock;
  * <p>The reader must never wait for a client that waits for it: a client may be blocked sending its next WRITE
  * payload and read replies only after that (half-duplex), so a reader blocked writing to it would never read that
  * payload. So the reader sends inline without blocking (MSG_DONTWAIT through {@link SocketFd}); when the socket is
- * full it waits for room only while the client sends nothing. Input waiting with no room coming within
- * {@link #HANDOFF_MILLIS} is the half-duplex case: the rest of that batch goes to the sender thread, which waits
+ * full it lets the kernel wait for room in bounded sends ({@link #HANDOFF_MILLIS} each: one call per wait, where a
+ * poll and a send cost two syscalls per wake-up), for as long as the client takes bytes or sends nothing. No byte
+ * taken in one of them while input waits is the half-duplex case: the rest of that batch goes to the sender thread, which waits
  * for the client, and the reader goes back to reading. A client that reads its replies (every fio job, every
  * kernel client) frees room within microseconds, so its large READ replies go out inline with no thread hand-off:
  * handing every batch that overflows the socket to the sender cost 64 KiB reads at QD16 15-26% of their rate and
@@ -45,9 +46,9 @@ final class ReplySender {
     /** Longest wait for room before the sender looks again at the client's progress and the connection's state. */
     static final int WAIT_MILLIS = 100;
     /**
-     * With the socket full and input waiting, how long the reader waits for room before it leaves the rest of an
-     * inline batch to the sender thread: a client reading its replies frees room far sooner; one that does not is
-     * blocked sending (half-duplex) and waits for the reader.
+     * With the socket full, how long one blocking send of the reader waits for room; when it took nothing and the
+     * client has sent input, the rest of the inline batch goes to the sender thread: a client reading its replies
+     * frees room far sooner; one that does not is blocked sending (half-duplex) and waits for the reader.
      */
     static final int HANDOFF_MILLIS = 2;
 
@@ -200,8 +201,13 @@ final class ReplySender {
             try {
                 iovs = encode(done, n);
                 long total = encoder.encodedBytes();
+                boolean wait = false; // the buffer was full: the kernel waits for room, HANDOFF_MILLIS at a time
                 while (total > 0) {
-                    long w = out.send(iov, first, iovs - first);
+                    if (wait && state.broken) {
+                        throw new IOException(state.reason);
+                    }
+                    long w = wait ? out.sendWaiting(iov, first, iovs - first, HANDOFF_MILLIS)
+                            : out.send(iov, first, iovs - first);
                     if (w > 0) {
                         total -= w;
                         if (sendingSince.get() != 0) {
@@ -211,7 +217,17 @@ final class ReplySender {
                     while (first < iovs && !iov[first].hasRemaining()) {
                         iov[first++] = null;
                     }
-                    if (total > 0 && out.sendBufferFull() && !roomBeforeInput()) {
+                    if (total == 0 || !out.sendBufferFull()) {
+                        continue;
+                    }
+                    if (w == 0 && sendingSince.get() == 0) {
+                        sendingSince.set(System.nanoTime()); // waiting with nothing taken: the stall clock runs
+                    }
+                    if (!wait) {
+                        wait = true;
+                    } else if (w == 0 && inputWaiting()) {
+                        // No byte taken in HANDOFF_MILLIS and the client sends: it may be blocked sending, waiting
+                        // for this thread to read. The sender thread finishes the batch; the reader reads on.
                         pendingFirst = first;
                         pendingIovs = iovs;
                         pendingBytes = total;
@@ -233,27 +249,9 @@ final class ReplySender {
         release(done, n, false);
     }
 
-    /**
-     * Reader, the send buffer full: waits for room, with the stall clock running, as long as the client sends
-     * nothing. True when there is room (or the socket failed: the next send says how); false when input waits and
-     * no room came within {@link #HANDOFF_MILLIS}: the client may be blocked sending, waiting for this thread.
-     */
-    private boolean roomBeforeInput() throws IOException {
-        if (sendingSince.get() == 0) {
-            sendingSince.set(System.nanoTime());
-        }
-        while (true) {
-            if (state.broken) {
-                throw new IOException(state.reason);
-            }
-            int ev = out.await((short) (Libc.POLLOUT | Libc.POLLIN), WAIT_MILLIS);
-            if ((ev & (Libc.POLLOUT | Libc.POLLERR | Libc.POLLHUP)) != 0) {
-                return true;
-            }
-            if ((ev & Libc.POLLIN) != 0) {
-                return (out.await(Libc.POLLOUT, HANDOFF_MILLIS) & (Libc.POLLOUT | Libc.POLLERR | Libc.POLLHUP)) != 0;
-            }
-        }
+    /** Whether the client has sent bytes the reader has not read (or the socket failed: the next send says how). */
+    private boolean inputWaiting() throws IOException {
+        return (out.await(Libc.POLLIN, 0) & Libc.POLLIN) != 0;
     }
 
     /** Sender thread, holding sendLock: the rest of an inline batch the socket did not take at once. */

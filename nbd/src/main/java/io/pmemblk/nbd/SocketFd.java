@@ -66,6 +66,27 @@ final class SocketFd {
      * @throws IOException when the peer is gone (EPIPE, ECONNRESET) or the socket was shut down
      */
     long send(ByteBuffer[] bufs, int first, int count) throws IOException {
+        return send(bufs, first, count, false);
+    }
+
+    /**
+     * As {@link #send}, but the kernel waits for room, at most {@code millis} ms (the socket's SO_SNDTIMEO, set
+     * on first use): one call per wait where a poll and a non-blocking send cost two. The socket's other writer,
+     * the JDK channel, writes only during the handshake, before the first call.
+     * @return bytes sent; 0 when no room came within {@code millis}
+     */
+    long sendWaiting(ByteBuffer[] bufs, int first, int count, int millis) throws IOException {
+        if (sendTimeout != millis) {
+            Libc.sendTimeout(fd, millis);
+            sendTimeout = millis;
+        }
+        return send(bufs, first, count, true);
+    }
+
+    /** SO_SNDTIMEO as last set by {@link #sendWaiting}, 0 while unset. */
+    private int sendTimeout;
+
+    private long send(ByteBuffer[] bufs, int first, int count, boolean waiting) throws IOException {
         int n = Math.min(count, Libc.IOV_MAX);
         long asked = 0;
         for (int i = 0; i < n; i++) {
@@ -84,7 +105,7 @@ final class SocketFd {
             asked += len;
         }
         msghdr.set(ValueLayout.JAVA_LONG, Libc.MSGHDR_IOVLEN, n);
-        long sent = Libc.sendNow(fd, msghdr);
+        long sent = waiting ? Libc.sendWaiting(fd, msghdr) : Libc.sendNow(fd, msghdr);
         long left = sent;
         for (int i = first; left > 0; i++) {
             ByteBuffer b = bufs[i];

@@ -136,7 +136,7 @@ public final class Libc {
     // <sys/socket.h>, <bits/socket_type.h> on x86-64 Linux: the unix datagram socket systemd's notify protocol
     // needs, which java.nio's channels do not offer (they have unix stream sockets only).
     public static final int AF_UNIX = 1, SOCK_DGRAM = 2, SOCK_CLOEXEC = 02000000;
-    public static final int SOL_SOCKET = 1, SO_RCVTIMEO = 20;
+    public static final int SOL_SOCKET = 1, SO_RCVTIMEO = 20, SO_SNDTIMEO = 21;
     public static final int MSG_DONTWAIT = 0x40, MSG_NOSIGNAL = 0x4000;
     /** {@code <sys/un.h>} struct sockaddr_un: sa_family_t, then 108 bytes of path. */
     public static final StructLayout SOCKADDR_UN = MemoryLayout.structLayout(
@@ -674,15 +674,27 @@ public final class Libc {
 
     /** setsockopt(SO_RCVTIMEO): a blocking {@link #recv} on {@code fd} gives up with EAGAIN after {@code millis}. */
     public static void receiveTimeout(int fd, long millis) throws NativeException {
+        socketTimeout(fd, SO_RCVTIMEO, "SO_RCVTIMEO", millis);
+    }
+
+    /**
+     * setsockopt(SO_SNDTIMEO): a blocking send on {@code fd} ({@link #sendWaiting}) returns after {@code millis}
+     * with what it sent so far, or EAGAIN (0 there) when nothing.
+     */
+    public static void sendTimeout(int fd, long millis) throws NativeException {
+        socketTimeout(fd, SO_SNDTIMEO, "SO_SNDTIMEO", millis);
+    }
+
+    private static void socketTimeout(int fd, int option, String name, long millis) throws NativeException {
         if (millis <= 0) {
-            throw new IllegalArgumentException("receive timeout must be positive, got " + millis + " ms");
+            throw new IllegalArgumentException(name + " must be positive, got " + millis + " ms");
         }
         try (Arena a = Arena.ofConfined()) {
             MemorySegment timeval = a.allocate(JAVA_LONG, 2); // struct timeval { time_t tv_sec; suseconds_t tv_usec; }
             timeval.setAtIndex(JAVA_LONG, 0, millis / 1000);
             timeval.setAtIndex(JAVA_LONG, 1, millis % 1000 * 1000);
-            call("setsockopt", "fd " + fd + ", SO_RCVTIMEO " + millis + " ms",
-                    state -> (int) SETSOCKOPT.invokeExact(state, fd, SOL_SOCKET, SO_RCVTIMEO, timeval, (int) timeval.byteSize()));
+            call("setsockopt", "fd " + fd + ", " + name + " " + millis + " ms",
+                    state -> (int) SETSOCKOPT.invokeExact(state, fd, SOL_SOCKET, option, timeval, (int) timeval.byteSize()));
         }
     }
 
@@ -694,10 +706,24 @@ public final class Libc {
      * @throws NativeException for any other error (EPIPE, ECONNRESET: the peer is gone)
      */
     public static long sendNow(int fd, MemorySegment msghdr) throws NativeException {
+        return sendmsg(fd, msghdr, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+
+    /**
+     * sendmsg(2) of {@code msghdr}'s iovecs with MSG_NOSIGNAL on a blocking socket: the kernel waits for room
+     * itself (one call, not a poll and a send per wake-up), until everything is sent or the socket's SO_SNDTIMEO
+     * ({@link #sendTimeout}) passes. Allocates nothing.
+     * @return bytes sent; 0 when the timeout passed with nothing sent (EAGAIN) or a signal came first
+     */
+    public static long sendWaiting(int fd, MemorySegment msghdr) throws NativeException {
+        return sendmsg(fd, msghdr, MSG_NOSIGNAL);
+    }
+
+    private static long sendmsg(int fd, MemorySegment msghdr, int flags) throws NativeException {
         MemorySegment state = Native.callState();
         long n;
         try {
-            n = (long) SENDMSG.invokeExact(state, fd, msghdr, MSG_DONTWAIT | MSG_NOSIGNAL);
+            n = (long) SENDMSG.invokeExact(state, fd, msghdr, flags);
         } catch (Throwable t) {
             throw Native.unexpected(t);
         }
