@@ -39,32 +39,7 @@ class PmemBlockDriverTest {
     }
 
     private int run(Op op, long off, int len, byte fill, byte[] out) throws InterruptedException {
-        Request r = q.acquire(op.carriesData() ? len : 0);
-        r.op = op;
-        r.offset = off;
-        if (!op.carriesData()) {
-            r.length = len;
-        }
-        if (op == Op.WRITE) {
-            for (ByteBuffer b : r.buffers()) {
-                if (b == null) break;
-                while (b.hasRemaining()) b.put(fill);
-            }
-        }
-        AtomicInteger done = new AtomicInteger(-1);
-        r.completion = req -> done.set(req.status());
-        q.dispatch(new Request[]{r}, 1);
-        assertThat(done.get()).as("CPU route completes inline").isGreaterThanOrEqualTo(0);
-        if (op == Op.READ && done.get() == 0 && out != null) {
-            int pos = 0;
-            for (int s = 0; s < r.segments(); s++) {
-                ByteBuffer b = r.buffers()[s];
-                b.get(out, pos, b.remaining());
-                pos += r.segmentLength(s);
-            }
-        }
-        r.release();
-        return done.get();
+        return InlineRequests.run(q, op, off, len, fill, false, out);
     }
 
     @Test
