@@ -1,0 +1,10 @@
+/**
+ * The vhost-user-blk frontend: QEMU shares guest RAM over a unix socket, the guest's virtio-blk requests are
+ * descriptor chains in that RAM, and the one data copy is guest RAM <-> pmem, by the CPU or by the DMA engine.
+ */
+module io.pmemblk.vhost {
+    requires transitive io.pmemblk.queueing;
+    requires io.pmemblk.posix; // SCM_RIGHTS, eventfd, MAP_SHARED mappings of the guest's memory fds
+
+    exports io.pmemblk.vhost;
+}
