@@ -607,7 +607,7 @@ public final class PmemBlockDriver implements BlockDriver {
             return complete(r, result, error);
         }
         stats.dmaError();
-        if (r.callerMemory() && !registered(r)) {
+        if (r.callerMemory() && !stillMapped(r)) {
             // Its memory left the IOVA space under it (unregistered before its requests were released): the owner
             // is giving it back, so the CPU must not copy into or out of it either.
             if (faultLogDue()) {
@@ -658,7 +658,7 @@ public final class PmemBlockDriver implements BlockDriver {
     }
 
     /** Whether every piece of r's caller memory still translates in the engine's IOVA space (a failure path only). */
-    private boolean registered(Request r) {
+    private boolean stillMapped(Request r) {
         IovaSpace space = engine.iovaSpace();
         for (int i = 0, n = r.iovCount(); i < n; i++) {
             try {
@@ -801,7 +801,7 @@ public final class PmemBlockDriver implements BlockDriver {
     private boolean copyIn(Request r) {
         int n = r.segments();
         if (n == 0) {
-            return copyInPieces(r); // caller memory, or no data at all
+            return copyPieces(r, true); // caller memory, or no data at all
         }
         MemorySegment pool = r.queue().pool().memory();
         long dst = r.offset;
@@ -817,7 +817,7 @@ public final class PmemBlockDriver implements BlockDriver {
     private boolean copyOut(Request r) {
         int n = r.segments();
         if (n == 0) {
-            return copyOutPieces(r);
+            return copyPieces(r, false);
         }
         MemorySegment pool = r.queue().pool().memory();
         long src = r.offset;
@@ -829,24 +829,22 @@ public final class PmemBlockDriver implements BlockDriver {
         return true;
     }
 
-    private boolean copyInPieces(Request r) {
+    /**
+     * Copies between r's pieces of caller memory and the mapping, one copy per piece (into the mapping for a
+     * WRITE); false, copying nothing, when the pieces do not cover the request's length.
+     */
+    private boolean copyPieces(Request r, boolean write) {
         if (r.iovBytes() != r.length) {
             return false;
         }
         for (int i = 0, n = r.iovCount(); i < n; i++) {
             MemorySegment piece = r.iov(i);
-            region.write(piece, 0, r.offset + r.iovOffset(i), piece.byteSize());
-        }
-        return true;
-    }
-
-    private boolean copyOutPieces(Request r) {
-        if (r.iovBytes() != r.length) {
-            return false;
-        }
-        for (int i = 0, n = r.iovCount(); i < n; i++) {
-            MemorySegment piece = r.iov(i);
-            region.read(r.offset + r.iovOffset(i), piece, 0, piece.byteSize());
+            long at = r.offset + r.iovOffset(i);
+            if (write) {
+                region.write(piece, 0, at, piece.byteSize());
+            } else {
+                region.read(at, piece, 0, piece.byteSize());
+            }
         }
         return true;
     }
