@@ -137,7 +137,6 @@ final class TuneCommand implements Callable<Integer> {
              SegmentCopyProbe segments = segmentsNotMeasured != null ? null : new SegmentCopyProbe(device.region(),
                      DmaEngine.soft(new IovaSpace(), 1, s.get(Settings.DMA_RING_SIZE)), (int) options.segmentSize())) {
             pmem = device.region().isPmem();
-            System.err.println("pmemblk tune: path measured: " + LoadProbe.PATH);
             System.err.printf(Locale.ROOT, "pmemblk tune: %s engine, scratch %s (is_pmem=%b), %d sizes x 2 routes x (1x1, %dx%d) x read/write x %d repeats,"
                             + " then %s in %d segments and in one, %.2f s each%n",
                     s.text(Settings.DMA_ENGINE), scratchFile, device.region().isPmem(), options.sizes().length, jobs, depth,
@@ -152,7 +151,6 @@ final class TuneCommand implements Callable<Integer> {
         } finally {
             Files.deleteIfExists(scratchFile);
         }
-        System.out.println("path measured: " + LoadProbe.PATH);
         Autotuner.printTable(report, System.out);
         Crossover.Result r = report.result();
         String value = r.off() ? "off" : Sizes.format(r.threshold());
@@ -183,7 +181,7 @@ final class TuneCommand implements Callable<Integer> {
             String how = Instant.now().truncatedTo(ChronoUnit.SECONDS) + " (objective " + obj.name().toLowerCase(Locale.ROOT)
                     + ", " + s.text(Settings.DMA_ENGINE) + " engine, sizes " + Sizes.format(sizes[0]) + ".."
                     + Sizes.format(sizes[sizes.length - 1]) + ", 1x1 and " + jobs + "x" + depth
-                    + ", median of " + repeats + (r.noisy() ? ", noisy" : "") + "; path " + LoadProbe.PATH + ")";
+                    + ", median of " + repeats + (r.noisy() ? ", noisy" : "") + "; measured " + LoadProbe.MEASURED + ")";
             PropertiesEditor.set(config, Settings.ROUTE_DMA_MIN_BYTES.name(), value, how);
             System.out.println("wrote route.dma.min-bytes=" + value + " to " + config);
             if (seg != null) {

@@ -11,12 +11,12 @@ import io.pmemblk.queueing.Route;
  */
 public final class LoadProbe implements Autotuner.Probe {
     /**
-     * The copy path this probe measures, and so what the thresholds it finds are right for: what {@code tune}
-     * prints and writes beside them. NBD and ublk requests take another path (the kernel's copy straight to or
-     * from the mapping), so the thresholds route them only with route.dma.bounce.
+     * The copy path this probe measures, and so the requests the thresholds it finds are right for: printed under
+     * the table and written beside the thresholds. NBD and ublk requests take another path (the kernel's copy
+     * straight to or from the mapping), which the thresholds leave alone unless route.dma.bounce.
      */
-    public static final String PATH = "buffer <-> pmem, in process: the path of vhost-user requests (guest RAM"
-            + " <-> pmem) and in-process users; NBD/ublk requests stay on the CPU unless route.dma.bounce=true";
+    public static final String MEASURED = "buffer <-> pmem in process, the vhost-user path; NBD/ublk requests stay on"
+            + " the CPU unless route.dma.bounce=true";
 
     private final PmemBlockDriver driver;
     private final LoadGenerator generator;
