@@ -200,6 +200,7 @@ class CallerMemoryTest {
         r.release();
         assertThat(device(0, (int) p.total())).isEqualTo(gather(p));
         assertThat(stats.bytes(Route.DMA, true)).isZero();
+        assertThat(stats.dmaErrors()).as("never offered to the engine").isZero();
         assertThat(stats.bytes(Route.CPU, true)).isEqualTo(p.total());
     }
 
