@@ -8,8 +8,8 @@
 #                  pool file on ext4 -o dax on that namespace, on /dev/ublkbN and on /dev/nbd0 (the kernel's
 #                  nbd-client on the same server's unix socket); IOPS, MB/s and the ratios as RESULT lines
 #   ublk-pmem      the server on ext4 -o dax (info: is_pmem=true), fio verify=crc32c through /dev/ublkbN,
-#                  ublk request counters; again with dma.engine=soft, route.dma.min-bytes=65536: both copy
-#                  routes used (pmemblk_copy_bytes_total)
+#                  ublk request counters; again with dma.engine=soft, route.dma.bounce=true and
+#                  route.dma.min-bytes=65536: both copy routes used (pmemblk_copy_bytes_total)
 #   ublk           the server on a tmpfs file: no /dev/ublk-control -> exit 1 naming modprobe ublk_drv; block
 #                  size and capacity; blkdiscard and blkdiscard -z on the raw device; mkfs.ext4, files with
 #                  fsync and sha256 sums, fio verify (bssplit 4k..1m) on the filesystem, fstrim, e2fsck -fn;
@@ -239,7 +239,7 @@ part_ublk_pmem() {
     stop_server
 
     start_server pmem-dma --set "pmem.path=$PM/pool" --set pmem.size=256M --set metrics.port=9473 \
-        --set dma.engine=soft --set route.dma.min-bytes=65536
+        --set dma.engine=soft --set route.dma.bounce=true --set route.dma.min-bytes=65536
     fio_verify pmem-dma --filename="$DEV" --size=128M
     scrape 9473 /tmp/metrics-dma.txt || fail "metrics not served on port 9473"
     grep -E '^pmemblk_(ublk_requests_total|copy_bytes_total)' /tmp/metrics-dma.txt | sed 's/^/metrics| /'

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Scenario "vfio", run inside a guest with an emulated NVDIMM and QEMU's edu DMA device behind an emulated Intel
 # IOMMU (scripts/vm --nvdimm --vfio-edu). edu is bound to vfio-pci; the server serves device DAX with
-# dma.engine=vfio and route.dma.min-bytes=8K, so every 8 KiB request is copied by edu through the IOMMU:
+# dma.engine=vfio, route.dma.bounce=true and route.dma.min-bytes=8K, so every 8 KiB request is copied by edu through the IOMMU:
 #   patterned 8 KiB writes and reads through the export; metrics: DMA bytes, and the device's own transfer count
 #   (its completion interrupts) agrees with them; SIGTERM exits 0 after unmapping; the pattern reads back after a
 #   restart; `pmemblk dma check` DMAs to an unmapped IOVA (no byte moves; the kernel logs the DMAR fault); serving
@@ -29,7 +29,7 @@ say "edu at $ADDR bound to $(basename "$(readlink "/sys/bus/pci/devices/$ADDR/dr
 ndctl create-namespace -f -e namespace0.0 -m devdax --map=mem >/dev/null
 [ -c /dev/dax0.0 ] || { say "no /dev/dax0.0 after ndctl create-namespace -m devdax"; exit 1; }
 ARGS="--set pmem.path=/dev/dax0.0 --set nbd.socket=$SOCK --set nbd.port=0 --set dma.engine=vfio --set dma.vfio.devices=$ADDR
-      --set route.dma.min-bytes=8K --set queues=1 --set queue.depth=16 --set queue.buffer-bytes=32M --set metrics.port=$PORT"
+      --set route.dma.bounce=true --set route.dma.min-bytes=8K --set queues=1 --set queue.depth=16 --set queue.buffer-bytes=32M --set metrics.port=$PORT"
 
 start_server() {
     rm -f "$SOCK"

@@ -6,8 +6,8 @@ import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.soft.SoftFaults;
 import io.pmemblk.dma.vfio.VfioEngine;
 import io.pmemblk.pmem.CopyStats;
-import io.pmemblk.pmem.Routing;
 import io.pmemblk.pmem.PmemBlockDriver;
+import io.pmemblk.pmem.Routing;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.posix.TrustedPath;
 import io.pmemblk.settings.DefaultPaths;
@@ -53,8 +53,7 @@ public final class Device implements AutoCloseable {
                 engine = DmaEngine.soft(new IovaSpace(), settings.get(Settings.DMA_CHANNELS),
                         settings.get(Settings.DMA_RING_SIZE), DmaEngine.SOFT_XFERCAP_LOG2, SoftFaults.installed());
             }
-            this.driver = new PmemBlockDriver(region, stats, engine, new Routing(
-                    settings.get(Settings.ROUTE_DMA_MIN_BYTES), settings.get(Settings.ROUTE_DMA_MIN_SEGMENTS)));
+            this.driver = new PmemBlockDriver(region, stats, engine, LiveSettings.routing(settings));
             // ublk queue i takes tags of its own on hardware queue i, so it never waits behind NBD connections.
             boolean ublk = settings.get(Settings.UBLK_ENABLED);
             this.layer = new BlockLayer(driver, settings.get(Settings.QUEUES), settings.get(Settings.QUEUE_DEPTH),
@@ -120,6 +119,16 @@ public final class Device implements AutoCloseable {
     /** Sends every request to one route (bench, tune); false when that route is not available. */
     public boolean forceRoute(io.pmemblk.queueing.Route route) {
         return driver.force(route);
+    }
+
+    /**
+     * Routes the pool-buffer requests of an in-process user (pmemblk bench) by the thresholds, as caller memory
+     * is: it fills and reads the buffers itself, with no kernel copy in front, so they are the vhost-user path
+     * and DMA takes the one copy off the CPU (route.dma.bounce is about served NBD/ublk requests).
+     */
+    public void routeInProcess() {
+        Routing r = driver.routing();
+        driver.routing(new Routing(r.minBytes(), r.minSegments(), true));
     }
 
     /** CPU time consumed so far by the DMA engine's own threads (0 without an engine). */

@@ -80,7 +80,8 @@ final class LiveSettings {
         }
         List<String> done = new ArrayList<>();
         List<Key<?>> live = fresh.changed(applied).stream().filter(Settings.LIVE::contains).toList();
-        if (live.contains(Settings.ROUTE_DMA_MIN_BYTES) || live.contains(Settings.ROUTE_DMA_MIN_SEGMENTS)) {
+        if (live.contains(Settings.ROUTE_DMA_MIN_BYTES) || live.contains(Settings.ROUTE_DMA_MIN_SEGMENTS)
+                || live.contains(Settings.ROUTE_DMA_BOUNCE)) {
             driver.routing(routing(fresh));
         }
         if (live.contains(Settings.NBD_STALL_TIMEOUT)) {
@@ -96,8 +97,10 @@ final class LiveSettings {
         return new Outcome(done, needRestart, null);
     }
 
+    /** The driver's routing from the route.dma.* keys: at start-up (Device) and on reload, one reading. */
     static Routing routing(Settings s) {
-        return new Routing(s.get(Settings.ROUTE_DMA_MIN_BYTES), s.get(Settings.ROUTE_DMA_MIN_SEGMENTS));
+        return new Routing(s.get(Settings.ROUTE_DMA_MIN_BYTES), s.get(Settings.ROUTE_DMA_MIN_SEGMENTS),
+                s.get(Settings.ROUTE_DMA_BOUNCE));
     }
 
     /**

@@ -38,8 +38,8 @@ import java.util.concurrent.Callable;
         description = "Measure the CPU/DMA crossover on this machine, by request size and by segment count, and (with"
                 + " --write) set route.dma.min-bytes and route.dma.min-segments in the config file, which a running"
                 + " server applies on reload (SIGHUP); --chart draws what was measured. It measures copies between"
-                + " buffers and the mapping (the path of a vhost-user request), not the kernel's copies of served"
-                + " NBD/ublk CPU requests.")
+                + " buffers and the mapping in process (the path of a vhost-user request), not the kernel's copies of"
+                + " served NBD/ublk requests, which stay on the CPU unless route.dma.bounce=true.")
 final class TuneCommand implements Callable<Integer> {
     @Option(names = "--config", paramLabel = "FILE", description = "Properties file to read (and to update with --write).")
     Path config;
@@ -181,7 +181,7 @@ final class TuneCommand implements Callable<Integer> {
             String how = Instant.now().truncatedTo(ChronoUnit.SECONDS) + " (objective " + obj.name().toLowerCase(Locale.ROOT)
                     + ", " + s.text(Settings.DMA_ENGINE) + " engine, sizes " + Sizes.format(sizes[0]) + ".."
                     + Sizes.format(sizes[sizes.length - 1]) + ", 1x1 and " + jobs + "x" + depth
-                    + ", median of " + repeats + (r.noisy() ? ", noisy" : "") + ")";
+                    + ", median of " + repeats + (r.noisy() ? ", noisy" : "") + "; measured " + LoadProbe.MEASURED + ")";
             PropertiesEditor.set(config, Settings.ROUTE_DMA_MIN_BYTES.name(), value, how);
             System.out.println("wrote route.dma.min-bytes=" + value + " to " + config);
             if (seg != null) {

@@ -48,7 +48,7 @@ class ChannelBreakServeIT {
         // The 300th descriptor of each channel breaks it for good: a provider of faults on serve's class path.
         try (ServerProcess s = ServerProcess.start(dir, FaultJar.environment(dir, "break-after=300"),
                 ServerProcess.sets("pmem.path=" + dir.resolve("p.img"), "pmem.size=128M", "nbd.socket=" + dir.resolve("s"),
-                        "nbd.port=0", "dma.engine=soft", "route.dma.min-bytes=65536", "metrics.port=" + port,
+                        "nbd.port=0", "dma.engine=soft", "route.dma.bounce=true", "route.dma.min-bytes=65536", "metrics.port=" + port,
                         "queue.buffer-bytes=32M"), 1)) {
             Path fioLog = Files.createTempFile(dir, "fio", ".log");
             Process fio = new ProcessBuilder("fio", "--name=break", "--ioengine=nbd", "--uri=" + s.unixUri(),

@@ -52,7 +52,7 @@ class DmaServeIT {
     void mixedSizesVerifyWithBothRoutesInTheMetrics() throws Exception {
         int port = freePort();
         try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",
-                "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "dma.engine=soft", "route.dma.min-bytes=65536",
+                "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "dma.engine=soft", "route.dma.bounce=true", "route.dma.min-bytes=65536",
                 "metrics.port=" + port, "queue.buffer-bytes=32M")) {
             assertThat(s.stdout).contains("metrics: http://127.0.0.1:" + port + "/metrics");
             ServerProcess.Run r = fio(s, "mixed");
@@ -74,7 +74,7 @@ class DmaServeIT {
         // Every 40th descriptor of each channel halts it: a provider of faults on serve's class path (test code).
         try (ServerProcess s = ServerProcess.start(dir, FaultJar.environment(dir, "fail-every=40"),
                 ServerProcess.sets("pmem.path=" + dir.resolve("p.img"), "pmem.size=128M", "nbd.socket=" + dir.resolve("s"),
-                        "nbd.port=0", "dma.engine=soft", "route.dma.min-bytes=65536", "metrics.port=" + port,
+                        "nbd.port=0", "dma.engine=soft", "route.dma.bounce=true", "route.dma.min-bytes=65536", "metrics.port=" + port,
                         "queue.buffer-bytes=32M"), 1)) {
             ServerProcess.Run r = fio(s, "faults");
             assertThat(r.exit()).as(r.out()).isZero();

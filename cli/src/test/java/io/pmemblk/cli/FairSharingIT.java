@@ -121,7 +121,7 @@ class FairSharingIT {
         int len = 32 * 1024;
         try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",
                 "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "queues=1", "queue.buffer-bytes=32M",
-                "nbd.stall-timeout=60", "metrics.port=" + port, "dma.engine=soft", "route.dma.min-bytes=" + len);
+                "nbd.stall-timeout=60", "metrics.port=" + port, "dma.engine=soft", "route.dma.bounce=true", "route.dma.min-bytes=" + len);
              Raw a = Raw.connectGo(dir.resolve("s"))) {
             byte[] big = pattern(4, 8 * MIB);
             a.write(64L * MIB, big, 0);

@@ -73,7 +73,7 @@ class GrafanaDashboardIT {
     void everyQueryNamesWhatTheServerExportsAndPrometheusEvaluatesIt() throws Exception {
         int metricsPort = ServeNotifyIT.freePort(), promPort = ServeNotifyIT.freePort();
         try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",
-                "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "dma.engine=soft", "route.dma.min-bytes=64K",
+                "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "dma.engine=soft", "route.dma.bounce=true", "route.dma.min-bytes=64K",
                 "metrics.port=" + metricsPort, "queue.buffer-bytes=32M")) {
             Map<String, Set<String>> exported = series(get("http://127.0.0.1:" + metricsPort + "/metrics"));
             List<GrafanaDashboard.Query> queries = GrafanaDashboard.read().queries();

@@ -78,7 +78,7 @@ class LiveReloadIT {
         Path sock = dir.resolve("nbd.sock");
         Path config = dir.resolve("live.properties");
         String base = "pmem.path=" + dir.resolve("p.img") + "\npmem.size=256M\nnbd.socket=" + sock + "\nnbd.port=0\n"
-                + "dma.engine=soft\nmetrics.port=" + port + "\nqueue.buffer-bytes=32M\n";
+                + "dma.engine=soft\nroute.dma.bounce=true\nmetrics.port=" + port + "\nqueue.buffer-bytes=32M\n";
         Files.writeString(config, base + "route.dma.min-bytes=off\n");
         Path fioOut = dir.resolve("fio.out");
         try (NotifyListener systemd = new NotifyListener(dir.resolve("notify").toString());

@@ -155,7 +155,7 @@ class CrashConsistencyTest {
             if (seed % 2 == 0) { // faults: halted copies are redone by the CPU
                 faults.failEvery(0, 7, IoatSpec.CHANERR_DEST_ADDR);
             }
-            driver = new PmemBlockDriver(region, new CopyStats(), engine, new Routing(16 << 10, Integer.MAX_VALUE));
+            driver = new PmemBlockDriver(region, new CopyStats(), engine, new Routing(16 << 10, Integer.MAX_VALUE, true));
             layer = new BlockLayer(driver, 3, 16, 4 << 20, 64 << 10);
             try {
                 Random crash = new Random(seed * 31);

@@ -92,7 +92,7 @@ class DmaRoutingTest {
 
     @Test
     void aBatchIsSplitBetweenRoutesByLengthAndEveryByteLands() throws Exception {
-        open(1, 1, 64, new Routing(65536, Integer.MAX_VALUE));
+        open(1, 1, 64, new Routing(65536, Integer.MAX_VALUE, true));
         HardwareQueue q = layer.queue(0);
         int[] lens = {4096, 65536, 300_000, 512, 1 << 20, 65535};
         Request[] batch = new Request[lens.length];
@@ -136,12 +136,12 @@ class DmaRoutingTest {
      */
     @Test
     void theRouteIsDecidedBeforeAcquiringByTheRuleTheBatchApplies() throws Exception {
-        open(1, 1, 64, new Routing(65536, 3));
+        open(1, 1, 64, new Routing(65536, 3, true));
         assertThat(driver.sendsInPlace(0, 65536 - 4096)).as("below both thresholds: the CPU").isTrue();
         assertThat(driver.sendsInPlace(0, 65536)).as("at min-bytes: DMA").isFalse();
         assertThat(driver.receivesInPlace(0, 65536)).isFalse();
         assertThat(driver.sendsInPlace(SIZE - 100, 200)).as("past the end: the normal path answers").isFalse();
-        driver.routing(new Routing(Long.MAX_VALUE, 3));
+        driver.routing(new Routing(Long.MAX_VALUE, 3, true));
         assertThat(driver.sendsInPlace(0, 2L * 131072)).isTrue();
         assertThat(driver.sendsInPlace(0, 2L * 131072 + 1)).as("three segments: DMA").isFalse();
         assertThat(driver.receivesInPlace(0, 2L * 131072 + 1)).isFalse();
@@ -151,7 +151,7 @@ class DmaRoutingTest {
         assertThat(driver.sendsInPlace(0, 4096)).isFalse();
         assertThat(driver.receivesInPlace(0, 4096)).isFalse();
         driver.force(null);
-        driver.routing(new Routing(65536, 3));
+        driver.routing(new Routing(65536, 3, true));
 
         io.pmemblk.queueing.FrontendQueue f = new io.pmemblk.queueing.FrontendQueue(layer.queue(0));
         byte[] data = new byte[65536 + 4096];
@@ -188,7 +188,7 @@ class DmaRoutingTest {
 
     @Test
     void segmentThresholdRoutesMultiSegmentRequests() throws Exception {
-        open(1, 1, 64, new Routing(Long.MAX_VALUE, 2));
+        open(1, 1, 64, new Routing(Long.MAX_VALUE, 2, true));
         HardwareQueue q = layer.queue(0);
         Request one = prepare(q, Op.WRITE, 0, 131072, 1);      // one 128 KiB segment
         Request two = prepare(q, Op.WRITE, 1 << 20, 131073, 2); // two segments
@@ -201,7 +201,7 @@ class DmaRoutingTest {
 
     @Test
     void aHaltedChannelsRequestsAreCompletedByTheCpuAndNothingIsLost() throws Exception {
-        open(1, 1, 256, new Routing(4096, Integer.MAX_VALUE));
+        open(1, 1, 256, new Routing(4096, Integer.MAX_VALUE, true));
         HardwareQueue q = layer.queue(0);
         // the 5th descriptor from now halts the channel: it and every copy placed after it fail
         faults.failDescriptor(0, 5, IoatSpec.CHANERR_DEST_ADDR);
@@ -238,7 +238,7 @@ class DmaRoutingTest {
      */
     @Test
     void haltsBetweenTheSegmentsOfOneRequestLoseNothing() throws Exception {
-        open(2, 1, 64, new Routing(4096, Integer.MAX_VALUE));
+        open(2, 1, 64, new Routing(4096, Integer.MAX_VALUE, true));
         faults.failEvery(0, 23, IoatSpec.CHANERR_DEST_ADDR);
         int rounds = 300, perBatch = 4, len = 3 * 131072 + 4096; // four segments each
         java.util.concurrent.atomic.AtomicReference<Throwable> failure = new java.util.concurrent.atomic.AtomicReference<>();
@@ -284,7 +284,7 @@ class DmaRoutingTest {
 
     @Test
     void aFullRingFallsBackToTheCpuInsteadOfStalling() throws Exception {
-        open(1, 1, 16, new Routing(4096, Integer.MAX_VALUE));
+        open(1, 1, 16, new Routing(4096, Integer.MAX_VALUE, true));
         faults.stall(true);
         HardwareQueue q = layer.queue(0);
         int n = 30;
@@ -308,7 +308,7 @@ class DmaRoutingTest {
 
     @Test
     void queuesUseChannelIModChannelsAndForcedRoutesOverrideThresholds() throws Exception {
-        open(3, 2, 64, new Routing(Long.MAX_VALUE, Integer.MAX_VALUE));
+        open(3, 2, 64, new Routing(Long.MAX_VALUE, Integer.MAX_VALUE, true));
         assertThat(driver.force(Route.DMA)).isTrue();
         for (int qi = 0; qi < 3; qi++) {
             HardwareQueue q = layer.queue(qi);

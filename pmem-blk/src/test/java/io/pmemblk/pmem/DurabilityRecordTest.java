@@ -3,6 +3,7 @@ package io.pmemblk.pmem;
 import io.pmemblk.queueing.testing.Closing;
 
 import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.HardwareQueue;
 import io.pmemblk.queueing.Op;
 import io.pmemblk.queueing.Request;
@@ -16,6 +17,9 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
 
 import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -222,7 +226,7 @@ class DurabilityRecordTest {
     @ParameterizedTest(name = "{0}")
     @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
     void dmaWrittenRangesArePersistedBeforeTheirFuaAckAndTheFlush(PmemRegion.Mapper mapper) throws Exception {
-        open(mapper, 3, DmaEngine.soft(new IovaSpace(), 2, 64, 16), new Routing(8192, Integer.MAX_VALUE));
+        open(mapper, 3, DmaEngine.soft(new IovaSpace(), 2, 64, 16), new Routing(8192, Integer.MAX_VALUE, true));
         int perThread = 30;
         onThreads(1, 2, qi -> {
             Random rnd = new Random(qi);
@@ -239,6 +243,50 @@ class DurabilityRecordTest {
         assertThat(c.writesCoveredByFlushes()).isEqualTo(2 * perThread);
         assertThat(rec.events()).as("the DMA route really ran")
                 .anyMatch(e -> e.kind() == RecordingPersistence.Kind.ACK && e.what().contains("by DMA"));
+    }
+
+    /**
+     * Caller memory (a vhost-user guest's RAM): FUA writes from its pieces, by the CPU below the threshold and by
+     * the engine straight from the registered memory above it, persisted before their ack; the FLUSH covers all.
+     */
+    @ParameterizedTest(name = "{0}")
+    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    void callerMemoryWritesArePersistedBeforeTheirFuaAckAndTheFlushOnBothRoutes(PmemRegion.Mapper mapper) throws Exception {
+        open(mapper, 1, DmaEngine.soft(new IovaSpace(), 1, 64, 16), new Routing(65536, Integer.MAX_VALUE));
+        try (Arena arena = Arena.ofShared()) {
+            MemorySegment guest = arena.allocate(4 << 20, 4096);
+            byte[] noise = new byte[(int) guest.byteSize()];
+            new Random(11).nextBytes(noise);
+            MemorySegment.copy(noise, 0, guest, ValueLayout.JAVA_BYTE, 0, noise.length);
+            long iova = driver.registerMemory(guest);
+            FrontendQueue f = new FrontendQueue(layer.queue(0));
+            Random rnd = new Random(12);
+            int n = 20;
+            for (int i = 0; i < n; i++) {
+                int len = i % 2 == 0 ? 4096 + rnd.nextInt(20_000) : 65536 + rnd.nextInt(150_000); // CPU, DMA
+                Request r = f.acquireIov(Op.WRITE, (long) i * 300_000, len);
+                long at = (long) i * 200_000;
+                int first = len / 3;
+                r.addIov(guest.asSlice(at, first), iova + at);
+                r.addIov(guest.asSlice(at + first + 100, len - first), iova + at + first + 100);
+                r.fua = i % 4 < 2;
+                r.cookie = ids.incrementAndGet();
+                r.completion = this::acknowledge;
+                rec.submitted(r, base);
+                f.add(r);
+                f.dispatch();
+            }
+            assertThat(await(n)).containsOnly(Status.OK);
+            submit(layer.queue(0), Op.FLUSH, 0, 0, false, 0);
+            assertThat(await(1)).containsOnly(Status.OK);
+            driver.unregisterMemory(guest);
+        }
+        DurabilityCheck.Checked c = verify();
+        assertThat(c.fuaWrites()).isEqualTo(10);
+        assertThat(c.writesCoveredByFlushes()).isEqualTo(20);
+        assertThat(rec.events()).as("both routes ran")
+                .anyMatch(e -> e.kind() == RecordingPersistence.Kind.ACK && e.what().contains("FUA") && e.what().contains("by DMA"))
+                .anyMatch(e -> e.kind() == RecordingPersistence.Kind.ACK && e.what().contains("FUA") && e.what().contains("by CPU"));
     }
 
     /**
@@ -300,7 +348,7 @@ class DurabilityRecordTest {
     @ParameterizedTest(name = "{0}")
     @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
     void aFailedMsyncOfADmaWriteIsFinalToo(PmemRegion.Mapper mapper) throws Exception {
-        open(mapper, 1, DmaEngine.soft(new IovaSpace(), 1, 64, 16), new Routing(8192, Integer.MAX_VALUE));
+        open(mapper, 1, DmaEngine.soft(new IovaSpace(), 1, 64, 16), new Routing(8192, Integer.MAX_VALUE, true));
         assumeTrue(!rec.flushesCaches(), "pmem: nothing to msync (pmem_drain cannot fail)");
         HardwareQueue q = layer.queue(0);
         rec.failSyncs.set(1);

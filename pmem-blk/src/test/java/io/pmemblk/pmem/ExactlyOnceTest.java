@@ -188,7 +188,7 @@ class ExactlyOnceTest {
 
     @Test
     void aPlaceThatThrowsSendsThatRequestToTheCpuAndTheRestOfTheBatchRuns() throws Exception {
-        open(new Routing(65536, Integer.MAX_VALUE));
+        open(new Routing(65536, Integer.MAX_VALUE, true));
         // DMA requests are 0, 2, 3, 5, 6, 8: the second (request 2) throws, the ones after it place again.
         channel.failCalls(2, 2);
         int n = 9;
@@ -209,7 +209,7 @@ class ExactlyOnceTest {
      */
     @Test
     void aRequestIsNotCompletedWhileItsCopiesAreStillInTheRing() throws Exception {
-        open(new Routing(65536, Integer.MAX_VALUE));
+        open(new Routing(65536, Integer.MAX_VALUE, true));
         faults.stall(true);
         channel.failCalls(2, 2);
         Request r = prepare(Op.WRITE, 0, DMA_LEN, 1000);
@@ -240,7 +240,7 @@ class ExactlyOnceTest {
 
     @Test
     void aChannelThatThrowsFromSomeCallOnLosesNothing() throws Exception {
-        open(new Routing(65536, Integer.MAX_VALUE));
+        open(new Routing(65536, Integer.MAX_VALUE, true));
         channel.failCalls(2, Integer.MAX_VALUE); // request 0 is placed, then the channel is closed for good
         int n = 12;
         q.dispatch(mixedWrites(n, 0), n);
@@ -254,7 +254,7 @@ class ExactlyOnceTest {
 
     @Test
     void anErrorFromPlaceIsRethrownOnlyAfterEveryRequestIsCompleted() throws Exception {
-        open(new Routing(65536, Integer.MAX_VALUE));
+        open(new Routing(65536, Integer.MAX_VALUE, true));
         channel.fault = () -> new AssertionError("injected Error in placeAll()");
         channel.failCalls(2, 2);
         int n = 6;
@@ -283,7 +283,7 @@ class ExactlyOnceTest {
 
     @Test
     void aFrontendCompletionThatThrowsDoesNotCostTheRestOfTheBatch() throws Exception {
-        open(new Routing(65536, Integer.MAX_VALUE));
+        open(new Routing(65536, Integer.MAX_VALUE, true));
         int n = 6;
         Request[] batch = mixedWrites(n, 0);
         for (int i = 0; i < n; i++) { // CPU ones complete inline, DMA ones on the channel's thread: both throw
@@ -305,7 +305,7 @@ class ExactlyOnceTest {
 
     @Test
     void aChannelTheDeviceBreaksMidRunLosesNothing() throws Exception {
-        open(new Routing(65536, Integer.MAX_VALUE));
+        open(new Routing(65536, Integer.MAX_VALUE, true));
         // The 10th descriptor halts the channel and it never arms again: the driver's recovery times out,
         // what was placed is reported failed, and from then on placeAll() throws.
         faults.breakAfter(0, 10, IoatSpec.CHANERR_DEST_ADDR);

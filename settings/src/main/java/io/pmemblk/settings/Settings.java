@@ -151,6 +151,12 @@ public final class Settings {
             "an integer 1..256, or off",
             "Requests with at least this many 128 KiB buffer segments go to DMA (when a DMA engine is configured).",
             t -> t.equalsIgnoreCase("off") ? Integer.MAX_VALUE : intRange(t, 1, 256));
+    public static final Key<Boolean> ROUTE_DMA_BOUNCE = Key.of("route.dma.bounce", "false", "true or false",
+            "Route NBD and ublk requests by the two thresholds above as well, through the queues' registered buffers."
+                    + " Off, they stay on the CPU: the kernel's copy of their payload goes straight to or from the"
+                    + " mapping, while by DMA it lands in a buffer first and the engine copies again, so the CPU saves"
+                    + " nothing. vhost-user requests (guest RAM, which the engine reaches itself) and pmemblk bench go"
+                    + " by the thresholds either way.", Settings::bool);
     public static final Key<Boolean> UBLK_ENABLED = Key.of("ublk.enabled", "false", "true or false",
             "Also serve the device as a Linux block device /dev/ublkbN (kernel module ublk_drv, Linux >= 6.4, root),"
                     + " beside NBD.", Settings::bool);
@@ -188,7 +194,7 @@ public final class Settings {
      * shapes what start-up built (the mapping, the queues, the listeners) and needs a restart.
      */
     public static final Set<Key<?>> LIVE = Set.of(NBD_STALL_TIMEOUT, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS,
-            LOG_LEVEL);
+            ROUTE_DMA_BOUNCE, LOG_LEVEL);
 
     /** Every key, in the order the example file documents them. */
     public static final Map<String, Key<?>> KEYS;
@@ -199,7 +205,7 @@ public final class Settings {
                 NBD_TLS, NBD_TLS_CERTIFICATE, NBD_TLS_KEY, NBD_TLS_VERIFY_CLIENTS, NBD_EXPORT, NBD_MAX_CONNECTIONS,
                 NBD_STALL_TIMEOUT, NBD_HANDSHAKE_TIMEOUT, NBD_IDLE_TIMEOUT, NBD_BUSY_POLL, QUEUES, QUEUE_DEPTH,
                 QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
-                DMA_RING_SIZE, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS,
+                DMA_RING_SIZE, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, ROUTE_DMA_BOUNCE,
                 UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT,
                 LOG_LEVEL)) {
             m.put(k.name(), k);

@@ -206,6 +206,7 @@ public final class Autotuner {
      */
     public static void printTable(Report report, PrintStream out) {
         out.println("path: " + LoadGenerator.PATH);
+        out.println("measured: " + LoadProbe.MEASURED);
         out.println("size   jobs x depth  dir    CPU MiB/s   CPU%  |  DMA MiB/s   CPU% (+engine%)  DMA/CPU  spread");
         for (Row r : report.rows()) {
             out.printf(Locale.ROOT, "%-6s %5d x %-5d %-5s %10.0f %6.1f  | %10.0f %6.1f (+%5.1f)     %5.2f  %4.0f%%/%-3.0f%%%n",

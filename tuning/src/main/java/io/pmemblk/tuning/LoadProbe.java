@@ -10,6 +10,14 @@ import io.pmemblk.queueing.Route;
  * over the block layer, on the route forced on the driver; the DMA engine's own CPU time is counted apart.
  */
 public final class LoadProbe implements Autotuner.Probe {
+    /**
+     * The copy path this probe measures, and so the requests the thresholds it finds are right for: printed under
+     * the table and written beside the thresholds. NBD and ublk requests take another path (the kernel's copy
+     * straight to or from the mapping), which the thresholds leave alone unless route.dma.bounce.
+     */
+    public static final String MEASURED = "buffer <-> pmem in process, the vhost-user path; NBD/ublk requests stay on"
+            + " the CPU unless route.dma.bounce=true";
+
     private final PmemBlockDriver driver;
     private final LoadGenerator generator;
 

@@ -207,7 +207,7 @@ class TagRequestsTest {
 
     @Test
     void dmaRouteCopiesThroughTheRegisteredBuffersAndReportsFromTheChannelThread() throws Exception {
-        open(PmemRegion.Mapper.JAVA, DmaEngine.soft(new IovaSpace(), 1, 64, 16), new Routing(65536, Integer.MAX_VALUE), Libc.O_RDWR);
+        open(PmemRegion.Mapper.JAVA, DmaEngine.soft(new IovaSpace(), 1, 64, 16), new Routing(65536, Integer.MAX_VALUE, true), Libc.O_RDWR);
         byte[] data = kernelHasWrite(6, 512 << 10, 9);
         serve(6, UBLK_IO_OP_WRITE, true, 1 << 20, 512 << 10);
         frontend.dispatch();
@@ -275,7 +275,7 @@ class TagRequestsTest {
         DmaEngine engine = DmaEngine.soft(new IovaSpace(), 1, 64, 16);
         AtomicInteger oomsLeft = new AtomicInteger(2);
         engine.interpose(c -> new OomChannel(c, oomsLeft));
-        open(PmemRegion.Mapper.JAVA, engine, new Routing(65536, Integer.MAX_VALUE), Libc.O_RDWR, 2);
+        open(PmemRegion.Mapper.JAVA, engine, new Routing(65536, Integer.MAX_VALUE, true), Libc.O_RDWR, 2);
         byte[] a = kernelHasWrite(0, 256 << 10, 1);
         serve(0, UBLK_IO_OP_WRITE, false, 0, 256 << 10);
         requests.dispatch(); // the queue thread's dispatch before it waits on its ring
