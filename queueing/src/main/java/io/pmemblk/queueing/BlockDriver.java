@@ -106,6 +106,18 @@ public interface BlockDriver extends AutoCloseable {
         throw new UnsupportedOperationException("this driver does not receive in place");
     }
 
+    /**
+     * Makes {@code region} (a frontend's memory, e.g. guest RAM) reachable by the driver's DMA engine; returns its
+     * base iova, or -1 ({@code Request.NO_IOVA}) when there is no engine. Contract C2 of issue 24 (owner: core;
+     * proto's branch carries this copy only to compile against it).
+     */
+    default long registerMemory(java.lang.foreign.MemorySegment region) {
+        return -1L;
+    }
+
+    /** Withdraws a region {@link #registerMemory} made reachable, after every request using it completed. */
+    default void unregisterMemory(java.lang.foreign.MemorySegment region) {}
+
     /** Makes everything written so far persistent (used at shutdown). */
     void persistAll() throws java.io.IOException;
 
