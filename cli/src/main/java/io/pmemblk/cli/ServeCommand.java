@@ -37,7 +37,8 @@ import java.util.concurrent.LinkedBlockingQueue;
 @Command(name = "serve", mixinStandardHelpOptions = true,
         description = "Serve the persistent-memory device over NBD (unix socket and TCP), with ublk.enabled=true as"
                 + " /dev/ublkbN, and with vhost.socket=PATH to a QEMU guest as a vhost-user-blk disk. Stops cleanly"
-                + " on SIGTERM/SIGINT; SIGHUP re-reads --config and applies the keys that can change live (route.dma.min-bytes, route.dma.min-segments, nbd.stall-timeout, log.level).")
+                + " on SIGTERM/SIGINT; SIGHUP re-reads --config and applies the keys that can change live"
+                + " (route.dma.min-bytes, route.dma.min-segments, nbd.stall-timeout, log.level).")
 final class ServeCommand implements Callable<Integer> {
     private static final System.Logger LOG = System.getLogger("pmemblk");
     /**
