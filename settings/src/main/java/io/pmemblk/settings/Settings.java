@@ -176,6 +176,8 @@ public final class Settings {
             "When the server is killed, keep /dev/ublkbN with its I/O waiting (a mounted filesystem does not fail)"
                     + " until a server with the same ublk.id resumes it; false: the device goes away with the server.",
             Settings::bool);
+    public static final Key<Integer> METRICS_PORT = Key.of("metrics.port", "0", "a TCP port 0..65535 (0 = off)",
+            "Serves Prometheus metrics at http://127.0.0.1:PORT/metrics.", t -> intRange(t, 0, 65535));
     public static final Key<Path> VHOST_SOCKET = Key.of("vhost.socket", "",
             "a path for a unix socket (created mode 0600), or empty for none",
             "Unix socket of the vhost-user-blk server: QEMU connects to it (-chardev socket,path=PATH[,reconnect=1]"
@@ -190,8 +192,6 @@ public final class Settings {
     public static final Key<Integer> VHOST_QUEUE_SIZE = Key.of("vhost.queue-size", "1024", "an integer 1..1024",
             "Largest virtqueue a vhost-user-blk guest may program (QEMU's queue-size, 128 by default, at most this;"
                     + " 1024 is QEMU's own limit).", t -> intRange(t, 1, 1024));
-    public static final Key<Integer> METRICS_PORT = Key.of("metrics.port", "0", "a TCP port 0..65535 (0 = off)",
-            "Serves Prometheus metrics at http://127.0.0.1:PORT/metrics.", t -> intRange(t, 0, 65535));
     public static final Key<LogLevel> LOG_LEVEL = Key.of("log.level", "info", "error, warning, info, debug or trace",
             "Least severe log records written to stderr (the journal, under systemd); debug adds one line per"
                     + " connection's negotiated options.", t -> choice(t, LogLevel.class));
@@ -214,9 +214,8 @@ public final class Settings {
                 NBD_STALL_TIMEOUT, NBD_HANDSHAKE_TIMEOUT, NBD_IDLE_TIMEOUT, NBD_BUSY_POLL, QUEUES, QUEUE_DEPTH,
                 QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
                 DMA_RING_SIZE, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS,
-                UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, VHOST_SOCKET, VHOST_QUEUES,
-                VHOST_QUEUE_SIZE, METRICS_PORT,
-                LOG_LEVEL)) {
+                UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT,
+                VHOST_SOCKET, VHOST_QUEUES, VHOST_QUEUE_SIZE, LOG_LEVEL)) {
             m.put(k.name(), k);
         }
         KEYS = Collections.unmodifiableMap(m);

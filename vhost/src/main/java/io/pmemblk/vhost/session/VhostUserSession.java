@@ -650,8 +650,10 @@ public final class VhostUserSession implements Runnable {
         MemorySegment r = channel.replyPayload();
         MemorySegment.copy(p, 0, r, 0, CONFIG_REGION); // offset, size and flags as asked
         r.asSlice(CONFIG_REGION, size).fill((byte) 0); // past the config space: zero, nothing offered there
-        int have = Math.max(0, Math.min(size, cfg.length - offset));
-        MemorySegment.copy(cfg, offset, r, JAVA_BYTE, CONFIG_REGION, have);
+        int have = Math.min(size, cfg.length - offset);
+        if (have > 0) {
+            MemorySegment.copy(cfg, offset, r, JAVA_BYTE, CONFIG_REGION, have);
+        }
         channel.reply(GET_CONFIG, CONFIG_REGION + size);
     }
 
