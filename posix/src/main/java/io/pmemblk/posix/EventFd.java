@@ -1,5 +1,6 @@
 package io.pmemblk.posix;
 
+import java.io.UncheckedIOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -56,27 +57,29 @@ public final class EventFd implements AutoCloseable {
 
     /**
      * Adds 1 to the counter, waking whoever waits on it. Never blocks in practice: the counter would have to reach
-     * 2^64-2 first. Allocates nothing.
-     * @throws NativeException when the write fails (EBADF: not an open eventfd)
+     * 2^64-2 first. Allocates nothing. Unchecked on failure: it runs in completions, where the only answer to a
+     * descriptor gone bad is to stop the queue that owns it.
+     * @throws UncheckedIOException wrapping the NativeException when the write fails (EBADF: not an open eventfd)
      */
-    public void signal() throws NativeException {
+    public void signal() {
         long n = FileIo.write(fd, one);
         if (n != 8) {
-            throw NativeException.of("write", n < 0 ? (int) -n : Errno.EIO, "eventfd " + fd + ", 1");
+            throw new UncheckedIOException(NativeException.of("write", n < 0 ? (int) -n : Errno.EIO, "eventfd " + fd + ", 1"));
         }
     }
 
     /**
      * Reads and resets the counter: how many signals came since the last drain; 0 when none are pending and the
      * eventfd is non-blocking (a blocking one waits for the next). Allocates nothing.
+     * @throws UncheckedIOException wrapping the NativeException when the read fails (EBADF)
      */
-    public long drain() throws NativeException {
+    public long drain() {
         long n = FileIo.read(fd, value);
         if (n == -EAGAIN) {
             return 0;
         }
         if (n != 8) {
-            throw NativeException.of("read", n < 0 ? (int) -n : Errno.EIO, "eventfd " + fd);
+            throw new UncheckedIOException(NativeException.of("read", n < 0 ? (int) -n : Errno.EIO, "eventfd " + fd));
         }
         return value.get(ValueLayout.JAVA_LONG, 0);
     }

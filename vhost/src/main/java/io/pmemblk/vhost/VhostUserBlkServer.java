@@ -32,8 +32,6 @@ public final class VhostUserBlkServer implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.pmemblk.vhost");
     /** How long {@link #close} waits for the session's rings to drain and its thread to end. */
     static final Duration SHUTDOWN_WAIT = Duration.ofSeconds(10);
-    /** virtio-blk sectors are 512 bytes whatever the logical block size [VB] {@code capacity}. */
-    static final int SECTOR = 512;
 
     private final VhostUserBlkConfig config;
     private final BlockLayer layer;
@@ -53,7 +51,7 @@ public final class VhostUserBlkServer implements AutoCloseable {
         this.config = config;
         this.layer = layer;
         BlockDriver d = layer.driver();
-        this.device = new BlkDevice(d.size() / SECTOR, SECTOR, d.isReadOnly(), d.canTrim(), d.canZero(), "pmemblk");
+        this.device = BlkDevice.of(d.size(), d.isReadOnly(), d.canTrim(), d.canZero(), "pmemblk");
     }
 
     /**

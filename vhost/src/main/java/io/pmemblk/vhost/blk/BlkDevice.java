@@ -5,4 +5,8 @@ package io.pmemblk.vhost.blk;
  * at the merge, virtq's file replaces this one. What the guest is told about the disk.
  */
 public record BlkDevice(long capacitySectors, int blkSize, boolean readOnly, boolean canDiscard, boolean canZero,
-                        String serial) {}
+                        String serial) {
+    public static BlkDevice of(long bytes, boolean readOnly, boolean canDiscard, boolean canZero, String serial) {
+        return new BlkDevice(bytes / 512, 512, readOnly, canDiscard, canZero, serial);
+    }
+}

@@ -22,9 +22,11 @@ public final class VhostBlkQueue {
 
     public void start() {}
 
-    public int stop() {
+    public int stop() throws InterruptedException {
         return base;
     }
+
+    public void writeCache(boolean enabled) {}
 
     public boolean broken() {
         return false;

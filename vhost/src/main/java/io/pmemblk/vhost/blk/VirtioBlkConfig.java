@@ -7,30 +7,24 @@ package io.pmemblk.vhost.blk;
 public final class VirtioBlkConfig {
     private VirtioBlkConfig() {}
 
-    /** sizeof(struct virtio_blk_config) in QEMU 7.2's header. */
-    public static final int SIZE = 60;
+    public static final int BYTES = 60;
 
-    /** The virtio-blk feature bits the device offers (SIZE_MAX .. WRITE_ZEROES, RO). */
-    public static long features(BlkDevice device) {
-        long f = (1L << 1) | (1L << 2) | (1L << 6) | (1L << 9) | (1L << 10) | (1L << 11) | (1L << 12);
-        if (device.canDiscard()) {
-            f |= 1L << 13;
+    /** The virtio features the device offers (ring and virtio-blk bits; the session adds bit 30). */
+    public static long features(BlkDevice d) {
+        long f = (1L << 32) | (1L << 28) | (1L << 29) | (1L << 1) | (1L << 2) | (1L << 6) | (1L << 9) | (1L << 10)
+                | (1L << 11) | (1L << 12);
+        if (d.readOnly()) {
+            return f | 1L << 5;
         }
-        if (device.canZero()) {
-            f |= 1L << 14;
-        }
-        if (device.readOnly()) {
-            f |= 1L << 5;
-        }
-        return f;
+        return f | (d.canDiscard() ? 1L << 13 : 0) | (d.canZero() ? 1L << 14 : 0);
     }
 
-    /** The 60-byte virtio_blk_config. */
-    public static byte[] build(BlkDevice device, int numQueues, boolean writeback) {
-        java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(SIZE).order(java.nio.ByteOrder.LITTLE_ENDIAN);
-        b.putLong(0, device.capacitySectors());
-        b.putInt(20, device.blkSize());
-        b.put(32, (byte) (writeback ? 1 : 0));
+    /** The 60-byte virtio_blk_config (capacity, blk_size, wce 1, num_queues only, in this stub). */
+    public static byte[] bytes(BlkDevice d, int numQueues, int queueSize, int maxRequestBytes) {
+        java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(BYTES).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+        b.putLong(0, d.capacitySectors());
+        b.putInt(20, d.blkSize());
+        b.put(32, (byte) 1);
         b.putShort(34, (short) numQueues);
         return b.array();
     }

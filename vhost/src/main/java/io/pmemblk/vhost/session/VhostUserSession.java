@@ -53,6 +53,11 @@ public final class VhostUserSession implements Runnable {
             | bit(PF_INFLIGHT_SHMFD) | bit(PF_CONFIGURE_MEM_SLOTS);
     /** VIRTIO_BLK_F_CONFIG_WCE's field in virtio_blk_config [VB]: the only one SET_CONFIG may write. */
     static final int CONFIG_WCE_OFFSET = 32;
+    /**
+     * The ring size seg_max and size_max are computed for: GET_CONFIG comes once, at realize, before any ring
+     * size is known, so QEMU's default queue-size (128) stands for it (a larger ring only holds more requests).
+     */
+    static final int CONFIG_QUEUE_SIZE = 128;
 
     private final VhostUserChannel channel;
     private final VhostUserBlkConfig config;
@@ -585,8 +590,14 @@ public final class VhostUserSession implements Runnable {
             inflightSlice = inflight.region().asSlice(stride * index, stride);
         }
         FrontendQueue submit = new FrontendQueue(layer.queue(index % layer.queueCount()));
-        VhostBlkQueue q = new VhostBlkQueue(index, v.num, v.desc, v.avail, v.used, v.base, features, v.kick, v.call,
-                submit, this::memory, inflightSlice, device);
+        VhostBlkQueue q;
+        try {
+            q = new VhostBlkQueue(index, v.num, v.desc, v.avail, v.used, v.base, features, v.kick, v.call, submit,
+                    this::memory, inflightSlice, device);
+        } catch (IllegalArgumentException | IllegalStateException e) {
+            throw new Refusal("vring " + index + " cannot start: " + e.getMessage()); // rings, or the inflight state
+        }
+        q.writeCache(writeback);
         q.start();
         v.queue = q;
     }
@@ -599,13 +610,19 @@ public final class VhostUserSession implements Runnable {
         }
         VhostBlkQueue q = v.queue;
         v.queue = null;
+        String failure;
         try {
             v.base = q.stop();
+            return;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            failure = "interrupted while it drained";
         } catch (RuntimeException e) {
-            memoryPinned = true;
-            LOG.log(System.Logger.Level.ERROR, "{0}: vring {1} did not stop cleanly ({2}); its guest memory stays"
-                    + " mapped for the requests that may still use it", name, index, e.getMessage());
+            failure = e.getMessage();
         }
+        memoryPinned = true;
+        LOG.log(System.Logger.Level.ERROR, "{0}: vring {1} did not stop cleanly ({2}); its guest memory stays mapped"
+                + " for the requests that may still use it", name, index, failure);
     }
 
     private int runningRings() {
@@ -646,7 +663,9 @@ public final class VhostUserSession implements Runnable {
         int offset = p.get(JAVA_INT_UNALIGNED, CONFIG_OFFSET);
         int size = p.get(JAVA_INT_UNALIGNED, CONFIG_SIZE);
         checkConfigSize(offset, size);
-        byte[] cfg = VirtioBlkConfig.build(device, config.queues(), writeback);
+        byte[] cfg = VirtioBlkConfig.bytes(device, config.queues(), Math.min(config.maxQueueSize(), CONFIG_QUEUE_SIZE),
+                layer.maxRequestBytes());
+        cfg[CONFIG_WCE_OFFSET] = (byte) (writeback ? 1 : 0);
         MemorySegment r = channel.replyPayload();
         MemorySegment.copy(p, 0, r, 0, CONFIG_REGION); // offset, size and flags as asked
         r.asSlice(CONFIG_REGION, size).fill((byte) 0); // past the config space: zero, nothing offered there
@@ -682,6 +701,11 @@ public final class VhostUserSession implements Runnable {
             throw new Refusal("wce " + wce + "; allowed: 0 (write through) or 1 (writeback)");
         }
         writeback = wce == 1;
+        for (Vring v : vrings) {
+            if (v.queue != null) {
+                v.queue.writeCache(writeback); // write through: every write durable before it completes
+            }
+        }
         LOG.log(System.Logger.Level.INFO, "{0}: the guest set the cache to {1}", name,
                 writeback ? "writeback" : "write through");
     }
