@@ -153,9 +153,9 @@ public final class VhostUserSession implements Runnable {
     private void dispatch() throws IOException {
         int request = channel.request();
         try {
-            boolean replied = handle(request);
-            if (!replied && channel.needsReply()) {
-                channel.replyU64(request, 0);
+            handle(request);
+            if (channel.needsReply() && !hasReplyOfItsOwn(request)) {
+                channel.replyU64(request, 0); // REPLY_ACK: done
             }
         } catch (Refusal r) {
             String what = name(request) + " refused: " + r.getMessage();
@@ -176,8 +176,8 @@ public final class VhostUserSession implements Runnable {
         };
     }
 
-    /** Handles the message just read; true when it sent a reply of its own. */
-    private boolean handle(int request) throws IOException, Refusal {
+    /** Handles the message just read, replying when it has a reply of its own. */
+    private void handle(int request) throws IOException, Refusal {
         MemorySegment p = channel.payload();
         switch (request) {
             case GET_FEATURES -> channel.replyU64(request, offeredFeatures);
@@ -194,23 +194,14 @@ public final class VhostUserSession implements Runnable {
             case SET_VRING_NUM -> setVringNum(p);
             case SET_VRING_ADDR -> setVringAddr(p);
             case SET_VRING_BASE -> setVringBase(p);
-            case GET_VRING_BASE -> {
-                getVringBase(p);
-                return true;
-            }
+            case GET_VRING_BASE -> getVringBase(p);
             case SET_VRING_KICK -> setVringKick(p.get(JAVA_LONG_UNALIGNED, 0));
             case SET_VRING_CALL -> setVringCall(p.get(JAVA_LONG_UNALIGNED, 0));
             case SET_VRING_ERR -> setVringErr(p.get(JAVA_LONG_UNALIGNED, 0));
             case SET_VRING_ENABLE -> setVringEnable(p);
-            case GET_CONFIG -> {
-                getConfig(p);
-                return true;
-            }
+            case GET_CONFIG -> getConfig(p);
             case SET_CONFIG -> setConfig(p);
-            case GET_INFLIGHT_FD -> {
-                getInflightFd(p);
-                return true;
-            }
+            case GET_INFLIGHT_FD -> getInflightFd(p);
             case SET_INFLIGHT_FD -> setInflightFd(p);
             case SET_LOG_BASE, SET_LOG_FD -> throw new Refusal("dirty logging (migration) is not served: this back-end"
                     + " offers neither VHOST_F_LOG_ALL nor LOG_SHMFD");
@@ -220,7 +211,6 @@ public final class VhostUserSession implements Runnable {
                     + " message this back-end serves; allowed: the vhost-user-blk messages of QEMU 7.2 (ids 1-18,"
                     + " 24, 25, 31, 32, 36-38)");
         }
-        return false;
     }
 
     // ------------------------------------------------------------ features
