@@ -105,6 +105,9 @@ public final class VhostUserSpec {
      * is {@code ALIGN_UP(16 * queue_size + 2, 64)} (queue size 128: 2112 bytes), which this back-end keeps so a
      * region it hands out has the layout libvhost-user's tools expect.
      */
+    public static final int INFLIGHT_FEATURES = 0, INFLIGHT_VERSION = 8, INFLIGHT_DESC_NUM = 10,
+            INFLIGHT_LAST_BATCH_HEAD = 12, INFLIGHT_USED_IDX = 14, INFLIGHT_DESC = 16, INFLIGHT_DESC_SIZE = 16;
+
     public static long inflightQueueStride(int queueSize) {
         return (16L * queueSize + 2 + 63) & ~63L;
     }

@@ -766,6 +766,11 @@ public final class VhostUserSession implements Runnable {
             }
             arena = Arena.ofShared();
             MemorySegment region = SharedMemory.map(fd, offset, size, arena);
+            long stride = inflightQueueStride(queueSize);
+            for (int q = 0; q < queues; q++) {
+                // each queue's desc_num, as libvhost-user writes it (vu_set_inflight_fd): the queue reads it back
+                region.set(JAVA_SHORT_UNALIGNED, q * stride + INFLIGHT_DESC_NUM, (short) queueSize);
+            }
             if (inflight != null && !memoryPinned) {
                 inflight.arena().close();
             }
