@@ -238,6 +238,11 @@ class VhostUserBlkServerTest {
             assertThat(Libc.fstat(inflightFd[0]).size()).isEqualTo(size);
             fe.send(SET_INFLIGHT_FD, 0, inflight.payload(), inflightFd[0]);
             start(fe, 0x140000046L, new int[]{0}, true);
+            MemorySegment region = SharedMemory.map(inflightFd[0], 0, size, arena);
+            for (int q = 0; q < QUEUES; q++) {
+                assertThat(region.get(ValueLayout.JAVA_SHORT, q * 2112L + INFLIGHT_DESC_NUM)).as("desc_num of queue " + q)
+                        .isEqualTo((short) RING);
+            }
             assertThat(ramMappings()).as("both regions mapped by the server").isEqualTo(3);
             assertThat(stop(fe, 1)).containsExactly(0);
             // Linux resets and starts both queues with all it acks of what was offered; regions unchanged
