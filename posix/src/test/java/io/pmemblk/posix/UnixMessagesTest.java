@@ -67,7 +67,7 @@ class UnixMessagesTest {
         MemorySegment buf = arena.allocate(16);
         int n = UnixMessages.receive(pair[1], buf, fds);
         assertThat(text(buf, n)).isEqualTo("hdr");
-        assertThat(fds[0]).isNotNegative().isNotEqualTo(file);
+        assertThat(fds[0]).isNotNegative(); // the sender closed its copy: the number may well be the same
         assertThat(fds[1]).isEqualTo(-1);
         assertThat(contentOf(fds[0])).isEqualTo("the same file");
         Libc.close(fds[0]);
