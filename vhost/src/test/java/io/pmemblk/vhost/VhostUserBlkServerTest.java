@@ -160,11 +160,16 @@ class VhostUserBlkServerTest {
         return features;
     }
 
-    /** Start (section 3B): features twice, inflight, calls, memory when new, then each ring's NUM/BASE/ADDR/KICK. */
-    private void start(TestFrontEnd fe, long features, int[] bases, boolean sendMemory) throws IOException {
+    /**
+     * Start (section 3B): features twice, inflight, calls, memory when new, then each ring's NUM/BASE/ADDR/KICK.
+     * Returns each started ring's kick and call eventfds.
+     */
+    private EventFd[][] start(TestFrontEnd fe, long features, int[] bases, boolean sendMemory) throws IOException {
+        EventFd[][] notifiers = new EventFd[bases.length][2];
         fe.set(SET_FEATURES, features);
         for (int i = 0; i < bases.length; i++) {
-            fe.set(SET_VRING_CALL, i, eventFd().fd());
+            notifiers[i][1] = eventFd();
+            fe.set(SET_VRING_CALL, i, notifiers[i][1].fd());
         }
         fe.set(SET_FEATURES, features);
         if (sendMemory) {
@@ -179,11 +184,44 @@ class VhostUserBlkServerTest {
             fe.send(SET_VRING_NUM, 0, fe.state(i, RING));
             fe.send(SET_VRING_BASE, 0, fe.state(i, bases[i]));
             fe.send(SET_VRING_ADDR, 0, addr(fe, i, ringBase(i)));
-            fe.set(SET_VRING_KICK, i, eventFd().fd());
+            notifiers[i][0] = eventFd();
+            fe.set(SET_VRING_KICK, i, notifiers[i][0].fd());
         }
         for (int i = 0; i < QUEUES; i++) {
             fe.send(SET_VRING_ENABLE, 0, fe.state(i, 1));
         }
+        return notifiers;
+    }
+
+    /**
+     * What SeaBIOS does on vring 0 (observed: one request before Linux resets the device): a READ of sector 0 as a
+     * three-descriptor chain (header, 512 bytes, status) in the high region, avail idx 0 -> 1, a kick; then waits
+     * for the call and checks the used ring, the status and the data against the disk.
+     */
+    private void readSectorZero(EventFd kick, EventFd call) throws Exception {
+        long ring = ringBase(0) - uaddr, header = 0xf0000, data = 0xf1000, status = 0xf2000; // gpa = file offset here
+        for (int d = 0; d < 3; d++) {
+            long at = ring + 16L * d;
+            ramView.set(ValueLayout.JAVA_LONG, at, d == 0 ? header : d == 1 ? data : status);
+            ramView.set(ValueLayout.JAVA_INT, at + 8, d == 0 ? 16 : d == 1 ? 512 : 1);
+            ramView.set(ValueLayout.JAVA_SHORT, at + 12, (short) (d == 0 ? 1 : d == 1 ? 3 : 2)); // NEXT, WRITE
+            ramView.set(ValueLayout.JAVA_SHORT, at + 14, (short) (d + 1));
+        }
+        ramView.set(ValueLayout.JAVA_INT, header, 0); // VIRTIO_BLK_T_IN
+        ramView.set(ValueLayout.JAVA_LONG, header + 8, 0L); // sector 0
+        ramView.set(ValueLayout.JAVA_BYTE, status, (byte) 0xff);
+        for (int i = 0; i < 512; i++) {
+            driver.memory.set(ValueLayout.JAVA_BYTE, i, (byte) (i * 7 + 1));
+        }
+        ramView.set(ValueLayout.JAVA_SHORT, ring + 0x1000 + 4, (short) 0); // avail ring[0] = head 0
+        ramView.set(ValueLayout.JAVA_SHORT, ring + 0x1000 + 2, (short) 1); // avail idx
+        kick.signal();
+        assertThat(call.await(10_000)).as("the call eventfd signalled within 10 s").isTrue();
+        assertThat(ramView.get(ValueLayout.JAVA_SHORT, ring + 0x2000 + 2)).as("used idx").isEqualTo((short) 1);
+        assertThat(ramView.get(ValueLayout.JAVA_INT, ring + 0x2000 + 4)).as("used id").isZero();
+        assertThat(ramView.get(ValueLayout.JAVA_INT, ring + 0x2000 + 8)).as("used len: data + status").isEqualTo(513);
+        assertThat(ramView.get(ValueLayout.JAVA_BYTE, status)).as("VIRTIO_BLK_S_OK").isZero();
+        assertThat(ramView.asSlice(data, 512).mismatch(driver.memory.asSlice(0, 512))).isEqualTo(-1);
     }
 
     /** Stop: every ring disabled, then GET_VRING_BASE of each started one; the bases it answers. */
@@ -237,14 +275,15 @@ class VhostUserBlkServerTest {
             assertThat(inflightFd[0]).isNotNegative();
             assertThat(Libc.fstat(inflightFd[0]).size()).isEqualTo(size);
             fe.send(SET_INFLIGHT_FD, 0, inflight.payload(), inflightFd[0]);
-            start(fe, 0x140000046L, new int[]{0}, true);
+            EventFd[][] seabios = start(fe, 0x140000046L, new int[]{0}, true);
             MemorySegment region = SharedMemory.map(inflightFd[0], 0, size, arena);
             for (int q = 0; q < QUEUES; q++) {
                 assertThat(region.get(ValueLayout.JAVA_SHORT, q * 2112L + INFLIGHT_DESC_NUM)).as("desc_num of queue " + q)
                         .isEqualTo((short) RING);
             }
             assertThat(ramMappings()).as("both regions mapped by the server").isEqualTo(3);
-            assertThat(stop(fe, 1)).containsExactly(0);
+            readSectorZero(seabios[0][0], seabios[0][1]);
+            assertThat(stop(fe, 1)).as("GET_VRING_BASE after SeaBIOS's one request, as observed").containsExactly(1);
             // Linux resets and starts both queues with all it acks of what was offered; regions unchanged
             long linux = 0x170007e46L & offered;
             fe.send(SET_INFLIGHT_FD, 0, inflight.payload(), inflightFd[0]);
