@@ -83,7 +83,7 @@ final class LiveSettings {
         if (live.contains(Settings.ROUTE_DMA_MIN_BYTES) || live.contains(Settings.ROUTE_DMA_MIN_SEGMENTS)) {
             driver.routing(routing(fresh));
         }
-        if (live.contains(Settings.NBD_STALL_TIMEOUT)) {
+        if (live.contains(Settings.NBD_STALL_TIMEOUT) && server != null) { // null: no NBD listener (vhost only)
             server.stallTimeout(Duration.ofSeconds(fresh.get(Settings.NBD_STALL_TIMEOUT)));
         }
         if (live.contains(Settings.LOG_LEVEL)) {

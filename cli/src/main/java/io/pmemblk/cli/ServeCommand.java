@@ -132,21 +132,25 @@ final class ServeCommand implements Callable<Integer> {
             if (metricsPort != 0) {
                 metrics = Metrics.start(device, metricsPort);
             }
-            server = new NbdServer(new NbdConfig(s.get(Settings.NBD_EXPORT), s.get(Settings.NBD_SOCKET),
-                    s.get(Settings.NBD_BIND), s.get(Settings.NBD_PORT), Settings.MAX_REQUEST_BYTES,
-                    s.get(Settings.NBD_MAX_CONNECTIONS),
-                    // no path: the description goes to any client that asks, before TLS too (nbdkit sends none)
-                    "pmemblk " + Sizes.format(device.region().size())),
-                    device.layer());
-            if (socketDirectory != null) {
-                server.unixSocketDirectory(socketDirectory); // the server closes it from here on
-                socketDirectory = null;
+            // NBD only with a listener of its own: vhost.socket alone is a setup too (Settings checks one is left)
+            List<java.net.URI> uris = List.of();
+            if (s.get(Settings.NBD_SOCKET) != null || s.get(Settings.NBD_PORT) != 0) {
+                server = new NbdServer(new NbdConfig(s.get(Settings.NBD_EXPORT), s.get(Settings.NBD_SOCKET),
+                        s.get(Settings.NBD_BIND), s.get(Settings.NBD_PORT), Settings.MAX_REQUEST_BYTES,
+                        s.get(Settings.NBD_MAX_CONNECTIONS),
+                        // no path: the description goes to any client that asks, before TLS too (nbdkit sends none)
+                        "pmemblk " + Sizes.format(device.region().size())),
+                        device.layer());
+                if (socketDirectory != null) {
+                    server.unixSocketDirectory(socketDirectory); // the server closes it from here on
+                    socketDirectory = null;
+                }
+                server.stallTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_STALL_TIMEOUT))).tls(tls)
+                        .handshakeTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_HANDSHAKE_TIMEOUT)))
+                        .idleTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_IDLE_TIMEOUT)))
+                        .busyPoll(java.time.Duration.ofNanos(1000L * s.get(Settings.NBD_BUSY_POLL)));
+                uris = server.start();
             }
-            server.stallTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_STALL_TIMEOUT))).tls(tls)
-                    .handshakeTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_HANDSHAKE_TIMEOUT)))
-                    .idleTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_IDLE_TIMEOUT)))
-                    .busyPoll(java.time.Duration.ofNanos(1000L * s.get(Settings.NBD_BUSY_POLL)));
-            List<java.net.URI> uris = server.start();
             if (ublkEnabled) {
                 // The device records which file it serves, so that recovery resumes it on that file only.
                 ublk = UblkDevice.open(device.layer(), new UblkConfig(s.get(Settings.UBLK_ID), s.ublkQueues(),
@@ -233,7 +237,9 @@ final class ServeCommand implements Callable<Integer> {
         if (vhost != null) {
             vhost.close();
         }
-        server.close();
+        if (server != null) {
+            server.close();
+        }
         boolean idle;
         String notPersisted = null;
         try {
