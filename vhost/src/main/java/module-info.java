@@ -4,7 +4,7 @@
  */
 module io.pmemblk.vhost {
     requires transitive io.pmemblk.queueing;
-    requires io.pmemblk.posix; // SCM_RIGHTS, eventfd, MAP_SHARED mappings of the guest's memory fds
+    requires transitive io.pmemblk.posix; // SCM_RIGHTS, eventfd, MAP_SHARED mappings; TrustedDirectory in the API
 
     exports io.pmemblk.vhost;
 }

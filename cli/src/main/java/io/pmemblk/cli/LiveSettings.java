@@ -84,7 +84,7 @@ final class LiveSettings {
                 || live.contains(Settings.ROUTE_DMA_BOUNCE)) {
             driver.routing(routing(fresh));
         }
-        if (live.contains(Settings.NBD_STALL_TIMEOUT)) {
+        if (live.contains(Settings.NBD_STALL_TIMEOUT) && server != null) { // null: no NBD listener (vhost only)
             server.stallTimeout(Duration.ofSeconds(fresh.get(Settings.NBD_STALL_TIMEOUT)));
         }
         if (live.contains(Settings.LOG_LEVEL)) {

@@ -162,6 +162,13 @@ public final class Metrics implements AutoCloseable {
                 }).register(registry);
     }
 
+    /** Adds the vhost-user-blk frontend's counter of front-end connections (accepted and refused). */
+    public void addVhost(io.pmemblk.vhost.VhostUserBlkServer vhost) {
+        CounterWithCallback.builder().name("pmemblk_vhost_connections_total")
+                .help("Front-end (QEMU) connections to the vhost-user-blk socket, the refused ones included")
+                .callback(cb -> cb.call(vhost.connectionsSeen())).register(registry);
+    }
+
     public int port() {
         return server.getPort();
     }

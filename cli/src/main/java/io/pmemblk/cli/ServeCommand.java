@@ -13,6 +13,8 @@ import io.pmemblk.ublk.BackingFile;
 import io.pmemblk.ublk.UblkConfig;
 import io.pmemblk.ublk.UblkDevice;
 import io.pmemblk.ublk.UblkException;
+import io.pmemblk.vhost.VhostUserBlkConfig;
+import io.pmemblk.vhost.VhostUserBlkServer;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import sun.misc.Signal;
@@ -33,9 +35,10 @@ import java.util.concurrent.LinkedBlockingQueue;
  * is up, RELOADING=1 and READY=1 around a reload, STOPPING=1, and a STATUS line with the exports.
  */
 @Command(name = "serve", mixinStandardHelpOptions = true,
-        description = "Serve the persistent-memory device over NBD (unix socket and TCP) and, with ublk.enabled=true, as"
-                + " /dev/ublkbN. Stops cleanly on SIGTERM/SIGINT; SIGHUP re-reads --config and applies the keys that"
-                + " can change live (route.dma.min-bytes, route.dma.min-segments, nbd.stall-timeout, log.level).")
+        description = "Serve the persistent-memory device over NBD (unix socket and TCP), with ublk.enabled=true as"
+                + " /dev/ublkbN, and with vhost.socket=PATH to a QEMU guest as a vhost-user-blk disk. Stops cleanly"
+                + " on SIGTERM/SIGINT; SIGHUP re-reads --config and applies the keys that can change live"
+                + " (route.dma.min-bytes, route.dma.min-segments, nbd.stall-timeout, log.level).")
 final class ServeCommand implements Callable<Integer> {
     private static final System.Logger LOG = System.getLogger("pmemblk");
     /**
@@ -72,6 +75,7 @@ final class ServeCommand implements Callable<Integer> {
         }
         TlsServer tls;
         TrustedDirectory socketDirectory = null;
+        TrustedDirectory vhostDirectory = null;
         try {
             // A pmem.path that systemd deletes at stop is refused before anything is created there.
             String privateTmp = PrivateTmp.refusal(s.get(Settings.PMEM_PATH), System.getenv());
@@ -89,7 +93,11 @@ final class ServeCommand implements Callable<Integer> {
             if (s.get(Settings.NBD_SOCKET) != null) {
                 socketDirectory = TrustedPath.ofThisProcess().openParentOf(s.get(Settings.NBD_SOCKET), "nbd.socket");
             }
+            vhostDirectory = VhostFrontend.socketDirectory(s);
         } catch (IOException e) {
+            if (socketDirectory != null) {
+                socketDirectory.close();
+            }
             System.err.println("pmemblk: " + e.getMessage());
             return 1;
         }
@@ -100,6 +108,9 @@ final class ServeCommand implements Callable<Integer> {
         } catch (IOException e) {
             if (socketDirectory != null) {
                 socketDirectory.close();
+            }
+            if (vhostDirectory != null) {
+                vhostDirectory.close();
             }
             if (e instanceof UnsafePathException) {
                 System.err.println("pmemblk: " + e.getMessage());
@@ -113,6 +124,7 @@ final class ServeCommand implements Callable<Integer> {
         Metrics metrics = null;
         NbdServer server = null;
         UblkDevice ublk = null;
+        VhostUserBlkServer vhost = null;
         SystemdNotify systemd = SystemdNotify.fromEnvironment();
         List<String> exports = new ArrayList<>();
         try {
@@ -120,21 +132,25 @@ final class ServeCommand implements Callable<Integer> {
             if (metricsPort != 0) {
                 metrics = Metrics.start(device, metricsPort);
             }
-            server = new NbdServer(new NbdConfig(s.get(Settings.NBD_EXPORT), s.get(Settings.NBD_SOCKET),
-                    s.get(Settings.NBD_BIND), s.get(Settings.NBD_PORT), Settings.MAX_REQUEST_BYTES,
-                    s.get(Settings.NBD_MAX_CONNECTIONS),
-                    // no path: the description goes to any client that asks, before TLS too (nbdkit sends none)
-                    "pmemblk " + Sizes.format(device.region().size())),
-                    device.layer());
-            if (socketDirectory != null) {
-                server.unixSocketDirectory(socketDirectory); // the server closes it from here on
-                socketDirectory = null;
+            // NBD only with a listener of its own: vhost.socket alone is a setup too (Settings checks one is left)
+            List<java.net.URI> uris = List.of();
+            if (s.get(Settings.NBD_SOCKET) != null || s.get(Settings.NBD_PORT) != 0) {
+                server = new NbdServer(new NbdConfig(s.get(Settings.NBD_EXPORT), s.get(Settings.NBD_SOCKET),
+                        s.get(Settings.NBD_BIND), s.get(Settings.NBD_PORT), Settings.MAX_REQUEST_BYTES,
+                        s.get(Settings.NBD_MAX_CONNECTIONS),
+                        // no path: the description goes to any client that asks, before TLS too (nbdkit sends none)
+                        "pmemblk " + Sizes.format(device.region().size())),
+                        device.layer());
+                if (socketDirectory != null) {
+                    server.unixSocketDirectory(socketDirectory); // the server closes it from here on
+                    socketDirectory = null;
+                }
+                server.stallTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_STALL_TIMEOUT))).tls(tls)
+                        .handshakeTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_HANDSHAKE_TIMEOUT)))
+                        .idleTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_IDLE_TIMEOUT)))
+                        .busyPoll(java.time.Duration.ofNanos(1000L * s.get(Settings.NBD_BUSY_POLL)));
+                uris = server.start();
             }
-            server.stallTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_STALL_TIMEOUT))).tls(tls)
-                    .handshakeTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_HANDSHAKE_TIMEOUT)))
-                    .idleTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_IDLE_TIMEOUT)))
-                    .busyPoll(java.time.Duration.ofNanos(1000L * s.get(Settings.NBD_BUSY_POLL)));
-            List<java.net.URI> uris = server.start();
             if (ublkEnabled) {
                 // The device records which file it serves, so that recovery resumes it on that file only.
                 ublk = UblkDevice.open(device.layer(), new UblkConfig(s.get(Settings.UBLK_ID), s.ublkQueues(),
@@ -144,6 +160,16 @@ final class ServeCommand implements Callable<Integer> {
                     metrics.addUblk(ublk);
                 }
                 System.err.println("pmemblk: ublk " + ublk);
+            }
+            VhostUserBlkConfig vhostConfig = VhostFrontend.config(s);
+            java.nio.file.Path vhostSocket = null;
+            if (vhostConfig != null) {
+                vhost = new VhostUserBlkServer(vhostConfig, device.layer()).socketDirectory(vhostDirectory);
+                vhostDirectory = null; // the server closes it from here on
+                vhostSocket = vhost.start();
+                if (metrics != null) {
+                    metrics.addVhost(vhost);
+                }
             }
             System.err.println("pmemblk: " + device.region() + ", " + s.get(Settings.QUEUES) + " queues x "
                     + s.get(Settings.QUEUE_DEPTH) + " tags, dma.engine=" + s.text(Settings.DMA_ENGINE) + ", "
@@ -157,6 +183,9 @@ final class ServeCommand implements Callable<Integer> {
             if (ublk != null) {
                 exports.add(ublk.blockDevice().toString());
             }
+            if (vhostSocket != null) {
+                exports.add("vhost-user-blk " + vhostSocket);
+            }
             for (String export : exports) {
                 System.out.println("ready: " + export);
             }
@@ -167,11 +196,17 @@ final class ServeCommand implements Callable<Integer> {
             systemd.close();
             // ublk's own failures undo themselves; a device that started is stopped here
             closeUblk(ublk);
+            if (vhost != null) {
+                vhost.close();
+            }
             if (server != null) {
                 server.close();
             }
             if (socketDirectory != null) {
                 socketDirectory.close();
+            }
+            if (vhostDirectory != null) {
+                vhostDirectory.close();
             }
             if (metrics != null) {
                 metrics.close();
@@ -198,7 +233,13 @@ final class ServeCommand implements Callable<Integer> {
         System.err.println("pmemblk: stopping: finishing in-flight requests");
         // ublk first: STOP_DEV drains the disk through its queues, which need the block layer still open.
         closeUblk(ublk);
-        server.close();
+        // vhost next: its rings drain through the block layer, and the guest's memory is unmapped before it closes
+        if (vhost != null) {
+            vhost.close();
+        }
+        if (server != null) {
+            server.close();
+        }
         boolean idle;
         String notPersisted = null;
         try {

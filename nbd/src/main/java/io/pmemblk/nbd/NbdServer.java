@@ -3,14 +3,11 @@ package io.pmemblk.nbd;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.nbd.tls.TlsChannel;
 import io.pmemblk.nbd.tls.TlsServer;
-import io.pmemblk.posix.Errno;
-import io.pmemblk.posix.FileStat;
-import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.posix.TrustedDirectory;
 import io.pmemblk.posix.TrustedPath;
+import io.pmemblk.posix.UnixSocketFile;
 import java.io.IOException;
-import java.net.ConnectException;
 import java.net.InetSocketAddress;
 import java.net.StandardSocketOptions;
 import java.net.URI;
@@ -66,8 +63,8 @@ public final class NbdServer implements AutoCloseable {
     private Path boundSocket;
     /** The unix socket's directory, checked and held open from before the device opened until close. */
     private TrustedDirectory socketDirectory;
-    /** fstat of the socket bound, so close removes that one and no other that took its name. */
-    private FileStat boundSocketStat;
+    /** The socket bound, so close removes that one and no other that took its name. */
+    private UnixSocketFile socketFile;
     private boolean started;
     volatile Duration handshakeTimeout = DEFAULT_HANDSHAKE_TIMEOUT;
     /**
@@ -203,87 +200,30 @@ public final class NbdServer implements AutoCloseable {
     }
 
     /**
-     * Binds the unix socket with mode 0600 and no window where it is reachable with looser permissions: the
-     * socket is created inside a fresh 0700 directory made in the held socket directory (nobody else can reach it
-     * there), chmod'ed to 0600, and only then renamed into place (rename is atomic; a bound socket keeps working
-     * under its new name because clients find it by inode). Setting the umask would be process-wide and racy.
-     *
-     * <p>Every step goes through descriptors: bind(2) takes only a path, so it is given
-     * {@code /proc/self/fd/N/s} of the staging directory's descriptor, which the kernel resolves through this
-     * process's descriptor table (at most 26 bytes, far below sun_path's 108, whatever the directory's name);
-     * fchdir would do it too but changes the working directory of every thread of the JVM at once. The rename
-     * into the held directory gives the socket its name, which bind's length limit never applies to. Afterwards
-     * the configured path must still lead to that socket (the directory's name not moved to another directory
-     * meanwhile), or nobody could connect to what is served: start fails and says so.
+     * Binds the unix socket in the held directory, mode 0600, through {@link UnixSocketFile} (which says how no
+     * looser window and no other directory can get it).
      */
     private ServerSocketChannel bindUnix(Path path) throws IOException {
         if (socketDirectory == null) {
             socketDirectory = TrustedPath.ofThisProcess().openParentOf(path, "nbd.socket");
         }
-        TrustedDirectory dir = socketDirectory;
-        String name = path.getFileName().toString();
-        removeStaleSocket(dir, name, path);
-        String staging = ".nbd-" + Long.toHexString(java.util.concurrent.ThreadLocalRandom.current().nextLong());
-        Libc.mkdirat(dir.fd(), staging, 0700);
-        int stagingFd = -1;
         ServerSocketChannel ch = ServerSocketChannel.open(java.net.StandardProtocolFamily.UNIX);
         try {
-            stagingFd = Libc.openat(dir.fd(), staging, Libc.O_PATH | Libc.O_DIRECTORY | Libc.O_NOFOLLOW, 0);
-            ch.bind(UnixDomainSocketAddress.of("/proc/self/fd/" + stagingFd + "/s"), 128);
-            Libc.fchmodat(stagingFd, "s", 0600);
-            FileStat bound = Libc.fstatat(stagingFd, "s", Libc.AT_SYMLINK_NOFOLLOW);
-            Libc.renameat(stagingFd, "s", dir.fd(), name);
-            boundSocketStat = bound;
-            if (!dir.isAt(path.getParent()) || !sameFile(path, bound)) {
-                throw new IOException("nbd.socket " + path + ": " + path.getParent() + " is no longer the directory"
-                        + " pmemblk checked and bound the socket in (" + dir.path() + " was moved or replaced while"
-                        + " the server started), so nobody could connect at " + path + ". Find what moves "
-                        + path.getParent() + ", then start again");
-            }
-            boundSocket = path;
+            socketFile = UnixSocketFile.bind(socketDirectory, path, "nbd.socket",
+                    address -> ch.bind(UnixDomainSocketAddress.of(address), 128));
         } catch (IOException | RuntimeException e) {
             ch.close();
-            removeOwnSocket(); // renamed into place already: not left for clients to find dead
             throw e;
-        } finally {
-            if (stagingFd >= 0) {
-                int fd = stagingFd;
-                quietly(() -> Libc.unlinkat(fd, "s", 0), true); // only there when bind or rename failed
-                quietly(() -> Libc.close(fd), true);
-            }
-            quietly(() -> Libc.unlinkat(dir.fd(), staging, Libc.AT_REMOVEDIR), true);
         }
+        boundSocket = path;
         return ch;
-    }
-
-    /** Whether {@code path}, looked up by name without following a final link, is the file of {@code st}. */
-    private static boolean sameFile(Path path, FileStat st) {
-        try {
-            FileStat now = Libc.lstat(path.toString());
-            return now.dev() == st.dev() && now.ino() == st.ino();
-        } catch (NativeException e) {
-            return false;
-        }
     }
 
     /** The socket this server bound, removed from the held directory if its name still holds that socket. */
     private void removeOwnSocket() {
-        if (socketDirectory == null || boundSocketStat == null || config.unixSocket() == null) {
-            return;
+        if (socketFile != null) {
+            socketFile.remove();
         }
-        String name = config.unixSocket().getFileName().toString();
-        try {
-            FileStat now = Libc.fstatat(socketDirectory.fd(), name, Libc.AT_SYMLINK_NOFOLLOW);
-            if (now.dev() == boundSocketStat.dev() && now.ino() == boundSocketStat.ino()) {
-                Libc.unlinkat(socketDirectory.fd(), name, 0);
-            }
-        } catch (NativeException e) {
-            if (e.errno() != Errno.ENOENT) {
-                LOG.log(System.Logger.Level.WARNING, "nbd: could not remove socket {0}: {1}", config.unixSocket(),
-                        e.getMessage());
-            }
-        }
-        boundSocketStat = null;
     }
 
     private interface NativeStep {
@@ -298,32 +238,6 @@ public final class NbdServer implements AutoCloseable {
             } catch (NativeException ignored) {
                 // nothing there (ENOENT) or already gone
             }
-        }
-    }
-
-    /** A socket file nobody listens on is left over from a crash: remove it. A live one is refused. */
-    private static void removeStaleSocket(TrustedDirectory dir, String name, Path path) throws IOException {
-        FileStat st;
-        try {
-            st = Libc.fstatat(dir.fd(), name, Libc.AT_SYMLINK_NOFOLLOW);
-        } catch (NativeException e) {
-            if (e.errno() == Errno.ENOENT) {
-                return;
-            }
-            throw e;
-        }
-        if (!st.isSocket()) {
-            throw new IOException("cannot listen on " + path + ": it exists and is not a socket (mode 0"
-                    + Integer.toOctalString(st.mode()) + "); remove it or choose another path");
-        }
-        // Probed through the held directory where the address fits sun_path (108 bytes), else by its name.
-        String viaFd = dir.procPath() + "/" + name;
-        Path probeAt = viaFd.getBytes(java.nio.charset.StandardCharsets.UTF_8).length < 108 ? Path.of(viaFd) : path;
-        try (SocketChannel probe = SocketChannel.open(UnixDomainSocketAddress.of(probeAt))) {
-            throw new IOException("cannot listen on " + path + ": another server is accepting connections on it");
-        } catch (ConnectException stale) {
-            LOG.log(System.Logger.Level.INFO, "nbd: removing stale socket {0} (nobody listening)", path);
-            Libc.unlinkat(dir.fd(), name, 0);
         }
     }
 

@@ -135,7 +135,7 @@ public final class Libc {
 
     // <sys/socket.h>, <bits/socket_type.h> on x86-64 Linux: the unix datagram socket systemd's notify protocol
     // needs, which java.nio's channels do not offer (they have unix stream sockets only).
-    public static final int AF_UNIX = 1, SOCK_DGRAM = 2, SOCK_CLOEXEC = 02000000;
+    public static final int AF_UNIX = 1, SOCK_STREAM = 1, SOCK_DGRAM = 2, SOCK_CLOEXEC = 02000000;
     public static final int SOL_SOCKET = 1, SO_RCVTIMEO = 20, SO_SNDTIMEO = 21;
     public static final int MSG_DONTWAIT = 0x40, MSG_NOSIGNAL = 0x4000;
     /** {@code <sys/un.h>} struct sockaddr_un: sa_family_t, then 108 bytes of path. */
@@ -143,7 +143,7 @@ public final class Libc {
             ValueLayout.JAVA_SHORT.withName("sun_family"),
             MemoryLayout.sequenceLayout(108, ValueLayout.JAVA_BYTE).withName("sun_path"));
     private static final long SUN_PATH = SOCKADDR_UN.byteOffset(MemoryLayout.PathElement.groupElement("sun_path"));
-    private static final MethodHandle SOCKET = libc("socket",
+    static final MethodHandle SOCKET = libc("socket",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT), ERRNO);
     private static final MethodHandle BIND = libc("bind",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT), ERRNO);
@@ -156,12 +156,12 @@ public final class Libc {
 
     // Stream sockets the JDK opened (an NBD connection): a send that never blocks, a bounded wait for room, and a
     // descriptor of our own that the JDK's close cannot hand to another socket while we still use it.
-    private static final MethodHandle SENDMSG = libc("sendmsg",
+    static final MethodHandle SENDMSG = libc("sendmsg",
             FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_INT), ERRNO);
     private static final MethodHandle POLL = libc("poll",
             FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT), ERRNO);
     /** int fcntl(int fd, int cmd, ...): variadic after cmd; F_DUPFD_CLOEXEC takes an int. */
-    private static final MethodHandle FCNTL_INT = libc("fcntl",
+    static final MethodHandle FCNTL_INT = libc("fcntl",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT), ERRNO, variadicFrom(2));
     private static final MethodHandle SHUTDOWN = libc("shutdown",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT), ERRNO);
@@ -173,6 +173,9 @@ public final class Libc {
             JAVA_INT.withName("msg_flags"), MemoryLayout.paddingLayout(4));
     public static final long MSGHDR_IOV = MSGHDR.byteOffset(MemoryLayout.PathElement.groupElement("msg_iov"));
     public static final long MSGHDR_IOVLEN = MSGHDR.byteOffset(MemoryLayout.PathElement.groupElement("msg_iovlen"));
+    public static final long MSGHDR_CONTROL = MSGHDR.byteOffset(MemoryLayout.PathElement.groupElement("msg_control"));
+    public static final long MSGHDR_CONTROLLEN = MSGHDR.byteOffset(MemoryLayout.PathElement.groupElement("msg_controllen"));
+    public static final long MSGHDR_FLAGS = MSGHDR.byteOffset(MemoryLayout.PathElement.groupElement("msg_flags"));
     /** {@code <bits/types/struct_iovec.h>} struct iovec: base, length. */
     public static final StructLayout IOVEC = MemoryLayout.structLayout(ADDRESS.withName("iov_base"),
             JAVA_LONG.withName("iov_len"));
@@ -181,13 +184,13 @@ public final class Libc {
     /** {@code <sys/poll.h>} struct pollfd: fd, events, revents. */
     public static final StructLayout POLLFD = MemoryLayout.structLayout(JAVA_INT.withName("fd"),
             ValueLayout.JAVA_SHORT.withName("events"), ValueLayout.JAVA_SHORT.withName("revents"));
-    public static final short POLLIN = 0x1, POLLOUT = 0x4, POLLERR = 0x8, POLLHUP = 0x10;
+    public static final short POLLIN = 0x1, POLLOUT = 0x4, POLLERR = 0x8, POLLHUP = 0x10, POLLNVAL = 0x20;
     public static final int SHUT_RDWR = 2;
     private static final int F_DUPFD_CLOEXEC = 1030;
 
     /** A call that fails with a negative result and errno, made through {@link #call}. */
     @FunctionalInterface
-    private interface Call {
+    interface Call {
         long invoke(MemorySegment state) throws Throwable;
     }
 
@@ -196,7 +199,7 @@ public final class Libc {
      * naming {@code function} and {@code what} was asked. For calls off the per-request paths (the lambda may
      * allocate); those on them are written out, each allocation-free.
      */
-    private static long call(String function, String what, Call call) throws NativeException {
+    static long call(String function, String what, Call call) throws NativeException {
         MemorySegment state = Native.callState();
         long rc;
         try {

@@ -184,6 +184,20 @@ public final class Settings {
             Settings::bool);
     public static final Key<Integer> METRICS_PORT = Key.of("metrics.port", "0", "a TCP port 0..65535 (0 = off)",
             "Serves Prometheus metrics at http://127.0.0.1:PORT/metrics.", t -> intRange(t, 0, 65535));
+    public static final Key<Path> VHOST_SOCKET = Key.of("vhost.socket", "",
+            "a path for a unix socket (created mode 0600), or empty for none",
+            "Unix socket of the vhost-user-blk server: QEMU connects to it (-chardev socket,path=PATH[,reconnect=1]"
+                    + " -device vhost-user-blk-pci,chardev=...) and its guest sees the device as a virtio disk, the"
+                    + " data copied straight between guest memory and the device. One QEMU at a time. Its directory is"
+                    + " checked as pmem.path's are.", t -> t.isBlank() ? null : path(t));
+    public static final Key<Integer> VHOST_QUEUES = Key.of("vhost.queues", "8", "an integer 1..64",
+            "Virtqueues a vhost-user-blk front-end may use: QEMU's num-queues (by default the guest's vCPU count) must"
+                    + " be at most this, or QEMU refuses to start. Each ring the guest starts is one thread here, on"
+                    + " hardware queue (ring mod queues); 64 bounds the threads one guest can make.",
+            t -> intRange(t, 1, 64));
+    public static final Key<Integer> VHOST_QUEUE_SIZE = Key.of("vhost.queue-size", "1024", "an integer 1..1024",
+            "Largest virtqueue a vhost-user-blk guest may program (QEMU's queue-size, 128 by default, at most this;"
+                    + " 1024 is QEMU's own limit).", t -> intRange(t, 1, 1024));
     public static final Key<LogLevel> LOG_LEVEL = Key.of("log.level", "info", "error, warning, info, debug or trace",
             "Least severe log records written to stderr (the journal, under systemd); debug adds one line per"
                     + " connection's negotiated options.", t -> choice(t, LogLevel.class));
@@ -207,7 +221,7 @@ public final class Settings {
                 QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
                 DMA_RING_SIZE, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, ROUTE_DMA_BOUNCE,
                 UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT,
-                LOG_LEVEL)) {
+                VHOST_SOCKET, VHOST_QUEUES, VHOST_QUEUE_SIZE, LOG_LEVEL)) {
             m.put(k.name(), k);
         }
         KEYS = Collections.unmodifiableMap(m);
@@ -290,9 +304,13 @@ public final class Settings {
     }
 
     private void checkTogether() throws SettingsException {
-        if (get(NBD_SOCKET) == null && get(NBD_PORT) == 0) {
+        if (get(NBD_SOCKET) == null && get(NBD_PORT) == 0 && get(VHOST_SOCKET) == null) {
             throw new SettingsException("nbd.socket is empty and nbd.port=0: no listener would be left;"
-                    + " allowed: a socket path, a TCP port, or both");
+                    + " allowed: a socket path, a TCP port, or both (or a vhost.socket)");
+        }
+        if (get(VHOST_SOCKET) != null && get(VHOST_SOCKET).equals(get(NBD_SOCKET))) {
+            throw new SettingsException("vhost.socket: '" + text(VHOST_SOCKET) + "' is not allowed: it is also"
+                    + " nbd.socket; allowed: another path, or empty (off)");
         }
         if (get(NBD_TLS) != TlsMode.OFF && (get(NBD_TLS_CERTIFICATE) == null || get(NBD_TLS_KEY) == null)) {
             throw new SettingsException("nbd.tls: '" + text(NBD_TLS) + "' needs nbd.tls.certificate and nbd.tls.key;"

@@ -52,6 +52,21 @@ class SettingsTest {
     }
 
     @Test
+    void vhostIsOffByDefaultCountsAsAListenerAndNeedsASocketOfItsOwn() throws Exception {
+        assertThat(Settings.defaults().get(Settings.VHOST_SOCKET)).isNull();
+        Settings only = Settings.load(null, List.of("nbd.socket=", "nbd.port=0", "vhost.socket=/run/v.sock"));
+        assertThat(only.get(Settings.VHOST_SOCKET)).isEqualTo(Path.of("/run/v.sock"));
+        assertThatThrownBy(() -> Settings.load(null, List.of("nbd.socket=", "nbd.port=0")))
+                .hasMessageContaining("no listener would be left");
+        assertThatThrownBy(() -> Settings.load(null, List.of("nbd.socket=/run/s", "vhost.socket=/run/s")))
+                .hasMessageStartingWith("vhost.socket: '/run/s' is not allowed: it is also nbd.socket");
+        assertThatThrownBy(() -> Settings.load(null, List.of("vhost.queues=65")))
+                .hasMessage("vhost.queues: '65' is not allowed (from --set); allowed: an integer 1..64");
+        assertThatThrownBy(() -> Settings.load(null, List.of("vhost.queue-size=1025")))
+                .hasMessageContaining("allowed: an integer 1..1024");
+    }
+
+    @Test
     void pmemMapperNamesTheDevicesMappersOneForOne() {
         // serve hands the choice to PmemRegion by name: a mapper added or renamed on one side only fails here.
         assertThat(java.util.Arrays.stream(Settings.Mapper.values()).map(Enum::name))

@@ -1,0 +1,34 @@
+package io.pmemblk.cli;
+
+import io.pmemblk.posix.TrustedDirectory;
+import io.pmemblk.posix.TrustedPath;
+import io.pmemblk.settings.Settings;
+import io.pmemblk.vhost.VhostUserBlkConfig;
+
+import java.io.IOException;
+
+/**
+ * The vhost-user-blk frontend as the settings describe it, built the way the NBD and ublk configs are:
+ * {@code vhost.socket} (empty: off), {@code vhost.queues}, {@code vhost.queue-size}.
+ */
+final class VhostFrontend {
+    private VhostFrontend() {}
+
+    /** The server's config, or null when vhost.socket is empty. */
+    static VhostUserBlkConfig config(Settings s) {
+        if (s.get(Settings.VHOST_SOCKET) == null) {
+            return null;
+        }
+        return new VhostUserBlkConfig(s.get(Settings.VHOST_SOCKET), s.get(Settings.VHOST_QUEUES),
+                s.get(Settings.VHOST_QUEUE_SIZE));
+    }
+
+    /**
+     * vhost.socket's directory, checked and held open before the device is opened or created (null when off):
+     * a path that cannot work is refused before anything exists, and the socket lands in the directory checked now.
+     */
+    static TrustedDirectory socketDirectory(Settings s) throws IOException {
+        return s.get(Settings.VHOST_SOCKET) == null ? null
+                : TrustedPath.ofThisProcess().openParentOf(s.get(Settings.VHOST_SOCKET), "vhost.socket");
+    }
+}

@@ -1,0 +1,498 @@
+package io.pmemblk.vhost;
+
+import io.pmemblk.posix.EventFd;
+import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.SharedMemory;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.testing.MemoryBlockDriver;
+import io.pmemblk.vhost.session.VhostUserSession;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.logging.Handler;
+import java.util.logging.Level;
+import java.util.logging.LogRecord;
+import java.util.logging.Logger;
+import java.util.logging.SimpleFormatter;
+
+import static io.pmemblk.vhost.protocol.VhostUserSpec.*;
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * The server against a front-end that sends what QEMU 7.2 sends (the wire log in
+ * {@code ../shared/notes/vhost-user-observed.txt}: realize, the SeaBIOS session, Linux's reset and full start, the
+ * stop, a reconnect), over a real unix socket, guest memory in a real memfd; and against a front-end that breaks
+ * the protocol in each way the session checks, which must get an error reply or a closed connection, a log line
+ * naming what was wrong, and leave the server serving the next front-end.
+ */
+class VhostUserBlkServerTest {
+    static final long DISK = 4L << 20;
+    static final int QUEUES = 2, QUEUE_SIZE = 256, RING = 128;
+    /** The guest's RAM as QEMU 7.2 splits a pc machine's (note section 2, ADD_MEM_REG): a hole at 0xa0000-0xc0000. */
+    static final long RAM = 1L << 20, LOW = 0xa0000, HIGH = 0xc0000;
+
+    @TempDir
+    Path dir;
+    Path socket;
+    MemoryBlockDriver driver;
+    BlockLayer layer;
+    VhostUserBlkServer server;
+    final Arena arena = Arena.ofShared();
+    int ram;
+    /** The front-end's own view of guest RAM: its address plays QEMU's userspace_addr. */
+    MemorySegment ramView;
+    long uaddr;
+    final List<String> log = new CopyOnWriteArrayList<>();
+    final Logger jul = Logger.getLogger("io.pmemblk.vhost");
+    final Handler capture = new Handler() {
+        @Override
+        public void publish(LogRecord r) {
+            log.add(new SimpleFormatter().formatMessage(r));
+        }
+
+        @Override
+        public void flush() {}
+
+        @Override
+        public void close() {}
+    };
+    final List<EventFd> eventFds = new ArrayList<>();
+
+    @BeforeEach
+    void start() throws IOException {
+        jul.addHandler(capture);
+        jul.setLevel(Level.ALL);
+        socket = dir.resolve("vhost.sock");
+        driver = new MemoryBlockDriver(DISK);
+        layer = new BlockLayer(driver, 2, 8, 1L << 18, 1 << 17);
+        server = new VhostUserBlkServer(new VhostUserBlkConfig(socket, QUEUES, QUEUE_SIZE), layer);
+        assertThat(server.start()).isEqualTo(socket);
+        ram = SharedMemory.memfd("guest-ram", RAM);
+        ramView = SharedMemory.map(ram, 0, RAM, arena);
+        uaddr = ramView.address();
+    }
+
+    @AfterEach
+    void stop() throws Exception {
+        server.close();
+        for (EventFd e : eventFds) {
+            e.close();
+        }
+        Libc.close(ram);
+        arena.close();
+        layer.close();
+        driver.close();
+        jul.removeHandler(capture);
+    }
+
+    private EventFd eventFd() throws NativeException {
+        EventFd e = EventFd.create(true);
+        eventFds.add(e);
+        return e;
+    }
+
+    private MemorySegment region(TestFrontEnd fe, long gpa, long size, long user, long offset) {
+        MemorySegment p = fe.payload(MEM_REG_SIZE);
+        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_GPA, gpa);
+        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_SIZE_FIELD, size);
+        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_UADDR, user);
+        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_MMAP_OFFSET, offset);
+        return p;
+    }
+
+    /** Where vring {@code i}'s rings lie in guest RAM (user addresses), in the high region. */
+    private long ringBase(int i) {
+        return uaddr + 0xd0000 + 0x10000L * i;
+    }
+
+    private MemorySegment addr(TestFrontEnd fe, int i, long desc) {
+        MemorySegment p = fe.payload(ADDR_SIZE);
+        p.set(ValueLayout.JAVA_INT, ADDR_INDEX, i);
+        p.set(ValueLayout.JAVA_LONG, ADDR_DESC, desc);
+        p.set(ValueLayout.JAVA_LONG, ADDR_AVAIL, ringBase(i) + 0x1000);
+        p.set(ValueLayout.JAVA_LONG, ADDR_USED, ringBase(i) + 0x2000);
+        return p;
+    }
+
+    /** Realize (note section 3A): features, protocol features, queue count, slots, owner, call/err per queue. */
+    private long realize(TestFrontEnd fe, boolean getConfig) throws IOException {
+        long features = fe.get(GET_FEATURES);
+        assertThat(features & bit(F_VERSION_1)).isNotZero();
+        assertThat(features & bit(F_PROTOCOL_FEATURES)).isNotZero();
+        assertThat(features & (bit(F_INDIRECT_DESC) | bit(F_EVENT_IDX))).isEqualTo(bit(F_INDIRECT_DESC) | bit(F_EVENT_IDX));
+        assertThat(features & bit(F_RING_PACKED)).as("packed rings are not served").isZero();
+        long protocol = fe.get(GET_PROTOCOL_FEATURES);
+        assertThat(protocol).isEqualTo(VhostUserSession.PROTOCOL_FEATURES);
+        assertThat(protocol & bit(PF_CONFIG)).as("QEMU's blk refuses a back-end without CONFIG").isNotZero();
+        fe.set(SET_PROTOCOL_FEATURES, protocol & 0x1ffff); // QEMU acks what it knows of what is offered
+        assertThat(fe.get(GET_QUEUE_NUM)).isEqualTo(QUEUES);
+        assertThat(fe.get(GET_MAX_MEM_SLOTS)).isEqualTo(VhostUserSession.MAX_MEM_SLOTS);
+        fe.send(SET_OWNER, 0, fe.empty());
+        assertThat(fe.get(GET_FEATURES)).isEqualTo(features);
+        for (int i = 0; i < QUEUES; i++) {
+            fe.set(SET_VRING_CALL, i, eventFd().fd());
+            fe.set(SET_VRING_ERR, i, eventFd().fd());
+        }
+        if (getConfig) {
+            MemorySegment p = fe.payload(CONFIG_REGION + 57);
+            p.set(ValueLayout.JAVA_INT, CONFIG_SIZE, 57);
+            fe.send(GET_CONFIG, 0, p);
+            TestFrontEnd.Reply r = fe.reply(GET_CONFIG);
+            assertThat(r.payload().byteSize()).as("GET_CONFIG reply of the request's size").isEqualTo(69);
+            MemorySegment cfg = r.payload().asSlice(CONFIG_REGION);
+            assertThat(cfg.get(ValueLayout.JAVA_LONG_UNALIGNED, 0)).as("capacity in sectors").isEqualTo(DISK / 512);
+            assertThat(cfg.get(ValueLayout.JAVA_INT_UNALIGNED, 20)).as("blk_size").isEqualTo(512);
+            assertThat(cfg.get(ValueLayout.JAVA_SHORT_UNALIGNED, 34)).as("num_queues").isEqualTo((short) QUEUES);
+        }
+        return features;
+    }
+
+    /**
+     * Start (section 3B): features twice, inflight, calls, memory when new, then each ring's NUM/BASE/ADDR/KICK.
+     * Returns each started ring's kick and call eventfds.
+     */
+    private EventFd[][] start(TestFrontEnd fe, long features, int[] bases, boolean sendMemory) throws IOException {
+        EventFd[][] notifiers = new EventFd[bases.length][2];
+        fe.set(SET_FEATURES, features);
+        for (int i = 0; i < bases.length; i++) {
+            notifiers[i][1] = eventFd();
+            fe.set(SET_VRING_CALL, i, notifiers[i][1].fd());
+        }
+        fe.set(SET_FEATURES, features);
+        if (sendMemory) {
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, HIGH, RAM - HIGH, uaddr + HIGH, HIGH), ram)).isZero();
+        }
+        for (int i = 0; i < bases.length; i++) {
+            // the guest's rings as a driver left them: avail and used idx at the base QEMU restores
+            long ring = ringBase(i) - uaddr;
+            ramView.set(ValueLayout.JAVA_SHORT, ring + 0x1000 + 2, (short) bases[i]);
+            ramView.set(ValueLayout.JAVA_SHORT, ring + 0x2000 + 2, (short) bases[i]);
+            fe.send(SET_VRING_NUM, 0, fe.state(i, RING));
+            fe.send(SET_VRING_BASE, 0, fe.state(i, bases[i]));
+            fe.send(SET_VRING_ADDR, 0, addr(fe, i, ringBase(i)));
+            notifiers[i][0] = eventFd();
+            fe.set(SET_VRING_KICK, i, notifiers[i][0].fd());
+        }
+        for (int i = 0; i < QUEUES; i++) {
+            fe.send(SET_VRING_ENABLE, 0, fe.state(i, 1));
+        }
+        return notifiers;
+    }
+
+    /**
+     * What SeaBIOS does on vring 0 (observed: one request before Linux resets the device): a READ of sector 0 as a
+     * three-descriptor chain (header, 512 bytes, status) in the high region, avail idx 0 -> 1, a kick; then waits
+     * for the call and checks the used ring, the status and the data against the disk.
+     */
+    private void readSectorZero(EventFd kick, EventFd call) throws Exception {
+        long ring = ringBase(0) - uaddr, header = 0xf0000, data = 0xf1000, status = 0xf2000; // gpa = file offset here
+        for (int d = 0; d < 3; d++) {
+            long at = ring + 16L * d;
+            ramView.set(ValueLayout.JAVA_LONG, at, d == 0 ? header : d == 1 ? data : status);
+            ramView.set(ValueLayout.JAVA_INT, at + 8, d == 0 ? 16 : d == 1 ? 512 : 1);
+            ramView.set(ValueLayout.JAVA_SHORT, at + 12, (short) (d == 0 ? 1 : d == 1 ? 3 : 2)); // NEXT, WRITE
+            ramView.set(ValueLayout.JAVA_SHORT, at + 14, (short) (d + 1));
+        }
+        ramView.set(ValueLayout.JAVA_INT, header, 0); // VIRTIO_BLK_T_IN
+        ramView.set(ValueLayout.JAVA_LONG, header + 8, 0L); // sector 0
+        ramView.set(ValueLayout.JAVA_BYTE, status, (byte) 0xff);
+        for (int i = 0; i < 512; i++) {
+            driver.memory.set(ValueLayout.JAVA_BYTE, i, (byte) (i * 7 + 1));
+        }
+        ramView.set(ValueLayout.JAVA_SHORT, ring + 0x1000 + 4, (short) 0); // avail ring[0] = head 0
+        ramView.set(ValueLayout.JAVA_SHORT, ring + 0x1000 + 2, (short) 1); // avail idx
+        kick.signal();
+        assertThat(call.await(10_000)).as("the call eventfd signalled within 10 s").isTrue();
+        assertThat(ramView.get(ValueLayout.JAVA_SHORT, ring + 0x2000 + 2)).as("used idx").isEqualTo((short) 1);
+        assertThat(ramView.get(ValueLayout.JAVA_INT, ring + 0x2000 + 4)).as("used id").isZero();
+        assertThat(ramView.get(ValueLayout.JAVA_INT, ring + 0x2000 + 8)).as("used len: data + status").isEqualTo(513);
+        assertThat(ramView.get(ValueLayout.JAVA_BYTE, status)).as("VIRTIO_BLK_S_OK").isZero();
+        assertThat(ramView.asSlice(data, 512).mismatch(driver.memory.asSlice(0, 512))).isEqualTo(-1);
+    }
+
+    /** Stop: every ring disabled, then GET_VRING_BASE of each started one; the bases it answers. */
+    private int[] stop(TestFrontEnd fe, int started) throws IOException {
+        for (int i = 0; i < QUEUES; i++) {
+            fe.send(SET_VRING_ENABLE, 0, fe.state(i, 0));
+        }
+        int[] bases = new int[started];
+        for (int i = 0; i < started; i++) {
+            fe.send(GET_VRING_BASE, 0, fe.state(i, 0));
+            TestFrontEnd.Reply r = fe.reply(GET_VRING_BASE);
+            assertThat(r.payload().get(ValueLayout.JAVA_INT_UNALIGNED, STATE_INDEX)).isEqualTo(i);
+            bases[i] = r.payload().get(ValueLayout.JAVA_INT_UNALIGNED, STATE_NUM);
+        }
+        return bases;
+    }
+
+    /** /proc/self/maps lines of the guest RAM memfd: the test's own mapping, plus the server's while it serves. */
+    private static long ramMappings() throws IOException {
+        return Files.readAllLines(Path.of("/proc/self/maps")).stream().filter(l -> l.contains("/memfd:guest-ram")).count();
+    }
+
+    private static long openEventFds() throws IOException {
+        try (var fds = Files.list(Path.of("/proc/self/fd"))) {
+            return fds.filter(p -> {
+                try {
+                    return Files.readSymbolicLink(p).toString().contains("eventfd");
+                } catch (IOException gone) {
+                    return false;
+                }
+            }).count();
+        }
+    }
+
+    @Test
+    void replaysQemuRealizeTheSeaBiosSessionLinuxsResetAndAReconnect() throws Exception {
+        long before = openEventFds();
+        long offered;
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            offered = realize(fe, true);
+            // SeaBIOS: VERSION_1 | bit 30 | SIZE_MAX | SEG_MAX | BLK_SIZE, queue 0 only; a GET_INFLIGHT_FD first
+            MemorySegment inflightAsk = fe.payload(INFLIGHT_SIZE);
+            inflightAsk.set(ValueLayout.JAVA_SHORT, INFLIGHT_NUM_QUEUES, (short) QUEUES);
+            inflightAsk.set(ValueLayout.JAVA_SHORT, INFLIGHT_QUEUE_SIZE, (short) RING);
+            fe.set(SET_FEATURES, 0x140000046L);
+            fe.send(GET_INFLIGHT_FD, 0, inflightAsk);
+            int[] inflightFd = new int[1];
+            TestFrontEnd.Reply inflight = fe.reply(GET_INFLIGHT_FD, inflightFd);
+            long size = inflight.payload().get(ValueLayout.JAVA_LONG_UNALIGNED, INFLIGHT_MMAP_SIZE);
+            assertThat(size).as("libvhost-user's stride per queue").isEqualTo(2L * 2112);
+            assertThat(inflightFd[0]).isNotNegative();
+            assertThat(Libc.fstat(inflightFd[0]).size()).isEqualTo(size);
+            fe.send(SET_INFLIGHT_FD, 0, inflight.payload(), inflightFd[0]);
+            EventFd[][] seabios = start(fe, 0x140000046L, new int[]{0}, true);
+            MemorySegment region = SharedMemory.map(inflightFd[0], 0, size, arena);
+            for (int q = 0; q < QUEUES; q++) {
+                assertThat(region.get(ValueLayout.JAVA_SHORT, q * 2112L + INFLIGHT_DESC_NUM)).as("desc_num of queue " + q)
+                        .isEqualTo((short) RING);
+            }
+            assertThat(ramMappings()).as("both regions mapped by the server").isEqualTo(3);
+            readSectorZero(seabios[0][0], seabios[0][1]);
+            assertThat(stop(fe, 1)).as("GET_VRING_BASE after SeaBIOS's one request, as observed").containsExactly(1);
+            // Linux resets and starts both queues with all it acks of what was offered; regions unchanged
+            long linux = 0x170007e46L & offered;
+            fe.send(SET_INFLIGHT_FD, 0, inflight.payload(), inflightFd[0]);
+            start(fe, linux, new int[]{1, 0}, false);
+            assertThat(stop(fe, 2)).containsExactly(1, 0);
+            assertThat(fe.get(GET_QUEUE_NUM)).as("still served after the stop").isEqualTo(QUEUES);
+            Libc.close(inflightFd[0]);
+        }
+        assertThat(server.awaitDisconnected(Duration.ofSeconds(10))).as("session ended").isTrue();
+        assertThat(ramMappings()).as("the server unmapped guest RAM").isEqualTo(1);
+        for (EventFd e : eventFds) {
+            e.close();
+        }
+        eventFds.clear();
+        assertThat(openEventFds()).as("every kick, call and err fd the server got is closed").isEqualTo(before);
+        // reconnect=1: realize again without GET_CONFIG, then at once the start, every region re-sent
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            long features = realize(fe, false);
+            start(fe, 0x170007e46L & features, new int[]{7, 3}, true);
+            assertThat(stop(fe, 2)).containsExactly(7, 3);
+        }
+        assertThat(server.awaitDisconnected(Duration.ofSeconds(10))).isTrue();
+        assertThat(log).anyMatch(l -> l.contains("vhost-user connection 2 opened"));
+    }
+
+    // ------------------------------------------------------------ malformed front-ends
+
+    /** After a refusal the connection is gone (or answered), a log line says why, and the next front-end is served. */
+    private void assertClosedWithLog(TestFrontEnd fe, String... logged) throws Exception {
+        assertThat(fe.closedByBackEnd()).as("the back-end closed the connection").isTrue();
+        assertLogged(logged);
+        assertNextFrontEndServed();
+    }
+
+    private void assertLogged(String... fragments) {
+        assertThat(log).as("a log line naming what was wrong").anyMatch(l -> {
+            for (String f : fragments) {
+                if (!l.contains(f)) {
+                    return false;
+                }
+            }
+            return true;
+        });
+    }
+
+    private void assertNextFrontEndServed() throws Exception {
+        assertThat(server.awaitDisconnected(Duration.ofSeconds(10))).isTrue();
+        try (TestFrontEnd next = TestFrontEnd.connect(socket)) {
+            assertThat(next.get(GET_QUEUE_NUM)).isEqualTo(QUEUES);
+        }
+        assertThat(server.awaitDisconnected(Duration.ofSeconds(10))).isTrue();
+    }
+
+    @Test
+    void aPayloadOverTheBoundClosesTheConnection() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            fe.sendHeader(SET_MEM_TABLE, VERSION, 4096);
+            assertClosedWithLog(fe, "SET_MEM_TABLE(5)", "4096 bytes", "at most 272");
+        }
+    }
+
+    @Test
+    void aPayloadOfTheWrongSizeClosesTheConnection() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            fe.send(SET_FEATURES, 0, fe.payload(4));
+            assertClosedWithLog(fe, "SET_FEATURES(2)", "4 bytes", "exactly 8");
+        }
+    }
+
+    @Test
+    void anotherVersionClosesTheConnection() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            fe.sendHeader(GET_FEATURES, 0x2, 0);
+            assertClosedWithLog(fe, "GET_FEATURES(1)", "version 2", "allowed: version 1");
+        }
+    }
+
+    @Test
+    void aMissingRegionFdIsAnErrorReply() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            realize(fe, false);
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0))).as("REPLY_ACK failure").isNotZero();
+            assertLogged("ADD_MEM_REG(37) refused", "0 file descriptors", "exactly 1");
+            assertThat(fe.get(GET_QUEUE_NUM)).as("the connection goes on").isEqualTo(QUEUES);
+        }
+        assertNextFrontEndServed();
+    }
+
+    @Test
+    void extraFdsCloseTheConnectionAndAreClosed() throws Exception {
+        long before = openEventFds();
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket); EventFd a = EventFd.create(true);
+             EventFd b = EventFd.create(true)) {
+            fe.set(SET_VRING_CALL, 0, a.fd(), b.fd());
+            assertClosedWithLog(fe, "SET_VRING_CALL(13)", "2 file descriptors", "at most 1");
+        }
+        assertThat(openEventFds()).as("the server's copies are closed").isEqualTo(before);
+    }
+
+    @Test
+    void aKickWordWithoutItsFdClosesTheConnection() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            fe.set(SET_VRING_KICK, 0);
+            assertClosedWithLog(fe, "SET_VRING_KICK(12) refused", "vring 0: 0 file descriptors", "exactly 1");
+        }
+    }
+
+    @Test
+    void aVringIndexPastTheQueueCountIsRefused() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            realize(fe, false);
+            assertThat(fe.acked(SET_VRING_NUM, fe.state(QUEUES, RING))).isNotZero();
+            assertLogged("SET_VRING_NUM(8) refused", "vring index 2", "allowed: 0..1");
+            fe.send(SET_VRING_BASE, 0, fe.state(-1, 0)); // no NEED_REPLY: nothing to answer with, so it closes
+            assertClosedWithLog(fe, "SET_VRING_BASE(10) refused", "vring index 4294967295", "allowed: 0..1");
+        }
+    }
+
+    @Test
+    void aRingOutsideTheRegionsClosesTheConnection() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            long features = realize(fe, false);
+            fe.set(SET_FEATURES, 0x170007e46L & features);
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).isZero();
+            fe.send(SET_VRING_NUM, 0, fe.state(0, RING));
+            // in the hole between the regions: guest RAM QEMU never announced
+            fe.send(SET_VRING_ADDR, 0, addr(fe, 0, uaddr + LOW + 0x1000));
+            assertClosedWithLog(fe, "SET_VRING_ADDR(9) refused", "descriptor table at user address 0x"
+                    + Long.toHexString(uaddr + LOW + 0x1000), "not within one region");
+        }
+        assertThat(ramMappings()).as("the region it did add is unmapped with the session").isEqualTo(1);
+    }
+
+    @Test
+    void aRegionPastTheEndOfItsFileIsRefused() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            realize(fe, false);
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, RAM, uaddr, HIGH), ram)).isNotZero();
+            assertLogged("ADD_MEM_REG(37) refused", "passes the end of its file");
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0x1000, LOW, uaddr + LOW, 0), ram)).as("overlap").isNotZero();
+            assertLogged("ADD_MEM_REG(37) refused", "overlaps a region already added in guest memory");
+        }
+        assertNextFrontEndServed();
+    }
+
+    @Test
+    void removingAnUnknownRegionIsAnErrorReplyAndAKnownOneIsUnmapped() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            realize(fe, false);
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).isZero();
+            assertThat(fe.acked(REM_MEM_REG, region(fe, 0, LOW + 4096, uaddr, 0))).isNotZero();
+            assertLogged("REM_MEM_REG(38) refused", "no region at guest 0x0", "size 0xa1000");
+            assertThat(ramMappings()).isEqualTo(2);
+            assertThat(fe.acked(REM_MEM_REG, region(fe, 0, LOW, uaddr, 0))).isZero();
+            assertThat(ramMappings()).as("unmapped at once").isEqualTo(1);
+        }
+        assertNextFrontEndServed();
+    }
+
+    @Test
+    void anUnknownRequestClosesTheConnection() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            fe.send(99, FLAG_NEED_REPLY, fe.payload(8));
+            assertClosedWithLog(fe, "request 99", "is not a message this back-end serves");
+        }
+    }
+
+    @Test
+    void aConfigWriteOtherThanWceIsRefused() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            realize(fe, false);
+            MemorySegment p = fe.payload(CONFIG_REGION + 8);
+            p.set(ValueLayout.JAVA_INT, CONFIG_SIZE, 8);
+            assertThat(fe.acked(SET_CONFIG, p)).isNotZero();
+            assertLogged("SET_CONFIG(25) refused", "8 bytes at config offset 0", "the 1-byte wce at offset 32");
+            MemorySegment wce = fe.payload(CONFIG_REGION + 1);
+            wce.set(ValueLayout.JAVA_INT, CONFIG_OFFSET, 32);
+            wce.set(ValueLayout.JAVA_INT, CONFIG_SIZE, 1);
+            assertThat(fe.acked(SET_CONFIG, wce)).as("write through").isZero();
+            MemorySegment ask = fe.payload(CONFIG_REGION + 60);
+            ask.set(ValueLayout.JAVA_INT, CONFIG_SIZE, 60);
+            fe.send(GET_CONFIG, 0, ask);
+            assertThat(fe.reply(GET_CONFIG).payload().get(ValueLayout.JAVA_BYTE, CONFIG_REGION + 32)).isZero();
+        }
+    }
+
+    @Test
+    void aSecondFrontEndIsRefusedWhileOneIsServed() throws Exception {
+        try (TestFrontEnd first = TestFrontEnd.connect(socket)) {
+            assertThat(first.get(GET_QUEUE_NUM)).isEqualTo(QUEUES);
+            try (TestFrontEnd second = TestFrontEnd.connect(socket)) {
+                assertThat(second.closedByBackEnd()).isTrue();
+            }
+            assertLogged("refusing front-end connection 2", "connection 1 is still open");
+            assertThat(first.get(GET_QUEUE_NUM)).as("the first is still served").isEqualTo(QUEUES);
+        }
+        assertNextFrontEndServed();
+    }
+
+    @Test
+    void aLiveSocketPathIsRefusedAndAStaleOneReplaced() throws Exception {
+        VhostUserBlkServer other = new VhostUserBlkServer(new VhostUserBlkConfig(socket, 1, 128), layer);
+        try (other) {
+            org.assertj.core.api.Assertions.assertThatThrownBy(other::start).isInstanceOf(IOException.class)
+                    .hasMessageContaining("another server is accepting connections on it");
+        }
+        assertThat(socket).as("the live server's socket is left alone").exists();
+        server.close();
+        assertThat(socket).as("removed on close").doesNotExist();
+    }
+}
