@@ -1,0 +1,528 @@
+package io.pmemblk.vhost.blk;
+
+import io.pmemblk.posix.EventFd;
+import io.pmemblk.queueing.FrontendQueue;
+import io.pmemblk.queueing.HardwareQueue;
+import io.pmemblk.queueing.Op;
+import io.pmemblk.queueing.Request;
+import io.pmemblk.queueing.Status;
+import io.pmemblk.vhost.memory.GuestMemory;
+import io.pmemblk.vhost.virtq.BrokenRingException;
+import io.pmemblk.vhost.virtq.Chain;
+import io.pmemblk.vhost.virtq.Inflight;
+import io.pmemblk.vhost.virtq.SplitRing;
+import io.pmemblk.vhost.virtq.VirtioFeatures;
+import io.pmemblk.vhost.virtq.Virtqueue;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.charset.StandardCharsets;
+import java.util.function.Supplier;
+
+/**
+ * One virtio-blk virtqueue served by its own thread, {@code vhost-blk-q<index>} (benchmarks read those threads'
+ * CPU time): woken by the kick eventfd, it pops the available chains, turns each into a block-layer request on the
+ * guest's own memory ({@link FrontendQueue#acquireIov}: the driver copies between guest RAM and pmem, the only
+ * copy), dispatches the whole batch in one {@link FrontendQueue#dispatch} (one doorbell per batch), and completes
+ * on whichever thread the driver completes on (see {@link Virtqueue} for how used entries are published from
+ * there). Requests the block layer has no part in (GET_ID, refusals) are answered on the queue thread.
+ *
+ * <h2>Requests (virtio 1.2 section 5.2.6)</h2>
+ * A 16-byte header in the first device-readable bytes (split anywhere), data, and the status in the chain's last
+ * device-writable byte. IN / OUT: a non-zero multiple of blk_size at a blk_size-aligned sector, inside the
+ * device, at most the block layer's maxRequestBytes (seg_max x size_max stays within it), and no more than {@link HardwareQueue#MAX_IOVS} pieces, else IOERR;
+ * IN with readable data past the header, or OUT with writable bytes besides the status, IOERR; OUT on a read-only
+ * device IOERR. FLUSH -> the block layer's FLUSH (durable). GET_ID -> the serial, NUL-padded, in at most 20
+ * bytes. DISCARD / WRITE_ZEROES -> TRIM / WRITE_ZEROES of exactly one 16-byte segment (max_discard_seg 1, more:
+ * UNSUPP, as qemu-storage-daemon), flags other than UNMAP on WRITE_ZEROES UNSUPP, a range outside the device or
+ * above the advertised maximum IOERR. Anything else UNSUPP. A chain without a device-writable byte cannot be
+ * answered at all: the queue breaks.
+ *
+ * <h2>Polling</h2>
+ * After work the thread polls avail.idx for {@code pollNanos} before it re-arms kicks and sleeps: a kick costs the
+ * guest a VM exit and this thread a wake-up (together several microseconds), and at queue depth 1 the next request
+ * typically follows within tens of microseconds. {@link #DEFAULT_POLL_NANOS} is 20 us: long enough to catch a
+ * guest's next request at low depth, short enough not to take a 2-core host's CPU from the vCPUs when idle.
+ */
+public final class VhostBlkQueue implements Request.Completion {
+    private static final System.Logger LOG = System.getLogger(VhostBlkQueue.class.getName());
+    public static final long DEFAULT_POLL_NANOS = 20_000;
+    /** How long the thread sleeps on the kick before it looks at its stop flag again. */
+    static final int KICK_WAIT_MILLIS = 100;
+    /** stop(): how long the thread may take to leave its loop, and in-flight requests to complete. */
+    static final long STOP_MILLIS = 5_000, DRAIN_MILLIS = 10_000;
+    /** Pieces a chain may have besides its data: header and status, each possibly split once. */
+    private static final int CHAIN_SLACK = 4;
+
+    private final int index;
+    private final int size;
+    private final long features;
+    private final EventFd kick;
+    private final EventFd call;
+    private final FrontendQueue frontend;
+    private final Supplier<GuestMemory> memory;
+    private final BlkDevice device;
+    private final long pollNanos;
+    private final long maxDataBytes;
+    private final Virtqueue vq;
+    private final Chain chain = new Chain(HardwareQueue.MAX_IOVS + CHAIN_SLACK);
+    private final Thread thread;
+    private final MemorySegment serialBytes;
+    /** Per head: where its status byte is and what used.len an OK answer reports. */
+    private final MemorySegment[] statusMapping;
+    private final long[] statusOffset;
+    private final int[] okLength;
+
+    private volatile boolean running;
+    private volatile boolean broken;
+    private volatile boolean writeThrough;
+    private boolean signalFailed;
+
+    /** With the default polling; see {@link #VhostBlkQueue(int, int, long, long, long, int, long, EventFd, EventFd,
+     *  FrontendQueue, Supplier, MemorySegment, BlkDevice, long)}. */
+    public VhostBlkQueue(int index, int size, long descUser, long availUser, long usedUser, int baseIndex,
+                         long features, EventFd kick, EventFd call, FrontendQueue frontend,
+                         Supplier<GuestMemory> memory, MemorySegment inflight, BlkDevice device) {
+        this(index, size, descUser, availUser, usedUser, baseIndex, features, kick, call, frontend, memory, inflight,
+                device, DEFAULT_POLL_NANOS);
+    }
+
+    /**
+     * Maps the rings (QEMU's addresses of SET_VRING_ADDR, through the current memory table) and, with an inflight
+     * region, recovers what an earlier back-end left in flight; {@link #start} starts serving.
+     * @param features  the negotiated virtio features
+     * @param call      the call eventfd, or null when the queue has no interrupt vector
+     * @param inflight  this queue's slice of the inflight region (its desc_num written), or null
+     * @param pollNanos how long to poll after work before sleeping on the kick (0: never poll)
+     * @throws IllegalArgumentException when a ring is outside guest memory or misaligned, or the size is not 1..32768
+     * @throws IllegalStateException when the inflight region contradicts the ring
+     */
+    public VhostBlkQueue(int index, int size, long descUser, long availUser, long usedUser, int baseIndex,
+                         long features, EventFd kick, EventFd call, FrontendQueue frontend,
+                         Supplier<GuestMemory> memory, MemorySegment inflight, BlkDevice device, long pollNanos) {
+        if (size < 1 || size > SplitRing.MAX_SIZE) {
+            throw new IllegalArgumentException("virtqueue " + index + " size " + size + ": allowed 1.." + SplitRing.MAX_SIZE);
+        }
+        this.index = index;
+        this.size = size;
+        this.features = features;
+        this.kick = kick;
+        this.call = call;
+        this.frontend = frontend;
+        this.memory = memory;
+        this.device = device;
+        this.pollNanos = pollNanos;
+        this.maxDataBytes = frontend.queue().maxRequestBytes();
+        GuestMemory mem = memory.get();
+        boolean eventIdx = (features & VirtioFeatures.bit(VirtioFeatures.RING_EVENT_IDX)) != 0;
+        SplitRing ring = new SplitRing(size, eventIdx, area(mem, "descriptor table", descUser, SplitRing.descBytes(size)),
+                area(mem, "avail ring", availUser, SplitRing.availBytes(size, eventIdx)),
+                area(mem, "used ring", usedUser, SplitRing.usedBytes(size, eventIdx)));
+        // Indirect tables: as long as the queue, or as a request of seg_max segments with header and status.
+        int maxIndirect = Math.max(size, HardwareQueue.MAX_IOVS + 2);
+        this.vq = new Virtqueue(index, ring, features, baseIndex, maxIndirect,
+                inflight == null ? null : new Inflight(inflight, size));
+        vq.recover();
+        byte[] serial = device.serial().getBytes(StandardCharsets.US_ASCII);
+        this.serialBytes = MemorySegment.ofArray(new byte[VirtioBlk.ID_BYTES]); // NUL-padded
+        MemorySegment.copy(MemorySegment.ofArray(serial), 0, serialBytes, 0, serial.length);
+        this.statusMapping = new MemorySegment[size];
+        this.statusOffset = new long[size];
+        this.okLength = new int[size];
+        this.thread = Thread.ofPlatform().name("vhost-blk-q" + index).daemon(true).unstarted(this::run);
+    }
+
+    private MemorySegment area(GuestMemory mem, String what, long userAddr, long bytes) {
+        MemorySegment s = mem.userSlice(userAddr, bytes);
+        if (s == null) {
+            throw new IllegalArgumentException("virtqueue " + index + ": " + what + " at QEMU address 0x"
+                    + Long.toHexString(userAddr) + ", " + bytes + " bytes, is not inside one guest memory region");
+        }
+        return s;
+    }
+
+    public int index() {
+        return index;
+    }
+
+    /** Starts the queue thread. */
+    public void start() {
+        running = true;
+        thread.start();
+    }
+
+    /** The queue thread (its CPU time is what the benchmarks measure). */
+    public Thread thread() {
+        return thread;
+    }
+
+    /** Whether the guest broke the ring's rules: the queue then pops nothing more (logged once). */
+    public boolean broken() {
+        return broken;
+    }
+
+    /**
+     * SET_CONFIG's wce: with the write cache off (write-through) the guest sends no FLUSH, so every write is made
+     * durable before it completes (FUA).
+     */
+    public void writeCache(boolean enabled) {
+        writeThrough = !enabled;
+    }
+
+    /**
+     * GET_VRING_BASE: stops popping, waits (bounded) for the thread to leave its loop and for every request in
+     * flight to complete, and returns the next avail index. After it returns (or throws) completions touch guest
+     * memory no more, so the session may unmap it.
+     * @throws IllegalStateException when the thread does not stop or requests are still in flight after
+     *         {@link #DRAIN_MILLIS} (naming their heads); nothing more is written to guest memory either way
+     */
+    public int stop() throws InterruptedException {
+        running = false;
+        if (thread.isAlive()) {
+            try {
+                kick.signal(); // wakes the thread from its sleep on the kick now, not at the next timeout
+            } catch (RuntimeException e) {
+                LOG.log(System.Logger.Level.DEBUG, "vhost-blk-q" + index + ": waking the queue thread: " + e);
+            }
+            thread.join(STOP_MILLIS);
+            if (thread.isAlive()) {
+                thread.interrupt(); // blocked for a tag: the acquire gives up, the chain is taken back
+                thread.join(STOP_MILLIS);
+            }
+        }
+        if (thread.isAlive()) {
+            vq.stop();
+            throw new IllegalStateException("vhost-blk-q" + index + " did not stop within " + (2 * STOP_MILLIS)
+                    + " ms; it is " + thread.getState());
+        }
+        boolean idle = vq.awaitIdle(DRAIN_MILLIS);
+        String left = idle ? "" : vq.inFlightHeads();
+        vq.stop();
+        if (!idle) {
+            throw new IllegalStateException("vhost-blk-q" + index + ": requests of heads " + left
+                    + " still in flight " + DRAIN_MILLIS + " ms after stop; the guest will not see them complete");
+        }
+        return vq.lastAvail();
+    }
+
+    /** The next avail index the queue would pop (GET_VRING_BASE's value). */
+    public int lastAvail() {
+        return vq.lastAvail();
+    }
+
+    /** Heads in flight now. */
+    public int inFlight() {
+        return vq.inFlight();
+    }
+
+    private void run() {
+        try {
+            vq.disableKicks();
+            long lastWork = System.nanoTime();
+            while (running) {
+                if (processBatch() > 0) {
+                    lastWork = System.nanoTime();
+                    continue;
+                }
+                if (System.nanoTime() - lastWork < pollNanos) {
+                    Thread.onSpinWait();
+                    continue;
+                }
+                if (vq.enableKicks()) {
+                    vq.disableKicks();
+                    continue;
+                }
+                if (kick.await(KICK_WAIT_MILLIS)) {
+                    kick.drain();
+                }
+                vq.disableKicks();
+                lastWork = System.nanoTime();
+            }
+        } catch (BrokenRingException e) {
+            breaks(e.getMessage(), null);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt(); // stop() interrupted a wait for a tag
+        } catch (Exception | Error e) {
+            // A region unmapped under the ring, an eventfd gone: nothing the guest can be told through this queue.
+            breaks("stopped by " + e, e);
+        } finally {
+            frontend.dispatch(); // what the batch holds still completes
+            frontend.releaseUndispatched(); // a request being filled when something threw
+        }
+    }
+
+    private void breaks(String why, Throwable t) {
+        broken = true;
+        LOG.log(System.Logger.Level.WARNING, "vhost-blk-q" + index + " broken, it serves no more requests until the"
+                + " front-end restarts it: " + why, t);
+    }
+
+    /**
+     * Pops what is available (at most a batch of the frontend's depth), submits it, dispatches once and publishes
+     * the queue thread's own completions once.
+     */
+    private int processBatch() throws BrokenRingException, InterruptedException {
+        if (!vq.hasAvailable()) {
+            return 0;
+        }
+        GuestMemory mem = memory.get();
+        int n = 0;
+        vq.beginBatch();
+        try {
+            while (!frontend.full() && vq.pop(mem, chain)) {
+                n++;
+                submit(chain);
+            }
+            frontend.dispatch();
+        } finally {
+            signal(vq.endBatch());
+        }
+        return n;
+    }
+
+    private void submit(Chain c) throws BrokenRingException, InterruptedException {
+        int head = c.head();
+        MemorySegment statusMap = c.lastWritableMapping();
+        if (statusMap == null) {
+            vq.unpop(head);
+            throw new BrokenRingException("virtqueue " + index + ": the chain of head " + head
+                    + " has no device-writable byte for its status");
+        }
+        statusMapping[head] = statusMap;
+        statusOffset[head] = c.lastWritableOffset();
+        if (c.readableBytes() < VirtioBlk.OUTHDR_BYTES) {
+            refuse(head, VirtioBlk.S_IOERR, "a header of " + c.readableBytes() + " device-readable bytes: 16 needed");
+            return;
+        }
+        if (c.overflowed()) {
+            refuse(head, VirtioBlk.S_IOERR, "a chain of more than " + (HardwareQueue.MAX_IOVS + CHAIN_SLACK)
+                    + " pieces of guest memory");
+            return;
+        }
+        int type = (int) c.readLE(VirtioBlk.OUTHDR_TYPE, 4);
+        long sector = c.readLE(VirtioBlk.OUTHDR_SECTOR, 8);
+        long readData = c.readableBytes() - VirtioBlk.OUTHDR_BYTES;
+        long writeData = c.writableBytes() - 1;
+        switch (type) {
+            case VirtioBlk.T_IN -> {
+                if (readData != 0) {
+                    refuse(head, VirtioBlk.S_IOERR, "IN with " + readData + " device-readable bytes after its header");
+                } else if (dataOk(head, "IN", sector, writeData)) {
+                    data(c, head, Op.READ, sector, writeData);
+                }
+            }
+            case VirtioBlk.T_OUT -> {
+                if (writeData != 0) {
+                    refuse(head, VirtioBlk.S_IOERR, "OUT with " + writeData + " device-writable bytes besides its status");
+                } else if (device.readOnly()) {
+                    refuse(head, VirtioBlk.S_IOERR, "OUT on a read-only device");
+                } else if (dataOk(head, "OUT", sector, readData)) {
+                    data(c, head, Op.WRITE, sector, readData);
+                }
+            }
+            case VirtioBlk.T_FLUSH -> range(head, Op.FLUSH, 0, 0);
+            case VirtioBlk.T_GET_ID -> {
+                if (writeData == 0) {
+                    refuse(head, VirtioBlk.S_IOERR, "GET_ID without a device-writable buffer for the serial");
+                    return;
+                }
+                long written = c.writeFrom(serialBytes, Math.min(writeData, VirtioBlk.ID_BYTES));
+                answer(head, VirtioBlk.S_OK, (int) written + 1);
+            }
+            case VirtioBlk.T_DISCARD, VirtioBlk.T_WRITE_ZEROES -> discardOrZero(c, head, type, readData);
+            default -> refuse(head, VirtioBlk.S_UNSUPP, "request type " + Integer.toUnsignedString(type)
+                    + ": served IN 0, OUT 1, FLUSH 4, GET_ID 8, DISCARD 11, WRITE_ZEROES 13");
+        }
+    }
+
+    /** Whether an IN / OUT of {@code bytes} at {@code sector} may be served; refused (IOERR) if not. */
+    private boolean dataOk(int head, String what, long sector, long bytes) {
+        int blk = device.blkSize();
+        String wrong = null;
+        if (bytes <= 0 || bytes % blk != 0) {
+            wrong = bytes + " data bytes: allowed a non-zero multiple of the block size " + blk;
+        } else if (bytes > maxDataBytes) {
+            wrong = bytes + " data bytes: at most " + maxDataBytes + " (the block layer's maxRequestBytes, which seg_max"
+                    + " x size_max stays within)";
+        } else if (!inDevice(sector, bytes / VirtioBlk.SECTOR)) {
+            wrong = "sector " + Long.toUnsignedString(sector) + " + " + bytes / VirtioBlk.SECTOR
+                    + " sectors: outside the device of " + device.capacitySectors() + " sectors";
+        } else if (sector % (blk / VirtioBlk.SECTOR) != 0) {
+            wrong = "sector " + sector + ": not aligned to the block size " + blk;
+        }
+        if (wrong != null) {
+            refuse(head, VirtioBlk.S_IOERR, what + " of " + wrong);
+            return false;
+        }
+        return true;
+    }
+
+    /** Unsigned: sectors [sector, sector + count) lie in the device (no overflow: sector is compared first). */
+    private boolean inDevice(long sector, long count) {
+        long cap = device.capacitySectors();
+        return Long.compareUnsigned(sector, cap) <= 0 && count <= cap - sector;
+    }
+
+    /**
+     * IN / OUT: the data are the chain's readable bytes after the header (OUT) or its writable bytes before the
+     * status byte (IN), {@code bytes} of them, in pieces as the chain has them.
+     */
+    private void data(Chain c, int head, Op op, long sector, long bytes) throws InterruptedException {
+        boolean write = op == Op.WRITE;
+        int first = write ? 0 : c.readable();
+        int end = write ? c.readable() : c.count();
+        long skip = write ? VirtioBlk.OUTHDR_BYTES : 0;
+        int pieces = dataPieces(c, first, end, skip, bytes); // counted before a request is taken for it
+        if (pieces > HardwareQueue.MAX_IOVS) {
+            refuse(head, VirtioBlk.S_IOERR, op + " in " + pieces + " pieces of guest memory: at most "
+                    + HardwareQueue.MAX_IOVS + " (seg_max segments, each split at most once between regions)");
+            return;
+        }
+        Request r;
+        try {
+            r = frontend.acquireIov(op, sector * VirtioBlk.SECTOR, bytes);
+        } catch (InterruptedException e) {
+            vq.unpop(head); // never submitted: popped again by the next pop, or not counted by GET_VRING_BASE
+            throw e;
+        }
+        long left = bytes;
+        for (int i = first; i < end && left > 0; i++) {
+            long off = c.offset(i), len = c.length(i);
+            if (skip >= len) {
+                skip -= len;
+                continue;
+            }
+            long take = Math.min(len - skip, left);
+            long iova = c.iova(i);
+            r.addIov(c.mapping(i).asSlice(off + skip, take), iova == Request.NO_IOVA ? iova : iova + skip);
+            skip = 0;
+            left -= take;
+        }
+        okLength[head] = write ? 1 : (int) bytes + 1;
+        submitRequest(r, head);
+    }
+
+    /** How many pieces {@code bytes} data bytes take from pieces [first, end) after skipping {@code skip} bytes. */
+    private static int dataPieces(Chain c, int first, int end, long skip, long bytes) {
+        int n = 0;
+        for (int i = first; i < end && bytes > 0; i++) {
+            long len = c.length(i);
+            if (skip >= len) {
+                skip -= len;
+                continue;
+            }
+            bytes -= Math.min(len - skip, bytes);
+            skip = 0;
+            n++;
+        }
+        return n;
+    }
+
+    private void discardOrZero(Chain c, int head, int type, long readData) throws InterruptedException {
+        boolean zero = type == VirtioBlk.T_WRITE_ZEROES;
+        String name = zero ? "WRITE_ZEROES" : "DISCARD";
+        if (!(zero ? device.canZero() : device.canDiscard())) {
+            refuse(head, VirtioBlk.S_UNSUPP, name + ": not offered by this device");
+            return;
+        }
+        if (device.readOnly()) {
+            refuse(head, VirtioBlk.S_IOERR, name + " on a read-only device");
+            return;
+        }
+        if (readData != VirtioBlk.SEGMENT_BYTES) {
+            refuse(head, readData > 0 && readData % VirtioBlk.SEGMENT_BYTES == 0 ? VirtioBlk.S_UNSUPP : VirtioBlk.S_IOERR,
+                    name + " with " + readData + " bytes of segments: exactly one 16-byte segment (max_discard_seg 1)");
+            return;
+        }
+        long at = VirtioBlk.OUTHDR_BYTES;
+        long sector = c.readLE(at + VirtioBlk.SEGMENT_SECTOR, 8);
+        long count = c.readLE(at + VirtioBlk.SEGMENT_NUM_SECTORS, 4);
+        int flags = (int) c.readLE(at + VirtioBlk.SEGMENT_FLAGS, 4);
+        int allowed = zero ? VirtioBlk.WRITE_ZEROES_FLAG_UNMAP : 0;
+        int align = device.blkSize() / VirtioBlk.SECTOR;
+        if ((flags & ~allowed) != 0) {
+            refuse(head, VirtioBlk.S_UNSUPP, name + " with flags 0x" + Integer.toHexString(flags) + ": allowed 0x"
+                    + Integer.toHexString(allowed));
+        } else if (count == 0 || count > VirtioBlkConfig.MAX_DISCARD_SECTORS) {
+            refuse(head, VirtioBlk.S_IOERR, name + " of " + count + " sectors: allowed 1.."
+                    + VirtioBlkConfig.MAX_DISCARD_SECTORS);
+        } else if (!inDevice(sector, count)) {
+            refuse(head, VirtioBlk.S_IOERR, name + " of sector " + Long.toUnsignedString(sector) + " + " + count
+                    + ": outside the device of " + device.capacitySectors() + " sectors");
+        } else if (sector % align != 0 || count % align != 0) {
+            refuse(head, VirtioBlk.S_IOERR, name + " of sector " + sector + " + " + count + ": not aligned to the"
+                    + " block size " + device.blkSize());
+        } else {
+            range(head, zero ? Op.WRITE_ZEROES : Op.TRIM, sector * VirtioBlk.SECTOR, count * VirtioBlk.SECTOR);
+        }
+    }
+
+    /** A request without data (FLUSH, TRIM, WRITE_ZEROES) through the block layer. */
+    private void range(int head, Op op, long offset, long length) throws InterruptedException {
+        Request r;
+        try {
+            r = frontend.acquire(0);
+        } catch (InterruptedException e) {
+            vq.unpop(head);
+            throw e;
+        }
+        r.op = op;
+        r.offset = offset;
+        r.length = length;
+        okLength[head] = 1;
+        submitRequest(r, head);
+    }
+
+    private void submitRequest(Request r, int head) {
+        r.cookie = head;
+        r.fua = writeThrough && r.op != Op.READ && r.op != Op.FLUSH;
+        r.completion = this;
+        frontend.add(r);
+    }
+
+    /** The driver completed a request (any thread): its status goes to the guest, its tag back to the layer. */
+    @Override
+    public void completed(Request r) {
+        int head = (int) r.cookie;
+        int status = r.status();
+        r.release(); // before the guest sees the head complete: its next request finds the tag free
+        byte s = status == Status.OK ? VirtioBlk.S_OK : status == Status.ENOTSUP ? VirtioBlk.S_UNSUPP : VirtioBlk.S_IOERR;
+        answer(head, s, s == VirtioBlk.S_OK ? okLength[head] : 1);
+    }
+
+    private void refuse(int head, byte status, String why) {
+        refuseLog(head, why);
+        answer(head, status, 1);
+    }
+
+    private void refuseLog(int head, String why) {
+        LOG.log(System.Logger.Level.DEBUG, () -> "vhost-blk-q" + index + " head " + head + " refused: " + why);
+    }
+
+    /** Writes the status byte and pushes the head; signals the call eventfd when the ring says so. */
+    private void answer(int head, byte status, int usedLen) {
+        boolean signal;
+        synchronized (vq) {
+            if (vq.stopped()) {
+                return; // the session may be unmapping guest memory
+            }
+            statusMapping[head].set(ValueLayout.JAVA_BYTE, statusOffset[head], status);
+            signal = vq.push(head, usedLen);
+        }
+        signal(signal);
+    }
+
+    private void signal(boolean due) {
+        if (!due || call == null) {
+            return;
+        }
+        try {
+            call.signal();
+        } catch (RuntimeException e) {
+            if (!signalFailed) { // once: the session replaces or closes the call fd, the next SET_VRING_CALL fixes it
+                signalFailed = true;
+                LOG.log(System.Logger.Level.WARNING, "vhost-blk-q" + index + ": signalling the call eventfd " + e);
+            }
+        }
+    }
+}

@@ -1,0 +1,5 @@
+/**
+ * The guest's RAM as QEMU shares it: an immutable table of mapped regions, looked up by guest-physical address
+ * (descriptor buffers) or by QEMU's own virtual address (the ring addresses of SET_VRING_ADDR).
+ */
+package io.pmemblk.vhost.memory;

@@ -1,0 +1,211 @@
+package io.pmemblk.vhost.virtq;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
+
+/**
+ * The three areas of a split virtqueue of {@code size} entries in guest memory, written once from torvalds/linux
+ * {@code include/uapi/linux/virtio_ring.h} (virtio 1.2 section 2.7; little-endian once VERSION_1 is negotiated):
+ * <pre>
+ * descriptor table  size x 16: u64 addr @0 (guest-physical), u32 len @8, u16 flags @12, u16 next @14   align 16
+ * avail (driver)    u16 flags @0, u16 idx @2, u16 ring[size] @4, u16 used_event @4+2*size             align 2
+ * used (device)     u16 flags @0, u16 idx @2, {u32 id, u32 len}[size] @4, u16 avail_event @4+8*size   align 4
+ * </pre>
+ * Only reads and writes of single fields live here; their ordering is the caller's, with the fences libvhost-user
+ * uses (qemu/qemu {@code subprojects/libvhost-user/include/atomic.h}: {@code smp_rmb} = acquire, {@code smp_wmb} =
+ * release, {@code smp_mb} = full): {@link #acquire()}, {@link #release()}, {@link #full()}. Each guest-written field
+ * is read once per use by the caller and kept in a local: the guest may change it at any moment.
+ */
+public final class SplitRing {
+    public static final int DESC_BYTES = 16;
+    static final long DESC_ADDR = 0, DESC_LEN = 8, DESC_FLAGS = 12, DESC_NEXT = 14;
+    /** virtq_desc.flags */
+    public static final int F_NEXT = 1, F_WRITE = 2, F_INDIRECT = 4;
+    static final long AVAIL_FLAGS = 0, AVAIL_IDX = 2, AVAIL_RING = 4;
+    /** virtq_avail.flags: the driver asks for no interrupt (ignored with EVENT_IDX). */
+    public static final int AVAIL_F_NO_INTERRUPT = 1;
+    static final long USED_FLAGS = 0, USED_IDX = 2, USED_RING = 4, USED_ELEM_BYTES = 8;
+    /** virtq_used.flags: the device asks for no kick (ignored with EVENT_IDX). */
+    public static final int USED_F_NO_NOTIFY = 1;
+    /** The largest queue a split ring can have (virtio 1.2 2.7: Queue Size is at most 32768). */
+    public static final int MAX_SIZE = 32768;
+
+    private static final ValueLayout.OfShort U16 = ValueLayout.JAVA_SHORT.withOrder(ByteOrder.LITTLE_ENDIAN);
+    private static final ValueLayout.OfInt U32 = ValueLayout.JAVA_INT.withOrder(ByteOrder.LITTLE_ENDIAN);
+    private static final ValueLayout.OfLong U64 = ValueLayout.JAVA_LONG.withOrder(ByteOrder.LITTLE_ENDIAN);
+    /** Descriptor fields read out of an indirect table, which the guest may place at any address. */
+    private static final ValueLayout.OfInt U32_UNALIGNED = ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+    private static final ValueLayout.OfShort U16_UNALIGNED = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+    private static final ValueLayout.OfLong U64_UNALIGNED = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+
+    private final int size;
+    private final boolean eventIdx;
+    private final MemorySegment desc;
+    private final MemorySegment avail;
+    private final MemorySegment used;
+    private final long usedEventAt;
+    private final long availEventAt;
+
+    /**
+     * @param eventIdx whether EVENT_IDX was negotiated: only then do the areas hold used_event and avail_event
+     * @throws IllegalArgumentException when size is outside 1..32768, an area is shorter than its layout, or not
+     *         aligned as virtio_ring.h requires (the areas come from the front-end and are checked once here)
+     */
+    public SplitRing(int size, boolean eventIdx, MemorySegment desc, MemorySegment avail, MemorySegment used) {
+        if (size < 1 || size > MAX_SIZE) {
+            throw new IllegalArgumentException("virtqueue size " + size + ": allowed 1.." + MAX_SIZE);
+        }
+        check("descriptor table", desc, descBytes(size), 16);
+        check("avail ring", avail, availBytes(size, eventIdx), 2);
+        check("used ring", used, usedBytes(size, eventIdx), 4);
+        this.size = size;
+        this.eventIdx = eventIdx;
+        this.desc = desc;
+        this.avail = avail;
+        this.used = used;
+        this.usedEventAt = AVAIL_RING + 2L * size;
+        this.availEventAt = USED_RING + USED_ELEM_BYTES * size;
+    }
+
+    private static void check(String what, MemorySegment area, long bytes, int align) {
+        if (area.byteSize() < bytes) {
+            throw new IllegalArgumentException(what + " of " + area.byteSize() + " bytes: a ring of this size needs " + bytes);
+        }
+        if (area.address() % align != 0) {
+            throw new IllegalArgumentException(what + " at 0x" + Long.toHexString(area.address()) + ": must be "
+                    + align + "-byte aligned (virtio 1.2 2.7 Table: Virtqueue Part Alignment)");
+        }
+    }
+
+    /**
+     * Bytes of each area for a queue of {@code size}; the event fields (used_event, avail_event) only with
+     * EVENT_IDX, as QEMU sizes them ({@code vhost_get_vring_avail_size}): a ring may end right before a hole.
+     */
+    public static long descBytes(int size) {
+        return (long) DESC_BYTES * size;
+    }
+
+    public static long availBytes(int size, boolean eventIdx) {
+        return AVAIL_RING + 2L * size + (eventIdx ? 2 : 0);
+    }
+
+    public static long usedBytes(int size, boolean eventIdx) {
+        return USED_RING + USED_ELEM_BYTES * size + (eventIdx ? 2 : 0);
+    }
+
+    public int size() {
+        return size;
+    }
+
+    /** Whether the event fields exist (EVENT_IDX negotiated); without, they must not be touched. */
+    public boolean eventIdx() {
+        return eventIdx;
+    }
+
+    public MemorySegment descriptorTable() {
+        return desc;
+    }
+
+    // The driver's fields: read once, plainly; the caller orders them (acquire after idx, full before re-checks).
+
+    public int availIdx() {
+        return Short.toUnsignedInt(avail.get(U16, AVAIL_IDX));
+    }
+
+    public int availFlags() {
+        return Short.toUnsignedInt(avail.get(U16, AVAIL_FLAGS));
+    }
+
+    /** avail.ring[slot], slot already reduced mod size. */
+    public int availRing(int slot) {
+        return Short.toUnsignedInt(avail.get(U16, AVAIL_RING + 2L * slot));
+    }
+
+    /** EVENT_IDX: interrupt the driver when used.idx passes this. */
+    public int usedEvent() {
+        return Short.toUnsignedInt(avail.get(U16, usedEventAt));
+    }
+
+    // The device's fields.
+
+    public int usedIdx() {
+        return Short.toUnsignedInt(used.get(U16, USED_IDX));
+    }
+
+    /** Publishes used.idx; the caller has fenced ({@link #release()}) after the entries it covers. */
+    public void usedIdx(int idx) {
+        used.set(U16, USED_IDX, (short) idx);
+    }
+
+    public int usedFlags() {
+        return Short.toUnsignedInt(used.get(U16, USED_FLAGS));
+    }
+
+    public void usedFlags(int flags) {
+        used.set(U16, USED_FLAGS, (short) flags);
+    }
+
+    /** used.ring[slot] = {id, len}, slot already reduced mod size. */
+    public void usedElem(int slot, int id, int len) {
+        long at = USED_RING + USED_ELEM_BYTES * slot;
+        used.set(U32, at, id);
+        used.set(U32, at + 4, len);
+    }
+
+    /** used.ring[slot].id (read back at restart, to see which heads the last incarnation completed). */
+    public int usedElemId(int slot) {
+        return used.get(U32, USED_RING + USED_ELEM_BYTES * slot);
+    }
+
+    /** EVENT_IDX: the driver kicks when avail.idx passes this. */
+    public void availEvent(int idx) {
+        used.set(U16, availEventAt, (short) idx);
+    }
+
+    public int availEvent() {
+        return Short.toUnsignedInt(used.get(U16, availEventAt));
+    }
+
+    // A descriptor in a table at byte offset base (the ring's own table, or an indirect one anywhere in memory).
+
+    static long descAddr(MemorySegment table, long base) {
+        return table.get(U64_UNALIGNED, base + DESC_ADDR);
+    }
+
+    static long descLen(MemorySegment table, long base) {
+        return Integer.toUnsignedLong(table.get(U32_UNALIGNED, base + DESC_LEN));
+    }
+
+    static int descFlags(MemorySegment table, long base) {
+        return Short.toUnsignedInt(table.get(U16_UNALIGNED, base + DESC_FLAGS));
+    }
+
+    static int descNext(MemorySegment table, long base) {
+        return Short.toUnsignedInt(table.get(U16_UNALIGNED, base + DESC_NEXT));
+    }
+
+    /** {@code smp_rmb}: reads after it (ring entries, descriptors) see what the driver wrote before avail.idx. */
+    public static void acquire() {
+        VarHandle.acquireFence();
+    }
+
+    /** {@code smp_wmb}: used entries (and the data and status before them) are visible before used.idx. */
+    public static void release() {
+        VarHandle.releaseFence();
+    }
+
+    /** {@code smp_mb}: a store (used.idx, avail_event, used.flags) is visible before the load that follows it. */
+    public static void full() {
+        VarHandle.fullFence();
+    }
+
+    /**
+     * virtio_ring.h {@code vring_need_event}: whether moving an index from {@code old} to {@code next} passes the
+     * other side's {@code event} (all u16, free-running).
+     */
+    public static boolean needEvent(int event, int next, int old) {
+        return ((next - event - 1) & 0xffff) < ((next - old) & 0xffff);
+    }
+}
