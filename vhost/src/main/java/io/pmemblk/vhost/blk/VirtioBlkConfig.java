@@ -1,11 +1,11 @@
 package io.pmemblk.vhost.blk;
 
 import io.pmemblk.queueing.HardwareQueue;
+import io.pmemblk.vhost.virtq.Le;
 import io.pmemblk.vhost.virtq.VirtioFeatures;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.nio.ByteOrder;
 
 /**
  * The device's features and its {@code struct virtio_blk_config} for GET_CONFIG, written once from the header QEMU
@@ -36,9 +36,6 @@ public final class VirtioBlkConfig {
     public static final int MAX_DISCARD_SECTORS = 32768, MAX_SEGMENTS = 1;
     private static final int PAGE = 4096;
 
-    private static final ValueLayout.OfLong U64 = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
-    private static final ValueLayout.OfInt U32 = ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
-    private static final ValueLayout.OfShort U16 = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
 
     /**
      * The virtio features GET_FEATURES offers (the session adds vhost-user's bit 30). QEMU clears every bit of its
@@ -94,24 +91,24 @@ public final class VirtioBlkConfig {
         }
         byte[] b = new byte[BYTES];
         MemorySegment c = MemorySegment.ofArray(b);
-        c.set(U64, CAPACITY, d.capacitySectors());
-        c.set(U32, SIZE_MAX, sizeMax(queueSize, maxRequestBytes));
-        c.set(U32, SEG_MAX, segMax(queueSize, maxRequestBytes));
-        c.set(U32, BLK_SIZE, d.blkSize());
+        c.set(Le.U64_UNALIGNED, CAPACITY, d.capacitySectors());
+        c.set(Le.U32_UNALIGNED, SIZE_MAX, sizeMax(queueSize, maxRequestBytes));
+        c.set(Le.U32_UNALIGNED, SEG_MAX, segMax(queueSize, maxRequestBytes));
+        c.set(Le.U32_UNALIGNED, BLK_SIZE, d.blkSize());
         c.set(ValueLayout.JAVA_BYTE, PHYSICAL_BLOCK_EXP, (byte) 0);
-        c.set(U16, MIN_IO_SIZE, (short) 1);
-        c.set(U32, OPT_IO_SIZE, 1);
+        c.set(Le.U16_UNALIGNED, MIN_IO_SIZE, (short) 1);
+        c.set(Le.U32_UNALIGNED, OPT_IO_SIZE, 1);
         c.set(ValueLayout.JAVA_BYTE, WCE, (byte) 1);
-        c.set(U16, NUM_QUEUES, (short) numQueues);
+        c.set(Le.U16_UNALIGNED, NUM_QUEUES, (short) numQueues);
         int alignment = d.blkSize() / VirtioBlk.SECTOR;
         if (d.canDiscard()) {
-            c.set(U32, MAX_DISCARD_SECTORS, MAX_DISCARD_SECTORS);
-            c.set(U32, MAX_DISCARD_SEG, MAX_SEGMENTS);
-            c.set(U32, DISCARD_SECTOR_ALIGNMENT, alignment);
+            c.set(Le.U32_UNALIGNED, MAX_DISCARD_SECTORS, MAX_DISCARD_SECTORS);
+            c.set(Le.U32_UNALIGNED, MAX_DISCARD_SEG, MAX_SEGMENTS);
+            c.set(Le.U32_UNALIGNED, DISCARD_SECTOR_ALIGNMENT, alignment);
         }
         if (d.canZero()) {
-            c.set(U32, MAX_WRITE_ZEROES_SECTORS, MAX_DISCARD_SECTORS);
-            c.set(U32, MAX_WRITE_ZEROES_SEG, MAX_SEGMENTS);
+            c.set(Le.U32_UNALIGNED, MAX_WRITE_ZEROES_SECTORS, MAX_DISCARD_SECTORS);
+            c.set(Le.U32_UNALIGNED, MAX_WRITE_ZEROES_SEG, MAX_SEGMENTS);
             // The pmem driver zeroes either way; the guest may send UNMAP, which changes nothing here.
             c.set(ValueLayout.JAVA_BYTE, WRITE_ZEROES_MAY_UNMAP, (byte) 1);
         }

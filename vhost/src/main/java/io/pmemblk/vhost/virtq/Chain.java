@@ -140,6 +140,19 @@ public final class Chain implements ScatterSink {
      * part, across pieces; the caller has checked they exist. A guest may split a 16-byte header anywhere.
      */
     public long readLE(long at, int bytes) {
+        if (readable > 0 && at + bytes <= length[0]) { // the usual case: the header is one buffer of its own
+            MemorySegment m = mapping[0];
+            long p = offset[0] + at;
+            return switch (bytes) {
+                case 8 -> m.get(Le.U64_UNALIGNED, p);
+                case 4 -> Integer.toUnsignedLong(m.get(Le.U32_UNALIGNED, p));
+                default -> slowLE(at, bytes);
+            };
+        }
+        return slowLE(at, bytes);
+    }
+
+    private long slowLE(long at, int bytes) {
         long v = 0;
         int got = 0;
         for (int i = 0; i < readable && got < bytes; i++) {

@@ -2,7 +2,6 @@ package io.pmemblk.vhost.virtq;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.nio.ByteOrder;
 
 /**
  * One queue's part of the vhost-user inflight region (docs/interop/vhost-user.rst "Inflight I/O tracking",
@@ -28,8 +27,8 @@ public final class Inflight {
     static final long DESC_STATE_BYTES = 16, STATE_INFLIGHT = 0, STATE_COUNTER = 8;
     static final int VERSION_1 = 1;
     // Unaligned: the front-end chooses where the region and each queue's part start.
-    private static final ValueLayout.OfShort U16 = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
-    private static final ValueLayout.OfLong U64 = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+    private static final ValueLayout.OfShort U16 = Le.U16_UNALIGNED;
+    private static final ValueLayout.OfLong U64 = Le.U64_UNALIGNED;
 
     private final MemorySegment region;
     private final int descNum;

@@ -1,9 +1,13 @@
 package io.pmemblk.vhost.virtq;
 
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
 import java.lang.invoke.VarHandle;
-import java.nio.ByteOrder;
+
+import static io.pmemblk.vhost.virtq.Le.U16;
+import static io.pmemblk.vhost.virtq.Le.U16_UNALIGNED;
+import static io.pmemblk.vhost.virtq.Le.U32;
+import static io.pmemblk.vhost.virtq.Le.U32_UNALIGNED;
+import static io.pmemblk.vhost.virtq.Le.U64_UNALIGNED;
 
 /**
  * The three areas of a split virtqueue of {@code size} entries in guest memory, written once from torvalds/linux
@@ -32,13 +36,6 @@ public final class SplitRing {
     /** The largest queue a split ring can have (virtio 1.2 2.7: Queue Size is at most 32768). */
     public static final int MAX_SIZE = 32768;
 
-    private static final ValueLayout.OfShort U16 = ValueLayout.JAVA_SHORT.withOrder(ByteOrder.LITTLE_ENDIAN);
-    private static final ValueLayout.OfInt U32 = ValueLayout.JAVA_INT.withOrder(ByteOrder.LITTLE_ENDIAN);
-    private static final ValueLayout.OfLong U64 = ValueLayout.JAVA_LONG.withOrder(ByteOrder.LITTLE_ENDIAN);
-    /** Descriptor fields read out of an indirect table, which the guest may place at any address. */
-    private static final ValueLayout.OfInt U32_UNALIGNED = ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
-    private static final ValueLayout.OfShort U16_UNALIGNED = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
-    private static final ValueLayout.OfLong U64_UNALIGNED = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
 
     private final int size;
     private final boolean eventIdx;

@@ -47,6 +47,8 @@ public final class Virtqueue {
     private int shadowAvail;
     private int[] resubmit = new int[0];
     private int resubmitNext;
+    /** The last pop was a resubmitted head (what {@link #unpop} takes back). */
+    private boolean lastPopAgain;
     private Thread batchOwner;
 
     // Under this.
@@ -169,6 +171,7 @@ public final class Virtqueue {
         } else {
             lastAvail = (lastAvail + 1) & 0xffff;
         }
+        lastPopAgain = again;
         return true;
     }
 
@@ -177,15 +180,16 @@ public final class Virtqueue {
      * could be): it is popped again by the next pop, or counted as not popped by GET_VRING_BASE.
      */
     public void unpop(int head) {
+        boolean again = lastPopAgain;
         synchronized (this) {
             inFlight[head] = false;
             inFlightCount--;
-            if (inflight != null) {
-                inflight.completed(head);
+            if (inflight != null && !again) {
+                inflight.completed(head); // a resubmitted head stays marked: the next incarnation owes it too
             }
             notifyIdle();
         }
-        if (resubmitNext > 0 && resubmit[resubmitNext - 1] == head) {
+        if (again) {
             resubmitNext--;
         } else {
             lastAvail = (lastAvail - 1) & 0xffff;

@@ -1,10 +1,12 @@
 package io.pmemblk.vhost.blk;
 
+import io.pmemblk.pmem.CopyStats;
+import io.pmemblk.pmem.PmemBlockDriver;
+import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.testing.Closing;
-import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.queueing.testing.Waits;
 import io.pmemblk.vhost.testing.BlkGuest;
 import io.pmemblk.vhost.testing.BlkGuest.Sent;
@@ -13,8 +15,10 @@ import io.pmemblk.vhost.testing.GuestDriver.Buf;
 import io.pmemblk.vhost.testing.GuestRam;
 import io.pmemblk.vhost.virtq.VirtioFeatures;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 
 import java.lang.foreign.ValueLayout;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -31,11 +35,12 @@ import static org.assertj.core.api.Assertions.assertThat;
  * fresh ring. Asserted: every good request before the hostile chain completes with the right data, every bad one
  * with its status, the hostile chain breaks the queue and nothing after it is taken; nothing outside guest memory
  * is written (guard zones) and the device holds exactly what the completed writes put there (nothing read from
- * outside guest memory reached it). The seed is printed; {@code -Dvhost.seed=N} replays a run.
+ * outside guest memory reached it). The real pmem driver over a temp file serves them. The seed is printed;
+ * {@code -Dvhost.seed=N} replays a run.
  */
 class HostileGuestRandomTest {
     static final long MIB = 1 << 20;
-    static final int N = 64;
+    static final int N = 128;
     static final int SLOTS = 128, SLOT_SECTORS = 256; // 128 KiB slots over a 16 MiB device
     static final long DEVICE = (long) SLOTS * SLOT_SECTORS * 512;
     static final long HOLE = 10 * MIB;
@@ -46,13 +51,17 @@ class HostileGuestRandomTest {
 
     record Item(Kind kind, Sent sent, int slot, byte[] data, int expectStatus) {}
 
+    @TempDir
+    Path dir;
+
     @Test
     void goodRequestsCompleteAndHostileChainsTouchNothingOutsideGuestMemory() throws Exception {
         long seed = Long.getLong("vhost.seed", System.nanoTime());
         System.out.println("HostileGuestRandomTest seed " + seed + " (replay: -Dvhost.seed=" + seed + ")");
         Random rnd = new Random(seed);
         GuestRam ram = GuestRam.of(0, 4 * MIB, 4 * MIB, 4 * MIB, 16 * MIB, MIB);
-        MemoryBlockDriver driver = new MemoryBlockDriver(DEVICE);
+        PmemBlockDriver driver = new PmemBlockDriver(PmemRegion.open(dir.resolve("d.img"), DEVICE, false,
+                PmemRegion.Mapper.AUTO), new CopyStats());
         BlockLayer layer = new BlockLayer(driver, 1, 32, 4 * MIB, 1 << 20);
         EventFd kick = EventFd.create(true), call = EventFd.create(true);
         byte[][] shadow = new byte[SLOTS][];
@@ -132,7 +141,7 @@ class HostileGuestRandomTest {
             }
             for (int s = 0; s < SLOTS; s++) {
                 byte[] expect = shadow[s] == null ? new byte[SLOT_SECTORS * 512] : shadow[s];
-                assertThat(driver.memory.asSlice((long) s * SLOT_SECTORS * 512, SLOT_SECTORS * 512L)
+                assertThat(driver.region().memory().asSlice((long) s * SLOT_SECTORS * 512, SLOT_SECTORS * 512L)
                         .toArray(ValueLayout.JAVA_BYTE)).as("seed " + seed + ": device slot " + s).isEqualTo(expect);
             }
             System.out.println("HostileGuestRandomTest: " + good + " good, " + bad + " refused, " + broken + " rounds broken");

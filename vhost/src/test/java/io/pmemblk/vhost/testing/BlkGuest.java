@@ -2,9 +2,10 @@ package io.pmemblk.vhost.testing;
 
 import io.pmemblk.vhost.testing.GuestDriver.Buf;
 
+import static io.pmemblk.vhost.testing.GuestDriver.U32;
+import static io.pmemblk.vhost.testing.GuestDriver.U64;
+
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
-import java.nio.ByteOrder;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -17,8 +18,6 @@ import java.util.Map;
  * the test chooses (one that crosses from one region into the next makes buffers that do too).
  */
 public final class BlkGuest {
-    static final ValueLayout.OfInt U32 = ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
-    static final ValueLayout.OfLong U64 = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     public static final int IN = 0, OUT = 1, FLUSH = 4, GET_ID = 8, DISCARD = 11, WRITE_ZEROES = 13;
 
     public final GuestDriver ring;
@@ -48,9 +47,12 @@ public final class BlkGuest {
         return at;
     }
 
-    /** Places the allocator at {@code gpa} (a test wants the next buffer to cross a region boundary). */
+    /**
+     * Moves the allocator on to {@code gpa} (a test wants the next buffer to cross a region boundary); never back,
+     * so buffers still in flight are not handed out again.
+     */
     public void allocAt(long gpa) {
-        next = gpa;
+        next = Math.max(next, gpa);
     }
 
     byte[] header(int type, long sector) {

@@ -5,6 +5,7 @@ import io.pmemblk.vhost.testing.GuestDriver.Buf;
 import io.pmemblk.vhost.testing.GuestRam;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
 
 import java.lang.foreign.MemorySegment;
 import java.util.List;
@@ -20,6 +21,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
  * one test each: the pop refuses with a message naming what was wrong, reads nothing outside guest memory, and
  * marks nothing in flight. Guest memory: [0, 1M) and [1M, 2M) adjacent, [16M, 17M) after a hole.
  */
+@Timeout(value = 10, threadMode = Timeout.ThreadMode.SEPARATE_THREAD) // a check missing may mean a walk that never ends
 class HostileChainTest {
     static final long MIB = 1 << 20;
     static final int N = 8;

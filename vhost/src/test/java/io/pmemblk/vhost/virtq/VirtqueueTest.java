@@ -19,7 +19,7 @@ import static org.assertj.core.api.Assertions.assertThat;
  */
 class VirtqueueTest {
     static final long MIB = 1 << 20;
-    static final int N = 16;
+    static final int N = 32;
     static final long ALL = VirtioFeatures.bit(VirtioFeatures.RING_EVENT_IDX) | VirtioFeatures.bit(VirtioFeatures.RING_INDIRECT_DESC)
             | VirtioFeatures.bit(VirtioFeatures.VERSION_1);
 
