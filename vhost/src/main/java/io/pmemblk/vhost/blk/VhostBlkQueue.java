@@ -44,7 +44,7 @@ import java.util.function.Supplier;
  * typically follows within tens of microseconds. {@link #DEFAULT_POLL_NANOS} is 20 us: long enough to catch a
  * guest's next request at low depth, short enough not to take a 2-core host's CPU from the vCPUs when idle.
  */
-public final class VhostBlkQueue implements Request.Completion {
+public final class VhostBlkQueue {
     private static final System.Logger LOG = System.getLogger(VhostBlkQueue.class.getName());
     public static final long DEFAULT_POLL_NANOS = 20_000;
     /** How long the thread sleeps on the kick before it looks at its stop flag again. */
@@ -56,7 +56,6 @@ public final class VhostBlkQueue implements Request.Completion {
 
     private final int index;
     private final int size;
-    private final long features;
     private final EventFd kick;
     private final EventFd call;
     private final FrontendQueue frontend;
@@ -73,6 +72,8 @@ public final class VhostBlkQueue implements Request.Completion {
     private final long[] statusOffset;
     private final int[] okLength;
 
+    /** What the driver calls when one of this queue's requests is done (any thread). */
+    private final Request.Completion completion = this::completed;
     private volatile boolean running;
     private volatile boolean broken;
     private volatile boolean writeThrough;
@@ -105,7 +106,6 @@ public final class VhostBlkQueue implements Request.Completion {
         }
         this.index = index;
         this.size = size;
-        this.features = features;
         this.kick = kick;
         this.call = call;
         this.frontend = frontend;
@@ -443,9 +443,9 @@ public final class VhostBlkQueue implements Request.Completion {
         if ((flags & ~allowed) != 0) {
             refuse(head, VirtioBlk.S_UNSUPP, name + " with flags 0x" + Integer.toHexString(flags) + ": allowed 0x"
                     + Integer.toHexString(allowed));
-        } else if (count == 0 || count > VirtioBlkConfig.MAX_DISCARD_SECTORS) {
+        } else if (count == 0 || count > VirtioBlkConfig.MAX_RANGE_SECTORS) {
             refuse(head, VirtioBlk.S_IOERR, name + " of " + count + " sectors: allowed 1.."
-                    + VirtioBlkConfig.MAX_DISCARD_SECTORS);
+                    + VirtioBlkConfig.MAX_RANGE_SECTORS);
         } else if (!inDevice(sector, count)) {
             refuse(head, VirtioBlk.S_IOERR, name + " of sector " + Long.toUnsignedString(sector) + " + " + count
                     + ": outside the device of " + device.capacitySectors() + " sectors");
@@ -476,13 +476,12 @@ public final class VhostBlkQueue implements Request.Completion {
     private void submitRequest(Request r, int head) {
         r.cookie = head;
         r.fua = writeThrough && r.op != Op.READ && r.op != Op.FLUSH;
-        r.completion = this;
+        r.completion = completion;
         frontend.add(r);
     }
 
     /** The driver completed a request (any thread): its status goes to the guest, its tag back to the layer. */
-    @Override
-    public void completed(Request r) {
+    private void completed(Request r) {
         int head = (int) r.cookie;
         int status = r.status();
         r.release(); // before the guest sees the head complete: its next request finds the tag free

@@ -33,7 +33,7 @@ public final class VirtioBlkConfig {
      * ({@code VIRTIO_BLK_MAX_DISCARD_SECTORS}): the pmem driver zeroes it with the CPU inside the batch, and a
      * larger range would hold the queue's other requests behind it for longer.
      */
-    public static final int MAX_DISCARD_SECTORS = 32768, MAX_SEGMENTS = 1;
+    public static final int MAX_RANGE_SECTORS = 32768, MAX_RANGE_SEGMENTS = 1;
     private static final int PAGE = 4096;
 
 
@@ -102,13 +102,13 @@ public final class VirtioBlkConfig {
         c.set(Le.U16_UNALIGNED, NUM_QUEUES, (short) numQueues);
         int alignment = d.blkSize() / VirtioBlk.SECTOR;
         if (d.canDiscard()) {
-            c.set(Le.U32_UNALIGNED, MAX_DISCARD_SECTORS, MAX_DISCARD_SECTORS);
-            c.set(Le.U32_UNALIGNED, MAX_DISCARD_SEG, MAX_SEGMENTS);
+            c.set(Le.U32_UNALIGNED, MAX_DISCARD_SECTORS, MAX_RANGE_SECTORS);
+            c.set(Le.U32_UNALIGNED, MAX_DISCARD_SEG, MAX_RANGE_SEGMENTS);
             c.set(Le.U32_UNALIGNED, DISCARD_SECTOR_ALIGNMENT, alignment);
         }
         if (d.canZero()) {
-            c.set(Le.U32_UNALIGNED, MAX_WRITE_ZEROES_SECTORS, MAX_DISCARD_SECTORS);
-            c.set(Le.U32_UNALIGNED, MAX_WRITE_ZEROES_SEG, MAX_SEGMENTS);
+            c.set(Le.U32_UNALIGNED, MAX_WRITE_ZEROES_SECTORS, MAX_RANGE_SECTORS);
+            c.set(Le.U32_UNALIGNED, MAX_WRITE_ZEROES_SEG, MAX_RANGE_SEGMENTS);
             // The pmem driver zeroes either way; the guest may send UNMAP, which changes nothing here.
             c.set(ValueLayout.JAVA_BYTE, WRITE_ZEROES_MAY_UNMAP, (byte) 1);
         }

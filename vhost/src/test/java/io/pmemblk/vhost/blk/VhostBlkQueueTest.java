@@ -128,7 +128,7 @@ class VhostBlkQueueTest {
         for (int i = 0; i < rounds; i++) {
             data[i] = new byte[512 * (1 + rnd.nextInt(i % 5 == 0 ? 512 : 16))];
             rnd.nextBytes(data[i]);
-            sector[i] = (long) i * 2048 + rnd.nextInt(8);
+            sector[i] = (long) i * 1024 + rnd.nextInt(8);
             if (i % 7 == 3) {
                 s.guest.allocAt(4 * MIB - 300); // the next buffers cross from region 0 into region 1
             }
@@ -211,12 +211,10 @@ class VhostBlkQueueTest {
         unsupp.put("two segments", s.guest.send(BlkGuest.DISCARD, 0, new byte[32], 0, 1, false));
         // A header split over two buffers and too short: 8 readable bytes.
         long h = s.guest.alloc(8), st = s.guest.alloc(1);
-        int head = s.ring.chain(List.of(new GuestDriver.Buf(h, 8, false), new GuestDriver.Buf(st, 1, true)));
-        s.ring.offer(head);
-        s.kickAndAwait(io.size() + unsupp.size() + 1);
+        io.put("a header of 8 bytes", s.guest.raw(List.of(new GuestDriver.Buf(h, 8, false), new GuestDriver.Buf(st, 1, true)), st));
+        s.kickAndAwait(io.size() + unsupp.size());
         io.forEach((what, r) -> assertThat(s.guest.status(r)).as(what).isEqualTo(VirtioBlk.S_IOERR));
         unsupp.forEach((what, r) -> assertThat(s.guest.status(r)).as(what).isEqualTo(VirtioBlk.S_UNSUPP));
-        assertThat(ram.read(st, 1)[0]).as("short header").isEqualTo(VirtioBlk.S_IOERR);
         assertThat(driver.requests.get()).as("none reached the driver").isZero();
         Sent ok = s.guest.write(8, new byte[4096], 2, true);
         s.kickAndAwait(1);
@@ -246,7 +244,7 @@ class VhostBlkQueueTest {
         bad.kickAndAwait(1);
         assertThat(bad.guest.status(before)).isZero();
         bad.ring.reserve(100, 101);
-        bad.ring.desc(100, 0x40000, 16, NEXT, 101);
+        bad.ring.desc(100, 0x40000, 16, NEXT | WRITE, 101);
         bad.ring.desc(101, 0x40000, 16, NEXT | WRITE, 100); // a loop
         bad.ring.offer(100);
         bad.kick.signal();

@@ -90,6 +90,15 @@ public final class BlkGuest {
         return s;
     }
 
+    /** A chain the test lays out itself, its status byte at {@code statusGpa}; offered, and awaited like the rest. */
+    public Sent raw(List<Buf> bufs, long statusGpa) {
+        int head = ring.chain(bufs);
+        Sent s = new Sent(head, statusGpa, 0, 0);
+        inFlight.put(head, s);
+        ring.offer(head);
+        return s;
+    }
+
     private static void split(List<Buf> bufs, long gpa, int len, int pieces, boolean writable) {
         int n = Math.max(1, Math.min(pieces, len));
         long at = gpa;

@@ -112,17 +112,31 @@ public final class GuestRam implements AutoCloseable {
 
     /** Writes {@code data} at {@code gpa}, across adjacent regions if need be. */
     public void write(long gpa, byte[] data) {
-        for (int i = 0; i < data.length; i++) {
-            at(gpa + i, 1).set(ValueLayout.JAVA_BYTE, 0, data[i]);
+        for (int done = 0; done < data.length; ) {
+            MemorySegment s = upToRegionEnd(gpa + done, data.length - done);
+            MemorySegment.copy(MemorySegment.ofArray(data), done, s, 0, s.byteSize());
+            done += (int) s.byteSize();
         }
     }
 
     public byte[] read(long gpa, int len) {
         byte[] b = new byte[len];
-        for (int i = 0; i < len; i++) {
-            b[i] = at(gpa + i, 1).get(ValueLayout.JAVA_BYTE, 0);
+        for (int done = 0; done < len; ) {
+            MemorySegment s = upToRegionEnd(gpa + done, len - done);
+            MemorySegment.copy(s, 0, MemorySegment.ofArray(b), done, s.byteSize());
+            done += (int) s.byteSize();
         }
         return b;
+    }
+
+    /** At most {@code len} bytes from {@code gpa} to the end of its region. */
+    private MemorySegment upToRegionEnd(long gpa, long len) {
+        for (long[] l : layout) {
+            if (gpa >= l[0] && gpa < l[0] + l[1]) {
+                return backing.asSlice(l[2] + (gpa - l[0]), Math.min(len, l[0] + l[1] - gpa));
+            }
+        }
+        throw new IllegalArgumentException("test bug: gpa 0x" + Long.toHexString(gpa) + " not in a region");
     }
 
     /** QEMU's address of guest-physical {@code gpa}. */
