@@ -263,6 +263,19 @@ class VhostBlkQueueTest {
     }
 
     @Test
+    void aChainWithoutAStatusByteBreaksTheQueueForItCannotBeAnswered() throws Exception {
+        open();
+        Served s = serve(0);
+        long h = s.guest.alloc(16), d = s.guest.alloc(512);
+        s.guest.raw(List.of(new GuestDriver.Buf(h, 16, false), new GuestDriver.Buf(d, 512, false)), d);
+        s.kick.signal();
+        Waits.await("queue 0 broken", s.queue::broken);
+        assertThat(s.queue.brokenReason()).isEqualTo("virtqueue 0: the chain of head 0 has no device-writable byte for"
+                + " its status");
+        assertThat(s.stop()).as("the chain is not counted as taken").isZero();
+    }
+
+    @Test
     void eventIdxInterruptsTheGuestOnceWhenUsedEventIsPassed() throws Exception {
         open();
         Served s = serve(0);
