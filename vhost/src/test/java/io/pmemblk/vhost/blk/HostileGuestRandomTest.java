@@ -13,7 +13,6 @@ import io.pmemblk.vhost.testing.BlkGuest.Sent;
 import io.pmemblk.vhost.testing.GuestDriver;
 import io.pmemblk.vhost.testing.GuestDriver.Buf;
 import io.pmemblk.vhost.testing.GuestRam;
-import io.pmemblk.vhost.virtq.VirtioFeatures;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -44,8 +43,7 @@ class HostileGuestRandomTest {
     static final int SLOTS = 128, SLOT_SECTORS = 256; // 128 KiB slots over a 16 MiB device
     static final long DEVICE = (long) SLOTS * SLOT_SECTORS * 512;
     static final long HOLE = 10 * MIB;
-    static final long FEATURES = VirtioFeatures.bit(VirtioFeatures.RING_EVENT_IDX)
-            | VirtioFeatures.bit(VirtioFeatures.RING_INDIRECT_DESC) | VirtioFeatures.bit(VirtioFeatures.VERSION_1);
+    static final long FEATURES = GuestDriver.LINUX_FEATURES;
 
     enum Kind { WRITE, READ, BAD, HOSTILE }
 

@@ -17,7 +17,6 @@ import io.pmemblk.vhost.testing.BlkGuest;
 import io.pmemblk.vhost.testing.BlkGuest.Sent;
 import io.pmemblk.vhost.testing.GuestDriver;
 import io.pmemblk.vhost.testing.GuestRam;
-import io.pmemblk.vhost.virtq.VirtioFeatures;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -45,8 +44,7 @@ class PmemDataPathTest {
     static final long MIB = 1 << 20;
     static final int N = 128;
     static final long DEVICE = 32 * MIB;
-    static final long FEATURES = VirtioFeatures.bit(VirtioFeatures.RING_EVENT_IDX)
-            | VirtioFeatures.bit(VirtioFeatures.RING_INDIRECT_DESC) | VirtioFeatures.bit(VirtioFeatures.VERSION_1);
+    static final long FEATURES = GuestDriver.LINUX_FEATURES;
 
     @TempDir
     Path dir;

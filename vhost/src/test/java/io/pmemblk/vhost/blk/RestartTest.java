@@ -11,7 +11,6 @@ import io.pmemblk.vhost.testing.BlkGuest;
 import io.pmemblk.vhost.testing.BlkGuest.Sent;
 import io.pmemblk.vhost.testing.GuestDriver;
 import io.pmemblk.vhost.testing.GuestRam;
-import io.pmemblk.vhost.virtq.VirtioFeatures;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -36,8 +35,7 @@ class RestartTest {
     static final long MIB = 1 << 20;
     static final int N = 64;
     static final long[] LAYOUT = {0, 4 * MIB, 4 * MIB, 4 * MIB};
-    static final long FEATURES = VirtioFeatures.bit(VirtioFeatures.RING_EVENT_IDX)
-            | VirtioFeatures.bit(VirtioFeatures.RING_INDIRECT_DESC) | VirtioFeatures.bit(VirtioFeatures.VERSION_1);
+    static final long FEATURES = GuestDriver.LINUX_FEATURES;
 
     @TempDir
     Path dir;

@@ -39,8 +39,7 @@ class VhostBlkQueueTest {
     static final int N = 128;
     static final long DEVICE = 32 * MIB;
     static final int MAX_IO = 1 << 20;
-    static final long FEATURES = VirtioFeatures.bit(VirtioFeatures.RING_EVENT_IDX)
-            | VirtioFeatures.bit(VirtioFeatures.RING_INDIRECT_DESC) | VirtioFeatures.bit(VirtioFeatures.VERSION_1);
+    static final long FEATURES = GuestDriver.LINUX_FEATURES;
 
     final GuestRam ram = GuestRam.of(0, 4 * MIB, 4 * MIB, 4 * MIB, 64 * MIB, MIB);
     final List<AutoCloseable> closing = new ArrayList<>();

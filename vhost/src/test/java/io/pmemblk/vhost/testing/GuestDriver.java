@@ -19,6 +19,8 @@ public final class GuestDriver {
     static final ValueLayout.OfInt U32 = ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     static final ValueLayout.OfLong U64 = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     public static final int NEXT = 1, WRITE = 2, INDIRECT = 4;
+    /** What a Linux guest negotiates for its rings: EVENT_IDX (29), INDIRECT_DESC (28), VERSION_1 (32). */
+    public static final long LINUX_FEATURES = 1L << 29 | 1L << 28 | 1L << 32;
 
     public final GuestRam ram;
     public final int size;

@@ -26,8 +26,7 @@ class HostileChainTest {
     static final long MIB = 1 << 20;
     static final int N = 8;
     static final long HOLE = 8 * MIB;
-    static final long ALL = VirtioFeatures.bit(VirtioFeatures.RING_EVENT_IDX)
-            | VirtioFeatures.bit(VirtioFeatures.RING_INDIRECT_DESC) | VirtioFeatures.bit(VirtioFeatures.VERSION_1);
+    static final long ALL = GuestDriver.LINUX_FEATURES;
 
     final GuestRam ram = GuestRam.of(0, MIB, MIB, MIB, 16 * MIB, MIB);
     final GuestDriver guest = new GuestDriver(ram, N, 0x10000);
@@ -41,11 +40,7 @@ class HostileChainTest {
     }
 
     Virtqueue queue(long features) {
-        boolean eventIdx = (features & VirtioFeatures.bit(VirtioFeatures.RING_EVENT_IDX)) != 0;
-        SplitRing ring = new SplitRing(N, eventIdx, ram.memory().userSlice(guest.descUser(), SplitRing.descBytes(N)),
-                ram.memory().userSlice(guest.availUser(), SplitRing.availBytes(N, true)),
-                ram.memory().userSlice(guest.usedUser(), SplitRing.usedBytes(N, true)));
-        return new Virtqueue(0, ring, features, 0, 16, null);
+        return new Virtqueue(0, TestRings.map(guest, features), features, 0, 16, null);
     }
 
     void assertBroken(String what) {

@@ -20,8 +20,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 class VirtqueueTest {
     static final long MIB = 1 << 20;
     static final int N = 32;
-    static final long ALL = VirtioFeatures.bit(VirtioFeatures.RING_EVENT_IDX) | VirtioFeatures.bit(VirtioFeatures.RING_INDIRECT_DESC)
-            | VirtioFeatures.bit(VirtioFeatures.VERSION_1);
+    static final long ALL = GuestDriver.LINUX_FEATURES;
 
     final GuestRam ram = GuestRam.of(0, MIB, MIB, MIB, 16 * MIB, MIB);
     final GuestDriver guest = new GuestDriver(ram, N, 0x10000);
@@ -35,15 +34,8 @@ class VirtqueueTest {
         arena.close();
     }
 
-    SplitRing ring(long features) {
-        boolean eventIdx = (features & VirtioFeatures.bit(VirtioFeatures.RING_EVENT_IDX)) != 0;
-        return new SplitRing(N, eventIdx, ram.memory().userSlice(guest.descUser(), SplitRing.descBytes(N)),
-                ram.memory().userSlice(guest.availUser(), SplitRing.availBytes(N, true)),
-                ram.memory().userSlice(guest.usedUser(), SplitRing.usedBytes(N, true)));
-    }
-
     Virtqueue queue(long features, Inflight inflight) {
-        return new Virtqueue(0, ring(features), features, 0, 32, inflight);
+        return new Virtqueue(0, TestRings.map(guest, features), features, 0, 32, inflight);
     }
 
     static List<Buf> request(long out, long outLen, long in, long inLen) {
