@@ -50,10 +50,9 @@ class RestartTest {
         BlockLayer deadLayer = new BlockLayer(dead, 1, 32, 4 * MIB, 1 << 20);
         BlockLayer nextLayer = new BlockLayer(next, 1, 32, 4 * MIB, 1 << 20);
         EventFd kick = EventFd.create(true), call = EventFd.create(true);
-        // QEMU's inflight region: it outlives the back-end. One queue of N, desc_num written as the session does.
+        // QEMU's inflight region, zeroed as GET_INFLIGHT_FD makes it: it outlives the back-end. One queue of N.
         Arena qemu = Arena.ofShared();
         MemorySegment inflight = qemu.allocate(16 + 16L * N, 64);
-        inflight.set(ValueLayout.JAVA_SHORT_UNALIGNED, 10, (short) N);
         VhostBlkQueue second = null;
         try {
             GuestRam guestRam = new GuestRam(guestArena, map(fd, bytes, guestArena), true, LAYOUT);
@@ -65,6 +64,9 @@ class RestartTest {
             VhostBlkQueue first = new VhostBlkQueue(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0,
                     FEATURES, kick, call, new FrontendQueue(deadLayer.queue(0)), deadRam::memory, inflight, device);
             first.start();
+            assertThat(inflight.get(ValueLayout.JAVA_SHORT_UNALIGNED, 10)).as("desc_num, written at the first start")
+                    .isEqualTo((short) N);
+            assertThat(inflight.get(ValueLayout.JAVA_SHORT_UNALIGNED, 8)).as("version 1").isEqualTo((short) 1);
             Random rnd = new Random(1);
             Map<Integer, byte[]> written = new HashMap<>();
             Map<Integer, Sent> sent = new HashMap<>();
