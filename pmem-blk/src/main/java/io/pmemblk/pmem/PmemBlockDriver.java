@@ -9,7 +9,6 @@ import io.pmemblk.queueing.Route;
 import io.pmemblk.queueing.Status;
 import io.pmemblk.dma.DmaChannel;
 import io.pmemblk.dma.DmaEngine;
-import io.pmemblk.dma.IovaFault;
 import io.pmemblk.dma.IovaSpace;
 
 import java.io.IOException;
@@ -18,8 +17,6 @@ import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
 import java.util.Arrays;
-import java.util.HashMap;
-import java.util.Map;
 
 /**
  * The pmem block driver: executes block requests against a {@link PmemRegion}, copying each request's data
@@ -30,12 +27,6 @@ import java.util.Map;
  * end: an MMIO doorbell write costs more than a small copy, so one per batch, not per request. Queue i uses
  * channel i mod channels, so queues do not share a ring unless there are fewer channels than queues. The CPU requests of a batch complete inline; DMA requests complete on the channel's
  * completion thread.
- *
- * <p>Caller memory ({@link Request#callerMemory}, a vhost-user guest's RAM): the data is copied between its
- * pieces and the mapping, on the CPU route one {@code MemorySegment.copy} per piece, on the DMA route one copy per
- * piece straight between the piece's iova ({@link #registerMemory}) and the mapping's. Only these requests and
- * forced routes reach the engine by default: a pool-buffer request's data already cost the kernel's CPU copy, so
- * it goes to DMA only with {@link Routing#bounce} ({@link Routing}).
  *
  * <p>Durability: a WRITE/TRIM/WRITE_ZEROES with FUA is persistent before it completes; a FLUSH makes every
  * write completed before it, on any queue and by either route, persistent. A DMA write is made persistent
@@ -60,8 +51,6 @@ public final class PmemBlockDriver implements BlockDriver {
     private final DmaChannel[] channels;
     private final long regionIova;
     private final long[] poolIova = new long[MAX_QUEUES];
-    /** Caller memory in the engine's IOVA space ({@link #registerMemory}), by address; guarded by itself. */
-    private final Map<Long, Registered> registered = new HashMap<>();
     private volatile Routing routing;
     /** Forced route for benchmarks and the tuner; null = by {@link #routing}. */
     private volatile Route forced;
@@ -216,89 +205,22 @@ public final class PmemBlockDriver implements BlockDriver {
         if (offset < 0 || length <= 0 || offset > size || length > size - offset || length > Integer.MAX_VALUE) {
             return false;
         }
-        return !routesToDma(length, BufferPool.chunksFor(length), false);
+        return !routesToDma(length);
     }
 
-    /**
-     * The route of a data request in bounds: forced, or by the thresholds, where a pool-buffer request (not
-     * {@code callerMemory}) needs route.dma.bounce as well: the kernel's CPU copy into its buffers is already made.
-     */
-    private boolean routesToDma(long length, int segments, boolean callerMemory) {
+    /** The route of a data request of {@code length} bytes, in bounds: forced, or by the thresholds. */
+    private boolean routesToDma(long length) {
         if (engine == null) {
             return false;
         }
         Route f = forced;
-        if (f != null) {
-            return f == Route.DMA;
-        }
-        Routing rule = routing;
-        return (callerMemory || rule.bounce()) && rule.toDma(length, segments);
+        return f != null ? f == Route.DMA : routing.toDma(length);
     }
 
     @Override
     public void receiveInPlace(Request r) {
         region.views(r, state(r).windows(region), r.offset, (int) r.length);
         r.dataInPlace = true;
-    }
-
-    /** A region of caller memory mapped in the engine's IOVA space. */
-    private record Registered(long size, long iova) {}
-
-    /**
-     * Maps {@code memory} into the engine's IOVA space (VFIO: VFIO_IOMMU_MAP_DMA, pinning it), once per region.
-     * A region the engine cannot map (its IOVA space full, the IOMMU refusing the pages) is logged and answered
-     * {@link Request#NO_IOVA}: its requests go by the CPU, and the guest is served all the same.
-     * @throws IllegalStateException when a region at the same address is registered already
-     */
-    @Override
-    public long registerMemory(MemorySegment memory) {
-        if (engine == null) {
-            return Request.NO_IOVA;
-        }
-        synchronized (registered) {
-            if (registered.containsKey(memory.address())) {
-                throw new IllegalStateException("memory at 0x" + Long.toHexString(memory.address()) + " ("
-                        + memory.byteSize() + " bytes) is registered for DMA already; allowed: once, until"
-                        + " unregisterMemory");
-            }
-            long iova;
-            try {
-                iova = engine.iovaSpace().map(memory);
-            } catch (IllegalStateException e) {
-                LOG.log(System.Logger.Level.WARNING, "caller memory at 0x" + Long.toHexString(memory.address()) + " ("
-                        + memory.byteSize() + " bytes) cannot be mapped for DMA: " + e.getMessage()
-                        + "; its requests are copied by the CPU");
-                return Request.NO_IOVA;
-            }
-            registered.put(memory.address(), new Registered(memory.byteSize(), iova));
-            return iova;
-        }
-    }
-
-    /**
-     * Withdraws {@code memory} from the engine's IOVA space (VFIO: VFIO_IOMMU_UNMAP_DMA); a copy still aimed at
-     * it faults in the engine. Memory never registered (no engine, or its mapping was refused) is left alone.
-     * @throws IllegalArgumentException when the region registered at that address has another size
-     */
-    @Override
-    public void unregisterMemory(MemorySegment memory) {
-        if (engine == null) {
-            return;
-        }
-        Registered r;
-        synchronized (registered) {
-            r = registered.get(memory.address());
-            if (r == null) {
-                return;
-            }
-            if (r.size() != memory.byteSize()) {
-                throw new IllegalArgumentException("unregistering " + memory.byteSize() + " bytes at 0x"
-                        + Long.toHexString(memory.address()) + ", but " + r.size() + " bytes were registered there;"
-                        + " allowed: the segment given to registerMemory");
-            }
-            registered.remove(memory.address());
-        }
-        engine.iovaSpace().unmap(r.iova());
     }
 
     @Override
@@ -341,7 +263,7 @@ public final class PmemBlockDriver implements BlockDriver {
                 unsubmitted |= st.placed > 0;
                 error = firstError(error, st.placeError);
                 st.placeError = null;
-                if (st.drop(1 + st.count - st.placed) == 0) {
+                if (st.drop(1 + r.segments() - st.placed) == 0) {
                     error = finishDma(r, st, error); // every placed copy reported already, or none was placed
                 }
                 continue;
@@ -363,18 +285,13 @@ public final class PmemBlockDriver implements BlockDriver {
     }
 
     private boolean wantsDma(Request r) {
+        // A zero-length READ/WRITE has no segment to copy: nothing would ever report it.
         // A request acquired without buffers (in place) stays on the CPU even if the route changed since.
-        if (!r.op.carriesData() || r.dataInPlace || !inBounds(r) || (r.op == Op.WRITE && region.writeBackFailed())) {
+        if (!r.op.carriesData() || r.dataInPlace || r.segments() == 0 || !inBounds(r)
+                || (r.op == Op.WRITE && region.writeBackFailed())) {
             return false; // refused writes are answered by execute, before any copy
         }
-        int n = r.segments();
-        if (n > 0) {
-            return routesToDma(r.length, n, false);
-        }
-        // No pool chunks: caller memory, or a READ sent from the mapping. A zero-length request has no copy that
-        // would ever report it; pieces without an iova, or not covering the length, are execute's to answer.
-        int pieces = r.iovCount();
-        return pieces > 0 && r.iovsReachable() && r.iovBytes() == r.length && routesToDma(r.length, pieces, true);
+        return routesToDma(r.length);
     }
 
     /** {@link #place} outcomes; CPU: not offered to the channel at all. */
@@ -387,16 +304,14 @@ public final class PmemBlockDriver implements BlockDriver {
     static final int STATUS_NOT_PLACED = 0x2000_0000;
 
     /**
-     * Places every segment of r (its pool chunks, or its pieces of caller memory: one copy each, which the channel
-     * splits at its transfer size) as one unit ({@link DmaChannel#placeAll}: all or none), each copy with r as its
+     * Places every segment of r as one unit ({@link DmaChannel#placeAll}: all or none), each copy with r as its
      * context. RING_FULL: there was no room for all of them and nothing was placed. PLACED: the request's count
      * ({@link PerRequest#outstanding}) is one per segment plus one that the caller drops, with the share of the
      * segments not placed because the channel threw ({@link PerRequest#placeError}); whoever drops the count to
      * zero completes the request.
      */
     private int place(DmaChannel channel, int hwq, Request r) {
-        int chunks = r.segments();
-        int n = chunks > 0 ? chunks : r.iovCount(); // wantsDma: no chunks here means caller memory
+        int n = r.segments();
         PerRequest st = state(r);
         // Set before the copies are placed: a report (on the completion thread) may come before placeAll returns.
         // Every segment's copy reports to the request, not just the last: the device may halt on any descriptor,
@@ -406,12 +321,9 @@ public final class PmemBlockDriver implements BlockDriver {
         st.placed = 0;
         st.placeError = null;
         st.outstanding = n + 1;
-        st.count = n;
-        boolean write = r.op == Op.WRITE;
-        DmaChannel.Copies copies = chunks > 0 ? st.copies(r, poolIova[hwq], regionIova + r.offset, write)
-                : st.iovCopies(r, regionIova + r.offset, write);
+        st.copies(r, poolIova[hwq], regionIova + r.offset, r.op == Op.WRITE);
         try {
-            if (!channel.placeAll(copies, r)) {
+            if (!channel.placeAll(st, r)) {
                 return RING_FULL;
             }
             st.placed = n;
@@ -449,13 +361,10 @@ public final class PmemBlockDriver implements BlockDriver {
          */
         volatile int outstanding;
         int failedStatus;
-        /** The placer's own: the request's copies, those it put in the ring (0 or all: placeAll), and an Error the channel threw at it. */
-        int count;
+        /** The placer's own: copies it put in the ring (0 or all: placeAll), and an Error the channel threw at it. */
         int placed;
         Throwable placeError;
         private ByteBuffer[] windows;
-        /** The copy list of a caller-memory request; made on the tag's first one. */
-        private IovCopies iovCopies;
 
         private Request request;
         private long poolIova;
@@ -463,24 +372,11 @@ public final class PmemBlockDriver implements BlockDriver {
         private boolean write;
 
         /** Points the copy list at r: its segments in the pool at poolIova, its range at deviceIova. */
-        DmaChannel.Copies copies(Request r, long poolIova, long deviceIova, boolean write) {
+        void copies(Request r, long poolIova, long deviceIova, boolean write) {
             this.request = r;
             this.poolIova = poolIova;
             this.deviceIova = deviceIova;
             this.write = write;
-            return this;
-        }
-
-        /** The copy list of r's pieces of caller memory, its range at deviceIova. */
-        DmaChannel.Copies iovCopies(Request r, long deviceIova, boolean write) {
-            IovCopies c = iovCopies;
-            if (c == null) {
-                c = iovCopies = new IovCopies();
-            }
-            c.request = r;
-            c.deviceIova = deviceIova;
-            c.write = write;
-            return c;
         }
 
         @Override
@@ -513,33 +409,6 @@ public final class PmemBlockDriver implements BlockDriver {
                 windows = region.newWindowCache();
             }
             return windows;
-        }
-    }
-
-    /** One copy per piece of caller memory, straight between the piece's iova and its place in the mapping. */
-    static final class IovCopies implements DmaChannel.Copies {
-        private Request request;
-        private long deviceIova;
-        private boolean write;
-
-        @Override
-        public int count() {
-            return request.iovCount();
-        }
-
-        @Override
-        public long srcIova(int i) {
-            return write ? request.iovIova(i) : deviceIova + request.iovOffset(i);
-        }
-
-        @Override
-        public long dstIova(int i) {
-            return write ? deviceIova + request.iovOffset(i) : request.iovIova(i);
-        }
-
-        @Override
-        public long length(int i) {
-            return request.iov(i).byteSize();
         }
     }
 
@@ -607,16 +476,6 @@ public final class PmemBlockDriver implements BlockDriver {
             return complete(r, result, error);
         }
         stats.dmaError();
-        if (r.callerMemory() && !stillMapped(r)) {
-            // Its memory left the IOVA space under it (unregistered before its requests were released): the owner
-            // is giving it back, so the CPU must not copy into or out of it either.
-            if (faultLogDue()) {
-                LOG.log(System.Logger.Level.ERROR, "DMA copy of " + r + " failed (CHANERR 0x" + Integer.toHexString(status)
-                        + "): its caller memory is no longer registered for DMA (unregisterMemory comes after the"
-                        + " region's requests are released); answered EIO");
-            }
-            return complete(r, Status.EIO, error);
-        }
         stats.dmaFallback();
         // A halt fails every copy behind it: one line per second, not one per request.
         if (status != STATUS_NOT_PLACED && faultLogDue()) {
@@ -655,19 +514,6 @@ public final class PmemBlockDriver implements BlockDriver {
             return true;
         }
         return false;
-    }
-
-    /** Whether every piece of r's caller memory still translates in the engine's IOVA space (a failure path only). */
-    private boolean stillMapped(Request r) {
-        IovaSpace space = engine.iovaSpace();
-        for (int i = 0, n = r.iovCount(); i < n; i++) {
-            try {
-                space.translate(r.iovIova(i), r.iov(i).byteSize());
-            } catch (IovaFault f) {
-                return false;
-            }
-        }
-        return true;
     }
 
     private boolean inBounds(Request r) {
@@ -756,8 +602,8 @@ public final class PmemBlockDriver implements BlockDriver {
                     // Probed first: the kernel would answer a missing page with EFAULT, mid-reply.
                     region.probe(off, len);
                     region.views(r, state(r).windows(region), off, (int) len);
-                } else if (!copyOut(r)) {
-                    return Status.EINVAL;
+                } else {
+                    copyOut(r);
                 }
                 stats.count(Route.CPU, false, len);
                 r.route = Route.CPU;
@@ -768,9 +614,7 @@ public final class PmemBlockDriver implements BlockDriver {
                     // pmem (as for a device's writes), dirty pages elsewhere
                     region.deviceWrote(off, len, r.fua);
                 } else {
-                    if (!copyIn(r)) {
-                        return Status.EINVAL;
-                    }
+                    copyIn(r);
                     if (r.fua) {
                         region.persistWritten(off, len);
                     }
@@ -794,59 +638,24 @@ public final class PmemBlockDriver implements BlockDriver {
         return Status.OK;
     }
 
-    /**
-     * Stores a WRITE's data from its pool chunks, or from its pieces of caller memory, into the mapping; false
-     * (nothing stored) when its pieces do not cover its length.
-     */
-    private boolean copyIn(Request r) {
-        int n = r.segments();
-        if (n == 0) {
-            return copyPieces(r, true); // caller memory, or no data at all
-        }
+    private void copyIn(Request r) {
         MemorySegment pool = r.queue().pool().memory();
         long dst = r.offset;
-        for (int s = 0; s < n; s++) {
+        for (int s = 0, n = r.segments(); s < n; s++) {
             int len = r.segmentLength(s);
             region.write(pool, r.segmentPoolOffset(s), dst, len);
             dst += len;
         }
-        return true;
     }
 
-    /** Loads a READ's data into its pool chunks or its pieces of caller memory; false as {@link #copyIn}. */
-    private boolean copyOut(Request r) {
-        int n = r.segments();
-        if (n == 0) {
-            return copyPieces(r, false);
-        }
+    private void copyOut(Request r) {
         MemorySegment pool = r.queue().pool().memory();
         long src = r.offset;
-        for (int s = 0; s < n; s++) {
+        for (int s = 0, n = r.segments(); s < n; s++) {
             int len = r.segmentLength(s);
             region.read(src, pool, r.segmentPoolOffset(s), len);
             src += len;
         }
-        return true;
-    }
-
-    /**
-     * Copies between r's pieces of caller memory and the mapping, one copy per piece (into the mapping for a
-     * WRITE); false, copying nothing, when the pieces do not cover the request's length.
-     */
-    private boolean copyPieces(Request r, boolean write) {
-        if (r.iovBytes() != r.length) {
-            return false;
-        }
-        for (int i = 0, n = r.iovCount(); i < n; i++) {
-            MemorySegment piece = r.iov(i);
-            long at = r.offset + r.iovOffset(i);
-            if (write) {
-                region.write(piece, 0, at, piece.byteSize());
-            } else {
-                region.read(at, piece, 0, piece.byteSize());
-            }
-        }
-        return true;
     }
 
     /** CPU time of the DMA engine's own threads so far (the software device's engines), 0 without one. */
@@ -866,12 +675,6 @@ public final class PmemBlockDriver implements BlockDriver {
             if (engine != null) {
                 engine.close();
                 IovaSpace space = engine.iovaSpace();
-                synchronized (registered) {
-                    for (Registered r : registered.values()) { // a frontend that never withdrew its memory
-                        space.unmap(r.iova());
-                    }
-                    registered.clear();
-                }
                 for (long iova : poolIova) {
                     if (iova >= 0) {
                         space.unmap(iova);
