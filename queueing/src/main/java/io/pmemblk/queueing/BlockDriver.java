@@ -1,7 +1,5 @@
 package io.pmemblk.queueing;
 
-import java.lang.foreign.MemorySegment;
-
 /**
  * The device behind the block layer (the pmem driver, or a test double in tests of this module).
  * Contract in one line each, after nbdkit's plugin table:
@@ -12,8 +10,6 @@ import java.lang.foreign.MemorySegment;
  *       A WRITE with fua, and a FLUSH, complete only when persistent; FLUSH covers every write completed
  *       before it on any queue.</li>
  *   <li>Bounds are checked here too: a frontend's checks are not trusted.</li>
- *   <li>{@link #registerMemory} / {@link #unregisterMemory}: a frontend's own memory (caller-memory requests,
- *       {@link FrontendQueue#acquireIov}) made reachable by the driver's DMA engine once, and withdrawn.</li>
  *   <li>Capability queries ({@link #isReadOnly} .. {@link #canMultiConn}), nbdkit's {@code can_*} callbacks: what
  *       a frontend advertises (NBD's transmission flags) and refuses. Asked when a client connects, never per
  *       request; the answers stay fixed while the driver is open. A driver advertises only what it implements:
@@ -109,22 +105,6 @@ public interface BlockDriver extends AutoCloseable {
     default void receiveInPlace(Request r) {
         throw new UnsupportedOperationException("this driver does not receive in place");
     }
-
-    /**
-     * Makes {@code region} (native memory a frontend holds, e.g. a vhost-user guest's RAM) reachable by the
-     * driver's DMA engine, once, when the frontend maps it, never per request; returns the iova of its byte 0 for
-     * {@link Request#addIov} (the iova of a piece is that plus its offset in the region), or
-     * {@link Request#NO_IOVA} when there is no engine to reach it: its requests are then copied by the CPU.
-     */
-    default long registerMemory(MemorySegment region) {
-        return Request.NO_IOVA;
-    }
-
-    /**
-     * Withdraws a region {@link #registerMemory} made reachable. The frontend calls it after its requests on the
-     * region are released and before it unmaps the region: the engine must not copy into memory given back.
-     */
-    default void unregisterMemory(MemorySegment region) {}
 
     /** Makes everything written so far persistent (used at shutdown). */
     void persistAll() throws java.io.IOException;

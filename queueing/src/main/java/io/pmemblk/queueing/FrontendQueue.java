@@ -25,9 +25,6 @@ package io.pmemblk.queueing;
  *       tag) and {@link Request#completion}. For a WRITE it puts the payload into
  *       {@link Request#dataBuffers()} ({@link Request#dataBufferCount()} of them): a scattering read from a
  *       socket, or a {@code pread} from {@code /dev/ublkcN} at the request's ublk offset.</li>
- *   <li><b>Caller memory.</b> {@link #acquireIov} is for a frontend whose data already sits in memory it holds
- *       (a vhost-user guest's RAM): no buffers are taken, the frontend lists the pieces
- *       ({@link Request#addIov}) and the driver copies between them and the device: the one copy.</li>
  *   <li><b>In place.</b> {@link #acquireWrite} asks the driver whether the WRITE can be received straight into
  *       the device ({@link BlockDriver#receivesInPlace}); then the data buffers are the device range itself and
  *       the frontend's one read is the only copy. {@link #acquireRead} likewise asks whether the READ's data
@@ -150,29 +147,6 @@ public final class FrontendQueue {
         r.op = Op.READ;
         r.offset = offset;
         r.sinkReadsDevice = true;
-        return r;
-    }
-
-    /**
-     * A READ or WRITE of {@code length} bytes at {@code offset} whose data sits in memory the frontend holds (a
-     * vhost-user guest's RAM): no pool chunks are taken ({@link Request#segments()} is 0), so it waits only for
-     * a tag, as {@link #acquire} does. The frontend then lists the data's pieces with {@link Request#addIov}, in
-     * order, adding up to {@code length}, and adds and dispatches it as any other; the driver copies between
-     * the pieces and the device, by the CPU or, when every piece has an iova, by the DMA engine. {@code op},
-     * {@code offset} and {@code length} are set; the caller sets the rest as for {@link #acquire}.
-     * @throws IllegalArgumentException when {@code op} carries no data, or {@code length} is negative or above the
-     *         queue's maxRequestBytes (nothing is taken)
-     */
-    public Request acquireIov(Op op, long offset, long length) throws InterruptedException {
-        if (!op.carriesData() || length < 0 || length > queue.maxRequestBytes()) {
-            throw new IllegalArgumentException(op + " of " + length + " bytes in caller memory on hardware queue "
-                    + queue.index() + ": allowed READ or WRITE of 0.." + queue.maxRequestBytes() + " bytes");
-        }
-        Request r = acquire(0);
-        r.useCallerMemory();
-        r.op = op;
-        r.offset = offset;
-        r.length = length;
         return r;
     }
 

@@ -36,12 +36,6 @@ import java.util.concurrent.atomic.LongAdder;
 public final class HardwareQueue implements AutoCloseable {
     /** The fewest tags a shared submitter's share drops to (blk-mq's floor), so a batch keeps going. */
     public static final int MIN_SHARE = 4;
-    /**
-     * The most pieces of caller memory one request holds ({@link Request#addIov}): a virtio chain is at most as
-     * long as its queue (256 descriptors for QEMU's vhost-user-blk default queue-size of 256, virtio 1.2
-     * section 2.7.5.3.1), and a frontend advertises a seg_max below this so a guest's chain always fits.
-     */
-    public static final int MAX_IOVS = 256;
 
     private final int index;
     private final int maxRequestBytes;

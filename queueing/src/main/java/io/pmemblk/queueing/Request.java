@@ -4,7 +4,6 @@ import java.lang.foreign.MemorySegment;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
-import java.util.Arrays;
 
 /**
  * One block request, owned by a tag of a {@link HardwareQueue}. Request objects, their segment arrays and
@@ -15,12 +14,6 @@ import java.util.Arrays;
  * the frontend replies and calls {@link #release()}. {@link #complete} also records the request's latency
  * ({@link HardwareQueue#latency}).
  *
- * <p>Caller memory ({@link FrontendQueue#acquireIov}): a request whose data already sits in memory the frontend
- * holds (a vhost-user guest's RAM) takes no pool chunks; the frontend lists the pieces of that memory with
- * {@link #addIov}, in order, and the driver copies between them and the device: the one copy, with no pool buffer
- * in between. The piece arrays are made on a tag's first such request and reused: a server that never sees one
- * (NBD, ublk) never makes them.
- *
  * <p>Exactly once: a request is completed at most once per acquire and released exactly once. A second
  * {@link #complete} or {@link #release} throws {@link IllegalStateException} naming the request and changes
  * nothing: a tag pushed twice on the free stack would hand one Request to two later acquirers, whose data
@@ -29,11 +22,6 @@ import java.util.Arrays;
  * that would need a generation in every caller's hands.
  */
 public final class Request {
-    /** The iova of a piece the DMA engine cannot reach ({@link #addIov}): such a request is copied by the CPU. */
-    public static final long NO_IOVA = -1;
-    /** Pieces shown by {@link #toString}: enough to see where a chain went wrong, short enough for a log line. */
-    private static final int IOVS_SHOWN = 4;
-
     /** {@link #state}: the tag is on the free stack / held by a frontend / completed by the driver, not yet released. */
     private static final int FREE = 0, ACQUIRED = 1, COMPLETED = 2;
     private static final VarHandle STATE;
@@ -59,16 +47,6 @@ public final class Request {
     private final int[] chunks;
     private final ByteBuffer[] views;
     private int segments;
-    /** Caller memory: set by {@link FrontendQueue#acquireIov}, cleared with the pieces at {@link #release}. */
-    private boolean callerMemory;
-    /** The pieces, their engine addresses and where each starts in the request's data (null until first used). */
-    private MemorySegment[] iovs;
-    private long[] iovIovas;
-    private long[] iovOffsets;
-    private int iovCount;
-    private long iovBytes;
-    /** Some piece has {@link #NO_IOVA}: kept as pieces are added, so the router need not look at each. */
-    private boolean iovUnreachable;
 
     public Op op;
     public long offset;
@@ -168,90 +146,6 @@ public final class Request {
         externalCount = b == null ? 1 : 2;
     }
 
-    /** Marks a chunk-less request as caller memory; the piece arrays are made on the tag's first one. */
-    void useCallerMemory() {
-        if (iovs == null) {
-            iovs = new MemorySegment[HardwareQueue.MAX_IOVS];
-            iovIovas = new long[HardwareQueue.MAX_IOVS];
-            iovOffsets = new long[HardwareQueue.MAX_IOVS];
-        }
-        callerMemory = true;
-    }
-
-    /** Whether the data is in the caller's memory ({@link FrontendQueue#acquireIov}), not in pool chunks. */
-    public boolean callerMemory() {
-        return callerMemory;
-    }
-
-    /**
-     * Appends the next piece of a caller-memory request's data: {@code data} holds the bytes at the request's
-     * data offset {@link #iovBytes()} (so the pieces, in the order added, cover {@link #length}); {@code iova} is
-     * the address the DMA engine reaches {@code data} at ({@link BlockDriver#registerMemory}'s base plus the
-     * offset in the region), or {@link #NO_IOVA}. The segment is a view the request only holds until its release.
-     * @throws IllegalStateException when the request is not caller memory, or holds {@link HardwareQueue#MAX_IOVS}
-     *         pieces already (nothing is added)
-     * @throws IllegalArgumentException when the piece is empty or would run past {@link #length}, or the iova is
-     *         negative and not {@link #NO_IOVA} (nothing is added)
-     */
-    public void addIov(MemorySegment data, long iova) {
-        int n = iovCount;
-        if (!callerMemory) {
-            throw new IllegalStateException(this + ": addIov on a request with pool buffers; allowed only on one"
-                    + " from FrontendQueue.acquireIov");
-        }
-        if (n == HardwareQueue.MAX_IOVS) {
-            throw new IllegalStateException(this + " already holds " + n + " pieces: at most HardwareQueue.MAX_IOVS ("
-                    + HardwareQueue.MAX_IOVS + ") per request; the frontend bounds its chains below that");
-        }
-        long len = data.byteSize();
-        if (len == 0 || len > length - iovBytes) {
-            throw new IllegalArgumentException(this + ": piece " + n + " of " + len + " bytes after " + iovBytes
-                    + " bytes; allowed: 1.." + (length - iovBytes) + " bytes (the pieces add up to the length)");
-        }
-        if (iova < 0 && iova != NO_IOVA) {
-            throw new IllegalArgumentException(this + ": piece " + n + " at iova 0x" + Long.toHexString(iova)
-                    + "; allowed: an address from BlockDriver.registerMemory, or Request.NO_IOVA");
-        }
-        iovs[n] = data;
-        iovIovas[n] = iova;
-        iovOffsets[n] = iovBytes;
-        iovBytes += len;
-        iovCount = n + 1;
-        if (iova == NO_IOVA) {
-            iovUnreachable = true;
-        }
-    }
-
-    /** Pieces added with {@link #addIov}. */
-    public int iovCount() {
-        return iovCount;
-    }
-
-    /** Piece i (a view of the caller's memory). */
-    public MemorySegment iov(int i) {
-        return iovs[i];
-    }
-
-    /** The engine address of piece i, or {@link #NO_IOVA}. */
-    public long iovIova(int i) {
-        return iovIovas[i];
-    }
-
-    /** Where piece i starts in the request's data: it covers the device from {@code offset + iovOffset(i)}. */
-    public long iovOffset(int i) {
-        return iovOffsets[i];
-    }
-
-    /** Bytes of the pieces added so far; equal to {@link #length} once the frontend has added them all. */
-    public long iovBytes() {
-        return iovBytes;
-    }
-
-    /** Whether every piece has an iova: only then can the DMA engine copy the request. */
-    public boolean iovsReachable() {
-        return !iovUnreachable;
-    }
-
     void attach(int n) {
         segments = n;
         BufferPool pool = queue.pool();
@@ -298,9 +192,6 @@ public final class Request {
             throw new IllegalStateException(this + " released twice: its tag is already free, and pushing it again"
                     + " would give one request to two acquirers");
         }
-        if (callerMemory) {
-            clearIovs();
-        }
         queue.release(this);
     }
 
@@ -325,15 +216,6 @@ public final class Request {
         };
     }
 
-    /** A free tag holds no view of the caller's memory: the caller may unmap it once its requests are released. */
-    private void clearIovs() {
-        Arrays.fill(iovs, 0, iovCount, null);
-        iovCount = 0;
-        iovBytes = 0;
-        iovUnreachable = false;
-        callerMemory = false;
-    }
-
     void reset() {
         op = null;
         offset = 0;
@@ -355,23 +237,7 @@ public final class Request {
 
     @Override
     public String toString() {
-        String s = "Request[q" + queue.index() + " tag " + tag + " " + op + " off " + offset + " len " + length
-                + (fua ? " FUA" : "");
-        if (!callerMemory) {
-            return s + "]";
-        }
-        StringBuilder b = new StringBuilder(s).append(" iovs ").append(iovCount);
-        if (iovBytes != length) {
-            b.append(" (").append(iovBytes).append(" of ").append(length).append(" bytes)");
-        }
-        b.append(" [");
-        for (int i = 0, n = Math.min(iovCount, IOVS_SHOWN); i < n; i++) {
-            b.append(i == 0 ? "" : ", ").append(iovs[i].byteSize()).append('@')
-                    .append(iovIovas[i] == NO_IOVA ? "no-iova" : "0x" + Long.toHexString(iovIovas[i]));
-        }
-        if (iovCount > IOVS_SHOWN) {
-            b.append(", +").append(iovCount - IOVS_SHOWN).append(" more");
-        }
-        return b.append("]]").toString();
+        return "Request[q" + queue.index() + " tag " + tag + " " + op + " off " + offset + " len " + length
+                + (fua ? " FUA" : "") + "]";
     }
 }

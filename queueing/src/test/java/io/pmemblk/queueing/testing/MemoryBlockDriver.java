@@ -24,9 +24,6 @@ import java.util.concurrent.atomic.AtomicLong;
  * a frontend can have in flight, or to close something mid-request). It counts what tests assert bounds on:
  * requests, batches, the largest batch, flushes, and the tags and buffer chunks in use when batches arrive.
  *
- * <p>Caller-memory requests ({@code FrontendQueue.acquireIov}) are copied between their pieces and the device, as
- * the pmem driver's CPU route does; pieces that do not add up to the length answer EINVAL.
- *
  * <p>With {@link #receiveInPlace(boolean)} it also offers the in-place WRITE route the pmem driver has
  * ({@link BlockDriver#receivesInPlace}): the payload lands straight in {@link #memory}; with
  * {@link #sendInPlace(boolean)} the READ counterpart ({@link BlockDriver#sendsInPlace}).
@@ -276,15 +273,6 @@ public final class MemoryBlockDriver implements BlockDriver {
                     r.dataFromDevice(memory.asSlice(r.offset, len).asByteBuffer(), null);
                     break;
                 }
-                if (r.callerMemory()) {
-                    if (r.iovBytes() != len) {
-                        return Status.EINVAL;
-                    }
-                    for (int i = 0; i < r.iovCount(); i++) {
-                        MemorySegment.copy(memory, r.offset + r.iovOffset(i), r.iov(i), 0, r.iov(i).byteSize());
-                    }
-                    break;
-                }
                 long off = r.offset;
                 for (int i = 0; i < r.segments(); i++) {
                     MemorySegment s = r.segment(i);
@@ -295,13 +283,6 @@ public final class MemoryBlockDriver implements BlockDriver {
             case WRITE -> {
                 if (r.dataInPlace) {
                     inPlaceWrites.incrementAndGet(); // the payload is already in memory
-                } else if (r.callerMemory()) {
-                    if (r.iovBytes() != len) {
-                        return Status.EINVAL;
-                    }
-                    for (int i = 0; i < r.iovCount(); i++) {
-                        MemorySegment.copy(r.iov(i), 0, memory, r.offset + r.iovOffset(i), r.iov(i).byteSize());
-                    }
                 } else {
                     long off = r.offset;
                     for (int i = 0; i < r.segments(); i++) {
