@@ -275,6 +275,32 @@ class VhostBlkQueueTest {
     }
 
     @Test
+    void stopWaitsForTheRequestsInFlightAndThenAnswersTheNextAvailIndex() throws Exception {
+        open();
+        Served s = serve(0);
+        driver.hold();
+        Sent a = s.guest.write(0, new byte[4096], 2, false);
+        Sent b = s.guest.read(8, 4096, 1, true);
+        s.kick.signal();
+        assertThat(driver.awaitHeld(2, Waits.BOUND.toMillis())).isTrue();
+        int[] base = {-1};
+        Thread stopping = Thread.ofPlatform().name("get-vring-base").start(() -> {
+            try {
+                base[0] = s.stop();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        });
+        Waits.awaitWaiting("GET_VRING_BASE draining", stopping);
+        assertThat(s.ring.usedIdx()).as("nothing answered yet").isZero();
+        driver.releaseHeld();
+        Waits.join("GET_VRING_BASE", stopping);
+        assertThat(base[0]).isEqualTo(2);
+        assertThat(s.ring.usedIdx()).as("both answered before the ring stopped").isEqualTo(2);
+        assertThat(List.of(s.guest.status(a), s.guest.status(b))).containsOnly(0);
+    }
+
+    @Test
     void eventIdxInterruptsTheGuestOnceWhenUsedEventIsPassed() throws Exception {
         open();
         Served s = serve(0);
