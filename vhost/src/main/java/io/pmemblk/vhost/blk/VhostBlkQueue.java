@@ -76,6 +76,7 @@ public final class VhostBlkQueue {
     private final Request.Completion completion = this::completed;
     private volatile boolean running;
     private volatile boolean broken;
+    private volatile String brokenReason;
     private volatile boolean writeThrough;
     private boolean signalFailed;
 
@@ -159,6 +160,11 @@ public final class VhostBlkQueue {
     /** Whether the guest broke the ring's rules: the queue then pops nothing more (logged once). */
     public boolean broken() {
         return broken;
+    }
+
+    /** What broke the queue (for the session's log or a metric), or null. */
+    public String brokenReason() {
+        return brokenReason;
     }
 
     /**
@@ -252,6 +258,7 @@ public final class VhostBlkQueue {
     }
 
     private void breaks(String why, Throwable t) {
+        brokenReason = why;
         broken = true;
         LOG.log(System.Logger.Level.WARNING, "vhost-blk-q" + index + " broken, it serves no more requests until the"
                 + " front-end restarts it: " + why, t);

@@ -70,11 +70,6 @@ public final class VirtioBlkConfig {
         return Math.max(PAGE, maxRequestBytes / segMax(queueSize, maxRequestBytes) / PAGE * PAGE);
     }
 
-    /** The most data one request may carry: what seg_max segments of size_max hold. */
-    public static long maxDataBytes(int queueSize, int maxRequestBytes) {
-        return (long) segMax(queueSize, maxRequestBytes) * sizeMax(queueSize, maxRequestBytes);
-    }
-
     /**
      * The 60-byte configuration: capacity, size_max and seg_max as above, blk_size with one block per physical
      * block and minimal / optimal I/O of one block, wce = 1 (a writeback cache: the guest then sends FLUSH, which
