@@ -1,6 +1,7 @@
 """Unit tests of benchreport.py (scripts/test runs them: python3 -m unittest discover -s scripts/lib)."""
 
 import datetime
+import json
 import os
 import subprocess
 import sys
@@ -149,6 +150,69 @@ class InprocReportTest(unittest.TestCase):
         self.assertEqual(lines, ["| workload | jobs | pmemblk bench | fio libpmem | ours/fio |",
                                  "| --- | --- | --- | --- | --- |",
                                  "| 64k read QD16 | 1 | 14000 MiB/s | 12500 MiB/s | 1.12 |"])
+
+
+def fio_vhost(read_ios, read_bytes, write_ios=0, write_bytes=0, iops=1000.0, bw=4000, error=0):
+    return json.dumps({"jobs": [{"error": error,
+                                "read": {"iops": iops, "bw": bw, "total_ios": read_ios, "io_bytes": read_bytes},
+                                "write": {"iops": 1.0, "bw": 4, "total_ios": write_ios, "io_bytes": write_bytes}}]})
+
+
+class VhostReportTest(unittest.TestCase):
+    def test_cell_divides_the_cpu_by_the_requests_fio_completed_and_the_queue_cpu_by_the_gib_moved(self):
+        # 250 ticks at 100 Hz = 2.5 s over 10000 + 2500 requests: 200 µs each; 50 ticks = 0.5 s over 2 GiB: 0.25 s/GiB.
+        line = br.vhost_cell(fio_vhost(10000, 1 << 30, 2500, 1 << 30), "read-2m-qd4-1j", "pmemblk", 250, 50, 7, 100)
+        self.assertEqual(line.split("\t"), ["read-2m-qd4-1j", "pmemblk", "1000.0", "3.9", "200.00", "0.250", "7",
+                                            str(2 << 30)])
+
+    def test_cell_without_queue_threads_and_a_failed_job(self):
+        self.assertEqual(br.vhost_cell(fio_vhost(100, 4096), "randread-4k-qd32-1j", "qsd", 1, "-", 0, 100)
+                         .split("\t")[5], "-")
+        with self.assertRaisesRegex(ValueError, "fio job randread-4k-qd32-1j on nbd: error 5"):
+            br.vhost_cell(fio_vhost(1, 1, error=5), "randread-4k-qd32-1j", "nbd", 1, "-", 0, 100)
+
+    def report(self, rows):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "results.tsv")
+            with open(path, "w") as f:
+                f.write("".join("\t".join(r) + "\n" for r in rows))
+            cells = br.read_vhost_results(path)
+        return br.vhost_report(cells, ["pmemblk", "qsd", "nbd", "pmemblk-dma"],
+                               ["randread-4k-qd32-1j", "read-2m-qd4-1j"], runtime="8", size="1G", now=NOW)
+
+    ROWS = [("randread-4k-qd32-1j", "pmemblk", "9000.0", "35.2", "20.00", "-", "0", "1"),
+            ("randread-4k-qd32-1j", "qsd", "10000.0", "39.1", "30.00", "-", "0", "1"),
+            ("randread-4k-qd32-1j", "nbd", "FAIL"),
+            ("read-2m-qd4-1j", "pmemblk", "2.0", "3000.0", "400.00", "0.500", "0", "100"),
+            ("read-2m-qd4-1j", "qsd", "1.0", "2000.0", "500.00", "-", "0", "100"),
+            ("read-2m-qd4-1j", "nbd", "1.0", "1500.0", "600.00", "-", "0", "100"),
+            ("read-2m-qd4-1j", "pmemblk-dma", "2.0", "3100.0", "300.00", "0.050", "99", "100")]
+
+    def test_tables_flag_jobs_below_the_bar_and_the_offload_ratio(self):
+        lines, chart = self.report(self.ROWS)
+        throughput, cpu, offload = tables(lines)
+        self.assertEqual(throughput[0], "| job | pmemblk vhost | qemu-storage-daemon vhost | pmemblk NBD (QEMU client)"
+                                        " | pmemblk/qsd | pmemblk/nbd |")
+        # 4k: 9k IOPS against 10k: below 1.0, bold; the failed NBD run reads FAILED and its ratio -.
+        self.assertEqual(throughput[2], "| randread-4k-qd32-1j | 9.0k IOPS | 10.0k IOPS | FAILED | **0.90** | - |")
+        self.assertEqual(throughput[3], "| read-2m-qd4-1j | 3000 MiB/s | 2000 MiB/s | 1500 MiB/s | 1.50 | 2.00 |")
+        self.assertEqual(cpu[2], "| randread-4k-qd32-1j | 20.0 | 30.0 | - |")
+        self.assertIn("Bar: pmemblk's vhost-user-blk at least 1.0x qemu-storage-daemon vhost and pmemblk NBD (QEMU"
+                      " client): 1 of 2 jobs clear it; below: randread-4k-qd32-1j.", lines)
+        # 0.05 s/GiB on the DMA route against 0.5 on the CPU route: 0.10, within 0.2; 99 of 100 bytes counted.
+        self.assertEqual(offload[2], "| read-2m-qd4-1j | 0.500 | 0.050 | 0.10 | 0.990 |")
+        self.assertIn("Offload bar: DMA/CPU at most 0.2 on 1 of 1 2 MiB jobs.", lines)
+        for table in (throughput, cpu, offload):
+            self.assertEqual({len(columns(row)) for row in table}, {len(columns(table[0]))})
+        self.assertEqual(chart.splitlines()[0], "job\tpmemblk vhost\tqemu-storage-daemon vhost\tpmemblk NBD (QEMU client)")
+        self.assertEqual(chart.splitlines()[2], "read-2m-qd4-1j\t1.500\t1.000\t0.750")
+
+    def test_offload_above_the_bar_is_bold(self):
+        rows = [r if r[1] != "pmemblk-dma" else r[:5] + ("0.200",) + r[6:] for r in self.ROWS]
+        # 0.2 / 0.5 = 0.40
+        lines, _ = self.report(rows)
+        self.assertIn("| read-2m-qd4-1j | 0.500 | 0.200 | **0.40** | 0.990 |", lines)
+        self.assertIn("Offload bar: DMA/CPU at most 0.2 on 0 of 1 2 MiB jobs.", lines)
 
 
 class CommandLineTest(unittest.TestCase):

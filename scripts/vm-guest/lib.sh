@@ -104,7 +104,7 @@ vm_disk() {
 
 # host_request SECONDS WORD...: asks the host to act while the guest runs (restart the server, read its counters):
 # writes the words to $HOST_REQUESTS/req.N (a share of the host's; default /mnt/ctl) and waits at most SECONDS for
-# ack.N, which scripts/lib/vm-requests.sh writes; prints the host's answer. Returns 0 when the host answered ok, 1
+# ack.N, which scripts/lib/vm-host.sh writes; prints the host's answer. Returns 0 when the host answered ok, 1
 # when it answered fail, 2 when no answer came in time. Both files appear whole (written beside, then renamed); N is
 # one more than the requests already made, so scripts running parts in subshells still count right.
 HOST_REQUESTS=${HOST_REQUESTS:-/mnt/ctl}

@@ -2,7 +2,7 @@
 # Scenarios "vhost" and "vhost-restart", run inside the guest by scripts/vm-test (through scripts/vm
 # --vhost-user-blk SOCK --vhost-reconnect): the disk is a vhost-user-blk server on the host (pmemblk serve with
 # vhost.socket, or qemu-storage-daemon as a reference), 2 virtqueues, and the host restarts or kills that server when
-# this script asks (host_request, scripts/lib/vm-requests.sh). One boot each:
+# this script asks (host_request, scripts/lib/vm-host.sh). One boot each:
 #   vhost-check.sh functional  on the raw disk: blkdiscard of a written range and blkdiscard -z (the device offers
 #                              both: zeros read back); fio verify (crc32c, 4k..1m, libaio, direct, iodepth 32), one
 #                              job pinned to each vCPU so both virtqueues carry requests (their interrupts counted);
