@@ -1,6 +1,7 @@
 # shellcheck shell=sh
 # What the guest scripts (scripts/vm-guest/*.sh, run by scripts/vm-test through scripts/vm) share: progress and
-# RESULT lines, bounded waits, and starting and stopping `pmemblk serve`. Sourced as `. "$(dirname "$0")/lib.sh"`;
+# RESULT lines, bounded waits, starting and stopping `pmemblk serve`, finding a disk, asking the host to act, fio
+# verify and the kernel-log check. Sourced as `. "$(dirname "$0")/lib.sh"`;
 # POSIX sh, since the guest runs the scripts with the host's /bin/sh. Every wait here has a bound and says which
 # one passed.
 # shellcheck source=guest-java.sh
