@@ -404,7 +404,7 @@ def vhost_offload(cells, jobs):
     return lines
 
 
-def chart(dat, png, title, ylabel):
+def draw_chart(dat, png, title, ylabel):
     """A clustered bar chart (gnuplot, pngcairo) of a report's data file: a header line naming the columns, then one
     row per job (its name, then one value per column)."""
     with open(dat) as f:
@@ -514,7 +514,7 @@ def main(argv):
                 f.write(data)
         print("\n".join(lines))
     elif a.cmd == "chart":
-        chart(a.dat, a.png, a.title, a.ylabel)
+        draw_chart(a.dat, a.png, a.title, a.ylabel)
     elif a.cmd == "rate":
         iops, mibs = rate(a.kind, sys.stdin.read(), a.rw)
         print(iops, mibs)

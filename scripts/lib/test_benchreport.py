@@ -3,6 +3,7 @@
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -233,6 +234,25 @@ class CommandLineTest(unittest.TestCase):
             self.assertTrue(written.startswith("# In process A/B: `pmemblk bench` ours vs baseline"))
             self.assertIn("ours = this tree; baseline = abc (x). Even rounds ran the programs in reverse order", written)
             self.assertTrue(written.endswith(out))
+
+    def test_vhost_report_and_its_chart_from_the_scripts_tsv(self):
+        with tempfile.TemporaryDirectory() as d:
+            res = os.path.join(d, "results.tsv")
+            with open(res, "w") as f:
+                f.write("read-2m-qd4-1j\tqsd\t1.0\t2000.0\t500.00\t-\t0\t100\n"
+                        "read-2m-qd4-1j\tnbd\t1.0\t1000.0\t600.00\t-\t0\t100\n")
+            out = subprocess.run([sys.executable, br.__file__, "vhost-report", "--results", res, "--out", d, "--stem",
+                                  "v", "--jobs", "read-2m-qd4-1j", "--runtime", "5", "--size", "1G", "qsd", "nbd"],
+                                 capture_output=True, text=True, check=True, timeout=60).stdout
+            self.assertIn("| read-2m-qd4-1j | 2000 MiB/s | 1000 MiB/s |", out)
+            with open(os.path.join(d, "v.md")) as f:
+                self.assertEqual(f.read().rstrip("\n"), out.rstrip("\n"))
+            if shutil.which("gnuplot"):
+                png = os.path.join(d, "v.png")
+                subprocess.run([sys.executable, br.__file__, "chart", os.path.join(d, "v.dat"), png, "t", "y"],
+                               check=True, timeout=120)
+                with open(png, "rb") as f:
+                    self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
 
 if __name__ == "__main__":
