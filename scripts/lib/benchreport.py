@@ -404,6 +404,17 @@ def vhost_offload(cells, jobs):
     return lines
 
 
+def write_report(out, stem, lines, chart_data):
+    """A report's files: OUT/STEM.md, and OUT/STEM.dat for its chart when it has data for one; the report is printed
+    too."""
+    with open(os.path.join(out, stem + ".md"), "w") as f:
+        f.write("\n".join(lines))
+    if chart_data:
+        with open(os.path.join(out, stem + ".dat"), "w") as f:
+            f.write(chart_data)
+    print("\n".join(lines))
+
+
 def draw_chart(dat, png, title, ylabel):
     """A clustered bar chart (gnuplot, pngcairo) of a report's data file: a header line naming the columns, then one
     row per job (its name, then one value per column)."""
@@ -505,14 +516,8 @@ def main(argv):
         except ValueError as e:
             sys.exit(str(e))
     elif a.cmd == "vhost-report":
-        lines, data = vhost_report(read_vhost_results(a.results), a.targets, a.jobs.split(","), runtime=a.runtime,
-                                   size=a.size, guest=a.guest)
-        with open(os.path.join(a.out, a.stem + ".md"), "w") as f:
-            f.write("\n".join(lines))
-        if data:
-            with open(os.path.join(a.out, a.stem + ".dat"), "w") as f:
-                f.write(data)
-        print("\n".join(lines))
+        write_report(a.out, a.stem, *vhost_report(read_vhost_results(a.results), a.targets, a.jobs.split(","),
+                                                  runtime=a.runtime, size=a.size, guest=a.guest))
     elif a.cmd == "chart":
         draw_chart(a.dat, a.png, a.title, a.ylabel)
     elif a.cmd == "rate":
@@ -520,16 +525,10 @@ def main(argv):
         print(iops, mibs)
     elif a.cmd == "nbd-report":
         servers = [tuple(s.split("=", 1)) for s in a.servers]
-        lines, chart = nbd_report(read_nbd_results(a.results), servers, a.jobs.split(","), runtime=a.runtime,
-                                  size=a.size, repeat=a.repeat, sets=a.sets, ours_cpu=a.ours_cpu,
-                                  base_cpu=a.base_cpu, base_desc=a.base_desc, ours_desc=a.ours_desc, tls=a.tls,
-                                  qemu_desc=a.qemu_desc)
-        with open(os.path.join(a.out, a.stem + ".md"), "w") as f:
-            f.write("\n".join(lines))
-        if chart:
-            with open(os.path.join(a.out, a.stem + ".dat"), "w") as f:
-                f.write(chart)
-        print("\n".join(lines))
+        write_report(a.out, a.stem, *nbd_report(read_nbd_results(a.results), servers, a.jobs.split(","),
+                                                runtime=a.runtime, size=a.size, repeat=a.repeat, sets=a.sets,
+                                                ours_cpu=a.ours_cpu, base_cpu=a.base_cpu, base_desc=a.base_desc,
+                                                ours_desc=a.ours_desc, tls=a.tls, qemu_desc=a.qemu_desc))
     else:
         cells, order = read_inproc_results(a.results)
         lines = inproc_table(cells, order, a.progs, a.base_desc)

@@ -25,6 +25,14 @@ def nbd_cells(rows):
     return br.collections.defaultdict(list, cells)
 
 
+def results_file(folder, text):
+    """A bench script's results TSV with this text, in folder; its path."""
+    path = os.path.join(folder, "results.tsv")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
 def columns(line):
     return line.strip().strip("|").split("|")
 
@@ -174,10 +182,7 @@ class VhostReportTest(unittest.TestCase):
 
     def report(self, rows):
         with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "results.tsv")
-            with open(path, "w") as f:
-                f.write("".join("\t".join(r) + "\n" for r in rows))
-            cells = br.read_vhost_results(path)
+            cells = br.read_vhost_results(results_file(d, "".join("\t".join(r) + "\n" for r in rows)))
         return br.vhost_report(cells, ["pmemblk", "qsd", "nbd", "pmemblk-dma"],
                                ["randread-4k-qd32-1j", "read-2m-qd4-1j"], runtime="8", size="1G", now=NOW)
 
@@ -219,10 +224,8 @@ class VhostReportTest(unittest.TestCase):
 class CommandLineTest(unittest.TestCase):
     def test_inproc_report_reads_the_scripts_tsv_and_writes_the_ab_file(self):
         with tempfile.TemporaryDirectory() as d:
-            res = os.path.join(d, "results.tsv")
-            with open(res, "w") as f:
-                f.write("read\t64k\t16\t1\tours\t1\t230000.0 14375.0\n"
-                        "read\t64k\t16\t1\tbaseline\t1\t260000.0 16250.0\n")
+            res = results_file(d, "read\t64k\t16\t1\tours\t1\t230000.0 14375.0\n"
+                                  "read\t64k\t16\t1\tbaseline\t1\t260000.0 16250.0\n")
             ab = os.path.join(d, "ab.md")
             out = subprocess.run([sys.executable, br.__file__, "inproc-report", "--results", res, "--ab-file", ab,
                                   "--seconds", "1", "--size", "1G", "--repeat", "1", "--base-desc", "abc (x)",
@@ -237,10 +240,8 @@ class CommandLineTest(unittest.TestCase):
 
     def test_vhost_report_and_its_chart_from_the_scripts_tsv(self):
         with tempfile.TemporaryDirectory() as d:
-            res = os.path.join(d, "results.tsv")
-            with open(res, "w") as f:
-                f.write("read-2m-qd4-1j\tqsd\t1.0\t2000.0\t500.00\t-\t0\t100\n"
-                        "read-2m-qd4-1j\tnbd\t1.0\t1000.0\t600.00\t-\t0\t100\n")
+            res = results_file(d, "read-2m-qd4-1j\tqsd\t1.0\t2000.0\t500.00\t-\t0\t100\n"
+                                  "read-2m-qd4-1j\tnbd\t1.0\t1000.0\t600.00\t-\t0\t100\n")
             out = subprocess.run([sys.executable, br.__file__, "vhost-report", "--results", res, "--out", d, "--stem",
                                   "v", "--jobs", "read-2m-qd4-1j", "--runtime", "5", "--size", "1G", "qsd", "nbd"],
                                  capture_output=True, text=True, check=True, timeout=60).stdout

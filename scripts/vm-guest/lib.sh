@@ -162,3 +162,14 @@ check_dmesg() {
     _e=$(dmesg_errors)
     [ -z "$_e" ] || { echo "$_e" | sed 's/^/dmesg| /'; fail "kernel log: $(echo "$_e" | head -n 1 | cut -c1-160)"; }
 }
+
+# discard_check DEV: on the raw device, a written range discarded and another zeroed (WRITE_ZEROES, or the block
+# layer's fallback writes), the zeros read back.
+discard_check() {
+    head -c 2M /dev/urandom | dd of="$1" bs=1M seek=100 count=2 iflag=fullblock oflag=direct conv=fsync 2>/dev/null \
+        || fail "dd write to $1 failed"
+    blkdiscard -o 100M -l 1M "$1" || fail "blkdiscard -o 100M -l 1M $1 failed"
+    blkdiscard -z -o 101M -l 1M "$1" || fail "blkdiscard -z -o 101M -l 1M $1 failed"
+    _nz=$(dd if="$1" bs=1M skip=101 count=1 iflag=direct 2>/dev/null | tr -d '\000' | wc -c)
+    [ "$_nz" = 0 ] || fail "$_nz non-zero bytes read back after blkdiscard -z"
+}
