@@ -1,10 +1,13 @@
-"""The reports of scripts/bench-nbd and scripts/bench-inproc: one reading of fio's and `pmemblk bench`'s JSON, one
-A/B rule (medians over rounds, ours/baseline below 0.95 in **bold**, the worst row named) and the Markdown tables
-both print. Standard library only: it runs with Debian's /usr/bin/python3 and nothing installed.
+"""The reports of scripts/bench-nbd, scripts/bench-inproc and scripts/bench-vhost: one reading of fio's and
+`pmemblk bench`'s JSON, one A/B rule (medians over rounds, ours/baseline below 0.95 in **bold**, the worst row named)
+and the Markdown tables they print. Standard library only: it runs with Debian's /usr/bin/python3 and nothing
+installed.
 
   benchreport.py nbd-cell FIO_JSON JOB SERVER ROUND TICKS RUNTIME HZ   one TSV line of bench-nbd's results
+  benchreport.py vhost-cell FIO_JSON JOB TARGET TICKS QTICKS DMA HZ   one TSV line of bench-vhost's results
   benchreport.py rate fio|pmemblk RW                                   "IOPS MiB/s" from the JSON on stdin
-  benchreport.py nbd-report ... / inproc-report ...                    the table (--help lists the options)
+  benchreport.py nbd-report / inproc-report / vhost-report ...         the tables (--help lists the options)
+  benchreport.py chart DAT PNG TITLE YLABEL                            a clustered bar chart of a report's data
 """
 
 import argparse
@@ -14,6 +17,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 
 SLOW = 0.95  # an A/B row whose ours/baseline is below this is flagged; the noise of one run is about 5 %
@@ -274,6 +278,167 @@ def inproc_head(*, seconds, size, repeat, sets="", ours_desc="", base_desc="", n
     ]
 
 
+
+# ------------------------------------------------------------------------------------------------------------------
+# bench-vhost
+
+GIB = 1 << 30
+VHOST_LABEL = {"pmemblk": "pmemblk vhost", "qsd": "qemu-storage-daemon vhost", "nbd": "pmemblk NBD (QEMU client)",
+               "pmemblk-dma": "pmemblk vhost, DMA route"}
+VHOST_BAR = 1.0      # pmemblk's vhost-user-blk at least as fast as qemu-storage-daemon's and as its own NBD path
+VHOST_OFFLOAD_BAR = 0.2  # the queue threads' CPU per GiB on the DMA route at most this share of the CPU route's
+
+
+def vhost_cell(text, job, target, ticks, qticks, dma_bytes, hz):
+    """One result line of bench-vhost: job, target, IOPS, MiB/s, the server's CPU per request in µs (its user+sys
+    around the fio run over the requests fio completed: the jobs have no ramp, so both cover the same span), the
+    queue threads' CPU seconds per GiB moved ("-" where the server has none), the DMA bytes its metrics counted in
+    the run and the bytes fio moved. ticks and qticks are clock ticks at hz per second."""
+    j = fio_job(text)
+    if j["error"]:
+        raise ValueError(f"fio job {job} on {target}: error {j['error']}")
+    ios = j["read"]["total_ios"] + j["write"]["total_ios"]
+    moved = j["read"]["io_bytes"] + j["write"]["io_bytes"]
+    side = fio_side(j, job.split("-")[0])
+    us = ticks / hz * 1e6 / ios if ios else 0
+    q = f"{qticks / hz / (moved / GIB):.3f}" if qticks != "-" and moved else "-"
+    return f"{job}\t{target}\t{side['iops']:.1f}\t{side['bw'] / 1024:.1f}\t{us:.2f}\t{q}\t{dma_bytes}\t{moved}"
+
+
+def read_vhost_results(path):
+    """cells[(job, target)] -> (iops, mib_s, cpu_us, qcpu_s_per_gib or None, dma_bytes, io_bytes), or None for a
+    run that failed."""
+    cells = {}
+    with open(path) as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if fields[2] == "FAIL":
+                cells[(fields[0], fields[1])] = None
+                continue
+            iops, mibs, us = (float(x) for x in fields[2:5])
+            q = None if fields[5] == "-" else float(fields[5])
+            cells[(fields[0], fields[1])] = (iops, mibs, us, q, int(fields[6]), int(fields[7]))
+    return cells
+
+
+def vhost_value(cells, job, target):
+    """IOPS for random jobs, MiB/s for sequential ones (as nbd_fmt prints them); None when the run failed or was not
+    made."""
+    c = cells.get((job, target))
+    return None if c is None else c[0 if job.startswith("rand") else 1]
+
+
+def vhost_report(cells, targets, jobs, *, runtime, size, guest="", now=None):
+    """The Markdown report of bench-vhost and the chart's data rows (throughput relative to qemu-storage-daemon).
+    targets: the names run, in bench-vhost's order (pmemblk, qsd, nbd, pmemblk-dma)."""
+    main = [t for t in targets if t != "pmemblk-dma"]
+    ratios = [t for t in ("qsd", "nbd") if t in main and "pmemblk" in main]
+    lines = [
+        "# vhost-user-blk: pmemblk vs qemu-storage-daemon and pmemblk's NBD export (one guest, one run)",
+        "",
+        machine_line(now) + f"{guest}fio libaio direct=1 in the guest, the same jobs on each disk in turn (the order "
+        f"rotated per job), {runtime} s each, no ramp; {size} disks on /dev/shm. The guest is emulated (TCG): "
+        "compare ratios, not figures.",
+        "Disks: " + "; ".join(f"{VHOST_LABEL[t]} ({t})" for t in targets) + ". IOPS for random jobs, MiB/s for sequential ones.",
+        "",
+    ]
+    lines += table_head(["job"] + [VHOST_LABEL[t] for t in main] + [f"pmemblk/{t}" for t in ratios],
+                        ["---"] + ["---:"] * (len(main) + len(ratios)))
+    chart, short, judged = [], [], 0
+    for job in jobs:
+        v = {t: vhost_value(cells, job, t) for t in main}
+        row = [nbd_fmt(job, v[t]) for t in main]
+        cleared = True
+        for r in ratios:
+            text, x = ab_ratio(v["pmemblk"], v[r], False)
+            if x is not None and x < VHOST_BAR:
+                text, cleared = f"**{text}**", False
+            row.append(text)
+            cleared = cleared and x is not None
+        if ratios:
+            judged += 1
+            if not cleared:
+                short.append(job)
+        lines.append(f"| {job} | " + " | ".join(row) + " |")
+        if v.get("qsd"):
+            chart.append(job + "".join(f"\t{(v[t] / v['qsd'] if v[t] else 0):.3f}" for t in main))
+    lines += ["", "Server CPU per request (user+sys µs of the server process around the run, over the requests fio"
+              " completed; lower is better):", ""]
+    lines += table_head(["job"] + [VHOST_LABEL[t] for t in main], ["---"] + ["---:"] * len(main))
+    for job in jobs:
+        c = {t: cells.get((job, t)) for t in main}
+        lines.append(f"| {job} | " + " | ".join(f"{c[t][2]:.1f}" if c[t] else "-" for t in main) + " |")
+    lines.append("")
+    if ratios:
+        lines += [f"Bar: pmemblk's vhost-user-blk at least {VHOST_BAR}x " + " and ".join(VHOST_LABEL[r] for r in ratios)
+                  + f": {judged - len(short)} of {judged} jobs clear it" + (f"; below: {', '.join(short)}." if short else "."), ""]
+    lines += vhost_offload(cells, jobs)
+    chart_data = ("job\t" + "\t".join(VHOST_LABEL[t] for t in main) + "\n" + "\n".join(chart) + "\n") if chart else ""
+    return lines, chart_data
+
+
+def vhost_offload(cells, jobs):
+    """The offload figure: the pmemblk queue threads' CPU seconds per GiB moved on the 2 MiB jobs, CPU route
+    (pmemblk) against DMA route (pmemblk-dma), and how many of the bytes moved the DMA route's metrics counted."""
+    big = [j for j in jobs if j.split("-")[1] == "2m" and (j, "pmemblk-dma") in cells]
+    if not big:
+        return []
+    lines = ["Offload: CPU time of the queue threads (vhost-blk-qN) per GiB moved at 2 MiB, CPU route (dma.engine=none)"
+             " against DMA route (dma.engine=soft: the software engine's own thread does the copy, off the queue"
+             " threads); DMA bytes = what the server's metrics counted on the DMA route over the bytes fio moved:", ""]
+    lines += table_head(["job", "CPU route (s/GiB)", "DMA route (s/GiB)", "DMA/CPU", "DMA bytes / bytes moved"],
+                        ["---", "---:", "---:", "---:", "---:"])
+    passed = 0
+    for job in big:
+        cpu, dma = cells.get((job, "pmemblk")), cells.get((job, "pmemblk-dma"))
+        a, b = (c[3] if c else None for c in (cpu, dma))
+        ratio = "-"
+        if a and b is not None:
+            x = b / a
+            passed += x <= VHOST_OFFLOAD_BAR
+            ratio = f"{x:.2f}" if x <= VHOST_OFFLOAD_BAR else f"**{x:.2f}**"
+        share = f"{dma[4] / dma[5]:.3f}" if dma and dma[5] else "-"
+        a, b = ("-" if y is None else f"{y:.3f}" for y in (a, b))
+        lines.append(f"| {job} | {a} | {b} | {ratio} | {share} |")
+    lines += ["", f"Offload bar: DMA/CPU at most {VHOST_OFFLOAD_BAR} on {passed} of {len(big)} 2 MiB jobs.", ""]
+    return lines
+
+
+def write_report(out, stem, lines, chart_data):
+    """A report's files: OUT/STEM.md, and OUT/STEM.dat for its chart when it has data for one; the report is printed
+    too."""
+    with open(os.path.join(out, stem + ".md"), "w") as f:
+        f.write("\n".join(lines))
+    if chart_data:
+        with open(os.path.join(out, stem + ".dat"), "w") as f:
+            f.write(chart_data)
+    print("\n".join(lines))
+
+
+def draw_chart(dat, png, title, ylabel):
+    """A clustered bar chart (gnuplot, pngcairo) of a report's data file: a header line naming the columns, then one
+    row per job (its name, then one value per column)."""
+    with open(dat) as f:
+        columns = len(f.readline().rstrip("\n").split("\t"))
+    script = f"""set terminal pngcairo size 1100,520 noenhanced font ",10"
+set output "{png}"
+set title "{title}"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set boxwidth 0.9
+set ylabel "{ylabel}"
+set yrange [0:*]
+set grid ytics
+set xtics rotate by -30
+set rmargin 9
+set key top left
+set datafile separator "\\t"
+set key autotitle columnhead
+plot for [c=2:{columns}] "{dat}" using c:xtic(1)
+"""
+    subprocess.run(["gnuplot"], input=script, text=True, check=True, timeout=120)
+
 # ------------------------------------------------------------------------------------------------------------------
 
 def main(argv):
@@ -287,6 +452,14 @@ def main(argv):
     c.add_argument("ticks", type=int)
     c.add_argument("runtime", type=int)
     c.add_argument("hz", type=int)
+    v = sub.add_parser("vhost-cell", help="one TSV result line of bench-vhost from fio's JSON")
+    v.add_argument("fio_json")
+    v.add_argument("job")
+    v.add_argument("target")
+    v.add_argument("ticks", type=int)
+    v.add_argument("qticks", help='clock ticks of the queue threads, or "-"')
+    v.add_argument("dma_bytes", type=int)
+    v.add_argument("hz", type=int)
     r = sub.add_parser("rate", help='"IOPS MiB/s" of fio (libpmem) or pmemblk bench JSON on stdin')
     r.add_argument("kind", choices=("fio", "pmemblk"))
     r.add_argument("rw")
@@ -311,6 +484,20 @@ def main(argv):
     i.add_argument("--seconds", required=True)
     i.add_argument("--ab-file", default="")
     i.add_argument("progs", nargs="+", metavar="PROGRAM")
+    vr = sub.add_parser("vhost-report", help="bench-vhost's report: OUT/STEM.md (and STEM.dat for the chart)")
+    vr.add_argument("--results", required=True)
+    vr.add_argument("--out", required=True)
+    vr.add_argument("--stem", required=True)
+    vr.add_argument("--jobs", required=True, help="comma list, in table order")
+    vr.add_argument("--runtime", required=True)
+    vr.add_argument("--size", required=True)
+    vr.add_argument("--guest", default="", help="the guest, as the report's heading describes it")
+    vr.add_argument("targets", nargs="+")
+    ch = sub.add_parser("chart", help="a clustered bar chart of a report's data file (gnuplot)")
+    ch.add_argument("dat")
+    ch.add_argument("png")
+    ch.add_argument("title")
+    ch.add_argument("ylabel")
     a = p.parse_args(argv)
 
     if a.cmd == "nbd-cell":
@@ -320,21 +507,28 @@ def main(argv):
             print(nbd_cell(text, a.job, a.server, a.round, a.ticks, a.runtime, a.hz))
         except ValueError as e:
             sys.exit(str(e))
+    elif a.cmd == "vhost-cell":
+        with open(a.fio_json) as f:
+            text = f.read()
+        qticks = a.qticks if a.qticks == "-" else int(a.qticks)
+        try:
+            print(vhost_cell(text, a.job, a.target, a.ticks, qticks, a.dma_bytes, a.hz))
+        except ValueError as e:
+            sys.exit(str(e))
+    elif a.cmd == "vhost-report":
+        write_report(a.out, a.stem, *vhost_report(read_vhost_results(a.results), a.targets, a.jobs.split(","),
+                                                  runtime=a.runtime, size=a.size, guest=a.guest))
+    elif a.cmd == "chart":
+        draw_chart(a.dat, a.png, a.title, a.ylabel)
     elif a.cmd == "rate":
         iops, mibs = rate(a.kind, sys.stdin.read(), a.rw)
         print(iops, mibs)
     elif a.cmd == "nbd-report":
         servers = [tuple(s.split("=", 1)) for s in a.servers]
-        lines, chart = nbd_report(read_nbd_results(a.results), servers, a.jobs.split(","), runtime=a.runtime,
-                                  size=a.size, repeat=a.repeat, sets=a.sets, ours_cpu=a.ours_cpu,
-                                  base_cpu=a.base_cpu, base_desc=a.base_desc, ours_desc=a.ours_desc, tls=a.tls,
-                                  qemu_desc=a.qemu_desc)
-        with open(os.path.join(a.out, a.stem + ".md"), "w") as f:
-            f.write("\n".join(lines))
-        if chart:
-            with open(os.path.join(a.out, a.stem + ".dat"), "w") as f:
-                f.write(chart)
-        print("\n".join(lines))
+        write_report(a.out, a.stem, *nbd_report(read_nbd_results(a.results), servers, a.jobs.split(","),
+                                                runtime=a.runtime, size=a.size, repeat=a.repeat, sets=a.sets,
+                                                ours_cpu=a.ours_cpu, base_cpu=a.base_cpu, base_desc=a.base_desc,
+                                                ours_desc=a.ours_desc, tls=a.tls, qemu_desc=a.qemu_desc))
     else:
         cells, order = read_inproc_results(a.results)
         lines = inproc_table(cells, order, a.progs, a.base_desc)

@@ -1,7 +1,9 @@
 """Unit tests of benchreport.py (scripts/test runs them: python3 -m unittest discover -s scripts/lib)."""
 
 import datetime
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,6 +23,14 @@ def nbd_cells(rows):
         if figures:
             cells[(job, server)].append(tuple(figures))
     return br.collections.defaultdict(list, cells)
+
+
+def results_file(folder, text):
+    """A bench script's results TSV with this text, in folder; its path."""
+    path = os.path.join(folder, "results.tsv")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
 
 
 def columns(line):
@@ -151,13 +161,71 @@ class InprocReportTest(unittest.TestCase):
                                  "| 64k read QD16 | 1 | 14000 MiB/s | 12500 MiB/s | 1.12 |"])
 
 
+def fio_vhost(read_ios, read_bytes, write_ios=0, write_bytes=0, iops=1000.0, bw=4000, error=0):
+    return json.dumps({"jobs": [{"error": error,
+                                "read": {"iops": iops, "bw": bw, "total_ios": read_ios, "io_bytes": read_bytes},
+                                "write": {"iops": 1.0, "bw": 4, "total_ios": write_ios, "io_bytes": write_bytes}}]})
+
+
+class VhostReportTest(unittest.TestCase):
+    def test_cell_divides_the_cpu_by_the_requests_fio_completed_and_the_queue_cpu_by_the_gib_moved(self):
+        # 250 ticks at 100 Hz = 2.5 s over 10000 + 2500 requests: 200 µs each; 50 ticks = 0.5 s over 2 GiB: 0.25 s/GiB.
+        line = br.vhost_cell(fio_vhost(10000, 1 << 30, 2500, 1 << 30), "read-2m-qd4-1j", "pmemblk", 250, 50, 7, 100)
+        self.assertEqual(line.split("\t"), ["read-2m-qd4-1j", "pmemblk", "1000.0", "3.9", "200.00", "0.250", "7",
+                                            str(2 << 30)])
+
+    def test_cell_without_queue_threads_and_a_failed_job(self):
+        self.assertEqual(br.vhost_cell(fio_vhost(100, 4096), "randread-4k-qd32-1j", "qsd", 1, "-", 0, 100)
+                         .split("\t")[5], "-")
+        with self.assertRaisesRegex(ValueError, "fio job randread-4k-qd32-1j on nbd: error 5"):
+            br.vhost_cell(fio_vhost(1, 1, error=5), "randread-4k-qd32-1j", "nbd", 1, "-", 0, 100)
+
+    def report(self, rows):
+        with tempfile.TemporaryDirectory() as d:
+            cells = br.read_vhost_results(results_file(d, "".join("\t".join(r) + "\n" for r in rows)))
+        return br.vhost_report(cells, ["pmemblk", "qsd", "nbd", "pmemblk-dma"],
+                               ["randread-4k-qd32-1j", "read-2m-qd4-1j"], runtime="8", size="1G", now=NOW)
+
+    ROWS = [("randread-4k-qd32-1j", "pmemblk", "9000.0", "35.2", "20.00", "-", "0", "1"),
+            ("randread-4k-qd32-1j", "qsd", "10000.0", "39.1", "30.00", "-", "0", "1"),
+            ("randread-4k-qd32-1j", "nbd", "FAIL"),
+            ("read-2m-qd4-1j", "pmemblk", "2.0", "3000.0", "400.00", "0.500", "0", "100"),
+            ("read-2m-qd4-1j", "qsd", "1.0", "2000.0", "500.00", "-", "0", "100"),
+            ("read-2m-qd4-1j", "nbd", "1.0", "1500.0", "600.00", "-", "0", "100"),
+            ("read-2m-qd4-1j", "pmemblk-dma", "2.0", "3100.0", "300.00", "0.050", "99", "100")]
+
+    def test_tables_flag_jobs_below_the_bar_and_the_offload_ratio(self):
+        lines, chart = self.report(self.ROWS)
+        throughput, cpu, offload = tables(lines)
+        self.assertEqual(throughput[0], "| job | pmemblk vhost | qemu-storage-daemon vhost | pmemblk NBD (QEMU client)"
+                                        " | pmemblk/qsd | pmemblk/nbd |")
+        # 4k: 9k IOPS against 10k: below 1.0, bold; the failed NBD run reads FAILED and its ratio -.
+        self.assertEqual(throughput[2], "| randread-4k-qd32-1j | 9.0k IOPS | 10.0k IOPS | FAILED | **0.90** | - |")
+        self.assertEqual(throughput[3], "| read-2m-qd4-1j | 3000 MiB/s | 2000 MiB/s | 1500 MiB/s | 1.50 | 2.00 |")
+        self.assertEqual(cpu[2], "| randread-4k-qd32-1j | 20.0 | 30.0 | - |")
+        self.assertIn("Bar: pmemblk's vhost-user-blk at least 1.0x qemu-storage-daemon vhost and pmemblk NBD (QEMU"
+                      " client): 1 of 2 jobs clear it; below: randread-4k-qd32-1j.", lines)
+        # 0.05 s/GiB on the DMA route against 0.5 on the CPU route: 0.10, within 0.2; 99 of 100 bytes counted.
+        self.assertEqual(offload[2], "| read-2m-qd4-1j | 0.500 | 0.050 | 0.10 | 0.990 |")
+        self.assertIn("Offload bar: DMA/CPU at most 0.2 on 1 of 1 2 MiB jobs.", lines)
+        for table in (throughput, cpu, offload):
+            self.assertEqual({len(columns(row)) for row in table}, {len(columns(table[0]))})
+        self.assertEqual(chart.splitlines()[0], "job\tpmemblk vhost\tqemu-storage-daemon vhost\tpmemblk NBD (QEMU client)")
+        self.assertEqual(chart.splitlines()[2], "read-2m-qd4-1j\t1.500\t1.000\t0.750")
+
+    def test_offload_above_the_bar_is_bold(self):
+        rows = [r if r[1] != "pmemblk-dma" else r[:5] + ("0.200",) + r[6:] for r in self.ROWS]
+        # 0.2 / 0.5 = 0.40
+        lines, _ = self.report(rows)
+        self.assertIn("| read-2m-qd4-1j | 0.500 | 0.200 | **0.40** | 0.990 |", lines)
+        self.assertIn("Offload bar: DMA/CPU at most 0.2 on 0 of 1 2 MiB jobs.", lines)
+
+
 class CommandLineTest(unittest.TestCase):
     def test_inproc_report_reads_the_scripts_tsv_and_writes_the_ab_file(self):
         with tempfile.TemporaryDirectory() as d:
-            res = os.path.join(d, "results.tsv")
-            with open(res, "w") as f:
-                f.write("read\t64k\t16\t1\tours\t1\t230000.0 14375.0\n"
-                        "read\t64k\t16\t1\tbaseline\t1\t260000.0 16250.0\n")
+            res = results_file(d, "read\t64k\t16\t1\tours\t1\t230000.0 14375.0\n"
+                                  "read\t64k\t16\t1\tbaseline\t1\t260000.0 16250.0\n")
             ab = os.path.join(d, "ab.md")
             out = subprocess.run([sys.executable, br.__file__, "inproc-report", "--results", res, "--ab-file", ab,
                                   "--seconds", "1", "--size", "1G", "--repeat", "1", "--base-desc", "abc (x)",
@@ -169,6 +237,23 @@ class CommandLineTest(unittest.TestCase):
             self.assertTrue(written.startswith("# In process A/B: `pmemblk bench` ours vs baseline"))
             self.assertIn("ours = this tree; baseline = abc (x). Even rounds ran the programs in reverse order", written)
             self.assertTrue(written.endswith(out))
+
+    def test_vhost_report_and_its_chart_from_the_scripts_tsv(self):
+        with tempfile.TemporaryDirectory() as d:
+            res = results_file(d, "read-2m-qd4-1j\tqsd\t1.0\t2000.0\t500.00\t-\t0\t100\n"
+                                  "read-2m-qd4-1j\tnbd\t1.0\t1000.0\t600.00\t-\t0\t100\n")
+            out = subprocess.run([sys.executable, br.__file__, "vhost-report", "--results", res, "--out", d, "--stem",
+                                  "v", "--jobs", "read-2m-qd4-1j", "--runtime", "5", "--size", "1G", "qsd", "nbd"],
+                                 capture_output=True, text=True, check=True, timeout=60).stdout
+            self.assertIn("| read-2m-qd4-1j | 2000 MiB/s | 1000 MiB/s |", out)
+            with open(os.path.join(d, "v.md")) as f:
+                self.assertEqual(f.read().rstrip("\n"), out.rstrip("\n"))
+            if shutil.which("gnuplot"):
+                png = os.path.join(d, "v.png")
+                subprocess.run([sys.executable, br.__file__, "chart", os.path.join(d, "v.dat"), png, "t", "y"],
+                               check=True, timeout=120)
+                with open(png, "rb") as f:
+                    self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ READY_SECS=${UBLK_READY_SECS:-300} # serve took 15 s under TCG on a quiet host, 
 SOCK=/tmp/nbd.sock
 PM=/mnt/pm            # ext4 -o dax on the NVDIMM's fsdax namespace
 FS=/mnt/ublk          # ext4 on /dev/ublkbN
-VERIFY_BSSPLIT=4k/30:16k/20:64k/20:256k/15:1m/15
 # fio writes a verify state file into its working directory; /tmp is the writable one here.
 cd /tmp || exit 1
 
@@ -121,34 +120,6 @@ kill9_server() {  # kill -9 of the server (SPID), waited for (bounded)
     kill -9 "$SPID"
     wait_gone "$SPID" 30 || fail "serve still alive 30 s after kill -9"
     wait "$SPID" 2>/dev/null || true
-}
-
-# fio_verify NAME FIO-TARGET-ARGS...: random writes of 4k..1m, libaio, direct, iodepth 32, then every block
-# read back and its crc32c checked. Bounded by timeout.
-fio_verify() {
-    _n=$1; shift
-    _rc=0
-    timeout -k 10 300 fio --name="$_n" --ioengine=libaio --direct=1 --rw=randwrite --bssplit="$VERIFY_BSSPLIT" \
-        --iodepth=32 --verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 "$@" \
-        --output="/tmp/fio-$_n.out" >/dev/null 2>&1 || _rc=$?
-    grep -E '^ *(READ|WRITE):|err=' "/tmp/fio-$_n.out" 2>/dev/null | sed "s/^/fio $_n| /"
-    if [ "$_rc" != 0 ] || ! grep -q 'err= 0' "/tmp/fio-$_n.out"; then
-        cat "/tmp/fio-$_n.out" 2>/dev/null
-        [ "$_rc" = 124 ] && fail "fio $_n timed out (300 s)"
-        fail "fio $_n failed (exit $_rc): $(grep -m1 -E 'verify|error|err=' "/tmp/fio-$_n.out" 2>/dev/null)"
-    fi
-}
-
-# Kernel log lines since the scenario began that mean an I/O failed or a task hung.
-DMESG_MARK=0
-dmesg_mark() { DMESG_MARK=$(dmesg | wc -l); }
-dmesg_errors() {
-    dmesg | tail -n +$((DMESG_MARK + 1)) \
-        | grep -E 'I/O error|blk_update_request|Buffer I/O error|EXT4-fs error|blocked for more than|Oops|BUG:|WARNING:|hung_task' || true
-}
-check_dmesg() {
-    _e=$(dmesg_errors)
-    [ -z "$_e" ] || { echo "$_e" | sed 's/^/dmesg| /'; fail "kernel log: $(echo "$_e" | head -n 1 | cut -c1-160)"; }
 }
 
 ensure_fsdax() {  # the NVDIMM's namespace in fsdax mode: /dev/pmem0 (once per boot)
@@ -284,14 +255,8 @@ part_ublk() {
     [ "$_sz" = 268435456 ] || fail "$DEV has $_sz bytes, want 268435456"
     _dm=$(cat "/sys/block/ublkb$DEVID/queue/discard_max_bytes")
     [ "$_dm" -gt 0 ] || fail "$DEV does not advertise discard (queue/discard_max_bytes=0)"
-    # Raw device, before mkfs: discard a written range, zero another (WRITE_ZEROES, or the block layer's
-    # fallback writes) and read the zeros back.
-    head -c 2M /dev/urandom | dd of="$DEV" bs=1M seek=100 count=2 iflag=fullblock oflag=direct conv=fsync 2>/dev/null \
-        || fail "dd write to $DEV failed"
-    blkdiscard -o 100M -l 1M "$DEV" || fail "blkdiscard -o 100M -l 1M $DEV failed"
-    blkdiscard -z -o 101M -l 1M "$DEV" || fail "blkdiscard -z -o 101M -l 1M $DEV failed"
-    _nz=$(dd if="$DEV" bs=1M skip=101 count=1 iflag=direct 2>/dev/null | tr -d '\000' | wc -c)
-    [ "$_nz" = 0 ] || fail "$_nz non-zero bytes read back after blkdiscard -z"
+    # Raw device, before mkfs.
+    discard_check "$DEV"
     say "blkdiscard and blkdiscard -z on the raw device: ok (zeros read back)"
 
     mkfs.ext4 -q -F "$DEV"

@@ -1,0 +1,66 @@
+# shellcheck shell=bash
+# What the host-side scripts that drive a guest's disks share (scripts/vm-test, scripts/bench-vhost): the host's end
+# of a guest's requests, the CPU time of a server, and the vhost-user-blk servers.
+#
+# A guest script that needs the host to act while it runs (restart or kill the server its disk is on, read that
+# server's CPU time or metrics: scripts/vm-guest/lib.sh host_request) writes its words into req.N in a directory the
+# host shares with it (scripts/vm --share DIR:ctl:/mnt/ctl) and waits for ack.N: "ok" or "fail" on the first line,
+# then what the host had to say.
+
+# vm_requests_serve DIR PID HANDLER: answers the requests in DIR, in order, until PID (a scripts/vm in the
+# background) exits: each by `HANDLER WORD...` in this shell (so it may start and stop servers and set variables),
+# its output the answer, ok when it returned 0. Then waits for PID and returns its status. The handler bounds its
+# own waits; the guest gives up on an answer after its own bound.
+vm_requests_serve() {
+    local dir=$1 pid=$2 handler=$3 n=1 words status
+    while :; do
+        if [ -e "$dir/req.$n" ]; then
+            read -r -a words <"$dir/req.$n"
+            if "$handler" "${words[@]}" >"$dir/.out.$n" 2>&1; then status=ok; else status=fail; fi
+            { echo "$status"; cat "$dir/.out.$n"; } >"$dir/.ack.$n"
+            rm -f "$dir/.out.$n"
+            mv "$dir/.ack.$n" "$dir/ack.$n"
+            n=$((n + 1))
+            continue
+        fi
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    wait "$pid"
+}
+
+# proc_ticks PID[/task/TID]: user+system clock ticks of a process (or one of its threads) so far, 0 once it is gone.
+# The fields are counted after the command name, which may hold spaces and parentheses (proc(5): utime and stime
+# are fields 14 and 15, the 12th and 13th after "(comm)").
+proc_ticks() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
+    stat=${stat##*) }
+    awk '{ print $12 + $13 }' <<<"$stat"
+}
+
+# free_port: a TCP port on 127.0.0.1 that nothing listens on now (a server's metrics: other runs share this host).
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# The vhost-user-blk servers, each exec'ed, so that `NAME ARGS &` leaves $! the server's own pid (to signal, and to
+# read the CPU time of). Each is ready when vhost_ready BACKEND LOG SOCK holds.
+# pmemblk_vhost FILE SIZE SOCK [--set ...]: `pmemblk serve` exporting FILE over vhost-user-blk on SOCK, 2 queues; its
+# NBD listener, which cannot be left out, beside SOCK with TCP off (PMEMBLK_JAVA_OPTS as the launcher takes it).
+pmemblk_vhost() {
+    local file=$1 size=$2 sock=$3
+    shift 3
+    exec "$PMEMBLK_VM_REPO/scripts/pmemblk" serve --set "pmem.path=$file" --set "pmem.size=$size" \
+        --set "vhost.socket=$sock" --set vhost.queues=2 --set "nbd.socket=$sock.nbd" --set nbd.port=0 "$@"
+}
+# qsd_vhost FILE SOCK [BLOCKDEV-OPTIONS]: qemu-storage-daemon exporting FILE (raw) over vhost-user-blk on SOCK,
+# writable, 2 queues: the reference back-end (shared/notes/vhost-user.md section 7).
+qsd_vhost() {
+    exec qemu-storage-daemon --blockdev "driver=file,node-name=disk,filename=$1,cache.direct=off${3:+,$3}" \
+        --export "type=vhost-user-blk,id=vhost0,node-name=disk,addr.type=unix,addr.path=$2,writable=on,num-queues=2"
+}
+# vhost_ready pmemblk|qsd LOG SOCK: pmemblk printed its ready line for vhost-user-blk; qemu-storage-daemon (which
+# prints nothing) created its socket.
+vhost_ready() {
+    if [ "$1" = qsd ]; then test -S "$3"; else grep -qs '^ready: vhost-user-blk ' "$2"; fi
+}
+PMEMBLK_VM_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

@@ -1,0 +1,142 @@
+#!/bin/sh
+# Scenarios "vhost" and "vhost-restart", run inside the guest by scripts/vm-test (through scripts/vm
+# --vhost-user-blk SOCK --vhost-reconnect): the disk is a vhost-user-blk server on the host (pmemblk serve with
+# vhost.socket, or qemu-storage-daemon as a reference), 2 virtqueues, and the host restarts or kills that server when
+# this script asks (host_request, scripts/lib/vm-host.sh). One boot each:
+#   vhost-check.sh functional  on the raw disk: blkdiscard of a written range and blkdiscard -z (the device offers
+#                              both: zeros read back); fio verify (crc32c, 4k..1m, libaio, direct, iodepth 32), one
+#                              job pinned to each vCPU so both virtqueues carry requests (their interrupts counted);
+#                              the host's metrics: both copy routes used (pmemblk); mkfs.ext4, files with sha256 sums;
+#                              the server restarted by the host (SIGTERM, same file) under the running guest; caches
+#                              dropped, e2fsck -fn clean, every sum verified
+#   vhost-check.sh restart     fio verify on the raw disk, 2 jobs; after its first writes the host SIGKILLs the
+#                              server and starts a new one (QEMU reconnects): fio must end clean, with I/O held
+#                              across the gap, and the kernel log without an I/O error
+# Output: RESULT lines (the host's scripts/vm-test reads them), "RESULT why=..." when a step failed.
+# Environment: BACKEND (pmemblk or qsd: qemu-storage-daemon has no copy routes), DISK_BYTES (the export's size).
+set -u
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+MNT=/mnt/vhost
+BACKEND=${BACKEND:-pmemblk}
+# fio writes a verify state file into its working directory; /tmp is the writable one here.
+cd /tmp || exit 1
+
+fail() { result why "$*"; say "FAIL: $*"; exit 1; }
+
+FIO_VERIFY_SECS=600
+dmesg_mark
+DEV=$(vm_disk vhost0) || fail "no vhost-user-blk disk in the guest ($(vm_disk vhost0 2>&1))"
+VD=${DEV#/dev/}
+
+# The disk as the guest sees it: its size, 2 hardware queues, each with its own interrupt (virtioN-req.Q).
+check_disk() {
+    _sz=$(blockdev --getsize64 "$DEV")
+    [ "$_sz" = "${DISK_BYTES:-$_sz}" ] || fail "$DEV has $_sz bytes, the export $DISK_BYTES"
+    _q=$(count "/sys/block/$VD/mq"/*)
+    result queues "$_q"
+    [ "$_q" = 2 ] || fail "$DEV has $_q hardware queues, want 2 (vhost-user-blk-pci num-queues=2)"
+    VIRTIO=$(basename "$(readlink -f "/sys/block/$VD/device")")
+    say "$DEV: $_sz bytes, $_q queues, block size $(blockdev --getss "$DEV"), $VIRTIO"
+}
+# queue_interrupts: "N0 N1", the interrupts each virtqueue has raised so far (summed over the CPUs).
+queue_interrupts() {
+    for _qi in 0 1; do
+        awk -v q="$VIRTIO-req.$_qi" '$NF == q { for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) s += $i; else break }
+            END { printf "%d ", s }' /proc/interrupts
+    done
+}
+
+# fio_verify2 NAME SIZE-PER-JOB: fio verify (lib.sh) in two jobs, each pinned to its own vCPU (so on its own
+# virtqueue: blk-mq maps a CPU to a queue) and its own SIZE-PER-JOB of the disk.
+fio_verify2() {
+    fio_verify_run "$1" --filename="$DEV" --numjobs=2 --cpus_allowed=0-1 --cpus_allowed_policy=split --size="$2" \
+        --offset_increment="$2"
+}
+
+functional() {
+    check_disk
+    _dm=$(cat "/sys/block/$VD/queue/discard_max_bytes") _zm=$(cat "/sys/block/$VD/queue/write_zeroes_max_bytes")
+    result discard_max "$_dm"; result write_zeroes_max "$_zm"
+    [ "$_dm" -gt 0 ] || fail "$DEV offers no discard (queue/discard_max_bytes=0): VIRTIO_BLK_F_DISCARD not negotiated"
+    [ "$_zm" -gt 0 ] || fail "$DEV offers no write zeroes (queue/write_zeroes_max_bytes=0): blkdiscard -z would only write zeros itself"
+    discard_check "$DEV"
+    result discard ok
+    say "blkdiscard and blkdiscard -z: ok (zeros read back)"
+
+    _i0=$(queue_interrupts)
+    _rc=0; fio_verify2 verify 64M || _rc=$?
+    fio_verify_check verify "$_rc"
+    _i1=$(queue_interrupts)
+    # shellcheck disable=SC2086 # two numbers each
+    _iq=$(echo $_i0 $_i1 | awk '{ print $3 - $1, $4 - $2 }')
+    result queue_interrupts "$_iq"
+    say "fio verify clean; interrupts per virtqueue during it: $_iq"
+    case "$_iq" in 0\ *|*\ 0) fail "a virtqueue raised no interrupt during fio verify ($_iq): both queues were not used" ;; esac
+    result fio verified
+
+    if [ "$BACKEND" = pmemblk ]; then
+        host_request 60 metrics >/tmp/metrics.txt || fail "the host could not read the server's metrics: $(cat /tmp/metrics.txt)"
+        _d=$(metric_sum /tmp/metrics.txt pmemblk_copy_bytes_total 'route="dma"')
+        _c=$(metric_sum /tmp/metrics.txt pmemblk_copy_bytes_total 'route="cpu"')
+        grep -E '^pmemblk_(copy_bytes_total|dma_errors_total)' /tmp/metrics.txt | sed 's/^/metrics| /'
+        result dma_bytes "$_d"; result cpu_bytes "$_c"
+        if [ "$_d" -le 0 ] || [ "$_c" -le 0 ]; then fail "copy routes not both used: dma=$_d cpu=$_c bytes"; fi
+    fi
+
+    mkfs.ext4 -q -F "$DEV"
+    mkdir -p "$MNT"
+    mount "$DEV" "$MNT"
+    for s in 4K 64K 1M 8M 32M; do head -c "$s" /dev/urandom >"$MNT/file-$s"; done
+    (cd "$MNT" && sha256sum file-* >/tmp/vhost.sums)
+    sed 's/^/SUM /' /tmp/vhost.sums
+    umount "$MNT"
+    timeout 120 e2fsck -fn "$DEV" >/tmp/fsck1.out 2>&1 || { cat /tmp/fsck1.out; fail "e2fsck -fn not clean before the restart"; }
+
+    _ans=$(host_request 300 restart) || fail "the host could not restart the server: $_ans"
+    say "host: $_ans"
+    result restart "$_ans"
+    # Nothing of the disk may come from this guest's caches: what is read next comes from the new server.
+    blockdev --flushbufs "$DEV"
+    echo 3 >/proc/sys/vm/drop_caches
+    timeout 300 e2fsck -fn "$DEV" >/tmp/fsck2.out 2>&1 || { cat /tmp/fsck2.out; fail "e2fsck -fn not clean after the server restart"; }
+    result fsck clean
+    mount -o ro "$DEV" "$MNT"
+    (cd "$MNT" && sha256sum -c --quiet /tmp/vhost.sums) || fail "sha256 sums differ after the server restart"
+    result verified "$(wc -l </tmp/vhost.sums)"
+    umount "$MNT"
+    check_dmesg
+    result dmesg clean
+}
+
+restart() {
+    check_disk
+    # 2 x 192 MiB of writes, then all read back; the kill comes once 32 MiB are written, so most of the writes
+    # and all the reads are still to come when the server goes.
+    fio_verify2 kill 192M &
+    FPID=$!
+    _want=$((32 * 2048)) _t=$(( $(now) + 300 )) _w=0
+    while [ "$_w" -lt "$_want" ]; do
+        alive "$FPID" || { cat /tmp/fio-kill.out; fail "fio ended before 32 MiB were written ($_w sectors)"; }
+        [ "$(now)" -lt "$_t" ] || fail "fio wrote only $_w sectors in 300 s"
+        sleep 0.1
+        _w=$(awk '{ print $7 }' "/sys/block/$VD/stat")
+    done
+    _ans=$(host_request 300 kill) || fail "the host could not kill and restart the server: $_ans"
+    say "host: $_ans (after $_w sectors written)"
+    result kill "$_ans"
+    result killed_after_sectors "$_w"
+    alive "$FPID" || { cat /tmp/fio-kill.out; fail "fio had ended by the time the new server was ready: nothing was in flight across the kill"; }
+    _rc=0
+    wait "$FPID" || _rc=$?
+    fio_verify_check kill "$_rc"
+    result fio verified
+    check_dmesg
+    result dmesg clean
+}
+
+case "${1:-}" in
+    functional) functional ;;
+    restart) restart ;;
+    *) echo "usage: vhost-check.sh functional|restart" >&2; exit 2 ;;
+esac
