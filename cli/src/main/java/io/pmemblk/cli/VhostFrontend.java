@@ -9,7 +9,7 @@ import java.io.IOException;
 
 /**
  * The vhost-user-blk frontend as the settings describe it, built the way the NBD and ublk configs are:
- * {@code vhost.socket} (empty: off), {@code vhost.queues}, {@code vhost.queue-size}.
+ * {@code vhost.socket} (empty: off), {@code vhost.queues}, {@code vhost.queue-size}, {@code vhost.busy-poll}.
  */
 final class VhostFrontend {
     private VhostFrontend() {}
@@ -20,7 +20,7 @@ final class VhostFrontend {
             return null;
         }
         return new VhostUserBlkConfig(s.get(Settings.VHOST_SOCKET), s.get(Settings.VHOST_QUEUES),
-                s.get(Settings.VHOST_QUEUE_SIZE));
+                s.get(Settings.VHOST_QUEUE_SIZE), s.get(Settings.VHOST_BUSY_POLL) * 1000L);
     }
 
     /**

@@ -198,6 +198,11 @@ public final class Settings {
     public static final Key<Integer> VHOST_QUEUE_SIZE = Key.of("vhost.queue-size", "1024", "an integer 1..1024",
             "Largest virtqueue a vhost-user-blk guest may program (QEMU's queue-size, 128 by default, at most this;"
                     + " 1024 is QEMU's own limit).", t -> intRange(t, 1, 1024));
+    public static final Key<Integer> VHOST_BUSY_POLL = Key.of("vhost.busy-poll", "20", "microseconds 0..1000 (0 = off)",
+            "How long a vhost-user-blk queue thread polls the guest's ring for more requests after work before it"
+                    + " re-arms the guest's kick and sleeps on it: a kick costs the guest an exit and the thread a"
+                    + " wake-up. Where the host's CPUs are few and shared with the guest's vCPUs, polling takes CPU"
+                    + " from the guest: 0 turns it off.", t -> intRange(t, 0, 1000));
     public static final Key<LogLevel> LOG_LEVEL = Key.of("log.level", "info", "error, warning, info, debug or trace",
             "Least severe log records written to stderr (the journal, under systemd); debug adds one line per"
                     + " connection's negotiated options.", t -> choice(t, LogLevel.class));
@@ -221,7 +226,7 @@ public final class Settings {
                 QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
                 DMA_RING_SIZE, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, ROUTE_DMA_BOUNCE,
                 UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT,
-                VHOST_SOCKET, VHOST_QUEUES, VHOST_QUEUE_SIZE, LOG_LEVEL)) {
+                VHOST_SOCKET, VHOST_QUEUES, VHOST_QUEUE_SIZE, VHOST_BUSY_POLL, LOG_LEVEL)) {
             m.put(k.name(), k);
         }
         KEYS = Collections.unmodifiableMap(m);

@@ -583,7 +583,7 @@ public final class VhostUserSession implements Runnable {
         VhostBlkQueue q;
         try {
             q = new VhostBlkQueue(index, v.num, v.desc, v.avail, v.used, v.base, features, v.kick, v.call, submit,
-                    this::memory, inflightSlice, device);
+                    this::memory, inflightSlice, device, config.pollNanos());
         } catch (IllegalArgumentException | IllegalStateException e) {
             throw new Refusal("vring " + index + " cannot start: " + e.getMessage()); // rings, or the inflight state
         }
