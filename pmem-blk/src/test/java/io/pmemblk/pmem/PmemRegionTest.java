@@ -1,8 +1,6 @@
 package io.pmemblk.pmem;
 
 import org.junit.jupiter.api.io.TempDir;
-import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.EnumSource;
 import org.junit.jupiter.api.Test;
 
 import java.io.IOException;
@@ -21,10 +19,9 @@ class PmemRegionTest {
     @TempDir
     Path dir;
 
-    @ParameterizedTest
-    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    @EachMapper
     void createsFileOfConfiguredSizeAndTheDataIsInTheFileAndAfterReopen(PmemRegion.Mapper mapper) throws IOException {
-        assumeMapper(mapper);
+        EachMapper.Assume.available(mapper);
         Path f = dir.resolve("sub/pmem.img");
         try (PmemRegion r = PmemRegion.open(f, 1 << 20, false, mapper); Arena a = Arena.ofConfined()) {
             assertThat(r.size()).isEqualTo(1 << 20);
@@ -59,10 +56,9 @@ class PmemRegionTest {
         assertThat(Files.size(f)).as("refusal must not touch the file").isEqualTo(4096);
     }
 
-    @ParameterizedTest
-    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    @EachMapper
     void resizeKeepsTheDataBelowTheOldEnd(PmemRegion.Mapper mapper) throws IOException {
-        assumeMapper(mapper);
+        EachMapper.Assume.available(mapper);
         Path f = dir.resolve("p.img");
         byte[] data = new byte[4096];
         data[4095] = 9;
@@ -120,10 +116,9 @@ class PmemRegionTest {
      * mapping, and with it went the classic POSIX lock lock() had taken: any other process could then lock and
      * open the same file. Checked from another process, as a second server would.
      */
-    @ParameterizedTest
-    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    @EachMapper
     void anotherProcessCannotLockAFileTheRegionReopened(PmemRegion.Mapper mapper) throws Exception {
-        assumeMapper(mapper);
+        EachMapper.Assume.available(mapper);
         Path f = dir.resolve("p.img");
         PmemRegion.open(f, 1 << 20, false, mapper).close(); // created, so the next open finds it existing
         try (PmemRegion r = PmemRegion.open(f, 1 << 20, false, mapper)) {
@@ -155,10 +150,9 @@ class PmemRegionTest {
      * persistence port's syncCreated, wrapped here) the file's name is given to another file: the lock must still
      * be on the file that was mapped, and the region must serve that file.
      */
-    @ParameterizedTest
-    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    @EachMapper
     void theFileIsLockedAndSyncedAsMappedEvenIfItsNameIsReplacedMeanwhile(PmemRegion.Mapper mapper) throws Exception {
-        assumeMapper(mapper);
+        EachMapper.Assume.available(mapper);
         Path f = dir.resolve("p.img");
         Path moved = dir.resolve("moved.img");
         UnaryOperator<Persistence> replaceTheNameOnSync = real -> new Persistence() {
@@ -204,11 +198,5 @@ class PmemRegionTest {
                 .isInstanceOf(io.pmemblk.posix.UnsafePathException.class)
                 .hasMessageContaining("directory " + theirs.toRealPath() + " is owned by uid 4242");
         assertThat(f).doesNotExist();
-    }
-
-    private static void assumeMapper(PmemRegion.Mapper mapper) {
-        if (mapper == PmemRegion.Mapper.LIBPMEM) {
-            assumeTrue(Libpmem.load().isPresent(), "libpmem not installed: " + Libpmem.unavailableReason());
-        }
     }
 }

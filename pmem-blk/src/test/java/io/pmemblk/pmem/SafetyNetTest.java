@@ -8,8 +8,6 @@ import io.pmemblk.queueing.Status;
 import io.pmemblk.posix.Libc;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
-import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.EnumSource;
 
 import java.io.IOException;
 import java.lang.foreign.Arena;
@@ -32,16 +30,9 @@ class SafetyNetTest {
     @TempDir
     Path dir;
 
-    private static void assumeMapper(PmemRegion.Mapper mapper) {
-        if (mapper == PmemRegion.Mapper.LIBPMEM) {
-            assumeTrue(Libpmem.load().isPresent(), "libpmem not installed: " + Libpmem.unavailableReason());
-        }
-    }
-
-    @ParameterizedTest(name = "{0}")
-    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    @EachMapper
     void outOfRangeCopiesZeroesAndFlushesAreIndexOutOfBounds(PmemRegion.Mapper mapper) throws IOException {
-        assumeMapper(mapper);
+        EachMapper.Assume.available(mapper);
         try (PmemRegion r = PmemRegion.open(dir.resolve("r"), SIZE, false, mapper); Arena a = Arena.ofConfined()) {
             MemorySegment buf = a.allocate(65536);
             assertThatThrownBy(() -> r.write(buf, 0, SIZE - 100, 4096)).isInstanceOf(IndexOutOfBoundsException.class);
@@ -55,10 +46,9 @@ class SafetyNetTest {
         }
     }
 
-    @ParameterizedTest(name = "{0}")
-    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    @EachMapper
     void copiesIntoAClosedRegionAreIllegalStateNotACrash(PmemRegion.Mapper mapper) throws IOException {
-        assumeMapper(mapper);
+        EachMapper.Assume.available(mapper);
         PmemRegion r = PmemRegion.open(dir.resolve("r"), SIZE, false, mapper);
         r.close();
         try (Arena a = Arena.ofConfined()) {
@@ -74,10 +64,9 @@ class SafetyNetTest {
     }
 
     /** Device.close after awaitIdle timed out: the region is gone under a request, which fails alone with EIO. */
-    @ParameterizedTest(name = "{0}")
-    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    @EachMapper
     void aRequestAgainstAClosedRegionFailsWithEio(PmemRegion.Mapper mapper) throws Exception {
-        assumeMapper(mapper);
+        EachMapper.Assume.available(mapper);
         PmemBlockDriver driver = new PmemBlockDriver(PmemRegion.open(dir.resolve("d"), SIZE, false, mapper), new CopyStats());
         try (BlockLayer layer = new BlockLayer(driver, 1, 8, 4 << 20, 1 << 20)) {
             HardwareQueue q = layer.queue(0);
@@ -104,10 +93,9 @@ class SafetyNetTest {
      * close finds a call in flight and refuses to unmap (IOException; the region stays usable and closes once
      * the copies stop), or it unmaps between two calls and the next one is an IllegalStateException. Never a fault.
      */
-    @ParameterizedTest(name = "{0}")
-    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    @EachMapper
     void closeDuringLongCopiesRefusesOrFailsTheNextCopyButNeverFaults(PmemRegion.Mapper mapper) throws Exception {
-        assumeMapper(mapper);
+        EachMapper.Assume.available(mapper);
         int refused = 0;
         for (int attempt = 0; attempt < 5; attempt++) {
             PmemRegion r = PmemRegion.open(dir.resolve("z" + attempt), 8 << 20, false, mapper);
