@@ -1,6 +1,7 @@
 package io.pmemblk.pmem;
 
 import io.pmemblk.queueing.testing.Closing;
+import io.pmemblk.queueing.testing.Waits;
 
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.HardwareQueue;
@@ -16,10 +17,9 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
 import java.io.IOException;
-import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
-import java.util.ArrayList;
+import java.time.Duration;
 import java.util.List;
 import java.util.Random;
 import java.util.concurrent.ArrayBlockingQueue;
@@ -60,34 +60,17 @@ class DmaRoutingTest {
         r.fua = (seed & 1) == 1;
         r.completion = done::add;
         if (op == Op.WRITE) {
-            Random rnd = new Random(seed);
-            ByteBuffer[] bufs = r.buffers();
-            for (int s = 0; s < r.segments(); s++) {
-                while (bufs[s].hasRemaining()) bufs[s].put((byte) rnd.nextInt());
-            }
+            SeededBytes.fill(r, seed);
         }
         return r;
     }
 
     private List<Request> await(int n) throws InterruptedException {
-        List<Request> out = new ArrayList<>();
-        for (int i = 0; i < n; i++) {
-            Request r = done.poll(10, TimeUnit.SECONDS);
-            assertThat(r).as("completion %d of %d within 10 s", i + 1, n).isNotNull();
-            out.add(r);
-        }
-        return out;
+        return Waits.take("completion", done, n, Duration.ofSeconds(10));
     }
 
     private void assertRegionHolds(long off, int len, int seed) {
-        Random rnd = new Random(seed);
-        for (int i = 0; i < len; i++) {
-            byte expected = (byte) rnd.nextInt();
-            byte actual = driver.region().memory().get(ValueLayout.JAVA_BYTE, off + i);
-            if (actual != expected) {
-                throw new AssertionError("byte " + (off + i) + ": expected " + expected + " got " + actual);
-            }
-        }
+        SeededBytes.assertRegionHolds(driver.region(), off, len, seed, "the write at " + off);
     }
 
     @Test
@@ -120,11 +103,7 @@ class DmaRoutingTest {
         q.dispatch(new Request[]{r}, 1);
         Request got = await(1).get(0);
         assertThat(got.route).isEqualTo(Route.DMA);
-        Random rnd = new Random(104);
-        ByteBuffer[] bufs = got.buffers();
-        for (int s = 0; s < got.segments(); s++) {
-            while (bufs[s].hasRemaining()) assertThat(bufs[s].get()).isEqualTo((byte) rnd.nextInt());
-        }
+        SeededBytes.assertBuffersHold(got, 104);
         got.release();
         assertThat(stats.bytes(Route.DMA, false)).isEqualTo(1 << 20);
     }

@@ -19,11 +19,8 @@ import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 
 import java.io.IOException;
-import java.lang.foreign.ValueLayout;
-import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.Map;
-import java.util.Random;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.ConcurrentHashMap;
@@ -132,11 +129,7 @@ class ExactlyOnceTest {
             done.add(req);
         };
         if (op == Op.WRITE) {
-            Random rnd = new Random(seed);
-            ByteBuffer[] bufs = r.buffers();
-            for (int s = 0; s < r.segments(); s++) {
-                while (bufs[s].hasRemaining()) bufs[s].put((byte) rnd.nextInt());
-            }
+            SeededBytes.fill(r, seed);
         }
         return r;
     }
@@ -164,14 +157,7 @@ class ExactlyOnceTest {
         for (int i = 0; i < n; i++) {
             long off = base + (long) i * (DMA_LEN + 4096);
             int len = i % 3 == 1 ? CPU_LEN : DMA_LEN;
-            Random rnd = new Random(1000 + i);
-            for (int b = 0; b < len; b++) {
-                byte expected = (byte) rnd.nextInt();
-                byte actual = driver.region().memory().get(ValueLayout.JAVA_BYTE, off + b);
-                if (actual != expected) {
-                    throw new AssertionError("request " + i + " byte " + b + ": expected " + expected + " got " + actual);
-                }
-            }
+            SeededBytes.assertRegionHolds(driver.region(), off, len, 1000 + i, "request " + i);
         }
     }
 
@@ -230,10 +216,7 @@ class ExactlyOnceTest {
         for (Request x : new Request[] {first, second, third}) {
             x.release();
         }
-        Random rnd = new Random(1000);
-        for (int b = 0; b < DMA_LEN; b++) {
-            assertThat(driver.region().memory().get(ValueLayout.JAVA_BYTE, b)).isEqualTo((byte) rnd.nextInt());
-        }
+        SeededBytes.assertRegionHolds(driver.region(), 0, DMA_LEN, 1000, "the first write");
         assertThat(q.inflight()).isZero();
         closeAndAssertEachCompletedOnce(3);
     }
