@@ -9,29 +9,16 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.pmemblk.queueing.Request;
 import io.pmemblk.queueing.Status;
 import io.pmemblk.queueing.testing.Waits;
+import java.io.IOException;
 import java.net.StandardSocketOptions;
 import java.nio.ByteBuffer;
-import java.nio.file.Path;
 import java.util.concurrent.atomic.AtomicReference;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 
 /** The replying half of a connection: its thread, the reader's inline replies, and a peer that goes away. */
 @Timeout(60)
-class ReplySenderTest {
-    @TempDir
-    Path dir;
-    ConnectionParts c;
-
-    @AfterEach
-    void stop() throws Exception {
-        if (c != null) {
-            c.close();
-        }
-    }
-
+class ReplySenderTest extends ConnectionPartsTest {
     /** A request of this connection as the reader leaves it, completed by the driver with {@code status}. */
     Request complete(int command, int dataBytes, long cookie, int status) throws InterruptedException {
         Request r = c.queue.acquire(dataBytes);
@@ -43,14 +30,29 @@ class ReplySenderTest {
         return r;
     }
 
-    static void simpleReply(ByteBuffer w, int error, long cookie) {
-        assertEquals(SIMPLE_REPLY_MAGIC, w.getInt(), "simple reply magic");
-        assertEquals(error, w.getInt(), "error");
-        assertEquals(cookie, w.getLong(), "cookie");
+    /** The next reply in {@code w} is an OK reply to a READ of MAX bytes; its data is skipped. */
+    static void fullReadReply(ByteBuffer w, long cookie) {
+        simpleReply(w, 0, cookie);
+        w.position(w.position() + ConnectionParts.MAX);
+    }
+
+    /** Parts whose server end cannot buffer one full READ reply: writing it waits for the client to read. */
+    void partsWhoseSocketCannotHoldAFullRead() throws IOException {
+        c = new ConnectionParts(dir, false);
+        int sndbuf = c.server.getOption(StandardSocketOptions.SO_SNDBUF);
+        assertTrue(ConnectionParts.MAX > sndbuf, "the reply must not fit the socket: " + sndbuf);
     }
 
     Thread senderThread(AtomicReference<Throwable> failed) {
         return ConnectionParts.thread("sender-under-test", failed, c.sender::run);
+    }
+
+    /** Once the reader is done and nothing is in flight the sender thread stops, having failed nothing. */
+    void readerDoneThenTheSenderStops(Thread sender, AtomicReference<Throwable> failed) throws InterruptedException {
+        c.ring.readerDone();
+        Waits.join("the sender to stop once the reader is done and nothing is in flight", sender);
+        assertEquals(null, failed.get());
+        assertEquals(0, c.queue.inflight());
     }
 
     @Test
@@ -66,10 +68,7 @@ class ReplySenderTest {
         simpleReply(w, Status.EIO, 1);
         simpleReply(w, 0, 2);
         assertTrue(t.isAlive(), "the reader has not stopped: more may come");
-        c.ring.readerDone();
-        Waits.join("the sender to stop once the reader is done and nothing is in flight", t);
-        assertEquals(null, failed.get());
-        assertEquals(0, c.queue.inflight());
+        readerDoneThenTheSenderStops(t, failed);
     }
 
     /** Batches with a large READ reply go out with the bulk send buffer; the next small batch gets the old one back. */
@@ -121,14 +120,10 @@ class ReplySenderTest {
         int dataReplies = 4 * (16 + ConnectionParts.MAX);
         ByteBuffer w = c.receive(dataReplies + 16);
         for (int i = 0; i < 4; i++) {
-            simpleReply(w, 0, 10 + i);
-            w.position(w.position() + ConnectionParts.MAX);
+            fullReadReply(w, 10 + i);
         }
         simpleReply(w, 0, 99);
-        c.ring.readerDone();
-        Waits.join("the sender", t);
-        assertEquals(null, failed.get());
-        assertEquals(0, c.queue.inflight());
+        readerDoneThenTheSenderStops(t, failed);
         assertEquals(0, c.sender.sendingSince(), "the stall clock stops when the write is done");
     }
 
@@ -172,9 +167,7 @@ class ReplySenderTest {
      */
     @Test
     void theReaderHandsTheRestToTheSenderOnceInputWaitsAndNoRoomComes() throws Exception {
-        c = new ConnectionParts(dir, false);
-        int sndbuf = c.server.getOption(StandardSocketOptions.SO_SNDBUF);
-        assertTrue(ConnectionParts.MAX > sndbuf, "the reply must not fit the socket: " + sndbuf);
+        partsWhoseSocketCannotHoldAFullRead();
         complete(CMD_READ, ConnectionParts.MAX, 1, Status.OK);
         complete(CMD_WRITE, 0, 2, Status.OK);
         AtomicReference<Throwable> failed = new AtomicReference<>();
@@ -187,13 +180,9 @@ class ReplySenderTest {
         assertEquals(2, c.queue.inflight(), "nothing released before its reply is written whole");
         Thread t = senderThread(failed);
         ByteBuffer w = c.receive(16 + ConnectionParts.MAX + 16);
-        simpleReply(w, 0, 1);
-        w.position(w.position() + ConnectionParts.MAX);
+        fullReadReply(w, 1);
         simpleReply(w, 0, 2);
-        c.ring.readerDone();
-        Waits.join("the sender", t);
-        assertEquals(null, failed.get());
-        assertEquals(0, c.queue.inflight());
+        readerDoneThenTheSenderStops(t, failed);
         assertFalse(c.state.broken, c.state.reason);
     }
 
@@ -204,9 +193,7 @@ class ReplySenderTest {
      */
     @Test
     void aClientThatReadsGetsABatchLargerThanTheSocketInlineWithNoHandOff() throws Exception {
-        c = new ConnectionParts(dir, false);
-        int sndbuf = c.server.getOption(StandardSocketOptions.SO_SNDBUF);
-        assertTrue(ConnectionParts.MAX > sndbuf, "the reply must not fit the socket: " + sndbuf);
+        partsWhoseSocketCannotHoldAFullRead();
         complete(CMD_READ, ConnectionParts.MAX, 1, Status.OK);
         complete(CMD_READ, ConnectionParts.MAX, 2, Status.OK);
         AtomicReference<Throwable> failed = new AtomicReference<>();
@@ -219,9 +206,8 @@ class ReplySenderTest {
         Waits.join("the client", client);
         assertEquals(null, failed.get());
         ByteBuffer w = got.get();
-        simpleReply(w, 0, 1);
-        w.position(w.position() + ConnectionParts.MAX);
-        simpleReply(w, 0, 2);
+        fullReadReply(w, 1);
+        fullReadReply(w, 2);
     }
 
     /**

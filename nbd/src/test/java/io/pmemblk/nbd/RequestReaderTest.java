@@ -14,31 +14,17 @@ import java.io.EOFException;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
-import java.nio.file.Path;
 import java.util.Random;
 import java.util.concurrent.atomic.AtomicReference;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 
 /**
  * The receiving half of a connection, without a server or handshake: the test writes raw requests into one end
  * of a socket pair and runs {@link RequestReader} on the other, then drains the replies as the connection does.
  */
 @Timeout(60)
-class RequestReaderTest {
-    @TempDir
-    Path dir;
-    ConnectionParts c;
-
-    @AfterEach
-    void stop() throws Exception {
-        if (c != null) {
-            c.close();
-        }
-    }
-
+class RequestReaderTest extends ConnectionPartsTest {
     static byte[] pattern(int n, int seed) {
         byte[] b = new byte[n];
         new Random(seed).nextBytes(b);
@@ -48,12 +34,6 @@ class RequestReaderTest {
     /** Runs the reader on its own thread, as the connection does; what it throws lands in {@code failed}. */
     Thread readerThread(AtomicReference<Throwable> failed) {
         return ConnectionParts.thread("reader-under-test", failed, c.reader::run);
-    }
-
-    static void simpleReply(ByteBuffer w, int error, long cookie) {
-        assertEquals(SIMPLE_REPLY_MAGIC, w.getInt(), "simple reply magic");
-        assertEquals(error, w.getInt(), "error of the reply to cookie " + cookie);
-        assertEquals(cookie, w.getLong(), "cookie");
     }
 
     @Test
