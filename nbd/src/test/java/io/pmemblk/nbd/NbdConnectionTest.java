@@ -5,18 +5,14 @@ import static org.junit.jupiter.api.Assertions.assertDoesNotThrow;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.pmemblk.queueing.BlockLayer;
-import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.queueing.testing.Waits;
 import java.io.IOException;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Path;
 import java.time.Duration;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 
 /**
  * A connection's lifecycle: the stall watchdog reaches the reader's and the sender's clocks, and a stalled
@@ -24,34 +20,10 @@ import org.junit.jupiter.api.io.TempDir;
  * covered end to end by {@link NbdServerProtocolTest}.)
  */
 @Timeout(60)
-class NbdConnectionTest {
-    static final long SIZE = 64L << 20;
-    static final int DEPTH = 8;
-    static final int MAX = 4 << 20;
-    static final String EXPORT = "pmem0";
-
-    @TempDir
-    Path dir;
-    Path socket;
-    MemoryBlockDriver driver;
-    BlockLayer layer;
-    NbdServer server;
-
+class NbdConnectionTest extends ServedExportTest {
     @BeforeEach
     void start() throws IOException {
-        socket = dir.resolve("nbd.sock");
-        driver = new MemoryBlockDriver(SIZE);
-        layer = new BlockLayer(driver, 1, DEPTH, 2L * MAX, MAX);
-        server = new NbdServer(new NbdConfig(EXPORT, socket, "127.0.0.1", 0, MAX, 64, ""), layer)
-                .stallTimeout(Duration.ofMillis(300));
-        server.start();
-    }
-
-    @AfterEach
-    void stop() {
-        server.close();
-        layer.close();
-        driver.close();
+        serve("nbd.sock", 1, "", s -> s.stallTimeout(Duration.ofMillis(300)));
     }
 
     @Test

@@ -4,7 +4,6 @@ import static io.pmemblk.queueing.testing.Waits.await;
 import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.*;
 
-import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.Status;
 import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import java.io.IOException;
@@ -23,43 +22,19 @@ import java.util.Set;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 @Timeout(60)
-class NbdServerProtocolTest {
-    static final long SIZE = 64L << 20;
-    static final int DEPTH = 8;
-    static final int MAX = 4 << 20;
-    static final String EXPORT = "pmem0";
-
-    @TempDir
-    Path dir;
-    Path socket;
-    MemoryBlockDriver driver;
-    BlockLayer layer;
-    NbdServer server;
+class NbdServerProtocolTest extends ServedExportTest {
     List<URI> uris;
 
     @BeforeEach
     void start() throws IOException {
-        socket = dir.resolve("run/nbd.sock");
-        driver = new MemoryBlockDriver(SIZE);
-        layer = new BlockLayer(driver, 2, DEPTH, 2L * MAX, MAX);
-        server = new NbdServer(new NbdConfig(EXPORT, socket, "127.0.0.1", 0, MAX, 64, "test export"), layer);
-        uris = server.start();
-    }
-
-    @AfterEach
-    void stop() {
-        server.close();
-        layer.close();
-        driver.close();
+        uris = serve("run/nbd.sock", 2, "test export", s -> s);
     }
 
     static NbdConfig config(Path socket) {
