@@ -78,6 +78,16 @@ class SoftIoatDeviceTest {
         return expected;
     }
 
+    /**
+     * Sets DMACOUNT to {@code count} and waits for the channel to halt on a bad descriptor: its writeback says
+     * halted with {@code completed} the last descriptor done (0: none since arming), CHANERR says why.
+     */
+    private void doorbellThenHalt(int count, long completed, int chanerr) {
+        dev.write16(CH + DMACOUNT, count);
+        awaitWord(completed | CHANSTS_HALTED);
+        assertThat(dev.read32(CH + CHANERR)).as("CHANERR").isEqualTo(chanerr);
+    }
+
     @Test
     void globalRegisters() {
         assertThat(dev.read8(CHANCNT)).isEqualTo(2);
@@ -105,9 +115,7 @@ class SoftIoatDeviceTest {
     void descriptorLongerThanXfercapHaltsWithLengthAndChanerrIsWriteOneToClear() throws Exception {
         arm();
         descriptor(0, 4097, OP_COPY | CTRL_COMPLETION_UPDATE, bufIova, bufIova + 8192);
-        dev.write16(CH + DMACOUNT, 1);
-        awaitWord(CHANSTS_HALTED); // completed address 0: nothing since arming
-        assertThat(dev.read32(CH + CHANERR)).isEqualTo(CHANERR_LENGTH);
+        doorbellThenHalt(1, 0, CHANERR_LENGTH); // completed address 0: nothing since arming
         assertThat(buf.get(ValueLayout.JAVA_BYTE, 8192)).isZero();
         dev.write32(CH + CHANERR, CHANERR_SRC_ADDR); // not set: no effect
         assertThat(dev.read32(CH + CHANERR)).isEqualTo(CHANERR_LENGTH);
@@ -130,27 +138,21 @@ class SoftIoatDeviceTest {
         ring.set(FIELD_U64, DESC_NEXT, 0xdead_0000L);
         descriptor(0, 8, CTRL_NULL, 0, 0);
         descriptor(1, 8, CTRL_NULL, 0, 0);
-        dev.write16(CH + DMACOUNT, 2);
-        awaitWord(ringIova | CHANSTS_HALTED);
-        assertThat(dev.read32(CH + CHANERR)).isEqualTo(CHANERR_NEXT_ADDR);
+        doorbellThenHalt(2, ringIova, CHANERR_NEXT_ADDR);
 
         dev.write32(CH + CHANERR, -1);
         dev.write8(CH + CHANCMD, CHANCMD_RESET);
         dev.write16(CH + CHANCTRL, CHANCTRL_RUN);
         dev.write64(CH + CHANCMP, wordIova);
         dev.write64(CH + CHAINADDR, 0x40);
-        dev.write16(CH + DMACOUNT, 1);
-        awaitWord(CHANSTS_HALTED);
-        assertThat(dev.read32(CH + CHANERR)).isEqualTo(CHANERR_CHAIN_ADDR_VALUE);
+        doorbellThenHalt(1, 0, CHANERR_CHAIN_ADDR_VALUE);
     }
 
     @Test
     void unknownOperationHaltsWithControlError() throws Exception {
         arm();
         descriptor(0, 64, 0x42 << CTRL_OP_SHIFT, bufIova, bufIova + 8192);
-        dev.write16(CH + DMACOUNT, 1);
-        awaitWord(CHANSTS_HALTED);
-        assertThat(dev.read32(CH + CHANERR)).isEqualTo(CHANERR_CONTROL);
+        doorbellThenHalt(1, 0, CHANERR_CONTROL);
     }
 
     @Test
