@@ -3,6 +3,10 @@ package io.pmemblk.dma.ioat;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.pmemblk.dma.Rig;
+import java.lang.annotation.ElementType;
+import java.lang.annotation.Retention;
+import java.lang.annotation.RetentionPolicy;
+import java.lang.annotation.Target;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
@@ -24,6 +28,14 @@ class CopyPropertiesTest {
         return LongStream.range(0, 60).map(i -> 0xC0B1_0000L + i);
     }
 
+    /** A property checked once per seed of {@link #seeds}, each case named by its seed so a failure can be rerun. */
+    @Target(ElementType.METHOD)
+    @Retention(RetentionPolicy.RUNTIME)
+    @ParameterizedTest(name = "seed {0}")
+    @MethodSource("io.pmemblk.dma.ioat.CopyPropertiesTest#seeds")
+    @interface EachSeed {
+    }
+
     /** Between min and max copies: tiny, medium and page-edge lengths at random offsets. */
     static List<Copy> copies(SplittableRandom rnd, int min, int max) {
         List<Copy> copies = new ArrayList<>();
@@ -39,8 +51,7 @@ class CopyPropertiesTest {
     }
 
     /** Random copies in random batches land exactly as MemorySegment.copy applied in the same order would. */
-    @ParameterizedTest(name = "seed {0}")
-    @MethodSource("seeds")
+    @EachSeed
     void randomCopiesMatchAReferenceCopy(long seed) {
         SplittableRandom rnd = new SplittableRandom(seed);
         List<Copy> copies = copies(rnd, 1, 60);
@@ -68,8 +79,7 @@ class CopyPropertiesTest {
      * Whatever descriptor fails, every copy is reported exactly once, copies before the failing one succeed and
      * match the reference, everything from it on carries the error, and the channel works afterwards.
      */
-    @ParameterizedTest(name = "seed {0}")
-    @MethodSource("seeds")
+    @EachSeed
     void aFailureAnywhereReportsEveryCopyOnceAndRecovers(long seed) {
         SplittableRandom rnd = new SplittableRandom(seed);
         List<Copy> copies = copies(rnd, 1, 20);
