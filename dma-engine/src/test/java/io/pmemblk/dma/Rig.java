@@ -1,5 +1,7 @@
 package io.pmemblk.dma;
 
+import static org.assertj.core.api.Assertions.assertThat;
+
 import io.pmemblk.dma.soft.SoftIoatDevice;
 import io.pmemblk.dma.testing.InjectedFaults;
 import java.lang.foreign.Arena;
@@ -43,6 +45,18 @@ public final class Rig implements AutoCloseable {
             int need = c.slotsFor(len);
             rec.awaitCondition(() -> c.freeSlots() >= need, () -> need + " free slots on channel " + c.index() + ", have " + c.freeSlots());
         }
+    }
+
+    /**
+     * One copy on {@link #ch} by IOVA, alone: places it (the ring must have room), rings the doorbell and waits for
+     * its completion, the next one reported. Returns its status (null: the completion reported was another's).
+     */
+    public Integer copyAlone(long fromIova, long toIova, long len, Object ctx) {
+        int before = rec.count();
+        assertThat(ch.place(fromIova, toIova, len, ctx)).as("room in the ring for %s", ctx).isTrue();
+        ch.submit();
+        rec.awaitCount(before + 1);
+        return rec.status(ctx);
     }
 
     /** Index of the first byte where dst differs from src over the range, or -1. */

@@ -294,21 +294,12 @@ class IoatChannelTest {
             assertThat(r.rec.status("bad dst")).isEqualTo(IoatSpec.CHANERR_DEST_ADDR);
             assertThat(r.rec.status("after")).isEqualTo(IoatSpec.CHANERR_DEST_ADDR);
 
-            assertThat(r.ch.place(0x10, r.dstIova, 100, "bad src")).isTrue();
-            r.ch.submit();
-            r.rec.awaitCount(4);
-            assertThat(r.rec.status("bad src")).isEqualTo(IoatSpec.CHANERR_SRC_ADDR);
+            assertThat(r.copyAlone(0x10, r.dstIova, 100, "bad src")).isEqualTo(IoatSpec.CHANERR_SRC_ADDR);
 
             // A copy running off the end of its buffer is a source fault too.
-            assertThat(r.ch.place(r.srcIova + (1 << 16) - 10, r.dstIova, 100, "overrun")).isTrue();
-            r.ch.submit();
-            r.rec.awaitCount(5);
-            assertThat(r.rec.status("overrun")).isEqualTo(IoatSpec.CHANERR_SRC_ADDR);
+            assertThat(r.copyAlone(r.srcIova + (1 << 16) - 10, r.dstIova, 100, "overrun")).isEqualTo(IoatSpec.CHANERR_SRC_ADDR);
 
-            assertThat(r.ch.place(r.srcIova + 500, r.dstIova + 500, 300, "fine")).isTrue();
-            r.ch.submit();
-            r.rec.awaitCount(6);
-            assertThat(r.rec.status("fine")).isZero();
+            assertThat(r.copyAlone(r.srcIova + 500, r.dstIova + 500, 300, "fine")).isZero();
             assertThat(r.mismatch(500, 500, 300)).isEqualTo(-1);
         }
     }
@@ -325,10 +316,7 @@ class IoatChannelTest {
             assertThat(r.rec.status("a")).isEqualTo(IoatSpec.CHANERR_CHIPSET_UNCORRECTABLE_DATA_INTEGRITY);
             assertThat(r.rec.status("b")).isEqualTo(IoatSpec.CHANERR_CHIPSET_UNCORRECTABLE_DATA_INTEGRITY);
             r.faults.stall(false);
-            assertThat(r.ch.place(r.srcIova + 7, r.dstIova + 7, 1000, "c")).isTrue();
-            r.ch.submit();
-            r.rec.awaitCount(3);
-            assertThat(r.rec.status("c")).isZero();
+            assertThat(r.copyAlone(r.srcIova + 7, r.dstIova + 7, 1000, "c")).isZero();
             assertThat(r.mismatch(7, 7, 1000)).isEqualTo(-1);
         }
     }
@@ -368,10 +356,7 @@ class IoatChannelTest {
             assertThat(r.rec.status("next")).isEqualTo(IoatSpec.CHANERR_DEST_ADDR);
             assertThat(r.mismatch(0, 0, 2 * 4096)).as("first two chunks were copied").isEqualTo(-1);
             assertThat(r.dst.get(ValueLayout.JAVA_BYTE, 2 * 4096)).as("third chunk failed").isZero();
-            assertThat(r.ch.place(r.srcIova, r.dstIova, 5 * 4096, "again")).isTrue();
-            r.ch.submit();
-            r.rec.awaitCount(3);
-            assertThat(r.rec.status("again")).isZero();
+            assertThat(r.copyAlone(r.srcIova, r.dstIova, 5 * 4096, "again")).isZero();
             assertThat(r.mismatch(0, 0, 5 * 4096)).isEqualTo(-1);
         }
     }
