@@ -7,6 +7,8 @@ import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Files;
@@ -42,6 +44,41 @@ class IoUringTest {
         return out;
     }
 
+    /** A descriptor a test opens on a file, closed with the try block that opened it. */
+    record OpenFile(Path path, int fd) implements AutoCloseable {
+        static OpenFile open(Path path, int flags) throws NativeException {
+            return new OpenFile(path, Libc.open(path.toString(), flags, 0));
+        }
+
+        /** Writes {@code path} as {@code size} zero bytes, then opens it. */
+        static OpenFile create(Path path, int size, int flags) throws IOException {
+            Files.write(path, new byte[size]);
+            return open(path, flags);
+        }
+
+        @Override
+        public void close() throws NativeException {
+            Libc.close(fd);
+        }
+    }
+
+    /** Fills the struct iovec array {@code iov} with one entry per buffer, in order. */
+    private static void setIovecs(MemorySegment iov, MemorySegment... bufs) {
+        for (int i = 0; i < bufs.length; i++) {
+            iov.set(JAVA_LONG, i * IOVEC_SIZE + IOVEC_BASE, bufs[i].address());
+            iov.set(JAVA_LONG, i * IOVEC_SIZE + IOVEC_LEN, bufs[i].byteSize());
+        }
+    }
+
+    /** The buffers' bytes one after another, as the file holds what a writev of them wrote. */
+    private static byte[] concat(MemorySegment... bufs) {
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        for (MemorySegment b : bufs) {
+            out.writeBytes(b.toArray(JAVA_BYTE));
+        }
+        return out.toByteArray();
+    }
+
     private static MemorySegment pattern(Arena arena, int size, int seed) {
         MemorySegment s = arena.allocate(size, 4096);
         for (int i = 0; i < size; i++) {
@@ -68,25 +105,22 @@ class IoUringTest {
     void writeThenReadThenFsyncMoveTheBytes(String where, @TempDir Path tmp) throws Exception {
         Path dir = where.equals("tempdir") ? tmp : Path.of(where);
         Path file = Files.createTempFile(dir, "uring", ".img");
-        try (Arena arena = Arena.ofConfined(); IoUring ring = IoUring.open(8)) {
-            int fd = Libc.open(file.toString(), Libc.O_RDWR, 0);
-            try {
-                MemorySegment out = pattern(arena, 8192, 7);
-                MemorySegment in = arena.allocate(8192, 4096);
-                assertThat(ring.sq().write(fd, out, 4096, 1)).isTrue();
-                assertThat(ring.submitAndWait(1)).isEqualTo(1);
-                assertThat(reap(ring, 1)).containsExactly(new Cqe(1, 8192, 0));
-                assertThat(ring.sq().read(fd, in, 4096, 2)).isTrue();
-                assertThat(ring.sq().fsync(fd, 0, 3)).isTrue();
-                assertThat(ring.submit()).isEqualTo(2); // one enter for both
-                assertThat(reap(ring, 2)).containsExactlyInAnyOrder(new Cqe(2, 8192, 0), new Cqe(3, 0, 0));
-                assertThat(in.mismatch(out)).isEqualTo(-1);
-                byte[] onDisk = Files.readAllBytes(file);
-                assertThat(onDisk).hasSize(4096 + 8192);
-                assertThat(Arrays.copyOfRange(onDisk, 4096, 4096 + 8192)).isEqualTo(out.toArray(JAVA_BYTE));
-            } finally {
-                Libc.close(fd);
-            }
+        try (Arena arena = Arena.ofConfined(); IoUring ring = IoUring.open(8);
+             OpenFile f = OpenFile.open(file, Libc.O_RDWR)) {
+            int fd = f.fd();
+            MemorySegment out = pattern(arena, 8192, 7);
+            MemorySegment in = arena.allocate(8192, 4096);
+            assertThat(ring.sq().write(fd, out, 4096, 1)).isTrue();
+            assertThat(ring.submitAndWait(1)).isEqualTo(1);
+            assertThat(reap(ring, 1)).containsExactly(new Cqe(1, 8192, 0));
+            assertThat(ring.sq().read(fd, in, 4096, 2)).isTrue();
+            assertThat(ring.sq().fsync(fd, 0, 3)).isTrue();
+            assertThat(ring.submit()).isEqualTo(2); // one enter for both
+            assertThat(reap(ring, 2)).containsExactlyInAnyOrder(new Cqe(2, 8192, 0), new Cqe(3, 0, 0));
+            assertThat(in.mismatch(out)).isEqualTo(-1);
+            byte[] onDisk = Files.readAllBytes(file);
+            assertThat(onDisk).hasSize(4096 + 8192);
+            assertThat(Arrays.copyOfRange(onDisk, 4096, 4096 + 8192)).isEqualTo(out.toArray(JAVA_BYTE));
         } finally {
             Files.deleteIfExists(file);
         }
@@ -94,40 +128,24 @@ class IoUringTest {
 
     @Test
     void writevThenReadvGatherAndScatter(@TempDir Path dir) throws Exception {
-        Path file = dir.resolve("v");
-        Files.write(file, new byte[0]);
-        try (Arena arena = Arena.ofConfined(); IoUring ring = IoUring.open(4)) {
-            int fd = Libc.open(file.toString(), Libc.O_RDWR, 0);
-            try {
-                MemorySegment a = pattern(arena, 512, 1), b = pattern(arena, 1024, 2);
-                MemorySegment iov = arena.allocate(2 * IOVEC_SIZE, 8);
-                iov.set(JAVA_LONG, IOVEC_BASE, a.address());
-                iov.set(JAVA_LONG, IOVEC_LEN, a.byteSize());
-                iov.set(JAVA_LONG, IOVEC_SIZE + IOVEC_BASE, b.address());
-                iov.set(JAVA_LONG, IOVEC_SIZE + IOVEC_LEN, b.byteSize());
-                assertThat(ring.sq().writev(fd, iov, 2, 0, 10)).isTrue();
-                ring.submitAndWait(1);
-                assertThat(reap(ring, 1)).containsExactly(new Cqe(10, 1536, 0));
-                byte[] expected = new byte[1536];
-                MemorySegment.copy(a, JAVA_BYTE, 0, expected, 0, 512);
-                MemorySegment.copy(b, JAVA_BYTE, 0, expected, 512, 1024);
-                assertThat(Files.readAllBytes(file)).isEqualTo(expected);
+        try (Arena arena = Arena.ofConfined(); IoUring ring = IoUring.open(4);
+             OpenFile file = OpenFile.create(dir.resolve("v"), 0, Libc.O_RDWR)) {
+            int fd = file.fd();
+            MemorySegment a = pattern(arena, 512, 1), b = pattern(arena, 1024, 2);
+            MemorySegment iov = arena.allocate(2 * IOVEC_SIZE, 8);
+            setIovecs(iov, a, b);
+            assertThat(ring.sq().writev(fd, iov, 2, 0, 10)).isTrue();
+            ring.submitAndWait(1);
+            assertThat(reap(ring, 1)).containsExactly(new Cqe(10, 1536, 0));
+            byte[] expected = concat(a, b);
+            assertThat(Files.readAllBytes(file.path())).isEqualTo(expected);
 
-                MemorySegment c = arena.allocate(1024, 4096), d = arena.allocate(512, 4096);
-                iov.set(JAVA_LONG, IOVEC_BASE, c.address());
-                iov.set(JAVA_LONG, IOVEC_LEN, c.byteSize());
-                iov.set(JAVA_LONG, IOVEC_SIZE + IOVEC_BASE, d.address());
-                iov.set(JAVA_LONG, IOVEC_SIZE + IOVEC_LEN, d.byteSize());
-                assertThat(ring.sq().readv(fd, iov, 2, 0, 11)).isTrue();
-                ring.submitAndWait(1);
-                assertThat(reap(ring, 1)).containsExactly(new Cqe(11, 1536, 0));
-                byte[] back = new byte[1536];
-                MemorySegment.copy(c, JAVA_BYTE, 0, back, 0, 1024);
-                MemorySegment.copy(d, JAVA_BYTE, 0, back, 1024, 512);
-                assertThat(back).isEqualTo(expected);
-            } finally {
-                Libc.close(fd);
-            }
+            MemorySegment c = arena.allocate(1024, 4096), d = arena.allocate(512, 4096);
+            setIovecs(iov, c, d);
+            assertThat(ring.sq().readv(fd, iov, 2, 0, 11)).isTrue();
+            ring.submitAndWait(1);
+            assertThat(reap(ring, 1)).containsExactly(new Cqe(11, 1536, 0));
+            assertThat(concat(c, d)).as("what readv scattered, gathered again").isEqualTo(expected);
         }
     }
 
@@ -188,11 +206,10 @@ class IoUringTest {
     void errorsArriveAsNegativeRes(@TempDir Path dir) throws Exception {
         try (Arena arena = Arena.ofConfined(); IoUring ring = IoUring.open(8)) {
             MemorySegment buf = arena.allocate(4096, 4096);
-            int dirFd = Libc.open(dir.toString(), Libc.O_RDONLY, 0);
-            Path file = dir.resolve("short");
-            Files.write(file, new byte[100]);
-            int fileFd = Libc.open(file.toString(), Libc.O_RDONLY, 0);
-            try {
+            try (OpenFile dirFile = OpenFile.open(dir, Libc.O_RDONLY);
+                 OpenFile shortFile = OpenFile.create(dir.resolve("short"), 100, Libc.O_RDONLY)) {
+                int dirFd = dirFile.fd();
+                int fileFd = shortFile.fd();
                 assertThat(ring.sq().read(1 << 20, buf, 0, 1)).isTrue();        // no such fd
                 assertThat(ring.sq().read(dirFd, buf, 0, 2)).isTrue();          // a directory
                 assertThat(ring.sq().write(fileFd, buf, 0, 3)).isTrue();        // fd opened read-only
@@ -206,9 +223,6 @@ class IoUringTest {
                 assertThat(reap(ring, 7)).containsExactlyInAnyOrder(
                         new Cqe(1, -EBADF, 0), new Cqe(2, -EISDIR, 0), new Cqe(3, -EBADF, 0),
                         new Cqe(4, -EFAULT, 0), new Cqe(5, -EINVAL, 0), new Cqe(6, 100, 0), new Cqe(7, 0, 0));
-            } finally {
-                Libc.close(dirFd);
-                Libc.close(fileFd);
             }
         }
     }
@@ -219,10 +233,8 @@ class IoUringTest {
             SubmissionQueue sq = ring.sq();
             assertThat(sq.sqeSize()).isEqualTo(128);
             assertThat(sq.sqes().byteSize()).isEqualTo(4 * 128);
-            Path file = dir.resolve("f");
-            Files.write(file, new byte[1]);
-            int fd = Libc.open(file.toString(), Libc.O_RDONLY, 0);
-            try {
+            try (OpenFile file = OpenFile.create(dir.resolve("f"), 1, Libc.O_RDONLY)) {
+                int fd = file.fd();
                 MemorySegment cmd = pattern(arena, SQE128_CMD_SIZE, 3);
                 assertThat(sq.nop(1)).isTrue();                              // slot 0: SQE at 0
                 assertThat(sq.uringCmd(fd, 0xC020_7504, cmd, 0x77)).isTrue(); // slot 1: SQE at 128
@@ -243,8 +255,6 @@ class IoUringTest {
                 // The kernel accepts the SQE and the file says it has no uring_cmd handler.
                 assertThat(ring.submit()).isEqualTo(2);
                 assertThat(reap(ring, 2)).containsExactlyInAnyOrder(new Cqe(1, 0, 0), new Cqe(0x77, -EOPNOTSUPP, 0));
-            } finally {
-                Libc.close(fd);
             }
         }
         try (Arena arena = Arena.ofConfined(); IoUring plain = IoUring.open(4)) {
@@ -256,61 +266,51 @@ class IoUringTest {
 
     @Test
     void registeredFileAndBuffersMoveTheBytesByIndex(@TempDir Path dir) throws Exception {
-        Path file = dir.resolve("fixed");
-        Files.write(file, new byte[16384]);
-        try (Arena arena = Arena.ofConfined(); IoUring ring = IoUring.open(8)) {
-            int fd = Libc.open(file.toString(), Libc.O_RDWR, 0);
-            try {
-                MemorySegment out = pattern(arena, 8192, 9);
-                MemorySegment in = arena.allocate(8192, 4096);
-                ring.registerFiles(-1, fd);           // index 1 (-1: an empty slot)
-                ring.registerBuffers(out, in);        // indexes 0, 1
-                assertThat(ring.sq().writeFixed(1, out.asSlice(4096, 4096), 8192, 0, 1)).isTrue();
-                ring.sq().setLastFlags(IOSQE_FIXED_FILE);
-                assertThat(ring.submitAndWait(1)).isEqualTo(1);
-                assertThat(reap(ring, 1)).containsExactly(new Cqe(1, 4096, 0));
-                assertThat(ring.sq().readFixed(1, in, 4096, 1, 2)).isTrue();
-                ring.sq().setLastFlags(IOSQE_FIXED_FILE);
-                ring.submitAndWait(1);
-                assertThat(reap(ring, 1)).containsExactly(new Cqe(2, 8192, 0));
-                assertThat(in.asSlice(4096, 4096).mismatch(out.asSlice(4096, 4096))).isEqualTo(-1);
-                assertThat(in.asSlice(0, 4096).mismatch(arena.allocate(4096))).as("file bytes 4096..8191 are zeros").isEqualTo(-1);
-                // A buffer outside the registered one it names is refused by the kernel.
-                assertThat(ring.sq().readFixed(1, out, 0, 1, 3)).isTrue();
-                ring.sq().setLastFlags(IOSQE_FIXED_FILE);
-                ring.submitAndWait(1);
-                assertThat(reap(ring, 1)).containsExactly(new Cqe(3, -EFAULT, 0));
-                ring.unregisterBuffers();
-                ring.unregisterFiles();
-            } finally {
-                Libc.close(fd);
-            }
+        try (Arena arena = Arena.ofConfined(); IoUring ring = IoUring.open(8);
+             OpenFile file = OpenFile.create(dir.resolve("fixed"), 16384, Libc.O_RDWR)) {
+            int fd = file.fd();
+            MemorySegment out = pattern(arena, 8192, 9);
+            MemorySegment in = arena.allocate(8192, 4096);
+            ring.registerFiles(-1, fd);           // index 1 (-1: an empty slot)
+            ring.registerBuffers(out, in);        // indexes 0, 1
+            assertThat(ring.sq().writeFixed(1, out.asSlice(4096, 4096), 8192, 0, 1)).isTrue();
+            ring.sq().setLastFlags(IOSQE_FIXED_FILE);
+            assertThat(ring.submitAndWait(1)).isEqualTo(1);
+            assertThat(reap(ring, 1)).containsExactly(new Cqe(1, 4096, 0));
+            assertThat(ring.sq().readFixed(1, in, 4096, 1, 2)).isTrue();
+            ring.sq().setLastFlags(IOSQE_FIXED_FILE);
+            ring.submitAndWait(1);
+            assertThat(reap(ring, 1)).containsExactly(new Cqe(2, 8192, 0));
+            assertThat(in.asSlice(4096, 4096).mismatch(out.asSlice(4096, 4096))).isEqualTo(-1);
+            assertThat(in.asSlice(0, 4096).mismatch(arena.allocate(4096))).as("file bytes 4096..8191 are zeros").isEqualTo(-1);
+            // A buffer outside the registered one it names is refused by the kernel.
+            assertThat(ring.sq().readFixed(1, out, 0, 1, 3)).isTrue();
+            ring.sq().setLastFlags(IOSQE_FIXED_FILE);
+            ring.submitAndWait(1);
+            assertThat(reap(ring, 1)).containsExactly(new Cqe(3, -EFAULT, 0));
+            ring.unregisterBuffers();
+            ring.unregisterFiles();
         }
     }
 
     /** A slot is reused once the kernel has consumed it; nothing of its previous SQE (flags, buf_index) may remain. */
     @Test
     void aReusedSlotCarriesNothingFromItsPreviousSqe(@TempDir Path dir) throws Exception {
-        Path file = dir.resolve("r");
-        Files.write(file, new byte[4096]);
-        try (Arena arena = Arena.ofConfined(); IoUring ring = IoUring.open(1)) {
+        try (Arena arena = Arena.ofConfined(); IoUring ring = IoUring.open(1);
+             OpenFile file = OpenFile.create(dir.resolve("r"), 4096, Libc.O_RDONLY)) {
             assertThat(ring.sq().entries()).isEqualTo(1);
-            int fd = Libc.open(file.toString(), Libc.O_RDONLY, 0);
-            try {
-                MemorySegment buf = arena.allocate(4096, 4096);
-                ring.registerFiles(fd);
-                ring.registerBuffers(buf);
-                assertThat(ring.sq().readFixed(0, buf, 0, 0, 1)).isTrue();
-                ring.sq().setLastFlags(IOSQE_FIXED_FILE);
-                ring.submitAndWait(1);
-                assertThat(reap(ring, 1)).containsExactly(new Cqe(1, 4096, 0));
-                // Same slot, a plain READ by real fd: a leftover IOSQE_FIXED_FILE would make fd an index (-EBADF).
-                assertThat(ring.sq().read(fd, buf.asSlice(0, 512), 0, 2)).isTrue();
-                ring.submitAndWait(1);
-                assertThat(reap(ring, 1)).containsExactly(new Cqe(2, 512, 0));
-            } finally {
-                Libc.close(fd);
-            }
+            int fd = file.fd();
+            MemorySegment buf = arena.allocate(4096, 4096);
+            ring.registerFiles(fd);
+            ring.registerBuffers(buf);
+            assertThat(ring.sq().readFixed(0, buf, 0, 0, 1)).isTrue();
+            ring.sq().setLastFlags(IOSQE_FIXED_FILE);
+            ring.submitAndWait(1);
+            assertThat(reap(ring, 1)).containsExactly(new Cqe(1, 4096, 0));
+            // Same slot, a plain READ by real fd: a leftover IOSQE_FIXED_FILE would make fd an index (-EBADF).
+            assertThat(ring.sq().read(fd, buf.asSlice(0, 512), 0, 2)).isTrue();
+            ring.submitAndWait(1);
+            assertThat(reap(ring, 1)).containsExactly(new Cqe(2, 512, 0));
         }
     }
 
