@@ -1,6 +1,5 @@
 package io.pmemblk.cli;
 
-import io.pmemblk.cli.faults.FaultJar;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -46,10 +45,7 @@ class ChannelBreakServeIT {
     void sigtermAfterTheChannelBreaksMidBatchExitsZeroWithinTheDeadline() throws Exception {
         int port = freePort();
         // The 300th descriptor of each channel breaks it for good: a provider of faults on serve's class path.
-        try (ServerProcess s = ServerProcess.start(dir, FaultJar.environment(dir, "break-after=300"),
-                ServerProcess.sets("pmem.path=" + dir.resolve("p.img"), "pmem.size=128M", "nbd.socket=" + dir.resolve("s"),
-                        "nbd.port=0", "dma.engine=soft", "route.dma.bounce=true", "route.dma.min-bytes=65536", "metrics.port=" + port,
-                        "queue.buffer-bytes=32M"), 1)) {
+        try (ServerProcess s = DmaServeIT.startWithFaults(dir, "break-after=300", port)) {
             Path fioLog = Files.createTempFile(dir, "fio", ".log");
             Process fio = new ProcessBuilder("fio", "--name=break", "--ioengine=nbd", "--uri=" + s.unixUri(),
                     "--rw=randwrite", "--bsrange=64k-1m", "--size=96m", "--iodepth=32", "--numjobs=2",

@@ -34,6 +34,21 @@ class DmaServeIT {
                 "--verify_fatal=1", "--do_verify=1"), 300);
     }
 
+    /**
+     * The settings of a server whose copies of 64K and more go by the soft engine, served NBD ones too (bounced):
+     * a 128M file in {@code dir}, its socket {@code dir/s}, metrics on {@code metricsPort}.
+     */
+    static String[] softDma(Path dir, int metricsPort) {
+        return new String[] {"pmem.path=" + dir.resolve("p.img"), "pmem.size=128M", "nbd.socket=" + dir.resolve("s"),
+                "nbd.port=0", "dma.engine=soft", "route.dma.bounce=true", "route.dma.min-bytes=65536",
+                "metrics.port=" + metricsPort, "queue.buffer-bytes=32M"};
+    }
+
+    /** That server with the faults of {@code spec} ({@link FaultJar#environment}) injected in its soft device. */
+    static ServerProcess startWithFaults(Path dir, String spec, int metricsPort) throws Exception {
+        return ServerProcess.start(dir, FaultJar.environment(dir, spec), ServerProcess.sets(softDma(dir, metricsPort)), 1);
+    }
+
     static String metrics(int port) throws Exception {
         HttpResponse<String> r = HttpClient.newHttpClient().send(HttpRequest.newBuilder(
                 URI.create("http://127.0.0.1:" + port + "/metrics")).timeout(Duration.ofSeconds(10)).build(),
@@ -51,9 +66,7 @@ class DmaServeIT {
     @Test
     void mixedSizesVerifyWithBothRoutesInTheMetrics() throws Exception {
         int port = freePort();
-        try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",
-                "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "dma.engine=soft", "route.dma.bounce=true", "route.dma.min-bytes=65536",
-                "metrics.port=" + port, "queue.buffer-bytes=32M")) {
+        try (ServerProcess s = ServerProcess.start(dir, softDma(dir, port))) {
             assertThat(s.stdout).contains("metrics: http://127.0.0.1:" + port + "/metrics");
             ServerProcess.Run r = fio(s, "mixed");
             assertThat(r.exit()).as(r.out()).isZero();
@@ -72,10 +85,7 @@ class DmaServeIT {
     void aFlakyChannelDuringTheRunLosesNothing() throws Exception {
         int port = freePort();
         // Every 40th descriptor of each channel halts it: a provider of faults on serve's class path (test code).
-        try (ServerProcess s = ServerProcess.start(dir, FaultJar.environment(dir, "fail-every=40"),
-                ServerProcess.sets("pmem.path=" + dir.resolve("p.img"), "pmem.size=128M", "nbd.socket=" + dir.resolve("s"),
-                        "nbd.port=0", "dma.engine=soft", "route.dma.bounce=true", "route.dma.min-bytes=65536", "metrics.port=" + port,
-                        "queue.buffer-bytes=32M"), 1)) {
+        try (ServerProcess s = startWithFaults(dir, "fail-every=40", port)) {
             ServerProcess.Run r = fio(s, "faults");
             assertThat(r.exit()).as(r.out()).isZero();
             assertThat(r.out()).contains("err= 0").doesNotContain("verify failed", "bad magic");
