@@ -219,20 +219,30 @@ class HardwareQueueTest {
         assertTrue(l.awaitIdle(10_000), "idle once the driver completed and the request was released");
     }
 
+    /**
+     * A submitter on its own thread, returned once it waits in {@code q.acquire(bytes)} for {@code what}: whatever
+     * ends the wait (close, an interrupt) lands in {@code error}; an acquire that returns lands there as a failure.
+     */
+    private static Thread waitingSubmitter(String name, String what, HardwareQueue q, int bytes,
+                                           AtomicReference<Throwable> error) throws InterruptedException {
+        Thread t = Thread.ofPlatform().name(name).start(() -> {
+            try {
+                q.acquire(bytes);
+                error.set(new AssertionError("acquire(" + bytes + ") returned: nothing was to end its wait"));
+            } catch (Throwable e) {
+                error.set(e);
+            }
+        });
+        Waits.awaitWaiting("the submitter to wait for " + what, t);
+        return t;
+    }
+
     @Test
     void closeWakesASubmitterWaitingForATagWithIllegalStateException() throws Exception {
         HardwareQueue q = layer(1, 1, 2L * CHUNK, CHUNK).queue(0);
         Request first = q.acquire(0);
         AtomicReference<Throwable> error = new AtomicReference<>();
-        Thread waiter = Thread.ofPlatform().name("tag-waiter").start(() -> {
-            try {
-                q.acquire(CHUNK);
-                error.set(new AssertionError("acquire returned on a closed queue"));
-            } catch (Throwable t) {
-                error.set(t);
-            }
-        });
-        Waits.awaitWaiting("the submitter to wait for a tag", waiter);
+        Thread waiter = waitingSubmitter("tag-waiter", "a tag", q, CHUNK, error);
         layer.close();
         Waits.join("the waiting submitter to be woken by close", waiter);
         assertInstanceOf(IllegalStateException.class, error.get(), () -> "got " + error.get());
@@ -246,15 +256,7 @@ class HardwareQueueTest {
         HardwareQueue q = layer(1, 4, 2L * CHUNK, 2 * CHUNK).queue(0);
         Request hog = q.acquire(2 * CHUNK);
         AtomicReference<Throwable> error = new AtomicReference<>();
-        Thread waiter = Thread.ofPlatform().name("chunk-waiter").start(() -> {
-            try {
-                q.acquire(CHUNK);
-                error.set(new AssertionError("acquire returned on a closed queue"));
-            } catch (Throwable t) {
-                error.set(t);
-            }
-        });
-        Waits.awaitWaiting("the submitter to wait for chunks", waiter);
+        Thread waiter = waitingSubmitter("chunk-waiter", "chunks", q, CHUNK, error);
         assertEquals(2, q.inflight(), "the chunk waiter holds a tag while it waits");
         layer.close();
         Waits.join("the waiting submitter to be woken by close", waiter);
@@ -269,14 +271,7 @@ class HardwareQueueTest {
         HardwareQueue q = layer(1, 4, 2L * CHUNK, 2 * CHUNK).queue(0);
         Request hog = q.acquire(2 * CHUNK);
         AtomicReference<Throwable> error = new AtomicReference<>();
-        Thread waiter = Thread.ofPlatform().name("chunk-waiter").start(() -> {
-            try {
-                q.acquire(2 * CHUNK);
-            } catch (Throwable t) {
-                error.set(t);
-            }
-        });
-        Waits.awaitWaiting("the submitter to wait for chunks", waiter);
+        Thread waiter = waitingSubmitter("chunk-waiter", "chunks", q, 2 * CHUNK, error);
         waiter.interrupt();
         Waits.join("the interrupted submitter", waiter);
         assertInstanceOf(InterruptedException.class, error.get());
