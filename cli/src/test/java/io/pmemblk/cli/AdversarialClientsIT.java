@@ -213,8 +213,7 @@ class AdversarialClientsIT {
     void optionHaggling() throws Exception {
         // huge option length: TOO_BIG, then a hang-up (the server does not read 4 GiB)
         try (Raw c = Raw.connect()) {
-            c.greeting();
-            c.send(ByteBuffer.allocate(4).putInt(0, 3));
+            c.greetAsFixedNewstyleClient();
             c.send(ByteBuffer.allocate(16).putLong(IHAVEOPT).putInt(6).putInt(0xFFFF_FFF0).flip());
             OptReply r = c.optReply(10);
             assertThat(r.type).isEqualTo(0x80000009);
@@ -222,16 +221,14 @@ class AdversarialClientsIT {
         }
         // huge length on a known option with the data never sent: same
         try (Raw c = Raw.connect()) {
-            c.greeting();
-            c.send(ByteBuffer.allocate(4).putInt(0, 3));
+            c.greetAsFixedNewstyleClient();
             c.send(ByteBuffer.allocate(16).putLong(IHAVEOPT).putInt(7).putInt(65537).flip());
             assertThat(c.optReply(10).type).isEqualTo(0x80000009);
             assertThat(c.eofWithin(10)).isTrue();
         }
         // many options: each unknown one answered UNSUP, the server gives up after its limit
         try (Raw c = Raw.connect()) {
-            c.greeting();
-            c.send(ByteBuffer.allocate(4).putInt(0, 3));
+            c.greetAsFixedNewstyleClient();
             int n = 3000;
             Future<Integer> replies = EXEC.submit(() -> {
                 int k = 0;
@@ -255,8 +252,7 @@ class AdversarialClientsIT {
         }
         // GO for unknown export names: UNKNOWN, and haggling goes on; then GO for the real one works
         try (Raw c = Raw.connect()) {
-            c.greeting();
-            c.send(ByteBuffer.allocate(4).putInt(0, 3));
+            c.greetAsFixedNewstyleClient();
             for (String name : List.of("nope", "pmem0/", "x".repeat(60_000), "pmem0\u0000")) {
                 c.sendGo(name);
                 OptReply r = c.optReply(10);
@@ -273,16 +269,14 @@ class AdversarialClientsIT {
         }
         // EXPORT_NAME with a 5000-byte name: a hard disconnect, no export data
         try (Raw c = Raw.connect()) {
-            c.greeting();
-            c.send(ByteBuffer.allocate(4).putInt(0, 3));
+            c.greetAsFixedNewstyleClient();
             byte[] name = "n".repeat(5000).getBytes(StandardCharsets.UTF_8);
             c.send(ByteBuffer.allocate(16 + name.length).putLong(IHAVEOPT).putInt(1).putInt(name.length).put(name).flip());
             assertThat(c.eofWithin(10)).as("EXPORT_NAME for an unknown export disconnects").isTrue();
         }
         // EXPORT_NAME with the empty (default) name still works
         try (Raw c = Raw.connect()) {
-            c.greeting();
-            c.send(ByteBuffer.allocate(4).putInt(0, 3));
+            c.greetAsFixedNewstyleClient();
             c.send(ByteBuffer.allocate(16).putLong(IHAVEOPT).putInt(1).putInt(0).flip());
             ByteBuffer r = c.recv(10, 10);
             assertThat(r.getLong()).isEqualTo(SIZE);
@@ -300,8 +294,7 @@ class AdversarialClientsIT {
     void clientExportNamesCannotForgeLogLines() throws Exception {
         String forged = "2026-01-01 00:00:00 SEVERE io.pmemblk.nbd.NbdServer: FORGED-BY-CLIENT";
         try (Raw c = Raw.connect()) {
-            c.greeting();
-            c.send(ByteBuffer.allocate(4).putInt(0, 3));
+            c.greetAsFixedNewstyleClient();
             byte[] name = ("x\n" + forged + "\n").getBytes(StandardCharsets.UTF_8);
             c.send(ByteBuffer.allocate(16 + name.length).putLong(IHAVEOPT).putInt(1).putInt(name.length).put(name).flip());
             assertThat(c.eofWithin(10)).isTrue();
@@ -428,15 +421,7 @@ class AdversarialClientsIT {
     @Order(30)
     void pipelinedReadsNeverReadThenDisconnectLeakNothing() throws Exception {
         try (Raw c = Raw.connectGo()) {
-            ByteBuffer all = ByteBuffer.allocate(500 * 28);
-            for (int i = 0; i < 500; i++) {
-                all.put(header(0, READ, i, (i % 1000) * 65536L, 65536));
-            }
-            // the server stops reading once it is stuck on replies: send from another thread, bounded
-            Future<?> sent = EXEC.submit(() -> {
-                c.sendIgnoringErrors(all.array());
-                return null;
-            });
+            Future<?> sent = pipelineReads(c, 500);
             try {
                 sent.get(3, TimeUnit.SECONDS);
             } catch (TimeoutException expected) {
@@ -458,14 +443,7 @@ class AdversarialClientsIT {
             for (int q = 0; q < QUEUES; q++) {
                 Raw c = Raw.connectGo();
                 hogs.add(c);
-                ByteBuffer all = ByteBuffer.allocate(200 * 28);
-                for (int i = 0; i < 200; i++) {
-                    all.put(header(0, READ, i, i * 65536L, 65536));
-                }
-                EXEC.submit(() -> {
-                    c.sendIgnoringErrors(all.array());
-                    return null;
-                });
+                pipelineReads(c, 200);
             }
             Raw good = Raw.connectGo();
             try {
@@ -531,8 +509,7 @@ class AdversarialClientsIT {
     @Order(33)
     void theExportDescriptionDoesNotLeakTheBackingPath() throws Exception {
         try (Raw c = Raw.connect()) {
-            c.greeting();
-            c.send(ByteBuffer.allocate(4).putInt(0, 3));
+            c.greetAsFixedNewstyleClient();
             c.send(ByteBuffer.allocate(16).putLong(IHAVEOPT).putInt(3).putInt(0).flip()); // NBD_OPT_LIST
             OptReply server = c.optReply(10);
             assertThat(server.type).as("NBD_REP_SERVER").isEqualTo(2);
@@ -889,14 +866,7 @@ class AdversarialClientsIT {
                 writer.send(ByteBuffer.wrap(fill(4096, (byte) 9)));
                 Raw hog = Raw.connectGo();
                 open.add(hog);
-                ByteBuffer all = ByteBuffer.allocate(300 * 28);
-                for (int i = 0; i < 300; i++) {
-                    all.put(header(0, READ, i, i * 65536L, 65536));
-                }
-                EXEC.submit(() -> {
-                    hog.sendIgnoringErrors(all.array());
-                    return null;
-                });
+                pipelineReads(hog, 300);
                 Raw handshaking = Raw.connect(); // greeting never answered
                 open.add(handshaking);
                 // a probe with a request in flight too (whether the hog has wedged the queue by now is a race;
@@ -925,6 +895,21 @@ class AdversarialClientsIT {
         try (Raw c = Raw.connectGo()) {
             c.roundTrip(offset);
         }
+    }
+
+    /**
+     * Sends {@code n} pipelined 64 KiB READs (cookie i at offset i * 64 KiB) from another thread: a client that
+     * does not read the replies is not read either once its replies are stuck, so the send may never finish.
+     */
+    static Future<?> pipelineReads(Raw c, int n) {
+        ByteBuffer all = ByteBuffer.allocate(n * 28);
+        for (int i = 0; i < n; i++) {
+            all.put(header(0, READ, i, i * 65536L, 65536));
+        }
+        return EXEC.submit(() -> {
+            c.sendIgnoringErrors(all.array());
+            return null;
+        });
     }
 
     static ByteBuffer header(int flags, int type, long cookie, long offset, long length) {
@@ -999,8 +984,7 @@ class AdversarialClientsIT {
         /** Connected to {@code socket} and through the handshake to transmission (export ""). */
         static Raw connectGo(Path socket) throws Exception {
             Raw c = connect(socket);
-            c.greeting();
-            c.send(ByteBuffer.allocate(4).putInt(0, 3));
+            c.greetAsFixedNewstyleClient();
             c.sendGo("");
             c.goReplies(10);
             return c;
@@ -1008,8 +992,7 @@ class AdversarialClientsIT {
 
         static Raw connectStructured() throws Exception {
             Raw c = connect();
-            c.greeting();
-            c.send(ByteBuffer.allocate(4).putInt(0, 3));
+            c.greetAsFixedNewstyleClient();
             c.send(ByteBuffer.allocate(16).putLong(IHAVEOPT).putInt(8).putInt(0).flip());
             assertThat(c.optReply(10).type).isEqualTo(1);
             byte[] ctx = "base:allocation".getBytes(StandardCharsets.UTF_8);
@@ -1026,6 +1009,12 @@ class AdversarialClientsIT {
             ByteBuffer g = recv(18, 10);
             assertThat(g.getLong()).isEqualTo(NBDMAGIC);
             assertThat(g.getLong()).isEqualTo(IHAVEOPT);
+        }
+
+        /** The greeting, answered with the client flags FIXED_NEWSTYLE | NO_ZEROES (3): options may follow. */
+        void greetAsFixedNewstyleClient() throws Exception {
+            greeting();
+            send(ByteBuffer.allocate(4).putInt(0, 3));
         }
 
         void sendGo(String name) throws IOException {
