@@ -44,9 +44,13 @@ class FairShareTest {
         return layer.queue(0);
     }
 
-    /** A client that stopped reading: its requests complete, their replies never go out, their tags stay. */
+    /**
+     * A client that stopped reading: its requests complete, their replies never go out, their tags stay.
+     * {@link #failed}: what its submitter ({@link #flood}) threw, if anything.
+     */
     static final class Stalled implements Request.Completion {
         final List<Request> kept = new ArrayList<>();
+        final AtomicReference<Throwable> failed = new AtomicReference<>();
 
         @Override
         public synchronized void completed(Request r) {
@@ -68,7 +72,7 @@ class FairShareTest {
      * Starts submitter A: it sends {@code count} requests (made by {@code op}) through its own frontend,
      * dispatching each as a reader does before it blocks on its socket. Completions go to {@code stalled}.
      */
-    Thread flood(HardwareQueue q, Stalled stalled, int count, Op op, int dataBytes, AtomicReference<Throwable> failed) {
+    Thread flood(HardwareQueue q, Stalled stalled, int count, Op op, int dataBytes) {
         return Thread.ofPlatform().name("submitter-A").start(() -> {
             FrontendQueue a = new FrontendQueue(q);
             try {
@@ -84,7 +88,7 @@ class FairShareTest {
                     a.dispatch();
                 }
             } catch (Throwable t) {
-                failed.compareAndSet(null, t);
+                stalled.failed.compareAndSet(null, t);
                 a.releaseUndispatched();
             }
         });
@@ -111,8 +115,7 @@ class FairShareTest {
         HardwareQueue q = queue(16, 8);
         driver.receiveInPlace(true);
         Stalled stalled = new Stalled();
-        AtomicReference<Throwable> failed = new AtomicReference<>();
-        Thread a = flood(q, stalled, 1000, Op.WRITE, 4096, failed);
+        Thread a = flood(q, stalled, 1000, Op.WRITE, 4096);
         Waits.awaitWaiting("A blocked at its share", a);
         int held = stalled.size();
         assertTimeoutPreemptively(Waits.BOUND, () -> {
@@ -132,7 +135,7 @@ class FairShareTest {
             a.join(1);
         }
         stalled.readReplies();
-        assertNull(failed.get());
+        assertNull(stalled.failed.get());
         assertEquals(0, q.inflight());
     }
 
@@ -143,10 +146,9 @@ class FairShareTest {
         HardwareQueue q = queue(16, 1);
         driver.sendInPlace(true);
         Stalled stalled = new Stalled();
-        AtomicReference<Throwable> failed = new AtomicReference<>();
-        Thread a = flood(q, stalled, 2, Op.READ, CHUNK, failed);
+        Thread a = flood(q, stalled, 2, Op.READ, CHUNK);
         Waits.join("A sending its two READs", a);
-        assertNull(failed.get());
+        assertNull(stalled.failed.get());
         assertEquals(2, stalled.size(), "both of A's READs are done, their replies unsent");
         for (Request r : stalled.kept) {
             assertEquals(0, r.segments(), "a READ sent from the device holds no chunk");
@@ -194,8 +196,7 @@ class FairShareTest {
         // DMA-route READs hold their chunks until the reply is out: A may hold half the pool, not all of it.
         HardwareQueue q = queue(64, 8);
         Stalled stalled = new Stalled();
-        AtomicReference<Throwable> failed = new AtomicReference<>();
-        Thread a = flood(q, stalled, 100, Op.READ, CHUNK, failed);
+        Thread a = flood(q, stalled, 100, Op.READ, CHUNK);
         Waits.awaitWaiting("A blocked at its share of the chunks", a);
         int held = stalled.size();
         assertTimeoutPreemptively(Waits.BOUND, () -> {
@@ -211,7 +212,7 @@ class FairShareTest {
             a.join(1);
         }
         stalled.readReplies();
-        assertNull(failed.get());
+        assertNull(stalled.failed.get());
         assertEquals(8, q.pool().freeChunks());
     }
 
