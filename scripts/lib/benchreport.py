@@ -306,18 +306,26 @@ def vhost_cell(text, job, target, ticks, qticks, dma_bytes, hz):
 
 
 def read_vhost_results(path):
-    """cells[(job, target)] -> (iops, mib_s, cpu_us, qcpu_s_per_gib or None, dma_bytes, io_bytes), or None for a
-    run that failed."""
-    cells = {}
+    """cells[(job, target)] -> (iops, mib_s, cpu_us, qcpu_s_per_gib or None, dma_bytes, io_bytes), each the median
+    over the rounds of that cell (bench-vhost --repeat), or None when one of its rounds failed."""
+    rounds = collections.defaultdict(list)
     with open(path) as f:
         for line in f:
             fields = line.rstrip("\n").split("\t")
             if fields[2] == "FAIL":
-                cells[(fields[0], fields[1])] = None
+                rounds[(fields[0], fields[1])].append(None)
                 continue
             iops, mibs, us = (float(x) for x in fields[2:5])
             q = None if fields[5] == "-" else float(fields[5])
-            cells[(fields[0], fields[1])] = (iops, mibs, us, q, int(fields[6]), int(fields[7]))
+            rounds[(fields[0], fields[1])].append((iops, mibs, us, q, int(fields[6]), int(fields[7])))
+    cells = {}
+    for key, rows in rounds.items():
+        if any(r is None for r in rows):
+            cells[key] = None
+            continue
+        q = [r[3] for r in rows if r[3] is not None]
+        cells[key] = (median(rows, 0), median(rows, 1), median(rows, 2), statistics.median(q) if q else None,
+                      int(median(rows, 4)), int(median(rows, 5)))
     return cells
 
 
@@ -328,7 +336,7 @@ def vhost_value(cells, job, target):
     return None if c is None else c[0 if job.startswith("rand") else 1]
 
 
-def vhost_report(cells, targets, jobs, *, runtime, size, guest="", now=None):
+def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", now=None):
     """The Markdown report of bench-vhost and the chart's data rows (throughput relative to qemu-storage-daemon).
     targets: the names run, in bench-vhost's order (pmemblk, qsd, nbd, pmemblk-dma)."""
     main = [t for t in targets if t != "pmemblk-dma"]
@@ -337,7 +345,8 @@ def vhost_report(cells, targets, jobs, *, runtime, size, guest="", now=None):
         "# vhost-user-blk: pmemblk vs qemu-storage-daemon and pmemblk's NBD export (one guest, one run)",
         "",
         machine_line(now) + f"{guest}fio libaio direct=1 in the guest, the same jobs on each disk in turn (the order "
-        f"rotated per job), {runtime} s each, no ramp; {size} disks on /dev/shm. The guest is emulated (TCG): "
+        f"rotated per job and round), {runtime} s each, no ramp, {repeat} round(s), the median shown; {size} disks on "
+        "/dev/shm. The guest is emulated (TCG): "
         "compare ratios, not figures.",
         "Disks: " + "; ".join(f"{VHOST_LABEL[t]} ({t})" for t in targets) + ". IOPS for random jobs, MiB/s for sequential ones.",
         "",
@@ -491,6 +500,7 @@ def main(argv):
     vr.add_argument("--jobs", required=True, help="comma list, in table order")
     vr.add_argument("--runtime", required=True)
     vr.add_argument("--size", required=True)
+    vr.add_argument("--repeat", type=int, default=1)
     vr.add_argument("--guest", default="", help="the guest, as the report's heading describes it")
     vr.add_argument("targets", nargs="+")
     ch = sub.add_parser("chart", help="a clustered bar chart of a report's data file (gnuplot)")
@@ -517,7 +527,8 @@ def main(argv):
             sys.exit(str(e))
     elif a.cmd == "vhost-report":
         write_report(a.out, a.stem, *vhost_report(read_vhost_results(a.results), a.targets, a.jobs.split(","),
-                                                  runtime=a.runtime, size=a.size, guest=a.guest))
+                                                  runtime=a.runtime, size=a.size, repeat=a.repeat,
+                                                  guest=a.guest))
     elif a.cmd == "chart":
         draw_chart(a.dat, a.png, a.title, a.ylabel)
     elif a.cmd == "rate":

@@ -213,6 +213,28 @@ class VhostReportTest(unittest.TestCase):
         self.assertEqual(chart.splitlines()[0], "job\tpmemblk vhost\tqemu-storage-daemon vhost\tpmemblk NBD (QEMU client)")
         self.assertEqual(chart.splitlines()[2], "read-2m-qd4-1j\t1.500\t1.000\t0.750")
 
+    def test_rounds_of_a_cell_are_reduced_to_their_medians_and_a_failed_round_fails_the_cell(self):
+        with tempfile.TemporaryDirectory() as d:
+            cells = br.read_vhost_results(results_file(d, "".join("\t".join(r) + "\n" for r in [
+                ("randread-4k-qd32-1j", "pmemblk", "9000.0", "35.2", "20.00", "-", "0", "10"),
+                ("randread-4k-qd32-1j", "pmemblk", "12000.0", "46.9", "10.00", "-", "0", "30"),
+                ("randread-4k-qd32-1j", "pmemblk", "11000.0", "43.0", "40.00", "-", "0", "20"),
+                ("read-2m-qd4-1j", "pmemblk-dma", "2.0", "3100.0", "300.00", "0.050", "99", "100"),
+                ("read-2m-qd4-1j", "pmemblk-dma", "2.0", "3200.0", "300.00", "0.150", "97", "100"),
+                ("read-2m-qd4-1j", "qsd", "1.0", "2000.0", "500.00", "-", "0", "100"),
+                ("read-2m-qd4-1j", "qsd", "FAIL")])))
+        # Each field on its own: IOPS 11000 of 9000/11000/12000, CPU 20 of 10/20/40, bytes 20 of 10/20/30.
+        self.assertEqual(cells[("randread-4k-qd32-1j", "pmemblk")], (11000.0, 43.0, 20.0, None, 0, 20))
+        self.assertEqual(cells[("read-2m-qd4-1j", "pmemblk-dma")], (2.0, 3150.0, 300.0, 0.1, 98, 100))
+        self.assertIsNone(cells[("read-2m-qd4-1j", "qsd")], "a failed round: the cell is not judged on the others")
+
+    def test_the_heading_says_how_many_rounds_the_medians_are_of(self):
+        with tempfile.TemporaryDirectory() as d:
+            cells = br.read_vhost_results(results_file(d, "".join("\t".join(r) + "\n" for r in self.ROWS)))
+        lines, _ = br.vhost_report(cells, ["pmemblk", "qsd"], ["randread-4k-qd32-1j"], runtime="5", size="1G",
+                                   repeat=3, now=NOW)
+        self.assertIn("3 round(s), the median shown", "\n".join(lines))
+
     def test_offload_above_the_bar_is_bold(self):
         rows = [r if r[1] != "pmemblk-dma" else r[:5] + ("0.200",) + r[6:] for r in self.ROWS]
         # 0.2 / 0.5 = 0.40

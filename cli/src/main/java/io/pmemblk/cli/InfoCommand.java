@@ -66,6 +66,7 @@ final class InfoCommand implements Callable<Integer> {
         System.out.println("dma.channels=" + s.get(Settings.DMA_CHANNELS));
         System.out.println("route.dma.min-bytes=" + s.text(Settings.ROUTE_DMA_MIN_BYTES));
         System.out.println("route.dma.min-segments=" + s.text(Settings.ROUTE_DMA_MIN_SEGMENTS));
+        System.out.println("route.dma.bounce=" + s.get(Settings.ROUTE_DMA_BOUNCE));
         System.out.println("queues=" + s.get(Settings.QUEUES));
         System.out.println("queue.depth=" + s.get(Settings.QUEUE_DEPTH));
         System.out.println("nbd.export=" + s.get(Settings.NBD_EXPORT));

@@ -38,7 +38,7 @@ import java.util.concurrent.LinkedBlockingQueue;
         description = "Serve the persistent-memory device over NBD (unix socket and TCP), with ublk.enabled=true as"
                 + " /dev/ublkbN, and with vhost.socket=PATH to a QEMU guest as a vhost-user-blk disk. Stops cleanly"
                 + " on SIGTERM/SIGINT; SIGHUP re-reads --config and applies the keys that can change live"
-                + " (route.dma.min-bytes, route.dma.min-segments, nbd.stall-timeout, log.level).")
+                + " (route.dma.min-bytes, route.dma.min-segments, route.dma.bounce, nbd.stall-timeout, log.level).")
 final class ServeCommand implements Callable<Integer> {
     private static final System.Logger LOG = System.getLogger("pmemblk");
     /**
@@ -295,6 +295,7 @@ final class ServeCommand implements Callable<Integer> {
         return "serving " + String.join(" ", exports) + "; dma.engine=" + s.text(Settings.DMA_ENGINE)
                 + " route.dma.min-bytes=" + s.text(Settings.ROUTE_DMA_MIN_BYTES)
                 + " route.dma.min-segments=" + s.text(Settings.ROUTE_DMA_MIN_SEGMENTS)
+                + " route.dma.bounce=" + s.get(Settings.ROUTE_DMA_BOUNCE)
                 + " nbd.stall-timeout=" + s.text(Settings.NBD_STALL_TIMEOUT) + "s log.level=" + s.text(Settings.LOG_LEVEL);
     }
 

@@ -539,7 +539,7 @@ public final class PmemBlockDriver implements BlockDriver {
 
         @Override
         public long length(int i) {
-            return request.iov(i).byteSize();
+            return request.iovLength(i);
         }
     }
 
@@ -662,7 +662,7 @@ public final class PmemBlockDriver implements BlockDriver {
         IovaSpace space = engine.iovaSpace();
         for (int i = 0, n = r.iovCount(); i < n; i++) {
             try {
-                space.translate(r.iovIova(i), r.iov(i).byteSize());
+                space.translate(r.iovIova(i), r.iovLength(i));
             } catch (IovaFault f) {
                 return false;
             }
@@ -838,12 +838,11 @@ public final class PmemBlockDriver implements BlockDriver {
             return false;
         }
         for (int i = 0, n = r.iovCount(); i < n; i++) {
-            MemorySegment piece = r.iov(i);
             long at = r.offset + r.iovOffset(i);
             if (write) {
-                region.write(piece, 0, at, piece.byteSize());
+                region.write(r.iovMapping(i), r.iovStart(i), at, r.iovLength(i));
             } else {
-                region.read(at, piece, 0, piece.byteSize());
+                region.read(at, r.iovMapping(i), r.iovStart(i), r.iovLength(i));
             }
         }
         return true;

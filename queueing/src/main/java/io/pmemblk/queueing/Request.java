@@ -63,6 +63,8 @@ public final class Request {
     private boolean callerMemory;
     /** The pieces, their engine addresses and where each starts in the request's data (null until first used). */
     private MemorySegment[] iovs;
+    private long[] iovStarts;
+    private long[] iovLengths;
     private long[] iovIovas;
     private long[] iovOffsets;
     private int iovCount;
@@ -172,6 +174,8 @@ public final class Request {
     void useCallerMemory() {
         if (iovs == null) {
             iovs = new MemorySegment[HardwareQueue.MAX_IOVS];
+            iovStarts = new long[HardwareQueue.MAX_IOVS];
+            iovLengths = new long[HardwareQueue.MAX_IOVS];
             iovIovas = new long[HardwareQueue.MAX_IOVS];
             iovOffsets = new long[HardwareQueue.MAX_IOVS];
         }
@@ -183,17 +187,24 @@ public final class Request {
         return callerMemory;
     }
 
+    /** {@link #addIov(MemorySegment, long, long, long)} of the whole of {@code data}. */
+    public void addIov(MemorySegment data, long iova) {
+        addIov(data, 0, data.byteSize(), iova);
+    }
+
     /**
-     * Appends the next piece of a caller-memory request's data: {@code data} holds the bytes at the request's
-     * data offset {@link #iovBytes()} (so the pieces, in the order added, cover {@link #length}); {@code iova} is
-     * the address the DMA engine reaches {@code data} at ({@link BlockDriver#registerMemory}'s base plus the
-     * offset in the region), or {@link #NO_IOVA}. The segment is a view the request only holds until its release.
+     * Appends the next piece of a caller-memory request's data: bytes [start, start + length) of {@code mapping}
+     * hold the bytes at the request's data offset {@link #iovBytes()} (so the pieces, in the order added, cover
+     * {@link #length}); {@code iova} is the address the DMA engine reaches that first byte at
+     * ({@link BlockDriver#registerMemory}'s base plus the offset in the region), or {@link #NO_IOVA}. The mapping
+     * and a place in it, not a slice of it: a frontend adds pieces per request and allocates nothing for them. The
+     * request holds the mapping only until its release.
      * @throws IllegalStateException when the request is not caller memory, or holds {@link HardwareQueue#MAX_IOVS}
      *         pieces already (nothing is added)
-     * @throws IllegalArgumentException when the piece is empty or would run past {@link #length}, or the iova is
-     *         negative and not {@link #NO_IOVA} (nothing is added)
+     * @throws IllegalArgumentException when the piece is empty, is not inside {@code mapping}, or would run past
+     *         {@link #length}, or the iova is negative and not {@link #NO_IOVA} (nothing is added)
      */
-    public void addIov(MemorySegment data, long iova) {
+    public void addIov(MemorySegment mapping, long start, long length, long iova) {
         int n = iovCount;
         if (!callerMemory) {
             throw new IllegalStateException(this + ": addIov on a request with pool buffers; allowed only on one"
@@ -203,19 +214,24 @@ public final class Request {
             throw new IllegalStateException(this + " already holds " + n + " pieces: at most HardwareQueue.MAX_IOVS ("
                     + HardwareQueue.MAX_IOVS + ") per request; the frontend bounds its chains below that");
         }
-        long len = data.byteSize();
-        if (len == 0 || len > length - iovBytes) {
-            throw new IllegalArgumentException(this + ": piece " + n + " of " + len + " bytes after " + iovBytes
-                    + " bytes; allowed: 1.." + (length - iovBytes) + " bytes (the pieces add up to the length)");
+        if (length <= 0 || length > this.length - iovBytes) {
+            throw new IllegalArgumentException(this + ": piece " + n + " of " + length + " bytes after " + iovBytes
+                    + " bytes; allowed: 1.." + (this.length - iovBytes) + " bytes (the pieces add up to the length)");
+        }
+        if (start < 0 || start > mapping.byteSize() - length) {
+            throw new IllegalArgumentException(this + ": piece " + n + " at " + start + " + " + length + " bytes of a "
+                    + mapping.byteSize() + "-byte mapping; allowed: inside the mapping");
         }
         if (iova < 0 && iova != NO_IOVA) {
             throw new IllegalArgumentException(this + ": piece " + n + " at iova 0x" + Long.toHexString(iova)
                     + "; allowed: an address from BlockDriver.registerMemory, or Request.NO_IOVA");
         }
-        iovs[n] = data;
+        iovs[n] = mapping;
+        iovStarts[n] = start;
+        iovLengths[n] = length;
         iovIovas[n] = iova;
         iovOffsets[n] = iovBytes;
-        iovBytes += len;
+        iovBytes += length;
         iovCount = n + 1;
         if (iova == NO_IOVA) {
             iovUnreachable = true;
@@ -227,9 +243,19 @@ public final class Request {
         return iovCount;
     }
 
-    /** Piece i (a view of the caller's memory). */
-    public MemorySegment iov(int i) {
+    /** The mapping piece i lies in (caller memory). */
+    public MemorySegment iovMapping(int i) {
         return iovs[i];
+    }
+
+    /** Where piece i starts in {@link #iovMapping}. */
+    public long iovStart(int i) {
+        return iovStarts[i];
+    }
+
+    /** Bytes of piece i. */
+    public long iovLength(int i) {
+        return iovLengths[i];
     }
 
     /** The engine address of piece i, or {@link #NO_IOVA}. */
@@ -366,7 +392,7 @@ public final class Request {
         }
         b.append(" [");
         for (int i = 0, n = Math.min(iovCount, IOVS_SHOWN); i < n; i++) {
-            b.append(i == 0 ? "" : ", ").append(iovs[i].byteSize()).append('@')
+            b.append(i == 0 ? "" : ", ").append(iovLengths[i]).append('@')
                     .append(iovIovas[i] == NO_IOVA ? "no-iova" : "0x" + Long.toHexString(iovIovas[i]));
         }
         if (iovCount > IOVS_SHOWN) {

@@ -76,6 +76,11 @@ class CallerMemoryRequestsTest {
         assertTrue(past.getMessage().contains("allowed: 1..40 bytes"), past.getMessage());
         assertThrows(IllegalArgumentException.class, () -> s.addIov(guest.asSlice(100, 0), 0x10_0100));
         assertThrows(IllegalArgumentException.class, () -> s.addIov(guest.asSlice(100, 40), -7));
+        long size = guest.byteSize();
+        IllegalArgumentException outside = assertThrows(IllegalArgumentException.class,
+                () -> s.addIov(guest, size - 20, 40, 0x10_0100));
+        assertTrue(outside.getMessage().contains("allowed: inside the mapping"), outside.getMessage());
+        assertThrows(IllegalArgumentException.class, () -> s.addIov(guest, -1, 40, 0x10_0100));
         assertEquals(1, s.iovCount());
         assertTrue(s.iovsReachable());
         s.addIov(guest.asSlice(200, 40), Request.NO_IOVA);

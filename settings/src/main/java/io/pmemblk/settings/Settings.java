@@ -199,10 +199,11 @@ public final class Settings {
             "Largest virtqueue a vhost-user-blk guest may program (QEMU's queue-size, 128 by default, at most this;"
                     + " 1024 is QEMU's own limit).", t -> intRange(t, 1, 1024));
     public static final Key<Integer> VHOST_BUSY_POLL = Key.of("vhost.busy-poll", "20", "microseconds 0..1000 (0 = off)",
-            "How long a vhost-user-blk queue thread polls the guest's ring for more requests after work before it"
-                    + " re-arms the guest's kick and sleeps on it: a kick costs the guest an exit and the thread a"
-                    + " wake-up. Where the host's CPUs are few and shared with the guest's vCPUs, polling takes CPU"
-                    + " from the guest: 0 turns it off.", t -> intRange(t, 0, 1000));
+            "The longest a vhost-user-blk queue thread polls the guest's empty ring before it re-arms the guest's"
+                    + " kick and sleeps on it: a kick costs the guest an exit and the thread a wake-up. Each queue's"
+                    + " window adapts between 0 and this to the gaps between the guest's requests, and at most"
+                    + " cores - 1 queue threads poll at once, so polling takes little CPU from the guest's vCPUs"
+                    + " when it cannot catch a request; 0 turns it off.", t -> intRange(t, 0, 1000));
     public static final Key<LogLevel> LOG_LEVEL = Key.of("log.level", "info", "error, warning, info, debug or trace",
             "Least severe log records written to stderr (the journal, under systemd); debug adds one line per"
                     + " connection's negotiated options.", t -> choice(t, LogLevel.class));

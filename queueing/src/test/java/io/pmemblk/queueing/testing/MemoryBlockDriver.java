@@ -281,7 +281,7 @@ public final class MemoryBlockDriver implements BlockDriver {
                         return Status.EINVAL;
                     }
                     for (int i = 0; i < r.iovCount(); i++) {
-                        MemorySegment.copy(memory, r.offset + r.iovOffset(i), r.iov(i), 0, r.iov(i).byteSize());
+                        MemorySegment.copy(memory, r.offset + r.iovOffset(i), r.iovMapping(i), r.iovStart(i), r.iovLength(i));
                     }
                     break;
                 }
@@ -300,7 +300,7 @@ public final class MemoryBlockDriver implements BlockDriver {
                         return Status.EINVAL;
                     }
                     for (int i = 0; i < r.iovCount(); i++) {
-                        MemorySegment.copy(r.iov(i), 0, memory, r.offset + r.iovOffset(i), r.iov(i).byteSize());
+                        MemorySegment.copy(r.iovMapping(i), r.iovStart(i), memory, r.offset + r.iovOffset(i), r.iovLength(i));
                     }
                 } else {
                     long off = r.offset;

@@ -39,10 +39,12 @@ import java.util.function.Supplier;
  * answered at all: the queue breaks.
  *
  * <h2>Polling</h2>
- * After work the thread polls avail.idx for {@code pollNanos} before it re-arms kicks and sleeps: a kick costs the
- * guest a VM exit and this thread a wake-up (together several microseconds), and at queue depth 1 the next request
- * typically follows within tens of microseconds. {@link #DEFAULT_POLL_NANOS} is 20 us: long enough to catch a
- * guest's next request at low depth, short enough not to take a 2-core host's CPU from the vCPUs when idle.
+ * When the ring is empty the thread polls avail.idx for its {@link RingPolling} window before it re-arms kicks and
+ * sleeps: a kick costs the guest a VM exit and this thread a wake-up (together several microseconds), and when the
+ * guest's requests come close together the next one is caught without either. The window adapts to the gaps it
+ * sees (0 up to {@code vhost.busy-poll}, {@link #DEFAULT_POLL_NANOS} by default) and at most cores - 1 queue
+ * threads of the server poll at once, so that on a host whose few CPUs the guest's vCPUs share, polling does not
+ * take their CPU when it cannot catch anything.
  */
 public final class VhostBlkQueue {
     private static final System.Logger LOG = System.getLogger(VhostBlkQueue.class.getName());
@@ -51,6 +53,14 @@ public final class VhostBlkQueue {
     static final int KICK_WAIT_MILLIS = 100;
     /** stop(): how long the thread may take to leave its loop, and in-flight requests to complete. */
     static final long STOP_MILLIS = 5_000, DRAIN_MILLIS = 10_000;
+    /**
+     * Chains per dispatch: on the CPU route requests complete inside the dispatch, and the guest sees none of a
+     * batch's completions until it ends. A whole ring's worth at once (32 at QD32) keeps the guest's vCPU waiting
+     * for the last copy before it can handle the first completion; a few at a time lets it complete and submit
+     * while this thread copies the next few, as qemu-storage-daemon does completing each request on its own. Still
+     * a batch: one doorbell for the DMA engine, one publish and at most one interrupt per {@code BATCH} requests.
+     */
+    static final int BATCH = 8;
     /** Pieces a chain may have besides its data: header and status, each possibly split once. */
     private static final int CHAIN_SLACK = 4;
 
@@ -61,7 +71,7 @@ public final class VhostBlkQueue {
     private final FrontendQueue frontend;
     private final Supplier<GuestMemory> memory;
     private final BlkDevice device;
-    private final long pollNanos;
+    private final RingPolling.Window polling;
     private final long maxDataBytes;
     private final Virtqueue vq;
     private final Chain chain = new Chain(HardwareQueue.MAX_IOVS + CHAIN_SLACK);
@@ -81,12 +91,12 @@ public final class VhostBlkQueue {
     private boolean signalFailed;
 
     /** With the default polling; see {@link #VhostBlkQueue(int, int, long, long, long, int, long, EventFd, EventFd,
-     *  FrontendQueue, Supplier, MemorySegment, BlkDevice, long)}. */
+     *  FrontendQueue, Supplier, MemorySegment, BlkDevice, RingPolling)}. */
     public VhostBlkQueue(int index, int size, long descUser, long availUser, long usedUser, int baseIndex,
                          long features, EventFd kick, EventFd call, FrontendQueue frontend,
                          Supplier<GuestMemory> memory, MemorySegment inflight, BlkDevice device) {
         this(index, size, descUser, availUser, usedUser, baseIndex, features, kick, call, frontend, memory, inflight,
-                device, DEFAULT_POLL_NANOS);
+                device, new RingPolling(DEFAULT_POLL_NANOS, RingPolling.defaultMaxPollers()));
     }
 
     /**
@@ -95,13 +105,13 @@ public final class VhostBlkQueue {
      * @param features  the negotiated virtio features
      * @param call      the call eventfd, or null when the queue has no interrupt vector
      * @param inflight  this queue's slice of the inflight region (its desc_num written), or null
-     * @param pollNanos how long to poll after work before sleeping on the kick (0: never poll)
+     * @param polling   the server's polling bounds, of which this queue takes one window
      * @throws IllegalArgumentException when a ring is outside guest memory or misaligned, or the size is not 1..32768
      * @throws IllegalStateException when the inflight region contradicts the ring
      */
     public VhostBlkQueue(int index, int size, long descUser, long availUser, long usedUser, int baseIndex,
                          long features, EventFd kick, EventFd call, FrontendQueue frontend,
-                         Supplier<GuestMemory> memory, MemorySegment inflight, BlkDevice device, long pollNanos) {
+                         Supplier<GuestMemory> memory, MemorySegment inflight, BlkDevice device, RingPolling polling) {
         if (size < 1 || size > SplitRing.MAX_SIZE) {
             throw new IllegalArgumentException("virtqueue " + index + " size " + size + ": allowed 1.." + SplitRing.MAX_SIZE);
         }
@@ -112,7 +122,7 @@ public final class VhostBlkQueue {
         this.frontend = frontend;
         this.memory = memory;
         this.device = device;
-        this.pollNanos = pollNanos;
+        this.polling = polling.window();
         this.maxDataBytes = frontend.queue().maxRequestBytes();
         GuestMemory mem = memory.get();
         boolean eventIdx = (features & VirtioFeatures.bit(VirtioFeatures.RING_EVENT_IDX)) != 0;
@@ -224,25 +234,22 @@ public final class VhostBlkQueue {
     private void run() {
         try {
             vq.disableKicks();
-            long lastWork = System.nanoTime();
             while (running) {
                 if (processBatch() > 0) {
-                    lastWork = System.nanoTime();
                     continue;
                 }
-                if (System.nanoTime() - lastWork < pollNanos) {
-                    Thread.onSpinWait();
-                    continue;
+                long idleFrom = System.nanoTime();
+                if (!pollRing(idleFrom)) {
+                    if (vq.enableKicks()) { // a request came as the kick was re-armed: no kick will say so
+                        vq.disableKicks();
+                    } else {
+                        if (kick.await(KICK_WAIT_MILLIS)) {
+                            kick.drain();
+                        }
+                        vq.disableKicks();
+                    }
                 }
-                if (vq.enableKicks()) {
-                    vq.disableKicks();
-                    continue;
-                }
-                if (kick.await(KICK_WAIT_MILLIS)) {
-                    kick.drain();
-                }
-                vq.disableKicks();
-                lastWork = System.nanoTime();
+                polling.idled(System.nanoTime() - idleFrom);
             }
         } catch (BrokenRingException e) {
             breaks(e.getMessage(), null);
@@ -265,8 +272,30 @@ public final class VhostBlkQueue {
     }
 
     /**
-     * Pops what is available (at most a batch of the frontend's depth), submits it, dispatches once and publishes
-     * the queue thread's own completions once.
+     * Polls avail.idx for this queue's window, when it has one and one of the server's polling places is free.
+     * @return true when a request is available (no need to re-arm the kick)
+     */
+    private boolean pollRing(long from) {
+        if (!polling.beginPoll()) {
+            return false;
+        }
+        try {
+            long window = polling.nanos();
+            do {
+                Thread.onSpinWait();
+                if (vq.hasAvailable()) {
+                    return true;
+                }
+            } while (System.nanoTime() - from < window);
+            return false;
+        } finally {
+            polling.endPoll();
+        }
+    }
+
+    /**
+     * Pops what is available (at most {@link #BATCH} chains, and no more than the frontend's free tags), submits
+     * them, dispatches once and publishes the queue thread's own completions once.
      */
     private int processBatch() throws BrokenRingException, InterruptedException {
         if (!vq.hasAvailable()) {
@@ -276,7 +305,7 @@ public final class VhostBlkQueue {
         int n = 0;
         vq.beginBatch();
         try {
-            while (!frontend.full() && vq.pop(mem, chain)) {
+            while (n < BATCH && !frontend.full() && vq.pop(mem, chain)) {
                 n++;
                 submit(chain);
             }
@@ -401,7 +430,7 @@ public final class VhostBlkQueue {
             }
             long take = Math.min(len - skip, left);
             long iova = c.iova(i);
-            r.addIov(c.mapping(i).asSlice(off + skip, take), iova == Request.NO_IOVA ? iova : iova + skip);
+            r.addIov(c.mapping(i), off + skip, take, iova == Request.NO_IOVA ? iova : iova + skip);
             skip = 0;
             left -= take;
         }

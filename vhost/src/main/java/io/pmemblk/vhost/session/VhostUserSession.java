@@ -9,6 +9,7 @@ import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.vhost.VhostUserBlkConfig;
 import io.pmemblk.vhost.blk.BlkDevice;
+import io.pmemblk.vhost.blk.RingPolling;
 import io.pmemblk.vhost.blk.VhostBlkQueue;
 import io.pmemblk.vhost.blk.VirtioBlkConfig;
 import io.pmemblk.vhost.memory.GuestMemory;
@@ -61,6 +62,8 @@ public final class VhostUserSession implements Runnable {
 
     private final VhostUserChannel channel;
     private final VhostUserBlkConfig config;
+    /** One session at a time per server, so its queues' polling bound is the server's. */
+    private final RingPolling polling;
     private final BlockLayer layer;
     private final BlkDevice device;
     private final String name;
@@ -112,6 +115,7 @@ public final class VhostUserSession implements Runnable {
         this.device = device;
         this.name = name;
         this.offeredFeatures = RING_FEATURES | VirtioBlkConfig.features(device);
+        this.polling = new RingPolling(config.pollNanos(), RingPolling.defaultMaxPollers());
         this.vrings = new Vring[config.queues()];
         for (int i = 0; i < vrings.length; i++) {
             vrings[i] = new Vring();
@@ -583,7 +587,7 @@ public final class VhostUserSession implements Runnable {
         VhostBlkQueue q;
         try {
             q = new VhostBlkQueue(index, v.num, v.desc, v.avail, v.used, v.base, features, v.kick, v.call, submit,
-                    this::memory, inflightSlice, device, config.pollNanos());
+                    this::memory, inflightSlice, device, polling);
         } catch (IllegalArgumentException | IllegalStateException e) {
             throw new Refusal("vring " + index + " cannot start: " + e.getMessage()); // rings, or the inflight state
         }

@@ -1,0 +1,83 @@
+package io.pmemblk.vhost.blk;
+
+import org.junit.jupiter.api.Test;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+class RingPollingTest {
+    private static final long MAX = 20_000;
+
+    @Test
+    void aWindowStartsClosedAndGrowsWhileTheGapsAreShorterThanTheMaximum() {
+        RingPolling.Window w = new RingPolling(MAX, 1).window();
+        assertEquals(0, w.nanos(), "no polling before a gap says it would pay");
+        assertFalse(w.beginPoll(), "a closed window takes no polling place");
+        w.idled(10_000);
+        assertEquals(RingPolling.START_NANOS, w.nanos());
+        w.idled(10_000);
+        assertEquals(2 * RingPolling.START_NANOS, w.nanos());
+        w.idled(10_000);
+        assertEquals(4 * RingPolling.START_NANOS, w.nanos());
+        w.idled(10_000);
+        assertEquals(16_000, w.nanos(), "16 us: gaps of 10 us are inside it now");
+        w.idled(19_000);
+        assertEquals(MAX, w.nanos(), "never above the maximum");
+        w.idled(19_000);
+        assertEquals(MAX, w.nanos());
+    }
+
+    @Test
+    void aGapThatPollingCaughtLeavesTheWindowAlone() {
+        RingPolling.Window w = new RingPolling(MAX, 1).window();
+        w.idled(10_000);
+        w.idled(10_000);
+        long open = w.nanos();
+        w.idled(open - 1);
+        w.idled(open);
+        assertEquals(open, w.nanos());
+    }
+
+    @Test
+    void aGapLongerThanTheMaximumClosesTheWindow() {
+        RingPolling.Window w = new RingPolling(MAX, 1).window();
+        for (int i = 0; i < 8; i++) {
+            w.idled(19_000);
+        }
+        assertEquals(MAX, w.nanos());
+        w.idled(MAX + 1);
+        assertEquals(0, w.nanos(), "an idle guest: polling would only burn the vCPUs' CPU");
+    }
+
+    @Test
+    void withPollingOffTheWindowNeverOpens() {
+        RingPolling.Window w = new RingPolling(0, 1).window();
+        w.idled(1);
+        w.idled(1_000);
+        assertEquals(0, w.nanos());
+        assertFalse(w.beginPoll());
+    }
+
+    @Test
+    void atMostMaxPollersPollAtOnceAndAPlaceIsGivenBack() {
+        RingPolling polling = new RingPolling(MAX, 1);
+        RingPolling.Window a = polling.window(), b = polling.window();
+        a.idled(1_000);
+        b.idled(1_000);
+        assertTrue(a.beginPoll());
+        assertFalse(b.beginPoll(), "the one place is a's");
+        assertEquals(1, polling.polling());
+        a.endPoll();
+        assertTrue(b.beginPoll(), "a gave it back");
+        b.endPoll();
+        assertEquals(0, polling.polling());
+    }
+
+    @Test
+    void badBoundsAreRefused() {
+        assertThrows(IllegalArgumentException.class, () -> new RingPolling(-1, 1));
+        assertThrows(IllegalArgumentException.class, () -> new RingPolling(MAX, 0));
+    }
+}
