@@ -37,7 +37,7 @@ import static org.assertj.core.api.Assertions.assertThat;
  * write-back and a drain on the same thread).
  */
 class BttCrashTest {
-    static final int LANES = 3, OPS_PER_LANE = 25, LBAS = 12;
+    static final int LANES = 4, OPS_PER_LANE = 40, LBAS = 12;
     static final AtomicInteger CHECKED = new AtomicInteger();
 
     @TempDir
@@ -47,7 +47,9 @@ class BttCrashTest {
         List<Object[]> l = new ArrayList<>();
         for (String model : new String[]{"page cache", "pmem"}) {
             for (int sector : new int[]{4096, 512}) {
-                l.add(new Object[]{model, sector, (long) sector + model.length()});
+                for (long seed = 1; seed <= 2; seed++) {
+                    l.add(new Object[]{model, sector, seed * 7919 + sector + model.length()});
+                }
             }
         }
         return l.stream();
@@ -88,7 +90,7 @@ class BttCrashTest {
         }
     }
 
-    @ParameterizedTest(name = "{0}, sector {1}")
+    @ParameterizedTest(name = "{0}, sector {1}, seed {2}")
     @MethodSource("cases")
     void everySectorIsOldOrNewAfterEveryCrash(String modelName, int sector, long seed) throws Exception {
         try (Pools.Mapped m = Pools.map(dir.resolve("p.blk"), Pools.MIN_POOL)) {

@@ -271,6 +271,99 @@ class BttTest {
     }
 
     /**
+     * A write torn after its flog entry (durable) and before its map store: open completes it. Torn one step
+     * earlier (the flog entry's first half only, no seq): the old data stays and the lane's free block too.
+     */
+    @Test
+    void openCompletesAWriteWhoseFlogEntryIsDurableAndLeavesAHalfLoggedOne() throws Exception {
+        try (Pools.Mapped m = Pools.map(dir.resolve("p.blk"), Pools.MIN_POOL); Arena arena = Arena.ofConfined()) {
+            MemorySegment pool = m.memory();
+            Btt btt = Btt.format(pool, Pools.pageCache(), 4096, 1);
+            BttLayout.Arena g = BttLayout.arena(BttLayout.ARENA_MIN_SIZE, 4096, 0);
+            MemorySegment buf = arena.allocate(4096, 4096);
+            fill(buf, 4, 1);
+            btt.write(0, 4, buf); // lane 0: slot 1 current (seq 2), its free block is LBA 4's initial block, 4
+            long mapAt = ARENA0 + g.mapOff() + 4 * 4, pair = ARENA0 + g.flogOff();
+            int mapped = pool.get(BttLayout.U32, mapAt);
+            int free = pool.get(BttLayout.U32, pair + 16 + 4) & BttLayout.MAP_LBA_MASK;
+            assertThat(free).isEqualTo(4);
+
+            // what write() does up to the map store: the data into the free block, the flog entry into slot 0
+            fill(buf, 4, 2);
+            MemorySegment.copy(buf, 0, pool, ARENA0 + g.dataOff() + (long) free * 4096, 4096);
+            pool.set(BttLayout.U32, pair, 4);
+            pool.set(BttLayout.U32, pair + 4, mapped);
+            pool.set(BttLayout.U32, pair + 8, free | BttLayout.MAP_NORMAL);
+            pool.set(BttLayout.U32, pair + 12, 3);
+            Btt recovered = Btt.open(pool, Pools.pageCache(), 1);
+            assertThat(recovered.notes()).singleElement().asString().contains("completed the interrupted write of block 4");
+            assertThat(pool.get(BttLayout.U32, mapAt)).isEqualTo(free | BttLayout.MAP_NORMAL);
+            recovered.read(0, 4, buf);
+            assertThat(verify(buf, 4)).isEqualTo(2);
+            assertThat(recovered.check()).isEmpty();
+
+            // torn before the seq: slot 1 gets {lba, old_map} of a new swap but keeps its old seq 2
+            int now = pool.get(BttLayout.U32, mapAt);
+            int lane0Free = pool.get(BttLayout.U32, pair + 4) & BttLayout.MAP_LBA_MASK; // slot 0 is current: old_map
+            fill(buf, 4, 3);
+            MemorySegment.copy(buf, 0, pool, ARENA0 + g.dataOff() + (long) lane0Free * 4096, 4096);
+            pool.set(BttLayout.U32, pair + 16, 4);
+            pool.set(BttLayout.U32, pair + 16 + 4, now);
+            Btt untouched = Btt.open(pool, Pools.pageCache(), 1);
+            assertThat(untouched.notes()).isEmpty();
+            untouched.read(0, 4, buf);
+            assertThat(verify(buf, 4)).as("the half-logged write never happened").isEqualTo(2);
+            assertThat(untouched.check()).isEmpty();
+            fill(buf, 4, 4);
+            untouched.write(0, 4, buf); // the lane goes on from the entry that is current
+            untouched.read(0, 4, buf);
+            assertThat(verify(buf, 4)).isEqualTo(4);
+            assertThat(untouched.check()).isEmpty();
+        }
+    }
+
+    /** A lane entered while it is busy (here: from inside its own write's persistence step) is refused, not shared. */
+    @Test
+    void aBusyLaneIsRefused() throws Exception {
+        try (Pools.Mapped m = Pools.map(dir.resolve("p.blk"), Pools.MIN_POOL); Arena arena = Arena.ofConfined()) {
+            Btt.format(m.memory(), Pools.pageCache(), 4096, 2);
+            MemorySegment other = arena.allocate(4096, 4096);
+            Btt[] btt = new Btt[1];
+            List<Throwable> inside = new ArrayList<>();
+            io.pmemblk.pmem.Persistence reentering = new io.pmemblk.pmem.Persistence() {
+                final io.pmemblk.pmem.Persistence real = Pools.none();
+
+                @Override public boolean flushesCaches() { return false; }
+                @Override public void copy(MemorySegment src, MemorySegment dst) { real.copy(src, dst); }
+                @Override public void fill(MemorySegment dst, byte value) { real.fill(dst, value); }
+                @Override public void writeBack(MemorySegment range) { real.writeBack(range); }
+                @Override public void drain() { real.drain(); }
+                @Override public void syncCreated(io.pmemblk.posix.TrustedFile f) { }
+
+                @Override
+                public void sync(MemorySegment range) throws IOException {
+                    if (btt[0] != null && inside.isEmpty()) {
+                        try {
+                            btt[0].read(0, 1, other);
+                        } catch (Throwable t) {
+                            inside.add(t);
+                        }
+                        btt[0].read(1, 1, other); // another lane is free to go
+                    }
+                }
+            };
+            btt[0] = Btt.open(m.memory(), reentering, 2);
+            MemorySegment buf = arena.allocate(4096, 4096);
+            fill(buf, 1, 1);
+            btt[0].write(0, 1, buf);
+            assertThat(inside).singleElement().isInstanceOf(IllegalStateException.class);
+            assertThat(inside.getFirst()).hasMessageContaining("lane 0 is in use by another caller");
+            btt[0].read(0, 1, other); // free again once the write returned
+            assertThat(verify(other, 1)).isEqualTo(1);
+        }
+    }
+
+    /**
      * Writers on their own lanes (each LBA has one writer, and a few LBAs are written by all) while readers on
      * other lanes check every block they read is whole: without the read-tracking table a writer reuses a block a
      * reader is still copying, and the reader sees a torn or foreign block. No persistence cost, so blocks are
