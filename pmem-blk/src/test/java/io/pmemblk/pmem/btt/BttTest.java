@@ -1,5 +1,7 @@
 package io.pmemblk.pmem.btt;
 
+import io.pmemblk.pmem.PmemRegion;
+import io.pmemblk.pmem.RegionPorts;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -93,6 +95,37 @@ class BttTest {
             }
             assertThat(m.memory().get(BttLayout.U32, BttLayout.BLK_BSIZE)).isEqualTo(sector);
             assertThat(again.check()).isEmpty();
+        }
+    }
+
+    /** Over a region mapped as the server maps it, through the port it chose (libpmem's or the JDK mapper's). */
+    @ParameterizedTest(name = "{0}")
+    @org.junit.jupiter.params.provider.EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
+    void overTheRegionsOwnPort(PmemRegion.Mapper mapper) throws Exception {
+        if (mapper == PmemRegion.Mapper.LIBPMEM) {
+            org.junit.jupiter.api.Assumptions.assumeTrue(RegionPorts.libpmemLoads(), "libpmem not installed");
+        }
+        Path file = dir.resolve("region.blk");
+        RegionPorts.Opened o = RegionPorts.open(file, Pools.MIN_POOL, mapper);
+        try (PmemRegion region = o.region(); Arena arena = Arena.ofConfined()) {
+            Btt btt = Btt.format(region.memory(), o.port(), 4096, 2);
+            MemorySegment buf = arena.allocate(4096, 4096);
+            for (long lba = 0; lba < 8; lba++) {
+                fill(buf, lba, lba + 1);
+                btt.write((int) (lba % 2), lba, buf);
+            }
+            btt.zero(1, 3);
+            assertThat(btt.check()).isEmpty();
+        }
+        RegionPorts.Opened again = RegionPorts.open(file, Pools.MIN_POOL, mapper);
+        try (PmemRegion region = again.region(); Arena arena = Arena.ofConfined()) {
+            Btt btt = Btt.open(region.memory(), again.port(), 1);
+            MemorySegment buf = arena.allocate(4096, 4096);
+            for (long lba = 0; lba < 8; lba++) {
+                btt.read(0, lba, buf);
+                assertThat(verify(buf, lba)).as("block " + lba).isEqualTo(lba == 3 ? 0 : lba + 1);
+            }
+            assertThat(btt.check()).isEmpty();
         }
     }
 
