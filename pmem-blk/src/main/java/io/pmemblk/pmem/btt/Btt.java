@@ -492,6 +492,10 @@ public final class Btt {
                     dst.fill((byte) 0);
                     return;
                 }
+                if ((entry & MAP_LBA_MASK) >= a.internalNlba) { // a corrupt map must not read the map or flog as data
+                    throw new IOException("block " + lba + " maps to internal block " + (entry & MAP_LBA_MASK)
+                            + ", beyond the arena's " + a.internalNlba + ": the map is corrupt (`pmempool check`)");
+                }
                 // Publish, then look again: a writer that remapped the LBA before it saw this slot may reuse the
                 // block, so only a map entry still unchanged after the publish makes the copy safe (volatile: the
                 // store must not pass the load).

@@ -303,6 +303,22 @@ class BttTest {
         }
     }
 
+    @Test
+    void aCorruptMapEntryIsAnErrorNotARead() throws Exception {
+        try (Pools.Mapped m = Pools.map(dir.resolve("p.blk"), Pools.MIN_POOL); Arena arena = Arena.ofConfined()) {
+            Btt btt = Btt.format(m.memory(), Pools.pageCache(), 4096, 1);
+            BttLayout.Arena g = BttLayout.arena(BttLayout.ARENA_MIN_SIZE, 4096, 0);
+            MemorySegment buf = arena.allocate(4096, 4096);
+            m.memory().set(BttLayout.U32, ARENA0 + g.mapOff() + 2 * 4, (g.internalNlba() + 5) | BttLayout.MAP_NORMAL);
+            assertThatThrownBy(() -> btt.read(0, 2, buf)).isInstanceOf(IOException.class)
+                    .hasMessageContaining("block 2 maps to internal block 4090, beyond the arena's 4085");
+            m.memory().set(BttLayout.U32, ARENA0 + g.mapOff() + 2 * 4, 2 | BttLayout.MAP_ERROR);
+            assertThatThrownBy(() -> btt.read(0, 2, buf)).isInstanceOf(IOException.class)
+                    .hasMessageContaining("ERROR flag");
+            assertThat(btt.check()).isEmpty(); // E with block 2: still block 2's own, referenced once
+        }
+    }
+
     /**
      * A write torn after its flog entry (durable) and before its map store: open completes it. Torn one step
      * earlier (the flog entry's first half only, no seq): the old data stays and the lane's free block too.
