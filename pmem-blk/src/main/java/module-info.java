@@ -8,4 +8,5 @@ module io.pmemblk.pmem {
     requires io.pmemblk.posix;
 
     exports io.pmemblk.pmem;
+    exports io.pmemblk.pmem.btt;
 }

@@ -42,7 +42,7 @@ import static java.lang.foreign.ValueLayout.JAVA_BYTE;
  * Content is taken when the durability step runs; a store racing with the step on another thread (two
  * overlapping requests in flight at once, which no block device orders) is not modelled.
  */
-final class CrashModel implements Persistence {
+public final class CrashModel implements Persistence {
     static final int PMEM_UNIT = 64, PAGE_UNIT = 4096;
 
     private final Persistence real;
@@ -52,19 +52,19 @@ final class CrashModel implements Persistence {
     private byte[] durable;
     private final Map<Long, BitSet> pending = new HashMap<>();
 
-    CrashModel(Persistence real) {
+    public CrashModel(Persistence real) {
         this.real = real;
         this.unit = real.flushesCaches() ? PMEM_UNIT : PAGE_UNIT;
     }
 
     /** Starts modelling {@code mapping} (before any I/O): what it holds now is durable. */
-    synchronized void attach(MemorySegment mapping) {
+    public synchronized void attach(MemorySegment mapping) {
         this.memory = mapping;
         this.base = mapping.address();
         this.durable = mapping.toArray(JAVA_BYTE);
     }
 
-    int unit() {
+    public int unit() {
         return unit;
     }
 
@@ -142,7 +142,7 @@ final class CrashModel implements Persistence {
      * image keeps the old or the new bytes, chosen by {@code rnd}. Call it holding this model's lock (through
      * {@link #atomically}) so that no durability step is half-applied.
      */
-    byte[] crashImage(Random rnd) {
+    public byte[] crashImage(Random rnd) {
         byte[] now = memory.toArray(JAVA_BYTE);
         byte[] image = durable.clone();
         for (int from = 0; from < image.length; from += unit) {
@@ -155,7 +155,7 @@ final class CrashModel implements Persistence {
     }
 
     /** Runs {@code r} with no persistence step in progress (the steps are serialised on this model). */
-    synchronized <T> T atomically(java.util.function.Supplier<T> r) {
+    public synchronized <T> T atomically(java.util.function.Supplier<T> r) {
         return r.get();
     }
 }

@@ -1,0 +1,756 @@
+package io.pmemblk.pmem.btt;
+
+import io.pmemblk.pmem.Persistence;
+
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.util.ArrayList;
+import java.util.BitSet;
+import java.util.List;
+import java.util.UUID;
+
+import static io.pmemblk.pmem.btt.BttLayout.*;
+
+/**
+ * A Block Translation Table over a mapped PMDK pmemblk pool: sector-atomic block writes on memory that tears at 8
+ * bytes. A write goes to a free block, then a flog entry names the swap, then one aligned 4-byte map store commits
+ * it; each step is durable (through the {@link Persistence} port) before the next, so a crash leaves every block
+ * wholly old or wholly new, and {@link #open} finishes a swap whose flog entry is durable but whose map store is not
+ * (PMDK btt.c btt_write/read_flog_pair, Linux btt.c btt_write_pg/btt_freelist_init; note §2-§3).
+ *
+ * <p>Lanes: the caller's queue index. Each lane owns one free block and one flog pair per arena, so writers on
+ * different lanes share nothing but the map lock of the LBA's cache line (two writers of one LBA must not both free
+ * its old block) and the read-tracking table. A lane must be used by one thread at a time: a second caller on a
+ * busy lane is refused ({@link IllegalStateException}) rather than left to corrupt the lane's free block.
+ *
+ * <p>Reads publish the block they copy in the read-tracking table (RTT) and re-read the map, so a writer about to
+ * reuse a block waits while a reader still copies it (note §2, "why the RTT exists").
+ *
+ * <p>The hot path (read, write, zero of one block) allocates nothing; this object does not own the mapping.
+ */
+public final class Btt {
+    private static final System.Logger LOG = System.getLogger(Btt.class.getName());
+    /** Ints per RTT slot, lane busy flag and map lock: 64 bytes, so two lanes never share a cache line. */
+    private static final int PAD = 16;
+    /** An RTT slot that names no block: a normal map entry always has both flag bits set. */
+    private static final int RTT_EMPTY = 0;
+    private static final VarHandle ARRAY = MethodHandles.arrayElementVarHandle(int[].class);
+
+    private final MemorySegment pool;
+    private final Persistence persistence;
+    private final boolean pmem;
+    private final int blockSize;
+    private final long blocks;
+    private final int lanes;
+    private final Arena[] arenas;
+    private final int[] laneBusy;
+    private final UUID poolsetUuid;
+    private final List<String> notes;
+    /** Set when a persistence step of a write failed: its lane's state on the media is unknown, so writes stop. */
+    private volatile String writeFailure;
+
+    /** One arena's offsets (absolute in the pool mapping) and its run-time state. */
+    private static final class Arena {
+        final int index;
+        final long start, dataOff, mapOff, flogOff;
+        final int internalLbaSize, internalNlba, externalNlba, nfree;
+        final long firstLba;
+        /** Per flog lane (all nfree, in use or not): the current entry's old_map (the lane's free block), seq, next slot. */
+        final int[] free, seq, next;
+        final int[] rtt;
+        final int[] mapLocks;
+        /** Why the arena is read-only (the info block's ERROR flag, an invalid flog pair), or null. */
+        volatile String error;
+
+        Arena(int index, long start, MemorySegment info, long firstLba, int lanes) {
+            this.index = index;
+            this.start = start;
+            this.dataOff = start + info.get(U64, INFO_DATAOFF);
+            this.mapOff = start + info.get(U64, INFO_MAPOFF);
+            this.flogOff = start + info.get(U64, INFO_FLOGOFF);
+            this.internalLbaSize = info.get(U32, INFO_INTERNAL_LBASIZE);
+            this.internalNlba = info.get(U32, INFO_INTERNAL_NLBA);
+            this.externalNlba = info.get(U32, INFO_EXTERNAL_NLBA);
+            this.nfree = info.get(U32, INFO_NFREE);
+            this.firstLba = firstLba;
+            this.free = new int[nfree];
+            this.seq = new int[nfree];
+            this.next = new int[nfree];
+            this.rtt = new int[lanes * PAD];
+            this.mapLocks = new int[nfree * PAD];
+            if ((info.get(U32, INFO_FLAGS) & INFO_FLAG_ERROR) != 0) {
+                error = "its info block has the ERROR flag set (a write to it failed earlier)";
+            }
+        }
+
+        long pairAt(int lane) {
+            return flogOff + (long) lane * FLOG_PAIR_SIZE;
+        }
+    }
+
+    private Btt(MemorySegment pool, Persistence persistence, int blockSize, Arena[] arenas, int lanes, UUID poolset,
+                List<String> notes) {
+        this.pool = pool;
+        this.persistence = persistence;
+        this.pmem = persistence.flushesCaches();
+        this.blockSize = blockSize;
+        this.arenas = arenas;
+        long n = 0;
+        for (Arena a : arenas) {
+            n += a.externalNlba;
+        }
+        this.blocks = n;
+        this.lanes = lanes;
+        this.laneBusy = new int[lanes * PAD];
+        this.poolsetUuid = poolset;
+        this.notes = List.copyOf(notes);
+    }
+
+    /** The external block (sector) size: 512 or 4096. */
+    public int blockSize() {
+        return blockSize;
+    }
+
+    /** External blocks: the device's capacity in blocks. */
+    public long blocks() {
+        return blocks;
+    }
+
+    public int lanes() {
+        return lanes;
+    }
+
+    public int arenaCount() {
+        return arenas.length;
+    }
+
+    /** The pool's poolset UUID, which every arena's parent_uuid repeats. */
+    public UUID poolsetUuid() {
+        return poolsetUuid;
+    }
+
+    /** What {@link #open} repaired or found (a primary info block restored from its backup, a flog rolled forward). */
+    public List<String> notes() {
+        return notes;
+    }
+
+    // ------------------------------------------------------------------------------------------------ format/open
+
+    /**
+     * Lays out a fresh PMDK pmemblk pool with one BTT over all of {@code pool} (the whole pool file, mapped), as
+     * {@code pmempool create -w blk SIZE} would, then opens it. Whatever the pool held is gone (blocks read as
+     * zeros). The pool header goes last and durably: a crash while formatting leaves no pool, never half of one.
+     *
+     * @param sectorSize 512 or 4096
+     * @param lanes      1..256: callers that may run at once, each with its own lane (queue index)
+     */
+    public static Btt format(MemorySegment pool, Persistence persistence, int sectorSize, int lanes) throws IOException {
+        if (!SECTOR_SIZES.contains(sectorSize)) {
+            throw new IllegalArgumentException("pmem.sector-size " + sectorSize + " is not supported; allowed: "
+                    + SECTOR_SIZES);
+        }
+        checkLanes(lanes, NFREE);
+        String arch = System.getProperty("os.arch");
+        if (!"amd64".equals(arch) && !"x86_64".equals(arch)) {
+            throw new IOException("a PMDK pool is laid out here only for x86-64 (PMEM_PAGESIZE 4096, the arch_flags"
+                    + " of PMDK 1.12 on x86-64), not for " + arch);
+        }
+        long size = pool.byteSize();
+        if (size < BTT_OFFSET + ARENA_MIN_SIZE || (size - BTT_OFFSET) % ALIGNMENT != 0) {
+            throw new IOException("a pmemblk pool of " + size + " bytes cannot hold a BTT: the size must be at least "
+                    + (BTT_OFFSET + ARENA_MIN_SIZE) + " (8 KiB of pool header + a 16 MiB arena) and a multiple of "
+                    + ALIGNMENT);
+        }
+        UUID poolset = UUID.randomUUID(), uuid = UUID.randomUUID();
+        MemorySegment hdr = pool.asSlice(0, POOL_HDR_SIZE);
+        // First the old header goes, durably: from here until the new one is written nothing is a pool.
+        hdr.fill((byte) 0);
+        persistRange(persistence, hdr);
+        writeLayout(pool, persistence, sectorSize, poolset);
+
+        MemorySegment blk = pool.asSlice(POOL_HDR_SIZE, BTT_OFFSET - POOL_HDR_SIZE);
+        blk.fill((byte) 0); // is_zeroed 0: the data area was not zeroed, which only PMDK's lazy layout would use
+        blk.set(U32, BLK_BSIZE - POOL_HDR_SIZE, sectorSize);
+        persistRange(persistence, blk);
+
+        hdr.asSlice(HDR_SIGNATURE).copyFrom(MemorySegment.ofArray(HDR_SIGNATURE_BYTES));
+        hdr.set(U32, HDR_MAJOR, BLK_FORMAT_MAJOR);
+        // PMDK 1.12's defaults on x86-64 (pool_hdr.h POOL_FEAT_*_DEFAULT), as pmempool create writes them.
+        hdr.set(U32, HDR_COMPAT, FEAT_CHECK_BAD_BLOCKS);
+        hdr.set(U32, HDR_INCOMPAT, FEAT_CKSUM_2K | FEAT_SDS);
+        hdr.set(U32, HDR_RO_COMPAT, 0);
+        putUuid(hdr, HDR_POOLSET_UUID, poolset);
+        // One part, one replica: every link points to the part itself (set.c util_header_create).
+        for (int at : new int[]{HDR_UUID, HDR_PREV_PART_UUID, HDR_NEXT_PART_UUID, HDR_PREV_REPL_UUID, HDR_NEXT_REPL_UUID}) {
+            putUuid(hdr, at, uuid);
+        }
+        hdr.set(U64, HDR_CRTIME, System.currentTimeMillis() / 1000);
+        hdr.set(U64, HDR_ARCH_FLAGS, ARCH_ALIGNMENT_DESC);
+        hdr.set(ValueLayout.JAVA_BYTE, HDR_ARCH_FLAGS + ARCH_CLASS_AT, (byte) ARCH_MACHINE_CLASS);
+        hdr.set(ValueLayout.JAVA_BYTE, HDR_ARCH_FLAGS + ARCH_DATA_AT, (byte) ARCH_DATA_LE);
+        hdr.set(U16, HDR_ARCH_FLAGS + ARCH_MACHINE_AT, (short) ARCH_MACHINE_X86_64);
+        // sds stays zero: PMDK reads a zeroed shutdown state as "clean, initialise" (shutdown_state_check).
+        hdr.set(U64, HDR_CHECKSUM, checksum(hdr, 0, POOL_HDR_SIZE, HDR_CHECKSUM, HDR_UNUSED2));
+        persistRange(persistence, hdr);
+        return open(pool, persistence, lanes);
+    }
+
+    /**
+     * The BTT layout PMDK write_layout writes: per arena a zeroed map (every entry initial), the initial flog
+     * (lane i holds block external_nlba+i, with the ZERO flag as PMDK writes it), then the info block and its backup.
+     */
+    private static void writeLayout(MemorySegment pool, Persistence persistence, int sectorSize, UUID poolset)
+            throws IOException {
+        UUID uuid = UUID.randomUUID();
+        long at = BTT_OFFSET;
+        for (BttLayout.Arena g : arenas(pool.byteSize() - BTT_OFFSET, sectorSize)) {
+            MemorySegment map = pool.asSlice(at + g.mapOff(), mapSize(g.externalNlba()));
+            map.fill((byte) 0);
+            persistRange(persistence, map);
+            MemorySegment flog = pool.asSlice(at + g.flogOff(), flogSize(g.nfree()));
+            flog.fill((byte) 0);
+            for (int i = 0; i < g.nfree(); i++) {
+                long p = (long) i * FLOG_PAIR_SIZE;
+                flog.set(U32, p + FLOG_LBA, i);
+                flog.set(U32, p + FLOG_OLD_MAP, (g.externalNlba() + i) | MAP_ZERO);
+                flog.set(U32, p + FLOG_NEW_MAP, (g.externalNlba() + i) | MAP_ZERO);
+                flog.set(U32, p + FLOG_SEQ, 1);
+            }
+            persistRange(persistence, flog);
+            MemorySegment info = pool.asSlice(at, INFO_SIZE);
+            info.fill((byte) 0);
+            info.asSlice(INFO_SIG).copyFrom(MemorySegment.ofArray(INFO_SIGNATURE));
+            putUuid(info, INFO_UUID, uuid);
+            putUuid(info, INFO_PARENT_UUID, poolset);
+            info.set(U16, INFO_MAJOR, (short) MAJOR);
+            info.set(U16, INFO_MINOR, (short) MINOR);
+            info.set(U32, INFO_EXTERNAL_LBASIZE, g.externalLbaSize());
+            info.set(U32, INFO_EXTERNAL_NLBA, g.externalNlba());
+            info.set(U32, INFO_INTERNAL_LBASIZE, g.internalLbaSize());
+            info.set(U32, INFO_INTERNAL_NLBA, g.internalNlba());
+            info.set(U32, INFO_NFREE, g.nfree());
+            info.set(U32, INFO_INFOSIZE, INFO_SIZE);
+            info.set(U64, INFO_NEXTOFF, g.nextOff());
+            info.set(U64, INFO_DATAOFF, g.dataOff());
+            info.set(U64, INFO_MAPOFF, g.mapOff());
+            info.set(U64, INFO_FLOGOFF, g.flogOff());
+            info.set(U64, INFO_INFOOFF, g.infoOff());
+            info.set(U64, INFO_CHECKSUM, checksum(info, 0, INFO_SIZE, INFO_CHECKSUM, INFO_SIZE));
+            // PMDK writes the primary first; either order works, as a reader needs only one valid copy.
+            persistRange(persistence, info);
+            MemorySegment backup = pool.asSlice(at + g.infoOff(), INFO_SIZE);
+            backup.copyFrom(info);
+            persistRange(persistence, backup);
+            at += g.size();
+        }
+    }
+
+    /**
+     * Opens the BTT of a PMDK pmemblk pool ({@code pool} is the whole pool file, mapped): checks the pool header
+     * and every arena's info block (a damaged primary is restored from its backup), then recovers every flog lane:
+     * a swap whose flog entry is durable and whose map store is not is completed. A pool with no BTT laid out yet
+     * ({@code pmempool create blk} without {@code -w}) is laid out here, as PMDK does at the first write.
+     *
+     * @throws IOException naming what is wrong with the pool and what is served
+     */
+    public static Btt open(MemorySegment pool, Persistence persistence, int lanes) throws IOException {
+        List<String> notes = new ArrayList<>();
+        if (pool.byteSize() < BTT_OFFSET + ARENA_MIN_SIZE) {
+            throw new IOException("not a pmemblk pool with a BTT: " + pool.byteSize() + " bytes, at least "
+                    + (BTT_OFFSET + ARENA_MIN_SIZE) + " needed");
+        }
+        if ((pool.address() & (ALIGNMENT - 1)) != 0) {
+            throw new IllegalArgumentException("the pool mapping must be page-aligned (at 0x"
+                    + Long.toHexString(pool.address()) + ")");
+        }
+        MemorySegment hdr = pool.asSlice(0, POOL_HDR_SIZE);
+        String bad = invalidPoolHeader(hdr);
+        if (bad != null) {
+            throw new IOException("not a pmemblk pool this BTT serves: " + bad + "; served: a single-file pool made by"
+                    + " `pmempool create [-w] blk 512|4096 FILE` (PMDK 1.x, x86-64) or by pmemblk's BTT format");
+        }
+        int bsize = pool.get(U32, BLK_BSIZE);
+        if (!SECTOR_SIZES.contains(bsize)) {
+            throw new IOException("the pmemblk pool's block size is " + bsize + "; served: " + SECTOR_SIZES);
+        }
+        UUID poolset = getUuid(hdr, HDR_POOLSET_UUID);
+        long rawSize = pool.byteSize() - BTT_OFFSET;
+
+        List<Arena> arenas = new ArrayList<>();
+        long off = 0, left = rawSize, firstLba = 0;
+        while (left >= ARENA_MIN_SIZE) {
+            long primary = BTT_OFFSET + off;
+            // pmempool check's rule for where the backup sits (check_btt_info.c): trusted even when the primary is not.
+            long backup = BTT_OFFSET + Math.min(off + ARENA_MAX_SIZE, rawSize & ~(long) (ALIGNMENT - 1)) - INFO_SIZE;
+            MemorySegment info = pool.asSlice(primary, INFO_SIZE);
+            String why = invalidInfo(info, left, poolset, bsize);
+            if (why != null) {
+                MemorySegment copy = pool.asSlice(backup, INFO_SIZE);
+                if (arenas.isEmpty() && isZero(info) && isZero(copy)) {
+                    writeLayout(pool, persistence, bsize, poolset);
+                    notes.add("no BTT was laid out yet (pmempool create without -w): laid out " + bsize + "-byte blocks");
+                    continue; // read it again, now laid out
+                }
+                String backupWhy = invalidInfo(copy, left, poolset, bsize);
+                if (backupWhy != null) {
+                    throw new IOException("arena " + arenas.size() + " at pool offset " + primary + ": the info block "
+                            + why + ", and its backup at " + backup + " " + backupWhy + "; `pmempool check -r` may"
+                            + " repair it, or format the pool again (which loses its data)");
+                }
+                info.copyFrom(copy);
+                persistRange(persistence, info);
+                notes.add("arena " + arenas.size() + ": the info block " + why + "; restored from its backup at pool"
+                        + " offset " + backup);
+                LOG.log(System.Logger.Level.WARNING, notes.getLast());
+            }
+            checkLanes(lanes, info.get(U32, INFO_NFREE));
+            Arena a = new Arena(arenas.size(), primary, info, firstLba, lanes);
+            recover(pool, persistence, a, notes);
+            arenas.add(a);
+            firstLba += a.externalNlba;
+            long nextOff = info.get(U64, INFO_NEXTOFF);
+            if (nextOff == 0) {
+                break;
+            }
+            off += nextOff;
+            left -= nextOff;
+        }
+        return new Btt(pool, persistence, bsize, arenas.toArray(Arena[]::new), lanes, poolset, notes);
+    }
+
+    private static void checkLanes(int lanes, int nfree) {
+        if (lanes < 1 || lanes > nfree) {
+            throw new IllegalArgumentException("lanes " + lanes + " is out of range: 1.." + nfree
+                    + " (one per queue; the BTT has " + nfree + " free blocks per arena)");
+        }
+    }
+
+    /** Why {@code hdr} is not a single-file PMDK pmemblk pool header served here, or null. */
+    private static String invalidPoolHeader(MemorySegment hdr) {
+        if (!bytesEqual(hdr, HDR_SIGNATURE, HDR_SIGNATURE_BYTES)) {
+            return isZero(hdr.asSlice(0, 64)) ? "no pool header (the first 4 KiB are zero)" : "no PMEMBLK signature";
+        }
+        int incompat = hdr.get(U32, HDR_INCOMPAT);
+        int skip = (incompat & FEAT_CKSUM_2K) != 0 ? HDR_UNUSED2 : HDR_CHECKSUM;
+        long stored = hdr.get(U64, HDR_CHECKSUM), computed = checksum(hdr, 0, POOL_HDR_SIZE, HDR_CHECKSUM, skip);
+        if (stored != computed) {
+            return "the pool header checksum is 0x" + Long.toHexString(stored) + ", computed 0x"
+                    + Long.toHexString(computed);
+        }
+        int major = hdr.get(U32, HDR_MAJOR);
+        if (major != BLK_FORMAT_MAJOR) {
+            return "pmemblk format major version " + major + " (served: " + BLK_FORMAT_MAJOR + ")";
+        }
+        if ((incompat & ~FEAT_INCOMPAT_VALID) != 0) {
+            return "unknown incompatible features 0x" + Integer.toHexString(incompat & ~FEAT_INCOMPAT_VALID);
+        }
+        if (hdr.get(ValueLayout.JAVA_BYTE, HDR_ARCH_FLAGS + ARCH_DATA_AT) != ARCH_DATA_LE
+                || hdr.get(U16, HDR_ARCH_FLAGS + ARCH_MACHINE_AT) != ARCH_MACHINE_X86_64) {
+            return "made on another architecture (arch_flags machine " + hdr.get(U16, HDR_ARCH_FLAGS + ARCH_MACHINE_AT)
+                    + "; served: x86-64, 62)";
+        }
+        UUID self = getUuid(hdr, HDR_UUID);
+        for (int at : new int[]{HDR_PREV_PART_UUID, HDR_NEXT_PART_UUID, HDR_PREV_REPL_UUID, HDR_NEXT_REPL_UUID}) {
+            if (!getUuid(hdr, at).equals(self)) {
+                return "a part of a pool set with several parts or replicas (its part/replica links name other files)";
+            }
+        }
+        return null;
+    }
+
+    /**
+     * Why {@code info} is not a valid arena info block (for an arena with {@code room} bytes of BTT from its start),
+     * or null. The checks PMDK read_info does (signature, parent_uuid, checksum, major), then the bounds the engine
+     * relies on: every structure inside the arena and aligned, nfree at most 256, the sizes this engine serves.
+     */
+    private static String invalidInfo(MemorySegment info, long room, UUID poolset, int bsize) {
+        if (!bytesEqual(info, INFO_SIG, INFO_SIGNATURE)) {
+            return isZero(info) ? "is all zeros" : "has no BTT_ARENA_INFO signature";
+        }
+        long stored = info.get(U64, INFO_CHECKSUM), computed = checksum(info, 0, INFO_SIZE, INFO_CHECKSUM, INFO_SIZE);
+        if (stored != computed) {
+            return "has checksum 0x" + Long.toHexString(stored) + " but its bytes sum to 0x" + Long.toHexString(computed);
+        }
+        if (!getUuid(info, INFO_PARENT_UUID).equals(poolset)) {
+            return "belongs to another pool (parent_uuid " + getUuid(info, INFO_PARENT_UUID) + ", the pool's poolset"
+                    + " uuid is " + poolset + ")";
+        }
+        int major = info.get(U16, INFO_MAJOR);
+        if (major == 0) {
+            return "has major version 0 (at least 1 is valid)";
+        }
+        int ext = info.get(U32, INFO_EXTERNAL_LBASIZE), in = info.get(U32, INFO_INTERNAL_LBASIZE);
+        if (ext != bsize) {
+            return "has external_lbasize " + ext + " but the pool's bsize is " + bsize + " (they must match)";
+        }
+        if (in < ext || in % 4 != 0) {
+            return "has internal_lbasize " + in + " (at least external_lbasize " + ext + ", a multiple of 4)";
+        }
+        long nfree = info.get(U32, INFO_NFREE) & 0xFFFF_FFFFL;
+        long internalNlba = info.get(U32, INFO_INTERNAL_NLBA) & 0xFFFF_FFFFL;
+        long externalNlba = info.get(U32, INFO_EXTERNAL_NLBA) & 0xFFFF_FFFFL;
+        if (nfree < 1 || nfree > NFREE) {
+            return "has nfree " + nfree + " (1.." + NFREE + " served)";
+        }
+        if (externalNlba != internalNlba - nfree || internalNlba > MAP_LBA_MASK + 1L) {
+            return "has external_nlba " + externalNlba + ", internal_nlba " + internalNlba + ", nfree " + nfree
+                    + " (external = internal - nfree, internal at most 2^30)";
+        }
+        if (info.get(U32, INFO_INFOSIZE) != INFO_SIZE) {
+            return "has infosize " + info.get(U32, INFO_INFOSIZE) + " (" + INFO_SIZE + " expected)";
+        }
+        long next = info.get(U64, INFO_NEXTOFF), data = info.get(U64, INFO_DATAOFF), map = info.get(U64, INFO_MAPOFF),
+                flog = info.get(U64, INFO_FLOGOFF), backup = info.get(U64, INFO_INFOOFF);
+        if (next != 0 && next != ARENA_MAX_SIZE) {
+            return "has nextoff " + next + " (0 or " + ARENA_MAX_SIZE + ")";
+        }
+        long arenaEnd = next != 0 ? next : room;
+        boolean inside = data >= INFO_SIZE && map >= data + internalNlba * in && flog >= map + externalNlba * MAP_ENTRY_SIZE
+                && backup >= flog + nfree * FLOG_PAIR_SIZE && backup + INFO_SIZE <= arenaEnd;
+        if (!inside || map % MAP_ENTRY_SIZE != 0 || flog % FLOG_PAIR_SIZE != 0 || data % 8 != 0) {
+            return "has offsets outside its arena of " + arenaEnd + " bytes or misaligned: dataoff " + data + ", mapoff "
+                    + map + ", flogoff " + flog + ", infooff " + backup;
+        }
+        return null;
+    }
+
+    private static boolean isZero(MemorySegment s) {
+        for (long i = 0; i < s.byteSize(); i += 8) {
+            if (s.get(ValueLayout.JAVA_LONG_UNALIGNED, i) != 0) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /**
+     * Open-time recovery of every flog lane of {@code a} (PMDK read_flog_pair, Linux btt_freelist_init): the current
+     * entry's old_map is the lane's free block; if its swap reached the flog but not the map (map still == old),
+     * the map store is done now. Blocks are compared without their flag bits, as Linux does, so a kernel-written
+     * flog (no flags) recovers too. An invalid seq pair makes the arena read-only, as PMDK does.
+     */
+    private static void recover(MemorySegment pool, Persistence persistence, Arena a, List<String> notes)
+            throws IOException {
+        for (int lane = 0; lane < a.nfree; lane++) {
+            long pair = a.pairAt(lane);
+            int seq0 = pool.get(U32, pair + FLOG_SEQ), seq1 = pool.get(U32, pair + FLOG_ENTRY_SIZE + FLOG_SEQ);
+            int slot = currentSlot(seq0, seq1);
+            if (slot < 0) {
+                a.error = "flog lane " + lane + " has seq numbers " + seq0 + " and " + seq1 + ", which name no current"
+                        + " entry (`pmempool check` reports it; -r repairs)";
+                notes.add("arena " + a.index + " is read-only: " + a.error);
+                continue;
+            }
+            long e = pair + (long) slot * FLOG_ENTRY_SIZE;
+            int lba = pool.get(U32, e + FLOG_LBA), oldMap = pool.get(U32, e + FLOG_OLD_MAP),
+                    newMap = pool.get(U32, e + FLOG_NEW_MAP);
+            if (Integer.compareUnsigned(lba, a.externalNlba) >= 0 || (oldMap & MAP_LBA_MASK) >= a.internalNlba
+                    || (newMap & MAP_LBA_MASK) >= a.internalNlba) {
+                throw new IOException("arena " + a.index + " flog lane " + lane + " is out of range: lba "
+                        + Integer.toUnsignedString(lba) + " (< " + a.externalNlba + "), old block " + (oldMap & MAP_LBA_MASK)
+                        + ", new block " + (newMap & MAP_LBA_MASK) + " (< " + a.internalNlba + "); `pmempool check -r`"
+                        + " may repair it");
+            }
+            a.free[lane] = oldMap;
+            a.seq[lane] = slot == 0 ? seq0 : seq1;
+            a.next[lane] = 1 - slot;
+            if (oldMap == newMap) {
+                continue; // the initial entry: nothing was swapped
+            }
+            long mapAt = a.mapOff + (long) lba * MAP_ENTRY_SIZE;
+            int entry = pool.get(U32, mapAt);
+            int mapped = isInitial(entry) ? lba : entry & MAP_LBA_MASK;
+            if (mapped != (newMap & MAP_LBA_MASK) && mapped == (oldMap & MAP_LBA_MASK)) {
+                INT.setVolatile(pool, mapAt, (newMap & MAP_LBA_MASK) | MAP_NORMAL);
+                persistRange(persistence, pool.asSlice(mapAt, MAP_ENTRY_SIZE));
+                notes.add("arena " + a.index + " lane " + lane + ": completed the interrupted write of block " + lba
+                        + " (map " + (oldMap & MAP_LBA_MASK) + " -> " + (newMap & MAP_LBA_MASK) + ")");
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------------ the hot path
+
+    /** Copies external block {@code lba} into {@code dst} ({@link #blockSize()} bytes); a ZERO or initial block reads as zeros. */
+    public void read(int lane, long lba, MemorySegment dst) throws IOException {
+        checkBuffer(dst);
+        enter(lane);
+        try {
+            Arena a = arenaOf(lba);
+            long mapAt = a.mapOff + (lba - a.firstLba) * MAP_ENTRY_SIZE;
+            int slot = lane * PAD;
+            int entry = (int) INT.getVolatile(pool, mapAt);
+            while (true) {
+                if (isError(entry)) {
+                    throw new IOException("block " + lba + " is marked bad (its map entry has the ERROR flag): EIO until"
+                            + " it is written again");
+                }
+                if (isZeroOrInitial(entry)) {
+                    dst.fill((byte) 0);
+                    return;
+                }
+                if ((entry & MAP_LBA_MASK) >= a.internalNlba) { // a corrupt map must not read the map or flog as data
+                    throw new IOException("block " + lba + " maps to internal block " + (entry & MAP_LBA_MASK)
+                            + ", beyond the arena's " + a.internalNlba + ": the map is corrupt (`pmempool check`)");
+                }
+                // Publish, then look again: a writer that remapped the LBA before it saw this slot may reuse the
+                // block, so only a map entry still unchanged after the publish makes the copy safe (volatile: the
+                // store must not pass the load).
+                ARRAY.setVolatile(a.rtt, slot, entry);
+                int again = (int) INT.getVolatile(pool, mapAt);
+                if (again != entry) {
+                    entry = again;
+                    continue;
+                }
+                try {
+                    MemorySegment.copy(pool, a.dataOff + (long) (entry & MAP_LBA_MASK) * a.internalLbaSize, dst, 0,
+                            blockSize);
+                } finally {
+                    ARRAY.setRelease(a.rtt, slot, RTT_EMPTY);
+                }
+                return;
+            }
+        } finally {
+            leave(lane);
+        }
+    }
+
+    /**
+     * Writes {@code src} ({@link #blockSize()} bytes) to external block {@code lba}, atomically: after a crash at any
+     * point the block reads wholly as before or wholly as {@code src}; once this returns, {@code src} is durable.
+     */
+    public void write(int lane, long lba, MemorySegment src) throws IOException {
+        checkBuffer(src);
+        enter(lane);
+        try {
+            Arena a = arenaOf(lba);
+            refuseIfReadOnly(a, lba);
+            int premap = (int) (lba - a.firstLba);
+            int freeBlock = a.free[lane] & MAP_LBA_MASK;
+            int freeEntry = freeBlock | MAP_NORMAL;
+            waitForReaders(a, freeEntry);
+            MemorySegment dst = pool.asSlice(a.dataOff + (long) freeBlock * a.internalLbaSize, blockSize);
+            persistence.copy(src, dst);
+            try {
+                if (pmem) {
+                    persistence.drain();
+                } else {
+                    persistence.sync(dst);
+                }
+                long mapAt = a.mapOff + (long) premap * MAP_ENTRY_SIZE;
+                int lock = lockMap(a, premap);
+                try {
+                    int old = (int) INT.getVolatile(pool, mapAt);
+                    if (isInitial(old)) {
+                        old = premap | MAP_NORMAL; // as PMDK map_lock: an initial entry maps the LBA to itself
+                    }
+                    logSwap(a, lane, premap, old, freeEntry);
+                    INT.setVolatile(pool, mapAt, freeEntry);
+                    persist(mapAt, MAP_ENTRY_SIZE);
+                } finally {
+                    ARRAY.setRelease(a.mapLocks, lock, 0);
+                }
+            } catch (IOException | RuntimeException e) {
+                writeFailure = "a persistence step of a write to block " + lba + " failed (" + e.getMessage() + ")";
+                throw e;
+            }
+        } finally {
+            leave(lane);
+        }
+    }
+
+    /**
+     * TRIM / WRITE_ZEROES of one block: the map entry gets the ZERO flag (PMDK map_entry_setf), one durable 4-byte
+     * store; the block stays mapped, so no flog entry is needed. An already zero (or initial) block is left alone.
+     */
+    public void zero(int lane, long lba) throws IOException {
+        enter(lane);
+        try {
+            Arena a = arenaOf(lba);
+            refuseIfReadOnly(a, lba);
+            int premap = (int) (lba - a.firstLba);
+            long mapAt = a.mapOff + (long) premap * MAP_ENTRY_SIZE;
+            int lock = lockMap(a, premap);
+            try {
+                int old = (int) INT.getVolatile(pool, mapAt);
+                if (isZeroOrInitial(old)) {
+                    return;
+                }
+                INT.setVolatile(pool, mapAt, (old & MAP_LBA_MASK) | MAP_ZERO);
+                persist(mapAt, MAP_ENTRY_SIZE);
+            } catch (IOException | RuntimeException e) {
+                writeFailure = "a persistence step of a zeroing of block " + lba + " failed (" + e.getMessage() + ")";
+                throw e;
+            } finally {
+                ARRAY.setRelease(a.mapLocks, lock, 0);
+            }
+        } finally {
+            leave(lane);
+        }
+    }
+
+    /**
+     * The flog entry naming the swap, in the lane's non-current slot, as two 8-byte stores each durable before the
+     * next: {lba, old_map}, then {new_map, seq}. The seq store makes the entry current (PMDK flog_update, Linux
+     * __btt_log_write), so a crash between the two leaves the previous entry current and the new block free.
+     */
+    private void logSwap(Arena a, int lane, int premap, int oldEntry, int newEntry) throws IOException {
+        int seq = nextSeq(a.seq[lane]);
+        int slot = a.next[lane];
+        long at = a.pairAt(lane) + (long) slot * FLOG_ENTRY_SIZE;
+        LONG.setVolatile(pool, at + FLOG_LBA, (premap & 0xFFFF_FFFFL) | ((long) oldEntry << 32));
+        persist(at + FLOG_LBA, 8);
+        LONG.setVolatile(pool, at + FLOG_NEW_MAP, (newEntry & 0xFFFF_FFFFL) | ((long) seq << 32));
+        persist(at + FLOG_NEW_MAP, 8);
+        a.next[lane] = 1 - slot;
+        a.seq[lane] = seq;
+        a.free[lane] = oldEntry;
+    }
+
+    /** Waits while any lane's reader still copies {@code entry}'s block, which this write is about to overwrite. */
+    private void waitForReaders(Arena a, int entry) {
+        for (int i = 0; i < lanes; i++) {
+            for (int spins = 0; (int) ARRAY.getVolatile(a.rtt, i * PAD) == entry; spins++) {
+                backOff(spins);
+            }
+        }
+    }
+
+    /** The map lock of the LBA's cache line (PMDK get_map_lock_num, Linux lock_map): a CAS spin lock, held over 3 persists. */
+    private static int lockMap(Arena a, int premap) {
+        int lock = (int) (((premap & 0xFFFF_FFFFL) * MAP_ENTRY_SIZE / 64) % a.nfree) * PAD;
+        for (int spins = 0; !ARRAY.compareAndSet(a.mapLocks, lock, 0, 1); spins++) {
+            backOff(spins);
+        }
+        return lock;
+    }
+
+    /** Spin briefly, then yield: the holder may be a descheduled thread on a host with few CPUs. */
+    private static void backOff(int spins) {
+        if (spins < 100) {
+            Thread.onSpinWait();
+        } else {
+            Thread.yield();
+        }
+    }
+
+    private void enter(int lane) {
+        if (lane < 0 || lane >= lanes) {
+            throw new IllegalArgumentException("lane " + lane + " is out of range: 0.." + (lanes - 1));
+        }
+        if (!ARRAY.compareAndSet(laneBusy, lane * PAD, 0, 1)) {
+            throw new IllegalStateException("lane " + lane + " is in use by another caller: one lane per queue, used by"
+                    + " one thread at a time");
+        }
+    }
+
+    private void leave(int lane) {
+        ARRAY.setRelease(laneBusy, lane * PAD, 0);
+    }
+
+    private Arena arenaOf(long lba) {
+        if (lba < 0 || lba >= blocks) {
+            throw new IllegalArgumentException("block " + lba + " is out of range: 0.." + (blocks - 1));
+        }
+        for (Arena a : arenas) {
+            if (lba < a.firstLba + a.externalNlba) {
+                return a;
+            }
+        }
+        throw new AssertionError("unreachable: " + lba + " < " + blocks);
+    }
+
+    private void refuseIfReadOnly(Arena a, long lba) throws IOException {
+        if (writeFailure != null) {
+            throw new IOException("writes are refused: " + writeFailure);
+        }
+        String why = a.error;
+        if (why != null) {
+            throw new IOException("block " + lba + " is in arena " + a.index + ", which is read-only: " + why);
+        }
+    }
+
+    private void checkBuffer(MemorySegment buf) {
+        if (buf.byteSize() != blockSize) {
+            throw new IllegalArgumentException("a block buffer must hold exactly " + blockSize + " bytes, got "
+                    + buf.byteSize());
+        }
+    }
+
+    /** Makes [offset, offset+length) of the pool durable: write-back and drain on pmem, msync of its pages elsewhere. */
+    private void persist(long offset, long length) throws IOException {
+        MemorySegment r = pool.asSlice(offset, length);
+        if (pmem) {
+            persistence.writeBack(r);
+            persistence.drain();
+        } else {
+            persistence.sync(r);
+        }
+    }
+
+    private static void persistRange(Persistence persistence, MemorySegment r) throws IOException {
+        if (persistence.flushesCaches()) {
+            persistence.writeBack(r);
+            persistence.drain();
+        } else {
+            persistence.sync(r);
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------------ checking
+
+    /**
+     * The consistency check of PMDK btt_check / pmempool check (note §3): in every arena each internal block is
+     * referenced exactly once by the map (an initial entry maps its LBA to itself) and the nfree flog lanes' free
+     * blocks; map entries and flog blocks are in range; every flog pair names a current entry. Run it with no
+     * reads or writes in flight.
+     *
+     * @return the problems found, empty when consistent
+     */
+    public List<String> check() {
+        List<String> problems = new ArrayList<>();
+        for (Arena a : arenas) {
+            BitSet seen = new BitSet(a.internalNlba);
+            for (int p = 0; p < a.externalNlba; p++) {
+                int e = pool.get(U32, a.mapOff + (long) p * MAP_ENTRY_SIZE);
+                int block = isInitial(e) ? p : e & MAP_LBA_MASK;
+                claim(a, seen, block, "map entry " + p, problems);
+            }
+            for (int lane = 0; lane < a.nfree; lane++) {
+                long pair = a.pairAt(lane);
+                int slot = currentSlot(pool.get(U32, pair + FLOG_SEQ), pool.get(U32, pair + FLOG_ENTRY_SIZE + FLOG_SEQ));
+                if (slot < 0) {
+                    problems.add("arena " + a.index + " flog lane " + lane + ": no current entry");
+                    continue;
+                }
+                int old = pool.get(U32, pair + (long) slot * FLOG_ENTRY_SIZE + FLOG_OLD_MAP);
+                claim(a, seen, old & MAP_LBA_MASK, "flog lane " + lane + "'s free block", problems);
+            }
+            int unreferenced = a.internalNlba - seen.cardinality();
+            if (unreferenced > 0) {
+                problems.add("arena " + a.index + ": " + unreferenced + " blocks referenced by nothing, the first "
+                        + seen.nextClearBit(0));
+            }
+        }
+        return problems;
+    }
+
+    private static void claim(Arena a, BitSet seen, int block, String by, List<String> problems) {
+        if (block >= a.internalNlba) {
+            problems.add("arena " + a.index + " " + by + " names block " + block + ", beyond " + a.internalNlba);
+        } else if (seen.get(block)) {
+            problems.add("arena " + a.index + " " + by + " names block " + block + ", already referenced");
+        } else {
+            seen.set(block);
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "BTT of " + blocks + " blocks of " + blockSize + " bytes in " + arenas.length + " arena(s), " + lanes
+                + " lanes";
+    }
+}

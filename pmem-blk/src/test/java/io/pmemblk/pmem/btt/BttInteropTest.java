@@ -1,0 +1,208 @@
+package io.pmemblk.pmem.btt;
+
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+/**
+ * Real peers: Debian's PMDK 1.12 (pmdk-tools' pmempool, libpmemblk1 through Python's ctypes). A pool PMDK made and
+ * wrote is served with its data; a pool this BTT formatted and wrote passes {@code pmempool check} and reads back
+ * through {@code pmemblk_read}. scripts/test installs the packages; without them the tests are skipped, as the
+ * project's other interop tests are without their peers.
+ */
+class BttInteropTest {
+    static final String PMEMPOOL = "/usr/bin/pmempool", PYTHON = "/usr/bin/python3";
+    static final Path LIBPMEMBLK = Path.of("/usr/lib/x86_64-linux-gnu/libpmemblk.so.1");
+
+    /**
+     * pmemblk through ctypes. {@code write FILE BSIZE lba:version...} writes pattern(lba, version), or zeroes the
+     * block (pmemblk_set_zero) for version 0; {@code read ...} compares each block with it and prints "block N ok".
+     * The first line is "nblock N" (pmemblk_nblock).
+     */
+    static final String PMEMBLK_PY = """
+            import ctypes, sys
+            lib = ctypes.CDLL("libpmemblk.so.1")
+            lib.pmemblk_open.restype = ctypes.c_void_p
+            lib.pmemblk_open.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+            lib.pmemblk_nblock.restype = ctypes.c_size_t
+            lib.pmemblk_nblock.argtypes = [ctypes.c_void_p]
+            lib.pmemblk_read.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
+            lib.pmemblk_write.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
+            lib.pmemblk_set_zero.argtypes = [ctypes.c_void_p, ctypes.c_longlong]
+            lib.pmemblk_close.argtypes = [ctypes.c_void_p]
+            lib.pmemblk_errormsg.restype = ctypes.c_char_p
+            mode, path, bsize = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
+            def pat(lba, v):
+                return bytes(((lba * 131 + v * 7 + i * 3) ^ (i >> 8)) & 0xFF for i in range(bsize))
+            p = lib.pmemblk_open(path, bsize)
+            if not p:
+                print("pmemblk_open failed:", lib.pmemblk_errormsg().decode())
+                sys.exit(2)
+            print("nblock", lib.pmemblk_nblock(p))
+            buf = ctypes.create_string_buffer(bsize)
+            rc = 0
+            for spec in sys.argv[4:]:
+                lba, v = map(int, spec.split(":"))
+                if mode == "write":
+                    if v == 0:
+                        r = lib.pmemblk_set_zero(p, lba)
+                    else:
+                        r = lib.pmemblk_write(p, ctypes.create_string_buffer(pat(lba, v), bsize), lba)
+                    if r != 0:
+                        print("pmemblk write of block", lba, "failed:", lib.pmemblk_errormsg().decode())
+                        rc = 3
+                else:
+                    if lib.pmemblk_read(p, buf, lba) != 0:
+                        print("pmemblk_read of block", lba, "failed:", lib.pmemblk_errormsg().decode())
+                        rc = 3
+                        continue
+                    want = bytes(bsize) if v == 0 else pat(lba, v)
+                    ok = buf.raw == want
+                    print("block", lba, "ok" if ok else "MISMATCH")
+                    if not ok:
+                        rc = 4
+            lib.pmemblk_close(p)
+            sys.exit(rc)
+            """;
+
+    @TempDir
+    Path dir;
+
+    @BeforeEach
+    void peersInstalled() {
+        assumeTrue(Files.isExecutable(Path.of(PMEMPOOL)), PMEMPOOL + " is not installed (apt-get install pmdk-tools)");
+        assumeTrue(Files.exists(LIBPMEMBLK), LIBPMEMBLK + " is not installed (apt-get install libpmemblk1)");
+        assumeTrue(Files.isExecutable(Path.of(PYTHON)), PYTHON + " is not installed");
+    }
+
+    /** The Python generator's pattern, for the Java side. */
+    static void fill(MemorySegment block, long lba, long version) {
+        for (int i = 0; i < block.byteSize(); i++) {
+            block.set(ValueLayout.JAVA_BYTE, i, (byte) (((lba * 131 + version * 7 + i * 3L) ^ (i >> 8)) & 0xFF));
+        }
+    }
+
+    static void expect(MemorySegment block, long lba, long version) {
+        for (int i = 0; i < block.byteSize(); i++) {
+            byte want = version == 0 ? 0 : (byte) (((lba * 131 + version * 7 + i * 3L) ^ (i >> 8)) & 0xFF);
+            if (block.get(ValueLayout.JAVA_BYTE, i) != want) {
+                throw new AssertionError("block " + lba + " byte " + i + " reads " + block.get(ValueLayout.JAVA_BYTE, i)
+                        + ", expected " + want + " (version " + version + ")");
+            }
+        }
+    }
+
+    record Result(int exit, String out) {}
+
+    static Result run(List<String> command) throws IOException, InterruptedException {
+        Process p = new ProcessBuilder(command).redirectErrorStream(true).start();
+        byte[] out = p.getInputStream().readAllBytes();
+        if (!p.waitFor(60, TimeUnit.SECONDS)) {
+            p.destroyForcibly();
+            throw new AssertionError(command + " did not finish in 60 s");
+        }
+        return new Result(p.exitValue(), new String(out, StandardCharsets.UTF_8));
+    }
+
+    static Result pmemblk(String mode, Path pool, int bsize, String... blocks) throws Exception {
+        List<String> cmd = new ArrayList<>(List.of(PYTHON, "-c", PMEMBLK_PY, mode, pool.toString(), Integer.toString(bsize)));
+        cmd.addAll(List.of(blocks));
+        return run(cmd);
+    }
+
+    @ParameterizedTest(name = "bsize {0}")
+    @ValueSource(ints = {4096, 512})
+    void aPoolPmdkMadeAndWroteIsServedWithItsData(int bsize) throws Exception {
+        Path pool = dir.resolve("pmdk.blk");
+        Result create = run(List.of(PMEMPOOL, "create", "-w", "blk", Integer.toString(bsize), pool.toString()));
+        assertThat(create.exit()).as(create.out()).isZero();
+        // 7 is written and then zeroed; 3 is written twice (its first block freed and reused through the flog)
+        Result w = pmemblk("write", pool, bsize, "0:1", "3:1", "7:1", "3:2", "7:0", "100:5");
+        assertThat(w.exit()).as(w.out()).isZero();
+        long nblock = Long.parseLong(w.out().lines().findFirst().orElseThrow().split(" ")[1]);
+
+        try (Pools.Mapped m = Pools.map(pool, Files.size(pool)); Arena arena = Arena.ofConfined()) {
+            Btt btt = Btt.open(m.memory(), Pools.pageCache(), 2);
+            assertThat(btt.blockSize()).isEqualTo(bsize);
+            assertThat(btt.blocks()).isEqualTo(nblock);
+            assertThat(btt.notes()).isEmpty();
+            assertThat(btt.check()).isEmpty();
+            MemorySegment buf = arena.allocate(bsize, 4096);
+            for (long[] e : new long[][]{{0, 1}, {3, 2}, {7, 0}, {100, 5}, {1, 0}}) {
+                btt.read(1, e[0], buf);
+                expect(buf, e[0], e[1]);
+            }
+            // and back: what this BTT writes into PMDK's pool, PMDK reads
+            fill(buf, 3, 9);
+            btt.write(0, 3, buf);
+            fill(buf, 50, 4);
+            btt.write(1, 50, buf);
+            btt.zero(0, 100);
+            assertThat(btt.check()).isEmpty();
+        }
+        Result check = run(List.of(PMEMPOOL, "check", "-v", pool.toString()));
+        assertThat(check.exit()).as(check.out()).isZero();
+        assertThat(check.out()).contains("consistent").doesNotContain("not consistent");
+        Result r = pmemblk("read", pool, bsize, "0:1", "3:9", "50:4", "100:0", "7:0");
+        assertThat(r.exit()).as(r.out()).isZero();
+        assertThat(r.out()).contains("block 3 ok", "block 50 ok", "block 100 ok");
+    }
+
+    @ParameterizedTest(name = "bsize {0}")
+    @ValueSource(ints = {4096, 512})
+    void aPoolThisBttFormattedPassesPmempoolCheckAndReadsThroughLibpmemblk(int bsize) throws Exception {
+        Path pool = dir.resolve("ours.blk");
+        long blocks;
+        try (Pools.Mapped m = Pools.map(pool, Pools.MIN_POOL + (16L << 20)); Arena arena = Arena.ofConfined()) {
+            Btt btt = Btt.format(m.memory(), Pools.pageCache(), bsize, 2);
+            blocks = btt.blocks();
+            MemorySegment buf = arena.allocate(bsize, 4096);
+            for (long[] e : new long[][]{{0, 1}, {5, 1}, {5, 2}, {9, 3}, {blocks - 1, 4}}) {
+                fill(buf, e[0], e[1]);
+                btt.write((int) (e[1] % 2), e[0], buf);
+            }
+            btt.zero(1, 9);
+        }
+        Result check = run(List.of(PMEMPOOL, "check", "-v", pool.toString()));
+        assertThat(check.exit()).as(check.out()).isZero();
+        assertThat(check.out()).contains("consistent").doesNotContain("not consistent");
+        Result r = pmemblk("read", pool, bsize, "0:1", "5:2", "9:0", (blocks - 1) + ":4", "2:0");
+        assertThat(r.exit()).as(r.out()).isZero();
+        assertThat(r.out()).startsWith("nblock " + blocks).contains("block 0 ok", "block 5 ok", "block 9 ok",
+                "block " + (blocks - 1) + " ok", "block 2 ok");
+        // Only now: pmempool info finds the BTT at struct pmemblk's data - addr, run-time pointers that libpmemblk
+        // leaves in the mapped header when it opens a pool (info_blk.c); before any pmemblk_open they are zero and
+        // it says "wrong BTT layout offset" (pmempool check and libpmemblk use 8192).
+        Result info = run(List.of(PMEMPOOL, "info", pool.toString()));
+        assertThat(info.exit()).as(info.out()).isZero();
+        assertThat(info.out()).contains("Signature                : PMEMBLK", "Block size               : " + bsize,
+                "External LBA count       : " + blocks, "Checksum                 : ", "[OK]");
+        // and PMDK's writes into our pool read back here, after its flog recovery and ours
+        Result w = pmemblk("write", pool, bsize, "5:7", "6:8");
+        assertThat(w.exit()).as(w.out()).isZero();
+        try (Pools.Mapped m = Pools.map(pool, Files.size(pool)); Arena arena = Arena.ofConfined()) {
+            Btt btt = Btt.open(m.memory(), Pools.pageCache(), 1);
+            assertThat(btt.check()).isEmpty();
+            MemorySegment buf = arena.allocate(bsize, 4096);
+            for (long[] e : new long[][]{{5, 7}, {6, 8}, {0, 1}, {9, 0}}) {
+                btt.read(0, e[0], buf);
+                expect(buf, e[0], e[1]);
+            }
+        }
+    }
+}
