@@ -51,6 +51,7 @@ public final class CrashModel implements Persistence {
     private long base;
     private byte[] durable;
     private final Map<Long, BitSet> pending = new HashMap<>();
+    private volatile Runnable afterStep = () -> { };
 
     public CrashModel(Persistence real) {
         this.real = real;
@@ -62,6 +63,14 @@ public final class CrashModel implements Persistence {
         this.memory = mapping;
         this.base = mapping.address();
         this.durable = mapping.toArray(JAVA_BYTE);
+    }
+
+    /**
+     * Runs {@code hook} after each durability step (drain, msync), on the thread that took it and outside the
+     * model's lock: where a crash test takes and judges an image while the other threads go on.
+     */
+    public void afterEachStep(Runnable hook) {
+        afterStep = hook;
     }
 
     public int unit() {
@@ -111,7 +120,12 @@ public final class CrashModel implements Persistence {
     }
 
     @Override
-    public synchronized void drain() {
+    public void drain() {
+        drained();
+        afterStep.run();
+    }
+
+    private synchronized void drained() {
         real.drain();
         BitSet p = pending.remove(Thread.currentThread().threadId());
         if (p != null && memory != null) {
@@ -124,7 +138,12 @@ public final class CrashModel implements Persistence {
     }
 
     @Override
-    public synchronized void sync(MemorySegment range) throws IOException {
+    public void sync(MemorySegment range) throws IOException {
+        synced(range);
+        afterStep.run();
+    }
+
+    private synchronized void synced(MemorySegment range) throws IOException {
         real.sync(range);
         if (memory != null && range.byteSize() > 0) {
             long off = range.address() - base;

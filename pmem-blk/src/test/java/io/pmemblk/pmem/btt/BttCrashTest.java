@@ -2,7 +2,6 @@ package io.pmemblk.pmem.btt;
 
 import io.pmemblk.pmem.CrashModel;
 import io.pmemblk.pmem.Persistence;
-import io.pmemblk.posix.TrustedFile;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
@@ -103,7 +102,7 @@ class BttCrashTest {
             ConcurrentLinkedQueue<String> violations = new ConcurrentLinkedQueue<>();
             AtomicBoolean stop = new AtomicBoolean();
             int before = CHECKED.get();
-            Persistence crashing = new CrashAfterEachStep(model, () -> {
+            model.afterEachStep(() -> {
                 if (stop.get()) {
                     return;
                 }
@@ -116,7 +115,7 @@ class BttCrashTest {
                     stop.set(true);
                 }
             });
-            Btt btt = Btt.open(m.memory(), crashing, LANES);
+            Btt btt = Btt.open(m.memory(), model, LANES);
             AtomicInteger versions = new AtomicInteger();
             CountDownLatch start = new CountDownLatch(1);
             List<Thread> threads = new ArrayList<>();
@@ -242,45 +241,5 @@ class BttCrashTest {
             }
         }
         return b.toString();
-    }
-
-    /** The model's port, with a crash judged after each durability step (drain, msync) on the thread that did it. */
-    private record CrashAfterEachStep(CrashModel model, Runnable crash) implements Persistence {
-        @Override
-        public boolean flushesCaches() {
-            return model.flushesCaches();
-        }
-
-        @Override
-        public void copy(MemorySegment src, MemorySegment dst) {
-            model.copy(src, dst);
-        }
-
-        @Override
-        public void fill(MemorySegment dst, byte value) {
-            model.fill(dst, value);
-        }
-
-        @Override
-        public void writeBack(MemorySegment range) {
-            model.writeBack(range);
-        }
-
-        @Override
-        public void drain() {
-            model.drain();
-            crash.run();
-        }
-
-        @Override
-        public void sync(MemorySegment range) throws IOException {
-            model.sync(range);
-            crash.run();
-        }
-
-        @Override
-        public void syncCreated(TrustedFile file) throws IOException {
-            model.syncCreated(file);
-        }
     }
 }

@@ -1,6 +1,8 @@
 package io.pmemblk.pmem.btt;
 
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -12,30 +14,21 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /** The format's arithmetic against the worked examples of the note (btt.md §1) and the PMDK rules it cites. */
 class BttLayoutTest {
-    @Test
-    void sixteenMibArenaAt4096MatchesTheNote() {
-        BttLayout.Arena a = BttLayout.arena(16L << 20, 4096, 0);
-        assertThat(a.internalLbaSize()).isEqualTo(4096);
-        assertThat(a.internalNlba()).isEqualTo(4085);
-        assertThat(a.externalNlba()).isEqualTo(3829);
+    /** The note's two worked examples of a 16 MiB arena (btt.md section 1), computed from the formulas there. */
+    @ParameterizedTest(name = "16 MiB arena at {0} bytes")
+    @CsvSource({"4096, 4085, 3829, 0xFF7000", "512, 32458, 32202, 0xFDB000"})
+    void sixteenMibArenaMatchesTheNote(int sector, int internalNlba, int externalNlba, String mapOff) {
+        BttLayout.Arena a = BttLayout.arena(16L << 20, sector, 0);
+        assertThat(a.internalLbaSize()).isEqualTo(sector);
+        assertThat(a.internalNlba()).isEqualTo(internalNlba);
+        assertThat(a.externalNlba()).isEqualTo(externalNlba);
         assertThat(a.nfree()).isEqualTo(256);
         assertThat(a.dataOff()).isEqualTo(0x1000);
-        assertThat(a.mapOff()).isEqualTo(0xFF7000);
+        assertThat(a.mapOff()).isEqualTo(Long.decode(mapOff));
         assertThat(a.flogOff()).isEqualTo(0xFFB000);
         assertThat(a.infoOff()).isEqualTo(0xFFF000);
         assertThat(a.nextOff()).isZero();
         // The data area ends at or before the map (PMDK asserts this in btt_info_set_params).
-        assertThat(a.dataOff() + (long) a.internalNlba() * a.internalLbaSize()).isLessThanOrEqualTo(a.mapOff());
-    }
-
-    @Test
-    void sixteenMibArenaAt512MatchesTheNote() {
-        BttLayout.Arena a = BttLayout.arena(16L << 20, 512, 0);
-        assertThat(a.internalLbaSize()).isEqualTo(512);
-        assertThat(a.internalNlba()).isEqualTo(32458);
-        assertThat(a.externalNlba()).isEqualTo(32202);
-        assertThat(a.mapOff()).isEqualTo(0xFDB000);
-        assertThat(a.flogOff()).isEqualTo(0xFFB000);
         assertThat(a.dataOff() + (long) a.internalNlba() * a.internalLbaSize()).isLessThanOrEqualTo(a.mapOff());
     }
 
