@@ -137,7 +137,7 @@ def nbd_bar(job, v):
 
 
 def nbd_report(cells, servers, jobs, *, runtime, size, repeat, sets="", ours_cpu="?", base_cpu="", base_desc="",
-               ours_desc="", tls=False, qemu_desc="?", now=None):
+               ours_desc="", tls=False, qemu_desc="?", fresh=False, now=None):
     """The Markdown report of bench-nbd and the chart's data rows (ratios to nbdkit memory; empty in an A/B run).
     servers: [(name, label)] in the order they ran."""
     names = [n for n, _ in servers]
@@ -161,7 +161,8 @@ def nbd_report(cells, servers, jobs, *, runtime, size, repeat, sets="", ours_cpu
         machine_line(now)
         + "fio nbd engine, unix sockets, one connection per job unless the job says -Nconn (N connections, fio numjobs); "
         f"{size} exports; {runtime} s per job (+1 s ramp), "
-        f"{repeat} round(s), median shown" + (f"; pmemblk serve {sets}" if sets else "") + ".",
+        f"{repeat} round(s), median shown" + (f"; pmemblk serve {sets}" if sets else "")
+        + ("; the pmemblk servers started afresh every round" if fresh else "") + ".",
     ]
     if tls:
         lines.append("TLS: pmemblk nbd.tls=require with nbd.tls.verify-clients (the JDK's SSLEngine); nbdkit --tls=require"
@@ -488,6 +489,7 @@ def main(argv):
     n.add_argument("--base-cpu", default="")
     n.add_argument("--tls", action="store_true")
     n.add_argument("--qemu-desc", default="?")
+    n.add_argument("--fresh", action="store_true", help="the pmemblk servers were started afresh every round")
     n.add_argument("servers", nargs="+", metavar="NAME=LABEL")
     i = sub.add_parser("inproc-report", parents=[ab], help="bench-inproc's table (and the A/B file with --ab-file)")
     i.add_argument("--seconds", required=True)
@@ -539,7 +541,8 @@ def main(argv):
         write_report(a.out, a.stem, *nbd_report(read_nbd_results(a.results), servers, a.jobs.split(","),
                                                 runtime=a.runtime, size=a.size, repeat=a.repeat, sets=a.sets,
                                                 ours_cpu=a.ours_cpu, base_cpu=a.base_cpu, base_desc=a.base_desc,
-                                                ours_desc=a.ours_desc, tls=a.tls, qemu_desc=a.qemu_desc))
+                                                ours_desc=a.ours_desc, tls=a.tls, qemu_desc=a.qemu_desc,
+                                                fresh=a.fresh))
     else:
         cells, order = read_inproc_results(a.results)
         lines = inproc_table(cells, order, a.progs, a.base_desc)

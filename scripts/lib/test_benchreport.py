@@ -89,10 +89,16 @@ class NbdReportTest(unittest.TestCase):
         ("randread-4k-qd32", "ours", 75300.0, 294.0, 3.2), ("randread-4k-qd32", "baseline"),
     ]
 
-    def report(self, servers, cells):
+    def report(self, servers, cells, fresh=False):
         return br.nbd_report(nbd_cells(cells), servers, ["read-64k-qd1", "randread-4k-qd32"], runtime="1",
                              size="1G", repeat="2", base_desc="abc1234 (HEAD: x)", ours_desc="this tree",
-                             ours_cpu="0:05", base_cpu="0:06", now=NOW)
+                             ours_cpu="0:05", base_cpu="0:06", fresh=fresh, now=NOW)
+
+    def test_fresh_servers_are_said(self):
+        servers = [("ours", "ours"), ("baseline", "baseline abc1234")]
+        said = "the pmemblk servers started afresh every round"
+        self.assertTrue(any(said in line for line in self.report(servers, self.CELLS, fresh=True)[0]))
+        self.assertFalse(any(said in line for line in self.report(servers, self.CELLS)[0]))
 
     def test_ab_tables_keep_their_columns_bold_and_cpu_table(self):
         lines, chart = self.report([("ours", "ours"), ("baseline", "baseline abc1234")], self.CELLS)
