@@ -4,7 +4,7 @@ and the Markdown tables they print. Standard library only: it runs with Debian's
 installed.
 
   benchreport.py nbd-cell FIO_JSON JOB SERVER ROUND TICKS RUNTIME HZ   one TSV line of bench-nbd's results
-  benchreport.py vhost-cell FIO_JSON JOB TARGET TICKS QTICKS DMA HZ   one TSV line of bench-vhost's results
+  benchreport.py vhost-cell FIO_JSON JOB TARGET TICKS QTICKS DMA HZ [IRQS]   one TSV line of bench-vhost's results
   benchreport.py rate fio|pmemblk RW                                   "IOPS MiB/s" from the JSON on stdin
   benchreport.py nbd-report / inproc-report / vhost-report ...         the tables (--help lists the options)
   benchreport.py chart DAT PNG TITLE YLABEL                            a clustered bar chart of a report's data
@@ -290,11 +290,12 @@ VHOST_BAR = 1.0      # pmemblk's vhost-user-blk at least as fast as qemu-storage
 VHOST_OFFLOAD_BAR = 0.2  # the queue threads' CPU per GiB on the DMA route at most this share of the CPU route's
 
 
-def vhost_cell(text, job, target, ticks, qticks, dma_bytes, hz):
+def vhost_cell(text, job, target, ticks, qticks, dma_bytes, hz, irqs="-"):
     """One result line of bench-vhost: job, target, IOPS, MiB/s, the server's CPU per request in µs (its user+sys
     around the fio run over the requests fio completed: the jobs have no ramp, so both cover the same span), the
     queue threads' CPU seconds per GiB moved ("-" where the server has none), the DMA bytes its metrics counted in
-    the run and the bytes fio moved. ticks and qticks are clock ticks at hz per second."""
+    the run, the bytes fio moved, and the guest's interrupts per request (the disk's virtio interrupts around the
+    run, "-" when the guest did not count them). ticks and qticks are clock ticks at hz per second."""
     j = fio_job(text)
     if j["error"]:
         raise ValueError(f"fio job {job} on {target}: error {j['error']}")
@@ -303,12 +304,14 @@ def vhost_cell(text, job, target, ticks, qticks, dma_bytes, hz):
     side = fio_side(j, job.split("-")[0])
     us = ticks / hz * 1e6 / ios if ios else 0
     q = f"{qticks / hz / (moved / GIB):.3f}" if qticks != "-" and moved else "-"
-    return f"{job}\t{target}\t{side['iops']:.1f}\t{side['bw'] / 1024:.1f}\t{us:.2f}\t{q}\t{dma_bytes}\t{moved}"
+    per = f"{int(irqs) / ios:.3f}" if irqs != "-" and ios else "-"
+    return f"{job}\t{target}\t{side['iops']:.1f}\t{side['bw'] / 1024:.1f}\t{us:.2f}\t{q}\t{dma_bytes}\t{moved}\t{per}"
 
 
 def read_vhost_results(path):
-    """cells[(job, target)] -> (iops, mib_s, cpu_us, qcpu_s_per_gib or None, dma_bytes, io_bytes), each the median
-    over the rounds of that cell (bench-vhost --repeat), or None when one of its rounds failed."""
+    """cells[(job, target)] -> (iops, mib_s, cpu_us, qcpu_s_per_gib or None, dma_bytes, io_bytes, guest interrupts
+    per request or None), each the median over the rounds of that cell (bench-vhost --repeat), or None when one of
+    its rounds failed. Lines of an older bench-vhost have no interrupt field."""
     rounds = collections.defaultdict(list)
     with open(path) as f:
         for line in f:
@@ -318,15 +321,17 @@ def read_vhost_results(path):
                 continue
             iops, mibs, us = (float(x) for x in fields[2:5])
             q = None if fields[5] == "-" else float(fields[5])
-            rounds[(fields[0], fields[1])].append((iops, mibs, us, q, int(fields[6]), int(fields[7])))
+            irq = None if len(fields) < 9 or fields[8] == "-" else float(fields[8])
+            rounds[(fields[0], fields[1])].append((iops, mibs, us, q, int(fields[6]), int(fields[7]), irq))
     cells = {}
     for key, rows in rounds.items():
         if any(r is None for r in rows):
             cells[key] = None
             continue
         q = [r[3] for r in rows if r[3] is not None]
+        irq = [r[6] for r in rows if r[6] is not None]
         cells[key] = (median(rows, 0), median(rows, 1), median(rows, 2), statistics.median(q) if q else None,
-                      int(median(rows, 4)), int(median(rows, 5)))
+                      int(median(rows, 4)), int(median(rows, 5)), statistics.median(irq) if irq else None)
     return cells
 
 
@@ -379,6 +384,17 @@ def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", now
         c = {t: cells.get((job, t)) for t in main}
         lines.append(f"| {job} | " + " | ".join(f"{c[t][2]:.1f}" if c[t] else "-" for t in main) + " |")
     lines.append("")
+    if any(c and c[6] is not None for c in cells.values()):
+        # An interrupt costs an emulated guest far more than a real one: fewer per request is the device batching
+        # completions (EVENT_IDX), and where throughput differs at the same server CPU it often tells why.
+        lines += ["Guest interrupts per request (the disk's virtio interrupts in the guest's /proc/interrupts around"
+                  " the run, over the requests fio completed):", ""]
+        lines += table_head(["job"] + [VHOST_LABEL[t] for t in main], ["---"] + ["---:"] * len(main))
+        for job in jobs:
+            c = {t: cells.get((job, t)) for t in main}
+            lines.append(f"| {job} | " + " | ".join(f"{c[t][6]:.2f}" if c[t] and c[t][6] is not None else "-"
+                                                    for t in main) + " |")
+        lines.append("")
     if ratios:
         lines += [f"Bar: pmemblk's vhost-user-blk at least {VHOST_BAR}x " + " and ".join(VHOST_LABEL[r] for r in ratios)
                   + f": {judged - len(short)} of {judged} jobs clear it" + (f"; below: {', '.join(short)}." if short else "."), ""]
@@ -470,6 +486,7 @@ def main(argv):
     v.add_argument("qticks", help='clock ticks of the queue threads, or "-"')
     v.add_argument("dma_bytes", type=int)
     v.add_argument("hz", type=int)
+    v.add_argument("irqs", nargs="?", default="-", help='the guest\'s interrupts of the disk during the run, or "-"')
     r = sub.add_parser("rate", help='"IOPS MiB/s" of fio (libpmem) or pmemblk bench JSON on stdin')
     r.add_argument("kind", choices=("fio", "pmemblk"))
     r.add_argument("rw")
@@ -524,7 +541,7 @@ def main(argv):
             text = f.read()
         qticks = a.qticks if a.qticks == "-" else int(a.qticks)
         try:
-            print(vhost_cell(text, a.job, a.target, a.ticks, qticks, a.dma_bytes, a.hz))
+            print(vhost_cell(text, a.job, a.target, a.ticks, qticks, a.dma_bytes, a.hz, a.irqs))
         except ValueError as e:
             sys.exit(str(e))
     elif a.cmd == "vhost-report":

@@ -178,7 +178,10 @@ class VhostReportTest(unittest.TestCase):
         # 250 ticks at 100 Hz = 2.5 s over 10000 + 2500 requests: 200 µs each; 50 ticks = 0.5 s over 2 GiB: 0.25 s/GiB.
         line = br.vhost_cell(fio_vhost(10000, 1 << 30, 2500, 1 << 30), "read-2m-qd4-1j", "pmemblk", 250, 50, 7, 100)
         self.assertEqual(line.split("\t"), ["read-2m-qd4-1j", "pmemblk", "1000.0", "3.9", "200.00", "0.250", "7",
-                                            str(2 << 30)])
+                                            str(2 << 30), "-"])
+        # 3125 guest interrupts over 12500 requests: 0.25 each.
+        self.assertEqual(br.vhost_cell(fio_vhost(10000, 1 << 30, 2500, 1 << 30), "read-2m-qd4-1j", "pmemblk", 250, 50,
+                                       7, 100, "3125").split("\t")[8], "0.250")
 
     def test_cell_without_queue_threads_and_a_failed_job(self):
         self.assertEqual(br.vhost_cell(fio_vhost(100, 4096), "randread-4k-qd32-1j", "qsd", 1, "-", 0, 100)
@@ -230,9 +233,17 @@ class VhostReportTest(unittest.TestCase):
                 ("read-2m-qd4-1j", "qsd", "1.0", "2000.0", "500.00", "-", "0", "100"),
                 ("read-2m-qd4-1j", "qsd", "FAIL")])))
         # Each field on its own: IOPS 11000 of 9000/11000/12000, CPU 20 of 10/20/40, bytes 20 of 10/20/30.
-        self.assertEqual(cells[("randread-4k-qd32-1j", "pmemblk")], (11000.0, 43.0, 20.0, None, 0, 20))
-        self.assertEqual(cells[("read-2m-qd4-1j", "pmemblk-dma")], (2.0, 3150.0, 300.0, 0.1, 98, 100))
+        self.assertEqual(cells[("randread-4k-qd32-1j", "pmemblk")], (11000.0, 43.0, 20.0, None, 0, 20, None))
+        self.assertEqual(cells[("read-2m-qd4-1j", "pmemblk-dma")], (2.0, 3150.0, 300.0, 0.1, 98, 100, None))
         self.assertIsNone(cells[("read-2m-qd4-1j", "qsd")], "a failed round: the cell is not judged on the others")
+
+    def test_guest_interrupts_get_their_table_when_counted(self):
+        rows = [r + ("0.500",) if len(r) > 3 and r[1] == "pmemblk" else r for r in self.ROWS]
+        lines, _ = self.report(rows)
+        at = lines.index("Guest interrupts per request (the disk's virtio interrupts in the guest's /proc/interrupts"
+                         " around the run, over the requests fio completed):")
+        self.assertEqual(lines[at + 4], "| randread-4k-qd32-1j | 0.50 | - | - |")
+        self.assertFalse(any(line.startswith("Guest interrupts") for line in self.report(self.ROWS)[0]))
 
     def test_the_heading_says_how_many_rounds_the_medians_are_of(self):
         with tempfile.TemporaryDirectory() as d:

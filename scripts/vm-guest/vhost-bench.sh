@@ -4,7 +4,8 @@
 # disk of the plan is first written end to end (the servers allocate and fault their pages in on first write, which
 # would otherwise land in the first write job). Each fio run is bracketed by host requests, "begin JOB TARGET" and
 # "end JOB TARGET ok|failed" (the host reads the server's CPU time around it: scripts/bench-vhost), and leaves fio's
-# JSON in $HOST_REQUESTS/out/JOB.TARGET.json. A failed run is reported to the host and the plan goes on.
+# JSON in $HOST_REQUESTS/out/JOB.TARGET.json and the disk's interrupts during the run in JOB.TARGET.irqs. A failed
+# run is reported to the host and the plan goes on.
 # Environment: RUNTIME (seconds per run), JOBFILE (bench/fio/vhost/job.fio as the guest sees it).
 set -u
 # shellcheck source=lib.sh
@@ -22,6 +23,14 @@ while read -r disk; do
         --output=/tmp/prefill.out </dev/null >/dev/null 2>&1 || { cat /tmp/prefill.out; fail "prefilling $disk ($dev) failed"; }
 done </tmp/disks
 
+# disk_irqs DEV: the interrupts the guest took so far from DEV's virtio device (every vector of it: the request
+# queues and config), from /proc/interrupts, whose lines end with the vector's name, such as virtio2-req.0.
+disk_irqs() {
+    virtio=$(basename "$(readlink -f "/sys/block/${1#/dev/}/device")")
+    awk -v v="$virtio-" 'NR == 1 { cpus = NF; next }
+        index($NF, v) == 1 { for (i = 2; i <= cpus + 1; i++) s += $i } END { print s + 0 }' /proc/interrupts
+}
+
 n=0
 while read -r job target disk; do
     n=$((n + 1))
@@ -37,9 +46,11 @@ while read -r job target disk; do
     span=$((100 / nj))%
     host_request 60 begin "$job" "$target" >/dev/null || fail "the host did not take 'begin $job $target'"
     status=ok
+    irq0=$(disk_irqs "$dev")
     DISK=$dev RW=$rw BS=$bs QD=$qd NUMJOBS=$nj SPAN=$span RUNTIME=$RUNTIME timeout -k 10 $((RUNTIME + 120)) \
         fio --output-format=json --output="$HOST_REQUESTS/out/$job.$target.json" "$JOBFILE" </dev/null \
         >"/tmp/fio-$n.err" 2>&1 || { status=failed; sed "s/^/fio $job $target| /" "/tmp/fio-$n.err"; }
+    echo $(($(disk_irqs "$dev") - irq0)) >"$HOST_REQUESTS/out/$job.$target.irqs"
     ans=$(host_request 120 end "$job" "$target" "$status") || fail "the host did not take 'end $job $target': $ans"
     say "[$n/$(wc -l <"$PLAN")] $job on $target ($dev): $ans"
 done <"$PLAN"
