@@ -84,6 +84,26 @@ def ab_note(ours_desc, base_desc, alternated):
             f"ours/baseline below {SLOW} is **bold**.")
 
 
+def paired_ratios(rounds, value):
+    """An A/B run's paired estimate: rounds[(row, prog)] -> {round: measurement}; for each row, the median over the
+    rounds both sides completed of ours/baseline within the round (the two ran back to back, so what the machine
+    did that minute weighs on both), or no entry when no round has both. value(measurement) -> the figure compared."""
+    paired = {}
+    for (row, prog), ours in rounds.items():
+        if prog != "ours":
+            continue
+        base = rounds.get((row, "baseline"), {})
+        xs = [value(row, ours[r]) / value(row, base[r]) for r in ours if r in base and value(row, base[r])]
+        if xs:
+            paired[row] = statistics.median(xs)
+    return paired
+
+
+def paired_note():
+    return ("paired = the median over rounds of ours/baseline within a round (the two ran back to back); the"
+            " verdict reads it, the ratio of the medians beside it is the same figures reduced the other way.")
+
+
 def machine_line(now=None):
     """Where and when: the figures of two runs compare only on the same machine."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
@@ -108,6 +128,17 @@ def read_nbd_results(path):
                 continue
             cells[(fields[0], fields[1])].append(tuple(float(x) for x in fields[3:6]))
     return cells
+
+
+def read_nbd_rounds(path):
+    """rounds[(job, server)] -> {round: (iops, mib_s, cpu_us)} of the successful rounds (for paired_ratios)."""
+    rounds = collections.defaultdict(dict)
+    with open(path) as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if fields[3] != "FAIL":
+                rounds[(fields[0], fields[1])][fields[2]] = tuple(float(x) for x in fields[3:6])
+    return rounds
 
 
 def nbd_value(cells, job, server):
@@ -137,9 +168,10 @@ def nbd_bar(job, v):
 
 
 def nbd_report(cells, servers, jobs, *, runtime, size, repeat, sets="", ours_cpu="?", base_cpu="", base_desc="",
-               ours_desc="", tls=False, qemu_desc="?", fresh=False, now=None):
+               ours_desc="", tls=False, qemu_desc="?", fresh=False, paired=None, now=None):
     """The Markdown report of bench-nbd and the chart's data rows (ratios to nbdkit memory; empty in an A/B run).
-    servers: [(name, label)] in the order they ran."""
+    servers: [(name, label)] in the order they ran. paired: job -> the paired ours/baseline (paired_ratios), which
+    an A/B run's verdict reads; without it the verdict reads the ratio of the medians."""
     names = [n for n, _ in servers]
     label = dict(servers)
     ab = "baseline" in names
@@ -170,20 +202,26 @@ def nbd_report(cells, servers, jobs, *, runtime, size, repeat, sets="", ours_cpu
                      " (scripts/lib/test-pki, EC P-256); fio's libnbd (GnuTLS) presents a client certificate.")
     lines.append(" ".join(["MiB/s for sequential jobs, IOPS for random ones."] + peers_note))
     if ab:
-        lines.append(ab_note(ours_desc, base_desc, "servers"))
+        lines.append(ab_note(ours_desc, base_desc, "servers") + (" " + paired_note() if paired is not None else ""))
     show_bar = not ab and "memory" in names
     lines.append("")
+    with_paired = ab and paired is not None
     lines += table_head(["job"] + [label[n] for n in names] + [f"ours/{label[r]}" for r in ratios]
-                        + (["ours/bar"] if show_bar else []),
-                        ["---"] + ["---:"] * (len(names) + len(ratios) + (1 if show_bar else 0)))
+                        + (["paired"] if with_paired else []) + (["ours/bar"] if show_bar else []),
+                        ["---"] + ["---:"] * (len(names) + len(ratios) + with_paired + (1 if show_bar else 0)))
     chart, ab_rows, bar_rows = [], [], []
     for job in jobs:
         v = {n: nbd_value(cells, job, n) for n in names}
         row = [nbd_fmt(job, v[n]) for n in names]
         for r in ratios:
-            text, x = ab_ratio(v["ours"], v[r], r == "baseline")
+            text, x = ab_ratio(v["ours"], v[r], r == "baseline" and not with_paired)
             row.append(text)
-            if r == "baseline" and x is not None:
+            if r == "baseline" and x is not None and not with_paired:
+                ab_rows.append((x, job))
+        if with_paired:
+            x = paired.get(job)
+            row.append("-" if x is None else (f"**{x:.2f}**" if x < SLOW else f"{x:.2f}"))
+            if x is not None:
                 ab_rows.append((x, job))
         if show_bar:
             b = nbd_bar(job, v)
@@ -236,45 +274,63 @@ def read_inproc_results(path):
     return cells, order
 
 
+def read_inproc_rounds(path):
+    """rounds[((rw, bs, qd, jobs), prog)] -> {round: (iops, mib_s)} (for paired_ratios)."""
+    rounds = collections.defaultdict(dict)
+    with open(path) as f:
+        for line in f:
+            rw, bs, qd, jobs, prog, r, measured = line.rstrip("\n").split("\t")
+            rounds[((rw, bs, qd, jobs), prog)][r] = tuple(float(x) for x in measured.split())
+    return rounds
+
+
 def inproc_fmt(key, v):
     if v is None:
         return "FAILED"
     return f"{v / 1000:.0f}k IOPS" if key[1] == "4k" else f"{v:.0f} MiB/s"
 
 
-def inproc_table(cells, order, progs, base_desc=""):
+def inproc_table(cells, order, progs, base_desc="", paired=None):
     """The rows of bench-inproc's table (IOPS for 4k rows, MiB/s otherwise, medians) and, in an A/B run, the
-    verdict line."""
+    verdict line (on the paired ratios when given: key -> paired ours/baseline)."""
     ab = "baseline" in progs
     label = {"ours": "ours" if ab else "pmemblk bench", "baseline": f"baseline {base_desc.split()[0]}" if ab else "",
              "fio": "fio libpmem"}
     ratios = [p for p in ("fio", "baseline") if p in progs]
-    lines = table_head(["workload", "jobs"] + [label[p] for p in progs] + [f"ours/{r}" for r in ratios],
-                       ["---"] * (2 + len(progs) + len(ratios)))
+    with_paired = ab and paired is not None
+    lines = table_head(["workload", "jobs"] + [label[p] for p in progs] + [f"ours/{r}" for r in ratios]
+                       + (["paired"] if with_paired else []),
+                       ["---"] * (2 + len(progs) + len(ratios) + with_paired))
     ab_rows = []
     for key in order:
         rw, bs, qd, jobs = key
+        name = f"{bs} {rw} QD{qd} jobs={jobs}"
         v = {p: median(cells[key + (p,)], 0 if bs == "4k" else 1) for p in progs}
         row = [inproc_fmt(key, v[p]) for p in progs]
         for r in ratios:
-            text, x = ab_ratio(v["ours"], v[r], r == "baseline")
+            text, x = ab_ratio(v["ours"], v[r], r == "baseline" and not with_paired)
             row.append(text)
-            if r == "baseline" and x is not None:
-                ab_rows.append((x, f"{bs} {rw} QD{qd} jobs={jobs}"))
+            if r == "baseline" and x is not None and not with_paired:
+                ab_rows.append((x, name))
+        if with_paired:
+            x = paired.get(key)
+            row.append("-" if x is None else (f"**{x:.2f}**" if x < SLOW else f"{x:.2f}"))
+            if x is not None:
+                ab_rows.append((x, name))
         lines.append(f"| {bs} {rw} QD{qd} | {jobs} | " + " | ".join(row) + " |")
     if ab:
         lines += ["", ab_summary(ab_rows, "row")]
     return lines
 
 
-def inproc_head(*, seconds, size, repeat, sets="", ours_desc="", base_desc="", now=None):
+def inproc_head(*, seconds, size, repeat, sets="", ours_desc="", base_desc="", paired=False, now=None):
     """The heading of the A/B file bench-inproc writes (the terminal gets the table alone)."""
     return [
         "# In process A/B: `pmemblk bench` ours vs baseline (one run, alternated per row)",
         "",
         machine_line(now) + f"{size} files on /dev/shm with PMEM_IS_PMEM_FORCE=1; {seconds} s per row and program, "
         f"{repeat} round(s), median shown; queues=2" + (f" {sets}" if sets else "") + ".",
-        ab_note(ours_desc, base_desc, "programs"),
+        ab_note(ours_desc, base_desc, "programs") + (" " + paired_note() if paired else ""),
         "",
     ]
 
@@ -555,18 +611,24 @@ def main(argv):
         print(iops, mibs)
     elif a.cmd == "nbd-report":
         servers = [tuple(s.split("=", 1)) for s in a.servers]
+        paired = None
+        if any(n == "baseline" for n, _ in servers):
+            paired = paired_ratios(read_nbd_rounds(a.results), lambda job, m: m[0 if job.startswith("rand") else 1])
         write_report(a.out, a.stem, *nbd_report(read_nbd_results(a.results), servers, a.jobs.split(","),
                                                 runtime=a.runtime, size=a.size, repeat=a.repeat, sets=a.sets,
                                                 ours_cpu=a.ours_cpu, base_cpu=a.base_cpu, base_desc=a.base_desc,
                                                 ours_desc=a.ours_desc, tls=a.tls, qemu_desc=a.qemu_desc,
-                                                fresh=a.fresh))
+                                                fresh=a.fresh, paired=paired))
     else:
         cells, order = read_inproc_results(a.results)
-        lines = inproc_table(cells, order, a.progs, a.base_desc)
+        paired = None
+        if "baseline" in a.progs:
+            paired = paired_ratios(read_inproc_rounds(a.results), lambda key, m: m[0 if key[1] == "4k" else 1])
+        lines = inproc_table(cells, order, a.progs, a.base_desc, paired)
         print("\n".join(lines))
         if a.ab_file:
             head = inproc_head(seconds=a.seconds, size=a.size, repeat=a.repeat, sets=a.sets,
-                               ours_desc=a.ours_desc, base_desc=a.base_desc)
+                               ours_desc=a.ours_desc, base_desc=a.base_desc, paired=paired is not None)
             with open(a.ab_file, "w") as f:
                 f.write("\n".join(head + lines) + "\n")
 

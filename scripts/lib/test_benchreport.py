@@ -94,6 +94,21 @@ class NbdReportTest(unittest.TestCase):
                              size="1G", repeat="2", base_desc="abc1234 (HEAD: x)", ours_desc="this tree",
                              ours_cpu="0:05", base_cpu="0:06", fresh=fresh, now=NOW)
 
+    def test_paired_ratios_pair_rounds_and_carry_the_verdict(self):
+        # Round 1 slow for both, round 2 fast for both: the medians of 2 are means (150 and 155), the pairs 1.00, 0.94.
+        rounds = {("read-64k-qd1", "ours"): {"1": (0, 100.0, 0), "2": (0, 200.0, 0)},
+                  ("read-64k-qd1", "baseline"): {"1": (0, 100.0, 0), "2": (0, 212.0, 0), "3": (0, 1.0, 0)}}
+        paired = br.paired_ratios(rounds, lambda job, m: m[1])
+        self.assertAlmostEqual(paired["read-64k-qd1"], (1.0 + 200 / 212) / 2)
+        lines, _ = br.nbd_report(nbd_cells(self.CELLS), [("ours", "ours"), ("baseline", "baseline abc1234")],
+                                 ["read-64k-qd1", "randread-4k-qd32"], runtime="1", size="1G", repeat="2",
+                                 base_desc="abc1234 (HEAD: x)", paired={"read-64k-qd1": 0.97}, now=NOW)
+        throughput, _ = tables(lines)
+        self.assertEqual(throughput[0], "| job | ours | baseline abc1234 | ours/baseline abc1234 | paired |")
+        self.assertEqual(throughput[2], "| read-64k-qd1 | 1300 MiB/s | 1500 MiB/s | 0.87 | 0.97 |")
+        self.assertEqual(throughput[3], "| randread-4k-qd32 | 75.3k IOPS | FAILED | - | - |")
+        self.assertIn("A/B: 1 rows, worst ours/baseline 0.97 (read-64k-qd1); 0 row(s) below 0.95.", lines)
+
     def test_fresh_servers_are_said(self):
         servers = [("ours", "ours"), ("baseline", "baseline abc1234")]
         said = "the pmemblk servers started afresh every round"
@@ -263,18 +278,26 @@ class VhostReportTest(unittest.TestCase):
 class CommandLineTest(unittest.TestCase):
     def test_inproc_report_reads_the_scripts_tsv_and_writes_the_ab_file(self):
         with tempfile.TemporaryDirectory() as d:
-            res = results_file(d, "read\t64k\t16\t1\tours\t1\t230000.0 14375.0\n"
-                                  "read\t64k\t16\t1\tbaseline\t1\t260000.0 16250.0\n")
+            # The machine slow in round 1, fast in round 2, between in round 3, where ours is slower: the medians
+            # (140 against 160) say 0.88, the rounds paired say 1.00, 1.00, 0.88: median 1.00.
+            res = results_file(d, "".join(f"read\t64k\t16\t1\t{p}\t{r}\t1.0 {v}\n" for p, r, v in [
+                ("ours", 1, 100.0), ("baseline", 1, 100.0), ("ours", 2, 200.0), ("baseline", 2, 200.0),
+                ("ours", 3, 140.0), ("baseline", 3, 160.0)]) + "read\t2m\t4\t1\tours\t1\t1.0 90.0\n"
+                               "read\t2m\t4\t1\tbaseline\t1\t1.0 100.0\n")
             ab = os.path.join(d, "ab.md")
             out = subprocess.run([sys.executable, br.__file__, "inproc-report", "--results", res, "--ab-file", ab,
-                                  "--seconds", "1", "--size", "1G", "--repeat", "1", "--base-desc", "abc (x)",
+                                  "--seconds", "1", "--size", "1G", "--repeat", "3", "--base-desc", "abc (x)",
                                   "--ours-desc", "this tree", "ours", "baseline"],
                                  capture_output=True, text=True, check=True, timeout=60).stdout
-            self.assertIn("| 64k read QD16 | 1 | 14375 MiB/s | 16250 MiB/s | **0.88** |", out)
+            self.assertIn("| 64k read QD16 | 1 | 140 MiB/s | 160 MiB/s | 0.88 | 1.00 |", out)
+            # One round: paired and medians agree, and the verdict reads the paired column.
+            self.assertIn("| 2m read QD4 | 1 | 90 MiB/s | 100 MiB/s | 0.90 | **0.90** |", out)
+            self.assertIn("A/B: 2 rows, worst ours/baseline 0.90 (2m read QD4 jobs=1); 1 row(s) below 0.95.", out)
             with open(ab) as f:
                 written = f.read()
             self.assertTrue(written.startswith("# In process A/B: `pmemblk bench` ours vs baseline"))
             self.assertIn("ours = this tree; baseline = abc (x). Even rounds ran the programs in reverse order", written)
+            self.assertIn("paired = the median over rounds of ours/baseline within a round", written)
             self.assertTrue(written.endswith(out))
 
     def test_vhost_report_and_its_chart_from_the_scripts_tsv(self):
