@@ -301,6 +301,11 @@ public final class PmemRegion implements AutoCloseable {
         return mappedBy;
     }
 
+    /** The persistence port under the mapping, for a layout over it that persists its own steps (the BTT). */
+    Persistence persistence() {
+        return persistence;
+    }
+
     /** The whole mapping; for copies by offset and for registration in an IOVA space. Owns nothing. */
     public MemorySegment memory() {
         return memory;
