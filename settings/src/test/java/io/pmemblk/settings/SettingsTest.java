@@ -160,6 +160,11 @@ class SettingsTest {
         assertThatThrownBy(() -> Settings.load(null, List.of("pmem.layout=btt", "ublk.block-size=512")))
                 .hasMessageStartingWith("ublk.block-size: '512' is not allowed with pmem.layout=btt and"
                         + " pmem.sector-size=4096");
+        assertThatThrownBy(() -> Settings.load(null, List.of("pmem.layout=btt", "dma.engine=soft")))
+                .hasMessageStartingWith("dma.engine: 'soft' is not allowed with pmem.layout=btt")
+                .hasMessageContaining("allowed: dma.engine=none");
+        assertThatThrownBy(() -> Settings.load(null, List.of("pmem.layout=btt", "vhost.socket=/tmp/v.sock")))
+                .hasMessageContaining("allowed: pmem.sector-size=512");
     }
 
     @Test
