@@ -363,6 +363,62 @@ public final class Btt {
         return new Btt(pool, persistence, reads, bsize, arenas.toArray(Arena[]::new), lanes, poolset, notes);
     }
 
+    /**
+     * What a pool holds, read without writing a byte (no recovery, no repair, no lazy layout): for {@code pmemblk
+     * info}, which may look at a pool a server has open.
+     *
+     * @param blockSize  the pool's block size (0 when its header is not a pmemblk pool's)
+     * @param blocks     external blocks of the arenas read (the capacity in blocks)
+     * @param arenas     arenas whose info block (or its backup) is valid
+     * @param freeBlocks spare blocks (nfree) over those arenas
+     * @param problem    why the pool cannot be served as it is, null when it can; a pool without a BTT laid out yet
+     *                   is servable (the first open lays it out)
+     */
+    public record Summary(int blockSize, long blocks, int arenas, int freeBlocks, int internalBlockSize, String problem) {}
+
+    /** Reads {@code pool}'s header and arena info blocks ({@link Summary}). */
+    public static Summary summarize(MemorySegment pool) {
+        if (pool.byteSize() < BTT_OFFSET + ARENA_MIN_SIZE) {
+            return new Summary(0, 0, 0, 0, 0, pool.byteSize() + " bytes, too small for a BTT");
+        }
+        MemorySegment hdr = pool.asSlice(0, POOL_HDR_SIZE);
+        String bad = invalidPoolHeader(hdr);
+        if (bad != null) {
+            return new Summary(0, 0, 0, 0, 0, "pool header: " + bad);
+        }
+        int bsize = pool.get(U32, BLK_BSIZE);
+        UUID poolset = getUuid(hdr, HDR_POOLSET_UUID);
+        long rawSize = pool.byteSize() - BTT_OFFSET, off = 0, left = rawSize, blocks = 0;
+        int arenas = 0, free = 0, internal = 0;
+        while (left >= ARENA_MIN_SIZE) {
+            MemorySegment info = pool.asSlice(BTT_OFFSET + off, INFO_SIZE);
+            String why = invalidInfo(info, left, poolset, bsize);
+            if (why != null) {
+                MemorySegment backup = pool.asSlice(BTT_OFFSET + Math.min(off + ARENA_MAX_SIZE,
+                        rawSize & ~(long) (ALIGNMENT - 1)) - INFO_SIZE, INFO_SIZE);
+                if (arenas == 0 && isZero(info) && isZero(backup)) {
+                    return new Summary(bsize, 0, 0, 0, 0, null); // laid out at the first open
+                }
+                if (invalidInfo(backup, left, poolset, bsize) != null) {
+                    return new Summary(bsize, blocks, arenas, free, internal, "arena " + arenas + ": the info block "
+                            + why + ", and so does its backup");
+                }
+                info = backup; // open restores the primary from it
+            }
+            arenas++;
+            blocks += info.get(U32, INFO_EXTERNAL_NLBA) & 0xFFFF_FFFFL;
+            free += info.get(U32, INFO_NFREE);
+            internal = info.get(U32, INFO_INTERNAL_LBASIZE);
+            long next = info.get(U64, INFO_NEXTOFF);
+            if (next == 0) {
+                break;
+            }
+            off += next;
+            left -= next;
+        }
+        return new Summary(bsize, blocks, arenas, free, internal, null);
+    }
+
     private static void checkLanes(int lanes, int nfree) {
         if (lanes < 1 || lanes > nfree) {
             throw new IllegalArgumentException("lanes " + lanes + " is out of range: 1.." + nfree
