@@ -38,7 +38,9 @@ final class InfoCommand implements Callable<Integer> {
             try (PmemRegion r = PmemRegion.open(path, exists && Files.isRegularFile(path) ? Files.size(path) : 0,
                     false, PmemRegion.Mapper.valueOf(s.get(Settings.PMEM_MAPPER).name()), false)) {
                 System.out.println("size=" + r.size() + " (" + Sizes.format(r.size()) + ")");
-                if (Files.isRegularFile(path) && r.size() != s.get(Settings.PMEM_SIZE)) {
+                // a BTT keeps the size it was formatted with (serve takes the file's size)
+                if (Files.isRegularFile(path) && r.size() != s.get(Settings.PMEM_SIZE)
+                        && s.get(Settings.PMEM_LAYOUT) == Settings.Layout.RAW) {
                     System.out.println("size_mismatch=pmem.size is " + s.text(Settings.PMEM_SIZE)
                             + ": serve will refuse it unless pmem.resize=true");
                 }

@@ -1,0 +1,180 @@
+package io.pmemblk.cli;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.MessageDigest;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.Random;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+/**
+ * The BTT served by the real {@code pmemblk serve} ({@code pmem.layout=btt}) over NBD: made by {@code pmemblk
+ * format}, written by nbdcopy and qemu-io, then read by an independent implementation: {@code pmempool check -v}
+ * finds the pool consistent and libpmemblk ({@code pmemblk_read} through Python's ctypes) reads back the same bytes
+ * the NBD clients wrote. Also what must be refused: a raw image served as a BTT, a BTT served raw, formatting over
+ * data without --force.
+ */
+class BttServeIT {
+    static final String PMEMPOOL = "/usr/bin/pmempool", PYTHON = "/usr/bin/python3";
+
+    /** Every block of the pool through pmemblk_read, in order, into a file: the device as libpmemblk sees it. */
+    static final String DUMP_PY = """
+            import ctypes, sys
+            lib = ctypes.CDLL("libpmemblk.so.1")
+            lib.pmemblk_open.restype = ctypes.c_void_p
+            lib.pmemblk_open.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+            lib.pmemblk_nblock.restype = ctypes.c_size_t
+            lib.pmemblk_nblock.argtypes = [ctypes.c_void_p]
+            lib.pmemblk_read.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
+            lib.pmemblk_close.argtypes = [ctypes.c_void_p]
+            lib.pmemblk_errormsg.restype = ctypes.c_char_p
+            path, bsize, out = sys.argv[1].encode(), int(sys.argv[2]), sys.argv[3]
+            p = lib.pmemblk_open(path, bsize)
+            if not p:
+                print("pmemblk_open failed:", lib.pmemblk_errormsg().decode())
+                sys.exit(2)
+            n = lib.pmemblk_nblock(p)
+            buf = ctypes.create_string_buffer(bsize)
+            with open(out, "wb") as f:
+                for lba in range(n):
+                    if lib.pmemblk_read(p, buf, lba) != 0:
+                        print("pmemblk_read of block", lba, "failed:", lib.pmemblk_errormsg().decode())
+                        sys.exit(3)
+                    f.write(buf.raw)
+            lib.pmemblk_close(p)
+            print("nblock", n)
+            """;
+
+    @TempDir
+    Path dir;
+
+    private List<String> settings(Path file, String... extra) {
+        List<String> s = new ArrayList<>(List.of("pmem.path=" + file, "pmem.layout=btt",
+                "nbd.socket=" + dir.resolve("nbd.sock"), "nbd.port=0", "queue.buffer-bytes=32M"));
+        s.addAll(List.of(extra));
+        return s;
+    }
+
+    private ServerProcess serve(Path file, String... extra) throws Exception {
+        return ServerProcess.start(dir, settings(file, extra).toArray(String[]::new));
+    }
+
+    private static ServerProcess.Run pmemblk(String sub, String... args) throws Exception {
+        return ServerProcess.run(ServerProcess.command(sub, List.of(args)), 120);
+    }
+
+    @Test
+    void writtenOverNbdCheckedByPmempoolAndReadBackByLibpmemblk() throws Exception {
+        Path file = dir.resolve("btt.img");
+        ServerProcess.Run f = pmemblk("format", "--layout", "btt", "--size", "64M", file.toString());
+        assertThat(f.exit()).as(f.out()).isZero();
+        assertThat(f.out()).contains("formatted " + file + ": BTT of ", "sectors of 4096 bytes", "1 arena(s), 256 free blocks");
+
+        ServerProcess.Run info = pmemblk("info", "--set", "pmem.path=" + file, "--set", "pmem.layout=btt");
+        assertThat(info.exit()).as(info.out()).isZero();
+        assertThat(info.out()).contains("layout=btt", "btt.sector_size=4096", "btt.arenas=1", "btt.free_blocks=256")
+                .doesNotContain("layout_mismatch", "btt.problem");
+        long capacity = Long.parseLong(info.out().lines().filter(l -> l.startsWith("btt.capacity="))
+                .findFirst().orElseThrow().split("[= ]")[1]);
+
+        byte[] expect = new byte[(int) capacity];
+        new Random(25).nextBytes(expect);
+        Path in = dir.resolve("in.bin"), out = dir.resolve("out.bin");
+        Files.write(in, expect);
+        try (ServerProcess s = serve(file)) {
+            ServerProcess.Run size = ServerProcess.run(List.of("nbdinfo", "--size", s.unixUri()), 60);
+            assertThat(size.out().trim()).as("the export is the BTT's sectors").isEqualTo(Long.toString(capacity));
+            ServerProcess.Run c = ServerProcess.run(List.of("nbdcopy", in.toString(), s.unixUri()), 120);
+            assertThat(c.exit()).as(c.out()).isZero();
+            ServerProcess.Run q = ServerProcess.run(List.of("qemu-io", "-f", "raw", "-c", "write -P 0xab 0 64k",
+                    "-c", "write -z 1M 64k", "-c", "discard 2M 8k", "-c", "write -P 0x11 -f 3M 4k", "-c", "flush",
+                    "-c", "read -P 0 1M 64k", s.unixUri()), 60);
+            assertThat(q.exit()).as(q.out()).isZero();
+            assertThat(q.out()).doesNotContain("failed", "error", "Pattern verification");
+            assertThat(s.terminate()).as("graceful stop; stderr: %s", s.stderr()).isZero();
+        }
+        Arrays.fill(expect, 0, 64 << 10, (byte) 0xab);
+        Arrays.fill(expect, 1 << 20, (1 << 20) + (64 << 10), (byte) 0);
+        Arrays.fill(expect, 2 << 20, (2 << 20) + 8192, (byte) 0);
+        Arrays.fill(expect, 3 << 20, (3 << 20) + 4096, (byte) 0x11);
+        Files.write(in, expect);
+
+        assumeTrue(Files.isExecutable(Path.of(PMEMPOOL)) && Files.exists(Path.of("/usr/lib/x86_64-linux-gnu/libpmemblk.so.1")),
+                "pmdk-tools / libpmemblk1 not installed: PMDK's view is not checked");
+        ServerProcess.Run check = ServerProcess.run(List.of(PMEMPOOL, "check", "-v", file.toString()), 120);
+        assertThat(check.exit()).as(check.out()).isZero();
+        assertThat(check.out()).contains("consistent").doesNotContain("not consistent");
+        ServerProcess.Run dump = ServerProcess.run(List.of(PYTHON, "-c", DUMP_PY, file.toString(), "4096", out.toString()), 120);
+        assertThat(dump.exit()).as(dump.out()).isZero();
+        assertThat(dump.out()).contains("nblock " + capacity / 4096);
+        assertThat(sha256(out)).as("libpmemblk reads what the NBD clients wrote").isEqualTo(sha256(in));
+
+        // served again after PMDK opened it (its flog recovery ran): the same bytes over NBD
+        Files.delete(out);
+        try (ServerProcess s = serve(file)) {
+            ServerProcess.Run c = ServerProcess.run(List.of("nbdcopy", s.unixUri(), out.toString()), 120);
+            assertThat(c.exit()).as(c.out()).isZero();
+            assertThat(sha256(out)).isEqualTo(sha256(in));
+            assertThat(s.terminate()).isZero();
+        }
+    }
+
+    @Test
+    void rawAndBttImagesAreNeverTakenForEachOtherAndFormatRefusesData() throws Exception {
+        Path raw = dir.resolve("raw.img"), btt = dir.resolve("btt.img");
+        byte[] data = new byte[32 << 20];
+        data[1024] = 0x53; // say, a superblock
+        Files.write(raw, data);
+        ServerProcess.Run f = pmemblk("format", "--layout", "btt", raw.toString());
+        assertThat(f.exit()).isEqualTo(1);
+        assertThat(f.out()).contains(raw + " holds data (a non-zero byte within its first 1M, at 1024..)", "--force");
+        assertThat(Files.readAllBytes(raw)).as("refused: untouched").isEqualTo(data);
+
+        ServerProcess.Run serveRaw = ServerProcess.run(ServerProcess.command("serve",
+                ServerProcess.sets(settings(raw).toArray(String[]::new))), 60);
+        assertThat(serveRaw.exit()).isNotZero();
+        assertThat(serveRaw.out()).contains("holds no BTT", "pmemblk format --layout btt");
+        assertThat(Files.readAllBytes(raw)).isEqualTo(data);
+        ServerProcess.Run missing = ServerProcess.run(ServerProcess.command("serve",
+                ServerProcess.sets(settings(dir.resolve("none.img")).toArray(String[]::new))), 60);
+        assertThat(missing.exit()).isNotZero();
+        assertThat(missing.out()).contains("does not exist; make it first with: pmemblk format --layout btt");
+        assertThat(dir.resolve("none.img")).doesNotExist();
+
+        assertThat(pmemblk("format", "--layout", "btt", "--sector-size", "512", "--size", "32M", btt.toString()).exit()).isZero();
+        ServerProcess.Run again = pmemblk("format", "--layout", "btt", btt.toString());
+        assertThat(again.exit()).isEqualTo(1);
+        assertThat(again.out()).contains("holds a BTT already");
+        List<String> asRaw = new ArrayList<>(settings(btt));
+        asRaw.set(1, "pmem.layout=raw");
+        asRaw.add("pmem.size=" + Files.size(btt));
+        ServerProcess.Run servedRaw = ServerProcess.run(ServerProcess.command("serve",
+                ServerProcess.sets(asRaw.toArray(String[]::new))), 60);
+        assertThat(servedRaw.exit()).isNotZero();
+        assertThat(servedRaw.out()).contains("holds a BTT", "serve it with --set pmem.layout=btt");
+        ServerProcess.Run wrongSector = ServerProcess.run(ServerProcess.command("serve",
+                ServerProcess.sets(settings(btt, "pmem.sector-size=4096").toArray(String[]::new))), 60);
+        assertThat(wrongSector.out()).contains("is a BTT of 512-byte sectors, but pmem.sector-size is 4096");
+        ServerProcess.Run forced = pmemblk("format", "--layout", "btt", "--force", raw.toString());
+        assertThat(forced.exit()).as(forced.out()).isZero();
+        try (ServerProcess s = serve(btt)) {
+            ServerProcess.Run q = ServerProcess.run(List.of("qemu-io", "-f", "raw", "-c", "write -P 0x5a 512 512",
+                    "-c", "read -P 0x5a 512 512", s.unixUri()), 60);
+            assertThat(q.exit()).as(q.out()).isZero();
+            assertThat(q.out()).doesNotContain("failed", "Pattern verification");
+            assertThat(s.terminate()).isZero();
+        }
+    }
+
+    private static String sha256(Path p) throws Exception {
+        return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(Files.readAllBytes(p)));
+    }
+}
