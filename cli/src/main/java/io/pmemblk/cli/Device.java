@@ -84,21 +84,39 @@ public final class Device implements AutoCloseable {
     }
 
     /**
-     * The region of a BTT: it must exist already (serve never formats: an empty file would be a new, empty pool,
-     * and a raw image must never be reinterpreted), and it keeps the size it was formatted with.
+     * The region of a BTT. A file that does not exist yet is created (pmem.size) and formatted, as the raw layout
+     * creates its file: there is nothing in it to reinterpret. An existing one must hold a BTT already
+     * ({@link BttRegion#open} refuses anything else, naming the format command), and keeps the size it was
+     * formatted with.
      */
     private static PmemRegion openBttRegion(Settings settings, Path path) throws IOException {
-        if (!Files.exists(path)) {
-            throw new IOException("pmem.layout=btt: " + path + " does not exist; make it first with: "
-                    + BttRegion.FORMAT_COMMAND.replace("FILE", "--size " + settings.text(Settings.PMEM_SIZE) + " " + path));
-        }
         if (settings.get(Settings.PMEM_RESIZE)) {
             throw new IOException("pmem.resize=true is not allowed with pmem.layout=btt: a BTT's arenas are laid out"
                     + " for the size it was formatted with; allowed: pmem.resize=false (format again to change the size)");
         }
-        return PmemRegion.open(path, Files.isRegularFile(path) ? Files.size(path) : 0, false,
-                PmemRegion.Mapper.valueOf(settings.get(Settings.PMEM_MAPPER).name()));
+        PmemRegion.Mapper mapper = PmemRegion.Mapper.valueOf(settings.get(Settings.PMEM_MAPPER).name());
+        if (!Files.exists(path, LinkOption.NOFOLLOW_LINKS)) {
+            long size = settings.get(Settings.PMEM_SIZE);
+            if (size < BTT_LEAST) {
+                throw new IOException("pmem.size: '" + settings.text(Settings.PMEM_SIZE) + "' is too small for a BTT;"
+                        + " allowed: at least " + BTT_LEAST + " bytes (16M + 8K: a pool header and one arena)");
+            }
+            PmemRegion region = PmemRegion.open(path, size, false, mapper);
+            try {
+                BttRegion.format(region, settings.get(Settings.PMEM_SECTOR_SIZE));
+            } catch (IOException | RuntimeException e) {
+                region.close();
+                throw e;
+            }
+            System.getLogger(Device.class.getName()).log(System.Logger.Level.INFO, path + " did not exist: created"
+                    + " with a BTT of " + settings.get(Settings.PMEM_SECTOR_SIZE) + "-byte sectors");
+            return region;
+        }
+        return PmemRegion.open(path, Files.isRegularFile(path) ? Files.size(path) : 0, false, mapper);
     }
+
+    /** A pool header and one 16 MiB arena: the smallest BTT. */
+    private static final long BTT_LEAST = 8192 + (16 << 20);
 
     /**
      * Lanes of the BTT: one per caller that may dispatch at once, which is a thread per connection or ublk/vhost

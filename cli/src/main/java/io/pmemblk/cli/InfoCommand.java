@@ -66,8 +66,8 @@ final class InfoCommand implements Callable<Integer> {
                 System.out.println("is_pmem=unknown (directory " + dir + " does not exist yet)");
             }
             System.out.println("layout=" + s.text(Settings.PMEM_LAYOUT).toLowerCase(java.util.Locale.ROOT)
-                    + (s.get(Settings.PMEM_LAYOUT) == Settings.Layout.BTT ? " (serve will refuse a missing file: "
-                    + BttRegion.FORMAT_COMMAND + ")" : ""));
+                    + (s.get(Settings.PMEM_LAYOUT) == Settings.Layout.BTT ? " (serve creates the file with a BTT of "
+                    + s.get(Settings.PMEM_SECTOR_SIZE) + "-byte sectors)" : ""));
         }
         String why = Libpmem.unavailableReason();
         System.out.println("libpmem=" + (why == null ? "loaded" : "unavailable: " + why));

@@ -66,11 +66,12 @@ public final class Settings {
                     + " part new (in 8-byte pieces). btt: a Block Translation Table (the on-media format of PMDK's"
                     + " pmemblk pools, which pmempool checks), so every sector reads wholly old or wholly new after a"
                     + " crash; it costs capacity (map, flog, 256 spare blocks per arena) and a few persists per write."
-                    + " A btt file is made by `pmemblk format --layout btt FILE`; serve never reinterprets a raw image.",
+                    + " serve creates a missing pmem.path with a BTT; an existing file must hold one already (made by"
+                    + " `pmemblk format --layout btt FILE`): serve never reinterprets a raw image, nor serves a BTT raw.",
             t -> choice(t, Layout.class));
     public static final Key<Integer> PMEM_SECTOR_SIZE = Key.of("pmem.sector-size", "4096", "512 or 4096 (512 only with pmem.layout=btt)",
-            "The BTT's sector (logical block) size, the unit written atomically; an existing BTT keeps the size it"
-                    + " was formatted with, and serving it with another is refused.", t -> {
+            "The BTT's sector (logical block) size, the unit written atomically, for a BTT serve creates; an existing"
+                    + " BTT keeps the size it was formatted with, and serving it with another one set here is refused.", t -> {
                 int v = Integer.parseInt(t);
                 if (v != 512 && v != 4096) {
                     throw new IllegalArgumentException();
