@@ -325,8 +325,7 @@ public final class Btt {
         long off = 0, left = rawSize, firstLba = 0;
         while (left >= ARENA_MIN_SIZE) {
             long primary = BTT_OFFSET + off;
-            // pmempool check's rule for where the backup sits (check_btt_info.c): trusted even when the primary is not.
-            long backup = BTT_OFFSET + Math.min(off + ARENA_MAX_SIZE, rawSize & ~(long) (ALIGNMENT - 1)) - INFO_SIZE;
+            long backup = backupAt(off, rawSize);
             MemorySegment info = pool.asSlice(primary, INFO_SIZE);
             String why = invalidInfo(info, left, poolset, bsize);
             if (why != null) {
@@ -394,8 +393,7 @@ public final class Btt {
             MemorySegment info = pool.asSlice(BTT_OFFSET + off, INFO_SIZE);
             String why = invalidInfo(info, left, poolset, bsize);
             if (why != null) {
-                MemorySegment backup = pool.asSlice(BTT_OFFSET + Math.min(off + ARENA_MAX_SIZE,
-                        rawSize & ~(long) (ALIGNMENT - 1)) - INFO_SIZE, INFO_SIZE);
+                MemorySegment backup = pool.asSlice(backupAt(off, rawSize), INFO_SIZE);
                 if (arenas == 0 && isZero(info) && isZero(backup)) {
                     return new Summary(bsize, 0, 0, 0, 0, null); // laid out at the first open
                 }
@@ -417,6 +415,14 @@ public final class Btt {
             left -= next;
         }
         return new Summary(bsize, blocks, arenas, free, internal, null);
+    }
+
+    /**
+     * Where the backup info block of the arena at BTT offset {@code off} is, in the pool: pmempool check's rule
+     * (check_btt_info.c), trusted even when the primary is not.
+     */
+    private static long backupAt(long off, long rawSize) {
+        return BTT_OFFSET + Math.min(off + ARENA_MAX_SIZE, rawSize & ~(long) (ALIGNMENT - 1)) - INFO_SIZE;
     }
 
     private static void checkLanes(int lanes, int nfree) {
