@@ -25,33 +25,8 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 class BttServeIT {
     static final String PMEMPOOL = "/usr/bin/pmempool", PYTHON = "/usr/bin/python3";
 
-    /** Every block of the pool through pmemblk_read, in order, into a file: the device as libpmemblk sees it. */
-    static final String DUMP_PY = """
-            import ctypes, sys
-            lib = ctypes.CDLL("libpmemblk.so.1")
-            lib.pmemblk_open.restype = ctypes.c_void_p
-            lib.pmemblk_open.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-            lib.pmemblk_nblock.restype = ctypes.c_size_t
-            lib.pmemblk_nblock.argtypes = [ctypes.c_void_p]
-            lib.pmemblk_read.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
-            lib.pmemblk_close.argtypes = [ctypes.c_void_p]
-            lib.pmemblk_errormsg.restype = ctypes.c_char_p
-            path, bsize, out = sys.argv[1].encode(), int(sys.argv[2]), sys.argv[3]
-            p = lib.pmemblk_open(path, bsize)
-            if not p:
-                print("pmemblk_open failed:", lib.pmemblk_errormsg().decode())
-                sys.exit(2)
-            n = lib.pmemblk_nblock(p)
-            buf = ctypes.create_string_buffer(bsize)
-            with open(out, "wb") as f:
-                for lba in range(n):
-                    if lib.pmemblk_read(p, buf, lba) != 0:
-                        print("pmemblk_read of block", lba, "failed:", lib.pmemblk_errormsg().decode())
-                        sys.exit(3)
-                    f.write(buf.raw)
-            lib.pmemblk_close(p)
-            print("nblock", n)
-            """;
+    /** libpmemblk through ctypes (pmem-blk's BTT tests use it too): dump FILE BSIZE OUT writes every block to OUT. */
+    static final Path PMEMBLK_PY = Path.of("..", "pmem-blk", "src", "test", "python", "pmemblk_ctypes.py").toAbsolutePath();
 
     @TempDir
     Path dir;
@@ -92,8 +67,7 @@ class BttServeIT {
         try (ServerProcess s = serve(file)) {
             ServerProcess.Run size = ServerProcess.run(List.of("nbdinfo", "--size", s.unixUri()), 60);
             assertThat(size.out().trim()).as("the export is the BTT's sectors").isEqualTo(Long.toString(capacity));
-            ServerProcess.Run c = ServerProcess.run(List.of("nbdcopy", in.toString(), s.unixUri()), 120);
-            assertThat(c.exit()).as(c.out()).isZero();
+            nbdcopy(in.toString(), s.unixUri());
             ServerProcess.Run q = ServerProcess.run(List.of("qemu-io", "-f", "raw", "-c", "write -P 0xab 0 64k",
                     "-c", "write -z 1M 64k", "-c", "discard 2M 8k", "-c", "write -P 0x11 -f 3M 4k", "-c", "flush",
                     "-c", "read -P 0 1M 64k", s.unixUri()), 60);
@@ -112,7 +86,8 @@ class BttServeIT {
         ServerProcess.Run check = ServerProcess.run(List.of(PMEMPOOL, "check", "-v", file.toString()), 120);
         assertThat(check.exit()).as(check.out()).isZero();
         assertThat(check.out()).contains("consistent").doesNotContain("not consistent");
-        ServerProcess.Run dump = ServerProcess.run(List.of(PYTHON, "-c", DUMP_PY, file.toString(), "4096", out.toString()), 120);
+        ServerProcess.Run dump = ServerProcess.run(List.of(PYTHON, PMEMBLK_PY.toString(), "dump", file.toString(), "4096",
+                out.toString()), 120);
         assertThat(dump.exit()).as(dump.out()).isZero();
         assertThat(dump.out()).contains("nblock " + capacity / 4096);
         assertThat(sha256(out)).as("libpmemblk reads what the NBD clients wrote").isEqualTo(sha256(in));
@@ -120,11 +95,10 @@ class BttServeIT {
         // served again after PMDK opened it (its flog recovery ran): the same bytes over NBD
         Files.delete(out);
         try (ServerProcess s = serve(file)) {
-            ServerProcess.Run c = ServerProcess.run(List.of("nbdcopy", s.unixUri(), out.toString()), 120);
-            assertThat(c.exit()).as(c.out()).isZero();
-            assertThat(sha256(out)).isEqualTo(sha256(in));
+            nbdcopy(s.unixUri(), out.toString());
             assertThat(s.terminate()).isZero();
         }
+        assertThat(sha256(out)).isEqualTo(sha256(in));
     }
 
     @Test
@@ -176,6 +150,11 @@ class BttServeIT {
             assertThat(q.out()).doesNotContain("failed", "Pattern verification");
             assertThat(s.terminate()).isZero();
         }
+    }
+
+    private static void nbdcopy(String from, String to) throws Exception {
+        ServerProcess.Run c = ServerProcess.run(List.of("nbdcopy", from, to), 120);
+        assertThat(c.exit()).as(c.out()).isZero();
     }
 
     private static String sha256(Path p) throws Exception {
