@@ -3,11 +3,13 @@ package io.pmemblk.pmem;
 import io.pmemblk.pmem.btt.Btt;
 
 import java.io.IOException;
+import java.lang.foreign.MemorySegment;
 
 /**
  * A {@link Btt} over a mapped {@link PmemRegion} ({@code pmem.layout=btt}): formatted by {@code pmemblk format},
  * opened by {@code serve} with its data blocks read through the region's guarded read (known bad blocks, and a
- * fault on the mapping, answer one request EIO, as on the raw layout). The region's file is the PMDK pmemblk
+ * fault on the mapping, answer one request EIO, as on the raw layout) and stored after the region's bad-block
+ * check (a bad range a whole block covers is cleared first, where the region can). The region's file is the PMDK pmemblk
  * pool, so {@code pmempool check} and libpmemblk read it as it is.
  */
 public final class BttRegion {
@@ -40,7 +42,17 @@ public final class BttRegion {
         }
         Btt btt;
         try {
-            btt = Btt.open(region.memory(), region.persistence(), lanes, region::read);
+            btt = Btt.open(region.memory(), region.persistence(), lanes, new Btt.Media() {
+                @Override
+                public void read(long poolOffset, MemorySegment dst, long dstOffset, long length) {
+                    region.read(poolOffset, dst, dstOffset, length);
+                }
+
+                @Override
+                public void beforeStore(long poolOffset, long length) {
+                    region.beforeStore(poolOffset, length);
+                }
+            });
         } catch (IOException e) {
             throw new IOException(region.path() + ": " + e.getMessage(), e);
         }

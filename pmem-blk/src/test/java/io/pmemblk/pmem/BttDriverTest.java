@@ -252,7 +252,12 @@ class BttDriverTest {
         assertThat(run(Op.READ, 3 * 4096, 4096, (byte) 0, null)).isEqualTo(Status.EIO);
         assertThat(run(Op.READ, 3 * 4096 + 10, 100, (byte) 0, null)).as("a partial read too").isEqualTo(Status.EIO);
         assertThat(read(layer.queue(0), 4 * 4096, 4096)).as("never written: from the map alone").containsOnly(0);
+        // a write's free block is bad too (and cannot be cleared, as on device DAX): EIO, the BTT unchanged
+        assertThat(run(Op.WRITE, 4 * 4096, 4096, (byte) 1, null)).isEqualTo(Status.EIO);
         assertThat(driver.region().badBlocks().isEmpty()).isFalse();
+        assertThat(driver.btt().check()).isEmpty();
+        assertThat(run(Op.TRIM, 3 * 4096, 4096, (byte) 0, null)).as("the map is not bad").isZero();
+        assertThat(read(layer.queue(0), 3 * 4096, 4096)).containsOnly(0);
     }
 
     @Test

@@ -40,19 +40,22 @@ public final class Btt {
     private static final VarHandle ARRAY = MethodHandles.arrayElementVarHandle(int[].class);
 
     /**
-     * How a data block is copied out of the pool: the port a server gives is its region's guarded read (known bad
-     * blocks, and a fault on the mapping, become one request's error instead of the JVM's); tests and tools that
-     * own a plain segment copy it directly (the default of {@link #open(MemorySegment, Persistence, int)}).
+     * The media under the data blocks: how one is copied out of the pool, and what must happen before one is
+     * stored. A server's port is its region's (known bad blocks, and a fault on the mapping, become one request's
+     * error instead of the JVM's; a bad range a store covers is cleared first where it can be); tests and tools
+     * that own a plain segment copy directly (the default of {@link #open(MemorySegment, Persistence, int)}).
      */
-    @FunctionalInterface
-    public interface BlockReads {
+    public interface Media {
         /** Copies [poolOffset, poolOffset+length) of the pool into {@code dst}; a fault throws (unchecked) here, not later. */
         void read(long poolOffset, MemorySegment dst, long dstOffset, long length);
+
+        /** Before a data block is stored at [poolOffset, poolOffset+length): throws (unchecked) if it cannot take it. */
+        void beforeStore(long poolOffset, long length);
     }
 
     private final MemorySegment pool;
     private final Persistence persistence;
-    private final BlockReads reads;
+    private final Media media;
     /** One per lane, made at open: claiming a lane allocates nothing. */
     private final Lane[] laneHandles;
     private final boolean pmem;
@@ -105,12 +108,20 @@ public final class Btt {
         }
     }
 
-    private Btt(MemorySegment pool, Persistence persistence, BlockReads reads, int blockSize, Arena[] arenas, int lanes,
+    private Btt(MemorySegment pool, Persistence persistence, Media media, int blockSize, Arena[] arenas, int lanes,
                 UUID poolset, List<String> notes) {
         this.pool = pool;
         this.persistence = persistence;
-        this.reads = reads != null ? reads
-                : (poolOffset, dst, dstOffset, length) -> MemorySegment.copy(pool, poolOffset, dst, dstOffset, length);
+        this.media = media != null ? media : new Media() {
+            @Override
+            public void read(long poolOffset, MemorySegment dst, long dstOffset, long length) {
+                MemorySegment.copy(pool, poolOffset, dst, dstOffset, length);
+            }
+
+            @Override
+            public void beforeStore(long poolOffset, long length) {
+            }
+        };
         this.pmem = persistence.flushesCaches();
         this.blockSize = blockSize;
         this.arenas = arenas;
@@ -295,10 +306,10 @@ public final class Btt {
     }
 
     /**
-     * As {@link #open(MemorySegment, Persistence, int)}, with data blocks read through {@code reads} (a served
-     * region's guarded read; null: a plain copy).
+     * As {@link #open(MemorySegment, Persistence, int)}, with data blocks read and stored through {@code media} (a
+     * served region's guarded accesses; null: plain copies).
      */
-    public static Btt open(MemorySegment pool, Persistence persistence, int lanes, BlockReads reads) throws IOException {
+    public static Btt open(MemorySegment pool, Persistence persistence, int lanes, Media media) throws IOException {
         List<String> notes = new ArrayList<>();
         if (pool.byteSize() < BTT_OFFSET + ARENA_MIN_SIZE) {
             throw new IOException("not a pmemblk pool with a BTT: " + pool.byteSize() + " bytes, at least "
@@ -359,7 +370,7 @@ public final class Btt {
             off += nextOff;
             left -= nextOff;
         }
-        return new Btt(pool, persistence, reads, bsize, arenas.toArray(Arena[]::new), lanes, poolset, notes);
+        return new Btt(pool, persistence, media, bsize, arenas.toArray(Arena[]::new), lanes, poolset, notes);
     }
 
     /**
@@ -617,7 +628,7 @@ public final class Btt {
                 continue;
             }
             try {
-                reads.read(a.dataOff + (long) (entry & MAP_LBA_MASK) * a.internalLbaSize, dst, 0, blockSize);
+                media.read(a.dataOff + (long) (entry & MAP_LBA_MASK) * a.internalLbaSize, dst, 0, blockSize);
             } finally {
                 ARRAY.setRelease(a.rtt, slot, RTT_EMPTY);
             }
@@ -646,7 +657,9 @@ public final class Btt {
         int freeBlock = a.free[lane] & MAP_LBA_MASK;
         int freeEntry = freeBlock | MAP_NORMAL;
         waitForReaders(a, freeEntry);
-        MemorySegment dst = pool.asSlice(a.dataOff + (long) freeBlock * a.internalLbaSize, blockSize);
+        long dataAt = a.dataOff + (long) freeBlock * a.internalLbaSize;
+        media.beforeStore(dataAt, blockSize); // a bad free block: this write fails, nothing of the BTT changed
+        MemorySegment dst = pool.asSlice(dataAt, blockSize);
         persistence.copy(src, dst);
         try {
             if (pmem) {
