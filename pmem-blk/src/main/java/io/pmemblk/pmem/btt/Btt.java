@@ -767,7 +767,7 @@ public final class Btt {
         for (int spins = 0; ; spins++) {
             for (int i = 0; i < lanes; i++) {
                 int lane = first + i < lanes ? first + i : first + i - lanes;
-                if ((int) ARRAY.getPlain(laneBusy, lane * PAD) == 0 && ARRAY.compareAndSet(laneBusy, lane * PAD, 0, 1)) {
+                if ((int) ARRAY.get(laneBusy, lane * PAD) == 0 && ARRAY.compareAndSet(laneBusy, lane * PAD, 0, 1)) {
                     return laneHandles[lane];
                 }
             }
