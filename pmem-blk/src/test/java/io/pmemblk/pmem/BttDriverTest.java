@@ -176,12 +176,12 @@ class BttDriverTest {
 
     /**
      * Writers on two hardware queues, several per queue (so two threads dispatch on one queue at once and must not
-     * share a lane), all on the same few LBAs, each WRITE one whole sector of one byte value; readers check every
+     * share a lane, and there are more threads than lanes), all on the same few LBAs, each WRITE one whole sector of one byte value; readers check every
      * sector they read is a single value: wholly some writer's, never a mix.
      */
     @Test
     void concurrentWritersOnOneLbaFromManyQueuesLeaveEveryReadWhollyOldOrNew() throws Exception {
-        serve(4096, 2, 8);
+        serve(4096, 2, 3); // fewer lanes than threads: they must take turns, never share one
         int writers = 6, readers = 2, lbas = 3;
         AtomicBoolean stop = new AtomicBoolean();
         AtomicLong reads = new AtomicLong(), writes = new AtomicLong();
