@@ -5,6 +5,7 @@ import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.soft.SoftFaults;
 import io.pmemblk.dma.vfio.VfioEngine;
+import io.pmemblk.pmem.BttRegion;
 import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.Routing;
@@ -35,9 +36,10 @@ public final class Device implements AutoCloseable {
         // A VFIO device first: a machine without one is told so before the backing file is created.
         DmaEngine vfio = settings.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.VFIO
                 ? VfioEngine.open(settings.get(Settings.DMA_VFIO_DEVICES), settings.get(Settings.DMA_RING_SIZE)) : null;
+        boolean btt = settings.get(Settings.PMEM_LAYOUT) == Settings.Layout.BTT;
         try {
             Path path = trustedPmemPath(settings);
-            this.region = PmemRegion.open(path, settings.get(Settings.PMEM_SIZE),
+            this.region = btt ? openBttRegion(settings, path) : PmemRegion.open(path, settings.get(Settings.PMEM_SIZE),
                     settings.get(Settings.PMEM_RESIZE),
                     PmemRegion.Mapper.valueOf(settings.get(Settings.PMEM_MAPPER).name()));
         } catch (IOException | RuntimeException e) {
@@ -48,18 +50,27 @@ public final class Device implements AutoCloseable {
         }
         DmaEngine engine = vfio;
         try {
+            if (!btt && BttRegion.holdsBtt(region)) {
+                // Served raw, the BTT's pool header, map and flog would be device bytes, and the first write
+                // through them would break the pool for pmempool and for pmem.layout=btt.
+                throw new IOException(region.path() + " holds a BTT (a PMDK pmemblk pool, as `pmemblk format --layout"
+                        + " btt` makes): refused with pmem.layout=raw, which would expose its metadata as data; serve"
+                        + " it with --set pmem.layout=btt");
+            }
             if (settings.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.SOFT) {
                 // No setting injects faults; an end-to-end test puts a SoftFaults provider on the class path.
                 engine = DmaEngine.soft(new IovaSpace(), settings.get(Settings.DMA_CHANNELS),
                         settings.get(Settings.DMA_RING_SIZE), DmaEngine.SOFT_XFERCAP_LOG2, SoftFaults.installed());
             }
-            this.driver = new PmemBlockDriver(region, stats, engine, LiveSettings.routing(settings));
+            this.driver = btt ? PmemBlockDriver.onBtt(region, stats, BttRegion.open(region, bttLanes(settings),
+                    settings.source(Settings.PMEM_SECTOR_SIZE).equals("default") ? 0 : settings.get(Settings.PMEM_SECTOR_SIZE)))
+                    : new PmemBlockDriver(region, stats, engine, LiveSettings.routing(settings));
             // ublk queue i takes tags of its own on hardware queue i, so it never waits behind NBD connections.
             boolean ublk = settings.get(Settings.UBLK_ENABLED);
             this.layer = new BlockLayer(driver, settings.get(Settings.QUEUES), settings.get(Settings.QUEUE_DEPTH),
                     settings.get(Settings.QUEUE_BUFFER_BYTES), Settings.MAX_REQUEST_BYTES,
                     ublk ? settings.ublkDepth() : 0, ublk ? settings.ublkQueues() : 0);
-        } catch (RuntimeException e) {
+        } catch (IOException | RuntimeException e) {
             if (engine != null) {
                 engine.close();
             }
@@ -70,6 +81,50 @@ public final class Device implements AutoCloseable {
             }
             throw e;
         }
+    }
+
+    /**
+     * The region of a BTT. A file that does not exist yet is created (pmem.size) and formatted, as the raw layout
+     * creates its file: there is nothing in it to reinterpret. An existing one must hold a BTT already
+     * ({@link BttRegion#open} refuses anything else, naming the format command), and keeps the size it was
+     * formatted with.
+     */
+    private static PmemRegion openBttRegion(Settings settings, Path path) throws IOException {
+        if (settings.get(Settings.PMEM_RESIZE)) {
+            throw new IOException("pmem.resize=true is not allowed with pmem.layout=btt: a BTT's arenas are laid out"
+                    + " for the size it was formatted with; allowed: pmem.resize=false (format again to change the size)");
+        }
+        PmemRegion.Mapper mapper = PmemRegion.Mapper.valueOf(settings.get(Settings.PMEM_MAPPER).name());
+        if (!Files.exists(path, LinkOption.NOFOLLOW_LINKS)) {
+            long size = settings.get(Settings.PMEM_SIZE);
+            if (size < BTT_LEAST) {
+                throw new IOException("pmem.size: '" + settings.text(Settings.PMEM_SIZE) + "' is too small for a BTT;"
+                        + " allowed: at least " + BTT_LEAST + " bytes (16M + 8K: a pool header and one arena)");
+            }
+            PmemRegion region = PmemRegion.open(path, size, false, mapper);
+            try {
+                BttRegion.format(region, settings.get(Settings.PMEM_SECTOR_SIZE));
+            } catch (IOException | RuntimeException e) {
+                region.close();
+                throw e;
+            }
+            System.getLogger(Device.class.getName()).log(System.Logger.Level.INFO, path + " did not exist: created"
+                    + " with a BTT of " + settings.get(Settings.PMEM_SECTOR_SIZE) + "-byte sectors");
+            return region;
+        }
+        return PmemRegion.open(path, Files.isRegularFile(path) ? Files.size(path) : 0, false, mapper);
+    }
+
+    /** A pool header and one 16 MiB arena: the smallest BTT. */
+    private static final long BTT_LEAST = 8192 + (16 << 20);
+
+    /**
+     * Lanes of the BTT: one per caller that may dispatch at once, which is a thread per connection or ublk/vhost
+     * queue, not a hardware queue; twice the CPUs (at least the queues) covers the threads that run at once, and a
+     * writer scans every lane's read-tracking slot, so not more. At most 256, the BTT's free blocks per arena.
+     */
+    static int bttLanes(Settings settings) {
+        return Math.min(256, Math.max(settings.get(Settings.QUEUES), 2 * Runtime.getRuntime().availableProcessors()));
     }
 
     /**

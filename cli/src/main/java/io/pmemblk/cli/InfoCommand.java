@@ -1,7 +1,9 @@
 package io.pmemblk.cli;
 
+import io.pmemblk.pmem.BttRegion;
 import io.pmemblk.pmem.Libpmem;
 import io.pmemblk.pmem.PmemRegion;
+import io.pmemblk.pmem.btt.Btt;
 import io.pmemblk.settings.Settings;
 import io.pmemblk.settings.SettingsException;
 import io.pmemblk.settings.Sizes;
@@ -19,7 +21,8 @@ import java.util.concurrent.Callable;
  * the answer is what serve would find there.
  */
 @Command(name = "info", mixinStandardHelpOptions = true,
-        description = "Show the device's size, is_pmem, copy engine and routing thresholds (key=value lines).")
+        description = "Show the device's size, is_pmem, layout (raw or btt: sector size, arenas, free blocks), copy"
+                + " engine and routing thresholds (key=value lines).")
 final class InfoCommand implements Callable<Integer> {
     @Mixin
     SettingsOptions options;
@@ -35,12 +38,15 @@ final class InfoCommand implements Callable<Integer> {
             try (PmemRegion r = PmemRegion.open(path, exists && Files.isRegularFile(path) ? Files.size(path) : 0,
                     false, PmemRegion.Mapper.valueOf(s.get(Settings.PMEM_MAPPER).name()), false)) {
                 System.out.println("size=" + r.size() + " (" + Sizes.format(r.size()) + ")");
-                if (Files.isRegularFile(path) && r.size() != s.get(Settings.PMEM_SIZE)) {
+                // a BTT keeps the size it was formatted with (serve takes the file's size)
+                if (Files.isRegularFile(path) && r.size() != s.get(Settings.PMEM_SIZE)
+                        && s.get(Settings.PMEM_LAYOUT) == Settings.Layout.RAW) {
                     System.out.println("size_mismatch=pmem.size is " + s.text(Settings.PMEM_SIZE)
                             + ": serve will refuse it unless pmem.resize=true");
                 }
                 System.out.println("is_pmem=" + r.isPmem());
                 System.out.println("mapped_by=" + r.mappedBy());
+                printLayout(s, r);
             }
         } else {
             long size = s.get(Settings.PMEM_SIZE);
@@ -59,6 +65,9 @@ final class InfoCommand implements Callable<Integer> {
             } else {
                 System.out.println("is_pmem=unknown (directory " + dir + " does not exist yet)");
             }
+            System.out.println("layout=" + s.text(Settings.PMEM_LAYOUT).toLowerCase(java.util.Locale.ROOT)
+                    + (s.get(Settings.PMEM_LAYOUT) == Settings.Layout.BTT ? " (serve creates the file with a BTT of "
+                    + s.get(Settings.PMEM_SECTOR_SIZE) + "-byte sectors)" : ""));
         }
         String why = Libpmem.unavailableReason();
         System.out.println("libpmem=" + (why == null ? "loaded" : "unavailable: " + why));
@@ -74,5 +83,40 @@ final class InfoCommand implements Callable<Integer> {
         System.out.println("nbd.socket=" + (sock == null ? "" : sock));
         System.out.println("nbd.tcp=" + (s.get(Settings.NBD_PORT) == 0 ? "off" : s.get(Settings.NBD_BIND) + ":" + s.get(Settings.NBD_PORT)));
         return 0;
+    }
+
+    /**
+     * The layout the file holds (read only: a pool a server has open is not recovered or repaired here), and
+     * whether serve with these settings would take it.
+     */
+    private static void printLayout(Settings s, PmemRegion r) {
+        boolean wantBtt = s.get(Settings.PMEM_LAYOUT) == Settings.Layout.BTT;
+        if (!BttRegion.holdsBtt(r)) {
+            System.out.println("layout=raw");
+            if (wantBtt) {
+                System.out.println("layout_mismatch=pmem.layout is btt: serve will refuse this raw file; format it"
+                        + " (erasing it) with: " + BttRegion.FORMAT_COMMAND);
+            }
+            return;
+        }
+        Btt.Summary b = Btt.summarize(r.memory());
+        System.out.println("layout=btt");
+        System.out.println("btt.sector_size=" + b.blockSize());
+        System.out.println("btt.arenas=" + b.arenas());
+        System.out.println("btt.sectors=" + b.blocks() + (b.arenas() == 0 && b.problem() == null
+                ? " (no BTT laid out yet: the first serve lays it out)" : ""));
+        System.out.println("btt.capacity=" + b.blocks() * b.blockSize() + " (" + Sizes.format(b.blocks() * b.blockSize()) + ")");
+        System.out.println("btt.free_blocks=" + b.freeBlocks());
+        System.out.println("btt.internal_block_size=" + b.internalBlockSize());
+        if (b.problem() != null) {
+            System.out.println("btt.problem=" + b.problem() + " (`pmempool check -v` says more, -r may repair it)");
+        }
+        if (!wantBtt) {
+            System.out.println("layout_mismatch=pmem.layout is raw: serve will refuse this BTT; serve it with"
+                    + " --set pmem.layout=btt");
+        } else if (!s.source(Settings.PMEM_SECTOR_SIZE).equals("default") && s.get(Settings.PMEM_SECTOR_SIZE) != b.blockSize()) {
+            System.out.println("layout_mismatch=pmem.sector-size is " + s.get(Settings.PMEM_SECTOR_SIZE) + ", the BTT's is "
+                    + b.blockSize() + ": serve will refuse it");
+        }
     }
 }

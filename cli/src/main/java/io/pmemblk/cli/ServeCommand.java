@@ -139,7 +139,7 @@ final class ServeCommand implements Callable<Integer> {
                         s.get(Settings.NBD_BIND), s.get(Settings.NBD_PORT), Settings.MAX_REQUEST_BYTES,
                         s.get(Settings.NBD_MAX_CONNECTIONS),
                         // no path: the description goes to any client that asks, before TLS too (nbdkit sends none)
-                        "pmemblk " + Sizes.format(device.region().size())),
+                        "pmemblk " + Sizes.format(device.driver().size())),
                         device.layer());
                 if (socketDirectory != null) {
                     server.unixSocketDirectory(socketDirectory); // the server closes it from here on
@@ -171,7 +171,8 @@ final class ServeCommand implements Callable<Integer> {
                     metrics.addVhost(vhost);
                 }
             }
-            System.err.println("pmemblk: " + device.region() + ", " + s.get(Settings.QUEUES) + " queues x "
+            System.err.println("pmemblk: " + device.region() + (device.driver().btt() != null ? ", layout " + device.driver().btt()
+                    : "") + ", " + s.get(Settings.QUEUES) + " queues x "
                     + s.get(Settings.QUEUE_DEPTH) + " tags, dma.engine=" + s.text(Settings.DMA_ENGINE) + ", "
                     + tls.describe());
             if (metrics != null) {

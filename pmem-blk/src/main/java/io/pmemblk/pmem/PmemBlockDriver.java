@@ -11,6 +11,7 @@ import io.pmemblk.dma.DmaChannel;
 import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaFault;
 import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.pmem.btt.Btt;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
@@ -48,6 +49,10 @@ import java.util.Map;
  * done again by the CPU before the request completes, so nothing is lost; the same bytes are copied again,
  * which a reader cannot tell from one copy. A channel that throws instead (closed, or broken by a halt it could
  * not recover from) loses nothing either: its request goes to the CPU, and the rest of the batch runs.
+ *
+ * <p>The BTT layout ({@code pmem.layout=btt}, {@link #onBtt}): the device is the BTT's external blocks, and its
+ * requests are executed sector by sector by {@link BttRequests} (sector-atomic writes, CPU copies only, nothing
+ * received or sent in place: the mapping's bytes are the BTT's, not the device's).
  */
 public final class PmemBlockDriver implements BlockDriver {
     private static final System.Logger LOG = System.getLogger(PmemBlockDriver.class.getName());
@@ -66,6 +71,8 @@ public final class PmemBlockDriver implements BlockDriver {
     /** Forced route for benchmarks and the tuner; null = by {@link #routing}. */
     private volatile Route forced;
     private volatile long lastFaultLog = System.nanoTime() - 2_000_000_000L;
+    /** The BTT layout's executor, or null on the raw layout. */
+    private final BttRequests btt;
 
     /** A CPU-only driver. */
     public PmemBlockDriver(PmemRegion region, CopyStats stats) {
@@ -78,8 +85,21 @@ public final class PmemBlockDriver implements BlockDriver {
      * (mapping a buffer for a device per request costs more than the copy it serves). The driver owns the engine from here on and closes it before the region.
      */
     public PmemBlockDriver(PmemRegion region, CopyStats stats, DmaEngine engine, Routing routing) {
+        this(region, stats, engine, routing, null);
+    }
+
+    /**
+     * A driver on the BTT of {@code region} ({@link BttRegion#open}), CPU copies only (see {@link BttRequests}
+     * for why no DMA yet). The BTT must be over this region's mapping.
+     */
+    public static PmemBlockDriver onBtt(PmemRegion region, CopyStats stats, Btt btt) {
+        return new PmemBlockDriver(region, stats, null, Routing.CPU_ONLY, new BttRequests(btt, stats));
+    }
+
+    private PmemBlockDriver(PmemRegion region, CopyStats stats, DmaEngine engine, Routing routing, BttRequests btt) {
         this.region = region;
-        this.size = region.size();
+        this.btt = btt;
+        this.size = btt != null ? btt.size() : region.size();
         this.stats = stats;
         this.engine = engine;
         this.routing = routing;
@@ -96,6 +116,11 @@ public final class PmemBlockDriver implements BlockDriver {
 
     public PmemRegion region() {
         return region;
+    }
+
+    /** The BTT this driver serves (pmem.layout=btt), or null on the raw layout. */
+    public Btt btt() {
+        return btt == null ? null : btt.btt();
     }
 
     /** The DMA engine, or null for a CPU-only driver. */
@@ -182,8 +207,9 @@ public final class PmemBlockDriver implements BlockDriver {
 
     @Override
     public boolean receivesInPlace(long offset, long length) {
-        // After a failed write-back the normal path answers it, with EIO.
-        return !region.writeBackFailed() && byCpu(offset, length) && loadable(offset, length);
+        // After a failed write-back the normal path answers it, with EIO. Never on a BTT: a sector's place in the
+        // mapping is known only once its write has taken a free block.
+        return btt == null && !region.writeBackFailed() && byCpu(offset, length) && loadable(offset, length);
     }
 
     /**
@@ -203,7 +229,8 @@ public final class PmemBlockDriver implements BlockDriver {
     @Override
     public boolean sendsInPlace(long offset, long length) {
         // No probe here: a READ sent from the mapping is probed where it runs (execute), and fails alone with EIO.
-        return byCpu(offset, length);
+        // Never on a BTT: the device's bytes are scattered over its data blocks (sinkReadsDevice is ignored there too).
+        return btt == null && byCpu(offset, length);
     }
 
     /**
@@ -747,6 +774,10 @@ public final class PmemBlockDriver implements BlockDriver {
             // as a write answered with an error may have.
             region.countRefused();
             return Status.EIO;
+        }
+        if (btt != null) {
+            // CACHE: nothing to prefetch there either; the rest sector by sector, each write durable on return (FUA)
+            return op == Op.CACHE ? Status.OK : btt.execute(r);
         }
         switch (op) {
             case READ -> {

@@ -301,6 +301,11 @@ public final class PmemRegion implements AutoCloseable {
         return mappedBy;
     }
 
+    /** The persistence port under the mapping, for a layout over it that persists its own steps (the BTT). */
+    Persistence persistence() {
+        return persistence;
+    }
+
     /** The whole mapping; for copies by offset and for registration in an IOVA space. Owns nothing. */
     public MemorySegment memory() {
         return memory;
@@ -313,16 +318,25 @@ public final class PmemRegion implements AutoCloseable {
      */
     public void write(MemorySegment src, long srcOffset, long offset, long length) {
         MemorySegment dst = memory.asSlice(offset, length);
-        BadBlocks b = badBlocks;
-        if (b != null) {
-            b.beforeWrite(offset, length);
-        }
+        beforeStore(offset, length);
         try {
             persistence.copy(src.asSlice(srcOffset, length), dst);
         } catch (InternalError e) {
             throw fault("write", offset, length, e);
         }
         stored();
+    }
+
+    /**
+     * Before a store into [offset, offset+length) made by a layout over the region through the persistence port
+     * (the BTT's data blocks): the bad-block check {@link #write} makes (clears what the store covers whole where
+     * it can, else a {@link MappingFault}).
+     */
+    void beforeStore(long offset, long length) {
+        BadBlocks b = badBlocks;
+        if (b != null) {
+            b.beforeWrite(offset, length);
+        }
     }
 
     /** The fault HotSpot reported inside an access to [offset, offset+length), as a MappingFault; other errors as they are. */
@@ -437,10 +451,7 @@ public final class PmemRegion implements AutoCloseable {
     /** Zeroes a range (TRIM and WRITE_ZEROES); on pmem drained before this returns, as {@link #write}. */
     public void zero(long offset, long length) {
         MemorySegment dst = memory.asSlice(offset, length);
-        BadBlocks b = badBlocks;
-        if (b != null) {
-            b.beforeWrite(offset, length);
-        }
+        beforeStore(offset, length);
         try {
             persistence.fill(dst, (byte) 0);
         } catch (InternalError e) {

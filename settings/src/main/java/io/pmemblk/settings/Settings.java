@@ -40,6 +40,9 @@ public final class Settings {
      */
     public enum Mapper { AUTO, LIBPMEM, JAVA }
 
+    /** pmem.layout: the mapping served byte for byte, or a Block Translation Table over it (sector-atomic writes). */
+    public enum Layout { RAW, BTT }
+
     public static final Key<Path> PMEM_PATH = Key.of("pmem.path", "auto",
             "auto, a file path (created if missing), or a device-DAX node /dev/daxX.Y",
             "Backing file of the persistent-memory region. auto: /var/lib/pmemblk/pmem0.img as root (the systemd"
@@ -58,6 +61,23 @@ public final class Settings {
     public static final Key<Mapper> PMEM_MAPPER = Key.of("pmem.mapper", "auto", "auto, libpmem or java",
             "How to map: libpmem when libpmem.so.1 loads (auto), libpmem only, or the JDK's FileChannel.map.",
             t -> choice(t, Mapper.class));
+    public static final Key<Layout> PMEM_LAYOUT = Key.of("pmem.layout", "raw", "raw or btt",
+            "How the region is laid out. raw: served byte for byte; a write torn by a power cut may read back part old,"
+                    + " part new (in 8-byte pieces). btt: a Block Translation Table (the on-media format of PMDK's"
+                    + " pmemblk pools, which pmempool checks), so every sector reads wholly old or wholly new after a"
+                    + " crash; it costs capacity (map, flog, 256 spare blocks per arena) and a few persists per write."
+                    + " serve creates a missing pmem.path with a BTT; an existing file must hold one already (made by"
+                    + " `pmemblk format --layout btt FILE`): serve never reinterprets a raw image, nor serves a BTT raw.",
+            t -> choice(t, Layout.class));
+    public static final Key<Integer> PMEM_SECTOR_SIZE = Key.of("pmem.sector-size", "4096", "512 or 4096 (512 only with pmem.layout=btt)",
+            "The BTT's sector (logical block) size, the unit written atomically, for a BTT serve creates; an existing"
+                    + " BTT keeps the size it was formatted with, and serving it with another one set here is refused.", t -> {
+                int v = Integer.parseInt(t);
+                if (v != 512 && v != 4096) {
+                    throw new IllegalArgumentException();
+                }
+                return v;
+            });
     public static final Key<Path> NBD_SOCKET = Key.of("nbd.socket", "auto",
             "auto, a path for a unix socket (created mode 0600), or empty for none",
             "Unix socket the NBD server listens on. auto: /run/pmemblk/nbd.sock as root (the systemd unit's"
@@ -221,7 +241,8 @@ public final class Settings {
 
     static {
         Map<String, Key<?>> m = new LinkedHashMap<>();
-        for (Key<?> k : List.of(PMEM_PATH, PMEM_SIZE, PMEM_RESIZE, PMEM_MAPPER, NBD_SOCKET, NBD_PORT, NBD_BIND,
+        for (Key<?> k : List.of(PMEM_PATH, PMEM_SIZE, PMEM_RESIZE, PMEM_MAPPER, PMEM_LAYOUT,
+                PMEM_SECTOR_SIZE, NBD_SOCKET, NBD_PORT, NBD_BIND,
                 NBD_TLS, NBD_TLS_CERTIFICATE, NBD_TLS_KEY, NBD_TLS_VERIFY_CLIENTS, NBD_EXPORT, NBD_MAX_CONNECTIONS,
                 NBD_STALL_TIMEOUT, NBD_HANDSHAKE_TIMEOUT, NBD_IDLE_TIMEOUT, NBD_BUSY_POLL, QUEUES, QUEUE_DEPTH,
                 QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
@@ -335,6 +356,27 @@ public final class Settings {
             throw new SettingsException("ublk.depth: '" + text(UBLK_DEPTH) + "' is not allowed with queue.depth="
                     + get(QUEUE_DEPTH) + ": each ublk tag needs a tag of its hardware queue; allowed: auto or 1.."
                     + get(QUEUE_DEPTH));
+        }
+        if (get(PMEM_LAYOUT) == Layout.RAW && get(PMEM_SECTOR_SIZE) != 4096) {
+            throw new SettingsException("pmem.sector-size: '" + text(PMEM_SECTOR_SIZE) + "' is not allowed with"
+                    + " pmem.layout=raw: a raw device has no sector of its own; allowed: 4096 (the default), or set"
+                    + " pmem.layout=btt");
+        }
+        if (get(PMEM_LAYOUT) == Layout.BTT && get(UBLK_BLOCK_SIZE) < get(PMEM_SECTOR_SIZE)) {
+            throw new SettingsException("ublk.block-size: '" + text(UBLK_BLOCK_SIZE) + "' is not allowed with"
+                    + " pmem.layout=btt and pmem.sector-size=" + get(PMEM_SECTOR_SIZE) + ": the BTT writes whole"
+                    + " sectors; allowed: a ublk.block-size of at least pmem.sector-size");
+        }
+        if (get(PMEM_LAYOUT) == Layout.BTT && get(DMA_ENGINE) != DmaEngineKind.NONE) {
+            throw new SettingsException("dma.engine: '" + text(DMA_ENGINE) + "' is not allowed with pmem.layout=btt:"
+                    + " the BTT is served by CPU copies only (a DMA-written block is not yet made durable between its"
+                    + " data and its flog step); allowed: dma.engine=none, or pmem.layout=raw");
+        }
+        if (get(PMEM_LAYOUT) == Layout.BTT && get(VHOST_SOCKET) != null && get(PMEM_SECTOR_SIZE) != 512) {
+            throw new SettingsException("vhost.socket: '" + text(VHOST_SOCKET) + "' is not allowed with"
+                    + " pmem.layout=btt and pmem.sector-size=" + get(PMEM_SECTOR_SIZE) + ": the vhost-user-blk device"
+                    + " has 512-byte blocks, and the BTT writes whole sectors; allowed: pmem.sector-size=512, or an"
+                    + " empty vhost.socket");
         }
         int metrics = get(METRICS_PORT);
         if (metrics != 0 && metrics == get(NBD_PORT)) {

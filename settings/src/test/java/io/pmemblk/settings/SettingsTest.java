@@ -140,6 +140,34 @@ class SettingsTest {
     }
 
     @Test
+    void theLayoutIsRawByDefaultAndBttOnRequestWithItsSectorSize() throws Exception {
+        assertThat(Settings.defaults().get(Settings.PMEM_LAYOUT)).isEqualTo(Settings.Layout.RAW);
+        Settings btt = Settings.load(null, List.of("pmem.layout=btt", "pmem.sector-size=512"));
+        assertThat(btt.get(Settings.PMEM_LAYOUT)).isEqualTo(Settings.Layout.BTT);
+        assertThat(btt.get(Settings.PMEM_SECTOR_SIZE)).isEqualTo(512);
+        assertThat(Settings.load(null, List.of("pmem.layout=BTT")).get(Settings.PMEM_SECTOR_SIZE)).isEqualTo(4096);
+    }
+
+    @Test
+    void aWrongLayoutOrSectorSizeIsRefusedNamingTheKeyTheValueAndWhatIsAllowed() {
+        assertThatThrownBy(() -> Settings.load(null, List.of("pmem.layout=sector")))
+                .hasMessage("pmem.layout: 'sector' is not allowed (from --set); allowed: raw or btt");
+        assertThatThrownBy(() -> Settings.load(null, List.of("pmem.layout=btt", "pmem.sector-size=520")))
+                .hasMessageStartingWith("pmem.sector-size: '520' is not allowed (from --set); allowed: 512 or 4096");
+        assertThatThrownBy(() -> Settings.load(null, List.of("pmem.sector-size=512")))
+                .hasMessageStartingWith("pmem.sector-size: '512' is not allowed with pmem.layout=raw")
+                .hasMessageContaining("set pmem.layout=btt");
+        assertThatThrownBy(() -> Settings.load(null, List.of("pmem.layout=btt", "ublk.block-size=512")))
+                .hasMessageStartingWith("ublk.block-size: '512' is not allowed with pmem.layout=btt and"
+                        + " pmem.sector-size=4096");
+        assertThatThrownBy(() -> Settings.load(null, List.of("pmem.layout=btt", "dma.engine=soft")))
+                .hasMessageStartingWith("dma.engine: 'soft' is not allowed with pmem.layout=btt")
+                .hasMessageContaining("allowed: dma.engine=none");
+        assertThatThrownBy(() -> Settings.load(null, List.of("pmem.layout=btt", "vhost.socket=/tmp/v.sock")))
+                .hasMessageContaining("allowed: pmem.sector-size=512");
+    }
+
+    @Test
     void noListenerAtAllIsRefused() {
         assertThatThrownBy(() -> Settings.load(null, List.of("nbd.socket=", "nbd.port=0")))
                 .hasMessageContaining("no listener would be left");

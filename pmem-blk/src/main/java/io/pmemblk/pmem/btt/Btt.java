@@ -39,8 +39,25 @@ public final class Btt {
     private static final int RTT_EMPTY = 0;
     private static final VarHandle ARRAY = MethodHandles.arrayElementVarHandle(int[].class);
 
+    /**
+     * The media under the data blocks: how one is copied out of the pool, and what must happen before one is
+     * stored. A server's port is its region's (known bad blocks, and a fault on the mapping, become one request's
+     * error instead of the JVM's; a bad range a store covers is cleared first where it can be); tests and tools
+     * that own a plain segment copy directly (the default of {@link #open(MemorySegment, Persistence, int)}).
+     */
+    public interface Media {
+        /** Copies [poolOffset, poolOffset+length) of the pool into {@code dst}; a fault throws (unchecked) here, not later. */
+        void read(long poolOffset, MemorySegment dst, long dstOffset, long length);
+
+        /** Before a data block is stored at [poolOffset, poolOffset+length): throws (unchecked) if it cannot take it. */
+        void beforeStore(long poolOffset, long length);
+    }
+
     private final MemorySegment pool;
     private final Persistence persistence;
+    private final Media media;
+    /** One per lane, made at open: claiming a lane allocates nothing. */
+    private final Lane[] laneHandles;
     private final boolean pmem;
     private final int blockSize;
     private final long blocks;
@@ -91,10 +108,20 @@ public final class Btt {
         }
     }
 
-    private Btt(MemorySegment pool, Persistence persistence, int blockSize, Arena[] arenas, int lanes, UUID poolset,
-                List<String> notes) {
+    private Btt(MemorySegment pool, Persistence persistence, Media media, int blockSize, Arena[] arenas, int lanes,
+                UUID poolset, List<String> notes) {
         this.pool = pool;
         this.persistence = persistence;
+        this.media = media != null ? media : new Media() {
+            @Override
+            public void read(long poolOffset, MemorySegment dst, long dstOffset, long length) {
+                MemorySegment.copy(pool, poolOffset, dst, dstOffset, length);
+            }
+
+            @Override
+            public void beforeStore(long poolOffset, long length) {
+            }
+        };
         this.pmem = persistence.flushesCaches();
         this.blockSize = blockSize;
         this.arenas = arenas;
@@ -107,6 +134,10 @@ public final class Btt {
         this.laneBusy = new int[lanes * PAD];
         this.poolsetUuid = poolset;
         this.notes = List.copyOf(notes);
+        this.laneHandles = new Lane[lanes];
+        for (int i = 0; i < lanes; i++) {
+            laneHandles[i] = new Lane(i);
+        }
     }
 
     /** The external block (sector) size: 512 or 4096. */
@@ -125,6 +156,20 @@ public final class Btt {
 
     public int arenaCount() {
         return arenas.length;
+    }
+
+    /** Spare blocks over all arenas (nfree each): the capacity a BTT costs beyond its map and flog. */
+    public int freeBlocks() {
+        int n = 0;
+        for (Arena a : arenas) {
+            n += a.nfree;
+        }
+        return n;
+    }
+
+    /** The size of a data-area slot (an internal block), the same in every arena pmemblk lays out. */
+    public int internalBlockSize() {
+        return arenas[0].internalLbaSize;
     }
 
     /** The pool's poolset UUID, which every arena's parent_uuid repeats. */
@@ -257,6 +302,14 @@ public final class Btt {
      * @throws IOException naming what is wrong with the pool and what is served
      */
     public static Btt open(MemorySegment pool, Persistence persistence, int lanes) throws IOException {
+        return open(pool, persistence, lanes, null);
+    }
+
+    /**
+     * As {@link #open(MemorySegment, Persistence, int)}, with data blocks read and stored through {@code media} (a
+     * served region's guarded accesses; null: plain copies).
+     */
+    public static Btt open(MemorySegment pool, Persistence persistence, int lanes, Media media) throws IOException {
         List<String> notes = new ArrayList<>();
         if (pool.byteSize() < BTT_OFFSET + ARENA_MIN_SIZE) {
             throw new IOException("not a pmemblk pool with a BTT: " + pool.byteSize() + " bytes, at least "
@@ -283,8 +336,7 @@ public final class Btt {
         long off = 0, left = rawSize, firstLba = 0;
         while (left >= ARENA_MIN_SIZE) {
             long primary = BTT_OFFSET + off;
-            // pmempool check's rule for where the backup sits (check_btt_info.c): trusted even when the primary is not.
-            long backup = BTT_OFFSET + Math.min(off + ARENA_MAX_SIZE, rawSize & ~(long) (ALIGNMENT - 1)) - INFO_SIZE;
+            long backup = backupAt(off, rawSize);
             MemorySegment info = pool.asSlice(primary, INFO_SIZE);
             String why = invalidInfo(info, left, poolset, bsize);
             if (why != null) {
@@ -318,7 +370,70 @@ public final class Btt {
             off += nextOff;
             left -= nextOff;
         }
-        return new Btt(pool, persistence, bsize, arenas.toArray(Arena[]::new), lanes, poolset, notes);
+        return new Btt(pool, persistence, media, bsize, arenas.toArray(Arena[]::new), lanes, poolset, notes);
+    }
+
+    /**
+     * What a pool holds, read without writing a byte (no recovery, no repair, no lazy layout): for {@code pmemblk
+     * info}, which may look at a pool a server has open.
+     *
+     * @param blockSize  the pool's block size (0 when its header is not a pmemblk pool's)
+     * @param blocks     external blocks of the arenas read (the capacity in blocks)
+     * @param arenas     arenas whose info block (or its backup) is valid
+     * @param freeBlocks spare blocks (nfree) over those arenas
+     * @param problem    why the pool cannot be served as it is, null when it can; a pool without a BTT laid out yet
+     *                   is servable (the first open lays it out)
+     */
+    public record Summary(int blockSize, long blocks, int arenas, int freeBlocks, int internalBlockSize, String problem) {}
+
+    /** Reads {@code pool}'s header and arena info blocks ({@link Summary}). */
+    public static Summary summarize(MemorySegment pool) {
+        if (pool.byteSize() < BTT_OFFSET + ARENA_MIN_SIZE) {
+            return new Summary(0, 0, 0, 0, 0, pool.byteSize() + " bytes, too small for a BTT");
+        }
+        MemorySegment hdr = pool.asSlice(0, POOL_HDR_SIZE);
+        String bad = invalidPoolHeader(hdr);
+        if (bad != null) {
+            return new Summary(0, 0, 0, 0, 0, "pool header: " + bad);
+        }
+        int bsize = pool.get(U32, BLK_BSIZE);
+        UUID poolset = getUuid(hdr, HDR_POOLSET_UUID);
+        long rawSize = pool.byteSize() - BTT_OFFSET, off = 0, left = rawSize, blocks = 0;
+        int arenas = 0, free = 0, internal = 0;
+        while (left >= ARENA_MIN_SIZE) {
+            MemorySegment info = pool.asSlice(BTT_OFFSET + off, INFO_SIZE);
+            String why = invalidInfo(info, left, poolset, bsize);
+            if (why != null) {
+                MemorySegment backup = pool.asSlice(backupAt(off, rawSize), INFO_SIZE);
+                if (arenas == 0 && isZero(info) && isZero(backup)) {
+                    return new Summary(bsize, 0, 0, 0, 0, null); // laid out at the first open
+                }
+                if (invalidInfo(backup, left, poolset, bsize) != null) {
+                    return new Summary(bsize, blocks, arenas, free, internal, "arena " + arenas + ": the info block "
+                            + why + ", and so does its backup");
+                }
+                info = backup; // open restores the primary from it
+            }
+            arenas++;
+            blocks += info.get(U32, INFO_EXTERNAL_NLBA) & 0xFFFF_FFFFL;
+            free += info.get(U32, INFO_NFREE);
+            internal = info.get(U32, INFO_INTERNAL_LBASIZE);
+            long next = info.get(U64, INFO_NEXTOFF);
+            if (next == 0) {
+                break;
+            }
+            off += next;
+            left -= next;
+        }
+        return new Summary(bsize, blocks, arenas, free, internal, null);
+    }
+
+    /**
+     * Where the backup info block of the arena at BTT offset {@code off} is, in the pool: pmempool check's rule
+     * (check_btt_info.c), trusted even when the primary is not.
+     */
+    private static long backupAt(long off, long rawSize) {
+        return BTT_OFFSET + Math.min(off + ARENA_MAX_SIZE, rawSize & ~(long) (ALIGNMENT - 1)) - INFO_SIZE;
     }
 
     private static void checkLanes(int lanes, int nfree) {
@@ -479,42 +594,45 @@ public final class Btt {
         checkBuffer(dst);
         enter(lane);
         try {
-            Arena a = arenaOf(lba);
-            long mapAt = a.mapOff + (lba - a.firstLba) * MAP_ENTRY_SIZE;
-            int slot = lane * PAD;
-            int entry = (int) INT.getVolatile(pool, mapAt);
-            while (true) {
-                if (isError(entry)) {
-                    throw new IOException("block " + lba + " is marked bad (its map entry has the ERROR flag): EIO until"
-                            + " it is written again");
-                }
-                if (isZeroOrInitial(entry)) {
-                    dst.fill((byte) 0);
-                    return;
-                }
-                if ((entry & MAP_LBA_MASK) >= a.internalNlba) { // a corrupt map must not read the map or flog as data
-                    throw new IOException("block " + lba + " maps to internal block " + (entry & MAP_LBA_MASK)
-                            + ", beyond the arena's " + a.internalNlba + ": the map is corrupt (`pmempool check`)");
-                }
-                // Publish, then look again: a writer that remapped the LBA before it saw this slot may reuse the
-                // block, so only a map entry still unchanged after the publish makes the copy safe (volatile: the
-                // store must not pass the load).
-                ARRAY.setVolatile(a.rtt, slot, entry);
-                int again = (int) INT.getVolatile(pool, mapAt);
-                if (again != entry) {
-                    entry = again;
-                    continue;
-                }
-                try {
-                    MemorySegment.copy(pool, a.dataOff + (long) (entry & MAP_LBA_MASK) * a.internalLbaSize, dst, 0,
-                            blockSize);
-                } finally {
-                    ARRAY.setRelease(a.rtt, slot, RTT_EMPTY);
-                }
-                return;
-            }
+            readOn(lane, lba, dst);
         } finally {
             leave(lane);
+        }
+    }
+
+    private void readOn(int lane, long lba, MemorySegment dst) throws IOException {
+        Arena a = arenaOf(lba);
+        long mapAt = a.mapOff + (lba - a.firstLba) * MAP_ENTRY_SIZE;
+        int slot = lane * PAD;
+        int entry = (int) INT.getVolatile(pool, mapAt);
+        while (true) {
+            if (isError(entry)) {
+                throw new IOException("block " + lba + " is marked bad (its map entry has the ERROR flag): EIO until"
+                        + " it is written again");
+            }
+            if (isZeroOrInitial(entry)) {
+                dst.fill((byte) 0);
+                return;
+            }
+            if ((entry & MAP_LBA_MASK) >= a.internalNlba) { // a corrupt map must not read the map or flog as data
+                throw new IOException("block " + lba + " maps to internal block " + (entry & MAP_LBA_MASK)
+                        + ", beyond the arena's " + a.internalNlba + ": the map is corrupt (`pmempool check`)");
+            }
+            // Publish, then look again: a writer that remapped the LBA before it saw this slot may reuse the
+            // block, so only a map entry still unchanged after the publish makes the copy safe (volatile: the
+            // store must not pass the load).
+            ARRAY.setVolatile(a.rtt, slot, entry);
+            int again = (int) INT.getVolatile(pool, mapAt);
+            if (again != entry) {
+                entry = again;
+                continue;
+            }
+            try {
+                media.read(a.dataOff + (long) (entry & MAP_LBA_MASK) * a.internalLbaSize, dst, 0, blockSize);
+            } finally {
+                ARRAY.setRelease(a.rtt, slot, RTT_EMPTY);
+            }
+            return;
         }
     }
 
@@ -526,39 +644,45 @@ public final class Btt {
         checkBuffer(src);
         enter(lane);
         try {
-            Arena a = arenaOf(lba);
-            refuseIfReadOnly(a, lba);
-            int premap = (int) (lba - a.firstLba);
-            int freeBlock = a.free[lane] & MAP_LBA_MASK;
-            int freeEntry = freeBlock | MAP_NORMAL;
-            waitForReaders(a, freeEntry);
-            MemorySegment dst = pool.asSlice(a.dataOff + (long) freeBlock * a.internalLbaSize, blockSize);
-            persistence.copy(src, dst);
-            try {
-                if (pmem) {
-                    persistence.drain();
-                } else {
-                    persistence.sync(dst);
-                }
-                long mapAt = a.mapOff + (long) premap * MAP_ENTRY_SIZE;
-                int lock = lockMap(a, premap);
-                try {
-                    int old = (int) INT.getVolatile(pool, mapAt);
-                    if (isInitial(old)) {
-                        old = premap | MAP_NORMAL; // as PMDK map_lock: an initial entry maps the LBA to itself
-                    }
-                    logSwap(a, lane, premap, old, freeEntry);
-                    INT.setVolatile(pool, mapAt, freeEntry);
-                    persist(mapAt, MAP_ENTRY_SIZE);
-                } finally {
-                    ARRAY.setRelease(a.mapLocks, lock, 0);
-                }
-            } catch (IOException | RuntimeException e) {
-                writeFailure = "a persistence step of a write to block " + lba + " failed (" + e.getMessage() + ")";
-                throw e;
-            }
+            writeOn(lane, lba, src);
         } finally {
             leave(lane);
+        }
+    }
+
+    private void writeOn(int lane, long lba, MemorySegment src) throws IOException {
+        Arena a = arenaOf(lba);
+        refuseIfReadOnly(a, lba);
+        int premap = (int) (lba - a.firstLba);
+        int freeBlock = a.free[lane] & MAP_LBA_MASK;
+        int freeEntry = freeBlock | MAP_NORMAL;
+        waitForReaders(a, freeEntry);
+        long dataAt = a.dataOff + (long) freeBlock * a.internalLbaSize;
+        media.beforeStore(dataAt, blockSize); // a bad free block: this write fails, nothing of the BTT changed
+        MemorySegment dst = pool.asSlice(dataAt, blockSize);
+        persistence.copy(src, dst);
+        try {
+            if (pmem) {
+                persistence.drain();
+            } else {
+                persistence.sync(dst);
+            }
+            long mapAt = a.mapOff + (long) premap * MAP_ENTRY_SIZE;
+            int lock = lockMap(a, premap);
+            try {
+                int old = (int) INT.getVolatile(pool, mapAt);
+                if (isInitial(old)) {
+                    old = premap | MAP_NORMAL; // as PMDK map_lock: an initial entry maps the LBA to itself
+                }
+                logSwap(a, lane, premap, old, freeEntry);
+                INT.setVolatile(pool, mapAt, freeEntry);
+                persist(mapAt, MAP_ENTRY_SIZE);
+            } finally {
+                ARRAY.setRelease(a.mapLocks, lock, 0);
+            }
+        } catch (IOException | RuntimeException e) {
+            writeFailure = "a persistence step of a write to block " + lba + " failed (" + e.getMessage() + ")";
+            throw e;
         }
     }
 
@@ -569,27 +693,91 @@ public final class Btt {
     public void zero(int lane, long lba) throws IOException {
         enter(lane);
         try {
-            Arena a = arenaOf(lba);
-            refuseIfReadOnly(a, lba);
-            int premap = (int) (lba - a.firstLba);
-            long mapAt = a.mapOff + (long) premap * MAP_ENTRY_SIZE;
-            int lock = lockMap(a, premap);
-            try {
-                int old = (int) INT.getVolatile(pool, mapAt);
-                if (isZeroOrInitial(old)) {
-                    return;
-                }
-                INT.setVolatile(pool, mapAt, (old & MAP_LBA_MASK) | MAP_ZERO);
-                persist(mapAt, MAP_ENTRY_SIZE);
-            } catch (IOException | RuntimeException e) {
-                writeFailure = "a persistence step of a zeroing of block " + lba + " failed (" + e.getMessage() + ")";
-                throw e;
-            } finally {
-                ARRAY.setRelease(a.mapLocks, lock, 0);
-            }
+            zeroOn(lane, lba);
         } finally {
             leave(lane);
         }
+    }
+
+    private void zeroOn(int lane, long lba) throws IOException {
+        Arena a = arenaOf(lba);
+        refuseIfReadOnly(a, lba);
+        int premap = (int) (lba - a.firstLba);
+        long mapAt = a.mapOff + (long) premap * MAP_ENTRY_SIZE;
+        int lock = lockMap(a, premap);
+        try {
+            int old = (int) INT.getVolatile(pool, mapAt);
+            if (isZeroOrInitial(old)) {
+                return;
+            }
+            INT.setVolatile(pool, mapAt, (old & MAP_LBA_MASK) | MAP_ZERO);
+            persist(mapAt, MAP_ENTRY_SIZE);
+        } catch (IOException | RuntimeException e) {
+            writeFailure = "a persistence step of a zeroing of block " + lba + " failed (" + e.getMessage() + ")";
+            throw e;
+        } finally {
+            ARRAY.setRelease(a.mapLocks, lock, 0);
+        }
+    }
+
+    /**
+     * A lane held by one caller ({@link #claim}) until {@link #close}: its reads, writes and zeroings, as the
+     * methods of the same names on {@link Btt} without entering the lane for each block.
+     */
+    public final class Lane implements AutoCloseable {
+        private final int index;
+
+        private Lane(int index) {
+            this.index = index;
+        }
+
+        public int index() {
+            return index;
+        }
+
+        public void read(long lba, MemorySegment dst) throws IOException {
+            checkBuffer(dst);
+            readOn(index, lba, dst);
+        }
+
+        public void write(long lba, MemorySegment src) throws IOException {
+            checkBuffer(src);
+            writeOn(index, lba, src);
+        }
+
+        public void zero(long lba) throws IOException {
+            zeroOn(index, lba);
+        }
+
+        /** Gives the lane back. */
+        @Override
+        public void close() {
+            leave(index);
+        }
+    }
+
+    /**
+     * Claims a free lane, {@code preferred} (mod lanes) first, then the next ones in turn, backing off after each
+     * round while all are busy: callers that may dispatch at once on one hardware queue (two NBD connections)
+     * each get a lane of their own without a lock, and a caller that keeps its preferred lane (one per thread)
+     * finds it free. Never returns a lane another caller holds.
+     */
+    public Lane claim(int preferred) {
+        int first = Math.floorMod(preferred, lanes);
+        for (int spins = 0; ; spins++) {
+            for (int i = 0; i < lanes; i++) {
+                int lane = first + i < lanes ? first + i : first + i - lanes;
+                if ((int) ARRAY.get(laneBusy, lane * PAD) == 0 && ARRAY.compareAndSet(laneBusy, lane * PAD, 0, 1)) {
+                    return laneHandles[lane];
+                }
+            }
+            backOff(spins);
+        }
+    }
+
+    /** Whether {@code pool} starts with a PMDK pmemblk pool header's signature (a BTT pool, laid out or not). */
+    public static boolean isPool(MemorySegment pool) {
+        return pool.byteSize() >= POOL_HDR_SIZE && bytesEqual(pool, HDR_SIGNATURE, HDR_SIGNATURE_BYTES);
     }
 
     /**

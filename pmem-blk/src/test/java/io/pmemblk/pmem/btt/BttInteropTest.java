@@ -29,56 +29,8 @@ class BttInteropTest {
     static final String PMEMPOOL = "/usr/bin/pmempool", PYTHON = "/usr/bin/python3";
     static final Path LIBPMEMBLK = Path.of("/usr/lib/x86_64-linux-gnu/libpmemblk.so.1");
 
-    /**
-     * pmemblk through ctypes. {@code write FILE BSIZE lba:version...} writes pattern(lba, version), or zeroes the
-     * block (pmemblk_set_zero) for version 0; {@code read ...} compares each block with it and prints "block N ok".
-     * The first line is "nblock N" (pmemblk_nblock).
-     */
-    static final String PMEMBLK_PY = """
-            import ctypes, sys
-            lib = ctypes.CDLL("libpmemblk.so.1")
-            lib.pmemblk_open.restype = ctypes.c_void_p
-            lib.pmemblk_open.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-            lib.pmemblk_nblock.restype = ctypes.c_size_t
-            lib.pmemblk_nblock.argtypes = [ctypes.c_void_p]
-            lib.pmemblk_read.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
-            lib.pmemblk_write.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
-            lib.pmemblk_set_zero.argtypes = [ctypes.c_void_p, ctypes.c_longlong]
-            lib.pmemblk_close.argtypes = [ctypes.c_void_p]
-            lib.pmemblk_errormsg.restype = ctypes.c_char_p
-            mode, path, bsize = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
-            def pat(lba, v):
-                return bytes(((lba * 131 + v * 7 + i * 3) ^ (i >> 8)) & 0xFF for i in range(bsize))
-            p = lib.pmemblk_open(path, bsize)
-            if not p:
-                print("pmemblk_open failed:", lib.pmemblk_errormsg().decode())
-                sys.exit(2)
-            print("nblock", lib.pmemblk_nblock(p))
-            buf = ctypes.create_string_buffer(bsize)
-            rc = 0
-            for spec in sys.argv[4:]:
-                lba, v = map(int, spec.split(":"))
-                if mode == "write":
-                    if v == 0:
-                        r = lib.pmemblk_set_zero(p, lba)
-                    else:
-                        r = lib.pmemblk_write(p, ctypes.create_string_buffer(pat(lba, v), bsize), lba)
-                    if r != 0:
-                        print("pmemblk write of block", lba, "failed:", lib.pmemblk_errormsg().decode())
-                        rc = 3
-                else:
-                    if lib.pmemblk_read(p, buf, lba) != 0:
-                        print("pmemblk_read of block", lba, "failed:", lib.pmemblk_errormsg().decode())
-                        rc = 3
-                        continue
-                    want = bytes(bsize) if v == 0 else pat(lba, v)
-                    ok = buf.raw == want
-                    print("block", lba, "ok" if ok else "MISMATCH")
-                    if not ok:
-                        rc = 4
-            lib.pmemblk_close(p)
-            sys.exit(rc)
-            """;
+    /** pmemblk through ctypes: write, read and dump modes (its header says how each is called). */
+    static final Path PMEMBLK_PY = Path.of("src", "test", "python", "pmemblk_ctypes.py").toAbsolutePath();
 
     @TempDir
     Path dir;
@@ -120,7 +72,7 @@ class BttInteropTest {
     }
 
     static Result pmemblk(String mode, Path pool, int bsize, String... blocks) throws Exception {
-        List<String> cmd = new ArrayList<>(List.of(PYTHON, "-c", PMEMBLK_PY, mode, pool.toString(), Integer.toString(bsize)));
+        List<String> cmd = new ArrayList<>(List.of(PYTHON, PMEMBLK_PY.toString(), mode, pool.toString(), Integer.toString(bsize)));
         cmd.addAll(List.of(blocks));
         return run(cmd);
     }

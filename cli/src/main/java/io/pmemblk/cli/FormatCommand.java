@@ -1,0 +1,131 @@
+package io.pmemblk.cli;
+
+import io.pmemblk.pmem.BttRegion;
+import io.pmemblk.pmem.PmemRegion;
+import io.pmemblk.pmem.btt.Btt;
+import io.pmemblk.settings.Settings;
+import io.pmemblk.settings.SettingsException;
+import io.pmemblk.settings.Sizes;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Parameters;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.concurrent.Callable;
+
+/**
+ * Lays out a BTT over a file or device-DAX node: the one way a device becomes {@code pmem.layout=btt}, since serve
+ * never reinterprets what a file holds. What is there is erased, so a device that holds anything (a non-zero byte
+ * in its first MiB, where a partition table, a filesystem's superblock or a BTT's pool header sits) is refused
+ * without {@code --force}.
+ */
+@Command(name = "format", mixinStandardHelpOptions = true,
+        description = "Lay out a BTT (a PMDK pmemblk pool: sector-atomic writes) over FILE, erasing it; serve it then"
+                + " with --set pmem.layout=btt. A FILE holding data (a non-zero byte in its first MiB) is refused"
+                + " without --force.")
+final class FormatCommand implements Callable<Integer> {
+    /** The bytes looked at for data before formatting: where partition tables, superblocks and pool headers live. */
+    private static final int CHECKED = 1 << 20;
+
+    @Option(names = "--layout", required = true, paramLabel = "btt", description = "The layout to make: btt.")
+    String layout;
+
+    @Option(names = "--sector-size", paramLabel = "N", defaultValue = "4096",
+            description = "Sector size: 512 or 4096 (default: ${DEFAULT-VALUE}).")
+    int sectorSize;
+
+    @Option(names = "--size", paramLabel = "SIZE",
+            description = "Size of FILE when it does not exist yet (K, M, G, T suffixes; default 1G); an existing"
+                    + " file keeps its size.")
+    String size;
+
+    @Option(names = "--force", description = "Format even if FILE holds data (it is lost).")
+    boolean force;
+
+    @Option(names = "--mapper", paramLabel = "MAPPER", defaultValue = "auto",
+            description = "How to map FILE: auto, libpmem or java (as pmem.mapper).")
+    String mapper;
+
+    @Parameters(index = "0", paramLabel = "FILE", description = "The backing file or /dev/daxX.Y to format.")
+    Path file;
+
+    @Override
+    public Integer call() throws IOException, SettingsException {
+        if (!layout.equalsIgnoreCase("btt")) {
+            throw new SettingsException("--layout " + layout + " is not allowed; allowed: btt (a raw device needs no"
+                    + " format: serve any file with pmem.layout=raw)");
+        }
+        if (sectorSize != 512 && sectorSize != 4096) {
+            throw new SettingsException("--sector-size " + sectorSize + " is not allowed; allowed: 512 or 4096");
+        }
+        Settings.Mapper m;
+        try {
+            m = Settings.Mapper.valueOf(mapper.toUpperCase(java.util.Locale.ROOT));
+        } catch (IllegalArgumentException e) {
+            throw new SettingsException("--mapper " + mapper + " is not allowed; allowed: auto, libpmem or java");
+        }
+        boolean exists = Files.exists(file);
+        long bytes;
+        if (exists) {
+            bytes = Files.isRegularFile(file) ? Files.size(file) : 0;
+            if (size != null && Files.isRegularFile(file) && Sizes.parse(size) != bytes) {
+                throw new SettingsException("--size " + size + " is not allowed: " + file + " exists with " + bytes
+                        + " bytes; allowed: no --size (the file keeps its size), or remove the file first");
+            }
+        } else {
+            try {
+                bytes = Settings.load(null, java.util.List.of("pmem.size=" + (size == null ? "1G" : size)))
+                        .get(Settings.PMEM_SIZE);
+            } catch (SettingsException e) {
+                throw new SettingsException("--size " + size + " is not allowed; allowed: a size that is a multiple"
+                        + " of 4096, from 16M + 8K to 16T");
+            }
+        }
+        long least = 8192 + (16 << 20); // a pool header and one 16 MiB arena (BttLayout)
+        if (Files.isRegularFile(file) || !exists) {
+            if (bytes < least) {
+                throw new SettingsException((exists ? file + " has " + bytes + " bytes" : "--size " + size)
+                        + ": too small for a BTT; allowed: at least " + least + " bytes (16M + 8K)");
+            }
+        }
+        try (PmemRegion region = PmemRegion.open(file, bytes, false, PmemRegion.Mapper.valueOf(m.name()))) {
+            if (exists && !force) {
+                String held = holds(region);
+                if (held != null) {
+                    System.err.println("pmemblk: " + file + " " + held + ": formatting would erase it; refused."
+                            + " Add --force to format it anyway (its data is lost), or give another FILE");
+                    return 1;
+                }
+            }
+            Btt btt = BttRegion.format(region, sectorSize);
+            System.out.println("formatted " + file + ": BTT of " + btt.blocks() + " sectors of " + btt.blockSize()
+                    + " bytes (" + Sizes.format(btt.blocks() * btt.blockSize()) + " of " + Sizes.format(region.size())
+                    + "), " + btt.arenaCount() + " arena(s), " + btt.freeBlocks() + " free blocks");
+            System.out.println("serve it with: pmemblk serve --set pmem.layout=btt --set pmem.path=" + file);
+            return 0;
+        }
+    }
+
+    /** What the region already holds, in words, or null when its first MiB is all zeros. */
+    private static String holds(PmemRegion region) {
+        if (BttRegion.holdsBtt(region)) {
+            return "holds a BTT already (a pmemblk pool header)";
+        }
+        int n = (int) Math.min(CHECKED, region.size());
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment first = a.allocate(n, 8);
+            region.read(0, first, 0, n);
+            for (long i = 0; i < n; i += 8) {
+                if (first.get(ValueLayout.JAVA_LONG, i) != 0) {
+                    return "holds data (a non-zero byte within its first " + Sizes.format(n) + ", at " + i + "..)";
+                }
+            }
+        }
+        return null;
+    }
+}

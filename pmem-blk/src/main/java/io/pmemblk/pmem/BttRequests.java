@@ -1,0 +1,212 @@
+package io.pmemblk.pmem;
+
+import io.pmemblk.pmem.btt.Btt;
+import io.pmemblk.queueing.Op;
+import io.pmemblk.queueing.Request;
+import io.pmemblk.queueing.Route;
+import io.pmemblk.queueing.Status;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+
+/**
+ * How {@link PmemBlockDriver} executes a request on the BTT layout ({@code pmem.layout=btt}): sector by sector
+ * through a {@link Btt.Lane} the request holds from its first sector to its last.
+ *
+ * <ul>
+ *   <li>Lanes: dispatch on one hardware queue is concurrent (each NBD connection dispatches from its own thread),
+ *   so a lane per queue would need a lock. A request claims a lane instead, its thread's own first
+ *   ({@link Btt#claim}: one CAS, no lock), so threads that keep dispatching keep their lanes.</li>
+ *   <li>Copies: by the CPU only. The DMA route would need a device-written data block made durable
+ *   ({@link PmemRegion#deviceWrote}) between the data step and the flog step inside {@link Btt#write}; that is
+ *   not built, so a driver on a BTT has no engine ({@code dma.engine=none} is required with it).</li>
+ *   <li>Durability: every sector write and zeroing is durable when the BTT returns (each step persisted before
+ *   the next), so FUA needs nothing more, and FLUSH (the region's) has nothing of the BTT's left to do.</li>
+ *   <li>Alignment: WRITE, TRIM and WRITE_ZEROES must cover whole sectors (EINVAL otherwise: a read-modify-write
+ *   of a partial sector would race with a concurrent writer of the same sector unless every write took a lock);
+ *   a READ may start and end anywhere, its partial sectors read whole into the lane's bounce sector.</li>
+ *   <li>TRIM and WRITE_ZEROES set the map's zero flag: one 4-byte durable store per sector, no data written.</li>
+ * </ul>
+ */
+final class BttRequests {
+    private static final System.Logger LOG = System.getLogger(BttRequests.class.getName());
+
+    private final Btt btt;
+    private final int sector;
+    private final int shift;
+    private final CopyStats stats;
+    /** Per lane: a sector to gather a WRITE's sector into, or read a partial one into, when it is not whole in one piece. */
+    private final MemorySegment[] bounce;
+    /** Per lane: where a request's data stands in its pieces. */
+    private final Cursor[] cursors;
+    private volatile long lastLog = System.nanoTime() - 2_000_000_000L;
+
+    BttRequests(Btt btt, CopyStats stats) {
+        this.btt = btt;
+        this.sector = btt.blockSize();
+        this.shift = Integer.numberOfTrailingZeros(sector);
+        this.stats = stats;
+        this.bounce = new MemorySegment[btt.lanes()];
+        this.cursors = new Cursor[btt.lanes()];
+        Arena auto = Arena.ofAuto();
+        for (int i = 0; i < bounce.length; i++) {
+            bounce[i] = auto.allocate(sector, 64);
+            cursors[i] = new Cursor();
+        }
+    }
+
+    /** The device's size: the BTT's external blocks. */
+    long size() {
+        return btt.blocks() * sector;
+    }
+
+    Btt btt() {
+        return btt;
+    }
+
+    /** Executes READ, WRITE, TRIM, WRITE_ZEROES of r, in bounds (the driver checked); the status to complete it with. */
+    int execute(Request r) throws IOException {
+        Op op = r.op;
+        if (op != Op.READ && ((r.offset | r.length) & (sector - 1)) != 0) {
+            refused(r, "is not aligned to the BTT's " + sector + "-byte sectors; allowed: offset and length multiples of "
+                    + sector + " (pmem.sector-size)");
+            return Status.EINVAL;
+        }
+        try (Btt.Lane lane = btt.claim((int) Thread.currentThread().threadId())) {
+            switch (op) {
+                case READ, WRITE -> {
+                    if (!transfer(r, lane, op == Op.WRITE)) {
+                        return Status.EINVAL;
+                    }
+                    stats.count(Route.CPU, op == Op.WRITE, r.length);
+                    r.route = Route.CPU;
+                }
+                case TRIM, WRITE_ZEROES -> {
+                    for (long lba = r.offset >>> shift, end = (r.offset + r.length) >>> shift; lba < end; lba++) {
+                        lane.zero(lba);
+                    }
+                }
+                default -> {
+                    return Status.EINVAL;
+                }
+            }
+        } catch (IOException e) {
+            // The BTT refused (an arena read-only, a block marked bad, writes stopped after a failed persist): the
+            // reason is the BTT's, once a second, not a stack per request.
+            refused(r, "failed: " + e.getMessage());
+            return Status.EIO;
+        }
+        return Status.OK;
+    }
+
+    /** Copies r's data between its pieces and the BTT, sector by sector; false when its pieces do not cover its length. */
+    private boolean transfer(Request r, Btt.Lane lane, boolean write) throws IOException {
+        Cursor c = cursors[lane.index()];
+        if (!c.start(r)) {
+            return false;
+        }
+        MemorySegment b = bounce[lane.index()];
+        long off = r.offset, end = r.offset + r.length;
+        while (off < end) {
+            long lba = off >>> shift;
+            int head = (int) (off & (sector - 1));
+            int n = (int) Math.min(sector - head, end - off);
+            if (head == 0 && n == sector && c.left() >= sector) {
+                MemorySegment s = c.memory().asSlice(c.at(), sector);
+                if (write) {
+                    lane.write(lba, s);
+                } else {
+                    lane.read(lba, s);
+                }
+                c.skip(sector);
+            } else if (write) { // whole (execute checked), but split over pieces
+                c.copy(b, 0, sector, true);
+                lane.write(lba, b);
+            } else {
+                lane.read(lba, b);
+                c.copy(b, head, n, false);
+            }
+            off += n;
+        }
+        return true;
+    }
+
+    private void refused(Request r, String why) {
+        long now = System.nanoTime();
+        if (now - lastLog > 1_000_000_000L) {
+            lastLog = now;
+            LOG.log(System.Logger.Level.WARNING, r.op + " of " + r.length + " bytes at offset " + r.offset + " " + why);
+        }
+    }
+
+    /**
+     * A position in a request's data pieces: its pool chunks, or its pieces of caller memory (a vhost-user guest's
+     * RAM), which may split a sector anywhere.
+     */
+    private static final class Cursor {
+        private Request r;
+        private MemorySegment pool;
+        private boolean caller;
+        private int count, piece;
+        private long in;
+
+        boolean start(Request r) {
+            this.r = r;
+            int n = r.segments();
+            caller = n == 0;
+            if (caller && r.iovBytes() != r.length) {
+                return false;
+            }
+            count = caller ? r.iovCount() : n;
+            pool = caller ? null : r.queue().pool().memory();
+            piece = 0;
+            in = 0;
+            settle();
+            return true;
+        }
+
+        MemorySegment memory() {
+            return caller ? r.iovMapping(piece) : pool;
+        }
+
+        long at() {
+            return (caller ? r.iovStart(piece) : r.segmentPoolOffset(piece)) + in;
+        }
+
+        long left() {
+            return piece >= count ? 0 : (caller ? r.iovLength(piece) : r.segmentLength(piece)) - in;
+        }
+
+        void skip(long n) {
+            in += n;
+            settle();
+        }
+
+        /** Moves past exhausted (and empty) pieces. */
+        private void settle() {
+            while (piece < count && left() == 0) {
+                piece++;
+                in = 0;
+            }
+        }
+
+        /** Copies n bytes between the pieces (from here on) and {@code b} at {@code bOff}: into b when {@code gather}. */
+        void copy(MemorySegment b, long bOff, long n, boolean gather) {
+            while (n > 0) {
+                long k = Math.min(n, left());
+                if (k == 0) {
+                    throw new IllegalStateException(r + ": its data pieces end " + n + " bytes before its length");
+                }
+                if (gather) {
+                    MemorySegment.copy(memory(), at(), b, bOff, k);
+                } else {
+                    MemorySegment.copy(b, bOff, memory(), at(), k);
+                }
+                bOff += k;
+                n -= k;
+                skip(k);
+            }
+        }
+    }
+}
