@@ -472,6 +472,22 @@ class VhostUserBlkServerTest {
     }
 
     @Test
+    void aFloodOfRefusedMessagesIsCutToAFewLogLinesAndEachIsStillAnswered() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            realize(fe, false);
+            for (int i = 0; i < 500; i++) {
+                MemorySegment p = fe.payload(CONFIG_REGION + 8);
+                p.set(ValueLayout.JAVA_INT, CONFIG_SIZE, 8);
+                assertThat(fe.acked(SET_CONFIG, p)).as("refusal " + i).isNotZero();
+            }
+            assertThat(fe.get(GET_QUEUE_NUM)).as("still served").isEqualTo(QUEUES);
+        }
+        long lines = log.stream().filter(l -> l.contains("SET_CONFIG(25) refused")).count();
+        assertThat(lines).as("log lines for 500 refusals").isBetween(1L,
+                2L * io.pmemblk.queueing.refusal.RefusalLog.LINES_PER_SECOND); // a second may turn over once
+    }
+
+    @Test
     void aSecondFrontEndIsRefusedWhileOneIsServed() throws Exception {
         try (TestFrontEnd first = TestFrontEnd.connect(socket)) {
             assertThat(first.get(GET_QUEUE_NUM)).isEqualTo(QUEUES);

@@ -7,6 +7,7 @@ import io.pmemblk.posix.NativeException;
 import io.pmemblk.posix.SharedMemory;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.FrontendQueue;
+import io.pmemblk.queueing.refusal.RefusalLog;
 import io.pmemblk.vhost.VhostUserBlkConfig;
 import io.pmemblk.vhost.blk.BlkDevice;
 import io.pmemblk.vhost.blk.RingPolling;
@@ -44,6 +45,8 @@ import static java.lang.foreign.ValueLayout.JAVA_SHORT_UNALIGNED;
  */
 public final class VhostUserSession implements Runnable {
     private static final System.Logger LOG = System.getLogger("io.pmemblk.vhost");
+    /** The server's: a front-end that sends bad messages (or reconnects to send more) cannot flood the log. */
+    private final RefusalLog refusals;
     /** Memory slots a front-end may fill with ADD_MEM_REG: libvhost-user 7.2's VHOST_USER_MAX_RAM_SLOTS. */
     public static final int MAX_MEM_SLOTS = 32;
     /** Ring features this back-end serves on top of the device's (split ring only: no RING_PACKED). */
@@ -107,9 +110,11 @@ public final class VhostUserSession implements Runnable {
         }
     }
 
+    /** @param refusals where refused messages are logged (the server's limit, shared by its connections) */
     public VhostUserSession(VhostUserChannel channel, VhostUserBlkConfig config, BlockLayer layer, BlkDevice device,
-                            String name) {
+                            String name, RefusalLog refusals) {
         this.channel = channel;
+        this.refusals = refusals;
         this.config = config;
         this.layer = layer;
         this.device = device;
@@ -141,7 +146,7 @@ public final class VhostUserSession implements Runnable {
             }
             LOG.log(System.Logger.Level.INFO, "{0}: the front-end closed the connection", name);
         } catch (VhostUserProtocolException e) {
-            LOG.log(System.Logger.Level.WARNING, "{0}: closing: {1}", name, e.getMessage());
+            refusals.refused("{0}: closing: {1}", name, e.getMessage());
         } catch (IOException | RuntimeException e) {
             LOG.log(System.Logger.Level.WARNING, "{0}: closing after a failure: {1}", name, e.toString());
         } finally {
@@ -164,7 +169,7 @@ public final class VhostUserSession implements Runnable {
         } catch (Refusal r) {
             String what = name(request) + " refused: " + r.getMessage();
             if (channel.needsReply() && !hasReplyOfItsOwn(request)) {
-                LOG.log(System.Logger.Level.WARNING, "{0}: {1}", name, what);
+                refusals.refused("{0}: {1}", name, what);
                 channel.replyU64(request, 1);
             } else {
                 throw new VhostUserProtocolException(what);
