@@ -47,6 +47,8 @@ public final class VhostUserSession implements Runnable {
     private static final System.Logger LOG = System.getLogger("io.pmemblk.vhost");
     /** The server's: a front-end that sends bad messages (or reconnects to send more) cannot flood the log. */
     private final RefusalLog refusals;
+    /** Whether the log said that a guest memory fd can shrink ({@link #noteUnsealed}): once a connection. */
+    private boolean unsealedNoted;
     /** Memory slots a front-end may fill with ADD_MEM_REG: libvhost-user 7.2's VHOST_USER_MAX_RAM_SLOTS. */
     public static final int MAX_MEM_SLOTS = 32;
     /** Ring features this back-end serves on top of the device's (split ring only: no RING_PACKED). */
@@ -372,10 +374,12 @@ public final class VhostUserSession implements Runnable {
         try {
             FileStat st = Libc.fstat(fd);
             if (st.isRegularFile() && st.size() < offset + size) {
-                throw new Refusal(what + ": mmap_offset 0x" + Long.toHexString(offset) + " + memory_size 0x"
+                throw new Refusal(what + " (guest 0x" + Long.toHexString(r[0]) + "): mmap_offset 0x"
+                        + Long.toHexString(offset) + " + memory_size 0x"
                         + Long.toHexString(size) + " passes the end of its file (0x" + Long.toHexString(st.size())
                         + " bytes): touching it would fault; allowed: a range within the file");
             }
+            noteUnsealed(fd, what);
             long page = Libc.pageSize();
             long skew = offset & (page - 1);
             arena = Arena.ofShared();
@@ -394,6 +398,26 @@ public final class VhostUserSession implements Runnable {
                 arena.close();
             }
             Libc.close(fd);
+        }
+    }
+
+    /**
+     * Says once per connection that guest memory can still shrink under us. The size check above holds only
+     * until the front-end truncates the file; a memfd sealed with F_SEAL_SHRINK cannot be truncated, and QEMU
+     * seals its memfd backends so by default (memory-backend-memfd seal=on). We cannot add the seal ourselves:
+     * sealing is the file's owner's decision (and F_SEAL_SEAL may already forbid it), and libvhost-user does
+     * not check either. So the region is served, and the risk is named in the log.
+     */
+    private void noteUnsealed(int fd, String what) throws NativeException {
+        if (unsealedNoted) {
+            return;
+        }
+        int seals = SharedMemory.seals(fd);
+        if (seals >= 0 && (seals & SharedMemory.F_SEAL_SHRINK) == 0) {
+            unsealedNoted = true;
+            LOG.log(System.Logger.Level.INFO, "{0}: guest memory {1} is a memfd without F_SEAL_SHRINK: if the"
+                    + " front-end truncates it while it is mapped, this process dies of SIGBUS (QEMU's"
+                    + " memory-backend-memfd seals it unless seal=off)", name, what);
         }
     }
 
