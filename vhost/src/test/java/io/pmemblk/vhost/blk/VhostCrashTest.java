@@ -1,22 +1,12 @@
 package io.pmemblk.vhost.blk;
 
-import io.pmemblk.dma.DmaEngine;
-import io.pmemblk.dma.IovaSpace;
-import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.CrashModel;
-import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
-import io.pmemblk.pmem.Routing;
-import io.pmemblk.posix.EventFd;
-import io.pmemblk.queueing.BlockLayer;
-import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.Route;
 import io.pmemblk.queueing.testing.Closing;
 import io.pmemblk.queueing.testing.Waits;
 import io.pmemblk.vhost.testing.BlkGuest;
 import io.pmemblk.vhost.testing.BlkGuest.Sent;
-import io.pmemblk.vhost.testing.GuestDriver;
-import io.pmemblk.vhost.testing.GuestRam;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -51,21 +41,14 @@ import static org.assertj.core.api.Assertions.assertThat;
  * and the soft DMA engine copying straight from guest RAM.
  */
 class VhostCrashTest {
-    static final long MIB = 1 << 20;
-    static final int N = 128;
+    static final long MIB = PmemQueue.MIB;
     static final int SECTOR = 512;
     static final int DEVICE = 256 << 10;
     static final int BATCHES = 40;
-    static final long FEATURES = GuestDriver.LINUX_FEATURES;
 
     @TempDir
     Path dir;
-    final CopyStats stats = new CopyStats();
-    final GuestRam ram = GuestRam.of(0, 4 * MIB, 4 * MIB, 4 * MIB);
-    PmemBlockDriver driver;
-    BlockLayer layer;
-    EventFd kick, call;
-    VhostBlkQueue queue;
+    PmemQueue q;
     CrashModel model;
 
     /** What every image must hold: {@link #promised} in each {@link #pinned} sector. Under its own lock. */
@@ -97,15 +80,7 @@ class VhostCrashTest {
 
     @AfterEach
     void close() throws Exception {
-        if (queue != null) {
-            queue.stop();
-        }
-        for (int i = 0; i < 2 && driver != null; i++) {
-            driver.unregisterMemory(ram.region(i).mapping());
-        }
-        Closing.closeAll(kick, call, driver, layer);
-        ram.assertGuardsIntact();
-        ram.close();
+        Closing.closeAll(q);
     }
 
     @ParameterizedTest(name = "{0}, write cache {1}")
@@ -114,16 +89,9 @@ class VhostCrashTest {
         CrashModel.Modelled m = CrashModel.open(dir.resolve("d.img"), DEVICE, PmemRegion.Mapper.JAVA);
         model = m.model();
         assertThat(m.region().isPmem()).as("page cache: unpersisted writes can be lost").isFalse();
-        DmaEngine engine = route == Route.DMA ? DmaEngine.soft(new IovaSpace(), 1, 512, 16) : null;
-        driver = new PmemBlockDriver(m.region(), stats, engine, route == Route.DMA ? new Routing(0, 1) : Routing.CPU_ONLY);
-        layer = new BlockLayer(driver, 1, 64, 4 * MIB, 1 << 20);
-        ram.register(driver::registerMemory);
-        GuestDriver ring = new GuestDriver(ram, N, 0x10000);
-        BlkGuest guest = new BlkGuest(ring, MIB, 8 * MIB);
-        kick = EventFd.create(true);
-        call = EventFd.create(true);
-        queue = new VhostBlkQueue(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0, FEATURES, kick, call,
-                new FrontendQueue(layer.queue(0)), ram::memory, null, BlkDevice.of(DEVICE, false, true, true, "pmem0"));
+        q = new PmemQueue(m.region(), route);
+        VhostBlkQueue queue = q.queue;
+        BlkGuest guest = new BlkGuest(q.ring, MIB, 8 * MIB);
         queue.writeCache(writeCache);
         pinned.set(0, DEVICE / SECTOR); // the new file's zeros are durable: nothing may appear where no write went
         model.afterEachStep(this::crashAndCheck);
@@ -150,19 +118,19 @@ class VhostCrashTest {
                     pinned.clear(sector, sector + len / SECTOR);
                 }
                 writes.put(sent(guest.write(sector, data, 1 + rnd.nextInt(4), rnd.nextBoolean())), w);
-                kick.signal();
+                q.kick.signal();
                 if (rnd.nextInt(3) == 0) { // this one answered, then a FLUSH for everything answered so far
                     awaitAnswers(guest, writes, flushes, answered, writeCache, () -> !writes.containsValue(w));
                     flushes.put(sent(guest.send(BlkGuest.FLUSH, 0, null, 0, 1, false)), new ArrayList<>(answered));
                     answered.clear();
-                    kick.signal();
+                    q.kick.signal();
                 }
             }
             awaitAnswers(guest, writes, flushes, answered, writeCache, () -> writes.isEmpty());
             written += inBatch.size();
             flushes.put(sent(guest.send(BlkGuest.FLUSH, 0, null, 0, 1, false)), new ArrayList<>(answered));
             answered.clear();
-            kick.signal();
+            q.kick.signal();
             awaitAnswers(guest, writes, flushes, answered, writeCache, () -> flushes.isEmpty());
             crashAndCheck();
         }
@@ -175,9 +143,9 @@ class VhostCrashTest {
                     + " crash images checked");
         }
         assertThat(flushesAnswered).as("FLUSHes answered OK").isGreaterThanOrEqualTo(BATCHES);
-        assertThat(driver.region().memory().asSlice(0, DEVICE).toArray(ValueLayout.JAVA_BYTE))
+        assertThat(q.driver.region().memory().asSlice(0, DEVICE).toArray(ValueLayout.JAVA_BYTE))
                 .as("the device holds the last write of each sector").isEqualTo(promised);
-        assertThat(stats.bytes(route, true)).as("written by " + route).isPositive();
+        assertThat(q.stats.bytes(route, true)).as("written by " + route).isPositive();
         assertThat(queue.broken()).isFalse();
     }
 
