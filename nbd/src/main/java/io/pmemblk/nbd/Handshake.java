@@ -327,7 +327,11 @@ final class Handshake {
 
     private void reply(int option, int type, byte[] data) throws IOException {
         if (type < 0) { // the error replies have the top bit set ("Option reply types")
-            RefusalLog.SERVER.option(option, type, data);
+            if (NbdProtocol.REFUSALS.enabled()) {
+                NbdProtocol.REFUSALS.refused("refused {0}: reply 0x{1} {2}", NbdProtocol.optionName(option),
+                        Integer.toHexString(type),
+                        data == null ? "" : new String(data, java.nio.charset.StandardCharsets.UTF_8));
+            }
         }
         int n = data == null ? 0 : data.length;
         ByteBuffer r = ByteBuffer.allocate(20 + n);

@@ -8,6 +8,13 @@ import io.pmemblk.queueing.Status;
  * libguestfs/nbdkit. Written once here; nothing else spells a magic number.
  */
 final class NbdProtocol {
+    /**
+     * Refused requests and options, at DEBUG by command or option name (as nbdkit logs them), within the
+     * process's refusal-log limit: a hostile client cannot flood the log.
+     */
+    static final io.pmemblk.queueing.refusal.RefusalLog REFUSALS = io.pmemblk.queueing.refusal.RefusalLog.to(
+            System.getLogger("io.pmemblk.nbd.refusals"), System.Logger.Level.DEBUG);
+
     private NbdProtocol() {}
 
     // Handshake (proto.md "Newstyle negotiation").

@@ -242,7 +242,11 @@ final class RequestReader {
     /** Answers a refused request without the driver; the refusal is logged (at DEBUG, rate-limited). */
     private void replyNow(int command, int flags, long cookie, long offset, long length, int error)
             throws InterruptedException {
-        RefusalLog.SERVER.request(command, flags, offset, length, error);
+        if (NbdProtocol.REFUSALS.enabled()) {
+            NbdProtocol.REFUSALS.refused("refused {0} (flags 0x{1}, offset {2}, length {3}): {4}",
+                    NbdProtocol.commandName(command), Integer.toHexString(flags), Long.toUnsignedString(offset),
+                    length, NbdProtocol.errorName(error));
+        }
         Request r = acquire(0);
         prepare(r, command, flags, cookie, null, 0);
         queue.completeHere(r, error);

@@ -2,6 +2,7 @@ package io.pmemblk.pmem;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
+import java.nio.file.Path;
 import java.util.BitSet;
 import java.util.HashMap;
 import java.util.Map;
@@ -56,6 +57,21 @@ public final class CrashModel implements Persistence {
     public CrashModel(Persistence real) {
         this.real = real;
         this.unit = real.flushesCaches() ? PMEM_UNIT : PAGE_UNIT;
+    }
+
+    /** A region and the crash model that is its persistence port, attached. */
+    public record Modelled(PmemRegion region, CrashModel model) {}
+
+    /**
+     * A new region of {@code size} bytes at {@code file} whose persistence is a crash model attached before any
+     * I/O: for the frontends' crash tests in other modules (shipped in pmem's test jar, like
+     * {@link PersistenceRecorder}), which drive the real driver under their own protocol and take images.
+     */
+    public static Modelled open(Path file, long size, PmemRegion.Mapper mapper) throws IOException {
+        CrashModel[] model = new CrashModel[1];
+        PmemRegion region = PmemRegion.open(file, size, false, mapper, true, p -> model[0] = new CrashModel(p));
+        model[0].attach(region.memory());
+        return new Modelled(region, model[0]);
     }
 
     /** Starts modelling {@code mapping} (before any I/O): what it holds now is durable. */

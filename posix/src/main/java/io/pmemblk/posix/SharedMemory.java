@@ -25,6 +25,8 @@ public final class SharedMemory {
     public static final int MFD_CLOEXEC = 0x1, MFD_ALLOW_SEALING = 0x2;
     /** {@code <linux/fcntl.h>}: F_ADD_SEALS = F_LINUX_SPECIFIC_BASE (1024) + 9, and the seals. */
     public static final int F_ADD_SEALS = 1033, F_SEAL_SEAL = 0x1, F_SEAL_SHRINK = 0x2, F_SEAL_GROW = 0x4;
+    /** {@code <linux/fcntl.h>}: F_GET_SEALS = F_LINUX_SPECIFIC_BASE (1024) + 10. */
+    public static final int F_GET_SEALS = 1034;
 
     /** int memfd_create(const char *name, unsigned int flags): glibc 2.27. */
     private static final MethodHandle MEMFD_CREATE = libc("memfd_create",
@@ -76,5 +78,22 @@ public final class SharedMemory {
         int seals = F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL;
         Libc.call("fcntl", "fd " + fd + ", F_ADD_SEALS GROW|SHRINK|SEAL",
                 state -> (int) Libc.FCNTL_INT.invokeExact(state, fd, F_ADD_SEALS, seals));
+    }
+
+    /**
+     * The seals on {@code fd} (F_SEAL_* bits), or -1 when its file cannot carry seals at all (fcntl F_GET_SEALS
+     * answers EINVAL for anything but a memfd, shmem or hugetlbfs file). A mapping of a file without
+     * F_SEAL_SHRINK faults (SIGBUS) wherever the other side truncates it.
+     */
+    public static int seals(int fd) throws NativeException {
+        try {
+            return (int) Libc.call("fcntl", "fd " + fd + ", F_GET_SEALS",
+                    state -> (int) Libc.FCNTL_INT.invokeExact(state, fd, F_GET_SEALS, 0));
+        } catch (NativeException e) {
+            if (e.errno() == Errno.EINVAL) {
+                return -1;
+            }
+            throw e;
+        }
     }
 }

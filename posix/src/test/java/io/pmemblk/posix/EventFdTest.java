@@ -67,7 +67,10 @@ class EventFdTest {
             assertThat(whole.get(ValueLayout.JAVA_LONG, 2 * page)).isZero();
             whole.set(ValueLayout.JAVA_LONG, 2 * page + 8, 0x1234_5678_9abcL);
             assertThat(tail.get(ValueLayout.JAVA_LONG, 8)).isEqualTo(0x1234_5678_9abcL);
+            assertThat(SharedMemory.seals(fd)).as("a new memfd carries no seals").isZero();
             SharedMemory.seal(fd);
+            assertThat(SharedMemory.seals(fd)).isEqualTo(
+                    SharedMemory.F_SEAL_GROW | SharedMemory.F_SEAL_SHRINK | SharedMemory.F_SEAL_SEAL);
             assertThatThrownBy(() -> Libc.ftruncate(fd, page)).isInstanceOf(NativeException.class)
                     .satisfies(x -> assertThat(((NativeException) x).errno()).isEqualTo(Errno.EPERM));
             b.close();

@@ -8,6 +8,7 @@ import io.pmemblk.posix.UnixSocketFile;
 import io.pmemblk.posix.UnixStream;
 import io.pmemblk.queueing.BlockDriver;
 import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.refusal.RefusalLog;
 import io.pmemblk.vhost.blk.BlkDevice;
 import io.pmemblk.vhost.protocol.VhostUserChannel;
 import io.pmemblk.vhost.session.VhostUserSession;
@@ -30,6 +31,11 @@ import java.util.concurrent.atomic.AtomicInteger;
  */
 public final class VhostUserBlkServer implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.pmemblk.vhost");
+    /**
+     * Refused connections and messages, WARNING, limited per server: a front-end that reconnects to send bad
+     * messages again cannot flood the log, and another server's refusals do not use this one's lines.
+     */
+    private final RefusalLog refusals = RefusalLog.withOwnLimit(LOG, System.Logger.Level.WARNING);
     /** How long {@link #close} waits for the session's rings to drain and its thread to end. */
     static final Duration SHUTDOWN_WAIT = Duration.ofSeconds(10);
 
@@ -116,7 +122,7 @@ public final class VhostUserBlkServer implements AutoCloseable {
     private synchronized void admit(int fd) {
         int id = connections.incrementAndGet();
         if (closing || session != null) {
-            LOG.log(System.Logger.Level.WARNING, "vhost-user-blk: refusing front-end connection {0}: {1}", id,
+            refusals.refused("vhost-user-blk: refusing front-end connection {0}: {1}", id,
                     closing ? "the server is stopping" : "one front-end is served at a time and connection "
                             + sessionId + " is still open; allowed: a new front-end once that one has closed");
             try {
@@ -127,7 +133,7 @@ public final class VhostUserBlkServer implements AutoCloseable {
             return;
         }
         VhostUserSession s = new VhostUserSession(new VhostUserChannel(fd), config, layer, device,
-                "vhost-user connection " + id);
+                "vhost-user connection " + id, refusals);
         session = s;
         sessionId = id;
         LOG.log(System.Logger.Level.INFO, "vhost-user connection {0} opened", id);

@@ -431,6 +431,73 @@ class VhostUserBlkServerTest {
     }
 
     @Test
+    void aMemfdShorterThanItsRegionIsRefusedBeforeItIsMappedAndTheJvmLives() throws Exception {
+        int shortFd = SharedMemory.memfd("guest-ram", LOW / 2); // QEMU says LOW bytes; the file holds half
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            realize(fe, false);
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), shortFd)).isNotZero();
+            assertLogged("ADD_MEM_REG(37) refused", "region (guest 0x0)", "memory_size 0x" + Long.toHexString(LOW),
+                    "passes the end of its file (0x" + Long.toHexString(LOW / 2) + " bytes)");
+            assertThat(ramMappings()).as("the short file is never mapped").isEqualTo(1);
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).as("a whole one is").isZero();
+            assertThat(fe.get(GET_QUEUE_NUM)).as("still served").isEqualTo(QUEUES);
+        } finally {
+            Libc.close(shortFd);
+        }
+        assertNextFrontEndServed();
+    }
+
+    @Test
+    void aMemfdThatCanShrinkIsSaidOnceAConnectionAndASealedOneNot() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            realize(fe, false);
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, HIGH, RAM - HIGH, uaddr + HIGH, HIGH), ram)).isZero();
+        }
+        assertThat(server.awaitDisconnected(Duration.ofSeconds(10))).isTrue();
+        assertThat(log.stream().filter(l -> l.contains("without F_SEAL_SHRINK")).count()).as("once for two regions")
+                .isEqualTo(1);
+        assertLogged("guest memory region is a memfd without F_SEAL_SHRINK", "SIGBUS");
+        log.clear();
+        int sealed = SharedMemory.memfd("guest-ram", RAM);
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            SharedMemory.seal(sealed); // as QEMU's memory-backend-memfd (seal=on)
+            realize(fe, false);
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), sealed)).isZero();
+            assertThat(fe.get(GET_QUEUE_NUM)).isEqualTo(QUEUES);
+        } finally {
+            Libc.close(sealed);
+        }
+        assertThat(log).noneMatch(l -> l.contains("F_SEAL_SHRINK"));
+    }
+
+    @Test
+    void theInflightMemfdWeHandOutCannotBeShrunkOrGrown() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            realize(fe, false);
+            fe.set(SET_FEATURES, 0x140000046L);
+            MemorySegment ask = fe.payload(INFLIGHT_SIZE);
+            ask.set(ValueLayout.JAVA_SHORT, INFLIGHT_NUM_QUEUES, (short) QUEUES);
+            ask.set(ValueLayout.JAVA_SHORT, INFLIGHT_QUEUE_SIZE, (short) RING);
+            fe.send(GET_INFLIGHT_FD, 0, ask);
+            int[] fd = new int[1];
+            long size = fe.reply(GET_INFLIGHT_FD, fd).payload().get(ValueLayout.JAVA_LONG_UNALIGNED, INFLIGHT_MMAP_SIZE);
+            try {
+                assertThat(SharedMemory.seals(fd[0]) & (SharedMemory.F_SEAL_SHRINK | SharedMemory.F_SEAL_GROW))
+                        .isEqualTo(SharedMemory.F_SEAL_SHRINK | SharedMemory.F_SEAL_GROW);
+                for (long to : new long[]{0, size - 4096, size + 4096}) {
+                    org.assertj.core.api.Assertions.assertThatThrownBy(() -> Libc.ftruncate(fd[0], to))
+                            .as("ftruncate to " + to).isInstanceOf(NativeException.class)
+                            .satisfies(x -> assertThat(((NativeException) x).errno()).isEqualTo(io.pmemblk.posix.Errno.EPERM));
+                }
+                assertThat(Libc.fstat(fd[0]).size()).isEqualTo(size);
+            } finally {
+                Libc.close(fd[0]);
+            }
+        }
+    }
+
+    @Test
     void removingAnUnknownRegionIsAnErrorReplyAndAKnownOneIsUnmapped() throws Exception {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             realize(fe, false);
@@ -469,6 +536,22 @@ class VhostUserBlkServerTest {
             fe.send(GET_CONFIG, 0, ask);
             assertThat(fe.reply(GET_CONFIG).payload().get(ValueLayout.JAVA_BYTE, CONFIG_REGION + 32)).isZero();
         }
+    }
+
+    @Test
+    void aFloodOfRefusedMessagesIsCutToAFewLogLinesAndEachIsStillAnswered() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            realize(fe, false);
+            for (int i = 0; i < 500; i++) {
+                MemorySegment p = fe.payload(CONFIG_REGION + 8);
+                p.set(ValueLayout.JAVA_INT, CONFIG_SIZE, 8);
+                assertThat(fe.acked(SET_CONFIG, p)).as("refusal " + i).isNotZero();
+            }
+            assertThat(fe.get(GET_QUEUE_NUM)).as("still served").isEqualTo(QUEUES);
+        }
+        long lines = log.stream().filter(l -> l.contains("SET_CONFIG(25) refused")).count();
+        assertThat(lines).as("log lines for 500 refusals").isBetween(1L,
+                2L * io.pmemblk.queueing.refusal.RefusalLog.LINES_PER_SECOND); // a second may turn over once
     }
 
     @Test

@@ -6,6 +6,7 @@ import io.pmemblk.queueing.HardwareQueue;
 import io.pmemblk.queueing.Op;
 import io.pmemblk.queueing.Request;
 import io.pmemblk.queueing.Status;
+import io.pmemblk.queueing.refusal.RefusalLog;
 import io.pmemblk.vhost.memory.GuestMemory;
 import io.pmemblk.vhost.virtq.BrokenRingException;
 import io.pmemblk.vhost.virtq.Chain;
@@ -48,6 +49,8 @@ import java.util.function.Supplier;
  */
 public final class VhostBlkQueue {
     private static final System.Logger LOG = System.getLogger(VhostBlkQueue.class.getName());
+    /** A guest can refuse itself as fast as it fills the ring: its refusals are rate-limited. */
+    private static final RefusalLog REFUSALS = RefusalLog.to(LOG, System.Logger.Level.DEBUG);
     public static final long DEFAULT_POLL_NANOS = 20_000;
     /** How long the thread sleeps on the kick before it looks at its stop flag again. */
     static final int KICK_WAIT_MILLIS = 100;
@@ -533,7 +536,9 @@ public final class VhostBlkQueue {
     }
 
     private void refuseLog(int head, String why) {
-        LOG.log(System.Logger.Level.DEBUG, () -> "vhost-blk-q" + index + " head " + head + " refused: " + why);
+        if (REFUSALS.enabled()) {
+            REFUSALS.refused("vhost-blk-q{0} head {1} refused: {2}", index, head, why);
+        }
     }
 
     /** Writes the status byte and pushes the head; signals the call eventfd when the ring says so. */

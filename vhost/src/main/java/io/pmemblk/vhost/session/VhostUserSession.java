@@ -7,6 +7,7 @@ import io.pmemblk.posix.NativeException;
 import io.pmemblk.posix.SharedMemory;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.FrontendQueue;
+import io.pmemblk.queueing.refusal.RefusalLog;
 import io.pmemblk.vhost.VhostUserBlkConfig;
 import io.pmemblk.vhost.blk.BlkDevice;
 import io.pmemblk.vhost.blk.RingPolling;
@@ -44,6 +45,10 @@ import static java.lang.foreign.ValueLayout.JAVA_SHORT_UNALIGNED;
  */
 public final class VhostUserSession implements Runnable {
     private static final System.Logger LOG = System.getLogger("io.pmemblk.vhost");
+    /** The server's: a front-end that sends bad messages (or reconnects to send more) cannot flood the log. */
+    private final RefusalLog refusals;
+    /** Whether the log said that a guest memory fd can shrink ({@link #noteUnsealed}): once a connection. */
+    private boolean unsealedNoted;
     /** Memory slots a front-end may fill with ADD_MEM_REG: libvhost-user 7.2's VHOST_USER_MAX_RAM_SLOTS. */
     public static final int MAX_MEM_SLOTS = 32;
     /** Ring features this back-end serves on top of the device's (split ring only: no RING_PACKED). */
@@ -107,9 +112,11 @@ public final class VhostUserSession implements Runnable {
         }
     }
 
+    /** @param refusals where refused messages are logged (the server's limit, shared by its connections) */
     public VhostUserSession(VhostUserChannel channel, VhostUserBlkConfig config, BlockLayer layer, BlkDevice device,
-                            String name) {
+                            String name, RefusalLog refusals) {
         this.channel = channel;
+        this.refusals = refusals;
         this.config = config;
         this.layer = layer;
         this.device = device;
@@ -141,7 +148,7 @@ public final class VhostUserSession implements Runnable {
             }
             LOG.log(System.Logger.Level.INFO, "{0}: the front-end closed the connection", name);
         } catch (VhostUserProtocolException e) {
-            LOG.log(System.Logger.Level.WARNING, "{0}: closing: {1}", name, e.getMessage());
+            refusals.refused("{0}: closing: {1}", name, e.getMessage());
         } catch (IOException | RuntimeException e) {
             LOG.log(System.Logger.Level.WARNING, "{0}: closing after a failure: {1}", name, e.toString());
         } finally {
@@ -164,7 +171,7 @@ public final class VhostUserSession implements Runnable {
         } catch (Refusal r) {
             String what = name(request) + " refused: " + r.getMessage();
             if (channel.needsReply() && !hasReplyOfItsOwn(request)) {
-                LOG.log(System.Logger.Level.WARNING, "{0}: {1}", name, what);
+                refusals.refused("{0}: {1}", name, what);
                 channel.replyU64(request, 1);
             } else {
                 throw new VhostUserProtocolException(what);
@@ -367,10 +374,12 @@ public final class VhostUserSession implements Runnable {
         try {
             FileStat st = Libc.fstat(fd);
             if (st.isRegularFile() && st.size() < offset + size) {
-                throw new Refusal(what + ": mmap_offset 0x" + Long.toHexString(offset) + " + memory_size 0x"
+                throw new Refusal(what + " (guest 0x" + Long.toHexString(r[0]) + "): mmap_offset 0x"
+                        + Long.toHexString(offset) + " + memory_size 0x"
                         + Long.toHexString(size) + " passes the end of its file (0x" + Long.toHexString(st.size())
                         + " bytes): touching it would fault; allowed: a range within the file");
             }
+            noteUnsealed(fd, what);
             long page = Libc.pageSize();
             long skew = offset & (page - 1);
             arena = Arena.ofShared();
@@ -389,6 +398,26 @@ public final class VhostUserSession implements Runnable {
                 arena.close();
             }
             Libc.close(fd);
+        }
+    }
+
+    /**
+     * Says once per connection that guest memory can still shrink under us. The size check above holds only
+     * until the front-end truncates the file; a memfd sealed with F_SEAL_SHRINK cannot be truncated, and QEMU
+     * seals its memfd backends so by default (memory-backend-memfd seal=on). We cannot add the seal ourselves:
+     * sealing is the file's owner's decision (and F_SEAL_SEAL may already forbid it), and libvhost-user does
+     * not check either. So the region is served, and the risk is named in the log.
+     */
+    private void noteUnsealed(int fd, String what) throws NativeException {
+        if (unsealedNoted) {
+            return;
+        }
+        int seals = SharedMemory.seals(fd);
+        if (seals >= 0 && (seals & SharedMemory.F_SEAL_SHRINK) == 0) {
+            unsealedNoted = true;
+            LOG.log(System.Logger.Level.INFO, "{0}: guest memory {1} is a memfd without F_SEAL_SHRINK: if the"
+                    + " front-end truncates it while it is mapped, this process dies of SIGBUS (QEMU's"
+                    + " memory-backend-memfd seals it unless seal=off)", name, what);
         }
     }
 

@@ -1,14 +1,9 @@
 package io.pmemblk.vhost.blk;
 
-import io.pmemblk.dma.DmaEngine;
-import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
-import io.pmemblk.pmem.Routing;
 import io.pmemblk.posix.EventFd;
-import io.pmemblk.queueing.BlockLayer;
-import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.Request;
 import io.pmemblk.queueing.Route;
 import io.pmemblk.queueing.testing.Closing;
@@ -42,47 +37,33 @@ import static org.assertj.core.api.Assertions.assertThat;
  */
 class PmemDataPathTest {
     static final long MIB = 1 << 20;
-    static final int N = 128;
     static final long DEVICE = 32 * MIB;
-    static final long FEATURES = GuestDriver.LINUX_FEATURES;
 
     @TempDir
     Path dir;
-    final CopyStats stats = new CopyStats();
-    final GuestRam ram = GuestRam.of(0, 4 * MIB, 4 * MIB, 4 * MIB);
+    PmemQueue q;
+    CopyStats stats;
     PmemBlockDriver driver;
-    BlockLayer layer;
-    EventFd kick, call;
+    EventFd kick;
     VhostBlkQueue queue;
 
     @AfterEach
     void close() throws Exception {
-        if (queue != null) {
-            queue.stop();
-        }
-        for (int i = 0; i < 2 && driver != null; i++) {
-            driver.unregisterMemory(ram.region(i).mapping()); // after the queue drained, before guest RAM goes
-        }
-        Closing.closeAll(kick, call, driver, layer);
-        ram.assertGuardsIntact();
-        ram.close();
+        Closing.closeAll(q);
     }
 
     @ParameterizedTest(name = "{0}")
     @EnumSource(Route.class)
     void guestDataReachesPmemAndComesBackByteForByte(Route route) throws Exception {
-        DmaEngine engine = route == Route.DMA ? DmaEngine.soft(new IovaSpace(), 1, 512, 16) : null;
-        driver = new PmemBlockDriver(PmemRegion.open(dir.resolve("d.img"), DEVICE, false, PmemRegion.Mapper.AUTO), stats,
-                engine, route == Route.DMA ? new Routing(0, 1) : Routing.CPU_ONLY);
-        layer = new BlockLayer(driver, 1, 64, 4 * MIB, 1 << 20);
-        ram.register(driver::registerMemory);
+        q = new PmemQueue(PmemRegion.open(dir.resolve("d.img"), DEVICE, false, PmemRegion.Mapper.AUTO), route);
+        stats = q.stats;
+        driver = q.driver;
+        kick = q.kick;
+        queue = q.queue;
+        GuestRam ram = q.ram;
+        GuestDriver ring = q.ring;
         assertThat(ram.region(0).iova() != Request.NO_IOVA).as("guest RAM reachable by the engine").isEqualTo(route == Route.DMA);
-        GuestDriver ring = new GuestDriver(ram, N, 0x10000);
         BlkGuest guest = new BlkGuest(ring, MIB, 8 * MIB);
-        kick = EventFd.create(true);
-        call = EventFd.create(true);
-        queue = new VhostBlkQueue(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0, FEATURES, kick, call,
-                new FrontendQueue(layer.queue(0)), ram::memory, null, BlkDevice.of(DEVICE, false, true, true, "pmem0"));
         queue.start();
 
         Random rnd = new Random(route.ordinal());

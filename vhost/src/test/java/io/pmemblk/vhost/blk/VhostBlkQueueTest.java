@@ -117,6 +117,39 @@ class VhostBlkQueueTest {
     }
 
     @Test
+    void aGuestFloodingRefusedRequestsIsCutToAFewLogLines() throws Exception {
+        java.util.logging.Logger jul = java.util.logging.Logger.getLogger(VhostBlkQueue.class.getName());
+        List<String> lines = new java.util.concurrent.CopyOnWriteArrayList<>();
+        java.util.logging.Handler capture = new java.util.logging.Handler() {
+            @Override public void publish(java.util.logging.LogRecord r) { lines.add(r.getMessage()); }
+            @Override public void flush() { }
+            @Override public void close() { }
+        };
+        jul.addHandler(capture);
+        jul.setLevel(java.util.logging.Level.FINE); // DEBUG: every refusal would be a line without the limit
+        try {
+            open();
+            Served s = serve(0);
+            for (int round = 0; round < 10; round++) {
+                List<Sent> sent = new ArrayList<>();
+                for (int i = 0; i < 40; i++) {
+                    sent.add(s.guest.send(99, 0, null, 0, 1, false)); // no such request type: UNSUPP
+                }
+                s.kickAndAwait(sent.size());
+                for (Sent r : sent) {
+                    assertThat(s.guest.status(r)).isEqualTo(VirtioBlk.S_UNSUPP);
+                }
+            }
+            assertThat(s.queue.broken()).isFalse();
+        } finally {
+            jul.removeHandler(capture);
+            jul.setLevel(null);
+        }
+        assertThat(lines.stream().filter(l -> l.contains("refused")).count()).as("log lines for 400 refusals")
+                .isLessThanOrEqualTo(2L * io.pmemblk.queueing.refusal.RefusalLog.LINES_PER_SECOND);
+    }
+
+    @Test
     void writesLandOnTheDeviceAndReadBackByteForByte() throws Exception {
         open();
         Served s = serve(0);

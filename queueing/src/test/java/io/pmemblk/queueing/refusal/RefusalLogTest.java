@@ -1,9 +1,7 @@
-package io.pmemblk.nbd;
+package io.pmemblk.queueing.refusal;
 
-import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.assertj.core.api.Assertions.assertThat;
 
-import io.pmemblk.queueing.Status;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.logging.Handler;
@@ -14,12 +12,13 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
-/** Refusals are logged at DEBUG by name, and a flood of them is cut to a few lines a second. */
+/** Refusals are logged at their level with their words, and a flood of them is cut to a few lines a second. */
 class RefusalLogTest {
-    final Logger jul = Logger.getLogger(RefusalLog.class.getName());
+    static final String NAME = "io.pmemblk.queueing.refusal.test";
+    final Logger jul = Logger.getLogger(NAME);
     final List<LogRecord> records = new CopyOnWriteArrayList<>();
     /** Its own limit: what other tests in this JVM refused does not count against it. */
-    final RefusalLog log = new RefusalLog();
+    final RefusalLog log = RefusalLog.withOwnLimit(System.getLogger(NAME), System.Logger.Level.DEBUG);
     final Handler handler = new Handler() {
         @Override public void publish(LogRecord r) { records.add(r); }
         @Override public void flush() { }
@@ -42,29 +41,34 @@ class RefusalLogTest {
     }
 
     @Test
-    void aRefusedRequestIsOneDebugLineWithTheCommandsAndTheErrorsName() {
+    void aRefusalIsOneLineAtItsLevelWithItsArguments() {
         jul.setLevel(Level.FINE); // System.Logger's DEBUG
-        log.request(CMD_TRIM, 0, 4096, 512, Status.EINVAL);
-        log.option(OPT_STARTTLS, REP_ERR_POLICY, "TLS is off".getBytes());
-        assertThat(records).hasSize(2);
-        assertThat(text(records.get(0))).contains("NBD_CMD_TRIM", "offset 4096", "length 512", "NBD_EINVAL");
-        assertThat(text(records.get(1))).contains("NBD_OPT_STARTTLS", "TLS is off");
+        log.refused("refused {0} (offset {1}, length {2}): {3}", "NBD_CMD_TRIM", "4096", 512, "NBD_EINVAL");
+        assertThat(records).hasSize(1);
+        assertThat(text(records.get(0))).isEqualTo("refused NBD_CMD_TRIM (offset 4096, length 512): NBD_EINVAL");
         assertThat(records.get(0).getLevel()).isEqualTo(Level.FINE);
     }
 
     @Test
-    void aFloodIsCutToTheLinesOfASecond() {
+    void aFloodIsCutToTheLinesOfASecondAndTheNextLineSaysHowManyWereLeftOut() {
         jul.setLevel(Level.FINE);
         for (int i = 0; i < 10_000; i++) {
-            log.request(CMD_WRITE, 0, 0, 4096, Status.EPERM);
+            log.refused("refused {0}", "NBD_CMD_WRITE");
         }
         assertThat(records.size()).isBetween(1, 2 * RefusalLog.LINES_PER_SECOND); // a second may turn over once
+        // Refusing on until the second turns over: its first line says how many were cut, so the cut is not silent.
+        org.assertj.core.api.Assertions.assertThatCode(() -> io.pmemblk.queueing.testing.Waits.await(
+                "a line saying how many refusals were left out", () -> {
+                    log.refused("refused {0}", "NBD_CMD_WRITE");
+                    return records.stream().anyMatch(r -> text(r).contains("refusals before this one left out of the log"));
+                })).doesNotThrowAnyException();
     }
 
     @Test
-    void withDebugOffNothingIsLogged() {
+    void withTheLevelOffNothingIsLogged() {
         jul.setLevel(Level.INFO);
-        log.request(CMD_TRIM, 0, 0, 4096, Status.EINVAL);
+        assertThat(log.enabled()).isFalse();
+        log.refused("refused {0}", "NBD_CMD_TRIM");
         assertThat(records).isEmpty();
     }
 }
