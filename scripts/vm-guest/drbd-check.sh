@@ -117,9 +117,10 @@ fsck_clean() {
     timeout 300 e2fsck -fn /dev/drbd0 >/tmp/fsck.out 2>&1 || { cat /tmp/fsck.out; fail "e2fsck -fn /dev/drbd0 not clean on $ROLE"; }
     result fsck clean
 }
-# The DRBD device's bytes (without the metadata at the end of the backing device), read around the page cache.
+# The DRBD device's bytes (without the metadata at the end of the backing device), read around the page cache. Its
+# size from sysfs: a secondary's /dev/drbd0 cannot be opened, even read-only.
 device_hash() {
-    dd if="$1" bs=1M count="$(blockdev --getsize64 /dev/drbd0)" iflag=direct,count_bytes 2>/dev/null | sha256sum | cut -d' ' -f1
+    dd if="$1" bs=1M count="$(( $(cat /sys/block/drbd0/size) * 512 ))" iflag=direct,count_bytes 2>/dev/null | sha256sum | cut -d' ' -f1
 }
 
 # ---------------------------------------------------------------------------------------------
