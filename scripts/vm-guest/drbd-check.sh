@@ -44,6 +44,19 @@ wait_for() {
 }
 is() { [ "$(drbd "$1" r0 2>/dev/null)" = "$2" ]; }
 not_connected() { ! is cstate Connected; }
+# In sync: connected with no resync running (during the handshake before a resync both disks may still read
+# UpToDate: cstate tells).
+in_sync() { is cstate Connected && is dstate UpToDate/UpToDate; }
+# The peer is there (connected, or resyncing with it); StandAlone is DRBD refusing it (split brain, unrelated data).
+peer_there() {
+    _cs=$(drbd cstate r0 2>/dev/null)
+    case $_cs in
+        Connected|Sync*|PausedSync*|WFBitMap*|WFSyncUUID) return 0 ;;
+        StandAlone) fail "DRBD went StandAlone instead of connecting ($(state)); kernel: $(dmesg | grep drbd | tail -n 3 | tr '\n' ' ' | cut -c1-300)" ;;
+    esac
+    return 1
+}
+pings() { busybox ping -c1 -W1 "$1" >/dev/null 2>&1; }
 # A DRBD split brain, or the backing device failing under DRBD, is the news this scenario looks for.
 check_drbd_log() {
     _bad=$(dmesg | grep -E 'drbd' | grep -E 'Split-Brain|split-brain|IO ERROR|io-error|disk\( [A-Za-z]+ -> (Failed|Diskless)|Unrelated data' || true)
@@ -81,7 +94,7 @@ resource r0 {
   on drbd-b { address 10.99.0.2:7789; }
 }
 EOF
-    wait_for "answer from the peer $_peer on the private link" "$PEER_SECS" busybox ping -c1 -W1 "$_peer" >/dev/null 2>&1
+    wait_for "answer from the peer $_peer on the private link" "$PEER_SECS" pings "$_peer"
     say "link up: $(ip -o addr show eth0 | awk '{print $4}') -> $_peer answers"
 }
 
@@ -90,7 +103,7 @@ drbd_up() {  # drbd_up [create]: metadata created (first boot) and the resource 
         drbd -- --force create-md r0 </dev/null >/tmp/create-md.out 2>&1 || { cat /tmp/create-md.out; fail "drbdadm create-md r0 failed"; }
     fi
     drbd up r0 >/tmp/up.out 2>&1 || { cat /tmp/up.out; fail "drbdadm up r0 failed"; }
-    wait_for "DRBD connection to the peer" "$PEER_SECS" is cstate Connected
+    wait_for "DRBD connection to the peer" "$PEER_SECS" peer_there
     say "DRBD connected: $(state)"
 }
 
@@ -133,7 +146,7 @@ node_a() {
     # compare every byte anyway).
     drbd -- --clear-bitmap new-current-uuid r0 || fail "drbdadm new-current-uuid --clear-bitmap failed"
     drbd primary r0 || fail "drbdadm primary r0 failed"
-    wait_for "UpToDate/UpToDate after the promotion" 60 is dstate UpToDate/UpToDate
+    wait_for "UpToDate/UpToDate after the promotion" 60 in_sync
     mkfs.ext4 -q -F /dev/drbd0 && mkdir -p "$FS" && mount /dev/drbd0 "$FS" || fail "no ext4 on /dev/drbd0"
     say "primary, ext4 mounted: $(state)"
 
@@ -193,7 +206,7 @@ node_b() {
     mkfs.ext4 -q -F /dev/vda && mkdir -p "$DISK" && mount /dev/vda "$DISK" || fail "no ext4 on /dev/vda"
     serve_pmemblk
     drbd_up create
-    wait_for "UpToDate/UpToDate (A's promotion)" "$PEER_SECS" is dstate UpToDate/UpToDate
+    wait_for "UpToDate/UpToDate (A's promotion)" "$PEER_SECS" in_sync
 
     # The secondary's pmemblk SIGKILLed while A writes, and served again on the same file and device id.
     wait_for "A's fio load (a-io-running)" "$PEER_SECS" test -e "$COORD/a-io-running"
@@ -209,8 +222,8 @@ node_b() {
     [ "${DRBD_BREAK:-}" != fresh ] || POOL=$DISK/pool-fresh
     serve_pmemblk
     grep -q ', recovered)' "$SLOG" || fail "pmemblk on the same file did not resume /dev/ublkb0: $(server_lines "$SLOG" | tail -n 1)"
-    wait_for "UpToDate/UpToDate after the recovery" 120 is dstate UpToDate/UpToDate
-    is cstate Connected && is role Secondary/Primary || fail "after its pmemblk's recovery B shows $(state)"
+    wait_for "UpToDate/UpToDate after the recovery" 120 in_sync
+    is role Secondary/Primary || fail "after its pmemblk's recovery B shows $(state)"
     check_drbd_log "B's kernel log across its pmemblk's SIGKILL and recovery"
     result b_recovered_after "$(( $(now) - _k ))s"
     coord_put b-recovered "$(state)"
@@ -240,9 +253,9 @@ node_b() {
     say "promoted, verified, written: $(state)"
 
     # A comes back: it must connect as secondary and sync from B.
-    wait_for "A reconnecting" "$PEER_SECS" is cstate Connected
+    wait_for "A reconnecting" "$PEER_SECS" peer_there
     say "A back: $(state)"
-    wait_for "resync to UpToDate/UpToDate" 300 is dstate UpToDate/UpToDate
+    wait_for "resync to UpToDate/UpToDate" 300 in_sync
     is role Primary/Secondary || fail "after the resync B shows $(state) (want Primary/Secondary)"
     check_drbd_log "B's kernel log across A's loss and return"
     _h=$(device_hash /dev/drbd0)
@@ -263,9 +276,13 @@ node_a_again() {
     serve_pmemblk
     drbd_up
     say "rejoined: $(state)"
-    wait_for "resync from B to UpToDate/UpToDate" 300 is dstate UpToDate/UpToDate
+    wait_for "resync from B to UpToDate/UpToDate" 300 in_sync
     is role Secondary/Primary || fail "A rejoined as $(state) (want Secondary/Primary)"
     check_drbd_log "A's kernel log across its rejoin"
+    # The kernel's account of the resync (how much, how long): the PASS line's details.
+    _rs=$(dmesg | grep -E 'drbd.*(Began resync as SyncTarget|Resync done)' | sed 's/^\[[^]]*\] //' | tr '\n' ';')
+    [ -n "$_rs" ] || fail "A rejoined without a resync (the kernel log has no 'Began resync as SyncTarget')"
+    result resync "$_rs"
     wait_for "B's device hash (b.hash)" "$PEER_SECS" test -e "$COORD/b.hash"
     _h=$(device_hash /dev/ublkb0)
     result a_hash "$_h"
