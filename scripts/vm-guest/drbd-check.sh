@@ -66,6 +66,7 @@ check_drbd_log() {
 # pmemblk serving /dev/ublkb0 on the file on /dev/vda; ublk recovery on, so a killed server leaves the device
 # (and DRBD's I/O on it) waiting for the next one.
 serve_pmemblk() {
+    rm -f /tmp/nbd.sock
     serve_start "$SLOG" --set "pmem.path=$POOL" --set pmem.size=128M --set nbd.socket=/tmp/nbd.sock --set nbd.port=0 \
         --set nbd.export=pmem0 --set ublk.enabled=true --set ublk.id=0 --set ublk.recovery=true
     serve_ready "$SLOG" "$READY_SECS" '^ready: /dev/ublkb0' || fail "pmemblk did not serve /dev/ublkb0: $(server_lines "$SLOG" | tail -n 1)"
