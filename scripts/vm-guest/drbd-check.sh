@@ -140,7 +140,7 @@ device_hash() {
 # ---------------------------------------------------------------------------------------------
 node_a() {
     setup_node
-    mkfs.ext4 -q -F /dev/vda && mkdir -p "$DISK" && mount /dev/vda "$DISK" || fail "no ext4 on /dev/vda"
+    { mkfs.ext4 -q -F /dev/vda && mkdir -p "$DISK" && mount /dev/vda "$DISK"; } || fail "no ext4 on /dev/vda"
     serve_pmemblk
     drbd_up create
     # Both backing devices are new pmemblk files (zeros): already equal, so no initial sync (the final device hashes
@@ -148,7 +148,7 @@ node_a() {
     drbd -- --clear-bitmap new-current-uuid r0 || fail "drbdadm new-current-uuid --clear-bitmap failed"
     drbd primary r0 || fail "drbdadm primary r0 failed"
     wait_for "UpToDate/UpToDate after the promotion" 60 in_sync
-    mkfs.ext4 -q -F /dev/drbd0 && mkdir -p "$FS" && mount /dev/drbd0 "$FS" || fail "no ext4 on /dev/drbd0"
+    { mkfs.ext4 -q -F /dev/drbd0 && mkdir -p "$FS" && mount /dev/drbd0 "$FS"; } || fail "no ext4 on /dev/drbd0"
     say "primary, ext4 mounted: $(state)"
 
     # B's pmemblk is killed and started again while these jobs run; the last starts after B is back.
@@ -170,7 +170,7 @@ node_a() {
     rm -f "$FS/during.dat"
     [ "$_span" -ge 1 ] || fail "no fio job was running when B's pmemblk was killed (jobs: $_n)"
     result during_jobs "$_n"; result during_spanning "$_span"; result during_longest "${_worst}s"
-    is cstate Connected && is role Primary/Secondary && is dstate UpToDate/UpToDate \
+    { is cstate Connected && is role Primary/Secondary && is dstate UpToDate/UpToDate; } \
         || fail "after B's recovery A shows $(state) (want Connected Primary/Secondary UpToDate/UpToDate)"
     check_drbd_log "A's kernel log during B's pmemblk restart"
     say "B's pmemblk restart: $_n fio verify jobs clean, $_span spanning the kill, longest ${_worst}s; $(state)"
@@ -204,7 +204,7 @@ node_a() {
 # ---------------------------------------------------------------------------------------------
 node_b() {
     setup_node
-    mkfs.ext4 -q -F /dev/vda && mkdir -p "$DISK" && mount /dev/vda "$DISK" || fail "no ext4 on /dev/vda"
+    { mkfs.ext4 -q -F /dev/vda && mkdir -p "$DISK" && mount /dev/vda "$DISK"; } || fail "no ext4 on /dev/vda"
     serve_pmemblk
     drbd_up create
     wait_for "UpToDate/UpToDate (A's promotion)" "$PEER_SECS" in_sync
@@ -237,7 +237,7 @@ node_b() {
     result b_noticed_after "$(( $(now) - _k ))s"
     say "peer lost: $(state)"
     drbd primary r0 || fail "drbdadm primary r0 on B failed: $(state)"
-    mkdir -p "$FS" && mount /dev/drbd0 "$FS" || fail "mount /dev/drbd0 on B failed"
+    { mkdir -p "$FS" && mount /dev/drbd0 "$FS"; } || fail "mount /dev/drbd0 on B failed"
     verify_sums a.sums
     verify_acked
     result acked_verified_b ok
@@ -272,7 +272,7 @@ node_b() {
 # ---------------------------------------------------------------------------------------------
 node_a_again() {
     setup_node
-    mkdir -p "$DISK" && mount /dev/vda "$DISK" || fail "mount /dev/vda (the disk that outlived the kill) failed"
+    { mkdir -p "$DISK" && mount /dev/vda "$DISK"; } || fail "mount /dev/vda (the disk that outlived the kill) failed"
     [ -s "$POOL" ] || fail "pmemblk's file $POOL is not on /dev/vda after the kill"
     serve_pmemblk
     drbd_up
@@ -289,7 +289,7 @@ node_a_again() {
     result a_hash "$_h"
     [ "$_h" = "$(cat "$COORD/b.hash")" ] || fail "A's device after the resync differs from B's: $_h vs $(cat "$COORD/b.hash")"
     drbd primary r0 || fail "drbdadm primary r0 on A (B demoted) failed: $(state)"
-    mkdir -p "$FS" && mount /dev/drbd0 "$FS" || fail "mount /dev/drbd0 on A again failed"
+    { mkdir -p "$FS" && mount /dev/drbd0 "$FS"; } || fail "mount /dev/drbd0 on A again failed"
     verify_sums a.sums
     verify_sums b.sums
     verify_acked
@@ -297,7 +297,7 @@ node_a_again() {
     [ ! -e "$FS/inflight.dat" ] || fail "A still has inflight.dat, which B deleted before the resync"
     umount "$FS"
     fsck_clean
-    drbd secondary r0 && drbd down r0 || fail "drbdadm secondary/down on A failed"
+    { drbd secondary r0 && drbd down r0; } || fail "drbdadm secondary/down on A failed"
     serve_stop 60 || fail "pmemblk ignored SIGTERM"
     [ "$SERVER_RC" = 0 ] || fail "pmemblk exited $SERVER_RC on SIGTERM (want 0)"
     coord_put a-done ok
