@@ -96,7 +96,7 @@ resource r0 {
 }
 EOF
     wait_for "answer from the peer $_peer on the private link" "$PEER_SECS" pings "$_peer"
-    say "link up: $(ip -o addr show eth0 | awk '{print $4}') -> $_peer answers"
+    say "link up: $(ip -o -4 addr show eth0 | awk '{print $4}') -> $_peer answers"
 }
 
 drbd_up() {  # drbd_up [create]: metadata created (first boot) and the resource up, connected (bounded)
@@ -111,10 +111,10 @@ drbd_up() {  # drbd_up [create]: metadata created (first boot) and the resource 
 # fio_job NAME FILE SIZE EXTRA...: 4k random writes on FILE in $FS (libaio, direct, iodepth 8) with crc32c verify
 # headers; the seed is fixed, so the same arguments with --verify_only check what it wrote, on any node.
 fio_job() {
-    _n=$1 _f=$2 _s=$3; shift 3
-    timeout -k 10 "${FIO_SECS:-600}" fio --name="$_n" --filename="$FS/$_f" --size="$_s" --ioengine=libaio --direct=1 \
+    _fn=$1 _ff=$2 _fs=$3; shift 3
+    timeout -k 10 "${FIO_SECS:-600}" fio --name="$_fn" --filename="$FS/$_ff" --size="$_fs" --ioengine=libaio --direct=1 \
         --rw=randwrite --bs=4k --iodepth=8 --verify=crc32c --verify_fatal=1 --randrepeat=1 --randseed=2602 \
-        --verify_state_save=0 "$@" --output="/tmp/fio-$_n.out" >/dev/null 2>&1
+        --verify_state_save=0 "$@" --output="/tmp/fio-$_fn.out" >/dev/null 2>&1
 }
 # What node A's fio wrote and fdatasync'ed before the kill: acknowledged, so it must read back on B and on A again.
 ACKED="acked acked.dat 16M"
