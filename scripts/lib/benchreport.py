@@ -70,6 +70,23 @@ def ab_ratio(ours, other, baseline):
     return (f"**{x:.2f}**" if baseline and x < SLOW else f"{x:.2f}"), x
 
 
+def ab_columns(v, ratios, with_paired, paired_x, name, ab_rows):
+    """A row's ratio cells: ours against each of ratios (v: name -> value), then the paired ratio when the run has
+    one. Appends to ab_rows the (ratio, name) the verdict reads: the paired one when there is a paired column, else
+    ours/baseline."""
+    cells = []
+    for r in ratios:
+        text, x = ab_ratio(v["ours"], v[r], r == "baseline" and not with_paired)
+        cells.append(text)
+        if r == "baseline" and x is not None and not with_paired:
+            ab_rows.append((x, name))
+    if with_paired:
+        cells.append("-" if paired_x is None else (f"**{paired_x:.2f}**" if paired_x < SLOW else f"{paired_x:.2f}"))
+        if paired_x is not None:
+            ab_rows.append((paired_x, name))
+    return cells
+
+
 def ab_summary(rows, what):
     """The A/B verdict line: how many rows, the worst one, how many below the threshold. rows: (ratio, name)."""
     if not rows:
@@ -213,16 +230,7 @@ def nbd_report(cells, servers, jobs, *, runtime, size, repeat, sets="", ours_cpu
     for job in jobs:
         v = {n: nbd_value(cells, job, n) for n in names}
         row = [nbd_fmt(job, v[n]) for n in names]
-        for r in ratios:
-            text, x = ab_ratio(v["ours"], v[r], r == "baseline" and not with_paired)
-            row.append(text)
-            if r == "baseline" and x is not None and not with_paired:
-                ab_rows.append((x, job))
-        if with_paired:
-            x = paired.get(job)
-            row.append("-" if x is None else (f"**{x:.2f}**" if x < SLOW else f"{x:.2f}"))
-            if x is not None:
-                ab_rows.append((x, job))
+        row += ab_columns(v, ratios, with_paired, (paired or {}).get(job), job, ab_rows)
         if show_bar:
             b = nbd_bar(job, v)
             if b and v["ours"]:
@@ -307,16 +315,7 @@ def inproc_table(cells, order, progs, base_desc="", paired=None):
         name = f"{bs} {rw} QD{qd} jobs={jobs}"
         v = {p: median(cells[key + (p,)], 0 if bs == "4k" else 1) for p in progs}
         row = [inproc_fmt(key, v[p]) for p in progs]
-        for r in ratios:
-            text, x = ab_ratio(v["ours"], v[r], r == "baseline" and not with_paired)
-            row.append(text)
-            if r == "baseline" and x is not None and not with_paired:
-                ab_rows.append((x, name))
-        if with_paired:
-            x = paired.get(key)
-            row.append("-" if x is None else (f"**{x:.2f}**" if x < SLOW else f"{x:.2f}"))
-            if x is not None:
-                ab_rows.append((x, name))
+        row += ab_columns(v, ratios, with_paired, (paired or {}).get(key), name, ab_rows)
         lines.append(f"| {bs} {rw} QD{qd} | {jobs} | " + " | ".join(row) + " |")
     if ab:
         lines += ["", ab_summary(ab_rows, "row")]
