@@ -67,6 +67,9 @@ class BttServeIT {
         try (ServerProcess s = serve(file)) {
             ServerProcess.Run size = ServerProcess.run(List.of("nbdinfo", "--size", s.unixUri()), 60);
             assertThat(size.out().trim()).as("the export is the BTT's sectors").isEqualTo(Long.toString(capacity));
+            ServerProcess.Run json = ServerProcess.run(List.of("nbdinfo", "--json", s.unixUri()), 60);
+            assertThat(json.out()).as("clients are told to write whole sectors")
+                    .containsPattern("\"block_size_minimum\":\\s*4096").containsPattern("\"block_size_preferred\":\\s*4096");
             nbdcopy(in.toString(), s.unixUri());
             ServerProcess.Run q = ServerProcess.run(List.of("qemu-io", "-f", "raw", "-c", "write -P 0xab 0 64k",
                     "-c", "write -z 1M 64k", "-c", "discard 2M 8k", "-c", "write -P 0x11 -f 3M 4k", "-c", "flush",

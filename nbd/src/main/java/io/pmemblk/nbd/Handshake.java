@@ -39,6 +39,8 @@ final class Handshake {
     private final TlsServer tls;
     private final NbdConfig config;
     private final long exportSize;
+    /** The driver's minimum block size: 1, or a BTT's sector. */
+    private final int minimumBlock;
     /** From the driver's capability queries; SEND_DF joins them once structured replies are negotiated. */
     private final int exportFlags;
     private final BooleanSupplier shuttingDown;
@@ -51,6 +53,7 @@ final class Handshake {
         this.tls = tls;
         this.config = config;
         this.exportSize = driver.size();
+        this.minimumBlock = driver.minimumBlockSize();
         this.exportFlags = exportFlags(driver);
         this.shuttingDown = shuttingDown;
     }
@@ -259,7 +262,8 @@ final class Handshake {
                     ByteBuffer.allocate(2 + s.length).putShort((short) INFO_DESCRIPTION).put(s).array());
         }
         ByteBuffer sizes = ByteBuffer.allocate(14);
-        sizes.putShort((short) INFO_BLOCK_SIZE).putInt(1).putInt(PREFERRED_BLOCK_SIZE).putInt(config.maxRequestBytes());
+        sizes.putShort((short) INFO_BLOCK_SIZE).putInt(minimumBlock).putInt(Math.max(PREFERRED_BLOCK_SIZE, minimumBlock))
+                .putInt(config.maxRequestBytes());
         reply(option, REP_INFO, sizes.array());
         reply(option, REP_ACK, null);
         return true;

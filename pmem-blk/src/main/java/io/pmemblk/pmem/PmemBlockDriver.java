@@ -163,6 +163,12 @@ public final class PmemBlockDriver implements BlockDriver {
         return true;
     }
 
+    /** The BTT's sector on the BTT layout (a partial sector cannot be written atomically), else 1. */
+    @Override
+    public int minimumBlockSize() {
+        return btt == null ? 1 : btt.btt().blockSize();
+    }
+
     @Override
     public boolean canZero() {
         return true;

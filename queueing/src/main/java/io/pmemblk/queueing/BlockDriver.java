@@ -77,6 +77,15 @@ public interface BlockDriver extends AutoCloseable {
         return false;
     }
 
+    /**
+     * The unit WRITE, TRIM and WRITE_ZEROES must be aligned to and a multiple of (EINVAL otherwise), a power of
+     * two: 1 on a byte-addressable device, the sector size of a sector-atomic layout (nbdkit {@code block_size}'s
+     * minimum). Frontends advertise it: NBD as the minimum block size, vhost-user-blk as blk_size.
+     */
+    default int minimumBlockSize() {
+        return 1;
+    }
+
     /** Called once per hardware queue at start-up, with its registered buffer pool. */
     default void attachQueue(HardwareQueue queue) {}
 

@@ -372,12 +372,6 @@ public final class Settings {
                     + " the BTT is served by CPU copies only (a DMA-written block is not yet made durable between its"
                     + " data and its flog step); allowed: dma.engine=none, or pmem.layout=raw");
         }
-        if (get(PMEM_LAYOUT) == Layout.BTT && get(VHOST_SOCKET) != null && get(PMEM_SECTOR_SIZE) != 512) {
-            throw new SettingsException("vhost.socket: '" + text(VHOST_SOCKET) + "' is not allowed with"
-                    + " pmem.layout=btt and pmem.sector-size=" + get(PMEM_SECTOR_SIZE) + ": the vhost-user-blk device"
-                    + " has 512-byte blocks, and the BTT writes whole sectors; allowed: pmem.sector-size=512, or an"
-                    + " empty vhost.socket");
-        }
         int metrics = get(METRICS_PORT);
         if (metrics != 0 && metrics == get(NBD_PORT)) {
             throw new SettingsException("metrics.port: '" + metrics + "' is not allowed: it is also nbd.port;"

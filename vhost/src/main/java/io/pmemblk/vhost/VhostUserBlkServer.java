@@ -57,7 +57,7 @@ public final class VhostUserBlkServer implements AutoCloseable {
         this.config = config;
         this.layer = layer;
         BlockDriver d = layer.driver();
-        this.device = BlkDevice.of(d.size(), d.isReadOnly(), d.canTrim(), d.canZero(), "pmemblk");
+        this.device = BlkDevice.of(d.size(), d.minimumBlockSize(), d.isReadOnly(), d.canTrim(), d.canZero(), "pmemblk");
     }
 
     /**

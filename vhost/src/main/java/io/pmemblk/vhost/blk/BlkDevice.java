@@ -25,8 +25,18 @@ public record BlkDevice(long capacitySectors, int blkSize, boolean readOnly, boo
         }
     }
 
-    /** A device of {@code bytes} (a multiple of 512 is used; a partial last sector is not offered). */
+    /** A device of {@code bytes} in 512-byte blocks (a partial last sector is not offered). */
     public static BlkDevice of(long bytes, boolean readOnly, boolean canDiscard, boolean canZero, String serial) {
-        return new BlkDevice(bytes / VirtioBlk.SECTOR, VirtioBlk.SECTOR, readOnly, canDiscard, canZero, serial);
+        return of(bytes, VirtioBlk.SECTOR, readOnly, canDiscard, canZero, serial);
+    }
+
+    /**
+     * A device of {@code bytes} (a multiple of {@code blkSize} is used; a partial last block is not offered)
+     * whose requests are aligned to {@code blkSize}: 512, or a larger driver minimum (a BTT's 4 KiB sector).
+     */
+    public static BlkDevice of(long bytes, int blkSize, boolean readOnly, boolean canDiscard, boolean canZero,
+                               String serial) {
+        int blk = Math.max(VirtioBlk.SECTOR, blkSize);
+        return new BlkDevice(bytes / blk * (blk / VirtioBlk.SECTOR), blk, readOnly, canDiscard, canZero, serial);
     }
 }

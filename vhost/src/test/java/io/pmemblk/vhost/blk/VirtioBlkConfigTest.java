@@ -72,4 +72,15 @@ class VirtioBlkConfigTest {
         assertThatThrownBy(() -> new BlkDevice(8, 1000, false, false, false, "x"))
                 .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("power of two");
     }
+
+    @Test
+    void aDriversMinimumBlockBecomesBlkSizeAndTheCapacityWholeBlocks() {
+        BlkDevice btt = BlkDevice.of((1 << 20) + 512 * 3, 4096, false, true, true, "btt");
+        assertThat(btt.blkSize()).isEqualTo(4096);
+        assertThat(btt.capacitySectors()).as("in 512-byte units, a partial 4 KiB block left out").isEqualTo(2048);
+        assertThat(VirtioBlkConfig.features(btt) & (1L << VirtioBlk.F_BLK_SIZE)).isNotZero();
+        BlkDevice raw = BlkDevice.of((1 << 20) + 512 * 3, 1, false, true, true, "raw");
+        assertThat(raw.blkSize()).isEqualTo(512);
+        assertThat(raw.capacitySectors()).isEqualTo(2051);
+    }
 }
