@@ -13,10 +13,13 @@ import java.lang.foreign.MemorySegment;
 final class LibpmemPersistence implements Persistence {
     private final Libpmem lib;
     private final boolean isPmem;
+    private final FaultBarrier.Probe probe;
 
-    LibpmemPersistence(Libpmem lib, boolean isPmem) {
+    /** {@code mapping}: the whole mapping every range given to this port is a slice of. */
+    LibpmemPersistence(Libpmem lib, boolean isPmem, MemorySegment mapping) {
         this.lib = lib;
         this.isPmem = isPmem;
+        this.probe = new FaultBarrier.Probe(mapping);
     }
 
     @Override
@@ -25,15 +28,16 @@ final class LibpmemPersistence implements Persistence {
     }
 
     /**
-     * On pmem, libpmem's non-temporal copy after a probe of dst's pages: a fault inside pmem_memcpy would kill
-     * the JVM, and the probe takes it first, in Java. Only a page truncated between the two can still reach it
-     * (a file on fsdax truncated behind the server; device DAX cannot be). Poisoned lines cannot: stores do not
+     * On pmem, libpmem's non-temporal copy after a probe (of the mapping's tail while it is there, see
+     * {@link FaultBarrier.Probe}): a fault inside pmem_memcpy would kill the JVM, and the probe takes it first, in
+     * Java. Only a truncation under way can still reach it (a file on fsdax truncated behind the server; device DAX
+     * cannot be). Poisoned lines cannot: stores do not
      * consume poison, only loads do, and pmem_memcpy loads from the buffers, never from pmem.
      */
     @Override
     public void copy(MemorySegment src, MemorySegment dst) {
         if (isPmem) {
-            FaultBarrier.probe(dst);
+            probe.probe(dst);
             lib.memcpy(dst, src, Libpmem.PMEM_F_MEM_NODRAIN);
         } else {
             FaultBarrier.copy(src, 0, dst, 0, dst.byteSize());
@@ -43,7 +47,7 @@ final class LibpmemPersistence implements Persistence {
     @Override
     public void fill(MemorySegment dst, byte value) {
         if (isPmem) {
-            FaultBarrier.probe(dst);
+            probe.probe(dst);
             lib.memset(dst, value, Libpmem.PMEM_F_MEM_NODRAIN);
         } else {
             FaultBarrier.fill(dst, value);

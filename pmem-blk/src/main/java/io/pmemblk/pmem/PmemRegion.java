@@ -49,6 +49,8 @@ public final class PmemRegion implements AutoCloseable {
     private final boolean isPmem;
     private final Persistence persistence;
     private final String mappedBy;
+    /** Before the kernel copies from or into the mapping: {@link #probe(long, long)}. */
+    private final FaultBarrier.Probe kernelCopyProbe;
     /**
      * Set by every store; cleared (under flushLock) by the flush that makes those stores persistent. False means
      * every page of the mapping is durable, including what an earlier process left: {@link #open} syncs the whole
@@ -76,6 +78,7 @@ public final class PmemRegion implements AutoCloseable {
         this.isPmem = persistence.flushesCaches();
         this.persistence = persistence;
         this.mappedBy = mappedBy;
+        this.kernelCopyProbe = new FaultBarrier.Probe(memory);
     }
 
     /**
@@ -258,7 +261,7 @@ public final class PmemRegion implements AutoCloseable {
                     + " only for x86-64 (see PmemRegion.persistAll), not for " + System.getProperty("os.arch")
                     + "; use a file that is not pmem (msync path) or run on x86-64");
         }
-        return new PmemRegion(path, arena, seg, wrap.apply(new LibpmemPersistence(lib, m.isPmem())), "libpmem");
+        return new PmemRegion(path, arena, seg, wrap.apply(new LibpmemPersistence(lib, m.isPmem(), seg)), "libpmem");
     }
 
     /**
@@ -375,7 +378,7 @@ public final class PmemRegion implements AutoCloseable {
             throw b.fault("access", offset, length);
         }
         try {
-            FaultBarrier.probe(memory.asSlice(offset, length));
+            kernelCopyProbe.probe(memory.asSlice(offset, length));
         } catch (InternalError e) {
             throw fault("access", offset, length, e);
         }
