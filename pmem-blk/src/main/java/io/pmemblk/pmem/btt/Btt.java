@@ -53,6 +53,8 @@ public final class Btt {
      * lanes per caller is what {@code BttRegion} opens the BTT with.
      */
     public static final int GROUP_BLOCKS = 16;
+    /** The widest flog range a group writes back in one call (lanes' pairs in between included): 64 lanes' pairs. */
+    private static final long FLOG_RANGE_MAX = 64L * FLOG_PAIR_SIZE;
 
     /**
      * The media under the data blocks: how one is copied out of the pool, and what must happen before one is
@@ -1008,6 +1010,12 @@ public final class Btt {
                 for (; locked < keys; locked++) {
                     lock(arenas[(int) (lockKey[locked] >>> 32)], (int) lockKey[locked]);
                 }
+                // Each stage stores all its words first, then writes all their lines back, then drains once. The
+                // order matters on x86: a write-back (clwb/clflushopt) is ordered by any later locked instruction
+                // or MFENCE, which waits for it to complete, and a volatile store is one. Interleaved with volatile
+                // stores the write-backs would not overlap and each would cost a round trip. So the stores here
+                // are release stores (ordered after what came before, no fence), and the loads of all old map
+                // entries come first, so their cache misses overlap too.
                 // Stage 2: the flog entries' first halves {lba, old_map}, in each lane's non-current slot.
                 for (int s = 0; s < n; s++) {
                     if (failure[s] != null) {
@@ -1021,20 +1029,22 @@ public final class Btt {
                     }
                     oldEntry[s] = old;
                     flogAt[s] = a.pairAt(l) + (long) a.next[l] * FLOG_ENTRY_SIZE;
-                    LONG.setVolatile(pool, flogAt[s] + FLOG_LBA, (premap[s] & 0xFFFF_FFFFL) | ((long) old << 32));
-                    writeBack(flogAt[s] + FLOG_LBA, 8);
                 }
+                for (int s = 0; s < n; s++) {
+                    if (failure[s] == null) {
+                        LONG.setRelease(pool, flogAt[s] + FLOG_LBA, (premap[s] & 0xFFFF_FFFFL) | ((long) oldEntry[s] << 32));
+                    }
+                }
+                writeBackFlog(FLOG_LBA);
                 durable(flogAt, FLOG_LBA, 8);
                 // Stage 3: the seq halves {new_map, seq}: each makes its lane's entry current.
                 for (int s = 0; s < n; s++) {
-                    if (failure[s] != null) {
-                        continue;
+                    if (failure[s] == null) {
+                        int seq = nextSeq(arena[s].seq[lane[s]]);
+                        LONG.setRelease(pool, flogAt[s] + FLOG_NEW_MAP, (freeEntry[s] & 0xFFFF_FFFFL) | ((long) seq << 32));
                     }
-                    Arena a = arena[s];
-                    int seq = nextSeq(a.seq[lane[s]]);
-                    LONG.setVolatile(pool, flogAt[s] + FLOG_NEW_MAP, (freeEntry[s] & 0xFFFF_FFFFL) | ((long) seq << 32));
-                    writeBack(flogAt[s] + FLOG_NEW_MAP, 8);
                 }
+                writeBackFlog(FLOG_NEW_MAP);
                 durable(flogAt, FLOG_NEW_MAP, 8);
                 for (int s = 0; s < n; s++) {
                     if (failure[s] != null) {
@@ -1046,13 +1056,19 @@ public final class Btt {
                     a.seq[l] = nextSeq(a.seq[l]);
                     a.free[l] = oldEntry[s];
                 }
-                // Stage 4: the map entries, the commit of each block.
+                // Stage 4: the map entries, the commit of each block. One full fence after all of them gives what
+                // the single write's volatile map store gives: the store is seen before this thread's later loads
+                // of the read-tracking table (a reader that published the old block re-reads the map).
                 for (int s = 0; s < n; s++) {
-                    if (failure[s] != null) {
-                        continue;
+                    if (failure[s] == null) {
+                        INT.setRelease(pool, mapAt[s], freeEntry[s]);
                     }
-                    INT.setVolatile(pool, mapAt[s], freeEntry[s]);
-                    writeBack(mapAt[s], MAP_ENTRY_SIZE);
+                }
+                VarHandle.fullFence();
+                for (int s = 0; s < n; s++) {
+                    if (failure[s] == null) {
+                        writeBack(mapAt[s], MAP_ENTRY_SIZE);
+                    }
                 }
                 durable(mapAt, 0, MAP_ENTRY_SIZE);
             } catch (Throwable t) {
@@ -1081,7 +1097,22 @@ public final class Btt {
          * finds the map changed on its re-read and never copies it.
          */
         private void waitForReaders() {
+            Arena only = null; // the one arena of every live block, or null when they span arenas
+            for (int s = 0; s < size; s++) {
+                if (failure[s] == null) {
+                    if (only == null) {
+                        only = arena[s];
+                    } else if (only != arena[s]) {
+                        only = null;
+                        break;
+                    }
+                }
+            }
             for (int r = 0; r < lanes; r++) {
+                // The common case: all in one arena, and most lanes read nothing now: one load a lane.
+                if (only != null && (int) ARRAY.getVolatile(only.rtt, r * PAD) == RTT_EMPTY) {
+                    continue;
+                }
                 Arena seen = null;
                 int v = RTT_EMPTY;
                 for (int s = 0; s < size; s++) {
@@ -1123,6 +1154,42 @@ public final class Btt {
                 keys++;
             }
             return keys;
+        }
+
+        /**
+         * On pmem, starts the write-back of the live blocks' flog words at {@code delta} in their entries: the
+         * lanes of a group are mostly neighbours, so their flog pairs (64 bytes a lane) are one short range, written
+         * back in one call; lines of lanes not in the group that it covers are written back too, which is harmless
+         * (any BTT store may become durable early: each is made only once what it depends on is durable).
+         * Scattered lanes are written back one by one.
+         */
+        private void writeBackFlog(int delta) {
+            if (!pmem) {
+                return;
+            }
+            long lo = Long.MAX_VALUE, hi = Long.MIN_VALUE;
+            Arena first = null;
+            boolean oneArena = true;
+            for (int s = 0; s < size; s++) {
+                if (failure[s] == null) {
+                    first = first == null ? arena[s] : first;
+                    oneArena &= arena[s] == first;
+                    lo = Math.min(lo, flogAt[s] + delta);
+                    hi = Math.max(hi, flogAt[s] + delta + 8);
+                }
+            }
+            if (first == null) {
+                return;
+            }
+            if (oneArena && hi - lo <= FLOG_RANGE_MAX) {
+                persistence.writeBack(pool.asSlice(lo, hi - lo));
+                return;
+            }
+            for (int s = 0; s < size; s++) {
+                if (failure[s] == null) {
+                    writeBack(flogAt[s] + delta, 8);
+                }
+            }
         }
 
         /** On pmem, starts the write-back of a line of the stage (durable at the stage's drain); elsewhere nothing yet. */
