@@ -55,6 +55,7 @@ public final class CrashModel implements Persistence {
     private byte[] durable;
     private final Map<Long, BitSet> pending = new HashMap<>();
     private volatile Runnable afterStep = () -> { };
+    private volatile Runnable afterWriteBack = () -> { };
 
     public CrashModel(Persistence real) {
         this(real, PMEM_UNIT);
@@ -109,6 +110,15 @@ public final class CrashModel implements Persistence {
         afterStep = hook;
     }
 
+    /**
+     * Runs {@code hook} after each write-back too (as {@link #afterEachStep}): a crash between a write-back and its
+     * drain, where a layout that forgot a drain between two of its steps shows it (nothing is durable there that
+     * was not before, but a unit written back and not drained may land or not).
+     */
+    public void afterEachWriteBack(Runnable hook) {
+        afterWriteBack = hook;
+    }
+
     public int unit() {
         return unit;
     }
@@ -150,7 +160,12 @@ public final class CrashModel implements Persistence {
     }
 
     @Override
-    public synchronized void writeBack(MemorySegment range) {
+    public void writeBack(MemorySegment range) {
+        wroteBack(range);
+        afterWriteBack.run();
+    }
+
+    private synchronized void wroteBack(MemorySegment range) {
         real.writeBack(range);
         markPending(range);
     }

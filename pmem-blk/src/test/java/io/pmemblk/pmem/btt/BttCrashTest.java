@@ -36,7 +36,7 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 /**
  * Crash consistency of the BTT under the project's power-failure model ({@link CrashModel}): random writes and
  * zeroings from several lanes at once, a few LBAs shared so that lanes contend for the same map entries and cache
- * lines, crashed after every durability step (each drain or msync, on whichever thread). Every crash image is
+ * lines, crashed after every durability step (each drain or msync, on whichever thread) and every write-back. Every crash image is
  * opened (recovery runs) and must be
  * <ul>
  *   <li>consistent: every internal block referenced exactly once by the map and the flog's free blocks;</li>
@@ -139,7 +139,7 @@ class BttCrashTest {
             ConcurrentLinkedQueue<String> violations = new ConcurrentLinkedQueue<>();
             AtomicBoolean stop = new AtomicBoolean();
             int before = CHECKED.get();
-            model.afterEachStep(() -> {
+            Runnable crash = () -> {
                 if (stop.get()) {
                     return;
                 }
@@ -151,7 +151,9 @@ class BttCrashTest {
                     violations.add(v);
                     stop.set(true);
                 }
-            });
+            };
+            model.afterEachStep(crash);
+            model.afterEachWriteBack(crash); // between a write-back and its drain too: a missing drain shows there
             Btt btt = Btt.open(m.memory(), model, 3 * LANES); // room for groups: 3 lanes a thread
             AtomicInteger versions = new AtomicInteger();
             CountDownLatch start = new CountDownLatch(1);
@@ -277,7 +279,7 @@ class BttCrashTest {
     /**
      * Through the driver, on the region's own port under the crash model: two threads, each dispatching batches
      * of 2-5 WRITEs of 1-3 sectors on its own hardware queue, a request often over the sectors of an earlier one
-     * in the same batch, crashed after every durability step. The driver writes each batch's sectors in groups;
+     * in the same batch, crashed after every durability step and write-back. The driver writes each batch's sectors in groups;
      * every image must be consistent, sector-atomic and true to every completed request.
      */
     @ParameterizedTest(name = "{0}, sector {1}")
@@ -306,7 +308,7 @@ class BttCrashTest {
         AtomicBoolean stop = new AtomicBoolean();
         int before = CHECKED.get();
         try {
-            model.afterEachStep(() -> {
+            Runnable crash = () -> {
                 if (stop.get()) {
                     return;
                 }
@@ -318,7 +320,9 @@ class BttCrashTest {
                     violations.add(v);
                     stop.set(true);
                 }
-            });
+            };
+            model.afterEachStep(crash);
+            model.afterEachWriteBack(crash);
             AtomicInteger versions = new AtomicInteger();
             CountDownLatch start = new CountDownLatch(1);
             List<Thread> threads = new ArrayList<>();
