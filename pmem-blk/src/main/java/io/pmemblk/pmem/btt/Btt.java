@@ -48,11 +48,12 @@ public final class Btt {
     private static final int RTT_EMPTY = 0;
     private static final VarHandle ARRAY = MethodHandles.arrayElementVarHandle(int[].class);
     /**
-     * Block writes a {@link Group} runs in lockstep at most. Past a dozen the round trips a group saves per block
-     * (4 round trips / K) are small beside the block's own copy, and every block of a group holds a lane: 16
-     * lanes per caller is what {@code BttRegion} opens the BTT with.
+     * Block writes a {@link Group} runs in lockstep at most: a QD32 batch of 4 KiB writes in one group. Past a
+     * dozen or so the round trips a group saves per block (4 round trips / K) are small beside the block's own
+     * copy, and every block of a group holds a lane: 32 lanes per caller is what {@code BttRegion} opens the BTT
+     * with (at most 256).
      */
-    public static final int GROUP_BLOCKS = 16;
+    public static final int GROUP_BLOCKS = 32;
     /** The widest flog range a group writes back in one call (lanes' pairs in between included): 64 lanes' pairs. */
     private static final long FLOG_RANGE_MAX = 64L * FLOG_PAIR_SIZE;
 
@@ -1149,7 +1150,9 @@ public final class Btt {
                 if (at > 0 && lockKey[at - 1] == k) {
                     continue; // a line another block of the group locks already
                 }
-                System.arraycopy(lockKey, at, lockKey, at + 1, keys - at);
+                for (int i = keys; i > at; i--) { // a few elements: a loop, not an arraycopy call
+                    lockKey[i] = lockKey[i - 1];
+                }
                 lockKey[at] = k;
                 keys++;
             }
