@@ -1,6 +1,7 @@
 package io.pmemblk.pmem;
 
 import io.pmemblk.pmem.btt.Btt;
+import io.pmemblk.pmem.btt.BttLayout;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
@@ -29,12 +30,34 @@ public final class BttRegion {
     }
 
     /**
-     * Opens the region's BTT for serving with {@code lanes} lanes. A region that holds no pmemblk pool (a raw
-     * image, or a file never formatted) is refused with the format command: its bytes are never reinterpreted.
+     * Opens the region's BTT for serving {@code callers} callers at once, each with the lanes of a whole group
+     * ({@link Btt#GROUP_BLOCKS}): {@link #open(PmemRegion, int, int, int)}.
+     */
+    public static Btt open(PmemRegion region, int callers, int sectorSize) throws IOException {
+        return open(region, callers, sectorSize, Btt.GROUP_BLOCKS);
+    }
+
+    /**
+     * Opens the region's BTT for serving with {@code callers x lanesPerCaller} lanes, at most the pool's free
+     * blocks per arena (and at least {@code callers}). A lane costs a 64-byte read-tracking slot that every write
+     * scans, and a spare flog lane the format has anyway (256 per arena); each block of a grouped write
+     * ({@link Btt.Group}) needs a lane of its own, so a caller whose batch is to be written in one group needs
+     * a group's worth. A region that holds no pmemblk pool (a raw image, or a file never formatted) is refused
+     * with the format command: its bytes are never reinterpreted.
      *
      * @param sectorSize the sector size asked for, or 0 for the pool's own; another than the pool's is refused
      */
-    public static Btt open(PmemRegion region, int lanes, int sectorSize) throws IOException {
+    public static Btt open(PmemRegion region, int callers, int sectorSize, int lanesPerCaller) throws IOException {
+        if (callers < 1 || lanesPerCaller < 1) {
+            throw new IllegalArgumentException("callers " + callers + " and lanes per caller " + lanesPerCaller
+                    + " must be at least 1");
+        }
+        int nfree = BttLayout.NFREE;
+        Btt.Summary pool = Btt.summarize(region.memory());
+        if (pool.arenas() > 0) {
+            nfree = pool.freeBlocks() / pool.arenas(); // a foreign pool may have fewer spare blocks than 256
+        }
+        int lanes = (int) Math.max(callers, Math.min(nfree, (long) callers * lanesPerCaller));
         if (!Btt.isPool(region.memory())) {
             throw new IOException(region.path() + " holds no BTT (no PMDK pmemblk pool header at its start): it is"
                     + " refused rather than reinterpreted, which would lose a raw image's data. Serve it with"

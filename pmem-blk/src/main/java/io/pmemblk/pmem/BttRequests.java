@@ -27,6 +27,10 @@ import java.lang.foreign.MemorySegment;
  *   of a partial sector would race with a concurrent writer of the same sector unless every write took a lock);
  *   a READ may start and end anywhere, its partial sectors read whole into the lane's bounce sector.</li>
  *   <li>TRIM and WRITE_ZEROES set the map's zero flag: one 4-byte durable store per sector, no data written.</li>
+ *   <li>Groups ({@link #writes}): the WRITEs of a batch, and the sectors of one WRITE, are written up to
+ *   {@link Btt#GROUP_BLOCKS} at a time in lockstep ({@link Btt.Group}), so their durability round trips are paid
+ *   once per group instead of once per sector. The run's requests complete once all of its groups have
+ *   committed (EIO where a sector failed), never before their map entries are durable.</li>
  * </ul>
  */
 final class BttRequests {
@@ -73,7 +77,7 @@ final class BttRequests {
                     + sector + " (pmem.sector-size)");
             return Status.EINVAL;
         }
-        try (Btt.Lane lane = btt.claim((int) Thread.currentThread().threadId())) {
+        try (Btt.Lane lane = btt.claim(preferredLane())) {
             switch (op) {
                 case READ, WRITE -> {
                     if (!transfer(r, lane, op == Op.WRITE)) {
@@ -130,6 +134,139 @@ final class BttRequests {
             off += n;
         }
         return true;
+    }
+
+    /**
+     * The lane a caller tries first: its thread's, a group's width apart from the next thread's, so that threads
+     * that keep dispatching keep their lanes and the lanes their groups grow into.
+     */
+    private int preferredLane() {
+        return (int) Thread.currentThread().threadId() * Btt.GROUP_BLOCKS;
+    }
+
+    /**
+     * Executes the WRITEs {@code batch[from..to)} and completes each through {@code driver}: their sectors in
+     * order, in groups on this caller's lane and lanes the group claims ({@link Btt.Group}). The driver checked
+     * each (in bounds, whole sectors, not empty, write-back not failed). A group ends where it is full, where no
+     * lane is free, and before a sector already in it (two WRITEs of one sector in a batch: the later one is
+     * written in a later group, so it reads the earlier one's map entry as its old entry, as if they came in
+     * two batches).
+     *
+     * <p>A request's state is its {@link PmemBlockDriver.PerRequest} (made once per tag): its first failure, or
+     * pieces not covering its length. Once a group has failed a sector of it, its later sectors are not written
+     * (as Linux's btt_write_pg stops at the first error) and it answers EIO; earlier sectors stay written (no
+     * atomicity across sectors).
+     *
+     * <p>Completions come after the last group has committed and every lane is given back: a frontend's
+     * completion may dispatch again on this thread, and must not find this thread holding lanes it would wait
+     * for. So no request is acknowledged before all of the run's map entries are durable.
+     *
+     * @return {@code error}, or the first Error thrown while executing or completing (the driver rethrows it)
+     */
+    Throwable writes(PmemBlockDriver driver, Request[] batch, int from, int to, Throwable error) {
+        for (int i = from; i < to; i++) {
+            PmemBlockDriver.PerRequest st = PmemBlockDriver.state(batch[i]);
+            st.bttFailure = null;
+            st.bttInvalid = false;
+        }
+        try {
+            Btt.Lane lane = btt.claim(preferredLane());
+            try {
+                Btt.Group g = lane.group();
+                Cursor c = cursors[lane.index()];
+                for (int i = from; i < to; i++) {
+                    Request r = batch[i];
+                    PmemBlockDriver.PerRequest st = (PmemBlockDriver.PerRequest) r.driverData;
+                    try {
+                        if (!c.start(r)) {
+                            st.bttInvalid = true; // pieces not covering the length: EINVAL, as execute answers
+                            continue;
+                        }
+                        for (long off = r.offset, end = r.offset + r.length; off < end && st.bttFailure == null;
+                             off += sector) {
+                            long lba = off >>> shift;
+                            int slot = g.add(lba, i);
+                            if (slot < 0) {
+                                commit(g, batch); // may fail this request's earlier sectors
+                                if (st.bttFailure != null) {
+                                    break;
+                                }
+                                slot = g.add(lba, i); // an empty group takes any block
+                            }
+                            try {
+                                if (c.left() >= sector) {
+                                    g.source(slot, c.memory(), c.at());
+                                    c.skip(sector);
+                                } else { // whole, but split over pieces: gathered into the slot's lane's bounce sector
+                                    MemorySegment b = bounce[g.lane(slot)];
+                                    c.copy(b, 0, sector, true);
+                                    g.source(slot, b, 0);
+                                }
+                            } catch (Throwable t) {
+                                g.fail(slot, t); // recorded by its group's commit, which fails the request
+                                break;
+                            }
+                        }
+                    } catch (Throwable t) { // not expected (the driver checked the bounds): the request fails alone
+                        if (st.bttFailure == null) {
+                            st.bttFailure = t;
+                        }
+                    }
+                }
+                commit(g, batch);
+            } finally {
+                lane.close(); // also gives back the lanes the group claimed
+            }
+        } catch (Throwable t) { // not expected (commit throws nothing): every request not failed yet answers it
+            for (int i = from; i < to; i++) {
+                PmemBlockDriver.PerRequest st = (PmemBlockDriver.PerRequest) batch[i].driverData;
+                if (st.bttFailure == null) {
+                    st.bttFailure = t;
+                }
+            }
+        }
+        for (int i = from; i < to; i++) {
+            error = finish(driver, batch[i], (PmemBlockDriver.PerRequest) batch[i].driverData, error);
+        }
+        return error;
+    }
+
+    /** Commits the group and records each failed sector's failure on its request (the first one counts); clears the group. */
+    private static void commit(Btt.Group g, Request[] batch) {
+        int n = g.size();
+        if (n == 0) {
+            return;
+        }
+        g.commit();
+        for (int s = 0; s < n; s++) {
+            Throwable f = g.failure(s);
+            if (f != null) {
+                PmemBlockDriver.PerRequest st = (PmemBlockDriver.PerRequest) batch[g.tag(s)].driverData;
+                if (st.bttFailure == null) {
+                    st.bttFailure = f;
+                }
+            }
+        }
+        g.clear();
+    }
+
+    /** Completes a request of {@link #writes} as {@link #execute} and the driver's completeByCpu would answer it. */
+    private Throwable finish(PmemBlockDriver driver, Request r, PmemBlockDriver.PerRequest st, Throwable error) {
+        Throwable f = st.bttFailure;
+        st.bttFailure = null;
+        if (st.bttInvalid) {
+            return PmemBlockDriver.complete(r, Status.EINVAL, error);
+        }
+        if (f == null) {
+            stats.count(Route.CPU, true, r.length);
+            r.route = Route.CPU;
+            return PmemBlockDriver.complete(r, Status.OK, error);
+        }
+        if (f instanceof IOException e) {
+            refused(r, "failed: " + e.getMessage());
+            return PmemBlockDriver.complete(r, Status.EIO, error);
+        }
+        return driver.completeFailed(r, f, error);
     }
 
     private void refused(Request r, String why) {

@@ -52,7 +52,8 @@ import java.util.Map;
  *
  * <p>The BTT layout ({@code pmem.layout=btt}, {@link #onBtt}): the device is the BTT's external blocks, and its
  * requests are executed sector by sector by {@link BttRequests} (sector-atomic writes, CPU copies only, nothing
- * received or sent in place: the mapping's bytes are the BTT's, not the device's).
+ * received or sent in place: the mapping's bytes are the BTT's, not the device's). The WRITEs of a batch, and the
+ * sectors of one WRITE, are written in groups whose durability round trips are shared ({@link #queueOnBtt}).
  */
 public final class PmemBlockDriver implements BlockDriver {
     private static final System.Logger LOG = System.getLogger(PmemBlockDriver.class.getName());
@@ -354,6 +355,10 @@ public final class PmemBlockDriver implements BlockDriver {
      */
     @Override
     public void queueRequests(int hwq, Request[] batch, int count) {
+        if (btt != null) {
+            queueOnBtt(batch, count);
+            return;
+        }
         DmaChannel channel = channels.length == 0 ? null : channels[hwq % channels.length];
         boolean unsubmitted = false; // copies placed since the last doorbell
         Throwable error = null;      // the first Error of the batch
@@ -393,6 +398,45 @@ public final class PmemBlockDriver implements BlockDriver {
         if (error != null) {
             throw (Error) error;
         }
+    }
+
+    /**
+     * A batch on the BTT layout: each run of consecutive WRITEs that together cover more than one sector is
+     * written in groups ({@link BttRequests#writes}: the BTT's durability round trips paid once per group of
+     * sectors, not once per sector); everything else, and a lone one-sector WRITE, is executed alone as before.
+     * A run ends at any other request (a READ, TRIM, FLUSH ...), so what the batch orders around it stays
+     * ordered. Completion and errors as in {@link #queueRequests}.
+     */
+    private void queueOnBtt(Request[] batch, int count) {
+        Throwable error = null;
+        int i = 0;
+        while (i < count) {
+            int j = i;
+            long sectors = 0;
+            while (j < count && groupable(batch[j])) {
+                sectors += batch[j].length / btt.btt().blockSize();
+                j++;
+            }
+            if (sectors > 1) {
+                error = btt.writes(this, batch, i, j, error);
+                i = j;
+            } else {
+                error = completeByCpu(batch[i], error);
+                i++;
+            }
+        }
+        if (error != null) {
+            throw (Error) error;
+        }
+    }
+
+    /**
+     * Whether r is a WRITE that {@link #execute} would hand to the BTT whole: in bounds, not empty, of whole
+     * sectors, write-back not failed. Anything else takes {@link #completeByCpu}, which answers it as before.
+     */
+    private boolean groupable(Request r) {
+        return r.op == Op.WRITE && r.length > 0 && inBounds(r)
+                && ((r.offset | r.length) & (btt.btt().blockSize() - 1)) == 0 && !region.writeBackFailed();
     }
 
     private boolean wantsDma(Request r) {
@@ -490,6 +534,13 @@ public final class PmemBlockDriver implements BlockDriver {
         /** The copy list of a caller-memory request; made on the tag's first one. */
         private IovCopies iovCopies;
 
+        /**
+         * The BTT's grouped writes ({@link BttRequests#writes}), on the dispatching thread only: the first failure
+         * of one of the request's sectors, and pieces not covering its length (EINVAL).
+         */
+        Throwable bttFailure;
+        boolean bttInvalid;
+
         private Request request;
         private long poolIova;
         private long deviceIova;
@@ -576,7 +627,8 @@ public final class PmemBlockDriver implements BlockDriver {
         }
     }
 
-    private static PerRequest state(Request r) {
+    /** r's {@link PerRequest}, made on its tag's first use and reused after. */
+    static PerRequest state(Request r) {
         Object d = r.driverData;
         if (d == null) {
             PerRequest p = new PerRequest();
@@ -714,17 +766,25 @@ public final class PmemBlockDriver implements BlockDriver {
         int status;
         try {
             status = execute(r);
-        } catch (WriteBackFailedException e) {
-            region.countRefused();
-            status = Status.EIO; // the region has said why, once: one line, not one per request
-        } catch (MappingFault f) {
-            mappingFault(r, f);
-            status = Status.EIO;
         } catch (Throwable t) {
-            error = failed(r, "failed", t, error);
-            status = Status.EIO;
+            return completeFailed(r, t, error);
         }
         return complete(r, status, error);
+    }
+
+    /**
+     * Completes r with EIO for {@code t}, what executing it threw: logged as its kind asks (the BTT's grouped
+     * writes answer their failures here too, as they would have been answered executed alone).
+     */
+    Throwable completeFailed(Request r, Throwable t, Throwable error) {
+        if (t instanceof WriteBackFailedException) {
+            region.countRefused(); // the region has said why, once: one line, not one per request
+        } else if (t instanceof MappingFault f) {
+            mappingFault(r, f);
+        } else {
+            error = failed(r, "failed", t, error);
+        }
+        return complete(r, Status.EIO, error);
     }
 
     /**
@@ -732,7 +792,7 @@ public final class PmemBlockDriver implements BlockDriver {
      * refuses) is logged and never retried: the request's state has moved on, and calling again would run the
      * frontend's completion twice.
      */
-    private static Throwable complete(Request r, int status, Throwable error) {
+    static Throwable complete(Request r, int status, Throwable error) {
         try {
             r.complete(status);
             return error;

@@ -24,12 +24,21 @@ import static io.pmemblk.pmem.btt.BttLayout.*;
  * <p>Lanes: the caller's queue index. Each lane owns one free block and one flog pair per arena, so writers on
  * different lanes share nothing but the map lock of the LBA's cache line (two writers of one LBA must not both free
  * its old block) and the read-tracking table. A lane must be used by one thread at a time: a second caller on a
- * busy lane is refused ({@link IllegalStateException}) rather than left to corrupt the lane's free block.
+ * busy lane is refused ({@link IllegalStateException}) rather than left to corrupt the lane's free block. A group
+ * claims whichever lanes are free, so callers that name their lane ({@link #write(int, long, MemorySegment)})
+ * and callers that {@link #claim} lanes do not share one BTT.
  *
  * <p>Reads publish the block they copy in the read-tracking table (RTT) and re-read the map, so a writer about to
  * reuse a block waits while a reader still copies it (note §2, "why the RTT exists").
  *
- * <p>The hot path (read, write, zero of one block) allocates nothing; this object does not own the mapping.
+ * <p>Groups ({@link Group}): the four durability round trips of a block write (data, flog first half, flog seq half,
+ * map; each a write-back and a drain on pmem) must stay serial for each block, but nothing orders them between
+ * blocks of different lanes. A group runs up to {@link #GROUP_BLOCKS} block writes, each on its own lane, in
+ * lockstep: all data copies then one drain, all first halves then one drain, all seq halves then one drain, all
+ * map stores then one drain. The write-backs of different lines overlap, so the group costs about what one block
+ * costs alone ("one batch, one doorbell").
+ *
+ * <p>The hot path (read, write, zero of one block, a group's commit) allocates nothing; this object does not own the mapping.
  */
 public final class Btt {
     private static final System.Logger LOG = System.getLogger(Btt.class.getName());
@@ -38,6 +47,15 @@ public final class Btt {
     /** An RTT slot that names no block: a normal map entry always has both flag bits set. */
     private static final int RTT_EMPTY = 0;
     private static final VarHandle ARRAY = MethodHandles.arrayElementVarHandle(int[].class);
+    /**
+     * Block writes a {@link Group} runs in lockstep at most: a QD32 batch of 4 KiB writes in one group. Past a
+     * dozen or so the round trips a group saves per block (4 round trips / K) are small beside the block's own
+     * copy, and every block of a group holds a lane: 32 lanes per caller is what {@code BttRegion} opens the BTT
+     * with (at most 256).
+     */
+    public static final int GROUP_BLOCKS = 32;
+    /** The widest flog range a group writes back in one call (lanes' pairs in between included): 64 lanes' pairs. */
+    private static final long FLOG_RANGE_MAX = 64L * FLOG_PAIR_SIZE;
 
     /**
      * The media under the data blocks: how one is copied out of the pool, and what must happen before one is
@@ -726,9 +744,20 @@ public final class Btt {
      */
     public final class Lane implements AutoCloseable {
         private final int index;
+        /** Made with the lane at open, so a caller's group allocates nothing: only the lane's holder uses it. */
+        private final Group group;
 
         private Lane(int index) {
             this.index = index;
+            this.group = new Group(index);
+        }
+
+        /**
+         * This lane's group: block writes run in lockstep on this lane and on lanes the group claims as it grows
+         * ({@link Group#add}), given back when this lane is closed.
+         */
+        public Group group() {
+            return group;
         }
 
         public int index() {
@@ -749,10 +778,444 @@ public final class Btt {
             zeroOn(index, lba);
         }
 
-        /** Gives the lane back. */
+        /** Gives the lane back, and the lanes its group claimed; blocks added to the group and not committed are dropped. */
         @Override
         public void close() {
+            group.clear();
+            group.releaseLanes();
             leave(index);
+        }
+    }
+
+    /**
+     * Block writes run in lockstep, each on a lane of its own (the class comment of {@link Btt}): a lane's holder adds blocks
+     * ({@link #add}, {@link #source}), then {@link #commit}s them, reads what became of each ({@link #failure}) and
+     * {@link #clear}s the group for the next ones. Per block the steps and their order are exactly those of
+     * {@link Btt#write}, each durable before the block's next step; only the drains are shared:
+     * <ol>
+     *   <li>read tracking for every free block, then per block the bad-block check and the data copy; one drain;</li>
+     *   <li>the map locks of all blocks, sorted by (arena, lock) and taken once each, so two groups (or a group and
+     *       a single write) never wait on each other in a cycle; held from reading the old map entries to the
+     *       map stores' drain, as a single write holds its one;</li>
+     *   <li>every flog entry's first half {lba, old_map}, each written back; one drain;</li>
+     *   <li>every seq half {new_map, seq}, each written back; one drain;</li>
+     *   <li>every map entry, each written back; one drain. Only now is any block of the group committed.</li>
+     * </ol>
+     * Elsewhere than pmem each step's ranges are msynced instead of the drain, one msync each.
+     *
+     * <p>Two blocks of one LBA are never in one group ({@link #add} refuses the second): the later must read the
+     * earlier's map entry as its old entry, so it goes in the next group. Blocks of different LBAs in one map line
+     * share the line's lock, taken once.
+     *
+     * <p>Failures: a block refused before its data is stored (arena read-only, writes stopped, a bad free block,
+     * its source unreadable) fails alone, and changes nothing of the BTT. A persistence step that fails fails
+     * every block of the group not committed yet and stops writes ({@code writeFailure}), as for a single write;
+     * the group still releases its locks, and nothing is thrown: each block's fate is its {@link #failure}.
+     *
+     * <p>Nothing is allocated: the arrays are made with the lane at open; the lanes claimed as the group grows
+     * stay held across commits until the lane's {@link Lane#close}.
+     */
+    public final class Group {
+        private final int capacity;
+        /** Per slot: the lane it writes through; slot 0's is the owner's lane, the next ones claimed by {@link #add}. */
+        private final int[] lane;
+        /** Lanes held: lane[0..held). */
+        private int held = 1;
+        private int size;
+        /** Set when a lane could not be claimed: this group grows no more until it is cleared (no rescans of busy lanes). */
+        private boolean starved;
+        private final long[] lba;
+        private final int[] tag;
+        private final MemorySegment[] src;
+        private final long[] srcOff;
+        private final Arena[] arena;
+        private final int[] premap, freeEntry, oldEntry;
+        private final long[] dataAt, flogAt, mapAt;
+        /** The map locks to take: (arena index << 32 | lock index), sorted and without repeats. */
+        private final long[] lockKey;
+        private final Throwable[] failure;
+
+        private Group(int ownerLane) {
+            this.capacity = Math.min(GROUP_BLOCKS, lanes);
+            this.lane = new int[capacity];
+            this.lane[0] = ownerLane;
+            this.lba = new long[capacity];
+            this.tag = new int[capacity];
+            this.src = new MemorySegment[capacity];
+            this.srcOff = new long[capacity];
+            this.arena = new Arena[capacity];
+            this.premap = new int[capacity];
+            this.freeEntry = new int[capacity];
+            this.oldEntry = new int[capacity];
+            this.dataAt = new long[capacity];
+            this.flogAt = new long[capacity];
+            this.mapAt = new long[capacity];
+            this.lockKey = new long[capacity];
+            this.failure = new Throwable[capacity];
+        }
+
+        /** Blocks a group holds at most. */
+        public int capacity() {
+            return capacity;
+        }
+
+        /** Blocks added since the last {@link #clear}. */
+        public int size() {
+            return size;
+        }
+
+        /**
+         * Adds a write of external block {@code lba}, whose source the caller gives next ({@link #source}); the
+         * slot, or -1 when the group must be committed (and cleared) first: it is full, no other lane is free for
+         * another block, or {@code lba} is in it already. An empty group always takes the block.
+         *
+         * @param tag the caller's, given back by {@link #tag} (which request the block is of)
+         * @throws IllegalArgumentException when {@code lba} is out of range
+         */
+        public int add(long lba, int tag) {
+            if (size == capacity) {
+                return -1;
+            }
+            for (int s = 0; s < size; s++) {
+                if (this.lba[s] == lba) {
+                    return -1; // its order with the earlier block matters: the next group
+                }
+            }
+            Arena a = arenaOf(lba);
+            if (size == held) {
+                if (starved) {
+                    return -1;
+                }
+                int l = tryClaim(lane[held - 1] + 1);
+                if (l < 0) {
+                    starved = true; // smaller than asked: every other lane is held by another caller
+                    return -1;
+                }
+                lane[held++] = l;
+            }
+            int s = size++;
+            this.lba[s] = lba;
+            this.tag[s] = tag;
+            arena[s] = a;
+            premap[s] = (int) (lba - a.firstLba);
+            failure[s] = null;
+            src[s] = null;
+            return s;
+        }
+
+        /** The slot's data: {@link Btt#blockSize()} bytes of {@code memory} from {@code offset}, read at the commit. */
+        public void source(int slot, MemorySegment memory, long offset) {
+            check(slot);
+            src[slot] = memory;
+            srcOff[slot] = offset;
+        }
+
+        /** Fails the slot before the commit (its source could not be given): it is not written, and reports {@code why}. */
+        public void fail(int slot, Throwable why) {
+            check(slot);
+            failure[slot] = why;
+        }
+
+        /** The lane the slot writes through, to which a caller's per-lane buffers belong while the group holds it. */
+        public int lane(int slot) {
+            check(slot);
+            return lane[slot];
+        }
+
+        public int tag(int slot) {
+            check(slot);
+            return tag[slot];
+        }
+
+        /** After {@link #commit}: null when the slot's block is written and durable, else why it is not. */
+        public Throwable failure(int slot) {
+            check(slot);
+            return failure[slot];
+        }
+
+        /** Empties the group (its lanes stay held). */
+        public void clear() {
+            for (int s = 0; s < size; s++) {
+                src[s] = null; // the caller's memory is not kept past its request
+                failure[s] = null;
+                arena[s] = null;
+            }
+            size = 0;
+            starved = false;
+        }
+
+        /** Gives back the lanes claimed as the group grew (not the owner's). */
+        private void releaseLanes() {
+            for (int i = 1; i < held; i++) {
+                leave(lane[i]);
+            }
+            held = 1;
+        }
+
+        private void check(int slot) {
+            if (slot < 0 || slot >= size) {
+                throw new IndexOutOfBoundsException("slot " + slot + " of a group of " + size);
+            }
+        }
+
+        /** Writes every block added and not failed, in lockstep (the class comment); never throws. */
+        public void commit() {
+            int n = size;
+            int live = 0;
+            for (int s = 0; s < n; s++) {
+                if (failure[s] != null) {
+                    continue;
+                }
+                if (src[s] == null) {
+                    failure[s] = new IllegalStateException("block " + lba[s] + " was added without its source");
+                    continue;
+                }
+                Arena a = arena[s];
+                try {
+                    refuseIfReadOnly(a, lba[s]);
+                } catch (IOException e) {
+                    failure[s] = e;
+                    continue;
+                }
+                int freeBlock = a.free[lane[s]] & MAP_LBA_MASK;
+                freeEntry[s] = freeBlock | MAP_NORMAL;
+                dataAt[s] = a.dataOff + (long) freeBlock * a.internalLbaSize;
+                mapAt[s] = a.mapOff + (long) premap[s] * MAP_ENTRY_SIZE;
+                live++;
+            }
+            if (live == 0) {
+                return;
+            }
+            waitForReaders();
+            // Stage 1: the data, each block's checks before its store as in writeOn; a block refused here fails
+            // alone, its lane's free block unchanged.
+            for (int s = 0; s < n; s++) {
+                if (failure[s] != null) {
+                    continue;
+                }
+                try {
+                    media.beforeStore(dataAt[s], blockSize);
+                    persistence.copy(src[s].asSlice(srcOff[s], blockSize), pool.asSlice(dataAt[s], blockSize));
+                } catch (Throwable t) {
+                    failure[s] = t;
+                    live--;
+                }
+            }
+            if (live == 0) {
+                return;
+            }
+            int locked = 0;
+            try {
+                durable(dataAt, 0, blockSize);
+                int keys = lockKeys();
+                for (; locked < keys; locked++) {
+                    lock(arenas[(int) (lockKey[locked] >>> 32)], (int) lockKey[locked]);
+                }
+                // Each stage stores all its words first, then writes all their lines back, then drains once. The
+                // order matters on x86: a write-back (clwb/clflushopt) is ordered by any later locked instruction
+                // or MFENCE, which waits for it to complete, and a volatile store is one. Interleaved with volatile
+                // stores the write-backs would not overlap and each would cost a round trip. So the stores here
+                // are release stores (ordered after what came before, no fence), and the loads of all old map
+                // entries come first, so their cache misses overlap too.
+                // Stage 2: the flog entries' first halves {lba, old_map}, in each lane's non-current slot.
+                for (int s = 0; s < n; s++) {
+                    if (failure[s] != null) {
+                        continue;
+                    }
+                    Arena a = arena[s];
+                    int l = lane[s];
+                    int old = (int) INT.getVolatile(pool, mapAt[s]);
+                    if (isInitial(old)) {
+                        old = premap[s] | MAP_NORMAL; // as writeOn
+                    }
+                    oldEntry[s] = old;
+                    flogAt[s] = a.pairAt(l) + (long) a.next[l] * FLOG_ENTRY_SIZE;
+                }
+                for (int s = 0; s < n; s++) {
+                    if (failure[s] == null) {
+                        LONG.setRelease(pool, flogAt[s] + FLOG_LBA, (premap[s] & 0xFFFF_FFFFL) | ((long) oldEntry[s] << 32));
+                    }
+                }
+                writeBackFlog(FLOG_LBA);
+                durable(flogAt, FLOG_LBA, 8);
+                // Stage 3: the seq halves {new_map, seq}: each makes its lane's entry current.
+                for (int s = 0; s < n; s++) {
+                    if (failure[s] == null) {
+                        int seq = nextSeq(arena[s].seq[lane[s]]);
+                        LONG.setRelease(pool, flogAt[s] + FLOG_NEW_MAP, (freeEntry[s] & 0xFFFF_FFFFL) | ((long) seq << 32));
+                    }
+                }
+                writeBackFlog(FLOG_NEW_MAP);
+                durable(flogAt, FLOG_NEW_MAP, 8);
+                for (int s = 0; s < n; s++) {
+                    if (failure[s] != null) {
+                        continue;
+                    }
+                    Arena a = arena[s];
+                    int l = lane[s];
+                    a.next[l] = 1 - a.next[l];
+                    a.seq[l] = nextSeq(a.seq[l]);
+                    a.free[l] = oldEntry[s];
+                }
+                // Stage 4: the map entries, the commit of each block. One full fence after all of them gives what
+                // the single write's volatile map store gives: the store is seen before this thread's later loads
+                // of the read-tracking table (a reader that published the old block re-reads the map).
+                for (int s = 0; s < n; s++) {
+                    if (failure[s] == null) {
+                        INT.setRelease(pool, mapAt[s], freeEntry[s]);
+                    }
+                }
+                VarHandle.fullFence();
+                for (int s = 0; s < n; s++) {
+                    if (failure[s] == null) {
+                        writeBack(mapAt[s], MAP_ENTRY_SIZE);
+                    }
+                }
+                durable(mapAt, 0, MAP_ENTRY_SIZE);
+            } catch (Throwable t) {
+                // Whatever was thrown (an Error too): a lane's flog state on the media is not known any more, so
+                // writes stop, as after a single write's failed step. No block of the group is committed.
+                long first = -1;
+                for (int s = 0; s < n; s++) {
+                    if (failure[s] == null) {
+                        first = first < 0 ? lba[s] : first;
+                        failure[s] = t;
+                    }
+                }
+                writeFailure = "a persistence step of a write to block " + first + " (one of " + live + " written"
+                        + " together) failed (" + t.getMessage() + ")";
+            } finally {
+                for (int i = 0; i < locked; i++) {
+                    ARRAY.setRelease(arenas[(int) (lockKey[i] >>> 32)].mapLocks, (int) lockKey[i], 0);
+                }
+            }
+        }
+
+        /**
+         * Waits while a reader still copies one of the free blocks (the single write's waitForReaders for all of
+         * them): each lane's RTT slot is loaded once per arena and compared with every block. One look at a
+         * slot suffices, as in the single write: a reader that publishes a block after its map entry changed
+         * finds the map changed on its re-read and never copies it.
+         */
+        private void waitForReaders() {
+            Arena only = null; // the one arena of every live block, or null when they span arenas
+            for (int s = 0; s < size; s++) {
+                if (failure[s] == null) {
+                    if (only == null) {
+                        only = arena[s];
+                    } else if (only != arena[s]) {
+                        only = null;
+                        break;
+                    }
+                }
+            }
+            for (int r = 0; r < lanes; r++) {
+                // The common case: all in one arena, and most lanes read nothing now: one load a lane.
+                if (only != null && (int) ARRAY.getVolatile(only.rtt, r * PAD) == RTT_EMPTY) {
+                    continue;
+                }
+                Arena seen = null;
+                int v = RTT_EMPTY;
+                for (int s = 0; s < size; s++) {
+                    if (failure[s] != null) {
+                        continue;
+                    }
+                    Arena a = arena[s];
+                    if (a != seen) {
+                        seen = a;
+                        v = (int) ARRAY.getVolatile(a.rtt, r * PAD);
+                    }
+                    if (v == freeEntry[s]) {
+                        for (int spins = 0; (int) ARRAY.getVolatile(a.rtt, r * PAD) == freeEntry[s]; spins++) {
+                            backOff(spins);
+                        }
+                        v = (int) ARRAY.getVolatile(a.rtt, r * PAD);
+                    }
+                }
+            }
+        }
+
+        /** Sorts the live blocks' map locks by (arena, lock) without repeats into lockKey; how many. */
+        private int lockKeys() {
+            int keys = 0;
+            for (int s = 0; s < size; s++) {
+                if (failure[s] != null) {
+                    continue;
+                }
+                long k = ((long) arena[s].index << 32) | lockIndex(arena[s], premap[s]);
+                int at = keys;
+                while (at > 0 && lockKey[at - 1] > k) {
+                    at--;
+                }
+                if (at > 0 && lockKey[at - 1] == k) {
+                    continue; // a line another block of the group locks already
+                }
+                for (int i = keys; i > at; i--) { // a few elements: a loop, not an arraycopy call
+                    lockKey[i] = lockKey[i - 1];
+                }
+                lockKey[at] = k;
+                keys++;
+            }
+            return keys;
+        }
+
+        /**
+         * On pmem, starts the write-back of the live blocks' flog words at {@code delta} in their entries: the
+         * lanes of a group are mostly neighbours, so their flog pairs (64 bytes a lane) are one short range, written
+         * back in one call; lines of lanes not in the group that it covers are written back too, which is harmless
+         * (any BTT store may become durable early: each is made only once what it depends on is durable).
+         * Scattered lanes are written back one by one.
+         */
+        private void writeBackFlog(int delta) {
+            if (!pmem) {
+                return;
+            }
+            long lo = Long.MAX_VALUE, hi = Long.MIN_VALUE;
+            Arena first = null;
+            boolean oneArena = true;
+            for (int s = 0; s < size; s++) {
+                if (failure[s] == null) {
+                    first = first == null ? arena[s] : first;
+                    oneArena &= arena[s] == first;
+                    lo = Math.min(lo, flogAt[s] + delta);
+                    hi = Math.max(hi, flogAt[s] + delta + 8);
+                }
+            }
+            if (first == null) {
+                return;
+            }
+            if (oneArena && hi - lo <= FLOG_RANGE_MAX) {
+                persistence.writeBack(pool.asSlice(lo, hi - lo));
+                return;
+            }
+            for (int s = 0; s < size; s++) {
+                if (failure[s] == null) {
+                    writeBack(flogAt[s] + delta, 8);
+                }
+            }
+        }
+
+        /** On pmem, starts the write-back of a line of the stage (durable at the stage's drain); elsewhere nothing yet. */
+        private void writeBack(long offset, int length) {
+            if (pmem) {
+                persistence.writeBack(pool.asSlice(offset, length));
+            }
+        }
+
+        /**
+         * Makes the stage durable for every live block: on pmem one drain (each range was written back, or stored
+         * non-temporally, by this thread); elsewhere an msync of each block's range ({@code at[s] + delta}).
+         */
+        private void durable(long[] at, int delta, int length) throws IOException {
+            if (pmem) {
+                persistence.drain();
+                return;
+            }
+            for (int s = 0; s < size; s++) {
+                if (failure[s] == null) {
+                    persistence.sync(pool.asSlice(at[s] + delta, length));
+                }
+            }
         }
     }
 
@@ -773,6 +1236,22 @@ public final class Btt {
             }
             backOff(spins);
         }
+    }
+
+    /**
+     * A free lane, {@code from} (mod lanes) first, claimed without waiting; -1 when every lane is held. A group
+     * grows by these: it never waits for a lane while it holds others (a caller waiting in {@link #claim} holds
+     * none), so lanes cannot deadlock.
+     */
+    private int tryClaim(int from) {
+        int first = Math.floorMod(from, lanes);
+        for (int i = 0; i < lanes; i++) {
+            int lane = first + i < lanes ? first + i : first + i - lanes;
+            if ((int) ARRAY.get(laneBusy, lane * PAD) == 0 && ARRAY.compareAndSet(laneBusy, lane * PAD, 0, 1)) {
+                return lane;
+            }
+        }
+        return -1;
     }
 
     /** Whether {@code pool} starts with a PMDK pmemblk pool header's signature (a BTT pool, laid out or not). */
@@ -809,11 +1288,20 @@ public final class Btt {
 
     /** The map lock of the LBA's cache line (PMDK get_map_lock_num, Linux lock_map): a CAS spin lock, held over 3 persists. */
     private static int lockMap(Arena a, int premap) {
-        int lock = (int) (((premap & 0xFFFF_FFFFL) * MAP_ENTRY_SIZE / 64) % a.nfree) * PAD;
+        int lock = lockIndex(a, premap);
+        lock(a, lock);
+        return lock;
+    }
+
+    /** Where the map lock of {@code premap}'s cache line is in {@code a.mapLocks}. */
+    private static int lockIndex(Arena a, int premap) {
+        return (int) (((premap & 0xFFFF_FFFFL) * MAP_ENTRY_SIZE / 64) % a.nfree) * PAD;
+    }
+
+    private static void lock(Arena a, int lock) {
         for (int spins = 0; !ARRAY.compareAndSet(a.mapLocks, lock, 0, 1); spins++) {
             backOff(spins);
         }
-        return lock;
     }
 
     /** Spin briefly, then yield: the holder may be a descheduled thread on a host with few CPUs. */

@@ -129,14 +129,41 @@ class BttInteropTest {
                 btt.write((int) (e[1] % 2), e[0], buf);
             }
             btt.zero(1, 9);
+            // grouped writes (both lanes in lockstep), 10 twice: the group splits before the second
+            try (Btt.Lane lane = btt.claim(0)) {
+                Btt.Group g = lane.group();
+                MemorySegment[] bufs = {arena.allocate(bsize, 4096), arena.allocate(bsize, 4096)};
+                long[][] writes = {{10, 1}, {11, 1}, {10, 2}, {12, 3}};
+                int used = 0;
+                for (long[] e : writes) {
+                    int slot = g.add(e[0], 0);
+                    if (slot < 0) {
+                        g.commit();
+                        for (int s2 = 0; s2 < g.size(); s2++) {
+                            assertThat(g.failure(s2)).isNull();
+                        }
+                        g.clear();
+                        used = 0;
+                        slot = g.add(e[0], 0);
+                    }
+                    fill(bufs[used], e[0], e[1]);
+                    g.source(slot, bufs[used++], 0);
+                }
+                g.commit();
+                for (int s2 = 0; s2 < g.size(); s2++) {
+                    assertThat(g.failure(s2)).isNull();
+                }
+                g.clear();
+            }
+            assertThat(btt.check()).isEmpty();
         }
         Result check = run(List.of(PMEMPOOL, "check", "-v", pool.toString()));
         assertThat(check.exit()).as(check.out()).isZero();
         assertThat(check.out()).contains("consistent").doesNotContain("not consistent");
-        Result r = pmemblk("read", pool, bsize, "0:1", "5:2", "9:0", (blocks - 1) + ":4", "2:0");
+        Result r = pmemblk("read", pool, bsize, "0:1", "5:2", "9:0", (blocks - 1) + ":4", "2:0", "10:2", "11:1", "12:3");
         assertThat(r.exit()).as(r.out()).isZero();
         assertThat(r.out()).startsWith("nblock " + blocks).contains("block 0 ok", "block 5 ok", "block 9 ok",
-                "block " + (blocks - 1) + " ok", "block 2 ok");
+                "block " + (blocks - 1) + " ok", "block 2 ok", "block 10 ok", "block 11 ok", "block 12 ok");
         // Only now: pmempool info finds the BTT at struct pmemblk's data - addr, run-time pointers that libpmemblk
         // leaves in the mapped header when it opens a pool (info_blk.c); before any pmemblk_open they are zero and
         // it says "wrong BTT layout offset" (pmempool check and libpmemblk use 8192).

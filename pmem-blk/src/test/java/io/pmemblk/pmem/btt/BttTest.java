@@ -371,6 +371,121 @@ class BttTest {
         }
     }
 
+    /**
+     * A group takes one block per lane, growing only into free lanes (a lane held by another caller is skipped,
+     * and when none is left the group is full), never two blocks of one LBA; its commit writes them all, and
+     * closing the owner's lane gives back the lanes the group claimed.
+     */
+    @Test
+    void aGroupGrowsIntoFreeLanesOnlyAndNeverHoldsOneLbaTwice() throws Exception {
+        try (Pools.Mapped m = Pools.map(dir.resolve("p.blk"), Pools.MIN_POOL); Arena arena = Arena.ofConfined()) {
+            Btt btt = Btt.format(m.memory(), Pools.none(), 4096, 4);
+            MemorySegment[] bufs = new MemorySegment[4];
+            for (int i = 0; i < bufs.length; i++) {
+                bufs[i] = arena.allocate(4096, 4096);
+            }
+            Btt.Lane other = btt.claim(2); // another caller's
+            assertThat(other.index()).isEqualTo(2);
+            try (Btt.Lane lane = btt.claim(0)) {
+                Btt.Group g = lane.group();
+                assertThat(g.capacity()).isEqualTo(4);
+                int s0 = g.add(7, 70), s1 = g.add(8, 80);
+                assertThat(g.add(7, 71)).as("LBA 7 again: the next group").isEqualTo(-1);
+                int s2 = g.add(9, 90);
+                assertThat(g.add(10, 100)).as("no lane left: lane 2 is held").isEqualTo(-1);
+                assertThat(new int[]{g.lane(s0), g.lane(s1), g.lane(s2)}).containsExactly(0, 1, 3);
+                assertThat(g.tag(s1)).isEqualTo(80);
+                for (int s : new int[]{s0, s1, s2}) {
+                    fill(bufs[s], 7 + s, 1);
+                    g.source(s, bufs[s], 0);
+                }
+                g.commit();
+                for (int s : new int[]{s0, s1, s2}) {
+                    assertThat(g.failure(s)).isNull();
+                }
+                g.clear();
+                int again = g.add(7, 72); // LBA 7 again, now over the committed entry
+                fill(bufs[0], 7, 2);
+                g.source(again, bufs[0], 0);
+                int failed = g.add(11, 110);
+                g.fail(failed, new IOException("its source could not be read"));
+                g.commit();
+                assertThat(g.failure(again)).isNull();
+                assertThat(g.failure(failed)).hasMessage("its source could not be read");
+                g.clear();
+            }
+            other.close();
+            // every lane is free again: four callers each get one
+            List<Btt.Lane> all = new ArrayList<>();
+            for (int i = 0; i < 4; i++) {
+                all.add(btt.claim(0));
+            }
+            assertThat(all).extracting(Btt.Lane::index).containsExactlyInAnyOrder(0, 1, 2, 3);
+            all.forEach(Btt.Lane::close);
+            MemorySegment out = arena.allocate(4096, 4096);
+            for (long[] expect : new long[][]{{7, 2}, {8, 1}, {9, 1}, {11, 0}}) {
+                btt.read(0, expect[0], out);
+                assertThat(verify(out, expect[0])).as("block " + expect[0]).isEqualTo(expect[1]);
+            }
+            assertThat(btt.check()).isEmpty();
+        }
+    }
+
+    /**
+     * The point of a group: on pmem its blocks share their four drains (data, flog first halves, seq halves,
+     * map), where written one by one each block pays four.
+     */
+    @Test
+    void aGroupOfBlocksCostsTheDrainsOfOne() throws Exception {
+        try (Pools.Mapped m = Pools.map(dir.resolve("p.blk"), Pools.MIN_POOL); Arena arena = Arena.ofConfined()) {
+            Btt.format(m.memory(), Pools.none(), 4096, 16);
+            AtomicLong drains = new AtomicLong(), writeBacks = new AtomicLong();
+            io.pmemblk.pmem.Persistence counting = new io.pmemblk.pmem.Persistence() {
+                final io.pmemblk.pmem.Persistence real = Pools.modelledPmem();
+
+                @Override public boolean flushesCaches() { return true; }
+                @Override public void copy(MemorySegment src, MemorySegment dst) { real.copy(src, dst); }
+                @Override public void fill(MemorySegment dst, byte value) { real.fill(dst, value); }
+                @Override public void writeBack(MemorySegment range) { writeBacks.incrementAndGet(); }
+                @Override public void drain() { drains.incrementAndGet(); }
+                @Override public void sync(MemorySegment range) { throw new AssertionError("pmem: no msync"); }
+                @Override public void syncCreated(io.pmemblk.posix.TrustedFile f) { }
+            };
+            Btt btt = Btt.open(m.memory(), counting, 16);
+            MemorySegment buf = arena.allocate(4096L * 16, 4096);
+            for (int i = 0; i < 16; i++) {
+                fill(buf.asSlice(4096L * i, 4096), i, 1);
+            }
+            try (Btt.Lane lane = btt.claim(0)) {
+                Btt.Group g = lane.group();
+                for (int i = 0; i < 16; i++) {
+                    g.source(g.add(i, i), buf, 4096L * i);
+                }
+                g.commit();
+                for (int i = 0; i < 16; i++) {
+                    assertThat(g.failure(i)).isNull();
+                }
+                g.clear();
+            }
+            assertThat(drains.get()).as("drains of a group of 16").isEqualTo(4);
+            assertThat(writeBacks.get()).as("one of the neighbouring lanes' flog range per flog stage, one a map entry")
+                    .isEqualTo(2 + 16);
+            drains.set(0);
+            try (Btt.Lane lane = btt.claim(0)) {
+                for (int i = 0; i < 16; i++) {
+                    lane.write(i, buf.asSlice(4096L * i, 4096));
+                }
+            }
+            assertThat(drains.get()).as("drains of 16 single writes").isEqualTo(4 * 16);
+            MemorySegment out = arena.allocate(4096, 4096);
+            for (int i = 0; i < 16; i++) {
+                btt.read(0, i, out);
+                assertThat(verify(out, i)).isEqualTo(1);
+            }
+            assertThat(btt.check()).isEmpty();
+        }
+    }
+
     /** A lane entered while it is busy (here: from inside its own write's persistence step) is refused, not shared. */
     @Test
     void aBusyLaneIsRefused() throws Exception {
