@@ -364,37 +364,13 @@ class BttDriverTest {
                 }
             }));
         }
-        for (int rd = 0; rd < readers; rd++) {
-            int id = rd;
-            threads.add(Thread.ofPlatform().start(() -> {
-                HardwareQueue q = layer.queue(id % 2);
-                try {
-                    for (int i = 0; !stop.get(); i++) {
-                        byte[] s = read(q, (long) (i % lbas) * 4096, 4096);
-                        for (byte x : s) {
-                            if (x != s[0]) {
-                                problems.add("a read of LBA " + i % lbas + " mixes " + s[0] + " and " + x);
-                                break;
-                            }
-                        }
-                        reads.incrementAndGet();
-                    }
-                } catch (Throwable t) {
-                    problems.add("reader " + id + ": " + t);
-                }
-            }));
-        }
+        startTornSectorReaders(readers, lbas, stop, reads, problems, threads);
         // Until enough of both have overlapped (msync per step makes page-cache writes slow), 10 s at most.
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
         while (System.nanoTime() < deadline && problems.isEmpty() && (reads.get() < 100 || writes.get() < 300)) {
             Thread.onSpinWait();
         }
-        stop.set(true);
-        for (Thread t : threads) {
-            t.join(10_000);
-            assertThat(t.isAlive()).as("%s ended within 10 s", t).isFalse();
-        }
-        assertThat(problems).isEmpty();
+        stopAndJoin(stop, threads, problems);
         assertThat(writes.get()).isGreaterThan(100);
         assertThat(reads.get()).isGreaterThan(20);
         assertThat(driver.btt().check()).isEmpty();
@@ -444,36 +420,12 @@ class BttDriverTest {
                 }
             }));
         }
-        for (int rd = 0; rd < readers; rd++) {
-            int id = rd;
-            threads.add(Thread.ofPlatform().start(() -> {
-                HardwareQueue q = layer.queue(id % 2);
-                try {
-                    for (int i = 0; !stop.get(); i++) {
-                        byte[] s = read(q, (long) (i % lbas) * 4096, 4096);
-                        for (byte x : s) {
-                            if (x != s[0]) {
-                                problems.add("a read of LBA " + i % lbas + " mixes " + s[0] + " and " + x);
-                                break;
-                            }
-                        }
-                        reads.incrementAndGet();
-                    }
-                } catch (Throwable t) {
-                    problems.add("reader " + id + ": " + t);
-                }
-            }));
-        }
+        startTornSectorReaders(readers, lbas, stop, reads, problems, threads);
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
         while (System.nanoTime() < deadline && problems.isEmpty() && (reads.get() < 100 || batches.get() < 200)) {
             Thread.onSpinWait();
         }
-        stop.set(true);
-        for (Thread t : threads) {
-            t.join(10_000);
-            assertThat(t.isAlive()).as("%s ended within 10 s", t).isFalse();
-        }
-        assertThat(problems).isEmpty();
+        stopAndJoin(stop, threads, problems);
         assertThat(batches.get()).isGreaterThan(50);
         assertThat(reads.get()).isGreaterThan(20);
         assertThat(driver.btt().check()).isEmpty();
@@ -513,5 +465,44 @@ class BttDriverTest {
         assertThat(BttRegion.holdsBtt(driver.region())).isTrue();
         assertThatThrownBy(() -> BttRegion.open(driver.region(), 1, 4096))
                 .hasMessageContaining("is a BTT of 512-byte sectors, but pmem.sector-size is 4096");
+    }
+
+    /**
+     * Readers of 4 KiB sectors on both queues until {@code stop}, each sector checked to hold one value only (the
+     * writers fill each sector with one value): a mix is a torn sector, added to {@code problems}.
+     */
+    private void startTornSectorReaders(int readers, int lbas, AtomicBoolean stop, AtomicLong reads,
+            ConcurrentLinkedQueue<String> problems, List<Thread> threads) {
+        for (int rd = 0; rd < readers; rd++) {
+            int id = rd;
+            threads.add(Thread.ofPlatform().start(() -> {
+                HardwareQueue q = layer.queue(id % 2);
+                try {
+                    for (int i = 0; !stop.get(); i++) {
+                        byte[] s = read(q, (long) (i % lbas) * 4096, 4096);
+                        for (byte x : s) {
+                            if (x != s[0]) {
+                                problems.add("a read of LBA " + i % lbas + " mixes " + s[0] + " and " + x);
+                                break;
+                            }
+                        }
+                        reads.incrementAndGet();
+                    }
+                } catch (Throwable t) {
+                    problems.add("reader " + id + ": " + t);
+                }
+            }));
+        }
+    }
+
+    /** Stops the threads, each bounded to 10 s, and fails on any problem they saw. */
+    private static void stopAndJoin(AtomicBoolean stop, List<Thread> threads, ConcurrentLinkedQueue<String> problems)
+            throws InterruptedException {
+        stop.set(true);
+        for (Thread t : threads) {
+            t.join(10_000);
+            assertThat(t.isAlive()).as("%s ended within 10 s", t).isFalse();
+        }
+        assertThat(problems).isEmpty();
     }
 }

@@ -139,21 +139,7 @@ class BttCrashTest {
             ConcurrentLinkedQueue<String> violations = new ConcurrentLinkedQueue<>();
             AtomicBoolean stop = new AtomicBoolean();
             int before = CHECKED.get();
-            Runnable crash = () -> {
-                if (stop.get()) {
-                    return;
-                }
-                record Snap(byte[] image, List<Op> ops) {}
-                Snap s = model.atomically(() -> new Snap(model.crashImage(crashes), history.snapshot()));
-                String v = judge(s.image(), s.ops(), sector, lbas);
-                CHECKED.incrementAndGet();
-                if (v != null) {
-                    violations.add(v);
-                    stop.set(true);
-                }
-            };
-            model.afterEachStep(crash);
-            model.afterEachWriteBack(crash); // between a write-back and its drain too: a missing drain shows there
+            crashAfterEveryStep(model, history, crashes, sector, lbas, violations, stop);
             Btt btt = Btt.open(m.memory(), model, 3 * LANES); // room for groups: 3 lanes a thread
             AtomicInteger versions = new AtomicInteger();
             CountDownLatch start = new CountDownLatch(1);
@@ -308,21 +294,7 @@ class BttCrashTest {
         AtomicBoolean stop = new AtomicBoolean();
         int before = CHECKED.get();
         try {
-            Runnable crash = () -> {
-                if (stop.get()) {
-                    return;
-                }
-                record Snap(byte[] image, List<Op> ops) {}
-                Snap s = model.atomically(() -> new Snap(model.crashImage(crashes), history.snapshot()));
-                String v = judge(s.image(), s.ops(), sector, lbas);
-                CHECKED.incrementAndGet();
-                if (v != null) {
-                    violations.add(v);
-                    stop.set(true);
-                }
-            };
-            model.afterEachStep(crash);
-            model.afterEachWriteBack(crash);
+            crashAfterEveryStep(model, history, crashes, sector, lbas, violations, stop);
             AtomicInteger versions = new AtomicInteger();
             CountDownLatch start = new CountDownLatch(1);
             List<Thread> threads = new ArrayList<>();
@@ -504,5 +476,28 @@ class BttCrashTest {
             }
         }
         return b.toString();
+    }
+
+    /**
+     * A crash image judged after every persistence step of {@code model} and between every write-back and its
+     * drain (a missing drain shows there); the first violation is added and stops the crashes.
+     */
+    private static void crashAfterEveryStep(CrashModel model, History history, Random crashes, int sector, int[] lbas,
+            ConcurrentLinkedQueue<String> violations, AtomicBoolean stop) {
+        Runnable crash = () -> {
+            if (stop.get()) {
+                return;
+            }
+            record Snap(byte[] image, List<Op> ops) {}
+            Snap s = model.atomically(() -> new Snap(model.crashImage(crashes), history.snapshot()));
+            String v = judge(s.image(), s.ops(), sector, lbas);
+            CHECKED.incrementAndGet();
+            if (v != null) {
+                violations.add(v);
+                stop.set(true);
+            }
+        };
+        model.afterEachStep(crash);
+        model.afterEachWriteBack(crash);
     }
 }
