@@ -2,12 +2,12 @@
 """FUA writes and their read-back, for the power-loss part of the pmem scenarios.
 
   fua.py write [--marker MARKER] [NAME=]URI...
-                     through each URI's server in turn: a fixed pattern written with NBD_CMD_FLAG_FUA (small and
-                     large writes, so both copy routes of pmemblk see FUA); every write to it has been acknowledged
-                     when it prints "RESULT [NAME.]fua_written=N". A server that fails gets "RESULT [NAME.]why=..."
-                     and the others go on. With MARKER, once every server is done and at least one took all its
-                     writes, it prints MARKER and waits with every connection still open (no flush, no disconnect)
-                     for the power to be cut.
+                     through every URI's server, interleaved: a fixed pattern written with NBD_CMD_FLAG_FUA (small
+                     and large writes, so both copy routes of pmemblk see FUA); every write to a server has been
+                     acknowledged when it prints "RESULT [NAME.]fua_written=N". A server that fails gets
+                     "RESULT [NAME.]why=..." and the others go on. With MARKER, when at least one took all its
+                     writes, it prints MARKER right after the last and waits with every connection still open (no
+                     flush, no disconnect) for the power to be cut.
   fua.py verify [NAME=]URI
                      reads the same ranges back: "RESULT [NAME.]fua_verified=N" when all match
 Exit status: 0 when every server took (or read back) every write.
@@ -45,28 +45,34 @@ def write_all(args):
         marker, args = args[1], args[2:]
     if not args:
         sys.exit("fua.py write: no URI")
-    handles, ok = [], 0
+    # Every server's writes interleaved, write i to each in turn: each server's last acknowledged write is then
+    # as close to the power cut as when a guest wrote to only one (a server that acknowledged before its data
+    # reached the mapping has no time to catch up), and every connection stays open until the cut.
+    live = {}  # prefix -> handle, in the order given
     for prefix, uri in map(target, args):
         try:
             h = nbd.NBD()
             h.connect_uri(uri)
-            handles.append(h)  # kept open: a disconnect might flush
             if not h.can_fua():
                 print(f"RESULT {prefix}why=server does not advertise FUA", flush=True)
                 continue
-            n = 0
-            for off, length, fill in writes():
-                h.pwrite(bytes([fill]) * length, off, nbd.CMD_FLAG_FUA)
-                n += 1
+            live[prefix] = h
         except nbd.Error as e:
-            print(f"RESULT {prefix}why=FUA writes to {uri} failed: {e}", flush=True)
-            continue
+            print(f"RESULT {prefix}why=cannot connect to {uri}: {e}", flush=True)
+    for off, length, fill in writes():
+        for prefix, h in list(live.items()):
+            try:
+                h.pwrite(bytes([fill]) * length, off, nbd.CMD_FLAG_FUA)
+            except nbd.Error as e:
+                print(f"RESULT {prefix}why=FUA write of {length} bytes at {off} failed: {e}", flush=True)
+                del live[prefix]
+    n = sum(1 for _ in writes())
+    for prefix in live:
         print(f"RESULT {prefix}fua_written={n}", flush=True)
-        ok += 1
-    if marker is not None and ok > 0:
+    if marker is not None and live:
         print(marker, flush=True)
         time.sleep(600)
-    sys.exit(0 if ok == len(args) else 1)
+    sys.exit(0 if len(live) == len(args) else 1)
 
 
 def verify(arg):

@@ -4,8 +4,8 @@
 # ext4 -o dax, and the same power cut ends all of them.
 #   pmem-check.sh first MARKER NAME...  fsdax namespace, ext4 -o dax; every NAME's server started; for each: ready,
 #                               is_pmem (the server's own region line), fio verify=crc32c, [metrics]; then FUA writes
-#                               through every server, MARKER once all are acknowledged, and a wait for the power cut
-#                               (the host SIGKILLs QEMU), every connection still open
+#                               through every server (interleaved, fua.py), MARKER right after the last is acknowledged,
+#                               and a wait for the power cut (the host SIGKILLs QEMU), every connection still open
 #   pmem-check.sh second NAME...        a new boot on the same NVDIMM: the namespace is still fsdax, the filesystem
 #                               mounts, every NAME's server restarts on its pool and its FUA data reads back
 # A NAME that fails is reported ("RESULT NAME.why=...") and stopped, and the others go on; the first boot prints
