@@ -8,6 +8,8 @@ set -eu
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
 SOCK=/tmp/nbd.sock
+# However this ends, no server is left holding /dev/dax0.0 (vm-test may run vfio-check.sh next in the same guest).
+trap '[ -z "$SERVER_PID" ] || kill -KILL "$SERVER_PID" 2>/dev/null || true' EXIT
 
 modprobe -a nfit nd_pmem dax_pmem device_dax
 ndctl create-namespace -f -e namespace0.0 -m devdax --map=mem >/dev/null
@@ -25,4 +27,5 @@ if grep -q "Pattern verification failed" /tmp/qio.out || ! grep -q "read 1048576
 fi
 result pattern ok
 serve_stop 60 || exit 1
+SERVER_PID=''
 result serve_exit "$SERVER_RC"
