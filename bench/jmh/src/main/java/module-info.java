@@ -4,6 +4,7 @@
  */
 open module io.pmemblk.bench {
     requires io.pmemblk.pmem;
+    requires io.pmemblk.posix;
     requires java.management;
     requires jmh.core; // automatic name from jmh-core's jar
 }

@@ -10,16 +10,19 @@ import io.pmemblk.queueing.Status;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.EnumSource;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
 
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.stream.Stream;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
@@ -27,7 +30,8 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 /**
  * The backing file truncated under a live mapping (SIGBUS on every access past the new end, as a poisoned pmem
  * line raises it): each request touching the lost part answers EIO, everything else keeps working, the JVM
- * lives. Runs with both mappers; in the forced-pmem execution (pom) also through libpmem's non-temporal path.
+ * lives. Runs with both mappers, on a disk file system (reads by the JDK's fault-checked copy) and on tmpfs (reads
+ * by memcpy behind the tail probe); in the forced-pmem execution (pom) also through libpmem's non-temporal path.
  */
 class MappingFaultTest {
     static final int SIZE = 8 << 20;
@@ -39,14 +43,31 @@ class MappingFaultTest {
     HardwareQueue q;
     CopyStats stats = new CopyStats();
 
+    Path shm;
+
     @AfterEach
     void tearDown() throws Exception {
         Closing.closeAll(layer, driver);
+        if (shm != null) {
+            Files.deleteIfExists(shm.resolve("d.img"));
+            Files.deleteIfExists(shm);
+        }
     }
 
-    private void serveThenTruncate(PmemRegion.Mapper mapper) throws Exception {
-        Path file = dir.resolve("d.img");
+    /** Each mapper on the build's file system and on /dev/shm (tmpfs), where reads take the other copy. */
+    static Stream<Arguments> placements() {
+        return Stream.of(PmemRegion.Mapper.JAVA, PmemRegion.Mapper.AUTO)
+                .flatMap(m -> Stream.of(Arguments.of(m, false), Arguments.of(m, true)));
+    }
+
+    private void serveThenTruncate(PmemRegion.Mapper mapper, boolean inMemory) throws Exception {
+        Path where = dir;
+        if (inMemory) {
+            where = shm = Files.createTempDirectory(Path.of("/dev/shm"), "mapping-fault-test");
+        }
+        Path file = where.resolve("d.img");
         driver = new PmemBlockDriver(PmemRegion.open(file, SIZE, false, mapper), stats);
+        assertThat(driver.region().readsWithMemcpy()).as("reads by memcpy on %s", where).isEqualTo(inMemory);
         layer = new BlockLayer(driver, 1, 8, 4 << 20, 2 << 20);
         q = layer.queue(0);
         assertThat(run(Op.WRITE, 0, 2 << 20, (byte) 0x5a, false, null)).isZero();
@@ -71,9 +92,9 @@ class MappingFaultTest {
     }
 
     @ParameterizedTest
-    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "AUTO"})
-    void requestsIntoTheTruncatedPartAnswerEioAndTheRestIsServed(PmemRegion.Mapper mapper) throws Exception {
-        serveThenTruncate(mapper);
+    @MethodSource("placements")
+    void requestsIntoTheTruncatedPartAnswerEioAndTheRestIsServed(PmemRegion.Mapper mapper, boolean inMemory) throws Exception {
+        serveThenTruncate(mapper, inMemory);
         long[] lens = {512, 4096, 65536, 2 << 20}; // inline copies, libc-sized copies, many 64 KiB chunks
         int expectedFaults = 0;
         for (long len : lens) {
@@ -105,9 +126,9 @@ class MappingFaultTest {
     }
 
     @ParameterizedTest
-    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "AUTO"})
-    void theKernelIsNotHandedAPageItCannotLoad(PmemRegion.Mapper mapper) throws Exception {
-        serveThenTruncate(mapper);
+    @MethodSource("placements")
+    void theKernelIsNotHandedAPageItCannotLoad(PmemRegion.Mapper mapper, boolean inMemory) throws Exception {
+        serveThenTruncate(mapper, inMemory);
         // a WRITE past the end is not received into the mapping (read(2) would answer EFAULT mid-payload)
         assertThat(driver.receivesInPlace(HALF + 4096, 4096)).isFalse();
         assertThat(driver.receivesInPlace(HALF - 4096, 8192)).isFalse();
@@ -115,9 +136,9 @@ class MappingFaultTest {
     }
 
     @ParameterizedTest
-    @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "AUTO"})
-    void theRegionsAccessorsThrowAMappingFaultNamingTheOffset(PmemRegion.Mapper mapper) throws Exception {
-        serveThenTruncate(mapper);
+    @MethodSource("placements")
+    void theRegionsAccessorsThrowAMappingFaultNamingTheOffset(PmemRegion.Mapper mapper, boolean inMemory) throws Exception {
+        serveThenTruncate(mapper, inMemory);
         PmemRegion region = driver.region();
         try (Arena a = Arena.ofConfined()) {
             MemorySegment buf = a.allocate(1 << 20);

@@ -2,6 +2,7 @@ package io.pmemblk.bench.copy;
 
 import io.pmemblk.pmem.Libpmem;
 import java.lang.foreign.MemorySegment;
+import io.pmemblk.posix.Libc;
 import org.openjdk.jmh.annotations.Benchmark;
 import org.openjdk.jmh.annotations.Level;
 import org.openjdk.jmh.annotations.Scope;
@@ -61,6 +62,13 @@ public class PmemCopyBenchmark extends BlockWalk {
     @Benchmark
     public void segmentCopyRead(Throughput t) {
         MemorySegment.copy(pmem, nextOffset(), buffer, 0, bytes);
+        t.add(bytes);
+    }
+
+    /** glibc's memcpy (ERMS or non-temporal stores on long copies), which a fault inside kills the JVM. */
+    @Benchmark
+    public void libcMemcpyRead(Throughput t) {
+        Libc.memcpy(buffer, pmem.asSlice(nextOffset(), bytes));
         t.add(bytes);
     }
 
