@@ -380,8 +380,9 @@ def btt_report(rounds, order, *, seconds, runtime, size, repeat, sector, now=Non
         xs = [btt[r] / raw[r] for r in btt if r in raw and raw[r]]
         paired = statistics.median(xs) if xs else None
         bar = BTT_BAR.get(rw) if qd != "1" else None  # QD1 rows are shown, not judged: one request has nothing to group
-        cell = "-" if paired is None else (f"**{paired:.2f}**" if bar and paired < bar else f"{paired:.2f}")
-        if bar and (paired is None or paired < bar):
+        below = bar and (paired is None or paired < bar - 1e-9)  # 0.85 and 0.95 pair to 0.9, not to 0.8999...
+        cell = "-" if paired is None else (f"**{paired:.2f}**" if below else f"{paired:.2f}")
+        if below:
             misses.append(f"{where} {bs} {rw} QD{qd} jobs={jobs} ({cell.strip('*')} < {bar})")
         fmt = lambda v: "FAILED" if v is None else f"{v / 1000:.0f}k IOPS"
         ratio = "-" if not (m_raw and m_btt) else f"{m_btt / m_raw:.2f}"
