@@ -1,5 +1,6 @@
 package io.pmemblk.pmem;
 
+import io.pmemblk.dma.DmaChannel;
 import io.pmemblk.pmem.btt.Btt;
 import io.pmemblk.queueing.Op;
 import io.pmemblk.queueing.Request;
@@ -44,7 +45,12 @@ final class BttRequests {
     private final MemorySegment[] bounce;
     /** Per lane: where a request's data stands in its pieces. */
     private final Cursor[] cursors;
+    /** Per lane: the DMA state of a group whose owner is that lane ({@link Flight}), made at open. */
+    private final Flight[] flights;
     private volatile long lastLog = System.nanoTime() - 2_000_000_000L;
+    /** The driver whose requests these are, and the region mapping's address in its engine's IOVA space (-1: none). */
+    private PmemBlockDriver driver;
+    private long regionIova = -1;
 
     BttRequests(Btt btt, CopyStats stats) {
         this.btt = btt;
@@ -53,11 +59,19 @@ final class BttRequests {
         this.stats = stats;
         this.bounce = new MemorySegment[btt.lanes()];
         this.cursors = new Cursor[btt.lanes()];
+        this.flights = new Flight[btt.lanes()];
         Arena auto = Arena.ofAuto();
         for (int i = 0; i < bounce.length; i++) {
             bounce[i] = auto.allocate(sector, 64);
             cursors[i] = new Cursor();
+            flights[i] = new Flight(this);
         }
+    }
+
+    /** Set by the driver before it serves: who completes the requests, and where the mapping is for its engine. */
+    void attach(PmemBlockDriver driver, long regionIova) {
+        this.driver = driver;
+        this.regionIova = regionIova;
     }
 
     /** The device's size: the BTT's external blocks. */
@@ -229,6 +243,316 @@ final class BttRequests {
             error = finish(driver, batch[i], (PmemBlockDriver.PerRequest) batch[i].driverData, error);
         }
         return error;
+    }
+
+    /**
+     * Whether a WRITE the driver routes to DMA can go as one copy per sector, each straight from its piece into
+     * its free block: pool chunks (128 KiB, the request sector-aligned) never split a sector; pieces of caller
+     * memory must be whole sectors, all but the last. Else it takes the CPU route, where a split sector is gathered
+     * into a bounce sector (which is not in the engine's IOVA space).
+     */
+    boolean dmaWritable(Request r) {
+        if (r.segments() > 0) {
+            return true;
+        }
+        for (int i = 0, last = r.iovCount() - 1; i < last; i++) {
+            if ((r.iovLength(i) & (sector - 1)) != 0) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /**
+     * The DMA route of the WRITEs {@code batch[from..to)} (each {@link #dmaWritable}, checked as for
+     * {@link #writes}): their sectors in order, in groups as on the CPU route, but each group's data stage is one
+     * batch of copies on {@code channel} (the sector's piece -> its free block's place in the mapping), and this
+     * thread does not wait for them. When the channel reports the group's last copy, on its completion thread,
+     * {@link #copied} makes the data durable and runs the flog, seq and map stages ({@link Btt.Group#commitDeviceStored}),
+     * gives the group's lanes back, then completes each request whose last sector that was. A failed copy (or a
+     * channel that cannot take the group) sends the whole group to the CPU ({@link Btt.Group#commitByCpu}): no map
+     * entry ever points at a block whose data did not land.
+     *
+     * <p>Lanes: a group in flight holds its lanes (its {@link Flight} gives them back), so this thread holds none
+     * between two groups; it claims the next group's lane without waiting first, and when every lane is held it
+     * rings the doorbell before it waits: the lanes it waits for come back only once their copies have run. Copies
+     * placed before this run (DMA READs of the batch) must be submitted already: a group's read tracking may
+     * wait for them. The doorbell is rung once at the end of the run.
+     *
+     * <p>A request completes once all its sectors have committed (or failed): on the completion thread, or here
+     * at the end of the run, never while this thread holds a lane. Unlike the CPU route, a failed sector does not
+     * stop the request's later sectors (they may be in flight already); the request answers EIO all the same.
+     */
+    Throwable dmaWrites(Request[] batch, int from, int to, Throwable error, DmaChannel channel, long poolIova) {
+        for (int i = from; i < to; i++) {
+            Request r = batch[i];
+            PmemBlockDriver.PerRequest st = PmemBlockDriver.state(r);
+            st.bttFailure = null;
+            st.bttInvalid = false;
+            st.bttRedone = false;
+            st.bttAdded = 0;
+            // Set before any of its sectors is placed: a group's report may drop it before this loop ends.
+            st.outstanding = 1 + (int) (r.length >>> shift);
+        }
+        Flight f = null;
+        for (int i = from; i < to; i++) {
+            Request r = batch[i];
+            PmemBlockDriver.PerRequest st = (PmemBlockDriver.PerRequest) r.driverData;
+            try {
+                boolean caller = r.segments() == 0;
+                if (caller && r.iovBytes() != r.length) {
+                    st.bttInvalid = true; // pieces not covering the length: EINVAL, as execute answers
+                    continue;
+                }
+                MemorySegment poolMemory = caller ? null : r.queue().pool().memory();
+                int piece = 0;
+                long in = 0;
+                for (long off = r.offset, end = r.offset + r.length; off < end && st.bttFailure == null; off += sector) {
+                    while ((caller ? r.iovLength(piece) : r.segmentLength(piece)) == in) { // an exhausted (or empty) piece
+                        piece++;
+                        in = 0;
+                    }
+                    long lba = off >>> shift;
+                    if (f == null) {
+                        f = flight(channel);
+                    }
+                    Btt.Group g = f.lane.group();
+                    int slot = g.add(lba, i);
+                    if (slot < 0) {
+                        error = launch(f, channel, error);
+                        f = flight(channel);
+                        g = f.lane.group();
+                        slot = g.add(lba, i); // an empty group takes any block
+                    }
+                    f.request[slot] = r; // the slot holds one of the request's shares from here on
+                    st.bttAdded++;
+                    long at = (caller ? r.iovStart(piece) : r.segmentPoolOffset(piece)) + in;
+                    g.source(slot, caller ? r.iovMapping(piece) : poolMemory, at);
+                    f.srcIova[slot] = (caller ? r.iovIova(piece) : poolIova + r.segmentPoolOffset(piece)) + in;
+                    in += sector;
+                }
+            } catch (Throwable t) { // not expected (the driver checked the bounds): the request fails alone
+                if (st.bttFailure == null) {
+                    st.bttFailure = t;
+                }
+            }
+        }
+        if (f != null) {
+            error = launch(f, channel, error);
+        }
+        error = driver.ring(channel, error);
+        // This thread holds no lane now: each request's own share (and its sectors never added) may complete it.
+        for (int i = from; i < to; i++) {
+            Request r = batch[i];
+            PmemBlockDriver.PerRequest st = (PmemBlockDriver.PerRequest) r.driverData;
+            if (st.drop(1 + (int) (r.length >>> shift) - st.bttAdded) == 0) {
+                error = finishWrite(r, st, error);
+            }
+        }
+        return error;
+    }
+
+    /**
+     * The flight of a newly claimed lane: claimed without waiting if any lane is free, else after the doorbell
+     * (the lanes held are those of groups in flight, given back once their copies are reported).
+     */
+    private Flight flight(DmaChannel channel) {
+        Btt.Lane lane = btt.claimNow(preferredLane());
+        if (lane == null) {
+            driver.ring(channel, null); // an Error here shows again at the run's own doorbell
+            lane = btt.claim(preferredLane());
+        }
+        Flight f = flights[lane.index()];
+        f.lane = lane;
+        return f;
+    }
+
+    /**
+     * Starts the group of {@code f}: its checks and read tracking ({@link Btt.Group#prepareStores}), then its
+     * copies, placed as one unit; if the channel takes none (ring full, or it threw), the CPU stores the data here.
+     * From here on {@code f} is the completion's: this thread must not touch it again.
+     */
+    private Throwable launch(Flight f, DmaChannel channel, Throwable error) {
+        Btt.Group g = f.lane.group();
+        int live = g.prepareStores();
+        int n = 0;
+        for (int s = 0, size = g.size(); s < size; s++) {
+            if (g.live(s)) {
+                f.live[n++] = s;
+            }
+        }
+        f.count = n;
+        f.failedStatus = 0;
+        f.outstanding = n + 1;
+        if (live > 0) {
+            try {
+                if (!channel.placeAll(f, f)) {
+                    f.failedStatus = PmemBlockDriver.STATUS_NOT_PLACED; // no room: the CPU, as for a request on raw
+                    f.outstanding = 1;
+                }
+            } catch (Throwable t) {
+                // Nothing placed (all or none): the group goes to the CPU now.
+                f.failedStatus = PmemBlockDriver.STATUS_NOT_PLACED;
+                f.outstanding = 1;
+                error = driver.placeFailed(channel, t, error);
+            }
+        }
+        if (f.drop(1) == 0) {
+            error = finish(f, error);
+        }
+        return error;
+    }
+
+    /**
+     * A copy of {@code f}'s group has been reported (the channel's completion thread, or a closing channel's caller):
+     * the last report finishes the group. Returns the first Error of its completions, for the driver to rethrow.
+     */
+    Throwable copied(Flight f, int status) {
+        if (status != 0 && f.failedStatus == 0) {
+            f.failedStatus = status; // written before this report's drop, read after the last one
+        }
+        int left = f.drop(1);
+        if (left < 0) {
+            LOG.log(System.Logger.Level.ERROR, "DMA channel reported a copy of a BTT group more often than it was"
+                    + " placed; ignored");
+            return null;
+        }
+        return left == 0 ? finish(f, null) : null;
+    }
+
+    /**
+     * Commits the group of {@code f} once its data is stored (by the device, or by the CPU now if the device failed),
+     * records each sector's fate on its request, gives the lanes back, then completes the requests whose last
+     * sector this was: a completion never finds the lanes of this group held.
+     */
+    private Throwable finish(Flight f, Throwable error) {
+        Btt.Group g = f.lane.group();
+        int status = f.failedStatus;
+        if (f.count > 0) {
+            if (status == 0) {
+                g.commitDeviceStored();
+            } else {
+                if (status != PmemBlockDriver.STATUS_NOT_PLACED) {
+                    driver.dmaFailed("a BTT group of " + f.count + " sectors", status);
+                }
+                g.commitByCpu();
+            }
+        }
+        Request ready = null; // the requests to complete, linked through their state: nothing allocated
+        for (int s = 0, n = g.size(); s < n; s++) {
+            Request r = f.request[s];
+            f.request[s] = null;
+            PmemBlockDriver.PerRequest st = (PmemBlockDriver.PerRequest) r.driverData;
+            Throwable t = g.failure(s);
+            if (t != null && st.bttFailure == null) {
+                st.bttFailure = t;
+            }
+            if (status != 0) {
+                st.bttRedone = true;
+            }
+            if (st.drop(1) == 0) {
+                st.bttNext = ready;
+                ready = r;
+            }
+        }
+        Btt.Lane lane = f.lane;
+        f.lane = null;
+        lane.close(); // the group's lanes too; f may be another thread's from here on
+        while (ready != null) {
+            Request r = ready;
+            PmemBlockDriver.PerRequest st = (PmemBlockDriver.PerRequest) r.driverData;
+            ready = st.bttNext;
+            st.bttNext = null;
+            error = finishWrite(r, st, error);
+        }
+        return error;
+    }
+
+    /** Completes a WRITE of {@link #dmaWrites}: by DMA unless a sector's group went to the CPU. */
+    private Throwable finishWrite(Request r, PmemBlockDriver.PerRequest st, Throwable error) {
+        Throwable f = st.bttFailure;
+        st.bttFailure = null;
+        if (st.bttInvalid) {
+            return PmemBlockDriver.complete(r, Status.EINVAL, error);
+        }
+        if (f == null) {
+            io.pmemblk.queueing.Route route = st.bttRedone ? io.pmemblk.queueing.Route.CPU : io.pmemblk.queueing.Route.DMA;
+            if (st.bttRedone) {
+                stats.dmaError();
+                stats.dmaFallback();
+            }
+            stats.count(route, true, r.length);
+            r.route = route;
+            return PmemBlockDriver.complete(r, Status.OK, error);
+        }
+        if (f instanceof IOException e) {
+            refused(r, "failed: " + e.getMessage());
+            return PmemBlockDriver.complete(r, Status.EIO, error);
+        }
+        return driver.completeFailed(r, f, error);
+    }
+
+    /**
+     * A group on the DMA route from its placing to its commit: its owner lane (whose {@link Btt.Group} it is), the
+     * request and source iova of each slot, and the copy list {@link DmaChannel#placeAll} reads (one copy per
+     * live slot, straight into the slot's free block). One per lane, made at open; the thread that holds the lane
+     * owns it, then the copies' reports do, and the last report gives the lane back.
+     */
+    static final class Flight implements DmaChannel.Copies {
+        private static final java.lang.invoke.VarHandle OUTSTANDING;
+
+        static {
+            try {
+                OUTSTANDING = java.lang.invoke.MethodHandles.lookup().findVarHandle(Flight.class, "outstanding", int.class);
+            } catch (ReflectiveOperationException e) {
+                throw new ExceptionInInitializerError(e);
+            }
+        }
+
+        private final BttRequests owner;
+        private Btt.Lane lane;
+        private final Request[] request = new Request[Btt.GROUP_BLOCKS];
+        private final long[] srcIova = new long[Btt.GROUP_BLOCKS];
+        /** The slots placed as copies, in order: copy i is slot live[i]'s. */
+        private final int[] live = new int[Btt.GROUP_BLOCKS];
+        private int count;
+        /** The first failed copy's status (or STATUS_NOT_PLACED), written before its report's drop. */
+        private int failedStatus;
+        /** Copies not reported yet, plus the placer's share while it places. */
+        private volatile int outstanding;
+
+        Flight(BttRequests owner) {
+            this.owner = owner;
+        }
+
+        /** The requests these are, for the driver's completion listener. */
+        BttRequests owner() {
+            return owner;
+        }
+
+        int drop(int n) {
+            return (int) OUTSTANDING.getAndAdd(this, -n) - n;
+        }
+
+        @Override
+        public int count() {
+            return count;
+        }
+
+        @Override
+        public long srcIova(int i) {
+            return srcIova[live[i]];
+        }
+
+        @Override
+        public long dstIova(int i) {
+            return owner.regionIova + lane.group().dataOffset(live[i]);
+        }
+
+        @Override
+        public long length(int i) {
+            return owner.sector;
+        }
     }
 
     /** Commits the group and records each failed sector's failure on its request (the first one counts); clears the group. */

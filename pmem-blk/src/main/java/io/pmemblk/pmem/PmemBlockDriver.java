@@ -89,12 +89,19 @@ public final class PmemBlockDriver implements BlockDriver {
         this(region, stats, engine, routing, null);
     }
 
-    /**
-     * A driver on the BTT of {@code region} ({@link BttRegion#open}), CPU copies only (see {@link BttRequests}
-     * for why no DMA yet). The BTT must be over this region's mapping.
-     */
+    /** A driver on the BTT of {@code region} ({@link BttRegion#open}), CPU copies only. */
     public static PmemBlockDriver onBtt(PmemRegion region, CopyStats stats, Btt btt) {
-        return new PmemBlockDriver(region, stats, null, Routing.CPU_ONLY, new BttRequests(btt, stats));
+        return onBtt(region, stats, btt, null, Routing.CPU_ONLY);
+    }
+
+    /**
+     * A driver on the BTT of {@code region} that may offload WRITEs' data copies to {@code engine} (null: CPU
+     * only), routed by {@code routing} as on the raw layout ({@link BttRequests#dmaWrites}). The BTT must be over
+     * this region's mapping; the driver owns the engine, as {@link #PmemBlockDriver(PmemRegion, CopyStats,
+     * DmaEngine, Routing)} does.
+     */
+    public static PmemBlockDriver onBtt(PmemRegion region, CopyStats stats, Btt btt, DmaEngine engine, Routing routing) {
+        return new PmemBlockDriver(region, stats, engine, routing, new BttRequests(btt, stats));
     }
 
     private PmemBlockDriver(PmemRegion region, CopyStats stats, DmaEngine engine, Routing routing, BttRequests btt) {
@@ -112,6 +119,9 @@ public final class PmemBlockDriver implements BlockDriver {
         } else {
             this.channels = new DmaChannel[0];
             this.regionIova = -1;
+        }
+        if (btt != null) {
+            btt.attach(this, regionIova);
         }
     }
 
@@ -356,7 +366,7 @@ public final class PmemBlockDriver implements BlockDriver {
     @Override
     public void queueRequests(int hwq, Request[] batch, int count) {
         if (btt != null) {
-            queueOnBtt(batch, count);
+            queueOnBtt(hwq, batch, count);
             return;
         }
         DmaChannel channel = channels.length == 0 ? null : channels[hwq % channels.length];
@@ -406,18 +416,32 @@ public final class PmemBlockDriver implements BlockDriver {
      * sectors, not once per sector); everything else, and a lone one-sector WRITE, is executed alone as before.
      * A run ends at any other request (a READ, TRIM, FLUSH ...), so what the batch orders around it stays
      * ordered. Completion and errors as in {@link #queueRequests}.
+     *
+     * <p>With an engine, a run of WRITEs the routing rule sends to DMA ({@link #wantsDmaOnBtt}, the raw layout's
+     * rule) is written in groups whose data copies are the channel's ({@link BttRequests#dmaWrites}); they
+     * complete on its completion thread. A run is of one route: where the route changes, the next run starts.
      */
-    private void queueOnBtt(Request[] batch, int count) {
+    private void queueOnBtt(int hwq, Request[] batch, int count) {
+        DmaChannel channel = channels.length == 0 ? null : channels[hwq % channels.length];
         Throwable error = null;
         int i = 0;
         while (i < count) {
-            int j = i;
-            long sectors = 0;
-            while (j < count && groupable(batch[j])) {
+            if (!groupable(batch[i])) {
+                error = completeByCpu(batch[i], error);
+                i++;
+                continue;
+            }
+            boolean dma = channel != null && wantsDmaOnBtt(batch[i]);
+            int j = i + 1; // the run holds batch[i] whatever the route of the next ones says
+            long sectors = batch[i].length / btt.btt().blockSize();
+            while (j < count && groupable(batch[j]) && (channel != null && wantsDmaOnBtt(batch[j])) == dma) {
                 sectors += batch[j].length / btt.btt().blockSize();
                 j++;
             }
-            if (sectors > 1) {
+            if (dma) {
+                error = btt.dmaWrites(batch, i, j, error, channel, poolIova[hwq]);
+                i = j;
+            } else if (sectors > 1) {
                 error = btt.writes(this, batch, i, j, error);
                 i = j;
             } else {
@@ -427,6 +451,34 @@ public final class PmemBlockDriver implements BlockDriver {
         }
         if (error != null) {
             throw (Error) error;
+        }
+    }
+
+    /** Whether a WRITE on the BTT goes to DMA: the raw layout's rule, and sectors whole in its pieces. */
+    private boolean wantsDmaOnBtt(Request r) {
+        return wantsDma(r) && btt.dmaWritable(r);
+    }
+
+    /** Rings {@code channel}'s doorbell; what it throws is logged and kept if an Error ({@link #submit}). */
+    Throwable ring(DmaChannel channel, Throwable error) {
+        return submit(channel, error);
+    }
+
+    /** The channel threw placing a BTT group (nothing placed; the CPU takes it): logged, once a second unless an Error. */
+    Throwable placeFailed(DmaChannel channel, Throwable t, Throwable error) {
+        if (t instanceof Error || faultLogDue()) {
+            LOG.log(System.Logger.Level.ERROR, "DMA channel " + channel.index() + " threw placing " + "a BTT group"
+                    + "; it is written by the CPU: " + t, t);
+        }
+        return firstError(error, t);
+    }
+
+    /** A copy of {@code what} failed with {@code status}: its data is stored by the CPU instead (logged once a second). */
+    void dmaFailed(String what, int status) {
+        if (faultLogDue()) {
+            LOG.log(System.Logger.Level.WARNING, "DMA copy of " + what + " failed (CHANERR 0x"
+                    + Integer.toHexString(status) + "); it and the copies behind it are stored by the CPU ("
+                    + stats.dmaFallbacks() + " so far)");
         }
     }
 
@@ -540,6 +592,15 @@ public final class PmemBlockDriver implements BlockDriver {
          */
         Throwable bttFailure;
         boolean bttInvalid;
+        /**
+         * The BTT's DMA route ({@link BttRequests#dmaWrites}): some sector's group was stored by the CPU after the
+         * device failed; sectors placed in groups (each holds a share of {@link #outstanding}); the next request
+         * to complete once a group's lanes are given back. Written by the dispatcher and the completion thread,
+         * each before its drop of the count, read by whoever drops it to zero.
+         */
+        boolean bttRedone;
+        int bttAdded;
+        Request bttNext;
 
         private Request request;
         private long poolIova;
@@ -644,6 +705,13 @@ public final class PmemBlockDriver implements BlockDriver {
      * channel's thread logs it and goes on.
      */
     private void dmaCompleted(Object ctx, int segmentStatus) {
+        if (ctx instanceof BttRequests.Flight f) { // a BTT group's data copy
+            Throwable error = f.owner().copied(f, segmentStatus);
+            if (error != null) {
+                throw (Error) error;
+            }
+            return;
+        }
         Request r = (Request) ctx;
         PerRequest st = (PerRequest) r.driverData;
         if (segmentStatus != 0 && st.failedStatus == 0) {

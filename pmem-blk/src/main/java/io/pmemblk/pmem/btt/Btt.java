@@ -961,6 +961,113 @@ public final class Btt {
         /** Writes every block added and not failed, in lockstep (the class comment); never throws. */
         public void commit() {
             int n = size;
+            int live = begin();
+            if (live == 0) {
+                return;
+            }
+            // Stage 1: the data, each block's checks before its store as in writeOn; a block refused here fails
+            // alone, its lane's free block unchanged.
+            for (int s = 0; s < n; s++) {
+                if (failure[s] != null) {
+                    continue;
+                }
+                try {
+                    media.beforeStore(dataAt[s], blockSize);
+                    persistence.copy(src[s].asSlice(srcOff[s], blockSize), pool.asSlice(dataAt[s], blockSize));
+                } catch (Throwable t) {
+                    failure[s] = t;
+                    live--;
+                }
+            }
+            if (live > 0) {
+                commitStored(n, false);
+            }
+        }
+
+        /**
+         * The first half of a commit whose data someone else stores (a DMA engine): the checks, the read tracking
+         * and each block's bad-block check, exactly as {@link #commit} before its copies. Then every slot still
+         * {@link #live} has its free block chosen, at {@link #dataOffset}; the caller has the data stored there
+         * and calls {@link #commitDeviceStored} (or, when the device failed, {@link #commitByCpu}). Nothing of the
+         * BTT changes before that: a slot's free block belongs to its lane, which the group holds until its lane
+         * is closed, so no other writer stores into it meanwhile, and no reader reads it (it is mapped nowhere).
+         * Blocks may not be added between this and the commit.
+         *
+         * @return the slots still live (0: nothing to store, and no commit is needed)
+         */
+        public int prepareStores() {
+            int n = size;
+            int live = begin();
+            if (live == 0) {
+                return 0;
+            }
+            for (int s = 0; s < n; s++) {
+                if (failure[s] != null) {
+                    continue;
+                }
+                try {
+                    media.beforeStore(dataAt[s], blockSize);
+                } catch (Throwable t) {
+                    failure[s] = t;
+                    live--;
+                }
+            }
+            return live;
+        }
+
+        /** After {@link #prepareStores}: whether the slot is still to be written (no failure so far). */
+        public boolean live(int slot) {
+            check(slot);
+            return failure[slot] == null;
+        }
+
+        /** After {@link #prepareStores}: where in the pool mapping the live slot's data goes ({@link #blockSize} bytes). */
+        public long dataOffset(int slot) {
+            check(slot);
+            return dataAt[slot];
+        }
+
+        /**
+         * The rest of a commit after {@link #prepareStores}, once a device has stored every live slot's data and
+         * reported it: the data is made durable first (on pmem every block's lines written back, then one drain,
+         * here, on the calling thread: with DDIO a device's stores sit in the CPU cache, and a drain covers only
+         * write-backs this thread issued; elsewhere an msync of each block), then the flog, seq and map stages as
+         * in {@link #commit}. Never throws; each slot's fate is its {@link #failure}.
+         */
+        public void commitDeviceStored() {
+            commitStored(size, true);
+        }
+
+        /**
+         * As {@link #commitDeviceStored}, after the device failed to store (some of) the data: every live slot's
+         * data is copied by the CPU from its {@link #source} first (the same bytes again where the device had
+         * stored them: the blocks are free, nobody reads them).
+         */
+        public void commitByCpu() {
+            int n = size;
+            int live = 0;
+            for (int s = 0; s < n; s++) {
+                if (failure[s] != null) {
+                    continue;
+                }
+                try {
+                    persistence.copy(src[s].asSlice(srcOff[s], blockSize), pool.asSlice(dataAt[s], blockSize));
+                    live++;
+                } catch (Throwable t) {
+                    failure[s] = t;
+                }
+            }
+            if (live > 0) {
+                commitStored(n, false);
+            }
+        }
+
+        /**
+         * The checks before stage 1: a slot without a source, or in a read-only arena, fails; the others get their
+         * lane's free block, and their map entry's place; then the read tracking. The live slots.
+         */
+        private int begin() {
+            int n = size;
             int live = 0;
             for (int s = 0; s < n; s++) {
                 if (failure[s] != null) {
@@ -983,29 +1090,28 @@ public final class Btt {
                 mapAt[s] = a.mapOff + (long) premap[s] * MAP_ENTRY_SIZE;
                 live++;
             }
-            if (live == 0) {
-                return;
+            if (live > 0) {
+                waitForReaders();
             }
-            waitForReaders();
-            // Stage 1: the data, each block's checks before its store as in writeOn; a block refused here fails
-            // alone, its lane's free block unchanged.
-            for (int s = 0; s < n; s++) {
-                if (failure[s] != null) {
-                    continue;
-                }
-                try {
-                    media.beforeStore(dataAt[s], blockSize);
-                    persistence.copy(src[s].asSlice(srcOff[s], blockSize), pool.asSlice(dataAt[s], blockSize));
-                } catch (Throwable t) {
-                    failure[s] = t;
-                    live--;
-                }
-            }
-            if (live == 0) {
-                return;
-            }
+            return live;
+        }
+
+        /**
+         * Stages 1 (its durability) to 4 for the live slots, whose data is stored: by this thread's copies, or by a
+         * device ({@code deviceStored}: its lines are written back here first, on pmem).
+         */
+        private void commitStored(int n, boolean deviceStored) {
             int locked = 0;
             try {
+                if (deviceStored && pmem) {
+                    // A device's stores are not this thread's: without these write-backs the drain below would
+                    // not cover them, and a crash could keep the map entry and lose the data it points at.
+                    for (int s = 0; s < n; s++) {
+                        if (failure[s] == null) {
+                            writeBack(dataAt[s], blockSize);
+                        }
+                    }
+                }
                 durable(dataAt, 0, blockSize);
                 int keys = lockKeys();
                 for (; locked < keys; locked++) {
@@ -1076,10 +1182,12 @@ public final class Btt {
                 // Whatever was thrown (an Error too): a lane's flog state on the media is not known any more, so
                 // writes stop, as after a single write's failed step. No block of the group is committed.
                 long first = -1;
+                int live = 0;
                 for (int s = 0; s < n; s++) {
                     if (failure[s] == null) {
                         first = first < 0 ? lba[s] : first;
                         failure[s] = t;
+                        live++;
                     }
                 }
                 writeFailure = "a persistence step of a write to block " + first + " (one of " + live + " written"
@@ -1236,6 +1344,16 @@ public final class Btt {
             }
             backOff(spins);
         }
+    }
+
+    /**
+     * As {@link #claim}, without waiting: a free lane, {@code preferred} (mod lanes) first, or null when every lane
+     * is held. For a caller that must do something before it may wait (ring a DMA doorbell for copies whose
+     * completion gives lanes back).
+     */
+    public Lane claimNow(int preferred) {
+        int lane = tryClaim(preferred);
+        return lane < 0 ? null : laneHandles[lane];
     }
 
     /**
