@@ -555,6 +555,144 @@ final class BttRequests {
         }
     }
 
+    /**
+     * Copies a DMA READ on the BTT may take at most (one per sector, two where a piece boundary splits a sector):
+     * beyond, it takes the CPU route. A ring of the default 512 descriptors holds a 1 MiB READ of 4 KiB sectors.
+     */
+    static final int MAX_READ_COPIES = 1024;
+
+    /**
+     * Prepares a READ for the DMA route ({@link ReadCopies}): every sector it touches is resolved through the map
+     * and published in the device-read table ({@link Btt#beginDeviceRead}: no writer reuses its block until the
+     * copy is reported), a sector that reads as zeros is zeroed in the request's memory here, and each other
+     * sector's part becomes a copy (block -> the request's piece). Nothing of it is placed yet.
+     *
+     * @return the copies (0: every sector was zeros, the request's data is complete); -1, nothing held, when it
+     *         must take the CPU route, which answers it as it would (a block marked bad, a known bad range, pieces not
+     *         covering its length, more copies than {@link #MAX_READ_COPIES})
+     */
+    int prepareDmaRead(Request r, PmemBlockDriver.PerRequest st, long poolIova, PmemRegion region) {
+        boolean caller = r.segments() == 0;
+        long end = r.offset + r.length;
+        long first = r.offset >>> shift, last = (end - 1) >>> shift;
+        if ((caller && r.iovBytes() != r.length) || last - first + 1 > MAX_READ_COPIES) {
+            return -1;
+        }
+        ReadCopies c = st.bttReads(this);
+        c.count = 0;
+        c.held = 0;
+        MemorySegment poolMemory = caller ? null : r.queue().pool().memory();
+        BadBlocks bad = region.badBlocks();
+        int piece = 0;
+        long in = 0;
+        try {
+            for (long lba = first; lba <= last; lba++) {
+                long sectorStart = lba << shift;
+                long from = Math.max(r.offset, sectorStart), to = Math.min(end, sectorStart + sector);
+                long data = btt.beginDeviceRead(lba);
+                if (data != Btt.ZEROS) {
+                    c.hold(data);
+                    if (!bad.isEmpty() && bad.overlaps(data, sector)) {
+                        c.release(btt);
+                        return -1; // the CPU's guarded read answers EIO
+                    }
+                }
+                long inBlock = from - sectorStart;
+                for (long left = to - from; left > 0; ) {
+                    long pieceLength = caller ? r.iovLength(piece) : r.segmentLength(piece);
+                    if (in == pieceLength) {
+                        piece++;
+                        in = 0;
+                        continue;
+                    }
+                    long k = Math.min(left, pieceLength - in);
+                    long at = (caller ? r.iovStart(piece) : r.segmentPoolOffset(piece)) + in;
+                    if (data == Btt.ZEROS) {
+                        (caller ? r.iovMapping(piece) : poolMemory).asSlice(at, k).fill((byte) 0);
+                    } else {
+                        if (c.count == MAX_READ_COPIES) {
+                            c.release(btt);
+                            return -1;
+                        }
+                        long dst = (caller ? r.iovIova(piece) : poolIova + r.segmentPoolOffset(piece)) + in;
+                        c.add(regionIova + data + inBlock, dst, k);
+                    }
+                    in += k;
+                    inBlock += k;
+                    left -= k;
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            c.release(btt); // the CPU route reads the map again and answers it (EIO for a block marked bad)
+            return -1;
+        }
+        return c.count;
+    }
+
+    /** Ends the device reads of a READ whose copies have all been reported (or were never placed). */
+    void endDmaRead(PmemBlockDriver.PerRequest st) {
+        st.bttReads(this).release(btt);
+    }
+
+    /**
+     * A DMA READ's copies on the BTT, and the blocks it holds in the device-read table: made on a tag's first such
+     * READ, grown to its need (at most {@link #MAX_READ_COPIES}), reused after.
+     */
+    static final class ReadCopies implements DmaChannel.Copies {
+        private long[] src = new long[16], dst = new long[16], len = new long[16];
+        private long[] heldBlocks = new long[16];
+        private int count, held;
+
+        void add(long s, long d, long l) {
+            if (count == src.length) {
+                int n = Math.min(MAX_READ_COPIES, 2 * count);
+                src = java.util.Arrays.copyOf(src, n);
+                dst = java.util.Arrays.copyOf(dst, n);
+                len = java.util.Arrays.copyOf(len, n);
+            }
+            src[count] = s;
+            dst[count] = d;
+            len[count] = l;
+            count++;
+        }
+
+        void hold(long dataOffset) {
+            if (held == heldBlocks.length) {
+                heldBlocks = java.util.Arrays.copyOf(heldBlocks, 2 * held);
+            }
+            heldBlocks[held++] = dataOffset;
+        }
+
+        /** Ends every device read held: after the copies are reported, or when none will be placed. */
+        void release(Btt btt) {
+            for (int i = 0; i < held; i++) {
+                btt.endDeviceRead(heldBlocks[i]);
+            }
+            held = 0;
+            count = 0;
+        }
+
+        @Override
+        public int count() {
+            return count;
+        }
+
+        @Override
+        public long srcIova(int i) {
+            return src[i];
+        }
+
+        @Override
+        public long dstIova(int i) {
+            return dst[i];
+        }
+
+        @Override
+        public long length(int i) {
+            return len[i];
+        }
+    }
+
     /** Commits the group and records each failed sector's failure on its request (the first one counts); clears the group. */
     private static void commit(Btt.Group g, Request[] batch) {
         int n = g.size();

@@ -424,10 +424,44 @@ public final class PmemBlockDriver implements BlockDriver {
     private void queueOnBtt(int hwq, Request[] batch, int count) {
         DmaChannel channel = channels.length == 0 ? null : channels[hwq % channels.length];
         Throwable error = null;
+        boolean unsubmitted = false; // DMA READs placed since the last doorbell
         int i = 0;
         while (i < count) {
-            if (!groupable(batch[i])) {
-                error = completeByCpu(batch[i], error);
+            Request r = batch[i];
+            if (channel != null && r.op == Op.READ && wantsDma(r)) {
+                int rc = CPU;
+                try {
+                    rc = placeBttRead(channel, hwq, r);
+                } catch (Throwable t) { // not expected (it catches what the BTT and the channel throw): the CPU's
+                    error = failed(r, "routing", t, error);
+                }
+                if (rc == PLACED) {
+                    PerRequest st = (PerRequest) r.driverData; // ours until its count is dropped, as in queueRequests
+                    unsubmitted |= st.placed > 0;
+                    error = firstError(error, st.placeError);
+                    st.placeError = null;
+                    if (st.drop(1 + st.count - st.placed) == 0) {
+                        error = finishDma(r, st, error);
+                    }
+                    i++;
+                    continue;
+                }
+                if (rc == ZEROS) {
+                    stats.count(Route.CPU, false, r.length);
+                    r.route = Route.CPU;
+                    error = complete(r, Status.OK, error);
+                    i++;
+                    continue;
+                }
+            }
+            if (unsubmitted) {
+                // Whatever comes next may wait: for a lane (held by a writer that waits for a block one of these
+                // READs holds), or in a write's read tracking. Their copies must be on their way first.
+                error = submit(channel, error);
+                unsubmitted = false;
+            }
+            if (!groupable(r)) {
+                error = completeByCpu(r, error);
                 i++;
                 continue;
             }
@@ -449,9 +483,52 @@ public final class PmemBlockDriver implements BlockDriver {
                 i++;
             }
         }
+        if (unsubmitted) {
+            error = submit(channel, error);
+        }
         if (error != null) {
             throw (Error) error;
         }
+    }
+
+    /** {@link #placeBttRead}: every sector the READ touches reads as zeros, and its memory is zeroed already. */
+    private static final int ZEROS = 3;
+
+    /**
+     * Places a READ on the BTT as {@link #place} places one on raw, its copies those of
+     * {@link BttRequests#prepareDmaRead} (each sector's block, held in the BTT's device-read table until the
+     * request's copies have all been reported: {@link #finishDma} ends them). CPU: it takes the CPU route, nothing
+     * held; RING_FULL: nothing placed, nothing held.
+     */
+    private int placeBttRead(DmaChannel channel, int hwq, Request r) {
+        PerRequest st = state(r);
+        int n = btt.prepareDmaRead(r, st, poolIova[hwq], region);
+        if (n < 0) {
+            return CPU;
+        }
+        if (n == 0) {
+            return ZEROS;
+        }
+        st.failedStatus = 0;
+        st.placed = 0;
+        st.placeError = null;
+        st.outstanding = n + 1;
+        st.count = n;
+        try {
+            if (!channel.placeAll(st.bttReads(btt), r)) {
+                btt.endDmaRead(st);
+                return RING_FULL;
+            }
+            st.placed = n;
+        } catch (Throwable t) {
+            st.failedStatus = STATUS_NOT_PLACED; // finishDma ends its device reads and completes it by the CPU
+            st.placeError = t instanceof Error ? t : null;
+            if (t instanceof Error || faultLogDue()) {
+                LOG.log(System.Logger.Level.ERROR, "DMA channel " + channel.index() + " threw placing " + r
+                        + "; it is completed by the CPU: " + t, t);
+            }
+        }
+        return PLACED;
     }
 
     /** Whether a WRITE on the BTT goes to DMA: the raw layout's rule, and sectors whole in its pieces. */
@@ -601,6 +678,16 @@ public final class PmemBlockDriver implements BlockDriver {
         boolean bttRedone;
         int bttAdded;
         Request bttNext;
+        /** A DMA READ's copies on the BTT; made on the tag's first one. */
+        private BttRequests.ReadCopies bttReads;
+
+        BttRequests.ReadCopies bttReads(BttRequests owner) {
+            BttRequests.ReadCopies c = bttReads;
+            if (c == null) {
+                c = bttReads = new BttRequests.ReadCopies();
+            }
+            return c;
+        }
 
         private Request request;
         private long poolIova;
@@ -735,6 +822,9 @@ public final class PmemBlockDriver implements BlockDriver {
 
     /** Completes a request whose copies have all been reported: by DMA if they all succeeded, else by the CPU. */
     private Throwable finishDma(Request r, PerRequest st, Throwable error) {
+        if (btt != null) {
+            btt.endDmaRead(st); // a READ on the BTT (its writes finish elsewhere): the device is done with its blocks
+        }
         int status = st.failedStatus;
         if (status == 0) {
             int result = Status.OK;

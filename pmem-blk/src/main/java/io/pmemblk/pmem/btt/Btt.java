@@ -46,6 +46,15 @@ public final class Btt {
     private static final int PAD = 16;
     /** An RTT slot that names no block: a normal map entry always has both flag bits set. */
     private static final int RTT_EMPTY = 0;
+    /**
+     * Buckets of an arena's device-read table ({@link #beginDeviceRead}): a power of two. A writer whose free block
+     * shares a bucket with a block a device is still reading waits for that read too (a false positive costs a
+     * wait of one copy, never a wrong result); with 64 Ki buckets, a thousand blocks in flight leave a bucket busy
+     * 1.5% of the time. 256 KiB an arena.
+     */
+    private static final int DEVICE_READ_BUCKETS = 1 << 16;
+    /** What {@link #beginDeviceRead} answers for a block that reads as zeros (its map entry's zero flag, or initial). */
+    public static final long ZEROS = -1;
     private static final VarHandle ARRAY = MethodHandles.arrayElementVarHandle(int[].class);
     /**
      * Block writes a {@link Group} runs in lockstep at most: a QD32 batch of 4 KiB writes in one group. Past a
@@ -96,6 +105,13 @@ public final class Btt {
         /** Per flog lane (all nfree, in use or not): the current entry's old_map (the lane's free block), seq, next slot. */
         final int[] free, seq, next;
         final int[] rtt;
+        /**
+         * The device-read table: per bucket of internal blocks, the reads of them a device has in flight
+         * ({@link #beginDeviceRead}). A lane's RTT slot holds one block, for a read its holder copies now; a
+         * device read is in flight after its caller has gone on, and a READ has many sectors, so it would need
+         * a lane per sector to use the RTT.
+         */
+        final int[] deviceReads;
         final int[] mapLocks;
         /** Why the arena is read-only (the info block's ERROR flag, an invalid flog pair), or null. */
         volatile String error;
@@ -115,6 +131,7 @@ public final class Btt {
             this.seq = new int[nfree];
             this.next = new int[nfree];
             this.rtt = new int[lanes * PAD];
+            this.deviceReads = new int[DEVICE_READ_BUCKETS];
             this.mapLocks = new int[nfree * PAD];
             if ((info.get(U32, INFO_FLAGS) & INFO_FLAG_ERROR) != 0) {
                 error = "its info block has the ERROR flag set (a write to it failed earlier)";
@@ -1241,6 +1258,11 @@ public final class Btt {
                     }
                 }
             }
+            for (int s = 0; s < size; s++) {
+                if (failure[s] == null) {
+                    waitForDeviceReads(arena[s], freeEntry[s]);
+                }
+            }
         }
 
         /** Sorts the live blocks' map locks by (arena, lock) without repeats into lockKey; how many. */
@@ -1402,6 +1424,75 @@ public final class Btt {
                 backOff(spins);
             }
         }
+        waitForDeviceReads(a, entry);
+    }
+
+    /**
+     * Waits while a device may still read {@code entry}'s block ({@link #beginDeviceRead}): its bucket's count is
+     * zero. The caller must not hold a read of its own in flight unsubmitted (it would wait for itself); the
+     * device's completions never wait here (they run no writer's read tracking).
+     */
+    private static void waitForDeviceReads(Arena a, int entry) {
+        int bucket = deviceReadBucket(entry & MAP_LBA_MASK);
+        for (int spins = 0; (int) ARRAY.getVolatile(a.deviceReads, bucket) != 0; spins++) {
+            backOff(spins);
+        }
+    }
+
+    private static int deviceReadBucket(int block) {
+        return (block * 0x9E3779B9) >>> (32 - Integer.numberOfTrailingZeros(DEVICE_READ_BUCKETS));
+    }
+
+    /**
+     * The start of a read of external block {@code lba} that a device (a DMA engine) copies later, after the
+     * caller has gone on: the block is published in the arena's device-read table, then the map is read again,
+     * as {@link #read} publishes in its lane's RTT slot; from then until {@link #endDeviceRead} no writer reuses
+     * the block (a writer about to store into a free block waits while its bucket is busy). Needs no lane.
+     *
+     * @return the pool offset of the block's data ({@link #blockSize} bytes), which the caller must end with
+     *         {@link #endDeviceRead} once the device has reported its copy; or {@link #ZEROS} (nothing published)
+     * @throws IOException when the block is marked bad or the map is corrupt (as {@link #read})
+     */
+    public long beginDeviceRead(long lba) throws IOException {
+        Arena a = arenaOf(lba);
+        long mapAt = a.mapOff + (lba - a.firstLba) * MAP_ENTRY_SIZE;
+        int entry = (int) INT.getVolatile(pool, mapAt);
+        while (true) {
+            if (isError(entry)) {
+                throw new IOException("block " + lba + " is marked bad (its map entry has the ERROR flag): EIO until"
+                        + " it is written again");
+            }
+            if (isZeroOrInitial(entry)) {
+                return ZEROS;
+            }
+            int block = entry & MAP_LBA_MASK;
+            if (block >= a.internalNlba) {
+                throw new IOException("block " + lba + " maps to internal block " + block + ", beyond the arena's "
+                        + a.internalNlba + ": the map is corrupt (`pmempool check`)");
+            }
+            // Publish, then look again (a full fence between: the add is a locked instruction), as readOn.
+            int bucket = deviceReadBucket(block);
+            ARRAY.getAndAdd(a.deviceReads, bucket, 1);
+            int again = (int) INT.getVolatile(pool, mapAt);
+            if (again != entry) {
+                ARRAY.getAndAdd(a.deviceReads, bucket, -1);
+                entry = again;
+                continue;
+            }
+            return a.dataOff + (long) block * a.internalLbaSize;
+        }
+    }
+
+    /** Ends a read {@link #beginDeviceRead} started, once the device has finished it (reported, failed or closed). */
+    public void endDeviceRead(long dataOffset) {
+        for (Arena a : arenas) {
+            if (dataOffset >= a.dataOff && dataOffset < a.mapOff) {
+                int block = (int) ((dataOffset - a.dataOff) / a.internalLbaSize);
+                ARRAY.getAndAdd(a.deviceReads, deviceReadBucket(block), -1);
+                return;
+            }
+        }
+        throw new IllegalArgumentException("pool offset " + dataOffset + " is no arena's data block");
     }
 
     /** The map lock of the LBA's cache line (PMDK get_map_lock_num, Linux lock_map): a CAS spin lock, held over 3 persists. */
