@@ -19,9 +19,15 @@ import java.lang.foreign.MemorySegment;
  *   <li>Lanes: dispatch on one hardware queue is concurrent (each NBD connection dispatches from its own thread),
  *   so a lane per queue would need a lock. A request claims a lane instead, its thread's own first
  *   ({@link Btt#claim}: one CAS, no lock), so threads that keep dispatching keep their lanes.</li>
- *   <li>Copies: by the CPU only. The DMA route would need a device-written data block made durable
- *   ({@link PmemRegion#deviceWrote}) between the data step and the flog step inside {@link Btt#write}; that is
- *   not built, so a driver on a BTT has no engine ({@code dma.engine=none} is required with it).</li>
+ *   <li>Copies: by the CPU, or by the driver's DMA engine where its routing rule (the raw layout's) sends a
+ *   request there. WRITEs ({@link #dmaWrites}): a group's data stage is one batch of copies straight into its
+ *   free blocks, and the dispatching thread goes on; when the channel reports the last of them, the blocks are
+ *   written back and drained (a device's stores are not the CPU's: with DDIO they sit in its cache), then the
+ *   flog, seq and map stages run, so a map entry never points at data that is not durable, nor at data that
+ *   did not land (a failed copy sends the group to the CPU). READs ({@link #prepareDmaRead}): each sector's
+ *   block is held in the BTT's device-read table until the request's copies are reported, so no writer
+ *   reuses a block the engine still reads. Nothing is received into or sent from the mapping in place: a
+ *   sector's place there is the map's, known only when it is read or written.</li>
  *   <li>Durability: every sector write and zeroing is durable when the BTT returns (each step persisted before
  *   the next), so FUA needs nothing more, and FLUSH (the region's) has nothing of the BTT's left to do.</li>
  *   <li>Alignment: WRITE, TRIM and WRITE_ZEROES must cover whole sectors (EINVAL otherwise: a read-modify-write
@@ -476,7 +482,7 @@ final class BttRequests {
             return PmemBlockDriver.complete(r, Status.EINVAL, error);
         }
         if (f == null) {
-            io.pmemblk.queueing.Route route = st.bttRedone ? io.pmemblk.queueing.Route.CPU : io.pmemblk.queueing.Route.DMA;
+            Route route = st.bttRedone ? Route.CPU : Route.DMA;
             if (st.bttRedone) {
                 stats.dmaError();
                 stats.dmaFallback();

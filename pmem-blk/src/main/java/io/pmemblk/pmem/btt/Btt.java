@@ -1472,10 +1472,10 @@ public final class Btt {
             }
             // Publish, then look again (a full fence between: the add is a locked instruction), as readOn.
             int bucket = deviceReadBucket(block);
-            ARRAY.getAndAdd(a.deviceReads, bucket, 1);
+            int unused = (int) ARRAY.getAndAdd(a.deviceReads, bucket, 1);
             int again = (int) INT.getVolatile(pool, mapAt);
             if (again != entry) {
-                ARRAY.getAndAdd(a.deviceReads, bucket, -1);
+                unused = (int) ARRAY.getAndAdd(a.deviceReads, bucket, -1);
                 entry = again;
                 continue;
             }
@@ -1488,7 +1488,7 @@ public final class Btt {
         for (Arena a : arenas) {
             if (dataOffset >= a.dataOff && dataOffset < a.mapOff) {
                 int block = (int) ((dataOffset - a.dataOff) / a.internalLbaSize);
-                ARRAY.getAndAdd(a.deviceReads, deviceReadBucket(block), -1);
+                int unused = (int) ARRAY.getAndAdd(a.deviceReads, deviceReadBucket(block), -1);
                 return;
             }
         }
