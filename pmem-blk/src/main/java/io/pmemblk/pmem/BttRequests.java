@@ -393,7 +393,7 @@ final class BttRequests {
         if (live > 0) {
             try {
                 if (!channel.placeAll(f, f)) {
-                    f.failedStatus = PmemBlockDriver.STATUS_NOT_PLACED; // no room: the CPU, as for a request on raw
+                    f.failedStatus = STATUS_RING_FULL; // no room: the CPU, as a request on raw; not a fault
                     f.outstanding = 1;
                 }
             } catch (Throwable t) {
@@ -438,8 +438,12 @@ final class BttRequests {
             if (status == 0) {
                 g.commitDeviceStored();
             } else {
-                if (status != PmemBlockDriver.STATUS_NOT_PLACED) {
-                    driver.dmaFailed("a BTT group of " + f.count + " sectors", status);
+                if (status != STATUS_RING_FULL) {
+                    stats.dmaError();
+                    stats.dmaFallback();
+                    if (status != PmemBlockDriver.STATUS_NOT_PLACED) {
+                        driver.dmaFailed("a BTT group of " + f.count + " sectors", status);
+                    }
                 }
                 g.commitByCpu();
             }
@@ -483,10 +487,6 @@ final class BttRequests {
         }
         if (f == null) {
             Route route = st.bttRedone ? Route.CPU : Route.DMA;
-            if (st.bttRedone) {
-                stats.dmaError();
-                stats.dmaFallback();
-            }
             stats.count(route, true, r.length);
             r.route = route;
             return PmemBlockDriver.complete(r, Status.OK, error);
@@ -566,6 +566,8 @@ final class BttRequests {
      * beyond, it takes the CPU route. A ring of the default 512 descriptors holds a 1 MiB READ of 4 KiB sectors.
      */
     static final int MAX_READ_COPIES = 1024;
+    /** A group's status when the ring had no room for its copies: stored by the CPU, not counted as a DMA fault. */
+    private static final int STATUS_RING_FULL = 0x1000_0000;
 
     /**
      * Prepares a READ for the DMA route ({@link ReadCopies}): every sector it touches is resolved through the map
