@@ -51,9 +51,12 @@ import java.util.Map;
  * not recover from) loses nothing either: its request goes to the CPU, and the rest of the batch runs.
  *
  * <p>The BTT layout ({@code pmem.layout=btt}, {@link #onBtt}): the device is the BTT's external blocks, and its
- * requests are executed sector by sector by {@link BttRequests} (sector-atomic writes, CPU copies only, nothing
- * received or sent in place: the mapping's bytes are the BTT's, not the device's). The WRITEs of a batch, and the
- * sectors of one WRITE, are written in groups whose durability round trips are shared ({@link #queueOnBtt}).
+ * requests are executed sector by sector by {@link BttRequests} (sector-atomic writes, nothing received or sent
+ * in place: the mapping's bytes are the BTT's, not the device's). The WRITEs of a batch, and the sectors of one
+ * WRITE, are written in groups whose durability round trips are shared ({@link #queueOnBtt}). On the DMA route a
+ * group's data copies are the channel's, and its flog and map steps run on the completion thread once the
+ * device-written blocks are written back and drained; a READ's copies are the channel's, its blocks held in the
+ * BTT's device-read table until they are reported.
  */
 public final class PmemBlockDriver implements BlockDriver {
     private static final System.Logger LOG = System.getLogger(PmemBlockDriver.class.getName());
