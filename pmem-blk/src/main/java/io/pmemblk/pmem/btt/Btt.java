@@ -29,14 +29,18 @@ import static io.pmemblk.pmem.btt.BttLayout.*;
  * and callers that {@link #claim} lanes do not share one BTT.
  *
  * <p>Reads publish the block they copy in the read-tracking table (RTT) and re-read the map, so a writer about to
- * reuse a block waits while a reader still copies it (note §2, "why the RTT exists").
+ * reuse a block waits while a reader still copies it (note §2, "why the RTT exists"). A read a device copies
+ * after its caller has gone on (a DMA engine's, {@link #beginDeviceRead}) publishes in the arena's device-read
+ * table instead, which needs no lane; writers wait on both.
  *
  * <p>Groups ({@link Group}): the four durability round trips of a block write (data, flog first half, flog seq half,
  * map; each a write-back and a drain on pmem) must stay serial for each block, but nothing orders them between
  * blocks of different lanes. A group runs up to {@link #GROUP_BLOCKS} block writes, each on its own lane, in
  * lockstep: all data copies then one drain, all first halves then one drain, all seq halves then one drain, all
  * map stores then one drain. The write-backs of different lines overlap, so the group costs about what one block
- * costs alone ("one batch, one doorbell").
+ * costs alone ("one batch, one doorbell"). A group's data may be stored by a device instead of this thread
+ * ({@link Group#prepareStores}, then {@link Group#commitDeviceStored} on whichever thread hears that it is done):
+ * the blocks' lines are written back and drained there before the flog stage.
  *
  * <p>The hot path (read, write, zero of one block, a group's commit) allocates nothing; this object does not own the mapping.
  */
