@@ -667,8 +667,9 @@ public final class PmemBlockDriver implements BlockDriver {
         private IovCopies iovCopies;
 
         /**
-         * The BTT's grouped writes ({@link BttRequests#writes}), on the dispatching thread only: the first failure
-         * of one of the request's sectors, and pieces not covering its length (EINVAL).
+         * The BTT's grouped writes ({@link BttRequests#writes}, on the dispatching thread; {@link
+         * BttRequests#dmaWrites}, also on the completion thread, before its drop of {@link #outstanding}): the
+         * first failure of one of the request's sectors, and pieces not covering its length (EINVAL).
          */
         Throwable bttFailure;
         boolean bttInvalid;

@@ -4,7 +4,6 @@ import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.ioat.IoatSpec;
 import io.pmemblk.dma.testing.InjectedFaults;
-import io.pmemblk.pmem.btt.Btt;
 import io.pmemblk.pmem.btt.BttLayout;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.FrontendQueue;
@@ -184,7 +183,7 @@ class BttDmaTest {
     @ParameterizedTest
     @ValueSource(ints = {512, 4096})
     void bothRoutesFromManyQueuesReadBackWhatWasWrittenAndNeverTearASector(int sector) throws Exception {
-        serve(sector, 3, 3, 8, new Routing(16 << 10, Integer.MAX_VALUE, true), 128);
+        serve(sector, 3, 3, 8, new Routing(16 << 10, Integer.MAX_VALUE, true), 512);
         if (sector == 4096) {
             faults.failEvery(0, 37, IoatSpec.CHANERR_DEST_ADDR);
         }
