@@ -57,6 +57,12 @@ final class BttRequests {
     /** The driver whose requests these are, and the region mapping's address in its engine's IOVA space (-1: none). */
     private PmemBlockDriver driver;
     private long regionIova = -1;
+    /**
+     * Groups launched on the DMA route and not finished: close() waits for none left before the region is
+     * unmapped. The engine's close reports every copy, but a channel closing waits only (and briefly) for its
+     * completion thread, which may still be committing the last group when the close returns.
+     */
+    private final java.util.concurrent.atomic.AtomicInteger flying = new java.util.concurrent.atomic.AtomicInteger();
 
     BttRequests(Btt btt, CopyStats stats) {
         this.btt = btt;
@@ -390,6 +396,7 @@ final class BttRequests {
         f.count = n;
         f.failedStatus = 0;
         f.outstanding = n + 1;
+        flying.incrementAndGet();
         if (live > 0) {
             try {
                 if (!channel.placeAll(f, f)) {
@@ -468,14 +475,34 @@ final class BttRequests {
         Btt.Lane lane = f.lane;
         f.lane = null;
         lane.close(); // the group's lanes too; f may be another thread's from here on
-        while (ready != null) {
-            Request r = ready;
-            PmemBlockDriver.PerRequest st = (PmemBlockDriver.PerRequest) r.driverData;
-            ready = st.bttNext;
-            st.bttNext = null;
-            error = finishWrite(r, st, error);
+        try {
+            while (ready != null) {
+                Request r = ready;
+                PmemBlockDriver.PerRequest st = (PmemBlockDriver.PerRequest) r.driverData;
+                ready = st.bttNext;
+                st.bttNext = null;
+                error = finishWrite(r, st, error);
+            }
+        } finally {
+            flying.decrementAndGet();
         }
         return error;
+    }
+
+    /**
+     * Waits (at most {@code millis}) until every group launched on the DMA route has committed and completed its
+     * requests: after the engine is closed (every copy reported), before the region is unmapped. False when some
+     * group is still running at the deadline.
+     */
+    boolean awaitGroups(long millis) throws InterruptedException {
+        long deadline = System.nanoTime() + millis * 1_000_000L;
+        while (flying.get() > 0) {
+            if (System.nanoTime() - deadline > 0) {
+                return false;
+            }
+            Thread.sleep(1);
+        }
+        return true;
     }
 
     /** Completes a WRITE of {@link #dmaWrites}: by DMA unless a sector's group went to the CPU. */

@@ -1107,6 +1107,23 @@ public final class PmemBlockDriver implements BlockDriver {
         return true;
     }
 
+    /**
+     * After the engine's close: every copy is reported, but the last group's flog and map steps may still run on a
+     * completion thread the channel's close stopped waiting for. The mapping must outlive them.
+     */
+    private void awaitBttGroups() throws IOException {
+        try {
+            if (!btt.awaitGroups(30_000)) {
+                LOG.log(System.Logger.Level.ERROR, "BTT groups written by DMA were still committing 30 s after the"
+                        + " engine closed; unmapping anyway (the next open finishes a swap whose flog entry is"
+                        + " durable)");
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted while BTT groups written by DMA were committing", e);
+        }
+    }
+
     /** CPU time of the DMA engine's own threads so far (the software device's engines), 0 without one. */
     public long engineCpuNanos() {
         return engine == null ? 0 : engine.softDevice().map(d -> d.engineCpuTimeNanos()).orElse(0L);
@@ -1117,12 +1134,18 @@ public final class PmemBlockDriver implements BlockDriver {
         region.persistAll();
     }
 
-    /** Closes the DMA engine (its copies drain or fall back to the CPU), then persists and unmaps the region. */
+    /**
+     * Closes the DMA engine (its copies drain or fall back to the CPU; on the BTT every group in flight commits),
+     * then persists and unmaps the region.
+     */
     @Override
     public void close() throws IOException {
         try {
             if (engine != null) {
                 engine.close();
+                if (btt != null) {
+                    awaitBttGroups();
+                }
                 IovaSpace space = engine.iovaSpace();
                 synchronized (registered) {
                     for (Registered r : registered.values()) { // a frontend that never withdrew its memory
