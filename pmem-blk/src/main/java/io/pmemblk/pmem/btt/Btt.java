@@ -99,6 +99,13 @@ public final class Btt {
     private final List<String> notes;
     /** Set when a persistence step of a write failed: its lane's state on the media is unknown, so writes stop. */
     private volatile String writeFailure;
+    /**
+     * Set (for good) by the first {@link #beginDeviceRead}, before it publishes: until then writers skip the
+     * device-read tables (a miss in a 256 KiB table per block, for nothing, on a BTT served without an engine). A
+     * writer that reads it unset took its map store before the reader set it, so the reader's re-read of the map
+     * (after the flag and its publish) sees the map changed and never copies the block.
+     */
+    private volatile boolean deviceReads;
 
     /** One arena's offsets (absolute in the pool mapping) and its run-time state. */
     private static final class Arena {
@@ -1262,9 +1269,11 @@ public final class Btt {
                     }
                 }
             }
-            for (int s = 0; s < size; s++) {
-                if (failure[s] == null) {
-                    waitForDeviceReads(arena[s], freeEntry[s]);
+            if (deviceReads) {
+                for (int s = 0; s < size; s++) {
+                    if (failure[s] == null) {
+                        waitForDeviceReads(arena[s], freeEntry[s]);
+                    }
                 }
             }
         }
@@ -1428,7 +1437,9 @@ public final class Btt {
                 backOff(spins);
             }
         }
-        waitForDeviceReads(a, entry);
+        if (deviceReads) {
+            waitForDeviceReads(a, entry);
+        }
     }
 
     /**
@@ -1458,6 +1469,9 @@ public final class Btt {
      * @throws IOException when the block is marked bad or the map is corrupt (as {@link #read})
      */
     public long beginDeviceRead(long lba) throws IOException {
+        if (!deviceReads) {
+            deviceReads = true;
+        }
         Arena a = arenaOf(lba);
         long mapAt = a.mapOff + (lba - a.firstLba) * MAP_ENTRY_SIZE;
         int entry = (int) INT.getVolatile(pool, mapAt);
