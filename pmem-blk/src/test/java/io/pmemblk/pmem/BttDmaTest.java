@@ -114,6 +114,12 @@ class BttDmaTest {
     /** Dispatches the batch in one call and waits (10 s at most) for each completion; their statuses, released. */
     private static int[] dispatchAndAwait(HardwareQueue q, Request[] batch, BlockingQueue<Request> done)
             throws InterruptedException {
+        return dispatchAndAwait(q, batch, done, new Route[batch.length]);
+    }
+
+    /** As {@link #dispatchAndAwait(HardwareQueue, Request[], BlockingQueue)}, each one's route into {@code routes}. */
+    private static int[] dispatchAndAwait(HardwareQueue q, Request[] batch, BlockingQueue<Request> done,
+                                          Route[] routes) throws InterruptedException {
         q.dispatch(batch, batch.length);
         int[] status = new int[batch.length];
         for (int i = 0; i < batch.length; i++) {
@@ -122,6 +128,7 @@ class BttDmaTest {
             for (int k = 0; k < batch.length; k++) {
                 if (batch[k] == r) {
                     status[k] = r.status();
+                    routes[k] = r.route;
                 }
             }
         }
@@ -129,12 +136,6 @@ class BttDmaTest {
             r.release();
         }
         return status;
-    }
-
-    /** One WRITE, waited for: its status. */
-    private static int writeNow(HardwareQueue q, long off, byte[] data) throws InterruptedException {
-        BlockingQueue<Request> done = new ArrayBlockingQueue<>(1);
-        return dispatchAndAwait(q, new Request[]{write(q, off, data, done)}, done)[0];
     }
 
     /** A READ of [off, off+len), waited for (10 s): its data; the route it took in {@code route[0]} if given. */
@@ -362,10 +363,10 @@ class BttDmaTest {
         assertThat(driver.btt().check()).isEmpty();
         // the channel recovered: the next WRITE goes by DMA
         byte[] next = bytes(99, 16 * 4096);
-        Request r = write(q, 64 * 4096L, next, done);
-        assertThat(dispatchAndAwait(q, new Request[]{r}, done)).containsExactly(Status.OK);
-        assertThat(r.route).isEqualTo(Route.DMA);
         Route[] route = new Route[1];
+        assertThat(dispatchAndAwait(q, new Request[]{write(q, 64 * 4096L, next, done)}, done, route))
+                .containsExactly(Status.OK);
+        assertThat(route[0]).isEqualTo(Route.DMA);
         assertThat(read(q, 64 * 4096L, next.length, route)).isEqualTo(next);
         assertThat(route[0]).isEqualTo(Route.DMA);
         // a READ whose copy fails: read again by the CPU, and right
