@@ -650,7 +650,8 @@ final class BttRequests {
                             return -1;
                         }
                         long dst = (caller ? r.iovIova(piece) : poolIova + r.segmentPoolOffset(piece)) + in;
-                        c.add(regionIova + data + inBlock, dst, k);
+                        c.add(regionIova + data + inBlock, dst, k, data + inBlock,
+                                caller ? r.iovMapping(piece) : poolMemory, at);
                     }
                     in += k;
                     inBlock += k;
@@ -670,24 +671,48 @@ final class BttRequests {
     }
 
     /**
+     * After a DMA READ's copy failed (or was never placed): makes every copy of it by the CPU, from the blocks it
+     * still holds in the device-read table (no writer has reused them), through the region's guarded read. Needs
+     * no lane: this runs on the channel's completion thread, which must never wait for a lane (the lanes it would
+     * wait for are held by groups whose completion is that thread's to run). The caller ends the holds after.
+     *
+     * @throws MappingFault when a block cannot be read (a known bad range, a fault on the mapping)
+     */
+    void readHeldByCpu(PmemBlockDriver.PerRequest st, PmemRegion region) {
+        ReadCopies c = st.bttReads(this);
+        for (int i = 0; i < c.count; i++) {
+            region.read(c.srcOffset[i], c.dstMemory[i], c.dstOffset[i], c.len[i]);
+        }
+    }
+
+    /**
      * A DMA READ's copies on the BTT, and the blocks it holds in the device-read table: made on a tag's first such
      * READ, grown to its need (at most {@link #MAX_READ_COPIES}), reused after.
      */
     static final class ReadCopies implements DmaChannel.Copies {
         private long[] src = new long[16], dst = new long[16], len = new long[16];
+        /** The same copies for the CPU, should the device fail: pool offset, and the request memory's place. */
+        private long[] srcOffset = new long[16], dstOffset = new long[16];
+        private MemorySegment[] dstMemory = new MemorySegment[16];
         private long[] heldBlocks = new long[16];
         private int count, held;
 
-        void add(long s, long d, long l) {
+        void add(long s, long d, long l, long poolOffset, MemorySegment memory, long memoryOffset) {
             if (count == src.length) {
                 int n = Math.min(MAX_READ_COPIES, 2 * count);
                 src = java.util.Arrays.copyOf(src, n);
                 dst = java.util.Arrays.copyOf(dst, n);
                 len = java.util.Arrays.copyOf(len, n);
+                srcOffset = java.util.Arrays.copyOf(srcOffset, n);
+                dstOffset = java.util.Arrays.copyOf(dstOffset, n);
+                dstMemory = java.util.Arrays.copyOf(dstMemory, n);
             }
             src[count] = s;
             dst[count] = d;
             len[count] = l;
+            srcOffset[count] = poolOffset;
+            dstMemory[count] = memory;
+            dstOffset[count] = memoryOffset;
             count++;
         }
 
@@ -703,6 +728,7 @@ final class BttRequests {
             for (int i = 0; i < held; i++) {
                 btt.endDeviceRead(heldBlocks[i]);
             }
+            java.util.Arrays.fill(dstMemory, 0, count, null); // the request's memory is not kept past it
             held = 0;
             count = 0;
         }

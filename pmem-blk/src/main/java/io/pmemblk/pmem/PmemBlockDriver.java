@@ -827,7 +827,7 @@ public final class PmemBlockDriver implements BlockDriver {
     /** Completes a request whose copies have all been reported: by DMA if they all succeeded, else by the CPU. */
     private Throwable finishDma(Request r, PerRequest st, Throwable error) {
         if (btt != null) {
-            btt.endDmaRead(st); // a READ on the BTT (its writes finish elsewhere): the device is done with its blocks
+            return finishBttRead(r, st, error); // a READ (the BTT's writes finish in BttRequests)
         }
         int status = st.failedStatus;
         if (status == 0) {
@@ -871,6 +871,52 @@ public final class PmemBlockDriver implements BlockDriver {
                     + "); it and the copies behind it are completed by the CPU (" + stats.dmaFallbacks() + " so far)");
         }
         return completeByCpu(r, error);
+    }
+
+    /**
+     * Completes a READ on the BTT whose copies have all been reported: by DMA if they all succeeded, else by the CPU
+     * from the same blocks, still held ({@link BttRequests#readHeldByCpu}: not {@link #completeByCpu}, whose
+     * execution claims a lane, which this thread, the channel's completion thread, must never wait for). Then the
+     * blocks are let go.
+     */
+    private Throwable finishBttRead(Request r, PerRequest st, Throwable error) {
+        int status = st.failedStatus;
+        if (status == 0) {
+            btt.endDmaRead(st); // before the completion: the tag's state may serve its next request right after
+            stats.count(Route.DMA, false, r.length);
+            r.route = Route.DMA;
+            return complete(r, Status.OK, error);
+        }
+        stats.dmaError();
+        if (r.callerMemory() && !stillMapped(r)) {
+            btt.endDmaRead(st);
+            if (faultLogDue()) {
+                LOG.log(System.Logger.Level.ERROR, "DMA copy of " + r + " failed (CHANERR 0x"
+                        + Integer.toHexString(status) + "): its caller memory is no longer registered for DMA"
+                        + " (unregisterMemory comes after the region's requests are released); answered EIO");
+            }
+            return complete(r, Status.EIO, error);
+        }
+        stats.dmaFallback();
+        if (status != STATUS_NOT_PLACED && faultLogDue()) {
+            LOG.log(System.Logger.Level.WARNING, "DMA copy of " + r + " failed (CHANERR 0x"
+                    + Integer.toHexString(status) + "); it and the copies behind it are completed by the CPU ("
+                    + stats.dmaFallbacks() + " so far)");
+        }
+        Throwable failed = null;
+        try {
+            btt.readHeldByCpu(st, region);
+        } catch (Throwable t) {
+            failed = t;
+        } finally {
+            btt.endDmaRead(st);
+        }
+        if (failed != null) {
+            return completeFailed(r, failed, error);
+        }
+        stats.count(Route.CPU, false, r.length);
+        r.route = Route.CPU;
+        return complete(r, Status.OK, error);
     }
 
     /**
