@@ -382,6 +382,63 @@ class BttDmaTest {
     }
 
     /**
+     * A block the engine still reads is not reused: with one lane, a DMA READ of sectors 0-3 in flight (its
+     * channel stalled) holds their blocks; a WRITE of sector 0 goes to the lane's free block and frees sector 0's
+     * old block, which becomes the lane's free block, so the next WRITE of sector 0 must wait for the READ. It
+     * does, until the channel runs; the READ then holds the old data whole, and the second WRITE lands after it.
+     */
+    @Test
+    void aWriterWaitsForABlockTheEngineStillReads() throws Exception {
+        serve(4096, 2, 1, 1, new Routing(16 << 10, Integer.MAX_VALUE, true), 64);
+        assertThat(driver.btt().lanes()).isEqualTo(1);
+        HardwareQueue dmaQueue = layer.queue(0), cpuQueue = layer.queue(1); // channels 0 and 1
+        byte[] a = bytes(1, 4 * 4096), b = bytes(2, 4096), c = bytes(3, 4096);
+        BlockingQueue<Request> done = new ArrayBlockingQueue<>(4);
+        assertThat(dispatchAndAwait(cpuQueue, new Request[]{write(cpuQueue, 0, a, done)}, done)).containsOnly(Status.OK);
+        faults.stall(0, true);
+        Request rd = dmaQueue.acquire(a.length);
+        rd.op = Op.READ;
+        rd.offset = 0;
+        rd.length = a.length;
+        BlockingQueue<Request> readDone = new ArrayBlockingQueue<>(1);
+        rd.completion = readDone::add;
+        dmaQueue.dispatch(new Request[]{rd}, 1);
+        assertThat(readDone).as("in flight: its channel is stalled").isEmpty();
+        AtomicBoolean secondWritten = new AtomicBoolean();
+        ConcurrentLinkedQueue<String> problems = new ConcurrentLinkedQueue<>();
+        Thread writer = Thread.ofPlatform().start(() -> {
+            try {
+                BlockingQueue<Request> mine = new ArrayBlockingQueue<>(1);
+                if (dispatchAndAwait(cpuQueue, new Request[]{write(cpuQueue, 0, b, mine)}, mine)[0] != Status.OK
+                        || dispatchAndAwait(cpuQueue, new Request[]{write(cpuQueue, 0, c, mine)}, mine)[0] != Status.OK) {
+                    problems.add("a WRITE failed");
+                }
+                secondWritten.set(true);
+            } catch (Throwable t) {
+                problems.add(t.toString());
+            }
+        });
+        Thread.sleep(300);
+        assertThat(secondWritten.get()).as("the second WRITE waits for the READ's block").isFalse();
+        faults.stall(0, false);
+        Request got = readDone.poll(10, TimeUnit.SECONDS);
+        assertThat(got).isNotNull();
+        assertThat(got.status()).isZero();
+        assertThat(got.route).isEqualTo(Route.DMA);
+        byte[] out = new byte[a.length];
+        rd.buffers()[0].get(out);
+        rd.release();
+        assertThat(out).as("the READ's blocks were not reused under it").isEqualTo(a);
+        writer.join(10_000);
+        assertThat(secondWritten.get()).isTrue();
+        assertThat(problems).isEmpty();
+        byte[] expect = a.clone();
+        System.arraycopy(c, 0, expect, 0, 4096);
+        assertThat(read(dmaQueue, 0, expect.length, null)).isEqualTo(expect);
+        assertThat(driver.btt().check()).isEmpty();
+    }
+
+    /**
      * Two lanes only: every group of 2 sectors holds both while its copies are in flight. A batch of 12 one-sector
      * WRITEs needs 6 groups: the dispatcher finds no lane for the second, rings the doorbell and waits, and goes on
      * as each group's completion gives its lanes back. With the channel stalled it waits (the lanes are held across
