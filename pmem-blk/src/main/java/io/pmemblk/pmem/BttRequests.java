@@ -449,7 +449,7 @@ final class BttRequests {
                     stats.dmaError();
                     stats.dmaFallback();
                     if (status != PmemBlockDriver.STATUS_NOT_PLACED) {
-                        driver.dmaFailed("a BTT group of " + f.count + " sectors", status);
+                        driver.groupCopyFailed(f.count, status);
                     }
                 }
                 g.commitByCpu();

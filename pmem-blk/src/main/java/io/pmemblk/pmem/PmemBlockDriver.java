@@ -553,11 +553,14 @@ public final class PmemBlockDriver implements BlockDriver {
         return firstError(error, t);
     }
 
-    /** A copy of {@code what} failed with {@code status}: its data is stored by the CPU instead (logged once a second). */
-    void dmaFailed(String what, int status) {
+    /**
+     * A copy of a BTT group of {@code sectors} failed with {@code status}: the group's data is stored by the CPU
+     * instead. Logged once a second at most (a halt fails every copy behind it), the line built only then.
+     */
+    void groupCopyFailed(int sectors, int status) {
         if (faultLogDue()) {
-            LOG.log(System.Logger.Level.WARNING, "DMA copy of " + what + " failed (CHANERR 0x"
-                    + Integer.toHexString(status) + "); it and the copies behind it are stored by the CPU ("
+            LOG.log(System.Logger.Level.WARNING, "DMA copy of a BTT group of " + sectors + " sectors failed (CHANERR 0x"
+                    + Integer.toHexString(status) + "); the group and the copies behind it are stored by the CPU ("
                     + stats.dmaFallbacks() + " so far)");
         }
     }
