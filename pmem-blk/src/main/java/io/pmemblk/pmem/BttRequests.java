@@ -613,7 +613,7 @@ final class BttRequests {
         if ((caller && r.iovBytes() != r.length) || last - first + 1 > MAX_READ_COPIES) {
             return -1;
         }
-        ReadCopies c = st.bttReads(this);
+        ReadCopies c = st.bttReads();
         c.count = 0;
         c.held = 0;
         MemorySegment poolMemory = caller ? null : r.queue().pool().memory();
@@ -667,7 +667,7 @@ final class BttRequests {
 
     /** Ends the device reads of a READ whose copies have all been reported (or were never placed). */
     void endDmaRead(PmemBlockDriver.PerRequest st) {
-        st.bttReads(this).release(btt);
+        st.bttReads().release(btt);
     }
 
     /**
@@ -679,7 +679,7 @@ final class BttRequests {
      * @throws MappingFault when a block cannot be read (a known bad range, a fault on the mapping)
      */
     void readHeldByCpu(PmemBlockDriver.PerRequest st, PmemRegion region) {
-        ReadCopies c = st.bttReads(this);
+        ReadCopies c = st.bttReads();
         for (int i = 0; i < c.count; i++) {
             region.read(c.srcOffset[i], c.dstMemory[i], c.dstOffset[i], c.len[i]);
         }

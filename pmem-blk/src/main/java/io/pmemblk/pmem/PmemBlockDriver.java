@@ -518,7 +518,7 @@ public final class PmemBlockDriver implements BlockDriver {
         st.outstanding = n + 1;
         st.count = n;
         try {
-            if (!channel.placeAll(st.bttReads(btt), r)) {
+            if (!channel.placeAll(st.bttReads(), r)) {
                 btt.endDmaRead(st);
                 return RING_FULL;
             }
@@ -688,7 +688,7 @@ public final class PmemBlockDriver implements BlockDriver {
         /** A DMA READ's copies on the BTT; made on the tag's first one. */
         private BttRequests.ReadCopies bttReads;
 
-        BttRequests.ReadCopies bttReads(BttRequests owner) {
+        BttRequests.ReadCopies bttReads() {
             BttRequests.ReadCopies c = bttReads;
             if (c == null) {
                 c = bttReads = new BttRequests.ReadCopies();
