@@ -98,8 +98,9 @@ public final class PmemBlockDriver implements BlockDriver {
     }
 
     /**
-     * A driver on the BTT of {@code region} that may offload WRITEs' data copies to {@code engine} (null: CPU
-     * only), routed by {@code routing} as on the raw layout ({@link BttRequests#dmaWrites}). The BTT must be over
+     * A driver on the BTT of {@code region} that may offload the data copies of WRITEs ({@link
+     * BttRequests#dmaWrites}) and READs ({@link BttRequests#prepareDmaRead}) to {@code engine} (null: CPU only),
+     * routed by {@code routing} as on the raw layout. The BTT must be over
      * this region's mapping; the driver owns the engine, as {@link #PmemBlockDriver(PmemRegion, CopyStats,
      * DmaEngine, Routing)} does.
      */
@@ -547,8 +548,8 @@ public final class PmemBlockDriver implements BlockDriver {
     /** The channel threw placing a BTT group (nothing placed; the CPU takes it): logged, once a second unless an Error. */
     Throwable placeFailed(DmaChannel channel, Throwable t, Throwable error) {
         if (t instanceof Error || faultLogDue()) {
-            LOG.log(System.Logger.Level.ERROR, "DMA channel " + channel.index() + " threw placing " + "a BTT group"
-                    + "; it is written by the CPU: " + t, t);
+            LOG.log(System.Logger.Level.ERROR, "DMA channel " + channel.index() + " threw placing a BTT group's copies;"
+                    + " the group is written by the CPU: " + t, t);
         }
         return firstError(error, t);
     }
