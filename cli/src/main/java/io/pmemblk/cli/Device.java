@@ -63,7 +63,8 @@ public final class Device implements AutoCloseable {
                         settings.get(Settings.DMA_RING_SIZE), DmaEngine.SOFT_XFERCAP_LOG2, SoftFaults.installed());
             }
             this.driver = btt ? PmemBlockDriver.onBtt(region, stats, BttRegion.open(region, bttLanes(settings),
-                    settings.source(Settings.PMEM_SECTOR_SIZE).equals("default") ? 0 : settings.get(Settings.PMEM_SECTOR_SIZE)))
+                    settings.source(Settings.PMEM_SECTOR_SIZE).equals("default") ? 0 : settings.get(Settings.PMEM_SECTOR_SIZE)),
+                    engine, LiveSettings.routing(settings))
                     : new PmemBlockDriver(region, stats, engine, LiveSettings.routing(settings));
             // ublk queue i takes tags of its own on hardware queue i, so it never waits behind NBD connections.
             boolean ublk = settings.get(Settings.UBLK_ENABLED);

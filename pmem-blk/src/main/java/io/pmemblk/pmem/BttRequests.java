@@ -1,5 +1,6 @@
 package io.pmemblk.pmem;
 
+import io.pmemblk.dma.DmaChannel;
 import io.pmemblk.pmem.btt.Btt;
 import io.pmemblk.queueing.Op;
 import io.pmemblk.queueing.Request;
@@ -18,9 +19,15 @@ import java.lang.foreign.MemorySegment;
  *   <li>Lanes: dispatch on one hardware queue is concurrent (each NBD connection dispatches from its own thread),
  *   so a lane per queue would need a lock. A request claims a lane instead, its thread's own first
  *   ({@link Btt#claim}: one CAS, no lock), so threads that keep dispatching keep their lanes.</li>
- *   <li>Copies: by the CPU only. The DMA route would need a device-written data block made durable
- *   ({@link PmemRegion#deviceWrote}) between the data step and the flog step inside {@link Btt#write}; that is
- *   not built, so a driver on a BTT has no engine ({@code dma.engine=none} is required with it).</li>
+ *   <li>Copies: by the CPU, or by the driver's DMA engine where its routing rule (the raw layout's) sends a
+ *   request there. WRITEs ({@link #dmaWrites}): a group's data stage is one batch of copies straight into its
+ *   free blocks, and the dispatching thread goes on; when the channel reports the last of them, the blocks are
+ *   written back and drained (a device's stores are not the CPU's: with DDIO they sit in its cache), then the
+ *   flog, seq and map stages run, so a map entry never points at data that is not durable, nor at data that
+ *   did not land (a failed copy sends the group to the CPU). READs ({@link #prepareDmaRead}): each sector's
+ *   block is held in the BTT's device-read table until the request's copies are reported, so no writer
+ *   reuses a block the engine still reads. Nothing is received into or sent from the mapping in place: a
+ *   sector's place there is the map's, known only when it is read or written.</li>
  *   <li>Durability: every sector write and zeroing is durable when the BTT returns (each step persisted before
  *   the next), so FUA needs nothing more, and FLUSH (the region's) has nothing of the BTT's left to do.</li>
  *   <li>Alignment: WRITE, TRIM and WRITE_ZEROES must cover whole sectors (EINVAL otherwise: a read-modify-write
@@ -44,7 +51,18 @@ final class BttRequests {
     private final MemorySegment[] bounce;
     /** Per lane: where a request's data stands in its pieces. */
     private final Cursor[] cursors;
+    /** Per lane: the DMA state of a group whose owner is that lane ({@link Flight}), made at open. */
+    private final Flight[] flights;
     private volatile long lastLog = System.nanoTime() - 2_000_000_000L;
+    /** The driver whose requests these are, and the region mapping's address in its engine's IOVA space (-1: none). */
+    private PmemBlockDriver driver;
+    private long regionIova = -1;
+    /**
+     * Groups launched on the DMA route and not finished: close() waits for none left before the region is
+     * unmapped. The engine's close reports every copy, but a channel closing waits only (and briefly) for its
+     * completion thread, which may still be committing the last group when the close returns.
+     */
+    private final java.util.concurrent.atomic.AtomicInteger flying = new java.util.concurrent.atomic.AtomicInteger();
 
     BttRequests(Btt btt, CopyStats stats) {
         this.btt = btt;
@@ -53,11 +71,19 @@ final class BttRequests {
         this.stats = stats;
         this.bounce = new MemorySegment[btt.lanes()];
         this.cursors = new Cursor[btt.lanes()];
+        this.flights = new Flight[btt.lanes()];
         Arena auto = Arena.ofAuto();
         for (int i = 0; i < bounce.length; i++) {
             bounce[i] = auto.allocate(sector, 64);
             cursors[i] = new Cursor();
+            flights[i] = new Flight(this);
         }
+    }
+
+    /** Set by the driver before it serves: who completes the requests, and where the mapping is for its engine. */
+    void attach(PmemBlockDriver driver, long regionIova) {
+        this.driver = driver;
+        this.regionIova = regionIova;
     }
 
     /** The device's size: the BTT's external blocks. */
@@ -229,6 +255,503 @@ final class BttRequests {
             error = finish(driver, batch[i], (PmemBlockDriver.PerRequest) batch[i].driverData, error);
         }
         return error;
+    }
+
+    /**
+     * Whether a WRITE the driver routes to DMA can go as one copy per sector, each straight from its piece into
+     * its free block: pool chunks (128 KiB, the request sector-aligned) never split a sector; pieces of caller
+     * memory must be whole sectors, all but the last. Else it takes the CPU route, where a split sector is gathered
+     * into a bounce sector (which is not in the engine's IOVA space).
+     */
+    boolean dmaWritable(Request r) {
+        if (r.segments() > 0) {
+            return true;
+        }
+        for (int i = 0, last = r.iovCount() - 1; i < last; i++) {
+            if ((r.iovLength(i) & (sector - 1)) != 0) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /**
+     * The DMA route of the WRITEs {@code batch[from..to)} (each {@link #dmaWritable}, checked as for
+     * {@link #writes}): their sectors in order, in groups as on the CPU route, but each group's data stage is one
+     * batch of copies on {@code channel} (the sector's piece -> its free block's place in the mapping), and this
+     * thread does not wait for them. When the channel reports the group's last copy, on its completion thread,
+     * {@link #copied} makes the data durable and runs the flog, seq and map stages ({@link Btt.Group#commitDeviceStored}),
+     * gives the group's lanes back, then completes each request whose last sector that was. A failed copy (or a
+     * channel that cannot take the group) sends the whole group to the CPU ({@link Btt.Group#commitByCpu}): no map
+     * entry ever points at a block whose data did not land.
+     *
+     * <p>Lanes: a group in flight holds its lanes (its {@link Flight} gives them back), so this thread holds none
+     * between two groups; it claims the next group's lane without waiting first, and when every lane is held it
+     * rings the doorbell before it waits: the lanes it waits for come back only once their copies have run. Copies
+     * placed before this run (DMA READs of the batch) must be submitted already: a group's read tracking may
+     * wait for them. The doorbell is rung once at the end of the run.
+     *
+     * <p>A request completes once all its sectors have committed (or failed): on the completion thread, or here
+     * at the end of the run, never while this thread holds a lane. Unlike the CPU route, a failed sector does not
+     * stop the request's later sectors (they may be in flight already); the request answers EIO all the same.
+     */
+    Throwable dmaWrites(Request[] batch, int from, int to, Throwable error, DmaChannel channel, long poolIova) {
+        for (int i = from; i < to; i++) {
+            Request r = batch[i];
+            PmemBlockDriver.PerRequest st = PmemBlockDriver.state(r);
+            st.bttFailure = null;
+            st.bttInvalid = false;
+            st.bttRedone = false;
+            st.bttAdded = 0;
+            // Set before any of its sectors is placed: a group's report may drop it before this loop ends.
+            st.outstanding = 1 + (int) (r.length >>> shift);
+        }
+        Flight f = null;
+        for (int i = from; i < to; i++) {
+            Request r = batch[i];
+            PmemBlockDriver.PerRequest st = (PmemBlockDriver.PerRequest) r.driverData;
+            try {
+                boolean caller = r.segments() == 0;
+                if (caller && r.iovBytes() != r.length) {
+                    st.bttInvalid = true; // pieces not covering the length: EINVAL, as execute answers
+                    continue;
+                }
+                MemorySegment poolMemory = caller ? null : r.queue().pool().memory();
+                int piece = 0;
+                long in = 0;
+                for (long off = r.offset, end = r.offset + r.length; off < end && st.bttFailure == null; off += sector) {
+                    while ((caller ? r.iovLength(piece) : r.segmentLength(piece)) == in) { // an exhausted (or empty) piece
+                        piece++;
+                        in = 0;
+                    }
+                    long lba = off >>> shift;
+                    if (f == null) {
+                        f = flight(channel);
+                    }
+                    Btt.Group g = f.lane.group();
+                    int slot = g.add(lba, i);
+                    if (slot < 0) {
+                        error = launch(f, channel, error);
+                        f = flight(channel);
+                        g = f.lane.group();
+                        slot = g.add(lba, i); // an empty group takes any block
+                    }
+                    f.request[slot] = r; // the slot holds one of the request's shares from here on
+                    st.bttAdded++;
+                    long at = (caller ? r.iovStart(piece) : r.segmentPoolOffset(piece)) + in;
+                    g.source(slot, caller ? r.iovMapping(piece) : poolMemory, at);
+                    f.srcIova[slot] = (caller ? r.iovIova(piece) : poolIova + r.segmentPoolOffset(piece)) + in;
+                    in += sector;
+                }
+            } catch (Throwable t) { // not expected (the driver checked the bounds): the request fails alone
+                if (st.bttFailure == null) {
+                    st.bttFailure = t;
+                }
+            }
+        }
+        if (f != null) {
+            error = launch(f, channel, error);
+        }
+        error = driver.ring(channel, error);
+        // This thread holds no lane now: each request's own share (and its sectors never added) may complete it.
+        for (int i = from; i < to; i++) {
+            Request r = batch[i];
+            PmemBlockDriver.PerRequest st = (PmemBlockDriver.PerRequest) r.driverData;
+            if (st.drop(1 + (int) (r.length >>> shift) - st.bttAdded) == 0) {
+                error = finishWrite(r, st, error);
+            }
+        }
+        return error;
+    }
+
+    /**
+     * The flight of a newly claimed lane: claimed without waiting if any lane is free, else after the doorbell
+     * (the lanes held are those of groups in flight, given back once their copies are reported).
+     */
+    private Flight flight(DmaChannel channel) {
+        Btt.Lane lane = btt.claimNow(preferredLane());
+        if (lane == null) {
+            driver.ring(channel, null); // an Error here shows again at the run's own doorbell
+            lane = btt.claim(preferredLane());
+        }
+        Flight f = flights[lane.index()];
+        f.lane = lane;
+        return f;
+    }
+
+    /**
+     * Starts the group of {@code f}: its checks and read tracking ({@link Btt.Group#prepareStores}), then its
+     * copies, placed as one unit; if the channel takes none (ring full, or it threw), the CPU stores the data here.
+     * From here on {@code f} is the completion's: this thread must not touch it again.
+     */
+    private Throwable launch(Flight f, DmaChannel channel, Throwable error) {
+        Btt.Group g = f.lane.group();
+        int live = g.prepareStores();
+        int n = 0;
+        for (int s = 0, size = g.size(); s < size; s++) {
+            if (g.live(s)) {
+                f.live[n++] = s;
+            }
+        }
+        f.count = n;
+        f.failedStatus = 0;
+        f.outstanding = n + 1;
+        flying.incrementAndGet();
+        if (live > 0) {
+            try {
+                if (!channel.placeAll(f, f)) {
+                    f.failedStatus = STATUS_RING_FULL; // no room: the CPU, as a request on raw; not a fault
+                    f.outstanding = 1;
+                }
+            } catch (Throwable t) {
+                // Nothing placed (all or none): the group goes to the CPU now.
+                f.failedStatus = PmemBlockDriver.STATUS_NOT_PLACED;
+                f.outstanding = 1;
+                error = driver.placeFailed(channel, t, error);
+            }
+        }
+        if (f.drop(1) == 0) {
+            error = finish(f, error);
+        }
+        return error;
+    }
+
+    /**
+     * A copy of {@code f}'s group has been reported (the channel's completion thread, or a closing channel's caller):
+     * the last report finishes the group. Returns the first Error of its completions, for the driver to rethrow.
+     */
+    Throwable copied(Flight f, int status) {
+        if (status != 0 && f.failedStatus == 0) {
+            f.failedStatus = status; // written before this report's drop, read after the last one
+        }
+        int left = f.drop(1);
+        if (left < 0) {
+            LOG.log(System.Logger.Level.ERROR, "DMA channel reported a copy of a BTT group more often than it was"
+                    + " placed; ignored");
+            return null;
+        }
+        return left == 0 ? finish(f, null) : null;
+    }
+
+    /**
+     * Commits the group of {@code f} once its data is stored (by the device, or by the CPU now if the device failed),
+     * records each sector's fate on its request, gives the lanes back, then completes the requests whose last
+     * sector this was: a completion never finds the lanes of this group held.
+     */
+    private Throwable finish(Flight f, Throwable error) {
+        Btt.Group g = f.lane.group();
+        int status = f.failedStatus;
+        if (f.count > 0) {
+            if (status == 0) {
+                g.commitDeviceStored();
+            } else {
+                if (status != STATUS_RING_FULL) {
+                    stats.dmaError();
+                    stats.dmaFallback();
+                    if (status != PmemBlockDriver.STATUS_NOT_PLACED) {
+                        driver.groupCopyFailed(f.count, status);
+                    }
+                }
+                g.commitByCpu();
+            }
+        }
+        Request ready = null; // the requests to complete, linked through their state: nothing allocated
+        for (int s = 0, n = g.size(); s < n; s++) {
+            Request r = f.request[s];
+            f.request[s] = null;
+            PmemBlockDriver.PerRequest st = (PmemBlockDriver.PerRequest) r.driverData;
+            Throwable t = g.failure(s);
+            if (t != null && st.bttFailure == null) {
+                st.bttFailure = t;
+            }
+            if (status != 0) {
+                st.bttRedone = true;
+            }
+            if (st.drop(1) == 0) {
+                st.bttNext = ready;
+                ready = r;
+            }
+        }
+        Btt.Lane lane = f.lane;
+        f.lane = null;
+        lane.close(); // the group's lanes too; f may be another thread's from here on
+        try {
+            while (ready != null) {
+                Request r = ready;
+                PmemBlockDriver.PerRequest st = (PmemBlockDriver.PerRequest) r.driverData;
+                ready = st.bttNext;
+                st.bttNext = null;
+                error = finishWrite(r, st, error);
+            }
+        } finally {
+            flying.decrementAndGet();
+        }
+        return error;
+    }
+
+    /**
+     * Waits (at most {@code millis}) until every group launched on the DMA route has committed and completed its
+     * requests: after the engine is closed (every copy reported), before the region is unmapped. False when some
+     * group is still running at the deadline.
+     */
+    boolean awaitGroups(long millis) throws InterruptedException {
+        long deadline = System.nanoTime() + millis * 1_000_000L;
+        while (flying.get() > 0) {
+            if (System.nanoTime() - deadline > 0) {
+                return false;
+            }
+            Thread.sleep(1);
+        }
+        return true;
+    }
+
+    /** Completes a WRITE of {@link #dmaWrites}: by DMA unless a sector's group went to the CPU. */
+    private Throwable finishWrite(Request r, PmemBlockDriver.PerRequest st, Throwable error) {
+        Throwable f = st.bttFailure;
+        st.bttFailure = null;
+        if (st.bttInvalid) {
+            return PmemBlockDriver.complete(r, Status.EINVAL, error);
+        }
+        if (f == null) {
+            Route route = st.bttRedone ? Route.CPU : Route.DMA;
+            stats.count(route, true, r.length);
+            r.route = route;
+            return PmemBlockDriver.complete(r, Status.OK, error);
+        }
+        if (f instanceof IOException e) {
+            refused(r, "failed: " + e.getMessage());
+            return PmemBlockDriver.complete(r, Status.EIO, error);
+        }
+        return driver.completeFailed(r, f, error);
+    }
+
+    /**
+     * A group on the DMA route from its placing to its commit: its owner lane (whose {@link Btt.Group} it is), the
+     * request and source iova of each slot, and the copy list {@link DmaChannel#placeAll} reads (one copy per
+     * live slot, straight into the slot's free block). One per lane, made at open; the thread that holds the lane
+     * owns it, then the copies' reports do, and the last report gives the lane back.
+     */
+    static final class Flight implements DmaChannel.Copies {
+        private static final java.lang.invoke.VarHandle OUTSTANDING;
+
+        static {
+            try {
+                OUTSTANDING = java.lang.invoke.MethodHandles.lookup().findVarHandle(Flight.class, "outstanding", int.class);
+            } catch (ReflectiveOperationException e) {
+                throw new ExceptionInInitializerError(e);
+            }
+        }
+
+        private final BttRequests owner;
+        private Btt.Lane lane;
+        private final Request[] request = new Request[Btt.GROUP_BLOCKS];
+        private final long[] srcIova = new long[Btt.GROUP_BLOCKS];
+        /** The slots placed as copies, in order: copy i is slot live[i]'s. */
+        private final int[] live = new int[Btt.GROUP_BLOCKS];
+        private int count;
+        /** The first failed copy's status (or STATUS_NOT_PLACED), written before its report's drop. */
+        private int failedStatus;
+        /** Copies not reported yet, plus the placer's share while it places. */
+        private volatile int outstanding;
+
+        Flight(BttRequests owner) {
+            this.owner = owner;
+        }
+
+        /** The requests these are, for the driver's completion listener. */
+        BttRequests owner() {
+            return owner;
+        }
+
+        int drop(int n) {
+            return (int) OUTSTANDING.getAndAdd(this, -n) - n;
+        }
+
+        @Override
+        public int count() {
+            return count;
+        }
+
+        @Override
+        public long srcIova(int i) {
+            return srcIova[live[i]];
+        }
+
+        @Override
+        public long dstIova(int i) {
+            return owner.regionIova + lane.group().dataOffset(live[i]);
+        }
+
+        @Override
+        public long length(int i) {
+            return owner.sector;
+        }
+    }
+
+    /**
+     * Copies a DMA READ on the BTT may take at most (one per sector, two where a piece boundary splits a sector):
+     * beyond, it takes the CPU route. A ring of the default 512 descriptors holds a 1 MiB READ of 4 KiB sectors.
+     */
+    static final int MAX_READ_COPIES = 1024;
+    /** A group's status when the ring had no room for its copies: stored by the CPU, not counted as a DMA fault. */
+    private static final int STATUS_RING_FULL = 0x1000_0000;
+
+    /**
+     * Prepares a READ for the DMA route ({@link ReadCopies}): every sector it touches is resolved through the map
+     * and published in the device-read table ({@link Btt#beginDeviceRead}: no writer reuses its block until the
+     * copy is reported), a sector that reads as zeros is zeroed in the request's memory here, and each other
+     * sector's part becomes a copy (block -> the request's piece). Nothing of it is placed yet.
+     *
+     * @return the copies (0: every sector was zeros, the request's data is complete); -1, nothing held, when it
+     *         must take the CPU route, which answers it as it would (a block marked bad, a known bad range, pieces not
+     *         covering its length, more copies than {@link #MAX_READ_COPIES})
+     */
+    int prepareDmaRead(Request r, PmemBlockDriver.PerRequest st, long poolIova, PmemRegion region) {
+        boolean caller = r.segments() == 0;
+        long end = r.offset + r.length;
+        long first = r.offset >>> shift, last = (end - 1) >>> shift;
+        if ((caller && r.iovBytes() != r.length) || last - first + 1 > MAX_READ_COPIES) {
+            return -1;
+        }
+        ReadCopies c = st.bttReads();
+        c.count = 0;
+        c.held = 0;
+        MemorySegment poolMemory = caller ? null : r.queue().pool().memory();
+        BadBlocks bad = region.badBlocks();
+        int piece = 0;
+        long in = 0;
+        try {
+            for (long lba = first; lba <= last; lba++) {
+                long sectorStart = lba << shift;
+                long from = Math.max(r.offset, sectorStart), to = Math.min(end, sectorStart + sector);
+                long data = btt.beginDeviceRead(lba);
+                if (data != Btt.ZEROS) {
+                    c.hold(data);
+                    if (!bad.isEmpty() && bad.overlaps(data, sector)) {
+                        c.release(btt);
+                        return -1; // the CPU's guarded read answers EIO
+                    }
+                }
+                long inBlock = from - sectorStart;
+                for (long left = to - from; left > 0; ) {
+                    long pieceLength = caller ? r.iovLength(piece) : r.segmentLength(piece);
+                    if (in == pieceLength) {
+                        piece++;
+                        in = 0;
+                        continue;
+                    }
+                    long k = Math.min(left, pieceLength - in);
+                    long at = (caller ? r.iovStart(piece) : r.segmentPoolOffset(piece)) + in;
+                    if (data == Btt.ZEROS) {
+                        (caller ? r.iovMapping(piece) : poolMemory).asSlice(at, k).fill((byte) 0);
+                    } else {
+                        if (c.count == MAX_READ_COPIES) {
+                            c.release(btt);
+                            return -1;
+                        }
+                        long dst = (caller ? r.iovIova(piece) : poolIova + r.segmentPoolOffset(piece)) + in;
+                        c.add(regionIova + data + inBlock, dst, k, data + inBlock,
+                                caller ? r.iovMapping(piece) : poolMemory, at);
+                    }
+                    in += k;
+                    inBlock += k;
+                    left -= k;
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            c.release(btt); // the CPU route reads the map again and answers it (EIO for a block marked bad)
+            return -1;
+        }
+        return c.count;
+    }
+
+    /** Ends the device reads of a READ whose copies have all been reported (or were never placed). */
+    void endDmaRead(PmemBlockDriver.PerRequest st) {
+        st.bttReads().release(btt);
+    }
+
+    /**
+     * After a DMA READ's copy failed (or was never placed): makes every copy of it by the CPU, from the blocks it
+     * still holds in the device-read table (no writer has reused them), through the region's guarded read. Needs
+     * no lane: this runs on the channel's completion thread, which must never wait for a lane (the lanes it would
+     * wait for are held by groups whose completion is that thread's to run). The caller ends the holds after.
+     *
+     * @throws MappingFault when a block cannot be read (a known bad range, a fault on the mapping)
+     */
+    void readHeldByCpu(PmemBlockDriver.PerRequest st, PmemRegion region) {
+        ReadCopies c = st.bttReads();
+        for (int i = 0; i < c.count; i++) {
+            region.read(c.srcOffset[i], c.dstMemory[i], c.dstOffset[i], c.len[i]);
+        }
+    }
+
+    /**
+     * A DMA READ's copies on the BTT, and the blocks it holds in the device-read table: made on a tag's first such
+     * READ, grown to its need (at most {@link #MAX_READ_COPIES}), reused after.
+     */
+    static final class ReadCopies implements DmaChannel.Copies {
+        private long[] src = new long[16], dst = new long[16], len = new long[16];
+        /** The same copies for the CPU, should the device fail: pool offset, and the request memory's place. */
+        private long[] srcOffset = new long[16], dstOffset = new long[16];
+        private MemorySegment[] dstMemory = new MemorySegment[16];
+        private long[] heldBlocks = new long[16];
+        private int count, held;
+
+        void add(long s, long d, long l, long poolOffset, MemorySegment memory, long memoryOffset) {
+            if (count == src.length) {
+                int n = Math.min(MAX_READ_COPIES, 2 * count);
+                src = java.util.Arrays.copyOf(src, n);
+                dst = java.util.Arrays.copyOf(dst, n);
+                len = java.util.Arrays.copyOf(len, n);
+                srcOffset = java.util.Arrays.copyOf(srcOffset, n);
+                dstOffset = java.util.Arrays.copyOf(dstOffset, n);
+                dstMemory = java.util.Arrays.copyOf(dstMemory, n);
+            }
+            src[count] = s;
+            dst[count] = d;
+            len[count] = l;
+            srcOffset[count] = poolOffset;
+            dstMemory[count] = memory;
+            dstOffset[count] = memoryOffset;
+            count++;
+        }
+
+        void hold(long dataOffset) {
+            if (held == heldBlocks.length) {
+                heldBlocks = java.util.Arrays.copyOf(heldBlocks, 2 * held);
+            }
+            heldBlocks[held++] = dataOffset;
+        }
+
+        /** Ends every device read held: after the copies are reported, or when none will be placed. */
+        void release(Btt btt) {
+            for (int i = 0; i < held; i++) {
+                btt.endDeviceRead(heldBlocks[i]);
+            }
+            java.util.Arrays.fill(dstMemory, 0, count, null); // the request's memory is not kept past it
+            held = 0;
+            count = 0;
+        }
+
+        @Override
+        public int count() {
+            return count;
+        }
+
+        @Override
+        public long srcIova(int i) {
+            return src[i];
+        }
+
+        @Override
+        public long dstIova(int i) {
+            return dst[i];
+        }
+
+        @Override
+        public long length(int i) {
+            return len[i];
+        }
     }
 
     /** Commits the group and records each failed sector's failure on its request (the first one counts); clears the group. */

@@ -51,9 +51,12 @@ import java.util.Map;
  * not recover from) loses nothing either: its request goes to the CPU, and the rest of the batch runs.
  *
  * <p>The BTT layout ({@code pmem.layout=btt}, {@link #onBtt}): the device is the BTT's external blocks, and its
- * requests are executed sector by sector by {@link BttRequests} (sector-atomic writes, CPU copies only, nothing
- * received or sent in place: the mapping's bytes are the BTT's, not the device's). The WRITEs of a batch, and the
- * sectors of one WRITE, are written in groups whose durability round trips are shared ({@link #queueOnBtt}).
+ * requests are executed sector by sector by {@link BttRequests} (sector-atomic writes, nothing received or sent
+ * in place: the mapping's bytes are the BTT's, not the device's). The WRITEs of a batch, and the sectors of one
+ * WRITE, are written in groups whose durability round trips are shared ({@link #queueOnBtt}). On the DMA route a
+ * group's data copies are the channel's, and its flog and map steps run on the completion thread once the
+ * device-written blocks are written back and drained; a READ's copies are the channel's, its blocks held in the
+ * BTT's device-read table until they are reported.
  */
 public final class PmemBlockDriver implements BlockDriver {
     private static final System.Logger LOG = System.getLogger(PmemBlockDriver.class.getName());
@@ -89,12 +92,20 @@ public final class PmemBlockDriver implements BlockDriver {
         this(region, stats, engine, routing, null);
     }
 
-    /**
-     * A driver on the BTT of {@code region} ({@link BttRegion#open}), CPU copies only (see {@link BttRequests}
-     * for why no DMA yet). The BTT must be over this region's mapping.
-     */
+    /** A driver on the BTT of {@code region} ({@link BttRegion#open}), CPU copies only. */
     public static PmemBlockDriver onBtt(PmemRegion region, CopyStats stats, Btt btt) {
-        return new PmemBlockDriver(region, stats, null, Routing.CPU_ONLY, new BttRequests(btt, stats));
+        return onBtt(region, stats, btt, null, Routing.CPU_ONLY);
+    }
+
+    /**
+     * A driver on the BTT of {@code region} that may offload the data copies of WRITEs ({@link
+     * BttRequests#dmaWrites}) and READs ({@link BttRequests#prepareDmaRead}) to {@code engine} (null: CPU only),
+     * routed by {@code routing} as on the raw layout. The BTT must be over
+     * this region's mapping; the driver owns the engine, as {@link #PmemBlockDriver(PmemRegion, CopyStats,
+     * DmaEngine, Routing)} does.
+     */
+    public static PmemBlockDriver onBtt(PmemRegion region, CopyStats stats, Btt btt, DmaEngine engine, Routing routing) {
+        return new PmemBlockDriver(region, stats, engine, routing, new BttRequests(btt, stats));
     }
 
     private PmemBlockDriver(PmemRegion region, CopyStats stats, DmaEngine engine, Routing routing, BttRequests btt) {
@@ -112,6 +123,9 @@ public final class PmemBlockDriver implements BlockDriver {
         } else {
             this.channels = new DmaChannel[0];
             this.regionIova = -1;
+        }
+        if (btt != null) {
+            btt.attach(this, regionIova);
         }
     }
 
@@ -356,7 +370,7 @@ public final class PmemBlockDriver implements BlockDriver {
     @Override
     public void queueRequests(int hwq, Request[] batch, int count) {
         if (btt != null) {
-            queueOnBtt(batch, count);
+            queueOnBtt(hwq, batch, count);
             return;
         }
         DmaChannel channel = channels.length == 0 ? null : channels[hwq % channels.length];
@@ -406,18 +420,66 @@ public final class PmemBlockDriver implements BlockDriver {
      * sectors, not once per sector); everything else, and a lone one-sector WRITE, is executed alone as before.
      * A run ends at any other request (a READ, TRIM, FLUSH ...), so what the batch orders around it stays
      * ordered. Completion and errors as in {@link #queueRequests}.
+     *
+     * <p>With an engine, a run of WRITEs the routing rule sends to DMA ({@link #wantsDmaOnBtt}, the raw layout's
+     * rule) is written in groups whose data copies are the channel's ({@link BttRequests#dmaWrites}); they
+     * complete on its completion thread. A run is of one route: where the route changes, the next run starts.
      */
-    private void queueOnBtt(Request[] batch, int count) {
+    private void queueOnBtt(int hwq, Request[] batch, int count) {
+        DmaChannel channel = channels.length == 0 ? null : channels[hwq % channels.length];
         Throwable error = null;
+        boolean unsubmitted = false; // DMA READs placed since the last doorbell
         int i = 0;
         while (i < count) {
-            int j = i;
-            long sectors = 0;
-            while (j < count && groupable(batch[j])) {
+            Request r = batch[i];
+            if (channel != null && r.op == Op.READ && wantsDma(r)) {
+                int rc = CPU;
+                try {
+                    rc = placeBttRead(channel, hwq, r);
+                } catch (Throwable t) { // not expected (it catches what the BTT and the channel throw): the CPU's
+                    error = failed(r, "routing", t, error);
+                }
+                if (rc == PLACED) {
+                    PerRequest st = (PerRequest) r.driverData; // ours until its count is dropped, as in queueRequests
+                    unsubmitted |= st.placed > 0;
+                    error = firstError(error, st.placeError);
+                    st.placeError = null;
+                    if (st.drop(1 + st.count - st.placed) == 0) {
+                        error = finishDma(r, st, error);
+                    }
+                    i++;
+                    continue;
+                }
+                if (rc == ZEROS) {
+                    stats.count(Route.CPU, false, r.length);
+                    r.route = Route.CPU;
+                    error = complete(r, Status.OK, error);
+                    i++;
+                    continue;
+                }
+            }
+            if (unsubmitted) {
+                // Whatever comes next may wait: for a lane (held by a writer that waits for a block one of these
+                // READs holds), or in a write's read tracking. Their copies must be on their way first.
+                error = submit(channel, error);
+                unsubmitted = false;
+            }
+            if (!groupable(r)) {
+                error = completeByCpu(r, error);
+                i++;
+                continue;
+            }
+            boolean dma = channel != null && wantsDmaOnBtt(batch[i]);
+            int j = i + 1; // the run holds batch[i] whatever the route of the next ones says
+            long sectors = batch[i].length / btt.btt().blockSize();
+            while (j < count && groupable(batch[j]) && (channel != null && wantsDmaOnBtt(batch[j])) == dma) {
                 sectors += batch[j].length / btt.btt().blockSize();
                 j++;
             }
-            if (sectors > 1) {
+            if (dma) {
+                error = btt.dmaWrites(batch, i, j, error, channel, poolIova[hwq]);
+                i = j;
+            } else if (sectors > 1) {
                 error = btt.writes(this, batch, i, j, error);
                 i = j;
             } else {
@@ -425,8 +487,82 @@ public final class PmemBlockDriver implements BlockDriver {
                 i++;
             }
         }
+        if (unsubmitted) {
+            error = submit(channel, error);
+        }
         if (error != null) {
             throw (Error) error;
+        }
+    }
+
+    /** {@link #placeBttRead}: every sector the READ touches reads as zeros, and its memory is zeroed already. */
+    private static final int ZEROS = 3;
+
+    /**
+     * Places a READ on the BTT as {@link #place} places one on raw, its copies those of
+     * {@link BttRequests#prepareDmaRead} (each sector's block, held in the BTT's device-read table until the
+     * request's copies have all been reported: {@link #finishDma} ends them). CPU: it takes the CPU route, nothing
+     * held; RING_FULL: nothing placed, nothing held.
+     */
+    private int placeBttRead(DmaChannel channel, int hwq, Request r) {
+        PerRequest st = state(r);
+        int n = btt.prepareDmaRead(r, st, poolIova[hwq], region);
+        if (n < 0) {
+            return CPU;
+        }
+        if (n == 0) {
+            return ZEROS;
+        }
+        st.failedStatus = 0;
+        st.placed = 0;
+        st.placeError = null;
+        st.outstanding = n + 1;
+        st.count = n;
+        try {
+            if (!channel.placeAll(st.bttReads(), r)) {
+                btt.endDmaRead(st);
+                return RING_FULL;
+            }
+            st.placed = n;
+        } catch (Throwable t) {
+            st.failedStatus = STATUS_NOT_PLACED; // finishDma ends its device reads and completes it by the CPU
+            st.placeError = t instanceof Error ? t : null;
+            if (t instanceof Error || faultLogDue()) {
+                LOG.log(System.Logger.Level.ERROR, "DMA channel " + channel.index() + " threw placing " + r
+                        + "; it is completed by the CPU: " + t, t);
+            }
+        }
+        return PLACED;
+    }
+
+    /** Whether a WRITE on the BTT goes to DMA: the raw layout's rule, and sectors whole in its pieces. */
+    private boolean wantsDmaOnBtt(Request r) {
+        return wantsDma(r) && btt.dmaWritable(r);
+    }
+
+    /** Rings {@code channel}'s doorbell; what it throws is logged and kept if an Error ({@link #submit}). */
+    Throwable ring(DmaChannel channel, Throwable error) {
+        return submit(channel, error);
+    }
+
+    /** The channel threw placing a BTT group (nothing placed; the CPU takes it): logged, once a second unless an Error. */
+    Throwable placeFailed(DmaChannel channel, Throwable t, Throwable error) {
+        if (t instanceof Error || faultLogDue()) {
+            LOG.log(System.Logger.Level.ERROR, "DMA channel " + channel.index() + " threw placing a BTT group's copies;"
+                    + " the group is written by the CPU: " + t, t);
+        }
+        return firstError(error, t);
+    }
+
+    /**
+     * A copy of a BTT group of {@code sectors} failed with {@code status}: the group's data is stored by the CPU
+     * instead. Logged once a second at most (a halt fails every copy behind it), the line built only then.
+     */
+    void groupCopyFailed(int sectors, int status) {
+        if (faultLogDue()) {
+            LOG.log(System.Logger.Level.WARNING, "DMA copy of a BTT group of " + sectors + " sectors failed (CHANERR 0x"
+                    + Integer.toHexString(status) + "); the group and the copies behind it are stored by the CPU ("
+                    + stats.dmaFallbacks() + " so far)");
         }
     }
 
@@ -535,11 +671,31 @@ public final class PmemBlockDriver implements BlockDriver {
         private IovCopies iovCopies;
 
         /**
-         * The BTT's grouped writes ({@link BttRequests#writes}), on the dispatching thread only: the first failure
-         * of one of the request's sectors, and pieces not covering its length (EINVAL).
+         * The BTT's grouped writes ({@link BttRequests#writes}, on the dispatching thread; {@link
+         * BttRequests#dmaWrites}, also on the completion thread, before its drop of {@link #outstanding}): the
+         * first failure of one of the request's sectors, and pieces not covering its length (EINVAL).
          */
         Throwable bttFailure;
         boolean bttInvalid;
+        /**
+         * The BTT's DMA route ({@link BttRequests#dmaWrites}): some sector's group was stored by the CPU after the
+         * device failed; sectors placed in groups (each holds a share of {@link #outstanding}); the next request
+         * to complete once a group's lanes are given back. Written by the dispatcher and the completion thread,
+         * each before its drop of the count, read by whoever drops it to zero.
+         */
+        boolean bttRedone;
+        int bttAdded;
+        Request bttNext;
+        /** A DMA READ's copies on the BTT; made on the tag's first one. */
+        private BttRequests.ReadCopies bttReads;
+
+        BttRequests.ReadCopies bttReads() {
+            BttRequests.ReadCopies c = bttReads;
+            if (c == null) {
+                c = bttReads = new BttRequests.ReadCopies();
+            }
+            return c;
+        }
 
         private Request request;
         private long poolIova;
@@ -644,6 +800,13 @@ public final class PmemBlockDriver implements BlockDriver {
      * channel's thread logs it and goes on.
      */
     private void dmaCompleted(Object ctx, int segmentStatus) {
+        if (ctx instanceof BttRequests.Flight f) { // a BTT group's data copy
+            Throwable error = f.owner().copied(f, segmentStatus);
+            if (error != null) {
+                throw (Error) error;
+            }
+            return;
+        }
         Request r = (Request) ctx;
         PerRequest st = (PerRequest) r.driverData;
         if (segmentStatus != 0 && st.failedStatus == 0) {
@@ -667,6 +830,9 @@ public final class PmemBlockDriver implements BlockDriver {
 
     /** Completes a request whose copies have all been reported: by DMA if they all succeeded, else by the CPU. */
     private Throwable finishDma(Request r, PerRequest st, Throwable error) {
+        if (btt != null) {
+            return finishBttRead(r, st, error); // a READ (the BTT's writes finish in BttRequests)
+        }
         int status = st.failedStatus;
         if (status == 0) {
             int result = Status.OK;
@@ -709,6 +875,52 @@ public final class PmemBlockDriver implements BlockDriver {
                     + "); it and the copies behind it are completed by the CPU (" + stats.dmaFallbacks() + " so far)");
         }
         return completeByCpu(r, error);
+    }
+
+    /**
+     * Completes a READ on the BTT whose copies have all been reported: by DMA if they all succeeded, else by the CPU
+     * from the same blocks, still held ({@link BttRequests#readHeldByCpu}: not {@link #completeByCpu}, whose
+     * execution claims a lane, which this thread, the channel's completion thread, must never wait for). Then the
+     * blocks are let go.
+     */
+    private Throwable finishBttRead(Request r, PerRequest st, Throwable error) {
+        int status = st.failedStatus;
+        if (status == 0) {
+            btt.endDmaRead(st); // before the completion: the tag's state may serve its next request right after
+            stats.count(Route.DMA, false, r.length);
+            r.route = Route.DMA;
+            return complete(r, Status.OK, error);
+        }
+        stats.dmaError();
+        if (r.callerMemory() && !stillMapped(r)) {
+            btt.endDmaRead(st);
+            if (faultLogDue()) {
+                LOG.log(System.Logger.Level.ERROR, "DMA copy of " + r + " failed (CHANERR 0x"
+                        + Integer.toHexString(status) + "): its caller memory is no longer registered for DMA"
+                        + " (unregisterMemory comes after the region's requests are released); answered EIO");
+            }
+            return complete(r, Status.EIO, error);
+        }
+        stats.dmaFallback();
+        if (status != STATUS_NOT_PLACED && faultLogDue()) {
+            LOG.log(System.Logger.Level.WARNING, "DMA copy of " + r + " failed (CHANERR 0x"
+                    + Integer.toHexString(status) + "); it and the copies behind it are completed by the CPU ("
+                    + stats.dmaFallbacks() + " so far)");
+        }
+        Throwable failed = null;
+        try {
+            btt.readHeldByCpu(st, region);
+        } catch (Throwable t) {
+            failed = t;
+        } finally {
+            btt.endDmaRead(st);
+        }
+        if (failed != null) {
+            return completeFailed(r, failed, error);
+        }
+        stats.count(Route.CPU, false, r.length);
+        r.route = Route.CPU;
+        return complete(r, Status.OK, error);
     }
 
     /**
@@ -945,6 +1157,23 @@ public final class PmemBlockDriver implements BlockDriver {
         return true;
     }
 
+    /**
+     * After the engine's close: every copy is reported, but the last group's flog and map steps may still run on a
+     * completion thread the channel's close stopped waiting for. The mapping must outlive them.
+     */
+    private void awaitBttGroups() throws IOException {
+        try {
+            if (!btt.awaitGroups(30_000)) {
+                LOG.log(System.Logger.Level.ERROR, "BTT groups written by DMA were still committing 30 s after the"
+                        + " engine closed; unmapping anyway (the next open finishes a swap whose flog entry is"
+                        + " durable)");
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted while BTT groups written by DMA were committing", e);
+        }
+    }
+
     /** CPU time of the DMA engine's own threads so far (the software device's engines), 0 without one. */
     public long engineCpuNanos() {
         return engine == null ? 0 : engine.softDevice().map(d -> d.engineCpuTimeNanos()).orElse(0L);
@@ -955,12 +1184,18 @@ public final class PmemBlockDriver implements BlockDriver {
         region.persistAll();
     }
 
-    /** Closes the DMA engine (its copies drain or fall back to the CPU), then persists and unmaps the region. */
+    /**
+     * Closes the DMA engine (its copies drain or fall back to the CPU; on the BTT every group in flight commits),
+     * then persists and unmaps the region.
+     */
     @Override
     public void close() throws IOException {
         try {
             if (engine != null) {
                 engine.close();
+                if (btt != null) {
+                    awaitBttGroups();
+                }
                 IovaSpace space = engine.iovaSpace();
                 synchronized (registered) {
                     for (Registered r : registered.values()) { // a frontend that never withdrew its memory

@@ -367,11 +367,6 @@ public final class Settings {
                     + " pmem.layout=btt and pmem.sector-size=" + get(PMEM_SECTOR_SIZE) + ": the BTT writes whole"
                     + " sectors; allowed: a ublk.block-size of at least pmem.sector-size");
         }
-        if (get(PMEM_LAYOUT) == Layout.BTT && get(DMA_ENGINE) != DmaEngineKind.NONE) {
-            throw new SettingsException("dma.engine: '" + text(DMA_ENGINE) + "' is not allowed with pmem.layout=btt:"
-                    + " the BTT is served by CPU copies only (a DMA-written block is not yet made durable between its"
-                    + " data and its flog step); allowed: dma.engine=none, or pmem.layout=raw");
-        }
         int metrics = get(METRICS_PORT);
         if (metrics != 0 && metrics == get(NBD_PORT)) {
             throw new SettingsException("metrics.port: '" + metrics + "' is not allowed: it is also nbd.port;"

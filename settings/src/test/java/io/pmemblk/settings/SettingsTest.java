@@ -161,9 +161,9 @@ class SettingsTest {
         assertThatThrownBy(() -> Settings.load(null, List.of("pmem.layout=btt", "ublk.block-size=512")))
                 .hasMessageStartingWith("ublk.block-size: '512' is not allowed with pmem.layout=btt and"
                         + " pmem.sector-size=4096");
-        assertThatThrownBy(() -> Settings.load(null, List.of("pmem.layout=btt", "dma.engine=soft")))
-                .hasMessageStartingWith("dma.engine: 'soft' is not allowed with pmem.layout=btt")
-                .hasMessageContaining("allowed: dma.engine=none");
+        // the BTT has a DMA route too (a device-written block is made durable before its flog and map steps)
+        assertThatCode(() -> Settings.load(null, List.of("pmem.layout=btt", "dma.engine=soft")))
+                .doesNotThrowAnyException();
         // vhost-user-blk advertises the BTT's sector as blk_size: 4 KiB sectors are served too
         assertThatCode(() -> Settings.load(null, List.of("pmem.layout=btt", "vhost.socket=/tmp/v.sock")))
                 .doesNotThrowAnyException();

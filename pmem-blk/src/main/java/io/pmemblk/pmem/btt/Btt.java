@@ -29,14 +29,18 @@ import static io.pmemblk.pmem.btt.BttLayout.*;
  * and callers that {@link #claim} lanes do not share one BTT.
  *
  * <p>Reads publish the block they copy in the read-tracking table (RTT) and re-read the map, so a writer about to
- * reuse a block waits while a reader still copies it (note §2, "why the RTT exists").
+ * reuse a block waits while a reader still copies it (note §2, "why the RTT exists"). A read a device copies
+ * after its caller has gone on (a DMA engine's, {@link #beginDeviceRead}) publishes in the arena's device-read
+ * table instead, which needs no lane; writers wait on both.
  *
  * <p>Groups ({@link Group}): the four durability round trips of a block write (data, flog first half, flog seq half,
  * map; each a write-back and a drain on pmem) must stay serial for each block, but nothing orders them between
  * blocks of different lanes. A group runs up to {@link #GROUP_BLOCKS} block writes, each on its own lane, in
  * lockstep: all data copies then one drain, all first halves then one drain, all seq halves then one drain, all
  * map stores then one drain. The write-backs of different lines overlap, so the group costs about what one block
- * costs alone ("one batch, one doorbell").
+ * costs alone ("one batch, one doorbell"). A group's data may be stored by a device instead of this thread
+ * ({@link Group#prepareStores}, then {@link Group#commitDeviceStored} on whichever thread hears that it is done):
+ * the blocks' lines are written back and drained there before the flog stage.
  *
  * <p>The hot path (read, write, zero of one block, a group's commit) allocates nothing; this object does not own the mapping.
  */
@@ -46,6 +50,15 @@ public final class Btt {
     private static final int PAD = 16;
     /** An RTT slot that names no block: a normal map entry always has both flag bits set. */
     private static final int RTT_EMPTY = 0;
+    /**
+     * Buckets of an arena's device-read table ({@link #beginDeviceRead}): a power of two. A writer whose free block
+     * shares a bucket with a block a device is still reading waits for that read too (a false positive costs a
+     * wait of one copy, never a wrong result); with 64 Ki buckets, a thousand blocks in flight leave a bucket busy
+     * 1.5% of the time. 256 KiB an arena.
+     */
+    private static final int DEVICE_READ_BUCKETS = 1 << 16;
+    /** What {@link #beginDeviceRead} answers for a block that reads as zeros (its map entry's zero flag, or initial). */
+    public static final long ZEROS = -1;
     private static final VarHandle ARRAY = MethodHandles.arrayElementVarHandle(int[].class);
     /**
      * Block writes a {@link Group} runs in lockstep at most: a QD32 batch of 4 KiB writes in one group. Past a
@@ -86,6 +99,13 @@ public final class Btt {
     private final List<String> notes;
     /** Set when a persistence step of a write failed: its lane's state on the media is unknown, so writes stop. */
     private volatile String writeFailure;
+    /**
+     * Set (for good) by the first {@link #beginDeviceRead}, before it publishes: until then writers skip the
+     * device-read tables (a miss in a 256 KiB table per block, for nothing, on a BTT served without an engine). A
+     * writer that reads it unset took its map store before the reader set it, so the reader's re-read of the map
+     * (after the flag and its publish) sees the map changed and never copies the block.
+     */
+    private volatile boolean deviceReads;
 
     /** One arena's offsets (absolute in the pool mapping) and its run-time state. */
     private static final class Arena {
@@ -96,6 +116,13 @@ public final class Btt {
         /** Per flog lane (all nfree, in use or not): the current entry's old_map (the lane's free block), seq, next slot. */
         final int[] free, seq, next;
         final int[] rtt;
+        /**
+         * The device-read table: per bucket of internal blocks, the reads of them a device has in flight
+         * ({@link #beginDeviceRead}). A lane's RTT slot holds one block, for a read its holder copies now; a
+         * device read is in flight after its caller has gone on, and a READ has many sectors, so it would need
+         * a lane per sector to use the RTT.
+         */
+        final int[] deviceReads;
         final int[] mapLocks;
         /** Why the arena is read-only (the info block's ERROR flag, an invalid flog pair), or null. */
         volatile String error;
@@ -115,6 +142,7 @@ public final class Btt {
             this.seq = new int[nfree];
             this.next = new int[nfree];
             this.rtt = new int[lanes * PAD];
+            this.deviceReads = new int[DEVICE_READ_BUCKETS];
             this.mapLocks = new int[nfree * PAD];
             if ((info.get(U32, INFO_FLAGS) & INFO_FLAG_ERROR) != 0) {
                 error = "its info block has the ERROR flag set (a write to it failed earlier)";
@@ -961,6 +989,113 @@ public final class Btt {
         /** Writes every block added and not failed, in lockstep (the class comment); never throws. */
         public void commit() {
             int n = size;
+            int live = begin();
+            if (live == 0) {
+                return;
+            }
+            // Stage 1: the data, each block's checks before its store as in writeOn; a block refused here fails
+            // alone, its lane's free block unchanged.
+            for (int s = 0; s < n; s++) {
+                if (failure[s] != null) {
+                    continue;
+                }
+                try {
+                    media.beforeStore(dataAt[s], blockSize);
+                    persistence.copy(src[s].asSlice(srcOff[s], blockSize), pool.asSlice(dataAt[s], blockSize));
+                } catch (Throwable t) {
+                    failure[s] = t;
+                    live--;
+                }
+            }
+            if (live > 0) {
+                commitStored(n, false);
+            }
+        }
+
+        /**
+         * The first half of a commit whose data someone else stores (a DMA engine): the checks, the read tracking
+         * and each block's bad-block check, exactly as {@link #commit} before its copies. Then every slot still
+         * {@link #live} has its free block chosen, at {@link #dataOffset}; the caller has the data stored there
+         * and calls {@link #commitDeviceStored} (or, when the device failed, {@link #commitByCpu}). Nothing of the
+         * BTT changes before that: a slot's free block belongs to its lane, which the group holds until its lane
+         * is closed, so no other writer stores into it meanwhile, and no reader reads it (it is mapped nowhere).
+         * Blocks may not be added between this and the commit.
+         *
+         * @return the slots still live (0: nothing to store, and no commit is needed)
+         */
+        public int prepareStores() {
+            int n = size;
+            int live = begin();
+            if (live == 0) {
+                return 0;
+            }
+            for (int s = 0; s < n; s++) {
+                if (failure[s] != null) {
+                    continue;
+                }
+                try {
+                    media.beforeStore(dataAt[s], blockSize);
+                } catch (Throwable t) {
+                    failure[s] = t;
+                    live--;
+                }
+            }
+            return live;
+        }
+
+        /** After {@link #prepareStores}: whether the slot is still to be written (no failure so far). */
+        public boolean live(int slot) {
+            check(slot);
+            return failure[slot] == null;
+        }
+
+        /** After {@link #prepareStores}: where in the pool mapping the live slot's data goes ({@link #blockSize} bytes). */
+        public long dataOffset(int slot) {
+            check(slot);
+            return dataAt[slot];
+        }
+
+        /**
+         * The rest of a commit after {@link #prepareStores}, once a device has stored every live slot's data and
+         * reported it: the data is made durable first (on pmem every block's lines written back, then one drain,
+         * here, on the calling thread: with DDIO a device's stores sit in the CPU cache, and a drain covers only
+         * write-backs this thread issued; elsewhere an msync of each block), then the flog, seq and map stages as
+         * in {@link #commit}. Never throws; each slot's fate is its {@link #failure}.
+         */
+        public void commitDeviceStored() {
+            commitStored(size, true);
+        }
+
+        /**
+         * As {@link #commitDeviceStored}, after the device failed to store (some of) the data: every live slot's
+         * data is copied by the CPU from its {@link #source} first (the same bytes again where the device had
+         * stored them: the blocks are free, nobody reads them).
+         */
+        public void commitByCpu() {
+            int n = size;
+            int live = 0;
+            for (int s = 0; s < n; s++) {
+                if (failure[s] != null) {
+                    continue;
+                }
+                try {
+                    persistence.copy(src[s].asSlice(srcOff[s], blockSize), pool.asSlice(dataAt[s], blockSize));
+                    live++;
+                } catch (Throwable t) {
+                    failure[s] = t;
+                }
+            }
+            if (live > 0) {
+                commitStored(n, false);
+            }
+        }
+
+        /**
+         * The checks before stage 1: a slot without a source, or in a read-only arena, fails; the others get their
+         * lane's free block, and their map entry's place; then the read tracking. The live slots.
+         */
+        private int begin() {
+            int n = size;
             int live = 0;
             for (int s = 0; s < n; s++) {
                 if (failure[s] != null) {
@@ -983,29 +1118,28 @@ public final class Btt {
                 mapAt[s] = a.mapOff + (long) premap[s] * MAP_ENTRY_SIZE;
                 live++;
             }
-            if (live == 0) {
-                return;
+            if (live > 0) {
+                waitForReaders();
             }
-            waitForReaders();
-            // Stage 1: the data, each block's checks before its store as in writeOn; a block refused here fails
-            // alone, its lane's free block unchanged.
-            for (int s = 0; s < n; s++) {
-                if (failure[s] != null) {
-                    continue;
-                }
-                try {
-                    media.beforeStore(dataAt[s], blockSize);
-                    persistence.copy(src[s].asSlice(srcOff[s], blockSize), pool.asSlice(dataAt[s], blockSize));
-                } catch (Throwable t) {
-                    failure[s] = t;
-                    live--;
-                }
-            }
-            if (live == 0) {
-                return;
-            }
+            return live;
+        }
+
+        /**
+         * Stages 1 (its durability) to 4 for the live slots, whose data is stored: by this thread's copies, or by a
+         * device ({@code deviceStored}: its lines are written back here first, on pmem).
+         */
+        private void commitStored(int n, boolean deviceStored) {
             int locked = 0;
             try {
+                if (deviceStored && pmem) {
+                    // A device's stores are not this thread's: without these write-backs the drain below would
+                    // not cover them, and a crash could keep the map entry and lose the data it points at.
+                    for (int s = 0; s < n; s++) {
+                        if (failure[s] == null) {
+                            writeBack(dataAt[s], blockSize);
+                        }
+                    }
+                }
                 durable(dataAt, 0, blockSize);
                 int keys = lockKeys();
                 for (; locked < keys; locked++) {
@@ -1076,10 +1210,12 @@ public final class Btt {
                 // Whatever was thrown (an Error too): a lane's flog state on the media is not known any more, so
                 // writes stop, as after a single write's failed step. No block of the group is committed.
                 long first = -1;
+                int live = 0;
                 for (int s = 0; s < n; s++) {
                     if (failure[s] == null) {
                         first = first < 0 ? lba[s] : first;
                         failure[s] = t;
+                        live++;
                     }
                 }
                 writeFailure = "a persistence step of a write to block " + first + " (one of " + live + " written"
@@ -1130,6 +1266,13 @@ public final class Btt {
                             backOff(spins);
                         }
                         v = (int) ARRAY.getVolatile(a.rtt, r * PAD);
+                    }
+                }
+            }
+            if (deviceReads) {
+                for (int s = 0; s < size; s++) {
+                    if (failure[s] == null) {
+                        waitForDeviceReads(arena[s], freeEntry[s]);
                     }
                 }
             }
@@ -1239,6 +1382,16 @@ public final class Btt {
     }
 
     /**
+     * As {@link #claim}, without waiting: a free lane, {@code preferred} (mod lanes) first, or null when every lane
+     * is held. For a caller that must do something before it may wait (ring a DMA doorbell for copies whose
+     * completion gives lanes back).
+     */
+    public Lane claimNow(int preferred) {
+        int lane = tryClaim(preferred);
+        return lane < 0 ? null : laneHandles[lane];
+    }
+
+    /**
      * A free lane, {@code from} (mod lanes) first, claimed without waiting; -1 when every lane is held. A group
      * grows by these: it never waits for a lane while it holds others (a caller waiting in {@link #claim} holds
      * none), so lanes cannot deadlock.
@@ -1284,6 +1437,80 @@ public final class Btt {
                 backOff(spins);
             }
         }
+        if (deviceReads) {
+            waitForDeviceReads(a, entry);
+        }
+    }
+
+    /**
+     * Waits while a device may still read {@code entry}'s block ({@link #beginDeviceRead}): its bucket's count is
+     * zero. The caller must not hold a read of its own in flight unsubmitted (it would wait for itself); the
+     * device's completions never wait here (they run no writer's read tracking).
+     */
+    private static void waitForDeviceReads(Arena a, int entry) {
+        int bucket = deviceReadBucket(entry & MAP_LBA_MASK);
+        for (int spins = 0; (int) ARRAY.getVolatile(a.deviceReads, bucket) != 0; spins++) {
+            backOff(spins);
+        }
+    }
+
+    private static int deviceReadBucket(int block) {
+        return (block * 0x9E3779B9) >>> (32 - Integer.numberOfTrailingZeros(DEVICE_READ_BUCKETS));
+    }
+
+    /**
+     * The start of a read of external block {@code lba} that a device (a DMA engine) copies later, after the
+     * caller has gone on: the block is published in the arena's device-read table, then the map is read again,
+     * as {@link #read} publishes in its lane's RTT slot; from then until {@link #endDeviceRead} no writer reuses
+     * the block (a writer about to store into a free block waits while its bucket is busy). Needs no lane.
+     *
+     * @return the pool offset of the block's data ({@link #blockSize} bytes), which the caller must end with
+     *         {@link #endDeviceRead} once the device has reported its copy; or {@link #ZEROS} (nothing published)
+     * @throws IOException when the block is marked bad or the map is corrupt (as {@link #read})
+     */
+    public long beginDeviceRead(long lba) throws IOException {
+        if (!deviceReads) {
+            deviceReads = true;
+        }
+        Arena a = arenaOf(lba);
+        long mapAt = a.mapOff + (lba - a.firstLba) * MAP_ENTRY_SIZE;
+        int entry = (int) INT.getVolatile(pool, mapAt);
+        while (true) {
+            if (isError(entry)) {
+                throw new IOException("block " + lba + " is marked bad (its map entry has the ERROR flag): EIO until"
+                        + " it is written again");
+            }
+            if (isZeroOrInitial(entry)) {
+                return ZEROS;
+            }
+            int block = entry & MAP_LBA_MASK;
+            if (block >= a.internalNlba) {
+                throw new IOException("block " + lba + " maps to internal block " + block + ", beyond the arena's "
+                        + a.internalNlba + ": the map is corrupt (`pmempool check`)");
+            }
+            // Publish, then look again (a full fence between: the add is a locked instruction), as readOn.
+            int bucket = deviceReadBucket(block);
+            int unused = (int) ARRAY.getAndAdd(a.deviceReads, bucket, 1);
+            int again = (int) INT.getVolatile(pool, mapAt);
+            if (again != entry) {
+                unused = (int) ARRAY.getAndAdd(a.deviceReads, bucket, -1);
+                entry = again;
+                continue;
+            }
+            return a.dataOff + (long) block * a.internalLbaSize;
+        }
+    }
+
+    /** Ends a read {@link #beginDeviceRead} started, once the device has finished it (reported, failed or closed). */
+    public void endDeviceRead(long dataOffset) {
+        for (Arena a : arenas) {
+            if (dataOffset >= a.dataOff && dataOffset < a.mapOff) {
+                int block = (int) ((dataOffset - a.dataOff) / a.internalLbaSize);
+                int unused = (int) ARRAY.getAndAdd(a.deviceReads, deviceReadBucket(block), -1);
+                return;
+            }
+        }
+        throw new IllegalArgumentException("pool offset " + dataOffset + " is no arena's data block");
     }
 
     /** The map lock of the LBA's cache line (PMDK get_map_lock_num, Linux lock_map): a CAS spin lock, held over 3 persists. */

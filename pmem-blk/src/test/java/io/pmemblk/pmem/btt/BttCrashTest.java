@@ -7,6 +7,12 @@ import io.pmemblk.pmem.Persistence;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.pmem.RegionPorts;
+import io.pmemblk.pmem.Routing;
+import io.pmemblk.dma.DmaEngine;
+import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.dma.ioat.IoatSpec;
+import io.pmemblk.dma.testing.InjectedFaults;
+import io.pmemblk.queueing.Route;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.HardwareQueue;
 import io.pmemblk.queueing.Request;
@@ -25,6 +31,7 @@ import java.util.List;
 import java.util.Random;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.stream.Stream;
@@ -333,6 +340,109 @@ class BttCrashTest {
         }
     }
 
+    static Stream<Object[]> dmaCases() {
+        List<Object[]> l = new ArrayList<>();
+        for (PmemRegion.Mapper mapper : new PmemRegion.Mapper[]{PmemRegion.Mapper.JAVA, PmemRegion.Mapper.LIBPMEM}) {
+            for (int sector : new int[]{4096, 512}) {
+                for (boolean faults : new boolean[]{false, true}) {
+                    l.add(new Object[]{mapper, sector, faults});
+                }
+            }
+        }
+        return l.stream();
+    }
+
+    /**
+     * The DMA route on the BTT (soft I/OAT engine), crashed after every durability step and write-back, on whichever
+     * thread takes it (the groups' flog and map stages run on the channel's completion thread): as the CPU test
+     * above, the WRITEs of 2 or more sectors routed to DMA (route.dma.bounce, a threshold of 2 sectors) and
+     * the one-sector ones to the CPU, so both routes are in flight at once on the same blocks. With faults, every
+     * 5th descriptor halts the channel: those groups are stored by the CPU. Every image must be consistent,
+     * sector-atomic and true to every completed request: a device-written block is durable before the flog and
+     * map entries naming it (remove the write-back and drain of the device-stored data in
+     * {@code Btt.Group.commitStored} and this fails).
+     */
+    @ParameterizedTest(name = "{0}, sector {1}, faults {2}")
+    @MethodSource("dmaCases")
+    void dmaGroupsThroughTheDriverKeepEveryGuaranteeAfterEveryCrash(PmemRegion.Mapper mapper, int sector,
+                                                                   boolean withFaults) throws Exception {
+        if (mapper == PmemRegion.Mapper.LIBPMEM) {
+            assumeTrue(RegionPorts.libpmemLoads(), "libpmem not installed");
+        }
+        assumeFalse(FORCED && mapper == PmemRegion.Mapper.JAVA, "the JDK mapper is the page cache either way: run once");
+        int[] lbas = new int[CLUSTERS.length * CLUSTER_SPAN];
+        for (int i = 0; i < lbas.length; i++) {
+            lbas[i] = CLUSTERS[i / CLUSTER_SPAN] + i % CLUSTER_SPAN;
+        }
+        CrashModel.Modelled mm = CrashModel.open(dir.resolve("d.img"), DRIVER_SIZE, mapper, CrashModel.ATOMIC_UNIT);
+        PmemRegion region = mm.region();
+        CrashModel model = mm.model();
+        BttRegion.format(region, sector);
+        InjectedFaults faults = new InjectedFaults();
+        DmaEngine engine = DmaEngine.soft(new IovaSpace(), 2, 64, 16, faults);
+        faults.attach(engine.softDevice().orElseThrow());
+        if (withFaults) {
+            faults.failEvery(0, 5, IoatSpec.CHANERR_DEST_ADDR);
+            faults.failEvery(1, 5, IoatSpec.CHANERR_DEST_ADDR);
+        }
+        CopyStats stats = new CopyStats();
+        PmemBlockDriver driver = PmemBlockDriver.onBtt(region, stats, BttRegion.open(region, 2, 0), engine,
+                new Routing(2L * sector, Integer.MAX_VALUE, true));
+        BlockLayer layer = new BlockLayer(driver, 2, 16, 4 << 20, 1 << 20);
+        History history = new History();
+        Random crashes = new Random(sector * 37L + mapper.ordinal() + (withFaults ? 5 : 0));
+        ConcurrentLinkedQueue<String> violations = new ConcurrentLinkedQueue<>();
+        ConcurrentLinkedQueue<Throwable> failures = new ConcurrentLinkedQueue<>();
+        AtomicBoolean stop = new AtomicBoolean();
+        AtomicInteger[] routes = {new AtomicInteger(), new AtomicInteger()};
+        int before = CHECKED.get();
+        try {
+            crashAfterEveryStep(model, history, crashes, sector, lbas, violations, stop);
+            AtomicInteger versions = new AtomicInteger();
+            CountDownLatch start = new CountDownLatch(1);
+            List<Thread> threads = new ArrayList<>();
+            int batches = region.isPmem() ? 3 * BATCHES : BATCHES;
+            for (int t = 0; t < 2; t++) {
+                int me = t;
+                threads.add(Thread.ofPlatform().start(() -> {
+                    try {
+                        Random rnd = new Random(sector + 11L * me + 1000L * mapper.ordinal() + (withFaults ? 77 : 0));
+                        start.await();
+                        for (int b = 0; b < batches && !stop.get(); b++) {
+                            dispatchBatch(layer.queue(me), rnd, sector, versions, model, history, routes);
+                        }
+                    } catch (Throwable e) {
+                        failures.add(e);
+                        stop.set(true);
+                    }
+                }));
+            }
+            start.countDown();
+            for (Thread t : threads) {
+                t.join();
+            }
+            stop.set(true);
+            assertThat(failures).isEmpty();
+            assertThat(violations).as("crash images violating the BTT's guarantees (first of them)").isEmpty();
+            assertThat(driver.btt().check()).isEmpty();
+            int checked = CHECKED.get() - before;
+            System.out.println("BTT crash images checked through the driver's DMA route (" + mapper + ", sector "
+                    + sector + ", pmem " + region.isPmem() + ", faults " + withFaults + "): " + checked + "; requests by"
+                    + " DMA " + routes[Route.DMA.ordinal()] + ", by CPU " + routes[Route.CPU.ordinal()] + ", DMA"
+                    + " fallbacks " + stats.dmaFallbacks());
+            assertThat(checked).as("every batch costs at least 4 durability steps").isGreaterThanOrEqualTo(2 * 4 * batches);
+            assertThat(stats.bytes(Route.DMA, true)).as("the DMA route was taken").isPositive();
+            assertThat(stats.bytes(Route.CPU, true)).as("and the CPU route").isPositive();
+            if (withFaults) {
+                assertThat(stats.dmaFallbacks()).as("failed copies were stored by the CPU").isPositive();
+            }
+        } finally {
+            stop.set(true);
+            driver.close();
+            layer.close();
+        }
+    }
+
     /**
      * One batch of 2-5 WRITEs dispatched in one call: each 1-3 sectors within a cluster, a third of them over
      * the sectors of the request before (two writes of one sector in a batch). Every sector of a request holds
@@ -340,7 +450,18 @@ class BttCrashTest {
      */
     static void dispatchBatch(HardwareQueue q, Random rnd, int sector, AtomicInteger versions, CrashModel model,
                               History history) throws InterruptedException {
+        dispatchBatch(q, rnd, sector, versions, model, history, null);
+    }
+
+    /**
+     * As {@link #dispatchBatch(HardwareQueue, Random, int, AtomicInteger, CrashModel, History)}; with {@code routes}
+     * (the DMA route) the requests may complete later, on the channel's completion thread: waited for (60 s at
+     * most), and each one's route counted in routes[route.ordinal()].
+     */
+    static void dispatchBatch(HardwareQueue q, Random rnd, int sector, AtomicInteger versions, CrashModel model,
+                              History history, AtomicInteger[] routes) throws InterruptedException {
         int n = 2 + rnd.nextInt(4);
+        CountDownLatch completed = new CountDownLatch(n);
         Request[] batch = new Request[n];
         int[][] index = new int[n][];
         int first = 0, len = 0;
@@ -378,22 +499,35 @@ class BttCrashTest {
             });
             int[] mine = index[k];
             r.completion = done -> {
-                if (done.status() != Status.OK) {
-                    throw new AssertionError("WRITE [" + f + ", " + (f + l) + ") answered " + done.status());
-                }
-                model.atomically(() -> {
-                    for (int ix : mine) {
-                        history.ended(ix);
+                try {
+                    if (done.status() != Status.OK) {
+                        throw new AssertionError("WRITE [" + f + ", " + (f + l) + ") answered " + done.status());
                     }
-                    return null;
-                });
+                    model.atomically(() -> {
+                        for (int ix : mine) {
+                            history.ended(ix);
+                        }
+                        return null;
+                    });
+                    if (routes != null) {
+                        routes[done.route.ordinal()].incrementAndGet();
+                    }
+                } finally {
+                    completed.countDown();
+                }
             };
             batch[k] = r;
         }
         q.dispatch(batch, n);
+        if (routes != null && !completed.await(60, TimeUnit.SECONDS)) {
+            throw new AssertionError(completed.getCount() + " of " + n + " WRITEs not completed within 60 s");
+        }
         for (Request r : batch) {
             if (!r.isCompleted()) {
-                throw new AssertionError(r + " was not completed inline");
+                throw new AssertionError(r + " was not completed " + (routes == null ? "inline" : "within 60 s"));
+            }
+            if (r.status() != Status.OK) {
+                throw new AssertionError(r + " answered " + r.status());
             }
             r.release();
         }
