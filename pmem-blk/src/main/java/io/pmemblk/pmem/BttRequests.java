@@ -130,6 +130,62 @@ final class BttRequests {
         return Status.OK;
     }
 
+    /**
+     * Executes the CPU READs {@code batch[from..to)} (in bounds: the driver checked) on one lane claimed once, where
+     * {@link #execute} claims and gives back a lane per request, and completes each through {@code driver} (as
+     * its completeByCpu would) once the lane is given back: a frontend's completion may dispatch again on this
+     * thread. The first map entry of every request is loaded before any is read, so a batch of random reads
+     * overlaps its map misses.
+     *
+     * @return {@code error}, or the first Error thrown while executing or completing (the driver rethrows it)
+     */
+    Throwable reads(PmemBlockDriver driver, Request[] batch, int from, int to, Throwable error) {
+        try (Btt.Lane lane = btt.claim(preferredLane())) {
+            int touched = 0;
+            for (int i = from; i < to; i++) {
+                touched += lane.touchMap(batch[i].offset >>> shift);
+            }
+            this.touched = touched;
+            for (int i = from; i < to; i++) {
+                Request r = batch[i];
+                PmemBlockDriver.PerRequest st = PmemBlockDriver.state(r);
+                st.bttFailure = null;
+                try {
+                    st.bttStatus = readOn(lane, r);
+                } catch (Throwable t) {
+                    st.bttFailure = t;
+                }
+            }
+        }
+        for (int i = from; i < to; i++) {
+            Request r = batch[i];
+            PmemBlockDriver.PerRequest st = (PmemBlockDriver.PerRequest) r.driverData;
+            Throwable t = st.bttFailure;
+            st.bttFailure = null;
+            error = t != null ? driver.completeFailed(r, t, error) : PmemBlockDriver.complete(r, st.bttStatus, error);
+        }
+        return error;
+    }
+
+    /** Where {@link #reads} leaves the map entries it loaded ahead, so the JIT keeps the loads. */
+    @SuppressWarnings("unused")
+    private int touched;
+
+    /** One READ on a held lane: the status {@link #execute} answers it with. */
+    private int readOn(Btt.Lane lane, Request r) {
+        try {
+            if (!transfer(r, lane, false)) {
+                return Status.EINVAL;
+            }
+        } catch (IOException e) {
+            refused(r, "failed: " + e.getMessage()); // as execute: the BTT's reason, once a second
+            return Status.EIO;
+        }
+        stats.count(Route.CPU, false, r.length);
+        r.route = Route.CPU;
+        return Status.OK;
+    }
+
     /** Copies r's data between its pieces and the BTT, sector by sector; false when its pieces do not cover its length. */
     private boolean transfer(Request r, Btt.Lane lane, boolean write) throws IOException {
         Cursor c = cursors[lane.index()];

@@ -464,6 +464,18 @@ public final class PmemBlockDriver implements BlockDriver {
                 error = submit(channel, error);
                 unsubmitted = false;
             }
+            if (cpuReadOnBtt(channel, r)) {
+                // A run of CPU READs on one lane, their map entries loaded ahead together.
+                int j = i + 1;
+                while (j < count && cpuReadOnBtt(channel, batch[j])) {
+                    j++;
+                }
+                if (j - i > 1) {
+                    error = btt.reads(this, batch, i, j, error);
+                    i = j;
+                    continue;
+                }
+            }
             if (!groupable(r)) {
                 error = completeByCpu(r, error);
                 i++;
@@ -564,6 +576,11 @@ public final class PmemBlockDriver implements BlockDriver {
                     + Integer.toHexString(status) + "); the group and the copies behind it are stored by the CPU ("
                     + stats.dmaFallbacks() + " so far)");
         }
+    }
+
+    /** Whether r is a READ that {@link #execute} would hand to the BTT on the CPU route (no DMA wanted for it). */
+    private boolean cpuReadOnBtt(DmaChannel channel, Request r) {
+        return r.op == Op.READ && inBounds(r) && (channel == null || !wantsDma(r));
     }
 
     /**
@@ -677,6 +694,8 @@ public final class PmemBlockDriver implements BlockDriver {
          */
         Throwable bttFailure;
         boolean bttInvalid;
+        /** The status of a READ run on one lane ({@link BttRequests#reads}), until its completion. */
+        int bttStatus;
         /**
          * The BTT's DMA route ({@link BttRequests#dmaWrites}): some sector's group was stored by the CPU after the
          * device failed; sectors placed in groups (each holds a share of {@link #outstanding}); the next request

@@ -243,6 +243,53 @@ class BttDriverTest {
     }
 
     /**
+     * A batch of READs runs on one lane with its map entries loaded ahead (BttRequests.reads): each READ is still
+     * answered as alone, a partial sector, several sectors and a never-written one among them, and one out of
+     * bounds ends the run without disturbing the others.
+     */
+    @Test
+    void aRunOfReadsInOneBatchAnswersEachAsAlone() throws Exception {
+        serve(4096, 1, 1);
+        HardwareQueue q = layer.queue(0);
+        byte[] data = bytes(7, 4 * 4096);
+        assertThat(write(q, 0, data, false)).isZero();
+        long[][] reads = {{0, 4096}, {4096 + 10, 100}, {8192, 8192}, {driver.size(), 4096}, {64 * 4096, 4096},
+                {4096, 4096}};
+        Request[] batch = new Request[reads.length];
+        int[] status = new int[reads.length];
+        java.util.Arrays.fill(status, -1);
+        for (int i = 0; i < reads.length; i++) {
+            Request r = batch[i] = q.acquire((int) reads[i][1]);
+            r.op = Op.READ;
+            r.offset = reads[i][0];
+            r.length = (int) reads[i][1];
+            int me = i;
+            r.completion = req -> status[me] = req.status();
+        }
+        q.dispatch(batch, batch.length);
+        assertThat(status).containsExactly(Status.OK, Status.OK, Status.OK, Status.EINVAL, Status.OK, Status.OK);
+        for (int i = 0; i < reads.length; i++) {
+            if (i == 3) {
+                continue;
+            }
+            byte[] got = new byte[(int) reads[i][1]];
+            int pos = 0;
+            for (ByteBuffer x : batch[i].buffers()) {
+                if (x == null || pos == got.length) break;
+                int k = Math.min(x.remaining(), got.length - pos);
+                x.duplicate().get(got, pos, k);
+                pos += k;
+            }
+            byte[] expect = reads[i][0] >= data.length ? new byte[got.length]
+                    : java.util.Arrays.copyOfRange(data, (int) reads[i][0], (int) (reads[i][0] + reads[i][1]));
+            assertThat(got).as("READ %d (%d+%d)", i, reads[i][0], reads[i][1]).isEqualTo(expect);
+        }
+        for (Request r : batch) {
+            r.release();
+        }
+    }
+
+    /**
      * A group whose blocks' free blocks are bad in turn (every other lane's): those sectors' requests answer EIO
      * and change nothing, the others are written; the BTT stays consistent.
      */

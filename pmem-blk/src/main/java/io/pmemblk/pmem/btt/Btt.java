@@ -797,6 +797,19 @@ public final class Btt {
             readOn(index, lba, dst);
         }
 
+        /**
+         * Loads block {@code lba}'s map entry with a plain load and returns it (meaningless, but the caller keeps
+         * it so the load stays): a caller about to read several random blocks loads all their entries first, so
+         * that their cache misses overlap instead of each stalling its own read. Out of range: 0, nothing loaded.
+         */
+        public int touchMap(long lba) {
+            if (lba < 0 || lba >= blocks) {
+                return 0;
+            }
+            Arena a = arenaOf(lba);
+            return (int) INT.get(pool, a.mapOff + (lba - a.firstLba) * MAP_ENTRY_SIZE);
+        }
+
         public void write(long lba, MemorySegment src) throws IOException {
             checkBuffer(src);
             writeOn(index, lba, src);
