@@ -33,6 +33,11 @@ def results_file(folder, text):
     return path
 
 
+def tsv_file(folder, rows):
+    """A bench script's results TSV of these rows (tuples of fields), in folder; its path."""
+    return results_file(folder, "".join("\t".join(r) + "\n" for r in rows))
+
+
 def columns(line):
     return line.strip().strip("|").split("|")
 
@@ -185,18 +190,17 @@ class InprocReportTest(unittest.TestCase):
 class BttReportTest(unittest.TestCase):
     def test_paired_ratio_against_the_bar_qd1_shown_not_judged_and_a_failed_round_left_out(self):
         with tempfile.TemporaryDirectory() as d:
-            path = results_file(d, "".join("\t".join(r) + "\n" for r in [
-                ("inproc", "randread", "4k", "32", "1", "raw", "1", "1000000"),
-                ("inproc", "randread", "4k", "32", "1", "btt", "1", "850000"),
-                ("inproc", "randread", "4k", "32", "1", "raw", "2", "800000"),
-                ("inproc", "randread", "4k", "32", "1", "btt", "2", "760000"),
-                ("nbd", "randwrite", "4k", "32", "1", "raw", "1", "100000"),
-                ("nbd", "randwrite", "4k", "32", "1", "btt", "1", "FAIL"),
-                ("nbd", "randwrite", "4k", "32", "1", "raw", "2", "110000"),
-                ("nbd", "randwrite", "4k", "32", "1", "btt", "2", "88000"),
-                ("inproc", "randwrite", "4k", "1", "1", "raw", "1", "200000"),
-                ("inproc", "randwrite", "4k", "1", "1", "btt", "1", "90000"),
-            ]))
+            path = tsv_file(d, [line.split() for line in """
+                inproc randread 4k 32 1 raw 1 1000000
+                inproc randread 4k 32 1 btt 1 850000
+                inproc randread 4k 32 1 raw 2 800000
+                inproc randread 4k 32 1 btt 2 760000
+                nbd randwrite 4k 32 1 raw 1 100000
+                nbd randwrite 4k 32 1 btt 1 FAIL
+                nbd randwrite 4k 32 1 raw 2 110000
+                nbd randwrite 4k 32 1 btt 2 88000
+                inproc randwrite 4k 1 1 raw 1 200000
+                inproc randwrite 4k 1 1 btt 1 90000""".strip().splitlines()])
             rounds, order = br.read_btt_rounds(path)
         lines = br.btt_report(rounds, order, seconds="2", runtime="3", size="1G", repeat="2", sector="4096", now=NOW)
         rows = tables(lines)[0]
@@ -241,7 +245,7 @@ class VhostReportTest(unittest.TestCase):
 
     def report(self, rows):
         with tempfile.TemporaryDirectory() as d:
-            cells = br.read_vhost_results(results_file(d, "".join("\t".join(r) + "\n" for r in rows)))
+            cells = br.read_vhost_results(tsv_file(d, rows))
         return br.vhost_report(cells, ["pmemblk", "qsd", "nbd", "pmemblk-dma"],
                                ["randread-4k-qd32-1j", "read-2m-qd4-1j"], runtime="8", size="1G", now=NOW)
 
@@ -274,14 +278,14 @@ class VhostReportTest(unittest.TestCase):
 
     def test_rounds_of_a_cell_are_reduced_to_their_medians_and_a_failed_round_fails_the_cell(self):
         with tempfile.TemporaryDirectory() as d:
-            cells = br.read_vhost_results(results_file(d, "".join("\t".join(r) + "\n" for r in [
+            cells = br.read_vhost_results(tsv_file(d, [
                 ("randread-4k-qd32-1j", "pmemblk", "9000.0", "35.2", "20.00", "-", "0", "10"),
                 ("randread-4k-qd32-1j", "pmemblk", "12000.0", "46.9", "10.00", "-", "0", "30"),
                 ("randread-4k-qd32-1j", "pmemblk", "11000.0", "43.0", "40.00", "-", "0", "20"),
                 ("read-2m-qd4-1j", "pmemblk-dma", "2.0", "3100.0", "300.00", "0.050", "99", "100"),
                 ("read-2m-qd4-1j", "pmemblk-dma", "2.0", "3200.0", "300.00", "0.150", "97", "100"),
                 ("read-2m-qd4-1j", "qsd", "1.0", "2000.0", "500.00", "-", "0", "100"),
-                ("read-2m-qd4-1j", "qsd", "FAIL")])))
+                ("read-2m-qd4-1j", "qsd", "FAIL")]))
         # Each field on its own: IOPS 11000 of 9000/11000/12000, CPU 20 of 10/20/40, bytes 20 of 10/20/30.
         self.assertEqual(cells[("randread-4k-qd32-1j", "pmemblk")], (11000.0, 43.0, 20.0, None, 0, 20, None))
         self.assertEqual(cells[("read-2m-qd4-1j", "pmemblk-dma")], (2.0, 3150.0, 300.0, 0.1, 98, 100, None))
@@ -297,7 +301,7 @@ class VhostReportTest(unittest.TestCase):
 
     def test_the_heading_says_how_many_rounds_the_medians_are_of(self):
         with tempfile.TemporaryDirectory() as d:
-            cells = br.read_vhost_results(results_file(d, "".join("\t".join(r) + "\n" for r in self.ROWS)))
+            cells = br.read_vhost_results(tsv_file(d, self.ROWS))
         lines, _ = br.vhost_report(cells, ["pmemblk", "qsd"], ["randread-4k-qd32-1j"], runtime="5", size="1G",
                                    repeat=3, now=NOW)
         self.assertIn("3 round(s), the median shown", "\n".join(lines))

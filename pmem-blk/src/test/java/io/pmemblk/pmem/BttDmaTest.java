@@ -100,13 +100,7 @@ class BttDmaTest {
         r.op = Op.WRITE;
         r.offset = off;
         r.length = data.length;
-        int pos = 0;
-        for (ByteBuffer b : r.buffers()) {
-            if (b == null) break;
-            int k = b.remaining();
-            b.put(data, pos, k);
-            pos += k;
-        }
+        InlineRequests.fill(r, data);
         r.completion = done::add;
         return r;
     }

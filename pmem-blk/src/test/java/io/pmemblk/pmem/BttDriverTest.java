@@ -14,7 +14,6 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 import java.io.IOException;
-import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -69,13 +68,7 @@ class BttDriverTest {
             r.op = Op.WRITE;
             r.offset = offs[i];
             r.length = data[i].length;
-            int pos = 0;
-            for (ByteBuffer b : r.buffers()) {
-                if (b == null) break;
-                int k = b.remaining();
-                b.put(data[i], pos, k);
-                pos += k;
-            }
+            InlineRequests.fill(r, data[i]);
             int me = i;
             r.completion = req -> status[me] = req.status();
             batch[i] = r;
@@ -120,13 +113,7 @@ class BttDriverTest {
         r.offset = off;
         r.length = data.length;
         r.fua = fua;
-        int pos = 0;
-        for (ByteBuffer b : r.buffers()) {
-            if (b == null) break;
-            int k = b.remaining();
-            b.put(data, pos, k);
-            pos += k;
-        }
+        InlineRequests.fill(r, data);
         AtomicInteger done = new AtomicInteger(-1);
         r.completion = req -> done.set(req.status());
         q.dispatch(new Request[]{r}, 1);
@@ -216,13 +203,7 @@ class BttDriverTest {
             byte[] d = (byte[]) setup[i][2];
             r.length = d == null ? 4096 : d.length;
             if (d != null) {
-                int pos = 0;
-                for (ByteBuffer x : r.buffers()) {
-                    if (x == null) break;
-                    int k = x.remaining();
-                    x.put(d, pos, k);
-                    pos += k;
-                }
+                InlineRequests.fill(r, d);
             }
             int me = i;
             r.completion = req -> status[me] = req.status();
@@ -272,14 +253,7 @@ class BttDriverTest {
             if (i == 3) {
                 continue;
             }
-            byte[] got = new byte[(int) reads[i][1]];
-            int pos = 0;
-            for (ByteBuffer x : batch[i].buffers()) {
-                if (x == null || pos == got.length) break;
-                int k = Math.min(x.remaining(), got.length - pos);
-                x.duplicate().get(got, pos, k);
-                pos += k;
-            }
+            byte[] got = InlineRequests.gather(batch[i], (int) reads[i][1]);
             byte[] expect = reads[i][0] >= data.length ? new byte[got.length]
                     : java.util.Arrays.copyOfRange(data, (int) reads[i][0], (int) (reads[i][0] + reads[i][1]));
             assertThat(got).as("READ %d (%d+%d)", i, reads[i][0], reads[i][1]).isEqualTo(expect);
@@ -387,40 +361,16 @@ class BttDriverTest {
     @Test
     void concurrentWritersOnOneLbaFromManyQueuesLeaveEveryReadWhollyOldOrNew() throws Exception {
         serve(4096, 2, 3, 1); // fewer lanes than threads: they must take turns, never share one
-        int writers = 6, readers = 2, lbas = 3;
-        AtomicBoolean stop = new AtomicBoolean();
-        AtomicLong reads = new AtomicLong(), writes = new AtomicLong();
-        ConcurrentLinkedQueue<String> problems = new ConcurrentLinkedQueue<>();
-        List<Thread> threads = new ArrayList<>();
-        for (int w = 0; w < writers; w++) {
-            int id = w;
-            threads.add(Thread.ofPlatform().start(() -> {
-                HardwareQueue q = layer.queue(id % 2);
-                byte[] sector = new byte[4096];
-                try {
-                    for (int i = 0; !stop.get(); i++) {
-                        java.util.Arrays.fill(sector, (byte) (1 + id * 40 + i % 40));
-                        int st = write(q, (long) (i % lbas) * 4096, sector, false);
-                        if (st != 0) {
-                            problems.add("writer " + id + ": status " + st);
-                        }
-                        writes.incrementAndGet();
-                    }
-                } catch (Throwable t) {
-                    problems.add("writer " + id + ": " + t);
-                }
-            }));
-        }
-        startTornSectorReaders(readers, lbas, stop, reads, problems, threads);
+        int lbas = 3;
         // Until enough of both have overlapped (msync per step makes page-cache writes slow), 10 s at most.
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-        while (System.nanoTime() < deadline && problems.isEmpty() && (reads.get() < 100 || writes.get() < 300)) {
-            Thread.onSpinWait();
-        }
-        stopAndJoin(stop, threads, problems);
-        assertThat(writes.get()).isGreaterThan(100);
-        assertThat(reads.get()).isGreaterThan(20);
-        assertThat(driver.btt().check()).isEmpty();
+        long writes = writersBesideTornSectorReaders(6, lbas, 300, id -> {
+            byte[] sector = new byte[4096];
+            return i -> {
+                java.util.Arrays.fill(sector, (byte) (1 + id * 40 + i % 40));
+                return new int[]{write(layer.queue(id % 2), (long) (i % lbas) * 4096, sector, false)};
+            };
+        });
+        assertThat(writes).isGreaterThan(100);
     }
 
     /**
@@ -432,50 +382,25 @@ class BttDriverTest {
     @Test
     void concurrentBatchesOnFewLanesNeverTearASectorNorDeadlock() throws Exception {
         serve(4096, 2, 2, 2);
-        int writers = 4, readers = 2, lbas = 6;
-        AtomicBoolean stop = new AtomicBoolean();
-        AtomicLong reads = new AtomicLong(), batches = new AtomicLong();
-        ConcurrentLinkedQueue<String> problems = new ConcurrentLinkedQueue<>();
-        List<Thread> threads = new ArrayList<>();
-        for (int w = 0; w < writers; w++) {
-            int id = w;
-            threads.add(Thread.ofPlatform().start(() -> {
-                HardwareQueue q = layer.queue(id % 2);
-                java.util.Random rnd = new java.util.Random(id);
-                try {
-                    for (int i = 0; !stop.get(); i++) {
-                        int n = 2 + rnd.nextInt(4);
-                        long[] offs = new long[n];
-                        byte[][] data = new byte[n][];
-                        for (int k = 0; k < n; k++) {
-                            int first = rnd.nextInt(lbas), len = 1 + rnd.nextInt(Math.min(3, lbas - first));
-                            offs[k] = first * 4096L;
-                            data[k] = new byte[len * 4096];
-                            for (int sct = 0; sct < len; sct++) { // one value per sector: a reader can tell a mix
-                                java.util.Arrays.fill(data[k], sct * 4096, (sct + 1) * 4096, (byte) rnd.nextInt(256));
-                            }
-                        }
-                        for (int st : writeBatch(q, offs, data)) {
-                            if (st != 0) {
-                                problems.add("writer " + id + ": status " + st);
-                            }
-                        }
-                        batches.incrementAndGet();
+        int lbas = 6;
+        long batches = writersBesideTornSectorReaders(4, lbas, 200, id -> {
+            java.util.Random rnd = new java.util.Random(id);
+            return i -> {
+                int n = 2 + rnd.nextInt(4);
+                long[] offs = new long[n];
+                byte[][] data = new byte[n][];
+                for (int k = 0; k < n; k++) {
+                    int first = rnd.nextInt(lbas), len = 1 + rnd.nextInt(Math.min(3, lbas - first));
+                    offs[k] = first * 4096L;
+                    data[k] = new byte[len * 4096];
+                    for (int sct = 0; sct < len; sct++) { // one value per sector: a reader can tell a mix
+                        java.util.Arrays.fill(data[k], sct * 4096, (sct + 1) * 4096, (byte) rnd.nextInt(256));
                     }
-                } catch (Throwable t) {
-                    problems.add("writer " + id + ": " + t);
                 }
-            }));
-        }
-        startTornSectorReaders(readers, lbas, stop, reads, problems, threads);
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-        while (System.nanoTime() < deadline && problems.isEmpty() && (reads.get() < 100 || batches.get() < 200)) {
-            Thread.onSpinWait();
-        }
-        stopAndJoin(stop, threads, problems);
-        assertThat(batches.get()).isGreaterThan(50);
-        assertThat(reads.get()).isGreaterThan(20);
-        assertThat(driver.btt().check()).isEmpty();
+                return writeBatch(layer.queue(id % 2), offs, data);
+            };
+        });
+        assertThat(batches).isGreaterThan(50);
     }
 
     @Test
@@ -518,6 +443,53 @@ class BttDriverTest {
      * Readers of 4 KiB sectors on both queues until {@code stop}, each sector checked to hold one value only (the
      * writers fill each sector with one value): a mix is a torn sector, added to {@code problems}.
      */
+    /** Writer {@code id}'s i-th step: the statuses it got (each non-zero one is a problem). */
+    interface WriterStep {
+        int[] step(int i) throws Exception;
+    }
+
+    /**
+     * {@code writers} threads, each running the step {@code writerOf} makes for it until stopped, beside 2 readers
+     * that check every sector of the first {@code lbas} is wholly one writer's; until {@code enough} steps and
+     * 100 reads have overlapped, 10 s at most. Then: no problem, more than 20 reads, a consistent BTT.
+     *
+     * @return the steps the writers made
+     */
+    private long writersBesideTornSectorReaders(int writers, int lbas, long enough,
+                                                java.util.function.IntFunction<WriterStep> writerOf) throws Exception {
+        AtomicBoolean stop = new AtomicBoolean();
+        AtomicLong reads = new AtomicLong(), steps = new AtomicLong();
+        ConcurrentLinkedQueue<String> problems = new ConcurrentLinkedQueue<>();
+        List<Thread> threads = new ArrayList<>();
+        for (int w = 0; w < writers; w++) {
+            int id = w;
+            WriterStep writer = writerOf.apply(id);
+            threads.add(Thread.ofPlatform().start(() -> {
+                try {
+                    for (int i = 0; !stop.get(); i++) {
+                        for (int st : writer.step(i)) {
+                            if (st != 0) {
+                                problems.add("writer " + id + ": status " + st);
+                            }
+                        }
+                        steps.incrementAndGet();
+                    }
+                } catch (Throwable t) {
+                    problems.add("writer " + id + ": " + t);
+                }
+            }));
+        }
+        startTornSectorReaders(2, lbas, stop, reads, problems, threads);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (System.nanoTime() < deadline && problems.isEmpty() && (reads.get() < 100 || steps.get() < enough)) {
+            Thread.onSpinWait();
+        }
+        stopAndJoin(stop, threads, problems);
+        assertThat(reads.get()).isGreaterThan(20);
+        assertThat(driver.btt().check()).isEmpty();
+        return steps.get();
+    }
+
     private void startTornSectorReaders(int readers, int lbas, AtomicBoolean stop, AtomicLong reads,
             ConcurrentLinkedQueue<String> problems, List<Thread> threads) {
         for (int rd = 0; rd < readers; rd++) {

@@ -19,6 +19,30 @@ final class InlineRequests {
     private InlineRequests() {
     }
 
+    /** Puts {@code data} into r's pool buffers, in order (a WRITE's payload). */
+    static void fill(Request r, byte[] data) {
+        int pos = 0;
+        for (ByteBuffer b : r.buffers()) {
+            if (b == null || pos == data.length) break;
+            int k = Math.min(b.remaining(), data.length - pos);
+            b.put(data, pos, k);
+            pos += k;
+        }
+    }
+
+    /** The first {@code length} bytes of r's pool buffers (a READ's data), leaving the buffers as they are. */
+    static byte[] gather(Request r, int length) {
+        byte[] out = new byte[length];
+        int pos = 0;
+        for (ByteBuffer b : r.buffers()) {
+            if (b == null || pos == length) break;
+            int k = Math.min(b.remaining(), length - pos);
+            b.duplicate().get(out, pos, k);
+            pos += k;
+        }
+        return out;
+    }
+
     static int run(HardwareQueue q, Op op, long off, int len, byte fill, boolean sink, byte[] out)
             throws InterruptedException {
         Request r = q.acquire(op.carriesData() && !sink ? len : 0);

@@ -637,24 +637,19 @@ public final class Btt {
 
     /** Copies external block {@code lba} into {@code dst} ({@link #blockSize()} bytes); a ZERO or initial block reads as zeros. */
     public void read(int lane, long lba, MemorySegment dst) throws IOException {
-        checkBuffer(dst);
-        enter(lane);
-        try {
-            readOn(lane, lba, dst);
-        } finally {
-            leave(lane);
+        try (Lane l = entered(lane)) {
+            l.read(lba, dst);
         }
     }
 
     private void readOn(int lane, long lba, MemorySegment dst) throws IOException {
         Arena a = arenaOf(lba);
         long mapAt = a.mapOff + (lba - a.firstLba) * MAP_ENTRY_SIZE;
-        int slot = lane * PAD;
         int entry = (int) INT.getVolatile(pool, mapAt);
+        int slot = lane * PAD;
         while (true) {
             if (isError(entry)) {
-                throw new IOException("block " + lba + " is marked bad (its map entry has the ERROR flag): EIO until"
-                        + " it is written again");
+                throw markedBad(lba);
             }
             if (isZeroOrInitial(entry)) {
                 dst.fill((byte) 0);
@@ -687,12 +682,8 @@ public final class Btt {
      * point the block reads wholly as before or wholly as {@code src}; once this returns, {@code src} is durable.
      */
     public void write(int lane, long lba, MemorySegment src) throws IOException {
-        checkBuffer(src);
-        enter(lane);
-        try {
-            writeOn(lane, lba, src);
-        } finally {
-            leave(lane);
+        try (Lane l = entered(lane)) {
+            l.write(lba, src);
         }
     }
 
@@ -737,11 +728,8 @@ public final class Btt {
      * store; the block stays mapped, so no flog entry is needed. An already zero (or initial) block is left alone.
      */
     public void zero(int lane, long lba) throws IOException {
-        enter(lane);
-        try {
-            zeroOn(lane, lba);
-        } finally {
-            leave(lane);
+        try (Lane l = entered(lane)) {
+            l.zero(lba);
         }
     }
 
@@ -1001,28 +989,12 @@ public final class Btt {
 
         /** Writes every block added and not failed, in lockstep (the class comment); never throws. */
         public void commit() {
-            int n = size;
-            int live = begin();
-            if (live == 0) {
+            if (begin() == 0) {
                 return;
             }
             // Stage 1: the data, each block's checks before its store as in writeOn; a block refused here fails
             // alone, its lane's free block unchanged.
-            for (int s = 0; s < n; s++) {
-                if (failure[s] != null) {
-                    continue;
-                }
-                try {
-                    media.beforeStore(dataAt[s], blockSize);
-                    persistence.copy(src[s].asSlice(srcOff[s], blockSize), pool.asSlice(dataAt[s], blockSize));
-                } catch (Throwable t) {
-                    failure[s] = t;
-                    live--;
-                }
-            }
-            if (live > 0) {
-                commitStored(n, false);
-            }
+            storeByCpuThenCommit(true);
         }
 
         /**
@@ -1085,6 +1057,15 @@ public final class Btt {
          * stored them: the blocks are free, nobody reads them).
          */
         public void commitByCpu() {
+            storeByCpuThenCommit(false); // the bad-block checks ran when the group was placed
+        }
+
+        /**
+         * Stage 1 by the CPU: every live slot's data copied from its source into its free block, after the
+         * bad-block check when {@code check}; a slot whose store fails fails alone. Then the durable stages, when
+         * any slot is left.
+         */
+        private void storeByCpuThenCommit(boolean check) {
             int n = size;
             int live = 0;
             for (int s = 0; s < n; s++) {
@@ -1092,6 +1073,9 @@ public final class Btt {
                     continue;
                 }
                 try {
+                    if (check) {
+                        media.beforeStore(dataAt[s], blockSize);
+                    }
                     persistence.copy(src[s].asSlice(srcOff[s], blockSize), pool.asSlice(dataAt[s], blockSize));
                     live++;
                 } catch (Throwable t) {
@@ -1490,8 +1474,7 @@ public final class Btt {
         int entry = (int) INT.getVolatile(pool, mapAt);
         while (true) {
             if (isError(entry)) {
-                throw new IOException("block " + lba + " is marked bad (its map entry has the ERROR flag): EIO until"
-                        + " it is written again");
+                throw markedBad(lba);
             }
             if (isZeroOrInitial(entry)) {
                 return ZEROS;
@@ -1553,6 +1536,12 @@ public final class Btt {
         }
     }
 
+    /** Lane {@code lane}, entered ({@link #enter}): the one-block calls above hold it for one call. */
+    private Lane entered(int lane) {
+        enter(lane);
+        return laneHandles[lane];
+    }
+
     private void enter(int lane) {
         if (lane < 0 || lane >= lanes) {
             throw new IllegalArgumentException("lane " + lane + " is out of range: 0.." + (lanes - 1));
@@ -1577,6 +1566,12 @@ public final class Btt {
             }
         }
         throw new AssertionError("unreachable: " + lba + " < " + blocks);
+    }
+
+    /** A read of a block whose map entry has the ERROR flag. */
+    private static IOException markedBad(long lba) {
+        return new IOException("block " + lba + " is marked bad (its map entry has the ERROR flag): EIO until it is"
+                + " written again");
     }
 
     private void refuseIfReadOnly(Arena a, long lba) throws IOException {

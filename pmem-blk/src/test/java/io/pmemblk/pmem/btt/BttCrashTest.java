@@ -149,55 +149,42 @@ class BttCrashTest {
             crashAfterEveryStep(model, history, crashes, sector, lbas, violations, stop);
             Btt btt = Btt.open(m.memory(), model, 3 * LANES); // room for groups: 3 lanes a thread
             AtomicInteger versions = new AtomicInteger();
-            CountDownLatch start = new CountDownLatch(1);
-            List<Thread> threads = new ArrayList<>();
             ConcurrentLinkedQueue<Throwable> failures = new ConcurrentLinkedQueue<>();
-            for (int lane = 0; lane < LANES; lane++) {
-                int me = lane;
-                threads.add(Thread.ofPlatform().start(() -> {
-                    try (Arena arena = Arena.ofConfined()) {
-                        MemorySegment[] bufs = new MemorySegment[GROUP];
-                        for (int b = 0; b < GROUP; b++) {
-                            bufs[b] = arena.allocate(sector, 4096);
-                        }
-                        Random rnd = new Random(seed * 1000 + me);
-                        start.await();
-                        for (int i = 0; i < OPS_PER_LANE && !stop.get(); ) {
-                            int kind = rnd.nextInt(5); // 0 zero, 1-2 one write, 3-4 a group
-                            try (Btt.Lane held = btt.claim(3 * me)) {
-                                if (kind >= 3) {
-                                    i += groupOfWrites(held, bufs, rnd, versions, model, history);
-                                    continue;
-                                }
-                                int lba = lbaOf(rnd.nextInt(LBAS));
-                                boolean zero = kind == 0;
-                                long version = zero ? 0 : versions.incrementAndGet();
-                                if (!zero) {
-                                    BttTest.fill(bufs[0], lba, version);
-                                }
-                                int index = model.atomically(() -> history.started(lba, version));
-                                if (zero) {
-                                    held.zero(lba);
-                                } else {
-                                    held.write(lba, bufs[0]);
-                                }
-                                model.atomically(() -> {
-                                    history.ended(index);
-                                    return null;
-                                });
-                                i++;
-                            }
-                        }
-                    } catch (Throwable t) {
-                        failures.add(t);
-                        stop.set(true);
+            runTogether(LANES, stop, failures, me -> {
+                try (Arena arena = Arena.ofConfined()) {
+                    MemorySegment[] bufs = new MemorySegment[GROUP];
+                    for (int b = 0; b < GROUP; b++) {
+                        bufs[b] = arena.allocate(sector, 4096);
                     }
-                }));
-            }
-            start.countDown();
-            for (Thread t : threads) {
-                t.join();
-            }
+                    Random rnd = new Random(seed * 1000 + me);
+                    for (int i = 0; i < OPS_PER_LANE && !stop.get(); ) {
+                        int kind = rnd.nextInt(5); // 0 zero, 1-2 one write, 3-4 a group
+                        try (Btt.Lane held = btt.claim(3 * me)) {
+                            if (kind >= 3) {
+                                i += groupOfWrites(held, bufs, rnd, versions, model, history);
+                                continue;
+                            }
+                            int lba = lbaOf(rnd.nextInt(LBAS));
+                            boolean zero = kind == 0;
+                            long version = zero ? 0 : versions.incrementAndGet();
+                            if (!zero) {
+                                BttTest.fill(bufs[0], lba, version);
+                            }
+                            int index = model.atomically(() -> history.started(lba, version));
+                            if (zero) {
+                                held.zero(lba);
+                            } else {
+                                held.write(lba, bufs[0]);
+                            }
+                            model.atomically(() -> {
+                                history.ended(index);
+                                return null;
+                            });
+                            i++;
+                        }
+                    }
+                }
+            });
             assertThat(failures).isEmpty();
             assertThat(violations).as("crash images violating the BTT's guarantees (first of them)")
                     .isEmpty();
@@ -279,14 +266,7 @@ class BttCrashTest {
     @MethodSource("driverCases")
     void groupedBatchesThroughTheDriverKeepEveryGuaranteeAfterEveryCrash(PmemRegion.Mapper mapper, int sector)
             throws Exception {
-        if (mapper == PmemRegion.Mapper.LIBPMEM) {
-            assumeTrue(RegionPorts.libpmemLoads(), "libpmem not installed");
-        }
-        assumeFalse(FORCED && mapper == PmemRegion.Mapper.JAVA, "the JDK mapper is the page cache either way: run once");
-        int[] lbas = new int[CLUSTERS.length * CLUSTER_SPAN];
-        for (int i = 0; i < lbas.length; i++) {
-            lbas[i] = CLUSTERS[i / CLUSTER_SPAN] + i % CLUSTER_SPAN;
-        }
+        int[] lbas = driverLbas(mapper);
         CrashModel.Modelled mm = CrashModel.open(dir.resolve("d.img"), DRIVER_SIZE, mapper, CrashModel.ATOMIC_UNIT);
         PmemRegion region = mm.region();
         CrashModel model = mm.model();
@@ -303,32 +283,10 @@ class BttCrashTest {
         try {
             crashAfterEveryStep(model, history, crashes, sector, lbas, violations, stop);
             AtomicInteger versions = new AtomicInteger();
-            CountDownLatch start = new CountDownLatch(1);
-            List<Thread> threads = new ArrayList<>();
             int batches = region.isPmem() ? 3 * BATCHES : BATCHES; // a drain costs less than an msync: more of them
-            for (int t = 0; t < 2; t++) {
-                int me = t;
-                threads.add(Thread.ofPlatform().start(() -> {
-                    try {
-                        Random rnd = new Random(sector + 7L * me + 1000L * mapper.ordinal());
-                        start.await();
-                        for (int b = 0; b < batches && !stop.get(); b++) {
-                            dispatchBatch(layer.queue(me), rnd, sector, versions, model, history);
-                        }
-                    } catch (Throwable e) {
-                        failures.add(e);
-                        stop.set(true);
-                    }
-                }));
-            }
-            start.countDown();
-            for (Thread t : threads) {
-                t.join();
-            }
-            stop.set(true);
-            assertThat(failures).isEmpty();
-            assertThat(violations).as("crash images violating the BTT's guarantees (first of them)").isEmpty();
-            assertThat(driver.btt().check()).isEmpty();
+            dispatchFromTwoQueues(batches, stop, failures, violations, driver,
+                    me -> sector + 7L * me + 1000L * mapper.ordinal(),
+                    (me, rnd) -> dispatchBatch(layer.queue(me), rnd, sector, versions, model, history));
             int checked = CHECKED.get() - before;
             System.out.println("BTT crash images checked through the driver (" + mapper + ", sector " + sector
                     + ", pmem " + region.isPmem() + "): " + checked);
@@ -366,14 +324,7 @@ class BttCrashTest {
     @MethodSource("dmaCases")
     void dmaGroupsThroughTheDriverKeepEveryGuaranteeAfterEveryCrash(PmemRegion.Mapper mapper, int sector,
                                                                    boolean withFaults) throws Exception {
-        if (mapper == PmemRegion.Mapper.LIBPMEM) {
-            assumeTrue(RegionPorts.libpmemLoads(), "libpmem not installed");
-        }
-        assumeFalse(FORCED && mapper == PmemRegion.Mapper.JAVA, "the JDK mapper is the page cache either way: run once");
-        int[] lbas = new int[CLUSTERS.length * CLUSTER_SPAN];
-        for (int i = 0; i < lbas.length; i++) {
-            lbas[i] = CLUSTERS[i / CLUSTER_SPAN] + i % CLUSTER_SPAN;
-        }
+        int[] lbas = driverLbas(mapper);
         CrashModel.Modelled mm = CrashModel.open(dir.resolve("d.img"), DRIVER_SIZE, mapper, CrashModel.ATOMIC_UNIT);
         PmemRegion region = mm.region();
         CrashModel model = mm.model();
@@ -399,32 +350,10 @@ class BttCrashTest {
         try {
             crashAfterEveryStep(model, history, crashes, sector, lbas, violations, stop);
             AtomicInteger versions = new AtomicInteger();
-            CountDownLatch start = new CountDownLatch(1);
-            List<Thread> threads = new ArrayList<>();
             int batches = region.isPmem() ? 3 * BATCHES : BATCHES;
-            for (int t = 0; t < 2; t++) {
-                int me = t;
-                threads.add(Thread.ofPlatform().start(() -> {
-                    try {
-                        Random rnd = new Random(sector + 11L * me + 1000L * mapper.ordinal() + (withFaults ? 77 : 0));
-                        start.await();
-                        for (int b = 0; b < batches && !stop.get(); b++) {
-                            dispatchBatch(layer.queue(me), rnd, sector, versions, model, history, routes);
-                        }
-                    } catch (Throwable e) {
-                        failures.add(e);
-                        stop.set(true);
-                    }
-                }));
-            }
-            start.countDown();
-            for (Thread t : threads) {
-                t.join();
-            }
-            stop.set(true);
-            assertThat(failures).isEmpty();
-            assertThat(violations).as("crash images violating the BTT's guarantees (first of them)").isEmpty();
-            assertThat(driver.btt().check()).isEmpty();
+            dispatchFromTwoQueues(batches, stop, failures, violations, driver,
+                    me -> sector + 11L * me + 1000L * mapper.ordinal() + (withFaults ? 77 : 0),
+                    (me, rnd) -> dispatchBatch(layer.queue(me), rnd, sector, versions, model, history, routes));
             int checked = CHECKED.get() - before;
             System.out.println("BTT crash images checked through the driver's DMA route (" + mapper + ", sector "
                     + sector + ", pmem " + region.isPmem() + ", faults " + withFaults + "): " + checked + "; requests by"
@@ -633,5 +562,75 @@ class BttCrashTest {
         };
         model.afterEachStep(crash);
         model.afterEachWriteBack(crash);
+    }
+
+    /** One batch of a submitter: on queue {@code queue}, drawing from its own seeded {@code rnd}. */
+    interface QueueBatch {
+        void dispatch(int queue, Random rnd) throws Exception;
+    }
+
+    /**
+     * Two submitters, thread i dispatching up to {@code batches} batches on queue i (its Random seeded by
+     * {@code seedOf(i)}) while the crash hook judges images; a failure stops both. Then: no failure, no violating
+     * image, and a consistent BTT.
+     */
+    private static void dispatchFromTwoQueues(int batches, AtomicBoolean stop, ConcurrentLinkedQueue<Throwable> failures,
+                                              ConcurrentLinkedQueue<String> violations, PmemBlockDriver driver,
+                                              java.util.function.IntToLongFunction seedOf, QueueBatch batch)
+            throws InterruptedException {
+        runTogether(2, stop, failures, me -> {
+            Random rnd = new Random(seedOf.applyAsLong(me));
+            for (int b = 0; b < batches && !stop.get(); b++) {
+                batch.dispatch(me, rnd);
+            }
+        });
+        stop.set(true);
+        assertThat(failures).isEmpty();
+        assertThat(violations).as("crash images violating the BTT's guarantees (first of them)").isEmpty();
+        assertThat(driver.btt().check()).isEmpty();
+    }
+
+    /**
+     * The driver cases' assumptions (libpmem for its mapper; the JDK mapper once, not again when forced) and the
+     * LBAs their workloads use: clusters of neighbours, so batches overlap and share map locks.
+     */
+    private static int[] driverLbas(PmemRegion.Mapper mapper) {
+        if (mapper == PmemRegion.Mapper.LIBPMEM) {
+            assumeTrue(RegionPorts.libpmemLoads(), "libpmem not installed");
+        }
+        assumeFalse(FORCED && mapper == PmemRegion.Mapper.JAVA, "the JDK mapper is the page cache either way: run once");
+        int[] lbas = new int[CLUSTERS.length * CLUSTER_SPAN];
+        for (int i = 0; i < lbas.length; i++) {
+            lbas[i] = CLUSTERS[i / CLUSTER_SPAN] + i % CLUSTER_SPAN;
+        }
+        return lbas;
+    }
+
+    /** The work of thread {@code me} of {@link #runTogether}. */
+    interface Submitter {
+        void run(int me) throws Throwable;
+    }
+
+    /** n threads run {@code body} from one start; a failure is kept and stops the others (stop); returns when all ended. */
+    private static void runTogether(int n, AtomicBoolean stop, ConcurrentLinkedQueue<Throwable> failures, Submitter body)
+            throws InterruptedException {
+        CountDownLatch start = new CountDownLatch(1);
+        List<Thread> threads = new ArrayList<>();
+        for (int t = 0; t < n; t++) {
+            int me = t;
+            threads.add(Thread.ofPlatform().start(() -> {
+                try {
+                    start.await();
+                    body.run(me);
+                } catch (Throwable e) {
+                    failures.add(e);
+                    stop.set(true);
+                }
+            }));
+        }
+        start.countDown();
+        for (Thread t : threads) {
+            t.join();
+        }
     }
 }
