@@ -408,7 +408,7 @@ final class BttRequests {
         if (f != null) {
             error = launch(f, channel, error);
         }
-        error = driver.ring(channel, error);
+        error = driver.submit(channel, error);
         // This thread holds no lane now: each request's own share (and its sectors never added) may complete it.
         for (int i = from; i < to; i++) {
             Request r = batch[i];
@@ -427,7 +427,7 @@ final class BttRequests {
     private Flight flight(DmaChannel channel) {
         Btt.Lane lane = btt.claimNow(preferredLane());
         if (lane == null) {
-            driver.ring(channel, null); // an Error here shows again at the run's own doorbell
+            driver.submit(channel, null); // an Error here shows again at the run's own doorbell
             lane = btt.claim(preferredLane());
         }
         Flight f = flights[lane.index()];

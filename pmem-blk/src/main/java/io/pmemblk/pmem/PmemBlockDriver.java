@@ -552,11 +552,6 @@ public final class PmemBlockDriver implements BlockDriver {
         return wantsDma(r) && btt.dmaWritable(r);
     }
 
-    /** Rings {@code channel}'s doorbell; what it throws is logged and kept if an Error ({@link #submit}). */
-    Throwable ring(DmaChannel channel, Throwable error) {
-        return submit(channel, error);
-    }
-
     /** The channel threw placing a BTT group (nothing placed; the CPU takes it): logged, once a second unless an Error. */
     Throwable placeFailed(DmaChannel channel, Throwable t, Throwable error) {
         if (t instanceof Error || faultLogDue()) {
@@ -876,24 +871,34 @@ public final class PmemBlockDriver implements BlockDriver {
             }
             return complete(r, result, error);
         }
+        if (!cpuMayRedo(r, status)) {
+            return complete(r, Status.EIO, error);
+        }
+        return completeByCpu(r, error);
+    }
+
+    /**
+     * After r's copies failed with {@code status}: whether the CPU may do them instead (counted and logged as a
+     * fallback), or, false, r must answer EIO because its caller memory left the IOVA space under it (unregistered
+     * before its requests were released): the owner is giving it back, so the CPU must not copy into or out of it
+     * either. Logged once a second at most: a halt fails every copy behind it.
+     */
+    private boolean cpuMayRedo(Request r, int status) {
         stats.dmaError();
         if (r.callerMemory() && !stillMapped(r)) {
-            // Its memory left the IOVA space under it (unregistered before its requests were released): the owner
-            // is giving it back, so the CPU must not copy into or out of it either.
             if (faultLogDue()) {
                 LOG.log(System.Logger.Level.ERROR, "DMA copy of " + r + " failed (CHANERR 0x" + Integer.toHexString(status)
                         + "): its caller memory is no longer registered for DMA (unregisterMemory comes after the"
                         + " region's requests are released); answered EIO");
             }
-            return complete(r, Status.EIO, error);
+            return false;
         }
         stats.dmaFallback();
-        // A halt fails every copy behind it: one line per second, not one per request.
         if (status != STATUS_NOT_PLACED && faultLogDue()) {
             LOG.log(System.Logger.Level.WARNING, "DMA copy of " + r + " failed (CHANERR 0x" + Integer.toHexString(status)
                     + "); it and the copies behind it are completed by the CPU (" + stats.dmaFallbacks() + " so far)");
         }
-        return completeByCpu(r, error);
+        return true;
     }
 
     /**
@@ -910,21 +915,9 @@ public final class PmemBlockDriver implements BlockDriver {
             r.route = Route.DMA;
             return complete(r, Status.OK, error);
         }
-        stats.dmaError();
-        if (r.callerMemory() && !stillMapped(r)) {
+        if (!cpuMayRedo(r, status)) {
             btt.endDmaRead(st);
-            if (faultLogDue()) {
-                LOG.log(System.Logger.Level.ERROR, "DMA copy of " + r + " failed (CHANERR 0x"
-                        + Integer.toHexString(status) + "): its caller memory is no longer registered for DMA"
-                        + " (unregisterMemory comes after the region's requests are released); answered EIO");
-            }
             return complete(r, Status.EIO, error);
-        }
-        stats.dmaFallback();
-        if (status != STATUS_NOT_PLACED && faultLogDue()) {
-            LOG.log(System.Logger.Level.WARNING, "DMA copy of " + r + " failed (CHANERR 0x"
-                    + Integer.toHexString(status) + "); it and the copies behind it are completed by the CPU ("
-                    + stats.dmaFallbacks() + " so far)");
         }
         Throwable failed = null;
         try {
@@ -1033,7 +1026,8 @@ public final class PmemBlockDriver implements BlockDriver {
         }
     }
 
-    private Throwable submit(DmaChannel channel, Throwable error) {
+    /** Rings {@code channel}'s doorbell; what it throws is logged, and kept if an Error (the BTT's groups ring it too). */
+    Throwable submit(DmaChannel channel, Throwable error) {
         try {
             channel.submit();
             return error;
