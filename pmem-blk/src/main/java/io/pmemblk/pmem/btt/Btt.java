@@ -22,7 +22,7 @@ import static io.pmemblk.pmem.btt.BttLayout.*;
  * (PMDK btt.c btt_write/read_flog_pair, Linux btt.c btt_write_pg/btt_freelist_init; note §2-§3).
  *
  * <p>Lanes: the caller's queue index. Each lane owns one free block and one flog pair per arena, so writers on
- * different lanes share nothing but the map lock of the LBA's cache line (two writers of one LBA must not both free
+ * different lanes share nothing but the map lock of the LBA (two writers of one LBA must not both free
  * its old block) and the read-tracking table. A lane must be used by one thread at a time: a second caller on a
  * busy lane is refused ({@link IllegalStateException}) rather than left to corrupt the lane's free block. A group
  * claims whichever lanes are free, so callers that name their lane ({@link #write(int, long, MemorySegment)})
@@ -46,7 +46,7 @@ import static io.pmemblk.pmem.btt.BttLayout.*;
  */
 public final class Btt {
     private static final System.Logger LOG = System.getLogger(Btt.class.getName());
-    /** Ints per RTT slot, lane busy flag and map lock: 64 bytes, so two lanes never share a cache line. */
+    /** Ints per RTT slot and lane busy flag: 64 bytes, so two lanes never share a cache line. */
     private static final int PAD = 16;
     /** An RTT slot that names no block: a normal map entry always has both flag bits set. */
     private static final int RTT_EMPTY = 0;
@@ -57,6 +57,15 @@ public final class Btt {
      * 1.5% of the time. 256 KiB an arena.
      */
     private static final int DEVICE_READ_BUCKETS = 1 << 16;
+    /**
+     * Map locks per arena: a power of two, a lock word each (not padded), LBAs taking them in turn. Linux and PMDK
+     * have nfree (256) locks, one per map cache line: two groups of 32 random blocks would then share a lock
+     * nearly always (1 - (224/256)^32 = 98%), and the second waits out the first's three drains, so two
+     * submitters wrote no faster than one. With 64 Ki locks two such groups meet 1.5% of the time. 256 KiB an
+     * arena; a lock only orders writers of one LBA, so sharing one (LBAs 64 Ki apart) costs a wait, never a
+     * wrong result.
+     */
+    private static final int MAP_LOCKS = 1 << 16;
     /** What {@link #beginDeviceRead} answers for a block that reads as zeros (its map entry's zero flag, or initial). */
     public static final long ZEROS = -1;
     private static final VarHandle ARRAY = MethodHandles.arrayElementVarHandle(int[].class);
@@ -143,7 +152,7 @@ public final class Btt {
             this.next = new int[nfree];
             this.rtt = new int[lanes * PAD];
             this.deviceReads = new int[DEVICE_READ_BUCKETS];
-            this.mapLocks = new int[nfree * PAD];
+            this.mapLocks = new int[MAP_LOCKS];
             if ((info.get(U32, INFO_FLAGS) & INFO_FLAG_ERROR) != 0) {
                 error = "its info block has the ERROR flag set (a write to it failed earlier)";
             }
@@ -833,8 +842,8 @@ public final class Btt {
      * Elsewhere than pmem each step's ranges are msynced instead of the drain, one msync each.
      *
      * <p>Two blocks of one LBA are never in one group ({@link #add} refuses the second): the later must read the
-     * earlier's map entry as its old entry, so it goes in the next group. Blocks of different LBAs in one map line
-     * share the line's lock, taken once.
+     * earlier's map entry as its old entry, so it goes in the next group. Blocks of different LBAs that share a map
+     * lock (LBAs {@code MAP_LOCKS} apart) take it once.
      *
      * <p>Failures: a block refused before its data is stored (arena read-only, writes stopped, a bad free block,
      * its source unreadable) fails alone, and changes nothing of the BTT. A persistence step that fails fails
@@ -915,7 +924,7 @@ public final class Btt {
                 if (starved) {
                     return -1;
                 }
-                int l = tryClaim(lane[held - 1] + 1);
+                int l = tryClaim(lane[held - 1] + 1, false);
                 if (l < 0) {
                     starved = true; // smaller than asked: every other lane is held by another caller
                     return -1;
@@ -1360,19 +1369,16 @@ public final class Btt {
     }
 
     /**
-     * Claims a free lane, {@code preferred} (mod lanes) first, then the next ones in turn, backing off after each
-     * round while all are busy: callers that may dispatch at once on one hardware queue (two NBD connections)
+     * Claims a free lane, {@code preferred} (mod lanes) first, then those a group's width apart, then the next ones
+     * in turn, backing off after each round while all are busy: callers that may dispatch at once on one hardware queue (two NBD connections)
      * each get a lane of their own without a lock, and a caller that keeps its preferred lane (one per thread)
      * finds it free. Never returns a lane another caller holds.
      */
     public Lane claim(int preferred) {
-        int first = Math.floorMod(preferred, lanes);
         for (int spins = 0; ; spins++) {
-            for (int i = 0; i < lanes; i++) {
-                int lane = first + i < lanes ? first + i : first + i - lanes;
-                if ((int) ARRAY.get(laneBusy, lane * PAD) == 0 && ARRAY.compareAndSet(laneBusy, lane * PAD, 0, 1)) {
-                    return laneHandles[lane];
-                }
+            int lane = tryClaim(preferred, true);
+            if (lane >= 0) {
+                return laneHandles[lane];
             }
             backOff(spins);
         }
@@ -1384,24 +1390,39 @@ public final class Btt {
      * completion gives lanes back).
      */
     public Lane claimNow(int preferred) {
-        int lane = tryClaim(preferred);
+        int lane = tryClaim(preferred, true);
         return lane < 0 ? null : laneHandles[lane];
     }
 
     /**
-     * A free lane, {@code from} (mod lanes) first, claimed without waiting; -1 when every lane is held. A group
-     * grows by these: it never waits for a lane while it holds others (a caller waiting in {@link #claim} holds
+     * A free lane, {@code from} (mod lanes) first, claimed without waiting; -1 when every lane is held. For a
+     * {@code newGroup}'s first lane, see {@link #claim}; a group grows into the next free lane. A group grows by these: it never waits for a lane while it holds others (a caller waiting in {@link #claim} holds
      * none), so lanes cannot deadlock.
      */
-    private int tryClaim(int from) {
+    private int tryClaim(int from, boolean newGroup) {
         int first = Math.floorMod(from, lanes);
+        // For a new group, a group's width apart first: a caller whose preferred lane another holds (two threads
+        // preferring one lane, two connections on one queue) starts where a whole group of free lanes may follow,
+        // not on the next lane, where the holder's group grows: interleaved, each would get half a group, and
+        // their groups' flog ranges would cover each other's lines.
+        for (int i = 0; newGroup && i < lanes; i += GROUP_BLOCKS) {
+            int lane = first + i < lanes ? first + i : first + i - lanes;
+            if (free(lane)) {
+                return lane;
+            }
+        }
         for (int i = 0; i < lanes; i++) {
             int lane = first + i < lanes ? first + i : first + i - lanes;
-            if ((int) ARRAY.get(laneBusy, lane * PAD) == 0 && ARRAY.compareAndSet(laneBusy, lane * PAD, 0, 1)) {
+            if (free(lane)) {
                 return lane;
             }
         }
         return -1;
+    }
+
+    /** Claims {@code lane} if nobody holds it. */
+    private boolean free(int lane) {
+        return (int) ARRAY.get(laneBusy, lane * PAD) == 0 && ARRAY.compareAndSet(laneBusy, lane * PAD, 0, 1);
     }
 
     /** Whether {@code pool} starts with a PMDK pmemblk pool header's signature (a BTT pool, laid out or not). */
@@ -1509,16 +1530,19 @@ public final class Btt {
         throw new IllegalArgumentException("pool offset " + dataOffset + " is no arena's data block");
     }
 
-    /** The map lock of the LBA's cache line (PMDK get_map_lock_num, Linux lock_map): a CAS spin lock, held over 3 persists. */
+    /**
+     * The map lock of the LBA (PMDK get_map_lock_num, Linux lock_map: theirs is per map cache line, nfree of them):
+     * a CAS spin lock, held over 3 persists.
+     */
     private static int lockMap(Arena a, int premap) {
         int lock = lockIndex(a, premap);
         lock(a, lock);
         return lock;
     }
 
-    /** Where the map lock of {@code premap}'s cache line is in {@code a.mapLocks}. */
+    /** Where the map lock of {@code premap} is in {@code a.mapLocks}. */
     private static int lockIndex(Arena a, int premap) {
-        return (int) (((premap & 0xFFFF_FFFFL) * MAP_ENTRY_SIZE / 64) % a.nfree) * PAD;
+        return premap & (MAP_LOCKS - 1);
     }
 
     private static void lock(Arena a, int lock) {

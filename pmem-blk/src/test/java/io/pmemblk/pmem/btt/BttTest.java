@@ -432,6 +432,29 @@ class BttTest {
     }
 
     /**
+     * Two callers that prefer one lane (two threads whose ids map there, two connections on one queue) get lanes a
+     * group's width apart, so each group grows into a whole run of its own lanes: claimed on the next lane
+     * instead, they would interleave and each get half a group.
+     */
+    @Test
+    void callersPreferringOneLaneStartAGroupApart() throws Exception {
+        try (Pools.Mapped m = Pools.map(dir.resolve("p.blk"), Pools.MIN_POOL); Arena arena = Arena.ofConfined()) {
+            Btt btt = Btt.format(m.memory(), Pools.none(), 4096, 3 * Btt.GROUP_BLOCKS);
+            try (Btt.Lane a = btt.claim(5); Btt.Lane b = btt.claim(5); Btt.Lane c = btt.claimNow(5)) {
+                assertThat(new int[]{a.index(), b.index(), c.index()})
+                        .containsExactly(5, 5 + Btt.GROUP_BLOCKS, 5 + 2 * Btt.GROUP_BLOCKS);
+                Btt.Group g = a.group();
+                for (int i = 0; i < Btt.GROUP_BLOCKS; i++) {
+                    int s = g.add(i, i);
+                    assertThat(s).as("block " + i).isEqualTo(i);
+                    assertThat(g.lane(s)).as("block " + i + "'s lane").isEqualTo(5 + i);
+                }
+                g.clear();
+            }
+        }
+    }
+
+    /**
      * The point of a group: on pmem its blocks share their four drains (data, flog first halves, seq halves,
      * map), where written one by one each block pays four.
      */
