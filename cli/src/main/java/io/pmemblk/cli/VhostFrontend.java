@@ -20,7 +20,8 @@ final class VhostFrontend {
             return null;
         }
         return new VhostUserBlkConfig(s.get(Settings.VHOST_SOCKET), s.get(Settings.VHOST_QUEUES),
-                s.get(Settings.VHOST_QUEUE_SIZE), s.get(Settings.VHOST_BUSY_POLL) * 1000L);
+                s.get(Settings.VHOST_QUEUE_SIZE), s.get(Settings.VHOST_BUSY_POLL) * 1000L,
+                s.get(Settings.VHOST_COALESCE) * 1000L);
     }
 
     /**

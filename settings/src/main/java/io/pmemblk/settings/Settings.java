@@ -224,6 +224,12 @@ public final class Settings {
                     + " window adapts between 0 and this to the gaps between the guest's requests, and at most"
                     + " cores - 1 queue threads poll at once, so polling takes little CPU from the guest's vCPUs"
                     + " when it cannot catch a request; 0 turns it off.", t -> intRange(t, 0, 1000));
+    public static final Key<Integer> VHOST_COALESCE = Key.of("vhost.coalesce", "50", "microseconds 0..1000 (0 = off)",
+            "The longest a vhost-user-blk queue thread holds its completions back while it polls the ring for the"
+                    + " guest's next requests, to publish them together with one interrupt (at most 16 at a time):"
+                    + " an interrupt costs the guest far more than a request costs here. It adapts: shortened while"
+                    + " nothing comes in it (a guest waiting for those completions), lengthened while requests do."
+                    + " 0 publishes at the end of every dispatch.", t -> intRange(t, 0, 1000));
     public static final Key<LogLevel> LOG_LEVEL = Key.of("log.level", "info", "error, warning, info, debug or trace",
             "Least severe log records written to stderr (the journal, under systemd); debug adds one line per"
                     + " connection's negotiated options.", t -> choice(t, LogLevel.class));
@@ -248,7 +254,7 @@ public final class Settings {
                 QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
                 DMA_RING_SIZE, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, ROUTE_DMA_BOUNCE,
                 UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT,
-                VHOST_SOCKET, VHOST_QUEUES, VHOST_QUEUE_SIZE, VHOST_BUSY_POLL, LOG_LEVEL)) {
+                VHOST_SOCKET, VHOST_QUEUES, VHOST_QUEUE_SIZE, VHOST_BUSY_POLL, VHOST_COALESCE, LOG_LEVEL)) {
             m.put(k.name(), k);
         }
         KEYS = Collections.unmodifiableMap(m);

@@ -9,7 +9,7 @@ import java.nio.file.Path;
  * may use (QEMU's {@code num-queues} must be at most this, GET_QUEUE_NUM answers it), and the largest ring a
  * guest may program (SET_VRING_NUM; QEMU's {@code queue-size} at most this).
  */
-public record VhostUserBlkConfig(Path socket, int queues, int maxQueueSize, long pollNanos) {
+public record VhostUserBlkConfig(Path socket, int queues, int maxQueueSize, long pollNanos, long coalesceNanos) {
     /** Virtqueues at most: the KICK/CALL/ERR word has 8 bits of index [S]; 64 bounds the threads one guest starts. */
     public static final int MAX_QUEUES = 64;
     /** QEMU 7.2's VIRTQUEUE_MAX_SIZE: no guest ring is larger ({@code virtio_queue_set_num}). */
@@ -18,9 +18,12 @@ public record VhostUserBlkConfig(Path socket, int queues, int maxQueueSize, long
     /** Longest busy-poll after work (vhost.busy-poll at its maximum, 1000 us): beyond it polling costs more than a kick. */
     public static final long MAX_POLL_NANOS = 1_000_000;
 
-    /** With the queue threads' default busy-poll ({@link VhostBlkQueue#DEFAULT_POLL_NANOS}). */
+    /** Longest completion hold (vhost.coalesce at its maximum, 1000 us). */
+    public static final long MAX_COALESCE_NANOS = 1_000_000;
+
+    /** With the queue threads' default busy-poll and hold ({@link VhostBlkQueue#DEFAULT_POLL_NANOS}, {@link VhostBlkQueue#DEFAULT_HOLD_NANOS}). */
     public VhostUserBlkConfig(Path socket, int queues, int maxQueueSize) {
-        this(socket, queues, maxQueueSize, VhostBlkQueue.DEFAULT_POLL_NANOS);
+        this(socket, queues, maxQueueSize, VhostBlkQueue.DEFAULT_POLL_NANOS, VhostBlkQueue.DEFAULT_HOLD_NANOS);
     }
 
     public VhostUserBlkConfig {
@@ -28,6 +31,10 @@ public record VhostUserBlkConfig(Path socket, int queues, int maxQueueSize, long
         if (pollNanos < 0 || pollNanos > MAX_POLL_NANOS) {
             throw new IllegalArgumentException("vhost.busy-poll " + pollNanos / 1000 + " us is not allowed; allowed: 0.."
                     + MAX_POLL_NANOS / 1000 + " us");
+        }
+        if (coalesceNanos < 0 || coalesceNanos > MAX_COALESCE_NANOS) {
+            throw new IllegalArgumentException("vhost.coalesce " + coalesceNanos / 1000 + " us is not allowed; allowed: 0.."
+                    + MAX_COALESCE_NANOS / 1000 + " us");
         }
         if (queues < 1 || queues > MAX_QUEUES) {
             throw new IllegalArgumentException("vhost.queues " + queues + " is not allowed; allowed: 1.." + MAX_QUEUES);

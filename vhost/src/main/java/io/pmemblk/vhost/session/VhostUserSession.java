@@ -122,7 +122,7 @@ public final class VhostUserSession implements Runnable {
         this.device = device;
         this.name = name;
         this.offeredFeatures = RING_FEATURES | VirtioBlkConfig.features(device);
-        this.polling = new RingPolling(config.pollNanos(), RingPolling.defaultMaxPollers());
+        this.polling = new RingPolling(config.pollNanos(), config.coalesceNanos(), RingPolling.defaultMaxPollers());
         this.vrings = new Vring[config.queues()];
         for (int i = 0; i < vrings.length; i++) {
             vrings[i] = new Vring();

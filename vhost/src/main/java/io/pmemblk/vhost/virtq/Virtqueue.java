@@ -344,10 +344,29 @@ public final class Virtqueue {
 
     /** Ends the batch: publishes what it completed; true when the driver is to be interrupted. */
     public boolean endBatch() {
+        return endBatch(0);
+    }
+
+    /**
+     * Ends the batch, publishing what is completed only once {@code hold} or more completions wait; fewer stay
+     * held for {@link #publishHeld} (or the next publish, whoever makes it). True when the driver is to be
+     * interrupted.
+     */
+    public boolean endBatch(int hold) {
         batchOwner = null;
         synchronized (this) {
-            return publish();
+            return unpublishedCount < hold ? false : publish();
         }
+    }
+
+    /** Completions pushed and not yet published. */
+    public synchronized int unpublished() {
+        return unpublishedCount;
+    }
+
+    /** Publishes the completions held; true when the driver is to be interrupted. */
+    public synchronized boolean publishHeld() {
+        return publish();
     }
 
     /**

@@ -76,7 +76,55 @@ class RingPollingTest {
     }
 
     @Test
+    void aHoldClosesAfterMissesInARowAndIsTriedAgainAfterSomePublishes() {
+        long hold = 50_000;
+        RingPolling.Window w = new RingPolling(0, hold, 1).window();
+        assertEquals(hold, w.holdNanos(), "open from the start: a busy guest's first burst is gathered too");
+        for (int i = 1; i < RingPolling.HOLD_MISSES; i++) {
+            w.held(false);
+        }
+        w.held(true);
+        for (int i = 1; i < RingPolling.HOLD_MISSES; i++) {
+            w.held(false);
+        }
+        assertEquals(hold, w.holdNanos(), "a catch between misses keeps it open");
+        w.held(false);
+        assertEquals(0, w.holdNanos(), "misses in a row: a guest waiting for its completions pays no more holds");
+        assertFalse(w.beginHold(), "a closed hold takes no polling place");
+        for (int i = 1; i < RingPolling.HOLD_PROBE_PUBLISHES; i++) {
+            w.published();
+        }
+        assertEquals(0, w.holdNanos());
+        w.published();
+        assertEquals(hold, w.holdNanos(), "tried again");
+        for (int i = 0; i < RingPolling.HOLD_MISSES; i++) {
+            w.held(false);
+        }
+        assertEquals(0, w.holdNanos(), "and closed again by as many misses");
+    }
+
+    @Test
+    void withTheHoldOffItNeverOpensAndAHoldTakesAPollingPlace() {
+        RingPolling.Window off = new RingPolling(MAX, 0, 1).window();
+        off.held(true);
+        for (int i = 0; i < 2 * RingPolling.HOLD_PROBE_PUBLISHES; i++) {
+            off.published();
+        }
+        assertEquals(0, off.holdNanos());
+        assertFalse(off.beginHold());
+        RingPolling polling = new RingPolling(0, 50_000, 1);
+        RingPolling.Window a = polling.window(), b = polling.window();
+        assertTrue(a.beginHold(), "a hold is a poll: it needs a place even with polling off");
+        assertFalse(b.beginHold(), "the one place is a's: b publishes at once");
+        a.endPoll();
+        assertTrue(b.beginHold());
+        b.endPoll();
+        assertEquals(0, polling.polling());
+    }
+
+    @Test
     void badBoundsAreRefused() {
+        assertThrows(IllegalArgumentException.class, () -> new RingPolling(MAX, -1, 1));
         assertThrows(IllegalArgumentException.class, () -> new RingPolling(-1, 1));
         assertThrows(IllegalArgumentException.class, () -> new RingPolling(MAX, 0));
     }

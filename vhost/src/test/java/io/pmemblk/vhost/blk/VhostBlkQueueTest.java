@@ -66,13 +66,21 @@ class VhostBlkQueueTest {
         boolean stopped;
 
         Served(int index, long ringGpa, long features, BlkDevice device) throws Exception {
+            this(index, ringGpa, features, device, null);
+        }
+
+        /** With {@code polling}'s bounds (busy-poll and hold), or the queue's defaults when null. */
+        Served(int index, long ringGpa, long features, BlkDevice device, RingPolling polling) throws Exception {
             ring = new GuestDriver(ram, N, ringGpa);
             // Queue 0's buffers may cross from region 0 into region 1 (at 4M); each queue has its own area.
             guest = new BlkGuest(ring, MIB + index * 7 * MIB / 2, MIB + (index + 1) * 7 * MIB / 2);
             kick = EventFd.create(true);
             call = EventFd.create(true);
-            queue = new VhostBlkQueue(index, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0, features, kick,
-                    call, new FrontendQueue(layer.queue(index)), ram::memory, null, device);
+            queue = polling == null
+                    ? new VhostBlkQueue(index, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0, features, kick,
+                    call, new FrontendQueue(layer.queue(index)), ram::memory, null, device)
+                    : new VhostBlkQueue(index, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0, features, kick,
+                    call, new FrontendQueue(layer.queue(index)), ram::memory, null, device, polling);
             queue.start();
             closing.add(this);
         }
@@ -351,6 +359,41 @@ class VhostBlkQueueTest {
         // completes this driver's requests) has stopped, the count is final.
         s.stop();
         assertThat(s.call.drain()).as("interrupts for 32 answers").isEqualTo(1);
+    }
+
+    /**
+     * The hold (vhost.coalesce): a burst of 32 requests is answered in two publishes of 16, one interrupt each,
+     * where without it every dispatch of 4 publishes and interrupts. The guest asks for every interrupt (no
+     * EVENT_IDX, no NO_INTERRUPT flag), so the call eventfd counts the publishes. The queue thread sleeps on the
+     * kick until all 32 are in the ring, and a hold only waits once the ring is empty: the counts are exact.
+     */
+    @Test
+    void heldCompletionsArePublishedSixteenAtATimeWithOneInterruptEach() throws Exception {
+        open();
+        long features = VirtioFeatures.bit(VirtioFeatures.VERSION_1);
+        for (long hold : new long[]{50_000, 0}) {
+            Served s = new Served(hold == 0 ? 1 : 0, 0x10000 + (hold == 0 ? 0x40000L : 0), features, device(false),
+                    new RingPolling(0, hold, 1));
+            for (int i = 0; i < 32; i++) {
+                s.guest.read(i, 512, 1, false);
+            }
+            s.kickAndAwait(32);
+            s.stop();
+            assertThat(s.call.drain()).as("interrupts for a burst of 32, hold " + hold + " ns")
+                    .isEqualTo(hold == 0 ? 32 / VhostBlkQueue.BATCH : 32 / VhostBlkQueue.HOLD_COMPLETIONS);
+        }
+    }
+
+    /** A guest that waits for each answer before it sends the next (QD1) gets every one: the hold runs out. */
+    @Test
+    void aGuestWaitingForEachAnswerGetsItWhenTheHoldRunsOut() throws Exception {
+        open();
+        Served s = new Served(0, 0x10000, FEATURES, device(false), new RingPolling(0, 1_000_000, 1));
+        for (int i = 0; i < 20; i++) {
+            Sent sent = s.guest.read(i, 4096, 1, false);
+            s.kickAndAwait(1);
+            assertThat(s.guest.status(sent)).as("answer " + i).isEqualTo(VirtioBlk.S_OK);
+        }
     }
 
     @Test
