@@ -227,9 +227,9 @@ public final class Settings {
     public static final Key<Integer> VHOST_COALESCE = Key.of("vhost.coalesce", "50", "microseconds 0..1000 (0 = off)",
             "The longest a vhost-user-blk queue thread holds its completions back while it polls the ring for the"
                     + " guest's next requests, to publish them together with one interrupt (at most 16 at a time):"
-                    + " an interrupt costs the guest far more than a request costs here. It adapts: shortened while"
-                    + " nothing comes in it (a guest waiting for those completions), lengthened while requests do."
-                    + " 0 publishes at the end of every dispatch.", t -> intRange(t, 0, 1000));
+                    + " an interrupt costs the guest far more than a request costs here. A guest that waits for each"
+                    + " answer (8 holds in a row that gathered one completion alone) closes it, tried again after"
+                    + " 64 publishes. 0 publishes at the end of every dispatch.", t -> intRange(t, 0, 1000));
     public static final Key<LogLevel> LOG_LEVEL = Key.of("log.level", "info", "error, warning, info, debug or trace",
             "Least severe log records written to stderr (the journal, under systemd); debug adds one line per"
                     + " connection's negotiated options.", t -> choice(t, LogLevel.class));

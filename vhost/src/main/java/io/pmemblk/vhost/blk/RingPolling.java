@@ -134,14 +134,7 @@ public final class RingPolling {
 
         /** Takes a polling place for a hold (as {@link #beginPoll}, whatever the polling window); then {@link #endPoll}. */
         public boolean beginHold() {
-            if (holdNanos == 0) {
-                return false;
-            }
-            if (polling.incrementAndGet() > maxPollers) {
-                polling.decrementAndGet();
-                return false;
-            }
-            return true;
+            return holdNanos != 0 && takePlace();
         }
 
         /** How long this queue polls now (0..maxNanos). */
@@ -154,9 +147,10 @@ public final class RingPolling {
          * followed by {@link #endPoll()}.
          */
         public boolean beginPoll() {
-            if (nanos == 0) {
-                return false;
-            }
+            return nanos != 0 && takePlace();
+        }
+
+        private boolean takePlace() {
             if (polling.incrementAndGet() > maxPollers) {
                 polling.decrementAndGet();
                 return false;
