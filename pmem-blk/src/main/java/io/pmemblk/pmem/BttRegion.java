@@ -75,7 +75,7 @@ public final class BttRegion {
                 public void beforeStore(long poolOffset, long length) {
                     region.beforeStore(poolOffset, length);
                 }
-            });
+            }, region.hold());
         } catch (IOException e) {
             throw new IOException(region.path() + ": " + e.getMessage(), e);
         }

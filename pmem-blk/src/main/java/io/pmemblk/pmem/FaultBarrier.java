@@ -96,10 +96,17 @@ final class FaultBarrier {
 
         /** Throws HotSpot's fault error (see {@link #isFault}) unless {@code range}, a slice of the mapping, can be loaded now. */
         void probe(MemorySegment range) {
+            if (!tailIntact()) {
+                FaultBarrier.probe(range);
+            }
+        }
+
+        /** Whether the mapping's last byte loads now (so every range of it does); false for good once it faulted. */
+        boolean tailIntact() {
             if (!tailGone && tail.byteSize() != 0) {
                 try {
                     Libc.nativeRoundTrip(tail.get(ValueLayout.JAVA_BYTE, 0));
-                    return;
+                    return true;
                 } catch (InternalError e) {
                     if (!isFault(e)) {
                         throw e;
@@ -107,7 +114,7 @@ final class FaultBarrier {
                     tailGone = true;
                 }
             }
-            FaultBarrier.probe(range);
+            return false;
         }
     }
 

@@ -45,6 +45,20 @@ final class LibpmemPersistence implements Persistence {
     }
 
     @Override
+    public boolean checkMapping() {
+        return isPmem && probe.tailIntact();
+    }
+
+    @Override
+    public void copyChecked(MemorySegment src, MemorySegment dst) {
+        if (isPmem) {
+            lib.memcpy(dst, src, Libpmem.PMEM_F_MEM_NODRAIN);
+        } else {
+            copy(src, dst);
+        }
+    }
+
+    @Override
     public void fill(MemorySegment dst, byte value) {
         if (isPmem) {
             probe.probe(dst);

@@ -30,6 +30,26 @@ public interface Persistence {
      */
     void copy(MemorySegment src, MemorySegment dst);
 
+    /**
+     * For a run of copies into the mapping (a BTT group's blocks): checks once what each {@link #copy} checks before
+     * a native copy (that the mapping can take stores: its file's tail still loads). True: the run's copies may be
+     * {@link #copyChecked}. False: they must be {@link #copy} (the tail is gone, so each range is probed itself; or
+     * this port checks nothing separately). Worth it on pmem, where the check ends with a native round trip whose
+     * return fence waits for the previous copy's non-temporal stores: per block it undid the overlap of a run's copies.
+     */
+    default boolean checkMapping() {
+        return false;
+    }
+
+    /**
+     * As {@link #copy}, without its check, after {@link #checkMapping} returned true on this thread for the run. A
+     * truncation of the file during the run can then fault inside native code, as it can between any check and its
+     * copy (a window of a run's copies, some microseconds, instead of one copy's).
+     */
+    default void copyChecked(MemorySegment src, MemorySegment dst) {
+        copy(src, dst);
+    }
+
     /** Stores {@code value} into all of {@code dst}; durable, and failing on a fault, as {@link #copy}. */
     void fill(MemorySegment dst, byte value);
 

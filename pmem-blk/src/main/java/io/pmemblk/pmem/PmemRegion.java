@@ -16,6 +16,7 @@ import java.nio.channels.FileChannel;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.Optional;
+import java.util.concurrent.TimeUnit;
 import java.util.function.UnaryOperator;
 
 /**
@@ -52,6 +53,8 @@ public final class PmemRegion implements AutoCloseable {
     private final String mappedBy;
     /** Before the kernel copies from or into the mapping: {@link #probe(long, long)}. */
     private final FaultBarrier.Probe kernelCopyProbe;
+    /** For runs of native calls on the mapping that take the arena's acquire once a run ({@link #hold()}). */
+    private final MappingHold hold;
     /**
      * Set by every store; cleared (under flushLock) by the flush that makes those stores persistent. False means
      * every page of the mapping is durable, including what an earlier process left: {@link #open} syncs the whole
@@ -89,6 +92,7 @@ public final class PmemRegion implements AutoCloseable {
         this.persistence = persistence;
         this.mappedBy = mappedBy;
         this.kernelCopyProbe = new FaultBarrier.Probe(memory);
+        this.hold = new MappingHold(memory, Runtime.getRuntime().availableProcessors() * 4);
     }
 
     /**
@@ -333,6 +337,14 @@ public final class PmemRegion implements AutoCloseable {
     /** The persistence port under the mapping, for a layout over it that persists its own steps (the BTT). */
     Persistence persistence() {
         return persistence;
+    }
+
+    /**
+     * The hold for a run of native calls on the mapping (a BTT group's copies and write-backs): {@link #close()}
+     * waits for holds to end, up to a second, before it unmaps, and fails as for a copy still running after that.
+     */
+    MappingHold hold() {
+        return hold;
     }
 
     /** The whole mapping; for copies by offset and for registration in an IOVA space. Owns nothing. */
@@ -670,9 +682,11 @@ public final class PmemRegion implements AutoCloseable {
         try {
             persistAll();
         } finally {
+            hold.close(TimeUnit.SECONDS.toNanos(1)); // a run holding it past that: kept mapped, as below
             try {
                 arena.close();
             } catch (IllegalStateException e) {
+                hold.reopen();
                 // A native copy still holds the mapping (the linker keeps its arena open for the call): the
                 // unmap is refused rather than pulled from under it. The file stays locked, as it is still
                 // mapped; close() may be called again once that request has finished.

@@ -1,5 +1,6 @@
 package io.pmemblk.pmem.btt;
 
+import io.pmemblk.pmem.MappingHold;
 import io.pmemblk.pmem.Persistence;
 
 import java.io.IOException;
@@ -94,6 +95,11 @@ public final class Btt {
     }
 
     private final MemorySegment pool;
+    /**
+     * Held by a group for its copies and write-backs ({@link Group}): one acquire of the mapping a group, not two
+     * a native call, which on x86 would wait for every write-back before it and undo their overlap.
+     */
+    private final MappingHold hold;
     private final Persistence persistence;
     private final Media media;
     /** One per lane, made at open: claiming a lane allocates nothing. */
@@ -163,9 +169,10 @@ public final class Btt {
         }
     }
 
-    private Btt(MemorySegment pool, Persistence persistence, Media media, int blockSize, Arena[] arenas, int lanes,
-                UUID poolset, List<String> notes) {
+    private Btt(MemorySegment pool, Persistence persistence, Media media, MappingHold hold, int blockSize,
+                Arena[] arenas, int lanes, UUID poolset, List<String> notes) {
         this.pool = pool;
+        this.hold = hold != null ? hold : new MappingHold(pool, lanes);
         this.persistence = persistence;
         this.media = media != null ? media : new Media() {
             @Override
@@ -365,6 +372,15 @@ public final class Btt {
      * served region's guarded accesses; null: plain copies).
      */
     public static Btt open(MemorySegment pool, Persistence persistence, int lanes, Media media) throws IOException {
+        return open(pool, persistence, lanes, media, null);
+    }
+
+    /**
+     * As {@link #open(MemorySegment, Persistence, int, Media)}, with groups holding the mapping through its
+     * owner's {@code hold} (null: a hold of this BTT's own, for a mapping whose owner closes it only after this).
+     */
+    public static Btt open(MemorySegment pool, Persistence persistence, int lanes, Media media, MappingHold hold)
+            throws IOException {
         List<String> notes = new ArrayList<>();
         if (pool.byteSize() < BTT_OFFSET + ARENA_MIN_SIZE) {
             throw new IOException("not a pmemblk pool with a BTT: " + pool.byteSize() + " bytes, at least "
@@ -425,7 +441,7 @@ public final class Btt {
             off += nextOff;
             left -= nextOff;
         }
-        return new Btt(pool, persistence, media, bsize, arenas.toArray(Arena[]::new), lanes, poolset, notes);
+        return new Btt(pool, persistence, media, hold, bsize, arenas.toArray(Arena[]::new), lanes, poolset, notes);
     }
 
     /**
@@ -869,6 +885,8 @@ public final class Btt {
         private final Arena[] arena;
         private final int[] premap, freeEntry, oldEntry;
         private final long[] dataAt, flogAt, mapAt;
+        /** The mapping as the group's copies and write-backs see it while it holds it ({@link #enter}), else null. */
+        private MemorySegment view;
         /** The map locks to take: (arena index << 32 | lock index), sorted and without repeats. */
         private final long[] lockKey;
         private final Throwable[] failure;
@@ -1057,7 +1075,13 @@ public final class Btt {
          * in {@link #commit}. Never throws; each slot's fate is its {@link #failure}.
          */
         public void commitDeviceStored() {
-            commitStored(size, true);
+            if (enter()) {
+                try {
+                    commitStored(size, true);
+                } finally {
+                    exit();
+                }
+            }
         }
 
         /**
@@ -1075,8 +1099,20 @@ public final class Btt {
          * any slot is left.
          */
         private void storeByCpuThenCommit(boolean check) {
+            if (!enter()) {
+                return;
+            }
+            try {
+                storeByCpuThenCommitHeld(check);
+            } finally {
+                exit();
+            }
+        }
+
+        private void storeByCpuThenCommitHeld(boolean check) {
             int n = size;
             int live = 0;
+            boolean checked = persistence.checkMapping(); // once for the group's copies, not once a copy
             for (int s = 0; s < n; s++) {
                 if (failure[s] != null) {
                     continue;
@@ -1085,7 +1121,12 @@ public final class Btt {
                     if (check) {
                         media.beforeStore(dataAt[s], blockSize);
                     }
-                    persistence.copy(src[s].asSlice(srcOff[s], blockSize), pool.asSlice(dataAt[s], blockSize));
+                    MemorySegment from = src[s].asSlice(srcOff[s], blockSize), to = view.asSlice(dataAt[s], blockSize);
+                    if (checked) {
+                        persistence.copyChecked(from, to);
+                    } else {
+                        persistence.copy(from, to);
+                    }
                     live++;
                 } catch (Throwable t) {
                     failure[s] = t;
@@ -1334,7 +1375,7 @@ public final class Btt {
                 return;
             }
             if (oneArena && hi - lo <= FLOG_RANGE_MAX) {
-                persistence.writeBack(pool.asSlice(lo, hi - lo));
+                persistence.writeBack(view.asSlice(lo, hi - lo));
                 return;
             }
             for (int s = 0; s < size; s++) {
@@ -1347,8 +1388,31 @@ public final class Btt {
         /** On pmem, starts the write-back of a line of the stage (durable at the stage's drain); elsewhere nothing yet. */
         private void writeBack(long offset, int length) {
             if (pmem) {
-                persistence.writeBack(pool.asSlice(offset, length));
+                persistence.writeBack(view.asSlice(offset, length));
             }
+        }
+
+        /**
+         * Holds the mapping for this group's copies and write-backs ({@link MappingHold}; its view is {@link #view}
+         * until {@link #exit}). If its owner has closed it, every live slot fails with why, nothing stored.
+         */
+        private boolean enter() {
+            try {
+                view = hold.enter(lane[0]);
+                return true;
+            } catch (IllegalStateException e) {
+                for (int s = 0; s < size; s++) {
+                    if (failure[s] == null) {
+                        failure[s] = e;
+                    }
+                }
+                return false;
+            }
+        }
+
+        private void exit() {
+            view = null;
+            hold.exit(lane[0]);
         }
 
         /**
