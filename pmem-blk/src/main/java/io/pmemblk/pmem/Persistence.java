@@ -9,7 +9,7 @@ import java.lang.foreign.MemorySegment;
  * The operations that make stores to the mapping durable, as one small port: the region calls nothing else to
  * persist, so a recording implementation in the tests sees every step and can check that each acknowledgement
  * came after the steps covering the bytes it promises. Ranges are slices of the mapping (bounds checked by
- * {@code asSlice}, liveness by the linker). Two families, chosen by {@link #flushesCaches()}:
+ * {@code asSlice}, liveness by the linker, or by a {@link MappingHold} for a run of calls). Two families, chosen by {@link #flushesCaches()}:
  * <ul>
  *   <li>real pmem (libpmem, is_pmem): {@link #copy}/{@link #fill} store with non-temporal stores or
  *       flushes and {@link #writeBack} writes back cache lines; each is durable after a {@link #drain()}
