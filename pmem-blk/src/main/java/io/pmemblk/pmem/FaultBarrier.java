@@ -42,6 +42,25 @@ final class FaultBarrier {
         }
     }
 
+    /**
+     * One copy of a run the caller ends with {@link #endRun}: MemorySegment.copy without the round trip (a longer
+     * one than {@link #CHUNK} as {@link #copy}, for the safepoints). The fault of any copy of the run is thrown at
+     * the latest by endRun, still inside the request.
+     */
+    static void copyInRun(MemorySegment src, MemorySegment dst) {
+        long n = dst.byteSize();
+        if (n > CHUNK) {
+            copy(src, 0, dst, 0, n);
+        } else {
+            MemorySegment.copy(src, 0, dst, 0, n);
+        }
+    }
+
+    /** Ends a run of {@link #copyInRun}: its round trip. */
+    static void endRun() {
+        Libc.nativeRoundTrip(0);
+    }
+
     /** MemorySegment.fill in {@link #CHUNK} pieces, each followed by a native round trip (as {@link #copy}). */
     static void fill(MemorySegment dst, byte value) {
         long length = dst.byteSize();

@@ -45,16 +45,23 @@ final class LibpmemPersistence implements Persistence {
     }
 
     @Override
-    public boolean checkMapping() {
-        return isPmem && probe.tailIntact();
+    public boolean beginRun() {
+        return !isPmem || probe.tailIntact();
     }
 
     @Override
-    public void copyChecked(MemorySegment src, MemorySegment dst) {
+    public void copyInRun(MemorySegment src, MemorySegment dst) {
         if (isPmem) {
             lib.memcpy(dst, src, Libpmem.PMEM_F_MEM_NODRAIN);
         } else {
-            copy(src, dst);
+            FaultBarrier.copyInRun(src, dst);
+        }
+    }
+
+    @Override
+    public void endRun() {
+        if (!isPmem) {
+            FaultBarrier.endRun();
         }
     }
 

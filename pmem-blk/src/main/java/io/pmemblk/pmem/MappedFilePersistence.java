@@ -25,6 +25,21 @@ final class MappedFilePersistence implements Persistence {
         FaultBarrier.copy(src, 0, dst, 0, dst.byteSize());
     }
 
+    @Override
+    public boolean beginRun() {
+        return true;
+    }
+
+    @Override
+    public void copyInRun(MemorySegment src, MemorySegment dst) {
+        FaultBarrier.copyInRun(src, dst);
+    }
+
+    @Override
+    public void endRun() {
+        FaultBarrier.endRun();
+    }
+
     /**
      * In 64 KiB pieces (FaultBarrier.fill): a 4 GiB WRITE_ZEROES in one MemorySegment.fill would be one VM call
      * that every safepoint waits for; libc's memset would not, but a fault inside it kills the JVM.

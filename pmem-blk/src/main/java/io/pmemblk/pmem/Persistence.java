@@ -31,23 +31,28 @@ public interface Persistence {
     void copy(MemorySegment src, MemorySegment dst);
 
     /**
-     * For a run of copies into the mapping (a BTT group's blocks): checks once what each {@link #copy} checks before
-     * a native copy (that the mapping can take stores: its file's tail still loads). True: the run's copies may be
-     * {@link #copyChecked}. False: they must be {@link #copy} (the tail is gone, so each range is probed itself; or
-     * this port checks nothing separately). Worth it on pmem, where the check ends with a native round trip whose
-     * return fence waits for the previous copy's non-temporal stores: per block it undid the overlap of a run's copies.
+     * Begins a run of copies into the mapping (a BTT group's blocks, a request's pieces of guest memory): checks
+     * once what each {@link #copy} checks. True: the run's copies may be {@link #copyInRun}, and the caller ends
+     * the run with {@link #endRun} before it reports any of them stored. False: they must be {@link #copy} (on
+     * pmem once the file's tail is gone, so each range is probed itself; or this port has no run). Per copy, the
+     * check ends with a native round trip whose return waits for the stores of the copies before it, so a run of
+     * short copies went one at a time instead of overlapping.
      */
-    default boolean checkMapping() {
+    default boolean beginRun() {
         return false;
     }
 
     /**
-     * As {@link #copy}, without its check, after {@link #checkMapping} returned true on this thread for the run. A
-     * truncation of the file during the run can then fault inside native code, as it can between any check and its
-     * copy (a window of a run's copies, some microseconds, instead of one copy's).
+     * As {@link #copy}, inside a run {@link #beginRun} began on this thread. A fault is thrown here or at
+     * {@link #endRun}. On pmem a truncation of the file during the run can fault inside native code, as it can
+     * between any check and its copy (a window of a run's copies, microseconds, instead of one copy's).
      */
-    default void copyChecked(MemorySegment src, MemorySegment dst) {
+    default void copyInRun(MemorySegment src, MemorySegment dst) {
         copy(src, dst);
+    }
+
+    /** Ends a run: throws a fault its copies met (HotSpot's InternalError, as {@link #copy}), if not thrown yet. */
+    default void endRun() {
     }
 
     /** Stores {@code value} into all of {@code dst}; durable, and failing on a fault, as {@link #copy}. */

@@ -1152,20 +1152,17 @@ public final class PmemBlockDriver implements BlockDriver {
     }
 
     /**
-     * Copies between r's pieces of caller memory and the mapping, one copy per piece (into the mapping for a
-     * WRITE); false, copying nothing, when the pieces do not cover the request's length.
+     * Copies between r's pieces of caller memory and the mapping (into the mapping for a WRITE), the pieces
+     * together ({@link PmemRegion#writePieces}); false, copying nothing, when they do not cover the request's length.
      */
     private boolean copyPieces(Request r, boolean write) {
         if (r.iovBytes() != r.length) {
             return false;
         }
-        for (int i = 0, n = r.iovCount(); i < n; i++) {
-            long at = r.offset + r.iovOffset(i);
-            if (write) {
-                region.write(r.iovMapping(i), r.iovStart(i), at, r.iovLength(i));
-            } else {
-                region.read(at, r.iovMapping(i), r.iovStart(i), r.iovLength(i));
-            }
+        if (write) {
+            region.writePieces(r);
+        } else {
+            region.readPieces(r);
         }
         return true;
     }

@@ -369,6 +369,82 @@ public final class PmemRegion implements AutoCloseable {
     }
 
     /**
+     * Stores each piece of {@code r}'s caller memory at its place ({@code r.offset + iovOffset(i)}), as {@link #write}
+     * does for one, as one run ({@link Persistence#beginRun}) under one hold of the mapping ({@link MappingHold})
+     * with one drain. Per piece, the linker's acquire and release of the mapping, the check's native round trip and
+     * the drain each waited for the stores of the pieces before to complete, and a guest's request arrives as a
+     * piece per 4 KiB page (a 2 MiB write as hundreds). A fault fails the request as a whole. The caller has
+     * checked that the pieces cover its length.
+     */
+    void writePieces(Request r) {
+        int n = r.iovCount();
+        if (n == 1) {
+            write(r.iovMapping(0), r.iovStart(0), r.offset + r.iovOffset(0), r.iovLength(0));
+            return;
+        }
+        int stripe = (int) Thread.currentThread().threadId();
+        MemorySegment view = hold.enter(stripe);
+        try {
+            boolean run = persistence.beginRun();
+            for (int i = 0; i < n; i++) {
+                long at = r.offset + r.iovOffset(i), len = r.iovLength(i);
+                MemorySegment dst = view.asSlice(at, len);
+                beforeStore(at, len);
+                MemorySegment src = r.iovMapping(i).asSlice(r.iovStart(i), len);
+                if (run) {
+                    persistence.copyInRun(src, dst);
+                } else {
+                    persistence.copy(src, dst);
+                }
+            }
+            if (run) {
+                persistence.endRun();
+            }
+        } catch (InternalError e) {
+            throw fault("write", r.offset, r.length, e);
+        } finally {
+            hold.exit(stripe);
+            stored(); // after a failed piece too: those before it are stores like any other
+        }
+    }
+
+    /**
+     * Loads each piece of {@code r}'s caller memory from its place, as {@link #read} does for one, under one hold of
+     * the mapping; the JDK's copies (all but long pieces of a file in memory, which take memcpy as in read) share
+     * one native round trip at the end. A fault or a known bad block fails the request.
+     */
+    void readPieces(Request r) {
+        int n = r.iovCount();
+        if (n == 1) {
+            read(r.offset + r.iovOffset(0), r.iovMapping(0), r.iovStart(0), r.iovLength(0));
+            return;
+        }
+        BadBlocks b = badBlocks;
+        int stripe = (int) Thread.currentThread().threadId();
+        MemorySegment view = hold.enter(stripe);
+        try {
+            for (int i = 0; i < n; i++) {
+                long at = r.offset + r.iovOffset(i), len = r.iovLength(i);
+                if (b != null && b.overlaps(at, len)) {
+                    throw b.fault("read", at, len);
+                }
+                MemorySegment src = view.asSlice(at, len), dst = r.iovMapping(i).asSlice(r.iovStart(i), len);
+                if (memcpyReads && len >= MEMCPY_READ_MIN && dst.isNative()) {
+                    kernelCopyProbe.probe(src);
+                    Libc.memcpy(dst, src);
+                } else {
+                    FaultBarrier.copyInRun(src, dst);
+                }
+            }
+            FaultBarrier.endRun();
+        } catch (InternalError e) {
+            throw fault("read", r.offset, r.length, e);
+        } finally {
+            hold.exit(stripe);
+        }
+    }
+
+    /**
      * Before a store into [offset, offset+length) made by a layout over the region through the persistence port
      * (the BTT's data blocks): the bad-block check {@link #write} makes (clears what the store covers whole where
      * it can, else a {@link MappingFault}).

@@ -1112,7 +1112,9 @@ public final class Btt {
         private void storeByCpuThenCommitHeld(boolean check) {
             int n = size;
             int live = 0;
-            boolean checked = persistence.checkMapping(); // once for the group's copies, not once a copy
+            // On pmem one check for the group's copies, not one a copy (Persistence.beginRun). Elsewhere each copy
+            // keeps its own round trip, so that a fault fails its block alone; msync dominates there anyway.
+            boolean run = pmem && persistence.beginRun();
             for (int s = 0; s < n; s++) {
                 if (failure[s] != null) {
                     continue;
@@ -1122,14 +1124,26 @@ public final class Btt {
                         media.beforeStore(dataAt[s], blockSize);
                     }
                     MemorySegment from = src[s].asSlice(srcOff[s], blockSize), to = view.asSlice(dataAt[s], blockSize);
-                    if (checked) {
-                        persistence.copyChecked(from, to);
+                    if (run) {
+                        persistence.copyInRun(from, to);
                     } else {
                         persistence.copy(from, to);
                     }
                     live++;
                 } catch (Throwable t) {
                     failure[s] = t;
+                }
+            }
+            if (run) {
+                try {
+                    persistence.endRun();
+                } catch (Throwable t) { // a fault in one of the run's copies, not known which: all of them fail
+                    for (int s = 0; s < n; s++) {
+                        if (failure[s] == null) {
+                            failure[s] = t;
+                        }
+                    }
+                    live = 0;
                 }
             }
             if (live > 0) {
