@@ -92,7 +92,9 @@ public final class PmemRegion implements AutoCloseable {
         this.persistence = persistence;
         this.mappedBy = mappedBy;
         this.kernelCopyProbe = new FaultBarrier.Probe(memory);
-        this.hold = new MappingHold(memory, Runtime.getRuntime().availableProcessors() * 4);
+        // Callers hold by thread id or by BTT lane (32 apart a caller): 64 stripes or more keep them on lines of
+        // their own, 4 KiB of counters.
+        this.hold = new MappingHold(memory, Math.max(64, Runtime.getRuntime().availableProcessors() * 4));
     }
 
     /**
