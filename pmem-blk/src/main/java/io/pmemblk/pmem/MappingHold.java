@@ -23,8 +23,8 @@ import java.util.concurrent.locks.LockSupport;
  * reads whether the owner is closing; the owner's {@link #close} sets closing, fences, then finds every stripe at
  * zero (Dekker's pattern: either the closer sees the hold or the holder sees the close). Between enter and exit
  * the caller uses {@link #enter}'s view, which has the mapping's bounds (asSlice still throws out of range) but
- * the global scope, so the linker acquires nothing for it. A holder must not block on another thread while it
- * holds (a close waits for it).
+ * the global scope, so the linker acquires nothing for it. A hold is meant to be short (a BTT group, a request's
+ * pieces: microseconds, a map lock another holder releases at most): a close waits for it, up to its timeout.
  */
 public final class MappingHold {
     private static final VarHandle COUNT = MethodHandles.arrayElementVarHandle(int[].class);
