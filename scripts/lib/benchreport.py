@@ -448,6 +448,38 @@ def read_vhost_results(path):
     return cells
 
 
+def read_vhost_rounds(path):
+    """rounds[(job, target)] -> {round: the figure vhost_value reads} of the successful runs (for vhost_paired). A
+    run's round is how many runs of the same job and target came before it in the file: bench-vhost runs its whole
+    plan once per round, so the n-th run of each cell is round n, failed runs counted."""
+    seen = collections.Counter()
+    rounds = collections.defaultdict(dict)
+    with open(path) as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            key = (fields[0], fields[1])
+            rnd = seen[key]
+            seen[key] += 1
+            if fields[2] != "FAIL":
+                rounds[key][rnd] = float(fields[2 if fields[0].startswith("rand") else 3])
+    return rounds
+
+
+def vhost_paired(rounds, jobs, others):
+    """paired[(job, other)] -> the median over the rounds both ran of pmemblk/other within the round: the runs of a
+    job in one round follow each other (the order rotated), so a slow minute of the machine weighs on both, where the
+    ratio of the medians may compare one server's fast round with the other's slow one."""
+    paired = {}
+    for job in jobs:
+        ours = rounds.get((job, "pmemblk"), {})
+        for other in others:
+            base = rounds.get((job, other), {})
+            xs = [ours[r] / base[r] for r in ours if r in base and base[r]]
+            if xs:
+                paired[(job, other)] = statistics.median(xs)
+    return paired
+
+
 def vhost_value(cells, job, target):
     """IOPS for random jobs, MiB/s for sequential ones (as nbd_fmt prints them); None when the run failed or was not
     made."""
@@ -455,30 +487,45 @@ def vhost_value(cells, job, target):
     return None if c is None else c[0 if job.startswith("rand") else 1]
 
 
-def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", now=None):
+def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", paired=None, now=None):
     """The Markdown report of bench-vhost and the chart's data rows (throughput relative to qemu-storage-daemon).
-    targets: the names run, in bench-vhost's order (pmemblk, qsd, nbd, pmemblk-dma)."""
+    targets: the names run, in bench-vhost's order (pmemblk, qsd, nbd, pmemblk-dma). paired: vhost_paired's ratios;
+    with more than one round they get their own columns and the bar reads them."""
     main = [t for t in targets if t != "pmemblk-dma"]
     ratios = [t for t in ("qsd", "nbd") if t in main and "pmemblk" in main]
+    with_paired = paired is not None and repeat > 1
     lines = [
         "# vhost-user-blk: pmemblk vs qemu-storage-daemon and pmemblk's NBD export (one guest, one run)",
         "",
         machine_line(now) + f"{guest}fio libaio direct=1 in the guest, the same jobs on each disk in turn (the order "
         f"rotated per job and round), {runtime} s each, no ramp, {repeat} round(s), the median shown; {size} disks on "
         "/dev/shm. The guest is emulated (TCG): "
-        "compare ratios, not figures.",
+        "compare ratios, not figures." + (" paired = the median over rounds of pmemblk's figure over the other's in"
+                                          " the same round (they ran one after the other); the bar reads it, the ratio"
+                                          " of the medians beside it is the same figures reduced the other way."
+                                          if with_paired else ""),
         "Disks: " + "; ".join(f"{VHOST_LABEL[t]} ({t})" for t in targets) + ". IOPS for random jobs, MiB/s for sequential ones.",
         "",
     ]
-    lines += table_head(["job"] + [VHOST_LABEL[t] for t in main] + [f"pmemblk/{t}" for t in ratios],
-                        ["---"] + ["---:"] * (len(main) + len(ratios)))
+    lines += table_head(["job"] + [VHOST_LABEL[t] for t in main] + [f"pmemblk/{t}" for t in ratios]
+                        + ([f"paired /{t}" for t in ratios] if with_paired else []),
+                        ["---"] + ["---:"] * (len(main) + len(ratios) * (2 if with_paired else 1)))
     chart, short, judged = [], [], 0
     for job in jobs:
         v = {t: vhost_value(cells, job, t) for t in main}
         row = [nbd_fmt(job, v[t]) for t in main]
         cleared = True
+        judged_cells = []
         for r in ratios:
             text, x = ab_ratio(v["pmemblk"], v[r], False)
+            if with_paired:
+                # A failed round fails the cell (v None): its paired ratio is not judged on the other rounds either.
+                px = paired.get((job, r)) if v["pmemblk"] and v[r] else None
+                judged_cells.append(("-", None) if px is None else (f"{px:.2f}", px))
+                row.append(text)
+            else:
+                judged_cells.append((text, x))
+        for text, x in judged_cells:
             if x is not None and x < VHOST_BAR:
                 text, cleared = f"**{text}**", False
             row.append(text)
@@ -510,7 +557,7 @@ def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", now
         lines.append("")
     if ratios:
         lines += [f"Bar: pmemblk's vhost-user-blk at least {VHOST_BAR}x " + " and ".join(VHOST_LABEL[r] for r in ratios)
-                  + f": {judged - len(short)} of {judged} jobs clear it" + (f"; below: {', '.join(short)}." if short else "."), ""]
+                  + (" (paired)" if with_paired else "") + f": {judged - len(short)} of {judged} jobs clear it" + (f"; below: {', '.join(short)}." if short else "."), ""]
     lines += vhost_offload(cells, jobs)
     chart_data = ("job\t" + "\t".join(VHOST_LABEL[t] for t in main) + "\n" + "\n".join(chart) + "\n") if chart else ""
     return lines, chart_data
@@ -666,9 +713,11 @@ def main(argv):
         except ValueError as e:
             sys.exit(str(e))
     elif a.cmd == "vhost-report":
-        write_report(a.out, a.stem, *vhost_report(read_vhost_results(a.results), a.targets, a.jobs.split(","),
+        jobs = a.jobs.split(",")
+        paired = vhost_paired(read_vhost_rounds(a.results), jobs, ("qsd", "nbd"))
+        write_report(a.out, a.stem, *vhost_report(read_vhost_results(a.results), a.targets, jobs,
                                                   runtime=a.runtime, size=a.size, repeat=a.repeat,
-                                                  guest=a.guest))
+                                                  guest=a.guest, paired=paired))
     elif a.cmd == "btt-report":
         rounds, order = read_btt_rounds(a.results)
         lines = btt_report(rounds, order, seconds=a.seconds, runtime=a.runtime, size=a.size, repeat=a.repeat,

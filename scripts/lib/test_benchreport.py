@@ -306,6 +306,38 @@ class VhostReportTest(unittest.TestCase):
                                    repeat=3, now=NOW)
         self.assertIn("3 round(s), the median shown", "\n".join(lines))
 
+    def test_paired_ratios_pair_the_nth_run_of_each_cell_and_the_bar_reads_them(self):
+        # The machine fast in round 0, slow in round 1, between in round 2; pmemblk ahead of qsd in every round by
+        # 10% in two rounds; its median (11k) falls below qsd's (12k): the medians say 0.92, the rounds paired 1.10.
+        rows = []
+        for ours, theirs in ((22000.0, 20000.0), (5500.0, 5000.0), (11000.0, 10000.0)):
+            rows += [("randread-4k-qd32-1j", "pmemblk", f"{ours}", "1.0", "20.00", "-", "0", "1"),
+                     ("randread-4k-qd32-1j", "qsd", f"{theirs * 1.2 if theirs == 10000.0 else theirs}", "1.0", "20.00",
+                      "-", "0", "1")]
+        # qsd's rounds: 20k, 5k, 12k (median 12k); pmemblk's 22k, 5.5k, 11k (median 11k); paired 1.10, 1.10, 0.92.
+        rows += [("read-2m-qd4-1j", "pmemblk", "1.0", "900.0", "1.00", "-", "0", "1"),
+                 ("read-2m-qd4-1j", "qsd", "1.0", "1000.0", "1.00", "-", "0", "1"),
+                 ("read-2m-qd4-1j", "pmemblk", "1.0", "1100.0", "1.00", "-", "0", "1"),
+                 ("read-2m-qd4-1j", "qsd", "FAIL")]
+        with tempfile.TemporaryDirectory() as d:
+            path = tsv_file(d, rows)
+            cells, rounds = br.read_vhost_results(path), br.read_vhost_rounds(path)
+        paired = br.vhost_paired(rounds, ["randread-4k-qd32-1j", "read-2m-qd4-1j"], ("qsd", "nbd"))
+        self.assertAlmostEqual(paired[("randread-4k-qd32-1j", "qsd")], 1.1)
+        # Round 1 of the 2 MiB job failed on qsd: only round 0 pairs (0.9); the cell is failed all the same.
+        self.assertAlmostEqual(paired[("read-2m-qd4-1j", "qsd")], 0.9)
+        lines, _ = br.vhost_report(cells, ["pmemblk", "qsd"], ["randread-4k-qd32-1j", "read-2m-qd4-1j"], runtime="5",
+                                   size="1G", repeat=3, paired=paired, now=NOW)
+        self.assertIn("| job | pmemblk vhost | qemu-storage-daemon vhost | pmemblk/qsd | paired /qsd |", lines)
+        self.assertIn("| randread-4k-qd32-1j | 11.0k IOPS | 12.0k IOPS | 0.92 | 1.10 |", lines)
+        self.assertIn("| read-2m-qd4-1j | 1000 MiB/s | FAILED | - | - |", lines)
+        self.assertIn("Bar: pmemblk's vhost-user-blk at least 1.0x qemu-storage-daemon vhost (paired): 1 of 2 jobs"
+                      " clear it; below: read-2m-qd4-1j.", lines)
+        # One round: no paired columns, the bar reads the ratio of the medians.
+        lines, _ = br.vhost_report(cells, ["pmemblk", "qsd"], ["randread-4k-qd32-1j"], runtime="5", size="1G",
+                                   repeat=1, paired=paired, now=NOW)
+        self.assertIn("| randread-4k-qd32-1j | 11.0k IOPS | 12.0k IOPS | **0.92** |", lines)
+
     def test_offload_above_the_bar_is_bold(self):
         rows = [r if r[1] != "pmemblk-dma" else r[:5] + ("0.200",) + r[6:] for r in self.ROWS]
         # 0.2 / 0.5 = 0.40
