@@ -228,7 +228,7 @@ public final class Settings {
             "The longest a vhost-user-blk queue thread holds its completions back while it polls the ring for the"
                     + " guest's next requests, to publish them together with one interrupt (at most 16 at a time):"
                     + " an interrupt costs the guest far more than a request costs here. A guest that waits for each"
-                    + " answer (8 holds in a row that gathered one completion alone) closes it, tried again after"
+                    + " answer or for a few (8 holds in a row with no new request in them) closes it, tried again after"
                     + " 64 publishes. 0 publishes at the end of every dispatch.", t -> intRange(t, 0, 1000));
     public static final Key<LogLevel> LOG_LEVEL = Key.of("log.level", "info", "error, warning, info, debug or trace",
             "Least severe log records written to stderr (the journal, under systemd); debug adds one line per"

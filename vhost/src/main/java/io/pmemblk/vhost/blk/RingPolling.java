@@ -31,7 +31,7 @@ public final class RingPolling {
     static final long START_NANOS = 4_000;
     /** Publishes with the hold closed before it is tried again. */
     static final int HOLD_PROBE_PUBLISHES = 64;
-    /** Holds in a row that ran out with one completion alone before the hold closes. */
+    /** Holds in a row that ran out without a request coming in them before the hold closes. */
     static final int HOLD_MISSES = 8;
 
     private final long maxNanos;
@@ -94,7 +94,7 @@ public final class RingPolling {
         private long holdNanos = maxHoldNanos;
         /** While the hold is closed: publishes left before it opens again to try. */
         private int holdProbeIn;
-        /** Holds in a row that ran out with one completion alone. */
+        /** Holds in a row that ran out without a request coming in them. */
         private int holdMisses;
 
         private Window() {
@@ -106,14 +106,16 @@ public final class RingPolling {
         }
 
         /**
-         * A hold ended: {@code caught}, a request came inside it or it gathered several completions (the guest
-         * has several requests in flight and goes on submitting); else it ran out holding one completion alone
-         * (the guest was probably waiting for it: a QD1 guest). {@link #HOLD_MISSES} misses in a row close the
-         * hold, and it opens again after {@link #HOLD_PROBE_PUBLISHES} publishes ({@link #published}) to try
-         * again: a waiting guest then pays a few holds once per that many interrupts. Misses are not counted
-         * against a catch: a busy emulated guest's holds (bench-vhost) often run out with one completion, and
-         * halving the hold on each, as the polling window shrinks, closed it for good and kept nothing of the
-         * gain a fixed hold showed.
+         * A hold ended: {@code caught}, a request came inside it (the guest went on submitting while its answers
+         * waited); else it ran out with none, and the guest was perhaps waiting for what was held: at QD1, or at
+         * QD4 with all four held, where the hold is the guest's latency. {@link #HOLD_MISSES} misses in a row close
+         * the hold, and it opens again after {@link #HOLD_PROBE_PUBLISHES} publishes ({@link #published}) to try
+         * again: a waiting guest then pays a few holds once per that many interrupts. How many completions a hold
+         * gathered says nothing of this: a QD4 guest's four are gathered every time, and counting that as a catch
+         * (as this did before) kept the hold, and its wait, on every round trip of a guest at low depth. Misses
+         * are not counted against a catch: a busy emulated guest's holds (bench-vhost) often run out, and halving
+         * the hold on each, as the polling window shrinks, closed it for good and kept nothing of the gain a fixed
+         * hold showed.
          */
         public void held(boolean caught) {
             if (caught) {

@@ -337,9 +337,9 @@ public final class VhostBlkQueue {
                         return true;
                     }
                 }
-                // Ran out: worth it when it gathered more than one completion (a guest with several requests in
-                // flight, which went on submitting); one alone is a guest that waited for it (QD1).
-                polling.held(vq.unpublished() > 1);
+                // Ran out with no request in it: the guest sent nothing while its answers waited, so it may have
+                // been waiting for them (a guest at QD1, or at QD4 with all four held), whatever their number.
+                polling.held(false);
             } finally {
                 polling.endPoll();
             }

@@ -406,6 +406,34 @@ class VhostBlkQueueTest {
         }
     }
 
+    /**
+     * A guest at QD4 that waits for all four answers before it sends more: every hold gathers four and runs out with
+     * no request in it, and after {@link RingPolling#HOLD_MISSES} such holds it closes; the next rounds are answered
+     * at once, not a hold later each. (Counting the four gathered as a catch kept the hold, and its wait, on every
+     * round: 8 rounds took 8 holds.) The hold is 400 ms, so "at once" has a margin of 8 holds over the 8 rounds.
+     */
+    @Test
+    void aGuestWaitingForAFewAnswersAtATimeClosesTheHold() throws Exception {
+        open();
+        long hold = 400_000_000L;
+        Served s = new Served(0, 0x10000, FEATURES, device(false), new RingPolling(0, hold, 1));
+        for (int round = 0; round < RingPolling.HOLD_MISSES; round++) {
+            for (int i = 0; i < 4; i++) {
+                s.guest.read(round * 4 + i, 4096, 1, false);
+            }
+            s.kickAndAwait(4);
+        }
+        long from = System.nanoTime();
+        for (int round = 0; round < 8; round++) {
+            for (int i = 0; i < 4; i++) {
+                s.guest.read(i, 4096, 1, false);
+            }
+            s.kickAndAwait(4);
+        }
+        assertThat(System.nanoTime() - from).as("8 rounds of 4 after the hold closed (one hold is " + hold + " ns)")
+                .isLessThan(hold);
+    }
+
     @Test
     void withoutEventIdxNoInterruptIsHonoured() throws Exception {
         open();
