@@ -101,15 +101,16 @@ def ab_note(ours_desc, base_desc, alternated):
             f"ours/baseline below {SLOW} is **bold**.")
 
 
-def paired_ratios(rounds, value):
+def paired_ratios(rounds, value, ours_name="ours", base_name="baseline"):
     """An A/B run's paired estimate: rounds[(row, prog)] -> {round: measurement}; for each row, the median over the
     rounds both sides completed of ours/baseline within the round (the two ran back to back, so what the machine
-    did that minute weighs on both), or no entry when no round has both. value(measurement) -> the figure compared."""
+    did that minute weighs on both), or no entry when no round has both. value(row, measurement) -> the figure
+    compared. ours_name and base_name: the two progs compared."""
     paired = {}
     for (row, prog), ours in rounds.items():
-        if prog != "ours":
+        if prog != ours_name:
             continue
-        base = rounds.get((row, "baseline"), {})
+        base = rounds.get((row, base_name), {})
         xs = [value(row, ours[r]) / value(row, base[r]) for r in ours if r in base and value(row, base[r])]
         if xs:
             paired[row] = statistics.median(xs)
@@ -469,15 +470,8 @@ def vhost_paired(rounds, jobs, others):
     """paired[(job, other)] -> the median over the rounds both ran of pmemblk/other within the round: the runs of a
     job in one round follow each other (the order rotated), so a slow minute of the machine weighs on both, where the
     ratio of the medians may compare one server's fast round with the other's slow one."""
-    paired = {}
-    for job in jobs:
-        ours = rounds.get((job, "pmemblk"), {})
-        for other in others:
-            base = rounds.get((job, other), {})
-            xs = [ours[r] / base[r] for r in ours if r in base and base[r]]
-            if xs:
-                paired[(job, other)] = statistics.median(xs)
-    return paired
+    return {(job, other): x for other in others
+            for job, x in paired_ratios(rounds, lambda job, m: m, "pmemblk", other).items() if job in jobs}
 
 
 def vhost_value(cells, job, target):
