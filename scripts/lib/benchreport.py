@@ -466,12 +466,18 @@ def read_vhost_rounds(path):
     return rounds
 
 
-def vhost_paired(rounds, jobs, others):
-    """paired[(job, other)] -> the median over the rounds both ran of pmemblk/other within the round: the runs of a
+def vhost_paired(rounds, jobs, others, ours="pmemblk"):
+    """paired[(job, other)] -> the median over the rounds both ran of ours/other within the round: the runs of a
     job in one round follow each other (the order rotated), so a slow minute of the machine weighs on both, where the
     ratio of the medians may compare one server's fast round with the other's slow one."""
     return {(job, other): x for other in others
-            for job, x in paired_ratios(rounds, lambda job, m: m, "pmemblk", other).items() if job in jobs}
+            for job, x in paired_ratios(rounds, lambda job, m: m, ours, other).items() if job in jobs}
+
+
+def vhost_chart_paired(rounds, jobs, targets):
+    """The chart's bars with rounds: chart[(job, target)] -> target/qsd paired as vhost_paired pairs pmemblk."""
+    return {(job, t): x for t in targets if t not in ("qsd", "pmemblk-dma")
+            for (job, _), x in vhost_paired(rounds, jobs, ("qsd",), ours=t).items()}
 
 
 def vhost_value(cells, job, target):
@@ -481,10 +487,12 @@ def vhost_value(cells, job, target):
     return None if c is None else c[0 if job.startswith("rand") else 1]
 
 
-def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", paired=None, now=None):
+def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", paired=None, chart_paired=None,
+                 now=None):
     """The Markdown report of bench-vhost and the chart's data rows (throughput relative to qemu-storage-daemon).
     targets: the names run, in bench-vhost's order (pmemblk, qsd, nbd, pmemblk-dma). paired: vhost_paired's ratios;
-    with more than one round they get their own columns and the bar reads them."""
+    with more than one round they get their own columns and the bar reads them, and the chart draws chart_paired's
+    (vhost_chart_paired) when given, so that it shows what the bar judges."""
     main = [t for t in targets if t != "pmemblk-dma"]
     ratios = [t for t in ("qsd", "nbd") if t in main and "pmemblk" in main]
     with_paired = paired is not None and repeat > 1
@@ -530,7 +538,11 @@ def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", pai
                 short.append(job)
         lines.append(f"| {job} | " + " | ".join(row) + " |")
         if v.get("qsd"):
-            chart.append(job + "".join(f"\t{(v[t] / v['qsd'] if v[t] else 0):.3f}" for t in main))
+            if with_paired and chart_paired is not None:
+                bars = [1.0 if t == "qsd" else (chart_paired.get((job, t), 0) if v[t] else 0) for t in main]
+            else:
+                bars = [v[t] / v["qsd"] if v[t] else 0 for t in main]
+            chart.append(job + "".join(f"\t{b:.3f}" for b in bars))
     lines += ["", "Server CPU per request (user+sys µs of the server process around the run, over the requests fio"
               " completed; lower is better):", ""]
     lines += table_head(["job"] + [VHOST_LABEL[t] for t in main], ["---"] + ["---:"] * len(main))
@@ -708,10 +720,11 @@ def main(argv):
             sys.exit(str(e))
     elif a.cmd == "vhost-report":
         jobs = a.jobs.split(",")
-        paired = vhost_paired(read_vhost_rounds(a.results), jobs, ("qsd", "nbd"))
+        rounds = read_vhost_rounds(a.results)
         write_report(a.out, a.stem, *vhost_report(read_vhost_results(a.results), a.targets, jobs,
-                                                  runtime=a.runtime, size=a.size, repeat=a.repeat,
-                                                  guest=a.guest, paired=paired))
+                                                  runtime=a.runtime, size=a.size, repeat=a.repeat, guest=a.guest,
+                                                  paired=vhost_paired(rounds, jobs, ("qsd", "nbd")),
+                                                  chart_paired=vhost_chart_paired(rounds, jobs, a.targets)))
     elif a.cmd == "btt-report":
         rounds, order = read_btt_rounds(a.results)
         lines = btt_report(rounds, order, seconds=a.seconds, runtime=a.runtime, size=a.size, repeat=a.repeat,
