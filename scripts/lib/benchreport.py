@@ -417,7 +417,7 @@ def vhost_cell(text, job, target, ticks, qticks, dma_bytes, hz, irqs="-"):
     moved = j["read"]["io_bytes"] + j["write"]["io_bytes"]
     side = fio_side(j, job.split("-")[0])
     us = ticks / hz * 1e6 / ios if ios else 0
-    q = f"{qticks / hz / (moved / GIB):.3f}" if qticks != "-" and moved else "-"
+    q = f"{qticks / hz / (moved / GIB):.5f}" if qticks != "-" and moved else "-"
     per = f"{int(irqs) / ios:.3f}" if irqs != "-" and ios else "-"
     return f"{job}\t{target}\t{side['iops']:.1f}\t{side['bw'] / 1024:.1f}\t{us:.2f}\t{q}\t{dma_bytes}\t{moved}\t{per}"
 
@@ -590,7 +590,7 @@ def vhost_offload(cells, jobs):
             passed += x <= VHOST_OFFLOAD_BAR
             ratio = f"{x:.2f}" if x <= VHOST_OFFLOAD_BAR else f"**{x:.2f}**"
         share = f"{dma[4] / dma[5]:.3f}" if dma and dma[5] else "-"
-        a, b = ("-" if y is None else f"{y:.3f}" for y in (a, b))
+        a, b = ("-" if y is None else f"{y:.4f}" for y in (a, b))
         lines.append(f"| {job} | {a} | {b} | {ratio} | {share} |")
     lines += ["", f"Offload bar: DMA/CPU at most {VHOST_OFFLOAD_BAR} on {passed} of {len(big)} 2 MiB jobs.", ""]
     return lines

@@ -231,7 +231,7 @@ class VhostReportTest(unittest.TestCase):
     def test_cell_divides_the_cpu_by_the_requests_fio_completed_and_the_queue_cpu_by_the_gib_moved(self):
         # 250 ticks at 100 Hz = 2.5 s over 10000 + 2500 requests: 200 µs each; 50 ticks = 0.5 s over 2 GiB: 0.25 s/GiB.
         line = br.vhost_cell(fio_vhost(10000, 1 << 30, 2500, 1 << 30), "read-2m-qd4-1j", "pmemblk", 250, 50, 7, 100)
-        self.assertEqual(line.split("\t"), ["read-2m-qd4-1j", "pmemblk", "1000.0", "3.9", "200.00", "0.250", "7",
+        self.assertEqual(line.split("\t"), ["read-2m-qd4-1j", "pmemblk", "1000.0", "3.9", "200.00", "0.25000", "7",
                                             str(2 << 30), "-"])
         # 3125 guest interrupts over 12500 requests: 0.25 each.
         self.assertEqual(br.vhost_cell(fio_vhost(10000, 1 << 30, 2500, 1 << 30), "read-2m-qd4-1j", "pmemblk", 250, 50,
@@ -269,7 +269,7 @@ class VhostReportTest(unittest.TestCase):
         self.assertIn("Bar: pmemblk's vhost-user-blk at least 1.0x qemu-storage-daemon vhost and pmemblk NBD (QEMU"
                       " client): 1 of 2 jobs clear it; below: randread-4k-qd32-1j.", lines)
         # 0.05 s/GiB on the DMA route against 0.5 on the CPU route: 0.10, within 0.2; 99 of 100 bytes counted.
-        self.assertEqual(offload[2], "| read-2m-qd4-1j | 0.500 | 0.050 | 0.10 | 0.990 |")
+        self.assertEqual(offload[2], "| read-2m-qd4-1j | 0.5000 | 0.0500 | 0.10 | 0.990 |")
         self.assertIn("Offload bar: DMA/CPU at most 0.2 on 1 of 1 2 MiB jobs.", lines)
         for table in (throughput, cpu, offload):
             self.assertEqual({len(columns(row)) for row in table}, {len(columns(table[0]))})
@@ -346,7 +346,7 @@ class VhostReportTest(unittest.TestCase):
         rows = [r if r[1] != "pmemblk-dma" else r[:5] + ("0.200",) + r[6:] for r in self.ROWS]
         # 0.2 / 0.5 = 0.40
         lines, _ = self.report(rows)
-        self.assertIn("| read-2m-qd4-1j | 0.500 | 0.200 | **0.40** | 0.990 |", lines)
+        self.assertIn("| read-2m-qd4-1j | 0.5000 | 0.2000 | **0.40** | 0.990 |", lines)
         self.assertIn("Offload bar: DMA/CPU at most 0.2 on 0 of 1 2 MiB jobs.", lines)
 
 
