@@ -493,7 +493,8 @@ def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", pai
     targets: the names run, in bench-vhost's order (pmemblk, qsd, nbd, pmemblk-dma). paired: vhost_paired's ratios;
     with more than one round they get their own columns and the bar reads them, and the chart draws chart_paired's
     (vhost_chart_paired) when given, so that it shows what the bar judges."""
-    main = [t for t in targets if t != "pmemblk-dma"]
+    # pmemblk-dma alone (an A/B of the DMA route): its own figures in the tables, not tables of no column.
+    main = [t for t in targets if t != "pmemblk-dma"] or list(targets)
     ratios = [t for t in ("qsd", "nbd") if t in main and "pmemblk" in main]
     with_paired = paired is not None and repeat > 1
     lines = [

@@ -276,6 +276,17 @@ class VhostReportTest(unittest.TestCase):
         self.assertEqual(chart.splitlines()[0], "job\tpmemblk vhost\tqemu-storage-daemon vhost\tpmemblk NBD (QEMU client)")
         self.assertEqual(chart.splitlines()[2], "read-2m-qd4-1j\t1.500\t1.000\t0.750")
 
+    def test_the_dma_route_alone_fills_the_tables_with_its_own_figures(self):
+        with tempfile.TemporaryDirectory() as d:
+            cells = br.read_vhost_results(tsv_file(d, [self.ROWS[-1]]))
+        lines, chart = br.vhost_report(cells, ["pmemblk-dma"], ["read-2m-qd4-1j"], runtime="8", size="1G", now=NOW)
+        throughput, cpu, offload = tables(lines)
+        self.assertEqual(throughput[0], "| job | pmemblk vhost, DMA route |")
+        self.assertEqual(throughput[2], "| read-2m-qd4-1j | 3100 MiB/s |")
+        self.assertEqual(cpu[2], "| read-2m-qd4-1j | 300.0 |")
+        self.assertEqual(offload[2], "| read-2m-qd4-1j | - | 0.0500 | - | 0.990 |")
+        self.assertEqual(chart, "")
+
     def test_rounds_of_a_cell_are_reduced_to_their_medians_and_a_failed_round_fails_the_cell(self):
         with tempfile.TemporaryDirectory() as d:
             cells = br.read_vhost_results(tsv_file(d, [
