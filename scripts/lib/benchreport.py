@@ -399,7 +399,7 @@ def btt_report(rounds, order, *, seconds, runtime, size, repeat, sector, now=Non
 
 GIB = 1 << 30
 VHOST_LABEL = {"pmemblk": "pmemblk vhost", "qsd": "qemu-storage-daemon vhost", "nbd": "pmemblk NBD (QEMU client)",
-               "pmemblk-dma": "pmemblk vhost, DMA route"}
+               "pmemblk-dma": "pmemblk vhost, DMA route", "pmemblk-alt": "pmemblk vhost, other settings"}
 VHOST_BAR = 1.0      # pmemblk's vhost-user-blk at least as fast as qemu-storage-daemon's and as its own NBD path
 VHOST_OFFLOAD_BAR = 0.2  # the queue threads' CPU per GiB on the DMA route at most this share of the CPU route's
 
@@ -488,11 +488,12 @@ def vhost_value(cells, job, target):
 
 
 def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", paired=None, chart_paired=None,
-                 now=None):
+                 alt=None, alt_sets="", now=None):
     """The Markdown report of bench-vhost and the chart's data rows (throughput relative to qemu-storage-daemon).
     targets: the names run, in bench-vhost's order (pmemblk, qsd, nbd, pmemblk-dma). paired: vhost_paired's ratios;
     with more than one round they get their own columns and the bar reads them, and the chart draws chart_paired's
-    (vhost_chart_paired) when given, so that it shows what the bar judges."""
+    (vhost_chart_paired) when given, so that it shows what the bar judges. alt: vhost_paired's ratios of pmemblk-alt
+    (pmemblk with alt_sets) over pmemblk, an A/B of settings in one guest; it is reported, never judged."""
     # pmemblk-dma alone (an A/B of the DMA route): its own figures in the tables, not tables of no column.
     main = [t for t in targets if t != "pmemblk-dma"] or list(targets)
     ratios = [t for t in ("qsd", "nbd") if t in main and "pmemblk" in main]
@@ -565,9 +566,23 @@ def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", pai
     if ratios:
         lines += [f"Bar: pmemblk's vhost-user-blk at least {VHOST_BAR}x " + " and ".join(VHOST_LABEL[r] for r in ratios)
                   + (" (paired)" if with_paired else "") + f": {judged - len(short)} of {judged} jobs clear it" + (f"; below: {', '.join(short)}." if short else "."), ""]
+    if alt is not None and "pmemblk-alt" in main and "pmemblk" in main:
+        lines += vhost_alt(cells, jobs, alt, alt_sets, repeat)
     lines += vhost_offload(cells, jobs)
     chart_data = ("job\t" + "\t".join(VHOST_LABEL[t] for t in main) + "\n" + "\n".join(chart) + "\n") if chart else ""
     return lines, chart_data
+
+
+def vhost_alt(cells, jobs, alt, alt_sets, repeat):
+    """The A/B of settings: pmemblk-alt's throughput over pmemblk's, paired by round when there are rounds."""
+    lines = [f"A/B of settings: pmemblk vhost with {alt_sets or '(none given)'} (pmemblk-alt) over pmemblk vhost with"
+             " the defaults" + (", paired by round" if repeat > 1 else "") + "; not judged:", ""]
+    lines += table_head(["job", "pmemblk-alt/pmemblk"], ["---", "---:"])
+    for job in jobs:
+        a, b = vhost_value(cells, job, "pmemblk-alt"), vhost_value(cells, job, "pmemblk")
+        x = alt.get((job, "pmemblk")) if repeat > 1 else (a / b if a and b else None)
+        lines.append(f"| {job} | {'-' if x is None or not (a and b) else f'{x:.2f}'} |")
+    return lines + [""]
 
 
 def vhost_offload(cells, jobs):
@@ -688,6 +703,7 @@ def main(argv):
     vr.add_argument("--size", required=True)
     vr.add_argument("--repeat", type=int, default=1)
     vr.add_argument("--guest", default="", help="the guest, as the report's heading describes it")
+    vr.add_argument("--alt-sets", default="", help="pmemblk-alt's settings, as the report names them")
     vr.add_argument("targets", nargs="+")
     bt = sub.add_parser("btt-report", help="bench-btt's report (printed, and written to --out when given)")
     bt.add_argument("--results", required=True)
@@ -725,7 +741,9 @@ def main(argv):
         write_report(a.out, a.stem, *vhost_report(read_vhost_results(a.results), a.targets, jobs,
                                                   runtime=a.runtime, size=a.size, repeat=a.repeat, guest=a.guest,
                                                   paired=vhost_paired(rounds, jobs, ("qsd", "nbd")),
-                                                  chart_paired=vhost_chart_paired(rounds, jobs, a.targets)))
+                                                  chart_paired=vhost_chart_paired(rounds, jobs, a.targets),
+                                                  alt=vhost_paired(rounds, jobs, ("pmemblk",), ours="pmemblk-alt"),
+                                                  alt_sets=a.alt_sets))
     elif a.cmd == "btt-report":
         rounds, order = read_btt_rounds(a.results)
         lines = btt_report(rounds, order, seconds=a.seconds, runtime=a.runtime, size=a.size, repeat=a.repeat,
