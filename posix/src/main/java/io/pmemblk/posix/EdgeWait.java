@@ -65,16 +65,8 @@ public final class EdgeWait implements AutoCloseable {
         if (capacity < 1 || capacity > 64) {
             throw new IllegalArgumentException("EdgeWait capacity " + capacity + "; allowed: 1..64");
         }
-        MemorySegment state = Native.callState();
-        int fd;
-        try {
-            fd = (int) EPOLL_CREATE1.invokeExact(state, EPOLL_CLOEXEC);
-        } catch (Throwable t) {
-            throw Native.unexpected(t);
-        }
-        if (fd < 0) {
-            throw NativeException.of("epoll_create1", Native.errno(state), "EPOLL_CLOEXEC");
-        }
+        int fd = (int) Libc.call("epoll_create1", "EPOLL_CLOEXEC",
+                state -> (int) EPOLL_CREATE1.invokeExact(state, EPOLL_CLOEXEC));
         return new EdgeWait(fd, capacity);
     }
 
@@ -89,22 +81,15 @@ public final class EdgeWait implements AutoCloseable {
         MemorySegment event = Arena.ofAuto().allocate(EVENT_BYTES, 8);
         event.set(JAVA_INT, 0, EPOLLIN | EPOLLET);
         event.set(ValueLayout.JAVA_LONG_UNALIGNED, EVENT_DATA, e.fd());
-        MemorySegment state = Native.callState();
-        int rc;
-        try {
-            rc = (int) EPOLL_CTL.invokeExact(state, epfd, EPOLL_CTL_ADD, e.fd(), event);
-        } catch (Throwable t) {
-            throw Native.unexpected(t);
-        }
-        if (rc < 0) {
-            throw NativeException.of("epoll_ctl", Native.errno(state), "epoll " + epfd + ", EPOLL_CTL_ADD " + e);
-        }
+        Libc.call("epoll_ctl", "epoll " + epfd + ", EPOLL_CTL_ADD " + e,
+                state -> (int) EPOLL_CTL.invokeExact(state, epfd, EPOLL_CTL_ADD, e.fd(), event));
         added++;
     }
 
     /**
      * Sleeps until one of the eventfds is signalled (or was since the last wait returned), at most
-     * {@code timeoutMillis} (negative: no limit). Allocates nothing.
+     * {@code timeoutMillis} (negative: no limit). Allocates nothing: written out, not through {@link Libc#call}, as
+     * it is every sleep of a queue thread.
      * @return true when a signal came; false on timeout or a signal handler's interruption
      * @throws NativeException when epoll_wait fails (EBADF after close)
      */
