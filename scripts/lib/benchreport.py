@@ -488,12 +488,13 @@ def vhost_value(cells, job, target):
 
 
 def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", paired=None, chart_paired=None,
-                 alt=None, alt_sets="", now=None):
+                 alt=None, alt_sets="", alt_base="", now=None):
     """The Markdown report of bench-vhost and the chart's data rows (throughput relative to qemu-storage-daemon).
     targets: the names run, in bench-vhost's order (pmemblk, qsd, nbd, pmemblk-dma). paired: vhost_paired's ratios;
     with more than one round they get their own columns and the bar reads them, and the chart draws chart_paired's
     (vhost_chart_paired) when given, so that it shows what the bar judges. alt: vhost_paired's ratios of pmemblk-alt
-    (pmemblk with alt_sets) over pmemblk, an A/B of settings in one guest; it is reported, never judged."""
+    (pmemblk with alt_sets, of the build alt_base names when given) over pmemblk, an A/B of settings or of builds
+    in one guest; it is reported, never judged."""
     # pmemblk-dma alone (an A/B of the DMA route): its own figures in the tables, not tables of no column.
     main = [t for t in targets if t != "pmemblk-dma"] or list(targets)
     ratios = [t for t in ("qsd", "nbd") if t in main and "pmemblk" in main]
@@ -567,16 +568,23 @@ def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", pai
         lines += [f"Bar: pmemblk's vhost-user-blk at least {VHOST_BAR}x " + " and ".join(VHOST_LABEL[r] for r in ratios)
                   + (" (paired)" if with_paired else "") + f": {judged - len(short)} of {judged} jobs clear it" + (f"; below: {', '.join(short)}." if short else "."), ""]
     if alt is not None and "pmemblk-alt" in main and "pmemblk" in main:
-        lines += vhost_alt(cells, jobs, alt, alt_sets, repeat)
+        lines += vhost_alt(cells, jobs, alt, alt_sets, repeat, alt_base)
     lines += vhost_offload(cells, jobs)
     chart_data = ("job\t" + "\t".join(VHOST_LABEL[t] for t in main) + "\n" + "\n".join(chart) + "\n") if chart else ""
     return lines, chart_data
 
 
-def vhost_alt(cells, jobs, alt, alt_sets, repeat):
-    """The A/B of settings: pmemblk-alt's throughput over pmemblk's, paired by round when there are rounds."""
-    lines = [f"A/B of settings: pmemblk vhost with {alt_sets or '(none given)'} (pmemblk-alt) over pmemblk vhost with"
-             " the defaults" + (", paired by round" if repeat > 1 else "") + "; not judged:", ""]
+def vhost_alt(cells, jobs, alt, alt_sets, repeat, alt_base=""):
+    """The A/B: pmemblk-alt's throughput over pmemblk's, paired by round when there are rounds. pmemblk-alt is
+    pmemblk with alt_sets, or the baseline build alt_base names (with alt_sets, if any)."""
+    paired = ", paired by round" if repeat > 1 else ""
+    if alt_base:
+        lines = [f"A/B of builds: baseline {alt_base}'s pmemblk vhost" + (f" with {alt_sets}" if alt_sets else "")
+                 + f" (pmemblk-alt) over this tree's pmemblk vhost{paired}; below 1.0 this tree is faster; not judged:",
+                 ""]
+    else:
+        lines = [f"A/B of settings: pmemblk vhost with {alt_sets or '(none given)'} (pmemblk-alt) over pmemblk vhost"
+                 f" with the defaults{paired}; not judged:", ""]
     lines += table_head(["job", "pmemblk-alt/pmemblk"], ["---", "---:"])
     for job in jobs:
         a, b = vhost_value(cells, job, "pmemblk-alt"), vhost_value(cells, job, "pmemblk")
@@ -704,6 +712,7 @@ def main(argv):
     vr.add_argument("--repeat", type=int, default=1)
     vr.add_argument("--guest", default="", help="the guest, as the report's heading describes it")
     vr.add_argument("--alt-sets", default="", help="pmemblk-alt's settings, as the report names them")
+    vr.add_argument("--alt-base", default="", help="pmemblk-alt's build when it is a baseline: its short sha and name")
     vr.add_argument("targets", nargs="+")
     bt = sub.add_parser("btt-report", help="bench-btt's report (printed, and written to --out when given)")
     bt.add_argument("--results", required=True)
@@ -743,7 +752,7 @@ def main(argv):
                                                   paired=vhost_paired(rounds, jobs, ("qsd", "nbd")),
                                                   chart_paired=vhost_chart_paired(rounds, jobs, a.targets),
                                                   alt=vhost_paired(rounds, jobs, ("pmemblk",), ours="pmemblk-alt"),
-                                                  alt_sets=a.alt_sets))
+                                                  alt_sets=a.alt_sets, alt_base=a.alt_base))
     elif a.cmd == "btt-report":
         rounds, order = read_btt_rounds(a.results)
         lines = btt_report(rounds, order, seconds=a.seconds, runtime=a.runtime, size=a.size, repeat=a.repeat,

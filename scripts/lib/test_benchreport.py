@@ -294,6 +294,11 @@ class VhostReportTest(unittest.TestCase):
                       " below: randread-4k-qd32-1j.", lines)
         self.assertEqual(chart.splitlines()[1], "randread-4k-qd32-1j\t0.900\t1.000\t1.200")
         self.assertFalse(any(line.startswith("A/B") for line in self.report(self.ROWS)[0]))
+        lines, _ = br.vhost_report(cells, ["pmemblk", "qsd", "pmemblk-alt"], ["randread-4k-qd32-1j"], runtime="8",
+                                   size="1G", repeat=3, alt=alt, alt_base="abc1234 (main)", now=NOW)
+        at = lines.index("A/B of builds: baseline abc1234 (main)'s pmemblk vhost (pmemblk-alt) over this tree's"
+                         " pmemblk vhost, paired by round; below 1.0 this tree is faster; not judged:")
+        self.assertEqual(lines[at + 4], "| randread-4k-qd32-1j | 1.33 |")
 
     def test_the_dma_route_alone_fills_the_tables_with_its_own_figures(self):
         with tempfile.TemporaryDirectory() as d:
