@@ -7,13 +7,10 @@ import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
 
 import static io.pmemblk.posix.Errno.EINTR;
-import static io.pmemblk.posix.Errno.ENOSYS;
 import static io.pmemblk.posix.Native.ERRNO;
 import static io.pmemblk.posix.Native.libc;
-import static io.pmemblk.posix.Native.variadicFrom;
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
-import static java.lang.foreign.ValueLayout.JAVA_LONG;
 
 /**
  * Sleeps until one of a few eventfds is signalled, without reading their counters: an epoll(7) instance with each
@@ -48,25 +45,9 @@ public final class EdgeWait implements AutoCloseable {
     private static final MethodHandle EPOLL_WAIT = libc("epoll_wait",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT), ERRNO);
 
-    /**
-     * epoll_pwait2(int epfd, struct epoll_event *events, int maxevents, const struct __kernel_timespec *timeout,
-     * const sigset_t *sigmask, size_t sigsetsize), Linux 5.11: a timeout in nanoseconds where epoll_wait's is in
-     * milliseconds. Through {@code syscall} (441 in {@code arch/x86/entry/syscalls/syscall_64.tbl} and in the generic
-     * table), not glibc's wrapper (2.35+), so an older libc still loads this class. Integers passed as long, as
-     * {@link IoUringSyscalls} explains.
-     */
-    private static final long SYS_EPOLL_PWAIT2 = 441;
-    private static final MethodHandle EPOLL_PWAIT2 = libc("syscall",
-            FunctionDescriptor.of(JAVA_LONG, JAVA_LONG, JAVA_LONG, ADDRESS, JAVA_LONG, ADDRESS, ADDRESS, JAVA_LONG),
-            ERRNO, variadicFrom(1));
-    /** Set once a kernel before 5.11 answered ENOSYS: {@link #awaitNanos} then rounds up to epoll_wait's milliseconds. */
-    private static volatile boolean noPwait2;
-
     private final int epfd;
     private final int capacity;
     private final MemorySegment events;
-    /** awaitNanos's struct __kernel_timespec {s64 tv_sec; long long tv_nsec;}: one waiter at a time, so one. */
-    private final MemorySegment timeout;
     private int added;
     private boolean closed;
 
@@ -74,7 +55,6 @@ public final class EdgeWait implements AutoCloseable {
         this.epfd = epfd;
         this.capacity = capacity;
         this.events = Arena.ofAuto().allocate(EVENT_BYTES * capacity, 8);
-        this.timeout = Arena.ofAuto().allocate(16, 8);
     }
 
     /**
@@ -128,44 +108,6 @@ public final class EdgeWait implements AutoCloseable {
                 return false;
             }
             throw NativeException.of("epoll_wait", errno, "epoll " + epfd);
-        }
-        return rc > 0;
-    }
-
-    /**
-     * As {@link #await}, for at most {@code nanos} (> 0): a sleep shorter than a millisecond, as a vhost-user queue
-     * thread's completion hold. How late it ends is the calling thread's timer slack (50 us by default,
-     * {@link Libc#setTimerSlack}). Allocates nothing.
-     * @return true when a signal came; false on timeout or a signal handler's interruption
-     * @throws NativeException when epoll_pwait2 fails (EBADF after close)
-     */
-    public boolean awaitNanos(long nanos) throws NativeException {
-        if (nanos <= 0) {
-            throw new IllegalArgumentException("EdgeWait.awaitNanos(" + nanos + "): allowed: > 0");
-        }
-        if (noPwait2) {
-            return await(Math.max(1, (nanos + 999_999) / 1_000_000));
-        }
-        timeout.set(JAVA_LONG, 0, nanos / 1_000_000_000);
-        timeout.set(JAVA_LONG, 8, nanos % 1_000_000_000);
-        MemorySegment state = Native.callState();
-        long rc;
-        try {
-            rc = (long) EPOLL_PWAIT2.invokeExact(state, SYS_EPOLL_PWAIT2, (long) epfd, events, (long) capacity, timeout,
-                    MemorySegment.NULL, 0L);
-        } catch (Throwable t) {
-            throw Native.unexpected(t);
-        }
-        if (rc < 0) {
-            int errno = Native.errno(state);
-            if (errno == EINTR) {
-                return false;
-            }
-            if (errno == ENOSYS) {
-                noPwait2 = true;
-                return awaitNanos(nanos);
-            }
-            throw NativeException.of("epoll_pwait2", errno, "epoll " + epfd);
         }
         return rc > 0;
     }

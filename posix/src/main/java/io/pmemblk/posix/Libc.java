@@ -120,8 +120,6 @@ public final class Libc {
             ERRNO, variadicFrom(1));
     /** {@code <linux/prctl.h>} PR_SET_IO_FLUSHER (Linux 5.6). */
     public static final int PR_SET_IO_FLUSHER = 57;
-    /** {@code <linux/prctl.h>} PR_SET_TIMERSLACK (Linux 2.6.28), PR_GET_TIMERSLACK. */
-    static final int PR_SET_TIMERSLACK = 29, PR_GET_TIMERSLACK = 30;
     // stat, lstat and fstat are real symbols since glibc 2.33 (before, only __xstat and friends); Debian 12 has 2.36.
     private static final MethodHandle LSTAT = libc("lstat", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS), ERRNO);
     private static final MethodHandle STAT = libc("stat", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS), ERRNO);
@@ -284,25 +282,6 @@ public final class Libc {
         } catch (NativeException e) {
             return -e.errno();
         }
-    }
-
-    /**
-     * prctl(PR_SET_TIMERSLACK, nanos) for the calling thread: how late the kernel may end its timed sleeps to group
-     * wake-ups (50 us by default for a normal thread, {@code kernel/time/hrtimer.c}). A thread whose sleeps are tens
-     * of microseconds (a vhost-user queue's completion hold) would otherwise sleep up to twice as long.
-     * @param nanos at least 1 (0 would mean "back to the default")
-     * @throws NativeException when prctl refuses it
-     */
-    public static void setTimerSlack(long nanos) throws NativeException {
-        if (nanos < 1) {
-            throw new IllegalArgumentException("timer slack " + nanos + " ns; allowed: >= 1");
-        }
-        call("prctl", "PR_SET_TIMERSLACK " + nanos, state -> (int) PRCTL.invokeExact(state, PR_SET_TIMERSLACK, nanos, 0L, 0L, 0L));
-    }
-
-    /** prctl(PR_GET_TIMERSLACK): the calling thread's timer slack in nanoseconds. */
-    public static long timerSlack() throws NativeException {
-        return call("prctl", "PR_GET_TIMERSLACK", state -> (int) PRCTL.invokeExact(state, PR_GET_TIMERSLACK, 0L, 0L, 0L, 0L));
     }
 
     /** geteuid(2): the user whose files and directories pmemblk trusts besides root's. */

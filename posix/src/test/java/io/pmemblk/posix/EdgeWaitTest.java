@@ -71,34 +71,4 @@ class EdgeWaitTest {
             assertThatThrownBy(() -> w.add(e)).isInstanceOf(IllegalStateException.class).hasMessageContaining("allowed: 1");
         }
     }
-
-    @Test
-    void aWaitInNanosecondsEndsAtItsTimeoutOrAtOnceOnASignal() throws Exception {
-        try (EventFd e = EventFd.create(true); EdgeWait w = EdgeWait.create(1)) {
-            w.add(e);
-            long from = System.nanoTime();
-            assertThat(w.awaitNanos(300_000)).as("nothing signalled").isFalse();
-            assertThat(System.nanoTime() - from).as("slept at least its 300 us").isGreaterThanOrEqualTo(300_000);
-            e.signal();
-            assertThat(w.awaitNanos(60_000_000_000L)).as("a signal ends a minute's wait").isTrue();
-            assertThat(w.awaitNanos(1)).as("that edge was taken").isFalse();
-            assertThatThrownBy(() -> w.awaitNanos(0)).hasMessageContaining("allowed: > 0");
-        }
-    }
-
-    @Test
-    void aThreadsTimerSlackIsItsOwn() throws Exception {
-        long before = Libc.timerSlack();
-        long other = CompletableFuture.supplyAsync(() -> {
-            try {
-                Libc.setTimerSlack(1_000);
-                return Libc.timerSlack();
-            } catch (NativeException x) {
-                throw new IllegalStateException(x);
-            }
-        }, r -> Thread.ofPlatform().start(r)).get(10, TimeUnit.SECONDS); // a thread of its own, not a pool's
-        assertThat(other).isEqualTo(1_000);
-        assertThat(Libc.timerSlack()).as("this thread's").isEqualTo(before);
-        assertThatThrownBy(() -> Libc.setTimerSlack(0)).hasMessageContaining("allowed: >= 1");
-    }
 }

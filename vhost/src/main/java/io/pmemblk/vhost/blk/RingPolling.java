@@ -18,9 +18,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  * CPUs, as NBD's readers), the others sleep at once; polling never takes every CPU.
  *
  * <p>The hold ({@code vhost.coalesce}): completions a queue thread made are held back (unpublished, no interrupt)
- * while it waits for the guest's next requests, for at most the hold and {@link VhostBlkQueue#HOLD_COMPLETIONS} of
- * them, and published together: one interrupt for several completions. It waits polling when it has a polling
- * place, else asleep with the kick re-armed (woken by the guest's next request or the hold's end). An interrupt costs the guest far more
+ * while it polls for the guest's next requests, for at most the hold and {@link VhostBlkQueue#HOLD_COMPLETIONS} of
+ * them, and published together: one interrupt for several completions. An interrupt costs the guest far more
  * than a request's copy costs here (an exit, its handler, and under emulation much more), and this server
  * completes a request within microseconds of its kick, so without the hold a guest that submits a request at a
  * time takes an interrupt for every one or two (bench-vhost: 0.4-0.5 a request at 4k QD32, against

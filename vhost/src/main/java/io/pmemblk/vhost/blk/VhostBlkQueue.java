@@ -2,7 +2,6 @@ package io.pmemblk.vhost.blk;
 
 import io.pmemblk.posix.EdgeWait;
 import io.pmemblk.posix.EventFd;
-import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.HardwareQueue;
@@ -84,8 +83,6 @@ public final class VhostBlkQueue {
      * quarter to a half of a QD32 guest's depth, so the guest never waits long for a whole burst.
      */
     static final int HOLD_COMPLETIONS = 16;
-    /** The queue thread's timer slack: how late the kernel may end a hold's sleep ({@link #setTimerSlack}). */
-    static final long TIMER_SLACK_NANOS = 2_000;
     /** Pieces a chain may have besides its data: header and status, each possibly split once. */
     private static final int CHAIN_SLACK = 4;
 
@@ -291,7 +288,6 @@ public final class VhostBlkQueue {
 
     private void run() {
         try {
-            setTimerSlack();
             vq.disableKicks();
             while (running) {
                 if (processBatch() > 0) {
@@ -299,9 +295,6 @@ public final class VhostBlkQueue {
                 }
                 if (heldSince != 0 && holdForRequests()) {
                     continue; // a request came: its completion joins the ones held
-                }
-                if (!running) {
-                    break; // a hold asleep took stop()'s wake: the sleep below would not end
                 }
                 long idleFrom = System.nanoTime();
                 if (!pollRing(idleFrom)) {
@@ -358,20 +351,14 @@ public final class VhostBlkQueue {
     }
 
     /**
-     * The ring is empty and completions are held ({@link RingPolling}, the hold): waits for the guest's next
-     * requests for the rest of the hold, polling the ring while one of the server's polling places is free, else
-     * asleep with the kick re-armed (every place taken: with 2 queues on 2 CPUs, one). True when a request came (the
-     * caller processes it, the completions still held); else they are published, and the guest interrupted if it
-     * asked to be.
-     *
-     * <p>Why asleep rather than publish at once: an interrupt costs the guest more than this thread's timed wake-up
-     * costs here. bench-vhost, 2 jobs on 2 queues: the queue without a place published at every dispatch, 0.23-0.40
-     * guest interrupts a request against qemu-storage-daemon's 0.18, whose one thread serves both queues.
+     * The ring is empty and completions are held: polls it for the rest of the hold ({@link RingPolling}, the
+     * hold) while a polling place is free. True when a request came (the caller processes it, the completions
+     * still held); else they are published, and the guest interrupted if it asked to be.
      */
-    private boolean holdForRequests() throws NativeException {
-        long hold = polling.holdNanos();
+    private boolean holdForRequests() {
         if (polling.beginHold()) {
             try {
+                long hold = polling.holdNanos();
                 while (running && System.nanoTime() - heldSince < hold) {
                     Thread.onSpinWait();
                     if (vq.hasAvailable()) {
@@ -379,57 +366,15 @@ public final class VhostBlkQueue {
                         return true;
                     }
                 }
+                // Ran out with no request in it: the guest sent nothing while its answers waited, so it may have
+                // been waiting for them (a guest at QD1, or at QD4 with all four held), whatever their number.
+                polling.held(false);
             } finally {
                 polling.endPoll();
             }
-            // Ran out with no request in it: the guest sent nothing while its answers waited, so it may have
-            // been waiting for them (a guest at QD1, or at QD4 with all four held), whatever their number.
-            polling.held(false);
-        } else if (hold > 0) {
-            if (holdAsleep(hold)) {
-                polling.held(true);
-                return true;
-            }
-            polling.held(false);
         }
         publishHeld();
         return false;
-    }
-
-    /**
-     * The hold without a polling place: sleeps with the kick re-armed until a request comes, stop() wakes it, or
-     * the hold is over. A kick left queued from before (the guest saw kicks off too late) ends a sleep with nothing
-     * available; it sleeps again for what is left.
-     * @return true when a request is available
-     */
-    private boolean holdAsleep(long hold) throws NativeException {
-        if (vq.enableKicks()) { // a request came as the kick was re-armed
-            vq.disableKicks();
-            return true;
-        }
-        try {
-            long left;
-            while (running && (left = heldSince + hold - System.nanoTime()) > 0) {
-                if (sleep.awaitNanos(left) && vq.hasAvailable()) {
-                    return true;
-                }
-            }
-            return vq.hasAvailable();
-        } finally {
-            vq.disableKicks();
-        }
-    }
-
-    /**
-     * The hold's sleeps are tens of microseconds: with the default timer slack (50 us) the kernel could end each up
-     * to 50 us late, doubling the guest's wait for what is held.
-     */
-    private void setTimerSlack() {
-        try {
-            Libc.setTimerSlack(TIMER_SLACK_NANOS);
-        } catch (NativeException | RuntimeException e) {
-            LOG.log(System.Logger.Level.DEBUG, "vhost-blk-q" + index + ": timer slack stays the default: " + e);
-        }
     }
 
     private void publishHeld() {

@@ -115,7 +115,7 @@ class RingPollingTest {
         RingPolling polling = new RingPolling(0, 50_000, 1);
         RingPolling.Window a = polling.window(), b = polling.window();
         assertTrue(a.beginHold(), "a hold is a poll: it needs a place even with polling off");
-        assertFalse(b.beginHold(), "the one place is a's: b holds asleep (VhostBlkQueue)");
+        assertFalse(b.beginHold(), "the one place is a's: b publishes at once");
         a.endPoll();
         assertTrue(b.beginHold());
         b.endPoll();

@@ -394,58 +394,6 @@ class VhostBlkQueueTest {
         }
     }
 
-    /**
-     * The hold with every polling place taken (here by the test's own window; in a server, by the other queue of
-     * two on 2 CPUs): the queue sleeps with the kick re-armed instead of publishing. Requests sent one at a time,
-     * each with a kick, are served as they come (avail_event follows them) and their answers held, none published,
-     * until {@link VhostBlkQueue#HOLD_COMPLETIONS} are, then all at once. The hold is a minute: only a kick can have
-     * woken the queue for each. Then stop() during such a sleep ends it at once, and what was held is published.
-     */
-    @Test
-    void withNoPollingPlaceFreeTheHoldSleepsServingKicksAndPublishesTogether() throws Exception {
-        open();
-        RingPolling polling = new RingPolling(0, 60_000_000_000L, 1);
-        RingPolling.Window other = polling.window();
-        assertThat(other.beginHold()).as("the test's window takes the one place").isTrue();
-        Served s = new Served(0, 0x10000, FEATURES, device(false), polling);
-        for (int i = 1; i <= VhostBlkQueue.HOLD_COMPLETIONS; i++) {
-            s.guest.read(i, 4096, 1, false);
-            s.kick.signal();
-            int served = i;
-            Waits.await("request " + i + " served and its answer held, the kick re-armed after it",
-                    () -> s.ring.availEvent() == served);
-            if (i < VhostBlkQueue.HOLD_COMPLETIONS) {
-                assertThat(s.ring.usedIdx()).as("answers published after " + i + " requests").isZero();
-            }
-        }
-        Waits.await("the " + VhostBlkQueue.HOLD_COMPLETIONS + " held answers published together",
-                () -> s.ring.usedIdx() == VhostBlkQueue.HOLD_COMPLETIONS);
-        assertThat(s.guest.answered()).hasSize(VhostBlkQueue.HOLD_COMPLETIONS).containsValue(4096 + 1);
-
-        s.guest.read(0, 4096, 1, false);
-        s.kick.signal();
-        Waits.await("one more served and held", () -> s.ring.availEvent() == VhostBlkQueue.HOLD_COMPLETIONS + 1);
-        assertThat(s.stop()).isEqualTo(VhostBlkQueue.HOLD_COMPLETIONS + 1);
-        assertThat(s.guest.answered()).as("published by stop(), not a minute later").hasSize(1);
-        other.endPoll();
-    }
-
-    /** The same, with a hold of 1 ms: a request alone is answered when the hold's sleep runs out. */
-    @Test
-    void aHoldAsleepRunsOutAndPublishes() throws Exception {
-        open();
-        RingPolling polling = new RingPolling(0, 1_000_000, 1);
-        RingPolling.Window other = polling.window();
-        assertThat(other.beginHold()).isTrue();
-        Served s = new Served(0, 0x10000, FEATURES, device(false), polling);
-        for (int i = 0; i < 3; i++) {
-            Sent sent = s.guest.read(i, 4096, 1, false);
-            s.kickAndAwait(1);
-            assertThat(s.guest.status(sent)).as("answer " + i).isEqualTo(VirtioBlk.S_OK);
-        }
-        other.endPoll();
-    }
-
     /** A guest that waits for each answer before it sends the next (QD1) gets every one: the hold runs out. */
     @Test
     void aGuestWaitingForEachAnswerGetsItWhenTheHoldRunsOut() throws Exception {
