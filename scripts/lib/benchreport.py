@@ -499,6 +499,7 @@ def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", pai
     main = [t for t in targets if t != "pmemblk-dma"] or list(targets)
     ratios = [t for t in ("qsd", "nbd") if t in main and "pmemblk" in main]
     with_paired = paired is not None and repeat > 1
+    label = dict(VHOST_LABEL, **({"pmemblk-alt": f"pmemblk vhost, baseline {alt_base.split()[0]}"} if alt_base else {}))
     lines = [
         "# vhost-user-blk: pmemblk vs qemu-storage-daemon and pmemblk's NBD export (one guest, one run)",
         "",
@@ -509,10 +510,10 @@ def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", pai
                                           " the same round (they ran one after the other); the bar reads it, the ratio"
                                           " of the medians beside it is the same figures reduced the other way."
                                           if with_paired else ""),
-        "Disks: " + "; ".join(f"{VHOST_LABEL[t]} ({t})" for t in targets) + ". IOPS for random jobs, MiB/s for sequential ones.",
+        "Disks: " + "; ".join(f"{label[t]} ({t})" for t in targets) + ". IOPS for random jobs, MiB/s for sequential ones.",
         "",
     ]
-    lines += table_head(["job"] + [VHOST_LABEL[t] for t in main] + [f"pmemblk/{t}" for t in ratios]
+    lines += table_head(["job"] + [label[t] for t in main] + [f"pmemblk/{t}" for t in ratios]
                         + ([f"paired /{t}" for t in ratios] if with_paired else []),
                         ["---"] + ["---:"] * (len(main) + len(ratios) * (2 if with_paired else 1)))
     chart, short, judged = [], [], 0
@@ -548,7 +549,7 @@ def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", pai
             chart.append(job + "".join(f"\t{b:.3f}" for b in bars))
     lines += ["", "Server CPU per request (user+sys µs of the server process around the run, over the requests fio"
               " completed; lower is better):", ""]
-    lines += table_head(["job"] + [VHOST_LABEL[t] for t in main], ["---"] + ["---:"] * len(main))
+    lines += table_head(["job"] + [label[t] for t in main], ["---"] + ["---:"] * len(main))
     for job in jobs:
         c = {t: cells.get((job, t)) for t in main}
         lines.append(f"| {job} | " + " | ".join(f"{c[t][2]:.1f}" if c[t] else "-" for t in main) + " |")
@@ -558,19 +559,19 @@ def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", pai
         # completions (EVENT_IDX), and where throughput differs at the same server CPU it often tells why.
         lines += ["Guest interrupts per request (the disk's virtio interrupts in the guest's /proc/interrupts around"
                   " the run, over the requests fio completed):", ""]
-        lines += table_head(["job"] + [VHOST_LABEL[t] for t in main], ["---"] + ["---:"] * len(main))
+        lines += table_head(["job"] + [label[t] for t in main], ["---"] + ["---:"] * len(main))
         for job in jobs:
             c = {t: cells.get((job, t)) for t in main}
             lines.append(f"| {job} | " + " | ".join(f"{c[t][6]:.2f}" if c[t] and c[t][6] is not None else "-"
                                                     for t in main) + " |")
         lines.append("")
     if ratios:
-        lines += [f"Bar: pmemblk's vhost-user-blk at least {VHOST_BAR}x " + " and ".join(VHOST_LABEL[r] for r in ratios)
+        lines += [f"Bar: pmemblk's vhost-user-blk at least {VHOST_BAR}x " + " and ".join(label[r] for r in ratios)
                   + (" (paired)" if with_paired else "") + f": {judged - len(short)} of {judged} jobs clear it" + (f"; below: {', '.join(short)}." if short else "."), ""]
     if alt is not None and "pmemblk-alt" in main and "pmemblk" in main:
         lines += vhost_alt(cells, jobs, alt, alt_sets, repeat, alt_base)
     lines += vhost_offload(cells, jobs)
-    chart_data = ("job\t" + "\t".join(VHOST_LABEL[t] for t in main) + "\n" + "\n".join(chart) + "\n") if chart else ""
+    chart_data = ("job\t" + "\t".join(label[t] for t in main) + "\n" + "\n".join(chart) + "\n") if chart else ""
     return lines, chart_data
 
 

@@ -299,6 +299,8 @@ class VhostReportTest(unittest.TestCase):
         at = lines.index("A/B of builds: baseline abc1234 (main)'s pmemblk vhost (pmemblk-alt) over this tree's"
                          " pmemblk vhost, paired by round; below 1.0 this tree is faster; not judged:")
         self.assertEqual(lines[at + 4], "| randread-4k-qd32-1j | 1.33 |")
+        self.assertIn("| job | pmemblk vhost | qemu-storage-daemon vhost | pmemblk vhost, baseline abc1234 | pmemblk/qsd |",
+                      lines)
 
     def test_the_dma_route_alone_fills_the_tables_with_its_own_figures(self):
         with tempfile.TemporaryDirectory() as d:
