@@ -224,12 +224,13 @@ public final class Settings {
                     + " window adapts between 0 and this to the gaps between the guest's requests, and at most"
                     + " cores - 1 queue threads poll at once, so polling takes little CPU from the guest's vCPUs"
                     + " when it cannot catch a request; 0 turns it off.", t -> intRange(t, 0, 1000));
-    public static final Key<Integer> VHOST_COALESCE = Key.of("vhost.coalesce", "50", "microseconds 0..1000 (0 = off)",
+    public static final Key<Integer> VHOST_COALESCE = Key.of("vhost.coalesce", "100", "microseconds 0..1000 (0 = off)",
             "The longest a vhost-user-blk queue thread holds its completions back while it polls the ring for the"
                     + " guest's next requests, to publish them together with one interrupt (at most 16 at a time):"
                     + " an interrupt costs the guest far more than a request costs here. A guest that waits for each"
                     + " answer or for a few (8 holds in a row with no new request in them) closes it, tried again after"
-                    + " 64 publishes. 0 publishes at the end of every dispatch.", t -> intRange(t, 0, 1000));
+                    + " 64 publishes, and after twice as many each time a try catches nothing (up to 4096). 0"
+                    + " publishes at the end of every dispatch.", t -> intRange(t, 0, 1000));
     public static final Key<LogLevel> LOG_LEVEL = Key.of("log.level", "info", "error, warning, info, debug or trace",
             "Least severe log records written to stderr (the journal, under systemd); debug adds one line per"
                     + " connection's negotiated options.", t -> choice(t, LogLevel.class));

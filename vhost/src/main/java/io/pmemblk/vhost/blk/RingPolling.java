@@ -29,8 +29,17 @@ import java.util.concurrent.atomic.AtomicInteger;
 public final class RingPolling {
     /** Where a window that grows starts (QEMU's first step too). */
     static final long START_NANOS = 4_000;
-    /** Publishes with the hold closed before it is tried again. */
+    /**
+     * Publishes with the hold closed before it is tried again, at first; each try that closes again without a
+     * request caught doubles it, up to {@link #HOLD_PROBE_MAX_PUBLISHES}, and a catch brings it back here.
+     */
     static final int HOLD_PROBE_PUBLISHES = 64;
+    /**
+     * The longest wait between tries: a guest that keeps waiting for its answers (QD1) pays {@link #HOLD_MISSES}
+     * holds per this many requests, 8 x 100 us per 4096 round trips, where it paid them per 64 (6% of its
+     * throughput at QD1 with a 100 us hold, bench-vhost).
+     */
+    static final int HOLD_PROBE_MAX_PUBLISHES = 4096;
     /** Holds in a row that ran out without a request coming in them before the hold closes. */
     static final int HOLD_MISSES = 8;
 
@@ -96,6 +105,10 @@ public final class RingPolling {
         private int holdProbeIn;
         /** Holds in a row that ran out without a request coming in them. */
         private int holdMisses;
+        /** Publishes the next close waits before the hold is tried again (doubling while tries catch nothing). */
+        private int probeEvery = HOLD_PROBE_PUBLISHES;
+        /** The hold is open as a try after a close (not from the start), and no request came in it yet. */
+        private boolean tryingInVain;
 
         private Window() {
         }
@@ -110,7 +123,8 @@ public final class RingPolling {
          * waited); else it ran out with none, and the guest was perhaps waiting for what was held: at QD1, or at
          * QD4 with all four held, where the hold is the guest's latency. {@link #HOLD_MISSES} misses in a row close
          * the hold, and it opens again after {@link #HOLD_PROBE_PUBLISHES} publishes ({@link #published}) to try
-         * again: a waiting guest then pays a few holds once per that many interrupts. How many completions a hold
+         * again: a waiting guest then pays a few holds once per that many interrupts; twice as many after each try
+         * that caught nothing, up to {@link #HOLD_PROBE_MAX_PUBLISHES}. How many completions a hold
          * gathered says nothing of this: a QD4 guest's four are gathered every time, and counting that as a catch
          * (as this did before) kept the hold, and its wait, on every round trip of a guest at low depth. Misses
          * are not counted against a catch: a busy emulated guest's holds (bench-vhost) often run out, and halving
@@ -120,10 +134,15 @@ public final class RingPolling {
         public void held(boolean caught) {
             if (caught) {
                 holdMisses = 0;
+                tryingInVain = false;
+                probeEvery = HOLD_PROBE_PUBLISHES;
             } else if (++holdMisses >= HOLD_MISSES) {
+                if (tryingInVain) { // a try that caught nothing: the guest still waits for its answers
+                    probeEvery = Math.min(HOLD_PROBE_MAX_PUBLISHES, probeEvery * 2);
+                }
                 holdNanos = 0;
                 holdMisses = 0;
-                holdProbeIn = HOLD_PROBE_PUBLISHES;
+                holdProbeIn = probeEvery;
             }
         }
 
@@ -131,6 +150,7 @@ public final class RingPolling {
         public void published() {
             if (holdNanos == 0 && maxHoldNanos > 0 && --holdProbeIn <= 0) {
                 holdNanos = maxHoldNanos;
+                tryingInVain = true;
             }
         }
 

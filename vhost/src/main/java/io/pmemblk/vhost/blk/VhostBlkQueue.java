@@ -63,9 +63,13 @@ public final class VhostBlkQueue {
     /**
      * vhost.coalesce's default, the longest a completion is held back for others ({@link RingPolling}, the hold).
      * bench-vhost, pmemblk/qsd in one guest, 4k QD32 and 64k QD16 jobs: no hold 0.76-1.01, 30 us 0.87-1.34,
-     * 80 us 0.91-1.24; the guest's interrupts per request fell from 0.42-0.78 to 0.23-0.39.
+     * 80 us 0.91-1.24; the guest's interrupts per request fell from 0.42-0.78 to 0.23-0.39. Then 100 us against
+     * 50 us, pmemblk-alt/pmemblk by round (2026-12-04): 0.89-1.30 on 4k QD32, 64k QD16 and 2M QD4 jobs (median
+     * 1.14), interrupts 0.16-0.34 a 4k or 64k request from 0.21-0.49; 0.95 and 0.92 at QD1 and QD4, where a guest
+     * waiting for its answers paid 8 holds per 64 round trips (now per up to 4096:
+     * {@link RingPolling#HOLD_PROBE_MAX_PUBLISHES}).
      */
-    public static final long DEFAULT_HOLD_NANOS = 50_000;
+    public static final long DEFAULT_HOLD_NANOS = 100_000;
     /** stop(): how long the thread may take to leave its loop, and in-flight requests to complete. */
     static final long STOP_MILLIS = 5_000, DRAIN_MILLIS = 10_000;
     /**

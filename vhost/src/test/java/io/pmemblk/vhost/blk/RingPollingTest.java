@@ -103,6 +103,49 @@ class RingPollingTest {
         assertEquals(0, w.holdNanos(), "and closed again by as many misses");
     }
 
+    /** Publishes until the closed hold opens again; returns how many it took. */
+    private static int publishesUntilOpen(RingPolling.Window w) {
+        int n = 0;
+        while (w.holdNanos() == 0) {
+            w.published();
+            if (++n > 10 * RingPolling.HOLD_PROBE_MAX_PUBLISHES) {
+                throw new AssertionError("the hold did not open again after " + n + " publishes");
+            }
+        }
+        return n;
+    }
+
+    private static void missInARow(RingPolling.Window w) {
+        for (int i = 0; i < RingPolling.HOLD_MISSES; i++) {
+            w.held(false);
+        }
+        assertEquals(0, w.holdNanos(), "closed by " + RingPolling.HOLD_MISSES + " misses in a row");
+    }
+
+    /**
+     * A guest that keeps waiting for its answers (QD1): every try of the hold closes again with nothing caught, and
+     * each makes the next one twice as far off, up to HOLD_PROBE_MAX_PUBLISHES; a try that catches a request puts
+     * the tries back at HOLD_PROBE_PUBLISHES.
+     */
+    @Test
+    void triesThatCatchNothingGrowRarerAndACatchBringsThemBack() {
+        RingPolling.Window w = new RingPolling(0, 100_000, 1).window();
+        missInARow(w);
+        assertEquals(RingPolling.HOLD_PROBE_PUBLISHES, publishesUntilOpen(w), "the first close: tried again soon");
+        int expected = RingPolling.HOLD_PROBE_PUBLISHES;
+        for (int tries = 0; tries < 10; tries++) {
+            missInARow(w);
+            expected = Math.min(RingPolling.HOLD_PROBE_MAX_PUBLISHES, expected * 2);
+            assertEquals(expected, publishesUntilOpen(w), "after " + (tries + 1) + " tries in vain");
+        }
+        assertEquals(RingPolling.HOLD_PROBE_MAX_PUBLISHES, expected, "capped");
+        w.held(true); // the guest submitted in a hold again
+        missInARow(w);
+        assertEquals(RingPolling.HOLD_PROBE_PUBLISHES, publishesUntilOpen(w), "a catch brings the tries back");
+        missInARow(w);
+        assertEquals(2 * RingPolling.HOLD_PROBE_PUBLISHES, publishesUntilOpen(w));
+    }
+
     @Test
     void withTheHoldOffItNeverOpensAndAHoldTakesAPollingPlace() {
         RingPolling.Window off = new RingPolling(MAX, 0, 1).window();
