@@ -114,8 +114,10 @@ public final class VhostUserSession implements Runnable {
         }
     }
 
-    /** @param refusals where refused messages are logged (the server's limit, shared by its connections) */
-    /** @param writeCache the server's write cache mode: what GET_CONFIG answers and SET_CONFIG changes */
+    /**
+     * @param writeCache the server's write cache mode: what GET_CONFIG answers and SET_CONFIG changes
+     * @param refusals   where refused messages are logged (the server's limit, shared by its connections)
+     */
     public VhostUserSession(VhostUserChannel channel, VhostUserBlkConfig config, BlockLayer layer, BlkDevice device,
                             WriteCacheMode writeCache, String name, RefusalLog refusals) {
         this.writeCache = java.util.Objects.requireNonNull(writeCache, "writeCache");
@@ -744,7 +746,7 @@ public final class VhostUserSession implements Runnable {
         }
         boolean on = wce == 1;
         if (!on) {
-            applyWriteCache(); // write through before it is recorded: never less durable than the guest was told
+            applyWriteCache(false); // write through before it is recorded: never less durable than the guest was told
         }
         IOException failed = null;
         try {
@@ -752,7 +754,7 @@ public final class VhostUserSession implements Runnable {
         } catch (IOException e) {
             failed = e;
         }
-        applyWriteCache(); // write through: every write durable before it completes
+        applyWriteCache(servesWriteback(features)); // write through: every write durable before it completes
         if (failed != null) {
             throw new Refusal("the guest's write cache " + (on ? "on" : "off") + " is not in force ("
                     + (writeCache.writeback() ? "writeback" : "write through") + " is): " + failed.getMessage());
@@ -762,9 +764,8 @@ public final class VhostUserSession implements Runnable {
                 writeCache.recordedAt() == null ? "" : ", recorded in " + writeCache.recordedAt());
     }
 
-    /** The server's mode, as this driver's features allow it, to every running ring. */
-    private void applyWriteCache() {
-        boolean writeback = servesWriteback(features);
+    /** Every running ring to {@code writeback} (the server's mode as this driver's features allow it). */
+    private void applyWriteCache(boolean writeback) {
         for (Vring v : vrings) {
             if (v.queue != null) {
                 v.queue.writeCache(writeback);
