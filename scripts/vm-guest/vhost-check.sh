@@ -12,6 +12,13 @@
 #   vhost-check.sh restart     fio verify on the raw disk, 2 jobs; after its first writes the host SIGKILLs the
 #                              server and starts a new one (QEMU reconnects): fio must end clean, with I/O held
 #                              across the gap, and the kernel log without an I/O error
+#   vhost-check.sh wcache      the guest turns its write cache off (cache_type "write through": it then sends no
+#                              FLUSH and takes every completed write as durable); the host SIGKILLs the server and
+#                              starts a new one (QEMU reconnect=1 sends no SET_CONFIG); the guest writes 4 blocks;
+#                              the host's power cut of the server's view: the pages of the disk file the server
+#                              still holds dirty (not written back) are what a power cut now loses, and must be none
+#   Modes may be given together (vhost-check.sh wcache restart): one boot runs each in turn; a wcache failure is its
+#   own result (RESULT wcache_why=...) and the next mode still runs.
 # Output: RESULT lines (the host's scripts/vm-test reads them), "RESULT why=..." when a step failed.
 # Environment: BACKEND (pmemblk or qsd: qemu-storage-daemon has no copy routes), DISK_BYTES (the export's size).
 set -u
@@ -135,8 +142,59 @@ restart() {
     result dmesg clean
 }
 
-case "${1:-}" in
-    functional) functional ;;
-    restart) restart ;;
-    *) echo "usage: vhost-check.sh functional|restart" >&2; exit 2 ;;
-esac
+# wcache_write NAME SECTOR...: 4 KiB of fresh random data at each 4 KiB-aligned SECTOR, O_DIRECT, one write each.
+wcache_write() {
+    _wn=$1; shift
+    for _ws in "$@"; do
+        head -c 4096 /dev/urandom >"/tmp/wcache-$_wn-$_ws"
+        dd if="/tmp/wcache-$_wn-$_ws" of="$DEV" bs=4096 seek=$((_ws / 8)) oflag=direct conv=notrunc status=none \
+            || return 1
+    done
+}
+
+# A failure of the wcache steps: its own result, and the cache back to writeback for the steps after it.
+wfail() {
+    result wcache_why "$*"; say "FAIL (wcache): $*"
+    [ -w "/sys/block/$VD/cache_type" ] && echo "write back" >"/sys/block/$VD/cache_type"
+    return 1
+}
+
+wcache() {
+    check_disk
+    _ct=/sys/block/$VD/cache_type
+    # Writable only when the driver negotiated VIRTIO_BLK_F_CONFIG_WCE (virtio_blk's cache_type attribute).
+    [ -w "$_ct" ] || { wfail "no writable $_ct: VIRTIO_BLK_F_CONFIG_WCE not negotiated"; return; }
+    result wcache_initial "$(cat "$_ct")"
+    echo "write through" >"$_ct" || { wfail "writing 'write through' to $_ct failed"; return; }
+    [ "$(cat "$_ct")" = "write through" ] || { wfail "$_ct reads '$(cat "$_ct")' after 'write through' was written (the device refused the change)"; return; }
+    [ "$(cat "/sys/block/$VD/queue/write_cache")" = "write through" ] || { wfail "queue/write_cache is '$(cat "/sys/block/$VD/queue/write_cache")': the kernel still sends FLUSH"; return; }
+    wcache_write before 204800 204808 || { wfail "writes before the kill failed"; return; }
+    _ans=$(host_request 300 kill) || { wfail "the host could not kill and restart the server: $_ans"; return; }
+    say "host: $_ans"
+    [ "$(cat "$_ct")" = "write through" ] || { wfail "$_ct reads '$(cat "$_ct")' after the reconnect"; return; }
+    _base=$(host_request 60 dirty) || { wfail "the host could not read the server's dirty pages: $_base"; return; }
+    [ "$_base" = 0 ] || { wfail "the new server holds $_base KiB of the disk dirty before the guest wrote: the check cannot tell"; return; }
+    # 4 writes the guest takes as durable when they complete (no FLUSH follows: its cache is off)
+    wcache_write after 409600 409608 409616 409624 || { wfail "writes after the restart failed"; return; }
+    _lost=$(host_request 60 dirty) || { wfail "the host could not read the server's dirty pages: $_lost"; return; }
+    result wcache_lost_kib "$_lost"
+    [ "$_lost" = 0 ] || { wfail "a power cut of the server's view after its restart loses $_lost KiB of the 16 KiB the guest wrote with its write cache off: the new server served them writeback (no msync before the completion)"; return; }
+    for _ws in 204800 204808 409600 409608 409616 409624; do
+        _f=$(ls /tmp/wcache-*-"$_ws")
+        dd if="$DEV" bs=4096 skip=$((_ws / 8)) count=1 iflag=direct status=none | cmp -s - "$_f" \
+            || { wfail "sector $_ws does not read back what the guest wrote"; return; }
+    done
+    echo "write back" >"$_ct"
+    result wcache durable
+    say "write through kept across the server's SIGKILL and restart: the 4 writes after it durable when they completed (0 KiB dirty)"
+}
+
+[ $# -gt 0 ] || { echo "usage: vhost-check.sh functional|restart|wcache..." >&2; exit 2; }
+for _mode in "$@"; do
+    case "$_mode" in
+        functional) functional ;;
+        restart) restart ;;
+        wcache) wcache || true ;;
+        *) echo "usage: vhost-check.sh functional|restart|wcache..." >&2; exit 2 ;;
+    esac
+done

@@ -4,6 +4,7 @@ import io.pmemblk.posix.TrustedDirectory;
 import io.pmemblk.posix.TrustedPath;
 import io.pmemblk.settings.Settings;
 import io.pmemblk.vhost.VhostUserBlkConfig;
+import io.pmemblk.vhost.VhostUserBlkServer;
 
 import java.io.IOException;
 
@@ -22,6 +23,16 @@ final class VhostFrontend {
         return new VhostUserBlkConfig(s.get(Settings.VHOST_SOCKET), s.get(Settings.VHOST_QUEUES),
                 s.get(Settings.VHOST_QUEUE_SIZE), s.get(Settings.VHOST_BUSY_POLL) * 1000L,
                 s.get(Settings.VHOST_COALESCE) * 1000L);
+    }
+
+    /**
+     * The server for {@code device}, its socket bound in {@code dir} (taken over), the guest's write cache mode
+     * recorded beside the socket for the device's path: a server started after this one serves the mode the guest
+     * set, which QEMU does not send again when it reconnects.
+     */
+    static VhostUserBlkServer server(VhostUserBlkConfig config, Device device, TrustedDirectory dir) {
+        return new VhostUserBlkServer(config, device.layer()).socketDirectory(dir)
+                .recordWriteCache(device.region().path().toAbsolutePath().toString());
     }
 
     /**

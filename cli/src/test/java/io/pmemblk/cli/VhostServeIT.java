@@ -18,8 +18,9 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 /**
  * A real {@code pmemblk serve} with {@code vhost.socket}: it says where it serves, answers a vhost-user front-end
- * there with the settings' queue count, removes the socket when it stops; and a socket path that cannot work is
- * refused before the device file exists.
+ * there with the settings' queue count, removes the socket when it stops; a socket path that cannot work is
+ * refused before the device file exists; and the guest's write cache mode outlives the server process (QEMU does
+ * not send it again when it reconnects).
  */
 class VhostServeIT {
     @TempDir
@@ -42,6 +43,98 @@ class VhostServeIT {
             assertThat(m.get(ValueLayout.JAVA_INT, 4)).as("reply flags").isEqualTo(0x5);
             assertThat(m.get(ValueLayout.JAVA_INT, 8)).as("reply size").isEqualTo(8);
             return m.get(ValueLayout.JAVA_LONG_UNALIGNED, 12);
+        }
+    }
+
+    /** One vhost-user message, {@code flags} added to version 1, and its reply's payload (size checked). */
+    private static MemorySegment exchange(int fd, int request, int flags, byte[] payload, int replySize, Arena a)
+            throws Exception {
+        MemorySegment m = a.allocate(12 + Math.max(payload.length, replySize), 8);
+        m.set(ValueLayout.JAVA_INT, 0, request);
+        m.set(ValueLayout.JAVA_INT, 4, 0x1 | flags);
+        m.set(ValueLayout.JAVA_INT, 8, payload.length);
+        MemorySegment.copy(payload, 0, m, ValueLayout.JAVA_BYTE, 12, payload.length);
+        UnixMessages.send(fd, m.asSlice(0, 12 + payload.length));
+        if (replySize < 0) {
+            return null;
+        }
+        int got = 0;
+        while (got < 12 + replySize) {
+            int n = UnixMessages.receive(fd, m.asSlice(got, 12 + replySize - got), new int[0]);
+            assertThat(n).as("reply bytes").isPositive();
+            got += n;
+        }
+        assertThat(m.get(ValueLayout.JAVA_INT, 0)).as("reply request").isEqualTo(request);
+        assertThat(m.get(ValueLayout.JAVA_INT, 8)).as("reply size").isEqualTo(replySize);
+        return m.asSlice(12, replySize);
+    }
+
+    /** The 12-byte config header (offset 32: wce, size 1, flags 0) and {@code wce} when writing. */
+    private static byte[] wceConfig(int wce) {
+        byte[] p = new byte[13];
+        p[0] = 32;
+        p[4] = 1;
+        p[12] = (byte) Math.max(wce, 0);
+        return p;
+    }
+
+    /** A front-end as QEMU's realize begins one (protocol features, owner); the wce GET_CONFIG answers, then {@code set}. */
+    private static int wce(Path socket, int set) throws Exception {
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        while (true) {
+            try {
+                return wceOnce(socket, set);
+            } catch (io.pmemblk.posix.NativeException e) {
+                // One front-end at a time: until the server has seen the last one go, a new one is refused (reset).
+                if (e.errno() != io.pmemblk.posix.Errno.ECONNRESET || System.nanoTime() > deadline) {
+                    throw e;
+                }
+                Thread.sleep(10); // polling for the server to see the last close, bounded by the deadline
+            }
+        }
+    }
+
+    private static int wceOnce(Path socket, int set) throws Exception {
+        int fd = UnixStream.socket();
+        try (Arena a = Arena.ofConfined()) {
+            UnixStream.connect(fd, socket.toString());
+            Libc.receiveTimeout(fd, 10_000);
+            long protocol = exchange(fd, 15, 0, new byte[0], 8, a).get(ValueLayout.JAVA_LONG_UNALIGNED, 0);
+            byte[] ack = new byte[8];
+            MemorySegment.ofArray(ack).set(ValueLayout.JAVA_LONG_UNALIGNED, 0, protocol);
+            exchange(fd, 16, 0, ack, -1, a); // SET_PROTOCOL_FEATURES: all offered (REPLY_ACK, CONFIG among them)
+            exchange(fd, 3, 0, new byte[0], -1, a); // SET_OWNER
+            int wce = exchange(fd, 24, 0, wceConfig(-1), 13, a).get(ValueLayout.JAVA_BYTE, 12); // GET_CONFIG
+            if (set >= 0) {
+                long result = exchange(fd, 25, 0x8, wceConfig(set), 8, a).get(ValueLayout.JAVA_LONG_UNALIGNED, 0);
+                assertThat(result).as("SET_CONFIG wce=" + set + " acked (REPLY_ACK 0)").isZero();
+            }
+            return wce;
+        } finally {
+            Libc.close(fd);
+        }
+    }
+
+    @Test
+    void theGuestsWriteThroughOutlivesAKilledServeAndTheNextServeStartsWithIt() throws Exception {
+        Path dir = tmp.toRealPath();
+        Path socket = dir.resolve("vhost.sock");
+        List<String> sets = ServerProcess.sets("pmem.path=" + dir.resolve("p.img"), "pmem.size=16M", "nbd.socket=",
+                "nbd.port=0", "vhost.socket=" + socket, "vhost.queues=1");
+        try (ServerProcess s = ServerProcess.start(dir, java.util.Map.of(), sets, 1)) {
+            assertThat(wce(socket, 0)).as("a fresh disk: writeback (wce 1)").isEqualTo(1);
+            assertThat(wce(socket, -1)).as("a reconnect: the server's mode, write through").isZero();
+            s.kill9(); // no chance to write anything at exit: the record was written before the ack
+        }
+        assertThat(dir.resolve("vhost.sock.write-cache")).as("the record beside the socket").exists();
+        try (ServerProcess s = ServerProcess.start(dir, java.util.Map.of(), sets, 1)) {
+            assertThat(s.stderr()).contains("write cache off (write through), recorded in " + socket + ".write-cache");
+            assertThat(wce(socket, 1)).as("QEMU realized again: told write through, as its guest set it").isZero();
+            assertThat(s.terminate()).isZero();
+        }
+        try (ServerProcess s = ServerProcess.start(dir, java.util.Map.of(), sets, 1)) {
+            assertThat(wce(socket, -1)).as("the guest turned its cache on again: writeback after a restart").isEqualTo(1);
+            assertThat(s.terminate()).isZero();
         }
     }
 

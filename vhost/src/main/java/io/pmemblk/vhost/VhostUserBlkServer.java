@@ -52,6 +52,10 @@ public final class VhostUserBlkServer implements AutoCloseable {
     private VhostUserSession session;
     private Thread sessionThread;
     private int sessionId;
+    /** pmem.path, when the write cache mode is to be recorded beside the socket (see {@link #recordWriteCache}). */
+    private String recordDevice;
+    /** The guest's write cache mode: the server's, shared by every connection in turn (set at start). */
+    private volatile WriteCacheMode writeCache = WriteCacheMode.unrecorded();
 
     public VhostUserBlkServer(VhostUserBlkConfig config, BlockLayer layer) {
         this.config = config;
@@ -70,6 +74,22 @@ public final class VhostUserBlkServer implements AutoCloseable {
         return this;
     }
 
+    /**
+     * Keeps the guest's write cache mode in a file beside the socket ({@link WriteCacheRecord}) for {@code device}
+     * (the pmem.path served), so that a server started after this one serves it as the guest last set it: QEMU
+     * does not send it again when it reconnects. Without this call the mode lasts as long as this server.
+     * Before {@link #start()}.
+     */
+    public VhostUserBlkServer recordWriteCache(String device) {
+        this.recordDevice = java.util.Objects.requireNonNull(device, "device");
+        return this;
+    }
+
+    /** The write cache mode served now (whichever front-end set it last, or the record at start). */
+    public WriteCacheMode writeCache() {
+        return writeCache;
+    }
+
     /** What the guest is told about the disk. */
     BlkDevice device() {
         return device;
@@ -85,6 +105,10 @@ public final class VhostUserBlkServer implements AutoCloseable {
             if (socketDirectory == null) {
                 socketDirectory = TrustedPath.ofThisProcess().openParentOf(path, "vhost.socket");
             }
+            if (recordDevice != null) { // before the socket exists: no front-end sees a mode not yet read
+                writeCache = WriteCacheMode.recorded(new WriteCacheRecord(socketDirectory,
+                        path.getFileName().toString(), recordDevice));
+            }
             int fd = UnixStream.socket();
             listenFd = fd;
             socketFile = UnixSocketFile.bind(socketDirectory, path, "vhost.socket", address -> {
@@ -98,8 +122,10 @@ public final class VhostUserBlkServer implements AutoCloseable {
             throw e;
         }
         acceptor = Thread.ofPlatform().name("vhost-accept").start(this::acceptLoop);
-        LOG.log(System.Logger.Level.INFO, "vhost-user-blk: serving {0} bytes on {1} ({2} queues of at most {3})",
-                layer.driver().size(), path, config.queues(), config.maxQueueSize());
+        LOG.log(System.Logger.Level.INFO, "vhost-user-blk: serving {0} bytes on {1} ({2} queues of at most {3}),"
+                + " write cache {4}{5}", layer.driver().size(), path, config.queues(), config.maxQueueSize(),
+                writeCache.writeback() ? "on (writeback)" : "off (write through)",
+                writeCache.recordedAt() == null ? "" : ", recorded in " + writeCache.recordedAt());
         return path;
     }
 
@@ -132,7 +158,7 @@ public final class VhostUserBlkServer implements AutoCloseable {
             }
             return;
         }
-        VhostUserSession s = new VhostUserSession(new VhostUserChannel(fd), config, layer, device,
+        VhostUserSession s = new VhostUserSession(new VhostUserChannel(fd), config, layer, device, writeCache,
                 "vhost-user connection " + id, refusals);
         session = s;
         sessionId = id;

@@ -9,9 +9,11 @@ import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.refusal.RefusalLog;
 import io.pmemblk.vhost.VhostUserBlkConfig;
+import io.pmemblk.vhost.WriteCacheMode;
 import io.pmemblk.vhost.blk.BlkDevice;
 import io.pmemblk.vhost.blk.RingPolling;
 import io.pmemblk.vhost.blk.VhostBlkQueue;
+import io.pmemblk.vhost.blk.VirtioBlk;
 import io.pmemblk.vhost.blk.VirtioBlkConfig;
 import io.pmemblk.vhost.memory.GuestMemory;
 import io.pmemblk.vhost.memory.GuestRegion;
@@ -81,8 +83,8 @@ public final class VhostUserSession implements Runnable {
     private boolean featuresSet;
     private long protocolFeatures;
     private Inflight inflight;
-    /** virtio_blk_config.wce: writeback until the guest says otherwise (FLUSH is durable either way). */
-    private boolean writeback = true;
+    /** virtio_blk_config.wce: the server's, kept across connections and (recorded) restarts; FLUSH is durable either way. */
+    private final WriteCacheMode writeCache;
     /** A ring failed to drain: requests may still use guest memory, which is then never unmapped. */
     private boolean memoryPinned;
 
@@ -112,9 +114,13 @@ public final class VhostUserSession implements Runnable {
         }
     }
 
-    /** @param refusals where refused messages are logged (the server's limit, shared by its connections) */
+    /**
+     * @param writeCache the server's write cache mode: what GET_CONFIG answers and SET_CONFIG changes
+     * @param refusals   where refused messages are logged (the server's limit, shared by its connections)
+     */
     public VhostUserSession(VhostUserChannel channel, VhostUserBlkConfig config, BlockLayer layer, BlkDevice device,
-                            String name, RefusalLog refusals) {
+                            WriteCacheMode writeCache, String name, RefusalLog refusals) {
+        this.writeCache = java.util.Objects.requireNonNull(writeCache, "writeCache");
         this.channel = channel;
         this.refusals = refusals;
         this.config = config;
@@ -620,7 +626,7 @@ public final class VhostUserSession implements Runnable {
         } catch (IllegalArgumentException | IllegalStateException e) {
             throw new Refusal("vring " + index + " cannot start: " + e.getMessage()); // rings, or the inflight state
         }
-        q.writeCache(writeback);
+        q.writeCache(servesWriteback(features));
         q.start();
         v.queue = q;
     }
@@ -682,13 +688,28 @@ public final class VhostUserSession implements Runnable {
 
     // ------------------------------------------------------------ config
 
+    /**
+     * Whether rings of a driver that negotiated {@code f} may leave writes in the cache until a FLUSH. Only with
+     * VIRTIO_BLK_F_FLUSH can the driver ask for durability; with CONFIG_WCE it reads and sets the mode, without it
+     * it was never told of a cache. So as Linux's virtio_blk ({@code virtblk_get_cache_mode}) and QEMU's virtio-blk
+     * ({@code virtio_blk_set_features}) decide: neither FLUSH nor CONFIG_WCE (SeaBIOS) is write-through; FLUSH
+     * without CONFIG_WCE is writeback; CONFIG_WCE follows the server's mode (and without FLUSH, write-through, as
+     * a guest that cannot flush has nothing else).
+     */
+    private boolean servesWriteback(long f) {
+        if ((f & bit(VirtioBlk.F_FLUSH)) == 0) {
+            return false;
+        }
+        return (f & bit(VirtioBlk.F_CONFIG_WCE)) == 0 || writeCache.writeback();
+    }
+
     private void getConfig(MemorySegment p) throws IOException, Refusal {
         int offset = p.get(JAVA_INT_UNALIGNED, CONFIG_OFFSET);
         int size = p.get(JAVA_INT_UNALIGNED, CONFIG_SIZE);
         checkConfigSize(offset, size);
         byte[] cfg = VirtioBlkConfig.bytes(device, config.queues(), Math.min(config.maxQueueSize(), CONFIG_QUEUE_SIZE),
                 layer.maxRequestBytes());
-        cfg[CONFIG_WCE_OFFSET] = (byte) (writeback ? 1 : 0);
+        cfg[CONFIG_WCE_OFFSET] = (byte) (writeCache.writeback() ? 1 : 0);
         MemorySegment r = channel.replyPayload();
         MemorySegment.copy(p, 0, r, 0, CONFIG_REGION); // offset, size and flags as asked
         r.asSlice(CONFIG_REGION, size).fill((byte) 0); // past the config space: zero, nothing offered there
@@ -723,14 +744,33 @@ public final class VhostUserSession implements Runnable {
         if (wce != 0 && wce != 1) {
             throw new Refusal("wce " + wce + "; allowed: 0 (write through) or 1 (writeback)");
         }
-        writeback = wce == 1;
+        boolean on = wce == 1;
+        if (!on) {
+            applyWriteCache(false); // write through before it is recorded: never less durable than the guest was told
+        }
+        IOException failed = null;
+        try {
+            writeCache.set(on); // recorded durably before the reply QEMU waits for (REPLY_ACK) leaves
+        } catch (IOException e) {
+            failed = e;
+        }
+        applyWriteCache(servesWriteback(features)); // write through: every write durable before it completes
+        if (failed != null) {
+            throw new Refusal("the guest's write cache " + (on ? "on" : "off") + " is not in force ("
+                    + (writeCache.writeback() ? "writeback" : "write through") + " is): " + failed.getMessage());
+        }
+        LOG.log(System.Logger.Level.INFO, "{0}: the guest set the cache to {1}{2}", name,
+                on ? "writeback" : "write through",
+                writeCache.recordedAt() == null ? "" : ", recorded in " + writeCache.recordedAt());
+    }
+
+    /** Every running ring to {@code writeback} (the server's mode as this driver's features allow it). */
+    private void applyWriteCache(boolean writeback) {
         for (Vring v : vrings) {
             if (v.queue != null) {
-                v.queue.writeCache(writeback); // write through: every write durable before it completes
+                v.queue.writeCache(writeback);
             }
         }
-        LOG.log(System.Logger.Level.INFO, "{0}: the guest set the cache to {1}", name,
-                writeback ? "writeback" : "write through");
     }
 
     // ------------------------------------------------------------ inflight
