@@ -269,6 +269,59 @@ class VringStopTest {
         ram.assertGuardsIntact();
     }
 
+    /**
+     * QEMU's reconnect with the inflight region: the front-end goes while a FLUSH is stuck; the FLUSH stays marked in
+     * the region, the next session resubmits it, and the guest sees it answered once, by the new session: the old
+     * execution's late completion writes nothing into the ring (nor unmarks it in the region).
+     */
+    @Test
+    void aFlushLeftInFlightByAGoneFrontEndIsResubmittedFromTheInflightRegionAndAnsweredOnce() throws Exception {
+        GuestDriver ring = new GuestDriver(ram, RING, 0x10000);
+        BlkGuest guest = new BlkGuest(ring, 0x40000, MIB);
+        EventFd call = eventFd();
+        int[] inflightFd = new int[1];
+        MemorySegment inflight;
+        driver.hold();
+        Sent flush;
+        try (TestFrontEnd fe = connect()) {
+            MemorySegment ask = fe.payload(INFLIGHT_SIZE);
+            ask.set(ValueLayout.JAVA_SHORT, INFLIGHT_NUM_QUEUES, (short) 1);
+            ask.set(ValueLayout.JAVA_SHORT, INFLIGHT_QUEUE_SIZE, (short) RING);
+            fe.send(GET_INFLIGHT_FD, 0, ask);
+            inflight = arena.allocate(INFLIGHT_SIZE);
+            inflight.copyFrom(fe.reply(GET_INFLIGHT_FD, inflightFd).payload());
+            fe.send(SET_INFLIGHT_FD, 0, inflight, inflightFd[0]);
+            EventFd kick = startRing(fe, ring, 0, call, true);
+            flush = guest.send(BlkGuest.FLUSH, 0, null, 0, 1, false);
+            kick.signal();
+            assertThat(driver.awaitHeld(1, Waits.BOUND.toMillis())).isTrue();
+        }
+        try {
+            assertThat(server.awaitDisconnected(Duration.ofSeconds(5))).as("the session ended").isTrue();
+            // reconnect=1: QEMU restores last_avail_idx = used.idx (0) and hands the same region back
+            try (TestFrontEnd fe = connect()) {
+                fe.send(SET_INFLIGHT_FD, 0, inflight, inflightFd[0]);
+                startRing(fe, ring, ring.usedIdx(), call, true);
+                assertThat(driver.awaitHeld(2, Waits.BOUND.toMillis())).as("the FLUSH resubmitted from the region")
+                        .isTrue();
+                driver.releaseHeld(); // both executions complete: the old one first
+                assertThat(awaitAnswers(guest, 1)).as("answered once (BlkGuest fails on a second answer)")
+                        .containsOnlyKeys(flush.head());
+                assertThat(guest.status(flush)).isZero();
+                fe.send(GET_VRING_BASE, 0, fe.state(0, 0));
+                assertThat(fe.reply(GET_VRING_BASE).payload().get(ValueLayout.JAVA_INT_UNALIGNED, STATE_NUM))
+                        .isEqualTo(1);
+                assertThat(ring.usedIdx()).as("one used entry").isEqualTo(1);
+                assertThat(guest.answered()).as("and no late one").isEmpty();
+                assertThat(ramMappings()).as("the first session's mapping released once its FLUSH was done")
+                        .isEqualTo(2);
+            }
+        } finally {
+            Libc.close(inflightFd[0]);
+        }
+        assertThat(driver.flushes.get()).as("run twice, which a FLUSH may be").isEqualTo(2);
+    }
+
     /** The server closes while GET_VRING_BASE waits: the session ends without an answer (never a stale one). */
     @Test
     void aServerClosingWhileGetVringBaseWaitsEndsTheSessionWithoutAnAnswer() throws Exception {
