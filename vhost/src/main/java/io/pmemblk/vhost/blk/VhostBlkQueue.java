@@ -71,7 +71,11 @@ public final class VhostBlkQueue {
      * {@link RingPolling#HOLD_PROBE_MAX_PUBLISHES}).
      */
     public static final long DEFAULT_HOLD_NANOS = 100_000;
-    /** stop(): how long the thread may take to leave its loop, and in-flight requests to complete. */
+    /**
+     * STOP_MILLIS: how long after {@link #halt} the thread may take to leave its loop before it is interrupted (it is
+     * then waiting for a tag). DRAIN_MILLIS: what {@link #stop} gives in-flight requests on top of that; the session
+     * gives them as long as the front-end waits ({@link #awaitQuiet}).
+     */
     static final long STOP_MILLIS = 5_000, DRAIN_MILLIS = 10_000;
     /**
      * Chains per dispatch: on the CPU route requests complete inside the dispatch, and the guest sees none of a
