@@ -93,6 +93,11 @@ public final class VhostUserSession implements Runnable {
     private boolean writeback = true;
     /** Guest memory and the inflight region stay mapped while a ring stopped undrained may touch them. */
     private final PinnedMemory pinned = new PinnedMemory();
+    /**
+     * A ring was detached undrained (the front-end went away, or the server is closing): its base is not known, so
+     * no ring starts again in this session (from a stale base it would run completed requests a second time).
+     */
+    private boolean undrained;
 
     /** One guest memory region: what the rings see, and the arena that unmaps it. */
     private record Mapped(GuestRegion region, Arena arena) {}
@@ -620,6 +625,10 @@ public final class VhostUserSession implements Runnable {
 
     private void startRing(int index) throws Refusal {
         Vring v = vrings[index];
+        if (undrained) {
+            throw new IllegalStateException("vring " + index + " not started: a ring was stopped with requests in"
+                    + " flight (the front-end went away or the server is closing), and the session ends");
+        }
         if (v.num == 0 || !v.addressed) {
             throw new Refusal("vring " + index + " started before its " + (v.num == 0 ? "SET_VRING_NUM" : "SET_VRING_ADDR")
                     + "; allowed: SET_VRING_NUM, SET_VRING_BASE and SET_VRING_ADDR, then SET_VRING_KICK");
@@ -711,6 +720,7 @@ public final class VhostUserSession implements Runnable {
             return true;
         }
         String heads = q.inFlightHeads();
+        undrained = true;
         pinned.pin();
         q.detach(pinned::unpin);
         LOG.log(System.Logger.Level.ERROR, "{0}: vring {1} stopped with requests still in flight (heads {2}): the"
