@@ -443,6 +443,8 @@ public final class VhostUserSession implements Runnable {
         pinned.release(() -> {
             try {
                 layer.driver().unregisterMemory(m.region().mapping());
+            } catch (RuntimeException e) { // possibly on a completion thread that serves others: log, go on
+                LOG.log(System.Logger.Level.WARNING, "{0}: unregistering guest memory: {1}", name, e.toString());
             } finally {
                 m.arena().close();
             }
