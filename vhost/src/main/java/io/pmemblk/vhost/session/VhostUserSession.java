@@ -445,8 +445,11 @@ public final class VhostUserSession implements Runnable {
                 layer.driver().unregisterMemory(m.region().mapping());
             } catch (RuntimeException e) { // possibly on a completion thread that serves others: log, go on
                 LOG.log(System.Logger.Level.WARNING, "{0}: unregistering guest memory: {1}", name, e.toString());
-            } finally {
+            }
+            try {
                 m.arena().close();
+            } catch (IllegalStateException e) { // still accessed (a native copy under way): it stays mapped
+                LOG.log(System.Logger.Level.WARNING, "{0}: unmapping guest memory: {1}", name, e.toString());
             }
         });
     }
