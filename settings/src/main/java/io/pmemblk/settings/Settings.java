@@ -215,9 +215,11 @@ public final class Settings {
                     + " be at most this, or QEMU refuses to start. Each ring the guest starts is one thread here, on"
                     + " hardware queue (ring mod queues); 64 bounds the threads one guest can make.",
             t -> intRange(t, 1, 64));
-    public static final Key<Integer> VHOST_QUEUE_SIZE = Key.of("vhost.queue-size", "1024", "an integer 1..1024",
+    public static final Key<Integer> VHOST_QUEUE_SIZE = Key.of("vhost.queue-size", "1024", "an integer 3..1024",
             "Largest virtqueue a vhost-user-blk guest may program (QEMU's queue-size, 128 by default, at most this;"
-                    + " 1024 is QEMU's own limit).", t -> intRange(t, 1, 1024));
+                    + " 1024 is QEMU's own limit). A request takes at least 3 descriptors (header, data, status), so"
+                    + " smaller rings cannot carry one; QEMU's own virtio-blk refuses a queue-size of 2 or less.",
+            t -> intRange(t, 3, 1024));
     public static final Key<Integer> VHOST_BUSY_POLL = Key.of("vhost.busy-poll", "20", "microseconds 0..1000 (0 = off)",
             "The longest a vhost-user-blk queue thread polls the guest's empty ring before it re-arms the guest's"
                     + " kick and sleeps on it: a kick costs the guest an exit and the thread a wake-up. Each queue's"

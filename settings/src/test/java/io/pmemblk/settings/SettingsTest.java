@@ -64,7 +64,12 @@ class SettingsTest {
         assertThatThrownBy(() -> Settings.load(null, List.of("vhost.queues=65")))
                 .hasMessage("vhost.queues: '65' is not allowed (from --set); allowed: an integer 1..64");
         assertThatThrownBy(() -> Settings.load(null, List.of("vhost.queue-size=1025")))
-                .hasMessageContaining("allowed: an integer 1..1024");
+                .hasMessageContaining("allowed: an integer 3..1024");
+        for (String tooSmall : List.of("1", "2")) { // no virtio-blk request fits: every connection failed at GET_CONFIG
+            assertThatThrownBy(() -> Settings.load(null, List.of("vhost.queue-size=" + tooSmall)))
+                    .hasMessage("vhost.queue-size: '" + tooSmall + "' is not allowed (from --set); allowed: an integer 3..1024");
+        }
+        assertThat(Settings.load(null, List.of("vhost.queue-size=3")).get(Settings.VHOST_QUEUE_SIZE)).isEqualTo(3);
     }
 
     @Test

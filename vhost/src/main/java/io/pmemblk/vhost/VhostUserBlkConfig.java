@@ -14,6 +14,14 @@ public record VhostUserBlkConfig(Path socket, int queues, int maxQueueSize, long
     public static final int MAX_QUEUES = 64;
     /** QEMU 7.2's VIRTQUEUE_MAX_SIZE: no guest ring is larger ({@code virtio_queue_set_num}). */
     public static final int MAX_QUEUE_SIZE = 1024;
+    /**
+     * The least vhost.queue-size: a virtio-blk request is a header, data and a status, 3 descriptors at least
+     * ({@link io.pmemblk.vhost.blk.VirtioBlkConfig#segMax} = size - 2 must be 1 or more), and a ring whose
+     * queue-size cannot hold one is no disk. QEMU's own virtio-blk refuses queue-size 2 or less ("must be > 2").
+     * Powers of two are not required: this bounds what the guest programs, and QEMU's vhost-user-blk does not ask
+     * for one (a Linux guest refuses a split ring that is not one by itself).
+     */
+    public static final int MIN_QUEUE_SIZE = 3;
 
     /** Longest busy-poll after work (vhost.busy-poll at its maximum, 1000 us): beyond it polling costs more than a kick. */
     public static final long MAX_POLL_NANOS = 1_000_000;
@@ -39,9 +47,9 @@ public record VhostUserBlkConfig(Path socket, int queues, int maxQueueSize, long
         if (queues < 1 || queues > MAX_QUEUES) {
             throw new IllegalArgumentException("vhost.queues " + queues + " is not allowed; allowed: 1.." + MAX_QUEUES);
         }
-        if (maxQueueSize < 1 || maxQueueSize > MAX_QUEUE_SIZE) {
-            throw new IllegalArgumentException("vhost.queue-size " + maxQueueSize + " is not allowed; allowed: 1.."
-                    + MAX_QUEUE_SIZE);
+        if (maxQueueSize < MIN_QUEUE_SIZE || maxQueueSize > MAX_QUEUE_SIZE) {
+            throw new IllegalArgumentException("vhost.queue-size " + maxQueueSize + " is not allowed; allowed: "
+                    + MIN_QUEUE_SIZE + ".." + MAX_QUEUE_SIZE + " (a request takes 3 descriptors: header, data, status)");
         }
     }
 }

@@ -159,6 +159,27 @@ final class TestFrontEnd implements AutoCloseable {
         }
     }
 
+    /**
+     * Fails unless the back-end stays silent (no reply, connection open) for {@code millis}: a back-end that must
+     * not answer yet, e.g. GET_VRING_BASE while a request of the ring is in flight.
+     */
+    void assertSilentFor(int millis, String what) throws IOException {
+        Libc.receiveTimeout(fd, millis);
+        try {
+            Reply r = read(new int[MAX_FDS]);
+            assertThat(r).as(what + ": the back-end closed the connection within " + millis + " ms").isNotNull();
+            throw new AssertionError(what + ": the back-end answered within " + millis + " ms: " + name(r.request())
+                    + (r.payload().byteSize() == STATE_SIZE ? " num " + r.payload().get(ValueLayout.JAVA_INT_UNALIGNED,
+                    STATE_NUM) : ""));
+        } catch (NativeException e) {
+            if (e.errno() != io.pmemblk.posix.Errno.EAGAIN) {
+                throw e;
+            }
+        } finally {
+            Libc.receiveTimeout(fd, TIMEOUT_MS);
+        }
+    }
+
     @Override
     public void close() throws NativeException {
         Libc.close(fd);

@@ -20,6 +20,7 @@ import io.pmemblk.vhost.virtq.Virtqueue;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.charset.StandardCharsets;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Supplier;
 
 /**
@@ -70,7 +71,11 @@ public final class VhostBlkQueue {
      * {@link RingPolling#HOLD_PROBE_MAX_PUBLISHES}).
      */
     public static final long DEFAULT_HOLD_NANOS = 100_000;
-    /** stop(): how long the thread may take to leave its loop, and in-flight requests to complete. */
+    /**
+     * STOP_MILLIS: how long after {@link #halt} the thread may take to leave its loop before it is interrupted (it is
+     * then waiting for a tag). DRAIN_MILLIS: what {@link #stop} gives in-flight requests on top of that; the session
+     * gives them as long as the front-end waits ({@link #awaitQuiet}).
+     */
     static final long STOP_MILLIS = 5_000, DRAIN_MILLIS = 10_000;
     /**
      * Chains per dispatch: on the CPU route requests complete inside the dispatch, and the guest sees none of a
@@ -119,6 +124,16 @@ public final class VhostBlkQueue {
     /** What the driver calls when one of this queue's requests is done (any thread). */
     private final Request.Completion completion = this::completed;
     private volatile boolean running;
+    /** SET_VRING_ENABLE: while false the thread pops nothing ({@link #enable}). */
+    private volatile boolean enabled = true;
+    /** When {@link #halt} was called (System.nanoTime), and whether {@link #awaitQuiet} interrupted the thread. */
+    private volatile long haltedAt;
+    private boolean interrupted;
+    /** Under this: whether the thread runs, {@link #detach} was called, its action ran (see {@link #quietIfDone}). */
+    private boolean threadLive;
+    private boolean detached;
+    private boolean quiet;
+    private Runnable quietAction;
     private volatile boolean broken;
     private volatile String brokenReason;
     private volatile boolean writeThrough;
@@ -216,6 +231,9 @@ public final class VhostBlkQueue {
     /** Starts the queue thread. */
     public void start() {
         running = true;
+        synchronized (this) {
+            threadLive = true;
+        }
         thread.start();
     }
 
@@ -243,41 +261,130 @@ public final class VhostBlkQueue {
     }
 
     /**
-     * GET_VRING_BASE: stops popping, waits (bounded) for the thread to leave its loop and for every request in
-     * flight to complete, and returns the next avail index. After it returns (or throws) completions touch guest
-     * memory no more, so the session may unmap it.
-     * @throws IllegalStateException when the thread does not stop or requests are still in flight after
-     *         {@link #DRAIN_MILLIS} (naming their heads); nothing more is written to guest memory either way
+     * SET_VRING_ENABLE: a disabled ring is not processed (vhost-user.rst "Ring states": a started but disabled
+     * ring is processed "without causing any side effects", and for a block device every request is one): its
+     * avail entries stay where they are, untouched, until it is enabled again; requests already taken still
+     * complete. A queue is enabled unless told otherwise; the session disables it before {@link #start} when
+     * VHOST_USER_F_PROTOCOL_FEATURES was negotiated (rings then start disabled).
      */
-    public int stop() throws InterruptedException {
+    public void enable(boolean on) {
+        enabled = on;
+        if (on && thread.isAlive()) {
+            wake.signal(); // it may be asleep with the guest's kicks already spent
+        }
+    }
+
+    /**
+     * GET_VRING_BASE, and as long as it takes, the first of three steps (then {@link #awaitQuiet}, then
+     * {@link #detach}): the thread stops popping and leaves its loop once its batch is dispatched. Requests in
+     * flight go on, and their completions are still published to the guest. Once.
+     */
+    public void halt() {
         running = false;
+        haltedAt = System.nanoTime();
         if (thread.isAlive()) {
             try {
                 wake.signal(); // ends its sleep
             } catch (RuntimeException e) {
                 LOG.log(System.Logger.Level.DEBUG, "vhost-blk-q" + index + ": waking the queue thread: " + e);
             }
-            thread.join(STOP_MILLIS);
-            if (thread.isAlive()) {
-                thread.interrupt(); // blocked for a tag: the acquire gives up, the chain is taken back
-                thread.join(STOP_MILLIS);
+        }
+    }
+
+    /**
+     * Waits at most {@code millis} for the queue to be quiet after {@link #halt}: its thread ended and no request
+     * in flight (each completed and published). A thread still alive {@link #STOP_MILLIS} after the halt is
+     * interrupted, once: it is blocked waiting for a tag, and gives the chain it holds back ({@link Virtqueue#unpop}).
+     * @return whether it is quiet: then {@link #detach} answers the ring's exact next avail index
+     */
+    public boolean awaitQuiet(long millis) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(millis);
+        if (thread.isAlive() && !interrupted) {
+            long interruptAt = haltedAt + TimeUnit.MILLISECONDS.toNanos(STOP_MILLIS);
+            join(Math.min(deadline, interruptAt));
+            if (thread.isAlive() && System.nanoTime() - interruptAt >= 0) {
+                interrupted = true;
+                thread.interrupt();
             }
         }
+        join(deadline);
         if (thread.isAlive()) {
-            vq.stop(); // its sleep's descriptors stay open: it may still wait on them
-            throw new IllegalStateException("vhost-blk-q" + index + " did not stop within " + (2 * STOP_MILLIS)
-                    + " ms; it is " + thread.getState());
+            return false;
         }
-        closeQuietly(sleep);
-        closeQuietly(wake);
-        boolean idle = vq.awaitIdle(DRAIN_MILLIS);
-        String left = idle ? "" : vq.inFlightHeads();
-        vq.stop();
-        if (!idle) {
-            throw new IllegalStateException("vhost-blk-q" + index + ": requests of heads " + left
-                    + " still in flight " + DRAIN_MILLIS + " ms after stop; the guest will not see them complete");
+        return vq.awaitIdle(Math.max(0, TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime())));
+    }
+
+    /** Joins the thread until {@code deadline} (System.nanoTime) at the latest. */
+    private void join(long deadline) throws InterruptedException {
+        long left = deadline - System.nanoTime();
+        if (left > 0 && thread.isAlive()) {
+            thread.join(Math.max(1, TimeUnit.NANOSECONDS.toMillis(left))); // join(0) would wait for ever
         }
+    }
+
+    /** The heads in flight now, for a log line (what the guest is still waiting for). */
+    public String inFlightHeads() {
+        return vq.inFlightHeads();
+    }
+
+    /**
+     * The last step of a stop: from here on nothing is written to guest memory or the inflight region: a request
+     * still in flight completes into nothing (it stays marked in the inflight region, for the next start to
+     * resubmit). {@code whenQuiet} runs once when the thread has ended and the last such request has completed:
+     * at once, here, when the queue is quiet already (after {@link #awaitQuiet} said so), else on the thread that
+     * ends the last of them. Until then guest memory may still be touched (a copy under way), so it must stay
+     * mapped: {@code whenQuiet} is where the session lets it go.
+     * @param whenQuiet run once quiet, or null
+     * @return the next avail index: the ring's true position (GET_VRING_BASE's answer) when the queue was quiet
+     */
+    public int detach(Runnable whenQuiet) {
+        synchronized (vq) {
+            vq.stop();
+        }
+        synchronized (this) {
+            quietAction = whenQuiet;
+            detached = true;
+        }
+        quietIfDone();
         return vq.lastAvail();
+    }
+
+    /** Runs the quiet action once detached, the thread ended and nothing in flight (any thread). */
+    private void quietIfDone() {
+        Runnable action;
+        synchronized (this) {
+            if (!detached || quiet || threadLive || vq.inFlight() > 0) {
+                return;
+            }
+            quiet = true;
+            action = quietAction;
+            quietAction = null;
+        }
+        closeQuietly(sleep); // the thread has ended and halt() has signalled: nobody uses them any more
+        closeQuietly(wake);
+        if (action != null) {
+            action.run();
+        }
+    }
+
+    /**
+     * halt, awaitQuiet and detach in one (the queue's own tests, and a back-end without a session): waits at most
+     * 2 x {@link #STOP_MILLIS} + {@link #DRAIN_MILLIS}.
+     * @return the next avail index
+     * @throws IllegalStateException when the queue is not quiet by then (naming the heads in flight); nothing more
+     *         is written to guest memory either way
+     */
+    public int stop() throws InterruptedException {
+        halt();
+        boolean quietNow = awaitQuiet(2 * STOP_MILLIS + DRAIN_MILLIS);
+        String left = quietNow ? "" : vq.inFlightHeads();
+        int base = detach(null);
+        if (!quietNow) {
+            throw new IllegalStateException("vhost-blk-q" + index + (thread.isAlive() ? " did not stop; it is "
+                    + thread.getState() : ": requests of heads " + left + " still in flight") + " "
+                    + (2 * STOP_MILLIS + DRAIN_MILLIS) + " ms after stop; the guest will not see them complete");
+        }
+        return base;
     }
 
     /** The next avail index the queue would pop (GET_VRING_BASE's value). */
@@ -294,6 +401,13 @@ public final class VhostBlkQueue {
         try {
             vq.disableKicks();
             while (running) {
+                if (!enabled) {
+                    if (heldSince != 0) {
+                        publishHeld(); // what was answered before the ring was disabled
+                    }
+                    sleep.await(-1); // enable(true) or halt() signals; a kick meanwhile only wakes it to sleep again
+                    continue;
+                }
                 if (processBatch() > 0) {
                     continue;
                 }
@@ -322,6 +436,10 @@ public final class VhostBlkQueue {
             frontend.dispatch(); // what the batch holds still completes
             publishHeld(); // before stop() returns and QEMU unmaps the ring
             frontend.releaseUndispatched(); // a request being filled when something threw
+            synchronized (this) {
+                threadLive = false;
+            }
+            quietIfDone(); // a detached queue whose requests all completed while this thread was still busy
         }
     }
 
@@ -399,7 +517,8 @@ public final class VhostBlkQueue {
         int n = 0;
         vq.beginBatch();
         try {
-            while (n < BATCH && !frontend.full() && vq.pop(mem, chain)) {
+            // running: after halt() nothing more is taken (the thread may still be here, waiting for a tag)
+            while (n < BATCH && running && !frontend.full() && vq.pop(mem, chain)) {
                 n++;
                 submit(chain);
             }
@@ -639,15 +758,24 @@ public final class VhostBlkQueue {
         }
     }
 
-    /** Writes the status byte and pushes the head; signals the call eventfd when the ring says so. */
+    /**
+     * Writes the status byte and pushes the head; signals the call eventfd when the ring says so. On a detached
+     * queue ({@link #detach}) it writes nothing: the last such completion runs the quiet action.
+     */
     private void answer(int head, byte status, int usedLen) {
-        boolean signal;
+        boolean signal = false;
+        boolean lastOfDetached = false;
         synchronized (vq) {
             if (vq.stopped()) {
-                return; // the session may be unmapping guest memory
+                lastOfDetached = vq.abandon(head) == 0; // the ring is no longer ours, nor perhaps guest memory
+            } else {
+                statusMapping[head].set(ValueLayout.JAVA_BYTE, statusOffset[head], status);
+                signal = vq.push(head, usedLen);
             }
-            statusMapping[head].set(ValueLayout.JAVA_BYTE, statusOffset[head], status);
-            signal = vq.push(head, usedLen);
+        }
+        if (lastOfDetached) {
+            quietIfDone();
+            return;
         }
         signal(signal);
     }

@@ -33,6 +33,7 @@ public final class VhostUserChannel implements AutoCloseable {
     private final Arena arena = Arena.ofShared();
     private final MemorySegment in = arena.allocate(HEADER_SIZE + MAX_PAYLOAD, 8);
     private final MemorySegment out = arena.allocate(HEADER_SIZE + MAX_PAYLOAD, 8);
+    private final MemorySegment poll = arena.allocate(Libc.POLLFD);
     /** One more than any message may carry, so "too many" is seen rather than dropped unnoticed. */
     private final int[] fds = new int[MAX_FDS + 1];
     private final int[] stray = new int[1];
@@ -192,6 +193,22 @@ public final class VhostUserChannel implements AutoCloseable {
     public void replyU64(int request, long value) throws NativeException {
         out.set(ValueLayout.JAVA_LONG_UNALIGNED, HEADER_SIZE, value);
         reply(request, VhostUserSpec.U64_SIZE);
+    }
+
+    /**
+     * Whether the front-end is gone or {@link #shutdown} was called, without reading: a unix stream socket polls
+     * POLLHUP once both directions are shut, by the peer's close or by our shutdown(2). For a session that waits
+     * before it answers (GET_VRING_BASE while requests are in flight): nobody is left to answer. Reading thread only.
+     */
+    public boolean hungUp() {
+        poll.set(ValueLayout.JAVA_INT, 0, fd);
+        poll.set(ValueLayout.JAVA_SHORT, 4, (short) 0); // POLLHUP and POLLERR are reported unasked
+        poll.set(ValueLayout.JAVA_SHORT, 6, (short) 0);
+        try {
+            return (Libc.pollOne(poll, 0) & (Libc.POLLHUP | Libc.POLLERR | Libc.POLLNVAL)) != 0;
+        } catch (NativeException e) {
+            return true; // the socket itself is broken
+        }
     }
 
     /** Wakes a thread blocked in {@link #read} (it sees the end of the stream); any thread, any time. */

@@ -66,6 +66,14 @@ public final class VhostUserSession implements Runnable {
      * size is known, so QEMU's default queue-size (128) stands for it (a larger ring only holds more requests).
      */
     static final int CONFIG_QUEUE_SIZE = 128;
+    /** A ring stopping with requests in flight: how often the front-end's hang-up is checked, and the wait logged. */
+    static final long HANGUP_CHECK_MILLIS = 200, WAIT_LOG_MILLIS = 10_000;
+    /**
+     * The session is ending (the front-end closed, or the server): how long a ring's requests get to complete and
+     * be published before the ring is detached. Most complete within microseconds; a stuck one does not hold the
+     * server's stop, and keeps only guest memory mapped ({@link PinnedMemory}).
+     */
+    static final long TEARDOWN_GRACE_MILLIS = 1_000;
 
     private final VhostUserChannel channel;
     private final VhostUserBlkConfig config;
@@ -85,8 +93,13 @@ public final class VhostUserSession implements Runnable {
     private Inflight inflight;
     /** virtio_blk_config.wce: the server's, kept across connections and (recorded) restarts; FLUSH is durable either way. */
     private final WriteCacheMode writeCache;
-    /** A ring failed to drain: requests may still use guest memory, which is then never unmapped. */
-    private boolean memoryPinned;
+    /** Guest memory and the inflight region stay mapped while a ring stopped undrained may touch them. */
+    private final PinnedMemory pinned = new PinnedMemory();
+    /**
+     * A ring was detached undrained (the front-end went away, or the server is closing): its base is not known, so
+     * no ring starts again in this session (from a stale base it would run completed requests a second time).
+     */
+    private boolean undrained;
 
     /** One guest memory region: what the rings see, and the arena that unmaps it. */
     private record Mapped(GuestRegion region, Arena arena) {}
@@ -427,13 +440,29 @@ public final class VhostUserSession implements Runnable {
         }
     }
 
-    /** Unregisters and unmaps one region nobody uses any more (every ring stopped or never started). */
+    /**
+     * Unregisters and unmaps one region no ring reads any more (every ring stopped or never started): at once, or,
+     * while a ring that stopped undrained may still copy there (by the CPU or a DMA engine, through the
+     * registration), once its last request is done ({@link PinnedMemory}).
+     */
     private void release(Mapped m) {
-        layer.driver().unregisterMemory(m.region().mapping());
-        if (memoryPinned) {
-            return; // a request that never drained may still write there: leave it mapped
-        }
-        m.arena().close();
+        pinned.release(() -> {
+            try {
+                layer.driver().unregisterMemory(m.region().mapping());
+            } catch (RuntimeException e) { // possibly on a completion thread that serves others: log, go on
+                LOG.log(System.Logger.Level.WARNING, "{0}: unregistering guest memory: {1}", name, e.toString());
+            }
+            try {
+                m.arena().close();
+            } catch (IllegalStateException e) { // still accessed (a native copy under way): it stays mapped
+                LOG.log(System.Logger.Level.WARNING, "{0}: unmapping guest memory: {1}", name, e.toString());
+            }
+        });
+    }
+
+    /** Unmaps the inflight region, as {@link #release} unmaps guest memory (a late completion must not find it gone). */
+    private void release(Inflight i) {
+        pinned.release(() -> i.arena().close());
     }
 
     private void dropAllRegions() {
@@ -526,7 +555,11 @@ public final class VhostUserSession implements Runnable {
     private void getVringBase(MemorySegment p) throws IOException, Refusal {
         int index = p.get(JAVA_INT_UNALIGNED, STATE_INDEX);
         Vring v = vring(Integer.toUnsignedLong(index), "GET_VRING_BASE");
-        stopRing(index);
+        if (!stopRing(index)) {
+            // Never a stale index: the position is not known while requests are out, and nobody waits for it.
+            throw new VhostUserProtocolException("GET_VRING_BASE of vring " + index + " not answered: the front-end"
+                    + " went away (or the server is closing) while requests of the ring were in flight");
+        }
         // the ring is stopped [S] "Ring states": libvhost-user closes its kick and call fds; QEMU sends new ones
         closeQuietly(v.kick);
         closeQuietly(v.call);
@@ -596,10 +629,17 @@ public final class VhostUserSession implements Runnable {
             throw new Refusal("vring " + index + " enable " + Integer.toUnsignedString(num) + "; allowed: 0 or 1");
         }
         v.enabled = num == 1;
+        if (v.queue != null) {
+            v.queue.enable(v.enabled); // disabled: nothing more is popped; enabled again: it resumes where it was
+        }
     }
 
     private void startRing(int index) throws Refusal {
         Vring v = vrings[index];
+        if (undrained) {
+            throw new IllegalStateException("vring " + index + " not started: a ring was stopped with requests in"
+                    + " flight (the front-end went away or the server is closing), and the session ends");
+        }
         if (v.num == 0 || !v.addressed) {
             throw new Refusal("vring " + index + " started before its " + (v.num == 0 ? "SET_VRING_NUM" : "SET_VRING_ADDR")
                     + "; allowed: SET_VRING_NUM, SET_VRING_BASE and SET_VRING_ADDR, then SET_VRING_KICK");
@@ -627,31 +667,77 @@ public final class VhostUserSession implements Runnable {
             throw new Refusal("vring " + index + " cannot start: " + e.getMessage()); // rings, or the inflight state
         }
         q.writeCache(servesWriteback(features));
+        // With VHOST_USER_F_PROTOCOL_FEATURES negotiated a ring starts disabled, until SET_VRING_ENABLE(1)
+        // (vhost-user.rst "Ring states"; QEMU 7.2 sends it after the kicks); without it, enabled.
+        q.enable(v.enabled || (features & bit(F_PROTOCOL_FEATURES)) == 0);
         q.start();
         v.queue = q;
     }
 
-    /** Stops vring {@code index} if it runs; its base becomes where it stopped. */
-    private void stopRing(int index) {
+    /**
+     * Stops vring {@code index} if it runs, waiting for every request in flight to complete and be published
+     * first, for as long as that takes while the front-end waits: GET_VRING_BASE must answer the ring's true
+     * position (vhost-user.rst "Ring states": the ring stops there; QEMU stores the answer and restarts the ring
+     * from it, so an index short of it makes a restart run completed requests again, from whatever their buffers
+     * hold by then), and a request may not be given up on while it can still touch guest memory. A FLUSH is one
+     * msync and may take longer than any bound we could pick; QEMU's own virtio-blk drains without a bound too
+     * ({@code blk_drain} at reset). The wait ends early only when the front-end hangs up or the server shuts the
+     * session down: then nobody waits for the answer, and the ring is detached ({@link #stopRing(int, long)}).
+     * @return whether it stopped drained (its base is then where it stopped); false: detached with requests out
+     */
+    private boolean stopRing(int index) {
+        return stopRing(index, -1);
+    }
+
+    /**
+     * Stops vring {@code index} if it runs: halts its thread, waits for its requests (at most {@code graceMillis};
+     * negative: while the front-end is connected, logging every {@link #WAIT_LOG_MILLIS}), and detaches it. A ring
+     * still busy then completes into nothing: its guest memory and the inflight region stay mapped until its last
+     * request is done ({@link PinnedMemory}), and what it had in flight stays marked in the inflight region, for
+     * the next start to resubmit.
+     * @return whether it stopped drained (or was not running)
+     */
+    private boolean stopRing(int index, long graceMillis) {
         Vring v = vrings[index];
-        if (v.queue == null) {
-            return;
-        }
         VhostBlkQueue q = v.queue;
+        if (q == null) {
+            return true;
+        }
         v.queue = null;
-        String failure;
+        q.halt();
+        long from = System.nanoTime();
+        long nextLog = WAIT_LOG_MILLIS;
+        boolean quiet;
         try {
-            v.base = q.stop();
-            return;
+            if (graceMillis >= 0) {
+                quiet = q.awaitQuiet(graceMillis);
+            } else {
+                while (!(quiet = q.awaitQuiet(HANGUP_CHECK_MILLIS)) && !channel.hungUp()) {
+                    long waited = (System.nanoTime() - from) / 1_000_000;
+                    if (waited >= nextLog) {
+                        nextLog += WAIT_LOG_MILLIS;
+                        LOG.log(System.Logger.Level.WARNING, "{0}: vring {1} stopping: waited {2} s for its requests"
+                                + " in flight (heads {3}) to complete; the front-end waits for the ring''s position"
+                                + " until they do", name, index, waited / 1000, q.inFlightHeads());
+                    }
+                }
+            }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            failure = "interrupted while it drained";
-        } catch (RuntimeException e) {
-            failure = e.getMessage();
+            quiet = false;
         }
-        memoryPinned = true;
-        LOG.log(System.Logger.Level.ERROR, "{0}: vring {1} did not stop cleanly ({2}); its guest memory stays mapped"
-                + " for the requests that may still use it", name, index, failure);
+        if (quiet) {
+            v.base = q.detach(null);
+            return true;
+        }
+        String heads = q.inFlightHeads();
+        undrained = true;
+        pinned.pin();
+        q.detach(pinned::unpin);
+        LOG.log(System.Logger.Level.ERROR, "{0}: vring {1} stopped with requests still in flight (heads {2}): the"
+                + " front-end went away or the server is closing; their completions are not published, and guest"
+                + " memory stays mapped until they are done", name, index, heads);
+        return false;
     }
 
     private int runningRings() {
@@ -844,8 +930,8 @@ public final class VhostUserSession implements Runnable {
                 // each queue's desc_num, as libvhost-user writes it (vu_set_inflight_fd): the queue reads it back
                 region.set(JAVA_SHORT_UNALIGNED, q * stride + INFLIGHT_DESC_NUM, (short) queueSize);
             }
-            if (inflight != null && !memoryPinned) {
-                inflight.arena().close();
+            if (inflight != null) {
+                release(inflight);
             }
             inflight = new Inflight(arena, region, queues, queueSize);
             arena = null;
@@ -872,7 +958,7 @@ public final class VhostUserSession implements Runnable {
     /** Stops every ring, then withdraws and unmaps memory and closes the front-end's descriptors and the socket. */
     private void teardown() {
         for (int i = 0; i < vrings.length; i++) {
-            stopRing(i);
+            stopRing(i, TEARDOWN_GRACE_MILLIS);
         }
         for (Vring v : vrings) {
             closeQuietly(v.kick);
@@ -881,8 +967,8 @@ public final class VhostUserSession implements Runnable {
             v.kick = v.call = v.err = null;
         }
         dropAllRegions();
-        if (inflight != null && !memoryPinned) {
-            inflight.arena().close();
+        if (inflight != null) {
+            release(inflight);
         }
         inflight = null;
         channel.close();

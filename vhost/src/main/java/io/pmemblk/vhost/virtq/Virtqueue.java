@@ -464,8 +464,29 @@ public final class Virtqueue {
         return b.toString();
     }
 
-    /** From here on completions release their requests but write nothing to guest memory. */
+    /**
+     * From here on completions release their requests but write nothing to guest memory, nor to the inflight
+     * region: a head still in flight stays marked there, for the next start to resubmit ({@link #abandon}).
+     */
     public synchronized void stop() {
         stopped = true;
+    }
+
+    /**
+     * A head of a stopped queue completed: it is no longer in flight, and that is all. Its used entry is not
+     * written (the ring is no longer this queue's: GET_VRING_BASE has answered, or the front-end has gone) and its
+     * inflight mark stays, so the next start resubmits it if the front-end still owes it to the guest.
+     * @return how many heads are still in flight
+     */
+    public synchronized int abandon(int head) {
+        if (!stopped) {
+            throw new IllegalStateException("virtqueue " + index + ": head " + head + " abandoned while the queue runs");
+        }
+        if (inFlight[head]) {
+            inFlight[head] = false;
+            inFlightCount--;
+            notifyIdle();
+        }
+        return inFlightCount;
     }
 }
