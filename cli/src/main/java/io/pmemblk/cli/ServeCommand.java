@@ -152,10 +152,10 @@ final class ServeCommand implements Callable<Integer> {
                 uris = server.start();
             }
             if (ublkEnabled) {
-                // The device records which file it serves, so that recovery resumes it on that file only.
+                // The device records which file it serves (the one mapped), so that recovery resumes it on that file only.
                 ublk = UblkDevice.open(device.layer(), new UblkConfig(s.get(Settings.UBLK_ID), s.ublkQueues(),
                         s.ublkDepth(), s.get(Settings.UBLK_BLOCK_SIZE), UBLK_MAX_IO_BYTES, s.get(Settings.UBLK_RECOVERY)),
-                        BackingFile.of(device.region().path()));
+                        BackingFile.of(device.region().fd(), device.region().path()));
                 if (metrics != null) {
                     metrics.addUblk(ublk);
                 }
