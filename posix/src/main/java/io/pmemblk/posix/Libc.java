@@ -132,6 +132,11 @@ public final class Libc {
     private static final int STATX_BTIME = 0x800;
     private static final long STATX_SIZE = 256, STX_MASK = 0, STX_BTIME_SEC = 80, STX_BTIME_NSEC = 88;
     private static final MethodHandle SYSCONF = libc("sysconf", FunctionDescriptor.of(JAVA_LONG, JAVA_INT));
+    /** sighandler_t signal(int signum, sighandler_t handler): bound only to give a signal its default action back. */
+    private static final MethodHandle SIGNAL = libc("signal", FunctionDescriptor.of(ADDRESS, JAVA_INT, ADDRESS), ERRNO);
+    /** {@code <bits/signum-arch.h>}: SIGHUP. {@code <bits/signum-generic.h>}: SIG_DFL is 0, SIG_IGN 1, SIG_ERR -1. */
+    public static final int SIGHUP = 1;
+    private static final long SIG_IGN = 1;
 
     // <sys/socket.h>, <bits/socket_type.h> on x86-64 Linux: the unix datagram socket systemd's notify protocol
     // needs, which java.nio's channels do not offer (they have unix stream sockets only).
@@ -339,6 +344,18 @@ public final class Libc {
             call(function, what, state -> call.call(a, state, buf));
             return FileStat.read(buf);
         }
+    }
+
+    /**
+     * signal(2) with SIG_DFL: {@code signal} gets its default action back, whatever this process was started with
+     * (a signal ignored at exec stays ignored: nohup, some supervisors). Before anything else handles it: it
+     * replaces whatever handler is installed, the JVM's too.
+     * @return whether the signal was ignored until now
+     */
+    public static boolean defaultSignalAction(int signal) throws NativeException {
+        long old = call("signal", "signal " + signal + ", SIG_DFL",
+                state -> ((MemorySegment) SIGNAL.invokeExact(state, signal, MemorySegment.NULL)).address());
+        return old == SIG_IGN;
     }
 
     /** sysconf(_SC_PAGESIZE). */
