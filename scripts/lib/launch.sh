@@ -1,6 +1,9 @@
 # How pmemblk is launched: find a Java >= 25, and the JVM's arguments. Sourced by scripts/lib/common.sh (a
 # clone) and by the installed /usr/bin/pmemblk (the Debian package ships this file as /usr/share/pmemblk/launch.sh),
 # so both find the JDK the same way and run java with the same generated argument file.
+# Signals: serve takes SIGHUP back itself when it was started with it ignored (nohup; cli ServeSignals). A
+# `trap - HUP` here could not: a non-interactive bash keeps a signal ignored at its entry ignored, and exec passes
+# that on to java.
 # shellcheck shell=bash
 
 # PMEMBLK_JAVA_ARGS: the JVM arguments that run the pmemblk built or installed in folder $1 (cli/target in a

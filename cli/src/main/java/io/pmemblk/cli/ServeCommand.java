@@ -17,7 +17,6 @@ import io.pmemblk.vhost.VhostUserBlkConfig;
 import io.pmemblk.vhost.VhostUserBlkServer;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
-import sun.misc.Signal;
 
 import java.io.IOException;
 import java.util.ArrayList;
@@ -56,8 +55,9 @@ final class ServeCommand implements Callable<Integer> {
         // (rather than through shutdown hooks) lets a graceful stop exit 0, and without a handler the JVM's
         // default for SIGHUP is to exit. One thread (this one) acts on them, in the order they came.
         BlockingQueue<String> signals = new LinkedBlockingQueue<>();
-        for (String name : new String[]{"TERM", "INT", "HUP"}) {
-            Signal.handle(new Signal(name), sig -> signals.add(sig.getName()));
+        String hangup = ServeSignals.install(signals); // SIGHUP handled even when started ignored (nohup)
+        if (hangup != null) {
+            System.err.println("pmemblk: " + hangup);
         }
         Settings s = options.load();
         LiveSettings.applyLogLevel(s.get(Settings.LOG_LEVEL));
@@ -152,10 +152,10 @@ final class ServeCommand implements Callable<Integer> {
                 uris = server.start();
             }
             if (ublkEnabled) {
-                // The device records which file it serves, so that recovery resumes it on that file only.
+                // The device records which file it serves (the one mapped), so that recovery resumes it on that file only.
                 ublk = UblkDevice.open(device.layer(), new UblkConfig(s.get(Settings.UBLK_ID), s.ublkQueues(),
                         s.ublkDepth(), s.get(Settings.UBLK_BLOCK_SIZE), UBLK_MAX_IO_BYTES, s.get(Settings.UBLK_RECOVERY)),
-                        BackingFile.of(device.region().path()));
+                        BackingFile.of(device.region().fd(), device.region().path()));
                 if (metrics != null) {
                     metrics.addUblk(ublk);
                 }

@@ -98,6 +98,46 @@ class ServeNotifyIT {
         }
     }
 
+    /**
+     * A server started with SIGHUP ignored (under nohup here; some supervisors do the same, and a test run started
+     * under nohup started every server so) takes SIGHUP back, says so, and reloads on it. Before, HotSpot installed
+     * no handler for the ignored signal: the server never reloaded and said nothing.
+     */
+    @Test
+    void aServerStartedWithSighupIgnoredTakesItBackAndReloadsOnIt() throws Exception {
+        Path config = dir.resolve("pmemblk.properties");
+        String base = "pmem.path=" + dir.resolve("p.img") + "\nnbd.socket=" + dir.resolve("nbd.sock")
+                + "\nnbd.port=0\npmem.size=64M\ndma.engine=soft\n";
+        Files.writeString(config, base);
+        try (NotifyListener systemd = new NotifyListener(dir.resolve("notify").toString());
+             ServerProcess s = ServerProcess.start(ServerProcess.hangupIgnored(ServerProcess.command("serve",
+                     List.of("--config", config.toString()))), dir, Map.of("NOTIFY_SOCKET", systemd.address), 0)) {
+            assertThat(NotifyListener.field(systemd.next(WAIT), "STATUS")).contains("route.dma.min-bytes=256K");
+
+            Files.writeString(config, base + "route.dma.min-bytes=64K\n");
+            s.signal("HUP");
+            assertThat(systemd.next(WAIT)).as("SIGHUP reloads: " + s.stderr()).startsWith("RELOADING=1\n");
+            String reloaded = systemd.next(WAIT);
+            assertThat(reloaded).startsWith("READY=1\n");
+            assertThat(NotifyListener.field(reloaded, "STATUS")).contains("route.dma.min-bytes=64K")
+                    .doesNotContain("failed");
+            // nohup did ignore it (the line is said only then), and the server said that it handles it again
+            assertThat(s.stderr()).contains("pmemblk: SIGHUP was ignored when serve started (nohup, or a supervisor"
+                    + " that ignores it); serve handles it again: SIGHUP reloads --config");
+            String status = Files.readString(Path.of("/proc/" + s.process.pid() + "/status"));
+            assertThat(signalMask(status, "SigIgn") & 1).as("SIGHUP (bit 0) ignored, /proc status:\n" + status).isZero();
+            assertThat(signalMask(status, "SigCgt") & 1).as("SIGHUP (bit 0) caught, /proc status:\n" + status).isOne();
+
+            assertThat(s.terminate()).isZero();
+        }
+    }
+
+    /** A signal set of /proc/PID/status ("SigIgn", "SigCgt"): bit n-1 is signal n. */
+    private static long signalMask(String procStatus, String field) {
+        return procStatus.lines().filter(l -> l.startsWith(field + ":")).map(l -> Long.parseUnsignedLong(
+                l.substring(field.length() + 1).trim(), 16)).findFirst().orElseThrow();
+    }
+
     /** systemd may name an abstract socket ('@...'); the first message is still READY=1 and the server serves. */
     @Test
     void anAbstractNotifySocketWorks() throws Exception {

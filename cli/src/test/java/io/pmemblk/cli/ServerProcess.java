@@ -16,6 +16,9 @@ import java.util.concurrent.TimeUnit;
  * A real {@code pmemblk serve} process, launched as scripts/pmemblk launches it (the modules on the module path,
  * the JVM arguments from the build's {@code target/pmemblk.args}), for interop tests.
  * Start-up waits for the {@code ready:} lines with a bounded wait; stderr goes to a log file named in failures.
+ * The process inherits this JVM's signal dispositions (the JDK's launch resets none): a test run started under
+ * nohup starts its servers with SIGHUP ignored, which serve takes back itself ({@link ServeSignals}; ServeNotifyIT
+ * starts one under nohup on purpose), so the SIGHUP tests do not depend on how their run was started.
  */
 final class ServerProcess implements AutoCloseable {
     static final Path JAR = Path.of("target", "pmemblk.jar").toAbsolutePath();
@@ -45,6 +48,16 @@ final class ServerProcess implements AutoCloseable {
                 "@" + argFile, subcommand));
         cmd.addAll(args);
         return cmd;
+    }
+
+    /**
+     * {@code cmd} run under nohup(1): started with SIGHUP ignored, as {@code nohup pmemblk serve &} and some
+     * supervisors start it (nohup execs {@code cmd}: the process is the server itself).
+     */
+    static List<String> hangupIgnored(List<String> cmd) {
+        List<String> wrapped = new ArrayList<>(List.of("nohup"));
+        wrapped.addAll(cmd);
+        return wrapped;
     }
 
     /** Starts serve with {@code --set} for each of {@code sets}; waits until it is ready or fails. */

@@ -322,6 +322,15 @@ public final class PmemRegion implements AutoCloseable {
         return path;
     }
 
+    /**
+     * The descriptor of the file this region mapped, owned by the region (never close it: that would drop its
+     * lock) and valid until {@link #close()}: for what must be asked of the very file mapped (fstat, statx),
+     * whatever {@link #path()} names by then.
+     */
+    public int fd() {
+        return file.fd();
+    }
+
     public long size() {
         return memory.byteSize();
     }

@@ -129,9 +129,14 @@ public final class Libc {
     private static final MethodHandle STATX = libc("statx",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, ADDRESS), ERRNO);
     // <linux/stat.h>, <fcntl.h>; struct statx: stx_mask u32 at 0, stx_btime (i64 tv_sec, u32 tv_nsec) at 80, 256 bytes.
-    private static final int AT_FDCWD = -100, STATX_BTIME = 0x800;
+    private static final int STATX_BTIME = 0x800;
     private static final long STATX_SIZE = 256, STX_MASK = 0, STX_BTIME_SEC = 80, STX_BTIME_NSEC = 88;
     private static final MethodHandle SYSCONF = libc("sysconf", FunctionDescriptor.of(JAVA_LONG, JAVA_INT));
+    /** sighandler_t signal(int signum, sighandler_t handler): bound only to give a signal its default action back. */
+    private static final MethodHandle SIGNAL = libc("signal", FunctionDescriptor.of(ADDRESS, JAVA_INT, ADDRESS), ERRNO);
+    /** {@code <bits/signum-arch.h>}: SIGHUP. {@code <bits/signum-generic.h>}: SIG_DFL is 0, SIG_IGN 1, SIG_ERR -1. */
+    public static final int SIGHUP = 1;
+    private static final long SIG_IGN = 1;
 
     // <sys/socket.h>, <bits/socket_type.h> on x86-64 Linux: the unix datagram socket systemd's notify protocol
     // needs, which java.nio's channels do not offer (they have unix stream sockets only).
@@ -309,15 +314,17 @@ public final class Libc {
     }
 
     /**
-     * The birth time of the file {@code path} names (symbolic links followed, as stat(2)), in nanoseconds since the
-     * epoch, or -1 when its filesystem does not record one: statx(2) with STATX_BTIME, which, unlike the JDK's
-     * creationTime, says so instead of answering the modification time. Opens nothing (a close of another
-     * descriptor of a file would drop this process's POSIX locks on it).
+     * The birth time of the file open as {@code fd}, in nanoseconds since the epoch, or -1 when its filesystem does
+     * not record one: statx(2) of the descriptor itself (AT_EMPTY_PATH) with STATX_BTIME, which, unlike the JDK's
+     * creationTime, says so instead of answering the modification time. The file that was opened, whatever its
+     * name leads to now; opens nothing (a close of another descriptor of a file would drop this process's POSIX
+     * locks on it).
      */
-    public static long birthTime(String path) throws NativeException {
+    public static long birthTime(int fd) throws NativeException {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment buf = a.allocate(STATX_SIZE, 8);
-            call("statx", path, state -> (int) STATX.invokeExact(state, AT_FDCWD, a.allocateFrom(path), 0, STATX_BTIME, buf));
+            MemorySegment empty = a.allocateFrom("");
+            call("statx", "fd " + fd, state -> (int) STATX.invokeExact(state, fd, empty, AT_EMPTY_PATH, STATX_BTIME, buf));
             if ((buf.get(JAVA_INT, STX_MASK) & STATX_BTIME) == 0) {
                 return -1;
             }
@@ -337,6 +344,18 @@ public final class Libc {
             call(function, what, state -> call.call(a, state, buf));
             return FileStat.read(buf);
         }
+    }
+
+    /**
+     * signal(2) with SIG_DFL: {@code signal} gets its default action back, whatever this process was started with
+     * (a signal ignored at exec stays ignored: nohup, some supervisors). Before anything else handles it: it
+     * replaces whatever handler is installed, the JVM's too.
+     * @return whether the signal was ignored until now
+     */
+    public static boolean defaultSignalAction(int signal) throws NativeException {
+        long old = call("signal", "signal " + signal + ", SIG_DFL",
+                state -> ((MemorySegment) SIGNAL.invokeExact(state, signal, MemorySegment.NULL)).address());
+        return old == SIG_IGN;
     }
 
     /** sysconf(_SC_PAGESIZE). */

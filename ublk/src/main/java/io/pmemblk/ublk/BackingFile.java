@@ -17,7 +17,9 @@ import java.nio.file.Path;
  * <p>The identity is made of what names the file while it exists, and changes when it is replaced: the inode
  * number and the filesystem's device (st_ino, st_dev; st_rdev for a device-DAX node) and the inode's birth time
  * (statx), which a file deleted and created again gets anew even where the filesystem gives it the same inode
- * number (ext4 does). Read with stat and statx, without opening the file: closing any other descriptor of the
+ * number (ext4 does). Taken from the descriptor that was mapped (fstat and statx of it), never by the name: a
+ * file renamed or replaced at the path after the server opened it would otherwise be recorded as the one served,
+ * and a later recovery would resume the device on it. Nothing is opened: closing any other descriptor of the
  * backing file would drop the server's POSIX lock on it.
  *
  * @param path       as configured, for messages
@@ -27,14 +29,18 @@ public record BackingFile(String path, long dev, long ino, long rdev, long birth
     /** Top byte of every identity: "pmemblk backing-file identity, version 1"; other values are not ours. */
     static final long MAGIC = 0xB1L;
 
-    /** What {@code path} names now (symbolic links followed, as the mapping did). */
-    public static BackingFile of(Path path) throws IOException {
-        String p = path.toString();
+    /**
+     * The file open as {@code fd}: the descriptor the server mapped (it stays open while the device is served), so
+     * the identity is that of the bytes served, whatever {@code path} names now.
+     * @param path as configured, for messages only
+     */
+    public static BackingFile of(int fd, Path path) throws IOException {
         try {
-            FileStat st = Libc.stat(p);
-            return new BackingFile(p, st.dev(), st.ino(), st.rdev(), Libc.birthTime(p));
+            FileStat st = Libc.fstat(fd);
+            return new BackingFile(path.toString(), st.dev(), st.ino(), st.rdev(), Libc.birthTime(fd));
         } catch (NativeException e) {
-            throw new IOException("cannot identify the backing file " + p + " for ublk recovery: " + e.getMessage(), e);
+            throw new IOException("cannot identify the backing file " + path + " (fd " + fd + ") for ublk recovery: "
+                    + e.getMessage(), e);
         }
     }
 

@@ -41,19 +41,29 @@ final class TagRequests implements Request.Completion {
     private final FdGuard ublkc;
     private final FrontendQueue frontend;
     private final int maxIoBytes;
+    private final int maxDiscardBytes;
+    /** The device's 512-byte sectors: no request may reach past them. */
+    private final long deviceSectors;
     private final Done done;
     private final String name;
+    /** Whether a request out of range was logged already (only the queue's thread serves: no race). */
+    private boolean refusalLogged;
 
     /**
-     * @param q          the ublk queue (part of the user-copy position)
-     * @param ublkc      {@code /dev/ublkcN}
-     * @param maxIoBytes the device's max I/O: longer READ/WRITEs are refused (the kernel splits to it)
+     * @param q               the ublk queue (part of the user-copy position)
+     * @param ublkc           {@code /dev/ublkcN}
+     * @param maxIoBytes      the device's max I/O: longer READ/WRITEs are refused (the kernel splits to it)
+     * @param maxDiscardBytes the device's max DISCARD/WRITE_ZEROES ({@code max_discard_sectors} of its params):
+     *                        longer ones are refused (the kernel splits to it)
      */
-    TagRequests(int q, FdGuard ublkc, FrontendQueue frontend, int maxIoBytes, Done done, String name) {
+    TagRequests(int q, FdGuard ublkc, FrontendQueue frontend, int maxIoBytes, int maxDiscardBytes, Done done,
+            String name) {
         this.q = q;
         this.ublkc = ublkc;
         this.frontend = frontend;
         this.maxIoBytes = maxIoBytes;
+        this.maxDiscardBytes = maxDiscardBytes;
+        this.deviceSectors = frontend.queue().driver().size() >>> 9;
         this.done = done;
         this.name = name;
     }
@@ -63,25 +73,26 @@ final class TagRequests implements Request.Completion {
      * answers it here; either way {@link Done#done} follows exactly once, now or when the driver completes it.
      */
     void serve(int tag, int opFlags, long startSector, int nrSectors) {
+        int op = opFlags & 0xFF;
+        // The kernel checks every request against the device's size and limits before it reaches us; checked
+        // again here, on the sectors before they are shifted (a start_sector of 2^55 + n would wrap to byte n*512,
+        // inside the device), so a kernel or ABI mismatch fails that request instead of writing somewhere else.
+        boolean data = op == UBLK_IO_OP_READ || op == UBLK_IO_OP_WRITE;
+        if ((data || op == UBLK_IO_OP_DISCARD || op == UBLK_IO_OP_WRITE_ZEROES)
+                && !inRange(startSector, nrSectors, data ? maxIoBytes : maxDiscardBytes)) {
+            refuse(tag, op, startSector, nrSectors, data ? maxIoBytes : maxDiscardBytes);
+            return;
+        }
         long offset = startSector << 9;
         long length = Integer.toUnsignedLong(nrSectors) << 9;
-        int op = opFlags & 0xFF;
         Request r = null;
         boolean handedOver = false;
         try {
             switch (op) {
                 case UBLK_IO_OP_READ -> {
-                    if (length == 0 || length > maxIoBytes) {
-                        done.done(tag, -EINVAL);
-                        return;
-                    }
                     r = frontend.acquireRead(offset, (int) length); // the pwrite copies straight out of the mapping
                 }
                 case UBLK_IO_OP_WRITE -> {
-                    if (length == 0 || length > maxIoBytes) {
-                        done.done(tag, -EINVAL);
-                        return;
-                    }
                     r = frontend.acquireWrite(offset, (int) length);
                     long got = copyFromKernel(r, tag);
                     if (got != length) {
@@ -123,6 +134,45 @@ final class TagRequests implements Request.Completion {
                 failHere(r, tag, e);
             }
         }
+    }
+
+    /**
+     * Whether [startSector, startSector + nrSectors) is a non-empty range inside the device of at most
+     * {@code maxBytes}: both fields unsigned as in {@code struct ublksrv_io_desc}, compared before any shift.
+     */
+    private boolean inRange(long startSector, int nrSectors, int maxBytes) {
+        long sectors = Integer.toUnsignedLong(nrSectors);
+        return sectors != 0 && sectors <= maxBytes >>> 9
+                && Long.compareUnsigned(startSector, deviceSectors) < 0 && sectors <= deviceSectors - startSector;
+    }
+
+    /**
+     * Answers a request {@link #inRange} refused with -EINVAL, as for any request the device cannot take (the
+     * kernel fails that one request with it: {@code errno_to_blk_status}), touching neither the device nor the
+     * kernel's pages. Logged once per queue: the kernel does not send these, so one means its ublk driver and
+     * this server disagree, and every request after it would be another line.
+     */
+    private void refuse(int tag, int op, long startSector, int nrSectors, int maxBytes) {
+        if (!refusalLogged) {
+            refusalLogged = true;
+            LOG.log(System.Logger.Level.ERROR, name + ": tag " + tag + ": the kernel sent " + opName(op) + " of "
+                    + Integer.toUnsignedString(nrSectors) + " sectors at sector " + Long.toUnsignedString(startSector)
+                    + "; allowed: 1.." + (maxBytes >>> 9) + " sectors, ending at or before sector " + deviceSectors
+                    + " (the device's end). Answered EINVAL without touching the device; the kernel checks this"
+                    + " itself, so its ublk driver and this server disagree about the request layout. Later requests"
+                    + " like it on this queue are answered the same way without a line here");
+        }
+        done.done(tag, -EINVAL);
+    }
+
+    private static String opName(int op) {
+        return switch (op) {
+            case UBLK_IO_OP_READ -> "READ";
+            case UBLK_IO_OP_WRITE -> "WRITE";
+            case UBLK_IO_OP_DISCARD -> "DISCARD";
+            case UBLK_IO_OP_WRITE_ZEROES -> "WRITE_ZEROES";
+            default -> "op " + op;
+        };
     }
 
     /**

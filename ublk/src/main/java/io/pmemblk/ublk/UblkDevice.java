@@ -167,7 +167,7 @@ public final class UblkDevice implements AutoCloseable {
         int fd = openCharDevice(id);
         List<UblkQueue> queues = new ArrayList<>();
         try {
-            startQueues(layer, existing, fd, queues);
+            startQueues(layer, existing, old.maxDiscardBytes(), fd, queues);
             control.endRecovery(id, Libc.getpid());
             return new UblkDevice(control, existing, fd, queues, true);
         } catch (UblkException | RuntimeException e) {
@@ -224,7 +224,7 @@ public final class UblkDevice implements AutoCloseable {
             }
             control.setParams(info.id(), params);
             fd = openCharDevice(info.id());
-            startQueues(layer, info, fd, queues);
+            startQueues(layer, info, params.maxDiscardBytes(), fd, queues);
             control.start(info.id(), Libc.getpid());
             return new UblkDevice(control, info, fd, queues, false);
         } catch (UblkException | RuntimeException e) {
@@ -233,11 +233,16 @@ public final class UblkDevice implements AutoCloseable {
         }
     }
 
-    /** Starts a thread per queue and waits until each has fetched all its tags (START_DEV waits for that too). */
-    private static void startQueues(BlockLayer layer, DeviceInfo info, int fd, List<UblkQueue> queues) throws UblkException {
+    /**
+     * Starts a thread per queue and waits until each has fetched all its tags (START_DEV waits for that too).
+     * {@code maxDiscardBytes}: the longest DISCARD/WRITE_ZEROES the device's params allow, which the queues hold
+     * the kernel's requests to (a resumed device keeps the params it was created with).
+     */
+    private static void startQueues(BlockLayer layer, DeviceInfo info, int maxDiscardBytes, int fd, List<UblkQueue> queues)
+            throws UblkException {
         for (int q = 0; q < info.queues(); q++) {
             UblkQueue queue = new UblkQueue(info.id(), q, info.depth(), fd, FrontendQueue.reserved(layer.queue(q)),
-                    info.maxIoBytes());
+                    info.maxIoBytes(), maxDiscardBytes);
             queues.add(queue);
             queue.start();
         }

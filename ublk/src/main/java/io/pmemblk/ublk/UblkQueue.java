@@ -85,14 +85,14 @@ final class UblkQueue implements Runnable, CompletionHandler {
     /** Requests taken from the kernel (read by the metrics thread: a plain counter, one writer). */
     private long requests;
 
-    UblkQueue(int deviceId, int q, int depth, int ublkcFd, FrontendQueue frontend, int maxIoBytes) {
+    UblkQueue(int deviceId, int q, int depth, int ublkcFd, FrontendQueue frontend, int maxIoBytes, int maxDiscardBytes) {
         this.q = q;
         this.depth = depth;
         this.ublkcFd = ublkcFd;
         this.ublkc = new FdGuard(ublkcFd);
         this.frontend = frontend;
         this.name = "ublk" + deviceId + "-q" + q;
-        this.requestsOf = new TagRequests(q, ublkc, frontend, maxIoBytes, this::finish, name);
+        this.requestsOf = new TagRequests(q, ublkc, frontend, maxIoBytes, maxDiscardBytes, this::finish, name);
         this.result = new int[depth];
         this.local = new int[depth];
         this.remoteNext = new int[depth];

@@ -1,5 +1,7 @@
 package io.pmemblk.ublk;
 
+import io.pmemblk.pmem.PmemRegion;
+import io.pmemblk.posix.Libc;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -7,6 +9,7 @@ import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
 
 import static org.assertj.core.api.Assertions.assertThat;
@@ -24,15 +27,46 @@ class BackingFileTest {
                 UblkAbi.UBLK_F_USER_COPY | UblkAbi.UBLK_F_USER_RECOVERY, serverFlags);
     }
 
+    /** The identity of the file {@code path} names now, through a descriptor of its own (closed again). */
+    static BackingFile identify(Path path) throws Exception {
+        int fd = Libc.open(path.toString(), Libc.O_RDONLY, 0);
+        try {
+            return BackingFile.of(fd, path);
+        } finally {
+            Libc.close(fd);
+        }
+    }
+
+    @Test
+    void theIdentityIsThatOfTheFileMappedNotOfWhatItsPathNamesByThen() throws Exception {
+        Path pool = dir.resolve("pool");
+        try (PmemRegion region = PmemRegion.open(pool, 1 << 20, false, PmemRegion.Mapper.JAVA)) {
+            BackingFile mapped = identify(pool);
+            // Another file takes the name while the server runs (an operator's mv, a restore, a deploy tool's
+            // rename), before the device records what it serves: the mapping still holds the first file.
+            Path other = Files.write(dir.resolve("other"), new byte[1 << 20]);
+            Files.move(other, pool, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+            BackingFile now = identify(pool);
+            assertThat(now.ino()).as("the path names another inode now").isNotEqualTo(mapped.ino());
+
+            BackingFile recorded = BackingFile.of(region.fd(), region.path());
+            assertThat(recorded).as("the file mapped, as it was before the rename").isEqualTo(mapped);
+            // so a recovery resumes the device only on the file it served, never on the one now at the path
+            assertThat(UblkDevice.otherBackingFile(quiesced(7, recorded.identity()), now))
+                    .contains("waiting for recovery of another backing file: it was serving inode " + mapped.ino());
+            assertThat(UblkDevice.otherBackingFile(quiesced(7, recorded.identity()), mapped)).isNull();
+        }
+    }
+
     @Test
     void theIdentityStaysWhileTheFileIsWrittenAndIsNeverZero() throws Exception {
         Path f = Files.write(dir.resolve("pool"), new byte[8192]);
-        BackingFile before = BackingFile.of(f);
+        BackingFile before = identify(f);
         try (FileChannel ch = FileChannel.open(f, StandardOpenOption.WRITE)) {
             ch.write(ByteBuffer.wrap(new byte[]{1, 2, 3}), 4096); // what serving does: mtime and ctime move
             ch.force(true);
         }
-        BackingFile after = BackingFile.of(f);
+        BackingFile after = identify(f);
         assertThat(after).isEqualTo(before);
         assertThat(after.identity()).isEqualTo(before.identity()).isNotZero();
         assertThat(BackingFile.inodeOf(after.identity())).isEqualTo(Files.getAttribute(f, "unix:ino"));
@@ -41,8 +75,8 @@ class BackingFileTest {
 
     @Test
     void anotherFileIsRefusedNamingTheInodeOfTheFileTheDeviceServed() throws Exception {
-        BackingFile served = BackingFile.of(Files.write(dir.resolve("served"), new byte[4096]));
-        BackingFile other = BackingFile.of(Files.write(dir.resolve("other"), new byte[4096]));
+        BackingFile served = identify(Files.write(dir.resolve("served"), new byte[4096]));
+        BackingFile other = identify(Files.write(dir.resolve("other"), new byte[4096]));
         assertThat(other.identity()).isNotEqualTo(served.identity());
         String why = UblkDevice.otherBackingFile(quiesced(7, served.identity()), other);
         assertThat(why).contains("ublk device 7 is waiting for recovery of another backing file: it was serving inode "
@@ -67,7 +101,7 @@ class BackingFileTest {
 
     @Test
     void aDeviceThatRecordsNoFileIsNotResumed() throws Exception {
-        BackingFile here = BackingFile.of(Files.write(dir.resolve("pool"), new byte[4096]));
+        BackingFile here = identify(Files.write(dir.resolve("pool"), new byte[4096]));
         for (long recorded : new long[]{0, 0x2L}) { // an older pmemblk; ublksrv's own flags
             assertThat(UblkDevice.otherBackingFile(quiesced(5, recorded), here))
                     .contains("ublk device 5 is waiting for recovery but records no backing file (ublksrv_flags 0x"

@@ -29,6 +29,7 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.List;
 import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.ConcurrentHashMap;
@@ -51,6 +52,7 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 class TagRequestsTest {
     static final long SIZE = 32L << 20;
     static final int MAX_IO = 1 << 20;
+    static final int MAX_DISCARD = 4 << 20;
     static final boolean FORCED = "1".equals(System.getenv("PMEM_IS_PMEM_FORCE"));
 
     @TempDir
@@ -83,7 +85,7 @@ class TagRequestsTest {
         frontend = new FrontendQueue(layer.queue(0));
         fd = Libc.open(dir.resolve("ublkc").toString(), Libc.O_CREAT | openFlags, 0600);
         ublkc = new FdGuard(fd);
-        requests = new TagRequests(0, ublkc, frontend, MAX_IO, (tag, res) -> {
+        requests = new TagRequests(0, ublkc, frontend, MAX_IO, MAX_DISCARD, (tag, res) -> {
             long[] g = given.get(tag);
             Op op = Op.values()[(int) g[0]];
             // The acknowledgement: from here the COMMIT carrying res may reach the kernel.
@@ -122,6 +124,13 @@ class TagRequestsTest {
     }
 
     void serve(int tag, int ublkOp, boolean fua, long offset, long length) {
+        serveSectors(tag, ublkOp, fua, offset >> 9, (int) (length >> 9));
+    }
+
+    /** A descriptor as the kernel writes it: start_sector and nr_sectors (both unsigned), whatever they hold. */
+    void serveSectors(int tag, int ublkOp, boolean fua, long startSector, int nrSectors) {
+        long offset = startSector << 9;
+        long length = Integer.toUnsignedLong(nrSectors) << 9;
         Op op = switch (ublkOp) {
             case UBLK_IO_OP_READ -> Op.READ;
             case UBLK_IO_OP_WRITE -> Op.WRITE;
@@ -137,7 +146,7 @@ class TagRequestsTest {
         if (rec != null) {
             rec.submitted(id, op, fua, offset, length);
         }
-        requests.serve(tag, ublkOp | (fua ? UBLK_IO_F_FUA : 0), offset >> 9, (int) (length >> 9));
+        requests.serve(tag, ublkOp | (fua ? UBLK_IO_F_FUA : 0), startSector, nrSectors);
     }
 
     int await(int tag) throws InterruptedException {
@@ -230,13 +239,68 @@ class TagRequestsTest {
         serve(1, UBLK_IO_OP_READ, false, 0, MAX_IO + 4096L);
         assertThat(await(1)).isEqualTo(-EINVAL);
         kernelHasWrite(2, 8192, 1);
-        serve(2, UBLK_IO_OP_WRITE, false, SIZE - 4096, 8192); // past the end: the driver's bounds check
+        serve(2, UBLK_IO_OP_WRITE, false, SIZE - 4096, 8192); // past the end: refused before anything is copied
         frontend.dispatch();
-        assertThat(await(2)).isEqualTo(-ENOSPC);
+        assertThat(await(2)).isEqualTo(-EINVAL);
         serve(3, UBLK_IO_OP_WRITE, false, 0, 4096); // the kernel has no data for tag 3: a short copy
         assertThat(await(3)).isEqualTo(-EIO);
         assertThat(doneCalls.get()).isEqualTo(4);
         assertThat(layer.queue(0).inflight()).isZero();
+    }
+
+    @Test
+    void sectorsOutsideTheDeviceOrItsLimitsAreRefusedBeforeTheShiftAndTouchNothing() throws Exception {
+        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_RDWR);
+        byte[] a = kernelHasWrite(1, 8192, 11);
+        serve(1, UBLK_IO_OP_WRITE, false, 0, 8192);
+        frontend.dispatch();
+        assertThat(await(1)).isEqualTo(8192);
+        List<String> logged = new java.util.concurrent.CopyOnWriteArrayList<>();
+        java.util.logging.Logger jul = java.util.logging.Logger.getLogger(TagRequests.class.getName());
+        java.util.logging.Handler capture = new java.util.logging.Handler() {
+            @Override public void publish(java.util.logging.LogRecord r) { logged.add(r.getMessage()); }
+            @Override public void flush() { }
+            @Override public void close() { }
+        };
+        jul.addHandler(capture);
+        try {
+            long wraps = 1L << 55; // times 512 is 2^64: shifted, start_sector 2^55 + n is byte n * 512 of the device
+            long sectors = SIZE >> 9;
+            kernelHasWrite(2, 8192, 12);
+            serveSectors(2, UBLK_IO_OP_WRITE, false, wraps + 32, 16); // would land at byte 16384
+            serveSectors(3, UBLK_IO_OP_DISCARD, false, wraps, 16); // would zero a's bytes at 0
+            serveSectors(4, UBLK_IO_OP_WRITE_ZEROES, true, -16L, 16); // start_sector 2^64 - 16: negative as a long
+            kernelHasWrite(5, 8192, 13);
+            serveSectors(5, UBLK_IO_OP_WRITE, false, sectors - 8, 16); // straddles the end
+            serveSectors(6, UBLK_IO_OP_READ, false, sectors, 8); // starts at the end
+            serveSectors(7, UBLK_IO_OP_DISCARD, false, 8, -1); // nr_sectors 2^32 - 1
+            serveSectors(8, UBLK_IO_OP_DISCARD, false, 8, 0); // empty
+            serveSectors(9, UBLK_IO_OP_WRITE_ZEROES, false, 0, (MAX_DISCARD >> 9) + 8); // above max_discard_sectors
+            serveSectors(10, UBLK_IO_OP_READ, false, 0, 0); // empty
+            frontend.dispatch();
+            for (int tag = 2; tag <= 10; tag++) {
+                assertThat(await(tag)).as("tag " + tag + " refused").isEqualTo(-EINVAL);
+            }
+            assertThat(device(0, 8192)).as("a is still at byte 0").isEqualTo(a);
+            assertThat(device(16384, 8192)).as("nothing written at byte 16384").containsOnly((byte) 0);
+            assertThat(device(SIZE - 4096, 4096)).as("nothing written at the end").containsOnly((byte) 0);
+            assertThat(logged).as("one line for the queue, the first refusal's").hasSize(1);
+            assertThat(logged.get(0)).contains("test-q0: tag 2: the kernel sent WRITE of 16 sectors at sector "
+                    + Long.toUnsignedString(wraps + 32) + "; allowed: 1.." + (MAX_IO >> 9) + " sectors, ending at or"
+                    + " before sector " + sectors + " (the device's end). Answered EINVAL");
+            assertThat(layer.queue(0).inflight()).as("nothing acquired").isZero();
+
+            serve(11, UBLK_IO_OP_READ, false, 0, 8192); // and the queue serves on
+            frontend.dispatch();
+            assertThat(await(11)).isEqualTo(8192);
+            assertThat(kernelGotRead(11, 8192)).isEqualTo(a);
+            serve(12, UBLK_IO_OP_DISCARD, false, SIZE - MAX_DISCARD, MAX_DISCARD); // the longest, up to the end
+            frontend.dispatch();
+            assertThat(await(12)).isZero();
+            assertThat(doneCalls.get()).as("one report per request").isEqualTo(12);
+        } finally {
+            jul.removeHandler(capture);
+        }
     }
 
     @Test
@@ -303,7 +367,7 @@ class TagRequestsTest {
         frontend = new FrontendQueue(layer.queue(0));
         fd = Libc.open(dir.resolve("ublkc").toString(), Libc.O_CREAT | Libc.O_RDWR, 0600);
         ublkc = new FdGuard(fd);
-        requests = new TagRequests(0, ublkc, frontend, MAX_IO, (tag, res) -> {
+        requests = new TagRequests(0, ublkc, frontend, MAX_IO, MAX_DISCARD, (tag, res) -> {
             doneCalls.incrementAndGet();
             results.put(tag, res);
         }, "test-q0");
