@@ -67,7 +67,9 @@ class LayoutServeIT {
             // NBD clients write it (nbdcopy writes the 8 KiB at offset 0); arena 0, from 8 KiB on, stays zero: the
             // case the old serve took for `pmempool create blk` without -w and laid a BTT out over
             run("nbdcopy", headerFile.toString(), s.unixUri());
-            run("qemu-io", "-f", "raw", "-c", "write -P 0x5a " + tail + " 1M", "-c", "flush", s.unixUri());
+            // data in the last MiB but its last 4 KiB, where arena 0's backup info block would be (zeros)
+            run("qemu-io", "-f", "raw", "-c", "write -P 0x5a " + tail + " " + ((1 << 20) - 4096), "-c", "flush",
+                    s.unixUri());
             assertThat(s.terminate()).as("stderr: %s", s.stderr()).isZero();
         }
         assertThat(Files.exists(dir.resolve("raw.img.pmemblk-layout"))).as("raw: nothing recorded").isFalse();
@@ -80,7 +82,7 @@ class LayoutServeIT {
         byte[] served = Files.readAllBytes(copy);
         assertThat(Arrays.copyOf(served, header.length)).as("the client's bytes, intact").isEqualTo(header);
         byte[] last = new byte[1 << 20];
-        Arrays.fill(last, (byte) 0x5a);
+        Arrays.fill(last, 0, last.length - 4096, (byte) 0x5a);
         assertThat(Arrays.copyOfRange(served, (int) tail, (int) SIZE)).isEqualTo(last);
 
         // following the old refusal's advice (pmem.layout=btt) must not lay a BTT out over the raw image
