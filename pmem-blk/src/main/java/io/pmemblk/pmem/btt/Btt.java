@@ -1535,11 +1535,6 @@ public final class Btt {
         return (int) ARRAY.get(laneBusy, lane * PAD) == 0 && ARRAY.compareAndSet(laneBusy, lane * PAD, 0, 1);
     }
 
-    /** Whether {@code pool} starts with a PMDK pmemblk pool header's signature (a BTT pool, laid out or not). */
-    public static boolean isPool(MemorySegment pool) {
-        return pool.byteSize() >= POOL_HDR_SIZE && bytesEqual(pool, HDR_SIGNATURE, HDR_SIGNATURE_BYTES);
-    }
-
     /**
      * The flog entry naming the swap, in the lane's non-current slot, as two 8-byte stores each durable before the
      * next: {lba, old_map}, then {new_map, seq}. The seq store makes the entry current (PMDK flog_update, Linux
