@@ -107,6 +107,12 @@ final class InfoCommand implements Callable<Integer> {
             String incomplete = Btt.incomplete(r.memory());
             if (!wantBtt || incomplete != null) {
                 System.out.println("layout=raw");
+                if (!wantBtt && incomplete == null) {
+                    // Said, never acted on: the bytes may be a client's (a guest keeping a BTT image on its disk).
+                    System.out.println("layout_note=its bytes hold a complete BTT no record names (made by pmempool or"
+                            + " a pmemblk before layout records, or a client's data): served raw, as pmem.layout=raw"
+                            + " says; if it is a BTT of yours, serve it with --set pmem.layout=btt (which records it)");
+                }
                 if (wantBtt) {
                     System.out.println("layout_mismatch=pmem.layout is btt: serve will refuse this device, not recorded"
                             + " as a BTT and holding no complete one (" + incomplete + "); format it (erasing it) with: "
