@@ -103,7 +103,7 @@ public final class BttRegion {
         } else {
             checkSize(region, record, recorded);
             UUID now = Btt.poolUuid(region.memory());
-            if (!recorded.pool().equals(now)) {
+            if (now == null || !now.equals(recorded.pool())) {
                 throw new IOException(region.path() + " is recorded as the BTT of pool " + recorded.pool() + " ("
                         + record.path() + "), but it now " + (now == null ? "holds no valid pool header"
                         : "holds pool " + now) + ": it was replaced or overwritten since. Nothing was laid out over"
