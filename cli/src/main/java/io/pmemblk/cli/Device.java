@@ -7,6 +7,7 @@ import io.pmemblk.dma.soft.SoftFaults;
 import io.pmemblk.dma.vfio.VfioEngine;
 import io.pmemblk.pmem.BttRegion;
 import io.pmemblk.pmem.CopyStats;
+import io.pmemblk.pmem.LayoutRecord;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.Routing;
 import io.pmemblk.pmem.PmemRegion;
@@ -50,20 +51,18 @@ public final class Device implements AutoCloseable {
         }
         DmaEngine engine = vfio;
         try {
-            if (!btt && BttRegion.holdsBtt(region)) {
-                // Served raw, the BTT's pool header, map and flog would be device bytes, and the first write
-                // through them would break the pool for pmempool and for pmem.layout=btt.
-                throw new IOException(region.path() + " holds a BTT (a PMDK pmemblk pool, as `pmemblk format --layout"
-                        + " btt` makes): refused with pmem.layout=raw, which would expose its metadata as data; serve"
-                        + " it with --set pmem.layout=btt");
+            // The layout is the operator's setting and pmemblk's record, never a sniff of the bytes a client wrote:
+            // a raw device serves raw whatever it holds, unless pmemblk recorded a BTT on it (docs/btt.md).
+            LayoutRecord record = LayoutRecord.of(region, layoutRecords());
+            if (!btt) {
+                BttRegion.checkRaw(region, record);
             }
             if (settings.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.SOFT) {
                 // No setting injects faults; an end-to-end test puts a SoftFaults provider on the class path.
                 engine = DmaEngine.soft(new IovaSpace(), settings.get(Settings.DMA_CHANNELS),
                         settings.get(Settings.DMA_RING_SIZE), DmaEngine.SOFT_XFERCAP_LOG2, SoftFaults.installed());
             }
-            this.driver = btt ? PmemBlockDriver.onBtt(region, stats, BttRegion.open(region, bttLanes(settings),
-                    settings.source(Settings.PMEM_SECTOR_SIZE).equals("default") ? 0 : settings.get(Settings.PMEM_SECTOR_SIZE)),
+            this.driver = btt ? PmemBlockDriver.onBtt(region, stats, openBtt(settings, region, record),
                     engine, LiveSettings.routing(settings))
                     : new PmemBlockDriver(region, stats, engine, LiveSettings.routing(settings));
             // ublk queue i takes tags of its own on hardware queue i, so it never waits behind NBD connections.
@@ -85,10 +84,36 @@ public final class Device implements AutoCloseable {
     }
 
     /**
-     * The region of a BTT. A file that does not exist yet is created (pmem.size) and formatted, as the raw layout
-     * creates its file: there is nothing in it to reinterpret. An existing one must hold a BTT already
-     * ({@link BttRegion#open} refuses anything else, naming the format command), and keeps the size it was
-     * formatted with.
+     * The BTT of {@code region}: a file this start created is formatted (and recorded), as the raw layout creates
+     * its file: nothing in it could be a client's. An existing one is opened as its record says
+     * ({@link BttRegion#open}: a recorded BTT, an unfinished format, or, unrecorded, only a complete BTT), and
+     * keeps the size it was formatted with.
+     */
+    private static io.pmemblk.pmem.btt.Btt openBtt(Settings settings, PmemRegion region, LayoutRecord record)
+            throws IOException {
+        if (region.created()) {
+            BttRegion.format(region, record, settings.get(Settings.PMEM_SECTOR_SIZE));
+            System.getLogger(Device.class.getName()).log(System.Logger.Level.INFO, region.path() + " did not exist:"
+                    + " created with a BTT of " + settings.get(Settings.PMEM_SECTOR_SIZE) + "-byte sectors, recorded in "
+                    + record.path());
+        }
+        return BttRegion.open(region, record, bttLanes(settings),
+                settings.source(Settings.PMEM_SECTOR_SIZE).equals("default") ? 0 : settings.get(Settings.PMEM_SECTOR_SIZE),
+                io.pmemblk.pmem.btt.Btt.GROUP_BLOCKS);
+    }
+
+    /**
+     * Where the layout records of device-DAX nodes live ({@link LayoutRecord}): pmemblk's state directory, the one
+     * {@code pmem.path=auto} uses (/var/lib/pmemblk as root, the systemd unit's StateDirectory; the XDG data
+     * directory otherwise). A regular file's record is beside it.
+     */
+    static Path layoutRecords() {
+        return DefaultPaths.pmemPath(io.pmemblk.posix.Libc.geteuid(), System.getenv()).getParent();
+    }
+
+    /**
+     * The region of a BTT. A file that does not exist yet is created with pmem.size ({@link #openBtt} formats it);
+     * an existing one keeps the size it was formatted with.
      */
     private static PmemRegion openBttRegion(Settings settings, Path path) throws IOException {
         if (settings.get(Settings.PMEM_RESIZE)) {
@@ -102,16 +127,7 @@ public final class Device implements AutoCloseable {
                 throw new IOException("pmem.size: '" + settings.text(Settings.PMEM_SIZE) + "' is too small for a BTT;"
                         + " allowed: at least " + BTT_LEAST + " bytes (16M + 8K: a pool header and one arena)");
             }
-            PmemRegion region = PmemRegion.open(path, size, false, mapper);
-            try {
-                BttRegion.format(region, settings.get(Settings.PMEM_SECTOR_SIZE));
-            } catch (IOException | RuntimeException e) {
-                region.close();
-                throw e;
-            }
-            System.getLogger(Device.class.getName()).log(System.Logger.Level.INFO, path + " did not exist: created"
-                    + " with a BTT of " + settings.get(Settings.PMEM_SECTOR_SIZE) + "-byte sectors");
-            return region;
+            return PmemRegion.open(path, size, false, mapper);
         }
         return PmemRegion.open(path, Files.isRegularFile(path) ? Files.size(path) : 0, false, mapper);
     }

@@ -1,6 +1,8 @@
 package io.pmemblk.cli;
 
 import io.pmemblk.pmem.BttRegion;
+import io.pmemblk.pmem.DataScan;
+import io.pmemblk.pmem.LayoutRecord;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.pmem.btt.Btt;
 import io.pmemblk.settings.Settings;
@@ -11,27 +13,22 @@ import picocli.CommandLine.Option;
 import picocli.CommandLine.Parameters;
 
 import java.io.IOException;
-import java.lang.foreign.Arena;
-import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.concurrent.Callable;
 
 /**
- * Lays out a BTT over a file or device-DAX node: the one way a device becomes {@code pmem.layout=btt}, since serve
- * never reinterprets what a file holds. What is there is erased, so a device that holds anything (a non-zero byte
- * in its first MiB, where a partition table, a filesystem's superblock or a BTT's pool header sits) is refused
- * without {@code --force}.
+ * Lays out a BTT over a file or device-DAX node: the one way an existing device becomes {@code pmem.layout=btt},
+ * since serve lays a BTT out only where pmemblk recorded one. What is there is erased, so a device that holds
+ * anything (a non-zero byte anywhere in it: data is wherever a client wrote it, not only in the first MiB), or that
+ * pmemblk recorded as a BTT, is refused without {@code --force}. The whole device is looked at, a sparse file's
+ * holes skipped unread ({@link DataScan}). The new BTT is recorded ({@link LayoutRecord}).
  */
 @Command(name = "format", mixinStandardHelpOptions = true,
-        description = "Lay out a BTT (a PMDK pmemblk pool: sector-atomic writes) over FILE, erasing it; serve it then"
-                + " with --set pmem.layout=btt. A FILE holding data (a non-zero byte in its first MiB) is refused"
-                + " without --force.")
+        description = "Lay out a BTT (a PMDK pmemblk pool: sector-atomic writes) over FILE, erasing it, and record it"
+                + " (FILE.pmemblk-layout beside a file); serve it then with --set pmem.layout=btt. A FILE holding data"
+                + " (a non-zero byte anywhere in it) or recorded as a BTT is refused without --force.")
 final class FormatCommand implements Callable<Integer> {
-    /** The bytes looked at for data before formatting: where partition tables, superblocks and pool headers live. */
-    private static final int CHECKED = 1 << 20;
-
     @Option(names = "--layout", required = true, paramLabel = "btt", description = "The layout to make: btt.")
     String layout;
 
@@ -94,38 +91,33 @@ final class FormatCommand implements Callable<Integer> {
             }
         }
         try (PmemRegion region = PmemRegion.open(file, bytes, false, PmemRegion.Mapper.valueOf(m.name()))) {
-            if (exists && !force) {
-                String held = holds(region);
+            LayoutRecord record = LayoutRecord.of(region, Device.layoutRecords());
+            if (!region.created() && !force) {
+                String held = holds(region, record);
                 if (held != null) {
                     System.err.println("pmemblk: " + file + " " + held + ": formatting would erase it; refused."
                             + " Add --force to format it anyway (its data is lost), or give another FILE");
                     return 1;
                 }
             }
-            Btt btt = BttRegion.format(region, sectorSize);
+            Btt btt = BttRegion.format(region, record, sectorSize);
             System.out.println("formatted " + file + ": BTT of " + btt.blocks() + " sectors of " + btt.blockSize()
                     + " bytes (" + Sizes.format(btt.blocks() * btt.blockSize()) + " of " + Sizes.format(region.size())
                     + "), " + btt.arenaCount() + " arena(s), " + btt.freeBlocks() + " free blocks");
+            System.out.println("recorded in " + record.path() + " (serve takes it for a BTT by this record, never by"
+                    + " its bytes; keep it with the image)");
             System.out.println("serve it with: pmemblk serve --set pmem.layout=btt --set pmem.path=" + file);
             return 0;
         }
     }
 
-    /** What the region already holds, in words, or null when its first MiB is all zeros. */
-    private static String holds(PmemRegion region) {
-        if (BttRegion.holdsBtt(region)) {
-            return "holds a BTT already (a pmemblk pool header)";
+    /** What the device already holds, in words, or null when pmemblk recorded nothing on it and every byte is zero. */
+    private static String holds(PmemRegion region, LayoutRecord record) throws IOException {
+        var recorded = record.read();
+        if (recorded.isPresent()) {
+            return "is recorded as a BTT already (" + record.path() + ")";
         }
-        int n = (int) Math.min(CHECKED, region.size());
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment first = a.allocate(n, 8);
-            region.read(0, first, 0, n);
-            for (long i = 0; i < n; i += 8) {
-                if (first.get(ValueLayout.JAVA_LONG, i) != 0) {
-                    return "holds data (a non-zero byte within its first " + Sizes.format(n) + ", at " + i + "..)";
-                }
-            }
-        }
-        return null;
+        long at = DataScan.firstNonZero(region);
+        return at < 0 ? null : "holds data (a non-zero byte at offset " + at + " of " + region.size() + ")";
     }
 }

@@ -1,6 +1,7 @@
 package io.pmemblk.cli;
 
 import io.pmemblk.pmem.BttRegion;
+import io.pmemblk.pmem.LayoutRecord;
 import io.pmemblk.pmem.Libpmem;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.pmem.btt.Btt;
@@ -86,25 +87,50 @@ final class InfoCommand implements Callable<Integer> {
     }
 
     /**
-     * The layout the file holds (read only: a pool a server has open is not recovered or repaired here), and
-     * whether serve with these settings would take it.
+     * The layout of the device as serve decides it: by its layout record and pmem.layout, never by its bytes
+     * alone (docs/btt.md). Read only: a pool a server has open is not recovered or repaired here.
      */
-    private static void printLayout(Settings s, PmemRegion r) {
+    private static void printLayout(Settings s, PmemRegion r) throws IOException {
         boolean wantBtt = s.get(Settings.PMEM_LAYOUT) == Settings.Layout.BTT;
-        if (!BttRegion.holdsBtt(r)) {
-            System.out.println("layout=raw");
-            if (wantBtt) {
-                System.out.println("layout_mismatch=pmem.layout is btt: serve will refuse this raw file; format it"
-                        + " (erasing it) with: " + BttRegion.FORMAT_COMMAND);
-            }
+        LayoutRecord record = LayoutRecord.of(r, Device.layoutRecords());
+        LayoutRecord.Entry recorded;
+        try {
+            recorded = record.read().orElse(null);
+        } catch (IOException e) {
+            System.out.println("layout_record=" + record.path());
+            System.out.println("layout_problem=" + e.getMessage());
             return;
         }
+        System.out.println("layout_record=" + record.path() + (recorded == null ? " (none)" : " (" +
+                recorded.state().name().toLowerCase(java.util.Locale.ROOT) + ")"));
+        if (recorded == null) {
+            String incomplete = Btt.incomplete(r.memory());
+            if (!wantBtt || incomplete != null) {
+                System.out.println("layout=raw");
+                if (!wantBtt && incomplete == null) {
+                    // Said, never acted on: the bytes may be a client's (a guest keeping a BTT image on its disk).
+                    System.out.println("layout_note=its bytes hold a complete BTT no record names (made by pmempool or"
+                            + " a pmemblk before layout records, or a client's data): served raw, as pmem.layout=raw"
+                            + " says; if it is a BTT of yours, serve it with --set pmem.layout=btt (which records it)");
+                }
+                if (wantBtt) {
+                    System.out.println("layout_mismatch=pmem.layout is btt: serve will refuse this device, not recorded"
+                            + " as a BTT and holding no complete one (" + incomplete + "); format it (erasing it) with: "
+                            + BttRegion.FORMAT_COMMAND);
+                }
+                return;
+            }
+            System.out.println("layout=btt (not recorded: a complete BTT made elsewhere; serve takes it, as"
+                    + " pmem.layout=btt says, and records it)");
+        } else if (recorded.state() == LayoutRecord.State.FORMATTING) {
+            System.out.println("layout=btt (a format did not finish: serve with pmem.layout=btt formats it again)");
+        } else {
+            System.out.println("layout=btt");
+        }
         Btt.Summary b = Btt.summarize(r.memory());
-        System.out.println("layout=btt");
         System.out.println("btt.sector_size=" + b.blockSize());
         System.out.println("btt.arenas=" + b.arenas());
-        System.out.println("btt.sectors=" + b.blocks() + (b.arenas() == 0 && b.problem() == null
-                ? " (no BTT laid out yet: the first serve lays it out)" : ""));
+        System.out.println("btt.sectors=" + b.blocks());
         System.out.println("btt.capacity=" + b.blocks() * b.blockSize() + " (" + Sizes.format(b.blocks() * b.blockSize()) + ")");
         System.out.println("btt.free_blocks=" + b.freeBlocks());
         System.out.println("btt.internal_block_size=" + b.internalBlockSize());
@@ -112,8 +138,8 @@ final class InfoCommand implements Callable<Integer> {
             System.out.println("btt.problem=" + b.problem() + " (`pmempool check -v` says more, -r may repair it)");
         }
         if (!wantBtt) {
-            System.out.println("layout_mismatch=pmem.layout is raw: serve will refuse this BTT; serve it with"
-                    + " --set pmem.layout=btt");
+            System.out.println("layout_mismatch=pmem.layout is raw: serve will refuse this recorded BTT; serve it with"
+                    + " --set pmem.layout=btt (or, if it no longer holds that BTT, remove " + record.path() + ")");
         } else if (!s.source(Settings.PMEM_SECTOR_SIZE).equals("default") && s.get(Settings.PMEM_SECTOR_SIZE) != b.blockSize()) {
             System.out.println("layout_mismatch=pmem.sector-size is " + s.get(Settings.PMEM_SECTOR_SIZE) + ", the BTT's is "
                     + b.blockSize() + ": serve will refuse it");

@@ -112,13 +112,13 @@ class BttServeIT {
         Files.write(raw, data);
         ServerProcess.Run f = pmemblk("format", "--layout", "btt", raw.toString());
         assertThat(f.exit()).isEqualTo(1);
-        assertThat(f.out()).contains(raw + " holds data (a non-zero byte within its first 1M, at 1024..)", "--force");
+        assertThat(f.out()).contains(raw + " holds data (a non-zero byte at offset 1024 of " + data.length + ")", "--force");
         assertThat(Files.readAllBytes(raw)).as("refused: untouched").isEqualTo(data);
 
         ServerProcess.Run serveRaw = ServerProcess.run(ServerProcess.command("serve",
                 ServerProcess.sets(settings(raw).toArray(String[]::new))), 60);
         assertThat(serveRaw.exit()).isNotZero();
-        assertThat(serveRaw.out()).contains("holds no BTT", "pmemblk format --layout btt");
+        assertThat(serveRaw.out()).contains("is not recorded as a BTT", "pmemblk format --layout btt");
         assertThat(Files.readAllBytes(raw)).isEqualTo(data);
         // a file that does not exist has nothing to reinterpret: created with a BTT, as raw creates its file
         Path fresh = dir.resolve("fresh.img");
@@ -133,14 +133,14 @@ class BttServeIT {
         assertThat(pmemblk("format", "--layout", "btt", "--sector-size", "512", "--size", "32M", btt.toString()).exit()).isZero();
         ServerProcess.Run again = pmemblk("format", "--layout", "btt", btt.toString());
         assertThat(again.exit()).isEqualTo(1);
-        assertThat(again.out()).contains("holds a BTT already");
+        assertThat(again.out()).contains("is recorded as a BTT already");
         List<String> asRaw = new ArrayList<>(settings(btt));
         asRaw.set(1, "pmem.layout=raw");
         asRaw.add("pmem.size=" + Files.size(btt));
         ServerProcess.Run servedRaw = ServerProcess.run(ServerProcess.command("serve",
                 ServerProcess.sets(asRaw.toArray(String[]::new))), 60);
         assertThat(servedRaw.exit()).isNotZero();
-        assertThat(servedRaw.out()).contains("holds a BTT", "serve it with --set pmem.layout=btt");
+        assertThat(servedRaw.out()).contains("is recorded as a BTT", "serve it with --set pmem.layout=btt");
         ServerProcess.Run wrongSector = ServerProcess.run(ServerProcess.command("serve",
                 ServerProcess.sets(settings(btt, "pmem.sector-size=4096").toArray(String[]::new))), 60);
         assertThat(wrongSector.out()).contains("is a BTT of 512-byte sectors, but pmem.sector-size is 4096");

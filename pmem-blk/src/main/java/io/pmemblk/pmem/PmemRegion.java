@@ -335,6 +335,16 @@ public final class PmemRegion implements AutoCloseable {
         return memory.byteSize();
     }
 
+    /** Whether this open created the file (it held nothing: no client ever wrote it, no layout was recorded for it). */
+    public boolean created() {
+        return file.created();
+    }
+
+    /** The file as opened and checked: its descriptor and held directory ({@link LayoutRecord}, {@link DataScan}). */
+    TrustedFile file() {
+        return file;
+    }
+
     /** True when stores are made persistent by cache flushes (device DAX, fsdax with MAP_SYNC, or forced). */
     public boolean isPmem() {
         return isPmem;

@@ -427,14 +427,14 @@ class BttDriverTest {
         Path raw = dir.resolve("raw.img");
         try (PmemRegion r = PmemRegion.open(raw, SIZE, false, PmemRegion.Mapper.AUTO)) {
             r.memory().set(LE32, 512, 0xEF53); // some raw data
-            assertThat(BttRegion.holdsBtt(r)).isFalse();
             assertThatThrownBy(() -> BttRegion.open(r, 1, 0)).isInstanceOf(IOException.class)
-                    .hasMessageContaining("holds no BTT").hasMessageContaining(BttRegion.FORMAT_COMMAND);
+                    .hasMessageContaining("is not recorded as a BTT").hasMessageContaining(BttRegion.FORMAT_COMMAND);
             assertThat(r.memory().get(LE32, 512)).as("untouched").isEqualTo(0xEF53);
             assertThat(r.memory().get(LE32, BttLayout.BTT_OFFSET)).isZero();
         }
         serve(512, 1, 1);
-        assertThat(BttRegion.holdsBtt(driver.region())).isTrue();
+        assertThat(LayoutRecord.of(driver.region(), null).read()).get().extracting(LayoutRecord.Entry::sectorSize)
+                .isEqualTo(512);
         assertThatThrownBy(() -> BttRegion.open(driver.region(), 1, 4096))
                 .hasMessageContaining("is a BTT of 512-byte sectors, but pmem.sector-size is 4096");
     }

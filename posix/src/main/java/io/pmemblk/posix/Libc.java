@@ -95,6 +95,10 @@ public final class Libc {
     /** fallocate(2) with a mode (punching holes), unlike posix_fallocate(3). */
     private static final MethodHandle FALLOCATE = libc("fallocate",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_LONG, JAVA_LONG), ERRNO);
+    private static final MethodHandle LSEEK = libc("lseek",
+            FunctionDescriptor.of(JAVA_LONG, JAVA_INT, JAVA_LONG, JAVA_INT), ERRNO);
+    /** {@code <unistd.h>} (Linux 3.1): the next offset that holds data, the next hole (ENXIO: none past it). */
+    public static final int SEEK_DATA = 3, SEEK_HOLE = 4;
     /** {@code <linux/falloc.h>}: FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE (which needs KEEP_SIZE). */
     public static final int FALLOC_FL_KEEP_SIZE = 0x01, FALLOC_FL_PUNCH_HOLE = 0x02;
     // abs(3): pure computation, no system call. Bound without the critical option on purpose: see nativeRoundTrip.
@@ -573,6 +577,16 @@ public final class Libc {
     public static void fallocate(int fd, int mode, long offset, long length, String what) throws NativeException {
         call("fallocate", what + ", mode 0x" + Integer.toHexString(mode) + ", offset " + offset + ", length " + length,
                 state -> (int) FALLOCATE.invokeExact(state, fd, mode, offset, length));
+    }
+
+    /**
+     * lseek(2) with {@link #SEEK_DATA} or {@link #SEEK_HOLE}: where the next data or hole starts at or after
+     * {@code offset}, reading no byte (a sparse file's holes are skipped by the file system). A file system
+     * without holes answers as if all were data; past the last data, SEEK_DATA fails with ENXIO.
+     */
+    public static long lseek(int fd, long offset, int whence) throws NativeException {
+        return call("lseek", "fd " + fd + ", offset " + offset + ", whence " + whence,
+                state -> (long) LSEEK.invokeExact(state, fd, offset, whence));
     }
 
     /**

@@ -66,8 +66,12 @@ public final class Settings {
                     + " part new (in 8-byte pieces). btt: a Block Translation Table (the on-media format of PMDK's"
                     + " pmemblk pools, which pmempool checks), so every sector reads wholly old or wholly new after a"
                     + " crash; it costs capacity (map, flog, 256 spare blocks per arena) and a few persists per write."
-                    + " serve creates a missing pmem.path with a BTT; an existing file must hold one already (made by"
-                    + " `pmemblk format --layout btt FILE`): serve never reinterprets a raw image, nor serves a BTT raw.",
+                    + " The layout is this setting and pmemblk's record of the device (FILE.pmemblk-layout beside"
+                    + " it), never the device's bytes, which a client writes: raw serves any file raw unless pmemblk"
+                    + " recorded a BTT there (then refused: serve it as btt). btt creates a missing pmem.path with a"
+                    + " BTT; an existing file must be one pmemblk recorded (`pmemblk format --layout btt FILE`) or"
+                    + " a complete BTT made elsewhere (PMDK's `pmempool create -w blk`): no BTT is laid out over"
+                    + " what may be data.",
             t -> choice(t, Layout.class));
     public static final Key<Integer> PMEM_SECTOR_SIZE = Key.of("pmem.sector-size", "4096", "512 or 4096 (512 only with pmem.layout=btt)",
             "The BTT's sector (logical block) size, the unit written atomically, for a BTT serve creates; an existing"

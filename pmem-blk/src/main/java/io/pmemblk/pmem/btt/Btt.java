@@ -459,6 +459,34 @@ public final class Btt {
 
     /** Reads {@code pool}'s header and arena info blocks ({@link Summary}). */
     public static Summary summarize(MemorySegment pool) {
+        return summarize(pool, false);
+    }
+
+    /**
+     * Why {@code pool} is not a COMPLETE BTT, one that {@link #open} serves without writing any byte outside its
+     * own flog recovery: a valid pool header, arena 0 laid out, and every arena's primary info block valid (not
+     * restored from a backup, not laid out lazily as for {@code pmempool create blk} without -w); null when it is.
+     * For a device nobody recorded as a BTT: only what is wholly a BTT is taken for one on the operator's word,
+     * since laying one out or "restoring" an info block would write over what may be a raw device's data.
+     */
+    public static String incomplete(MemorySegment pool) {
+        Summary s = summarize(pool, true);
+        return s.problem() != null ? s.problem() : s.arenas() == 0 ? "no BTT is laid out (arena 0's info blocks are zero)" : null;
+    }
+
+    /**
+     * The pool header's uuid (the pool's identity, which {@link #format} draws at random), or null when {@code
+     * pool} does not start with a valid pmemblk pool header.
+     */
+    public static UUID poolUuid(MemorySegment pool) {
+        if (pool.byteSize() < POOL_HDR_SIZE || invalidPoolHeader(pool.asSlice(0, POOL_HDR_SIZE)) != null) {
+            return null;
+        }
+        return getUuid(pool.asSlice(0, POOL_HDR_SIZE), HDR_UUID);
+    }
+
+    /** {@link #summarize(MemorySegment)}; {@code strict}: an invalid primary info block is a problem even with a valid backup. */
+    private static Summary summarize(MemorySegment pool, boolean strict) {
         if (pool.byteSize() < BTT_OFFSET + ARENA_MIN_SIZE) {
             return new Summary(0, 0, 0, 0, 0, pool.byteSize() + " bytes, too small for a BTT");
         }
@@ -482,6 +510,10 @@ public final class Btt {
                 if (invalidInfo(backup, left, poolset, bsize) != null) {
                     return new Summary(bsize, blocks, arenas, free, internal, "arena " + arenas + ": the info block "
                             + why + ", and so does its backup");
+                }
+                if (strict) {
+                    return new Summary(bsize, blocks, arenas, free, internal, "arena " + arenas + ": the info block "
+                            + why + " (its backup is valid: opening would restore it, a write)");
                 }
                 info = backup; // open restores the primary from it
             }
@@ -1501,11 +1533,6 @@ public final class Btt {
     /** Claims {@code lane} if nobody holds it. */
     private boolean free(int lane) {
         return (int) ARRAY.get(laneBusy, lane * PAD) == 0 && ARRAY.compareAndSet(laneBusy, lane * PAD, 0, 1);
-    }
-
-    /** Whether {@code pool} starts with a PMDK pmemblk pool header's signature (a BTT pool, laid out or not). */
-    public static boolean isPool(MemorySegment pool) {
-        return pool.byteSize() >= POOL_HDR_SIZE && bytesEqual(pool, HDR_SIGNATURE, HDR_SIGNATURE_BYTES);
     }
 
     /**

@@ -115,6 +115,42 @@ class BttInteropTest {
         assertThat(r.out()).contains("block 3 ok", "block 50 ok", "block 100 ok");
     }
 
+    /**
+     * serve's rule for a device nobody recorded (docs/btt.md "Which layout a device has"), against pools PMDK made:
+     * one laid out ({@code pmempool create -w}) is served as pmem.layout=btt says, without a byte changed, and
+     * recorded; one without a BTT laid out yet (no -w) is refused and left as it is: laying one out is what a raw
+     * image holding a client-written pool header must never get.
+     */
+    @org.junit.jupiter.api.Test
+    void aPmdkPoolIsTakenForABttOnlyWhenItIsWhollyOne() throws Exception {
+        Path laidOut = dir.resolve("w.blk"), bare = dir.resolve("bare.blk");
+        Result w = run(List.of(PMEMPOOL, "create", "-w", "-m", "0600", "blk", "4096", laidOut.toString()));
+        assertThat(w.exit()).as(w.out()).isZero();
+        Result b = run(List.of(PMEMPOOL, "create", "-m", "0600", "blk", "4096", bare.toString()));
+        assertThat(b.exit()).as(b.out()).isZero();
+        String before = sha256(laidOut);
+        try (io.pmemblk.pmem.PmemRegion r = io.pmemblk.pmem.PmemRegion.open(laidOut, Files.size(laidOut), false,
+                io.pmemblk.pmem.PmemRegion.Mapper.AUTO)) {
+            assertThat(io.pmemblk.pmem.BttRegion.open(r, 1, 0).blockSize()).isEqualTo(4096);
+        }
+        assertThat(sha256(laidOut)).as("opened, not rewritten").isEqualTo(before);
+        assertThat(Files.readString(dir.resolve("w.blk" + io.pmemblk.pmem.LayoutRecord.SUFFIX))).contains("state=btt");
+
+        before = sha256(bare);
+        try (io.pmemblk.pmem.PmemRegion r = io.pmemblk.pmem.PmemRegion.open(bare, Files.size(bare), false,
+                io.pmemblk.pmem.PmemRegion.Mapper.AUTO)) {
+            org.assertj.core.api.Assertions.assertThatThrownBy(() -> io.pmemblk.pmem.BttRegion.open(r, 1, 0))
+                    .hasMessageContaining("no BTT is laid out").hasMessageContaining("nothing was written");
+        }
+        assertThat(sha256(bare)).isEqualTo(before);
+        assertThat(dir.resolve("bare.blk" + io.pmemblk.pmem.LayoutRecord.SUFFIX)).doesNotExist();
+    }
+
+    private static String sha256(Path p) throws Exception {
+        return java.util.HexFormat.of().formatHex(java.security.MessageDigest.getInstance("SHA-256")
+                .digest(Files.readAllBytes(p)));
+    }
+
     @ParameterizedTest(name = "bsize {0}")
     @ValueSource(ints = {4096, 512})
     void aPoolThisBttFormattedPassesPmempoolCheckAndReadsThroughLibpmemblk(int bsize) throws Exception {
