@@ -164,7 +164,7 @@ final class ServeCommand implements Callable<Integer> {
             VhostUserBlkConfig vhostConfig = VhostFrontend.config(s);
             java.nio.file.Path vhostSocket = null;
             if (vhostConfig != null) {
-                vhost = VhostFrontend.server(vhostConfig, device, vhostDirectory);
+                vhost = VhostFrontend.server(s, vhostConfig, device, vhostDirectory);
                 vhostDirectory = null; // the server closes it from here on
                 vhostSocket = vhost.start();
                 if (metrics != null) {

@@ -26,12 +26,13 @@ final class VhostFrontend {
     }
 
     /**
-     * The server for {@code device}, its socket bound in {@code dir} (taken over), the guest's write cache mode
+     * The server for {@code device}, its socket bound in {@code dir} (taken over) for its owner or vhost.socket-group, the guest's write cache mode
      * recorded beside the socket for the device's path: a server started after this one serves the mode the guest
      * set, which QEMU does not send again when it reconnects.
      */
-    static VhostUserBlkServer server(VhostUserBlkConfig config, Device device, TrustedDirectory dir) {
+    static VhostUserBlkServer server(Settings s, VhostUserBlkConfig config, Device device, TrustedDirectory dir) {
         return new VhostUserBlkServer(config, device.layer()).socketDirectory(dir)
+                .socketGroup(s.get(Settings.VHOST_SOCKET_GROUP))
                 .recordWriteCache(device.region().path().toAbsolutePath().toString());
     }
 

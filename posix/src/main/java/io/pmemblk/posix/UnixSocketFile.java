@@ -4,7 +4,11 @@ import java.io.IOException;
 import java.net.ConnectException;
 import java.net.UnixDomainSocketAddress;
 import java.nio.channels.SocketChannel;
+import java.nio.file.Files;
+import java.nio.file.LinkOption;
 import java.nio.file.Path;
+import java.nio.file.attribute.GroupPrincipal;
+import java.nio.file.attribute.PosixFileAttributeView;
 
 /**
  * A listening unix socket's file, made where a checked directory ({@link TrustedPath#openParentOf}) is held open:
@@ -14,7 +18,9 @@ import java.nio.file.Path;
  * <p>Mode 0600 and no window where it is reachable with looser permissions: the socket is created inside a fresh
  * 0700 directory made in the held directory (nobody else can reach it there), chmod'ed to 0600, and only then
  * renamed into place (rename is atomic; a bound socket keeps working under its new name because clients find it by
- * inode). Setting the umask would be process-wide and racy.
+ * inode). Setting the umask would be process-wide and racy. With a group ({@code vhost.socket-group}: a QEMU that
+ * runs as another user but in that group), the socket is given to the group and made 0660 while still in the
+ * staging directory, so it is never reachable by more than the owner and that group either.
  *
  * <p>Every step goes through descriptors: bind(2) takes only a path, so the binder is given
  * {@code /proc/self/fd/N/s} of the staging directory's descriptor, which the kernel resolves through this process's
@@ -51,6 +57,16 @@ public final class UnixSocketFile {
      * @throws IOException when the path is taken, or its directory was moved meanwhile (nothing is left behind)
      */
     public static UnixSocketFile bind(TrustedDirectory dir, Path path, String setting, Binder binder) throws IOException {
+        return bind(dir, path, setting, null, binder);
+    }
+
+    /**
+     * As {@link #bind(TrustedDirectory, Path, String, Binder)}, the socket owned by {@code group} and mode 0660
+     * (null: 0600). A server that is not root can only give it to a group it is a member of (chown(2)): EPERM is
+     * refused with what to do.
+     */
+    public static UnixSocketFile bind(TrustedDirectory dir, Path path, String setting, GroupPrincipal group,
+                                      Binder binder) throws IOException {
         UnixSocketFile f = new UnixSocketFile(dir, path, setting);
         String name = path.getFileName().toString();
         f.removeStale(name);
@@ -61,6 +77,9 @@ public final class UnixSocketFile {
             stagingFd = Libc.openat(dir.fd(), staging, Libc.O_PATH | Libc.O_DIRECTORY | Libc.O_NOFOLLOW, 0);
             binder.bind("/proc/self/fd/" + stagingFd + "/s");
             Libc.fchmodat(stagingFd, "s", 0600);
+            if (group != null) {
+                giveToGroup(stagingFd, group, setting, path);
+            }
             FileStat st = Libc.fstatat(stagingFd, "s", Libc.AT_SYMLINK_NOFOLLOW);
             Libc.renameat(stagingFd, "s", dir.fd(), name);
             f.bound = st;
@@ -86,6 +105,23 @@ public final class UnixSocketFile {
 
     public Path path() {
         return path;
+    }
+
+    /**
+     * chown(2) of the staged socket to {@code group}, then 0660. Through {@code /proc/self/fd/N/s} as bind is: the
+     * staging directory is this process's own (0700), so nothing can be swapped in under that name.
+     */
+    private static void giveToGroup(int stagingFd, GroupPrincipal group, String setting, Path path) throws IOException {
+        Path staged = Path.of("/proc/self/fd/" + stagingFd + "/s");
+        try {
+            Files.getFileAttributeView(staged, PosixFileAttributeView.class, LinkOption.NOFOLLOW_LINKS).setGroup(group);
+        } catch (IOException e) {
+            throw new IOException(setting + "-group=" + group.getName() + ": the socket " + path + " cannot be given to"
+                    + " group " + group.getName() + " (" + e.getMessage() + "); a server that is not root can only"
+                    + " use a group it is a member of. Allowed: such a group, or empty for a socket only its owner"
+                    + " reaches", e);
+        }
+        Libc.fchmodat(stagingFd, "s", 0660);
     }
 
     /** Removes the socket from the held directory if its name still holds the one bound here. Idempotent. */

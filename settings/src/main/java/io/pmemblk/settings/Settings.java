@@ -214,6 +214,13 @@ public final class Settings {
                     + " -device vhost-user-blk-pci,chardev=...) and its guest sees the device as a virtio disk, the"
                     + " data copied straight between guest memory and the device. One QEMU at a time. Its directory is"
                     + " checked as pmem.path's are.", t -> t.isBlank() ? null : path(t));
+    public static final Key<java.nio.file.attribute.GroupPrincipal> VHOST_SOCKET_GROUP = Key.of("vhost.socket-group", "",
+            "a group this system knows, by name or number, or empty for none",
+            "Group that may connect to vhost.socket: the socket is made mode 0660 and given to it, so a QEMU running"
+                    + " as another user in that group (libvirt's, a distribution's kvm group) can reach it; its"
+                    + " directory must let that group search it. Empty: mode 0600, the serving user (and root) only."
+                    + " A server that is not root can only name a group it is a member of.",
+            t -> t.isBlank() ? null : group(t.trim()));
     public static final Key<Integer> VHOST_QUEUES = Key.of("vhost.queues", "8", "an integer 1..64",
             "Virtqueues a vhost-user-blk front-end may use: QEMU's num-queues (by default the guest's vCPU count) must"
                     + " be at most this, or QEMU refuses to start. Each ring the guest starts is one thread here, on"
@@ -261,7 +268,7 @@ public final class Settings {
                 QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
                 DMA_RING_SIZE, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, ROUTE_DMA_BOUNCE,
                 UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT,
-                VHOST_SOCKET, VHOST_QUEUES, VHOST_QUEUE_SIZE, VHOST_BUSY_POLL, VHOST_COALESCE, LOG_LEVEL)) {
+                VHOST_SOCKET, VHOST_SOCKET_GROUP, VHOST_QUEUES, VHOST_QUEUE_SIZE, VHOST_BUSY_POLL, VHOST_COALESCE, LOG_LEVEL)) {
             m.put(k.name(), k);
         }
         KEYS = Collections.unmodifiableMap(m);
@@ -472,6 +479,15 @@ public final class Settings {
     }
 
     // ---- parsers ----
+
+    /** A group by name or number, as chown(1) takes it; one the system does not know is refused. */
+    private static java.nio.file.attribute.GroupPrincipal group(String t) {
+        try {
+            return java.nio.file.FileSystems.getDefault().getUserPrincipalLookupService().lookupPrincipalByGroupName(t);
+        } catch (java.io.IOException e) {
+            throw new IllegalArgumentException("no group '" + t + "' on this system (" + e.getMessage() + ")");
+        }
+    }
 
     private static Path path(String t) {
         if (t.isBlank() || t.indexOf('\0') >= 0) {

@@ -44,6 +44,8 @@ public final class VhostUserBlkServer implements AutoCloseable {
     private final BlkDevice device;
     private final AtomicInteger connections = new AtomicInteger();
     private TrustedDirectory socketDirectory;
+    /** vhost.socket-group: the group whose members (a non-root QEMU) may connect, or null (the owner only). */
+    private java.nio.file.attribute.GroupPrincipal socketGroup;
     private UnixSocketFile socketFile;
     private int listenFd = -1;
     private Thread acceptor;
@@ -62,6 +64,15 @@ public final class VhostUserBlkServer implements AutoCloseable {
         this.layer = layer;
         BlockDriver d = layer.driver();
         this.device = BlkDevice.of(d.size(), d.minimumBlockSize(), d.isReadOnly(), d.canTrim(), d.canZero(), "pmemblk");
+    }
+
+    /**
+     * The socket is made mode 0660 and owned by {@code group} (vhost.socket-group), so a QEMU running as another
+     * user in that group can connect; null keeps it 0600. Before {@link #start()}.
+     */
+    public VhostUserBlkServer socketGroup(java.nio.file.attribute.GroupPrincipal group) {
+        this.socketGroup = group;
+        return this;
     }
 
     /**
@@ -95,7 +106,7 @@ public final class VhostUserBlkServer implements AutoCloseable {
         return device;
     }
 
-    /** Binds the socket (mode 0600) and starts accepting; returns its path. */
+    /** Binds the socket (mode 0600, or 0660 for its {@link #socketGroup}) and starts accepting; returns its path. */
     public synchronized Path start() throws IOException {
         if (acceptor != null || closing) {
             throw new IllegalStateException("vhost-user-blk server already started");
@@ -111,7 +122,7 @@ public final class VhostUserBlkServer implements AutoCloseable {
             }
             int fd = UnixStream.socket();
             listenFd = fd;
-            socketFile = UnixSocketFile.bind(socketDirectory, path, "vhost.socket", address -> {
+            socketFile = UnixSocketFile.bind(socketDirectory, path, "vhost.socket", socketGroup, address -> {
                 try (Arena a = Arena.ofConfined()) {
                     Libc.bind(fd, Libc.unixAddress(address, a));
                 }
