@@ -187,6 +187,8 @@ public final class Libc {
     public static final short POLLIN = 0x1, POLLOUT = 0x4, POLLERR = 0x8, POLLHUP = 0x10, POLLNVAL = 0x20;
     public static final int SHUT_RDWR = 2;
     private static final int F_DUPFD_CLOEXEC = 1030;
+    /** {@code <asm-generic/fcntl.h>}: the open file description's status flags (O_NONBLOCK among them). */
+    private static final int F_GETFL = 3, F_SETFL = 4;
 
     /** A call that fails with a negative result and errno, made through {@link #call}. */
     @FunctionalInterface
@@ -767,6 +769,23 @@ public final class Libc {
     /** fcntl(F_DUPFD_CLOEXEC): a second descriptor of the same open socket or file, closed on exec. */
     public static int dupCloexec(int fd) throws NativeException {
         return (int) call("fcntl", "fd " + fd + ", F_DUPFD_CLOEXEC", state -> (int) FCNTL_INT.invokeExact(state, fd, F_DUPFD_CLOEXEC, 0));
+    }
+
+    /**
+     * fcntl(F_GETFL / F_SETFL): adds O_NONBLOCK to the status flags of {@code fd}'s open file description. The
+     * flag belongs to the description, which every process holding a copy of the descriptor shares.
+     */
+    public static void setNonBlocking(int fd) throws NativeException {
+        int flags = (int) call("fcntl", "fd " + fd + ", F_GETFL", state -> (int) FCNTL_INT.invokeExact(state, fd, F_GETFL, 0));
+        if ((flags & O_NONBLOCK) == 0) {
+            int set = flags | O_NONBLOCK;
+            call("fcntl", "fd " + fd + ", F_SETFL O_NONBLOCK", state -> (int) FCNTL_INT.invokeExact(state, fd, F_SETFL, set));
+        }
+    }
+
+    /** What /proc/self/fd/{@code fd} names: a path, or the kind of an anonymous file ({@code anon_inode:[eventfd]}). */
+    public static String describeFd(int fd) throws NativeException {
+        return readlinkat(AT_FDCWD, "/proc/self/fd/" + fd);
     }
 
     /** shutdown(2): wakes every thread blocked on the socket, in any process or descriptor, and fails their calls. */
