@@ -53,7 +53,8 @@ import java.util.function.Supplier;
  * Published (the used index, and the call eventfd when the guest asked for it) at the end of each dispatch, or,
  * with {@code vhost.coalesce}, held back while the thread polls for the guest's next requests and published
  * together: one interrupt for several ({@link RingPolling}, the hold). A DMA route's completions, on the engine's
- * completion thread, are published at once, with whatever is held.
+ * completion thread, are published at once, with whatever is held; their interrupt is sent by the queue thread
+ * (the engine's thread, which every client shares, never writes a front end's descriptor).
  */
 public final class VhostBlkQueue {
     private static final System.Logger LOG = System.getLogger(VhostBlkQueue.class.getName());
@@ -123,6 +124,14 @@ public final class VhostBlkQueue {
     private volatile String brokenReason;
     private volatile boolean writeThrough;
     private boolean signalFailed;
+    /**
+     * A completion on another thread (the DMA engine's completion thread, which every client shares) published
+     * used entries the guest is to be interrupted for: the queue thread writes the call eventfd
+     * ({@link #sendDueCall}), woken by {@link #wake}. The call fd is the front end's: a front end can make a write
+     * to it block (its counter full and O_NONBLOCK cleared on the description it shares with us), and then only
+     * its own queue thread waits, never the engine that serves every other client.
+     */
+    private volatile boolean callDue;
 
     /** With the default polling; see {@link #VhostBlkQueue(int, int, long, long, long, int, long, EventFd, EventFd,
      *  FrontendQueue, Supplier, MemorySegment, BlkDevice, RingPolling)}. */
@@ -268,11 +277,13 @@ public final class VhostBlkQueue {
             throw new IllegalStateException("vhost-blk-q" + index + " did not stop within " + (2 * STOP_MILLIS)
                     + " ms; it is " + thread.getState());
         }
-        closeQuietly(sleep);
-        closeQuietly(wake);
         boolean idle = vq.awaitIdle(DRAIN_MILLIS);
         String left = idle ? "" : vq.inFlightHeads();
         vq.stop();
+        // After vq.stop(): completions signal wake only under vq's monitor, and see the queue stopped from here on.
+        closeQuietly(sleep);
+        closeQuietly(wake);
+        sendDueCall(); // what completions of the drain left due, before the session closes the call fd
         if (!idle) {
             throw new IllegalStateException("vhost-blk-q" + index + ": requests of heads " + left
                     + " still in flight " + DRAIN_MILLIS + " ms after stop; the guest will not see them complete");
@@ -294,6 +305,7 @@ public final class VhostBlkQueue {
         try {
             vq.disableKicks();
             while (running) {
+                sendDueCall();
                 if (processBatch() > 0) {
                     continue;
                 }
@@ -321,6 +333,7 @@ public final class VhostBlkQueue {
         } finally {
             frontend.dispatch(); // what the batch holds still completes
             publishHeld(); // before stop() returns and QEMU unmaps the ring
+            sendDueCall();
             frontend.releaseUndispatched(); // a request being filled when something threw
         }
     }
@@ -347,6 +360,7 @@ public final class VhostBlkQueue {
                 if (vq.hasAvailable()) {
                     return true;
                 }
+                sendDueCall(); // a DMA completion meanwhile: its interrupt is not held for the poll
             } while (System.nanoTime() - from < window);
             return false;
         } finally {
@@ -365,6 +379,7 @@ public final class VhostBlkQueue {
                 long hold = polling.holdNanos();
                 while (running && System.nanoTime() - heldSince < hold) {
                     Thread.onSpinWait();
+                    sendDueCall(); // a DMA completion published everything held with its own
                     if (vq.hasAvailable()) {
                         polling.held(true);
                         return true;
@@ -639,17 +654,40 @@ public final class VhostBlkQueue {
         }
     }
 
-    /** Writes the status byte and pushes the head; signals the call eventfd when the ring says so. */
+    /**
+     * Writes the status byte and pushes the head; signals the call eventfd when the ring says so: on the queue
+     * thread itself, or, from another thread, by handing the signal to the queue thread ({@link #callDue}), whose
+     * wake-up is our own non-blocking eventfd, signalled under vq's monitor so that stop() closes it only once no
+     * completion can reach it any more.
+     */
     private void answer(int head, byte status, int usedLen) {
         boolean signal;
+        boolean queueThread = Thread.currentThread() == thread;
         synchronized (vq) {
             if (vq.stopped()) {
                 return; // the session may be unmapping guest memory
             }
             statusMapping[head].set(ValueLayout.JAVA_BYTE, statusOffset[head], status);
             signal = vq.push(head, usedLen);
+            if (signal && !queueThread && call != null) {
+                callDue = true;
+                try {
+                    wake.signal(); // never blocks: ours, non-blocking (EAGAIN, a full counter, is a wake pending)
+                } catch (RuntimeException e) {
+                    LOG.log(System.Logger.Level.DEBUG, "vhost-blk-q" + index + ": waking the queue thread: " + e);
+                }
+                return;
+            }
         }
         signal(signal);
+    }
+
+    /** Sends the interrupt a completion on another thread left due ({@link #callDue}): queue thread, or stop(). */
+    private void sendDueCall() {
+        if (callDue) {
+            callDue = false;
+            signal(true);
+        }
     }
 
     private void signal(boolean due) {
