@@ -505,6 +505,8 @@ class VhostUserBlkServerTest {
         ramView.set(ValueLayout.JAVA_LONG, header + 8, 0L);
         ramView.set(ValueLayout.JAVA_BYTE, status, (byte) 0xff);
         ramView.set(ValueLayout.JAVA_SHORT, ring + 0x1000 + 4 + 2L * (k % RING), (short) 0);
+        // used_event (EVENT_IDX): an interrupt for this very completion, so every completion writes the call fd
+        ramView.set(ValueLayout.JAVA_SHORT, ring + 0x1000 + 4 + 2L * RING, (short) k);
         ramView.set(ValueLayout.JAVA_SHORT, ring + 0x1000 + 2, (short) (k + 1));
         kick.signal();
         long deadline = System.nanoTime() + 10_000_000_000L;
@@ -544,6 +546,77 @@ class VhostUserBlkServerTest {
             assertThat(stop(fe, 1)).containsExactly(8);
         }
         assertNextFrontEndServed();
+    }
+
+    /** fcntl(fd, F_SETFL, 0): what a hostile front end can do to the open file description it shares with us. */
+    @SuppressWarnings("restricted")
+    static void clearNonBlocking(int fd) throws Throwable {
+        java.lang.foreign.Linker linker = java.lang.foreign.Linker.nativeLinker();
+        java.lang.invoke.MethodHandle fcntl = linker.downcallHandle(linker.defaultLookup().find("fcntl").orElseThrow(),
+                java.lang.foreign.FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
+                        ValueLayout.JAVA_INT), java.lang.foreign.Linker.Option.firstVariadicArg(2));
+        assertThat((int) fcntl.invokeExact(fd, 4 /* F_SETFL */, 0)).as("F_SETFL 0").isZero();
+    }
+
+    /**
+     * The DMA route (the real pmem driver and the software I/OAT engine, one channel, whose completion thread every
+     * client shares) with a front end whose call eventfd's counter is full (issue 42 item 5: the engine's
+     * completion thread blocked in write(2); a later NBD 1 MiB write on the DMA route never completed and SIGTERM
+     * hung): the ring serves on; then with O_NONBLOCK cleared again by the front end, another client's 1 MiB
+     * write on the DMA route completes, and the server closes within a bound.
+     */
+    @Test
+    void aCallEventfdWithAFullCounterStallsNoOtherClientOnTheDmaRoute() throws Throwable {
+        io.pmemblk.dma.DmaEngine engine = io.pmemblk.dma.DmaEngine.soft(new io.pmemblk.dma.IovaSpace(), 1, 512);
+        io.pmemblk.pmem.PmemBlockDriver pmem = new io.pmemblk.pmem.PmemBlockDriver(io.pmemblk.pmem.PmemRegion.open(
+                dir.resolve("d.img"), DISK, false, io.pmemblk.pmem.PmemRegion.Mapper.AUTO),
+                new io.pmemblk.pmem.CopyStats(), engine, new io.pmemblk.pmem.Routing(1, 1));
+        BlockLayer dmaLayer = new BlockLayer(pmem, QUEUES, 16, 4L << 20, 1 << 20);
+        Path dmaSocket = dir.resolve("dma.sock");
+        VhostUserBlkServer dmaServer = new VhostUserBlkServer(new VhostUserBlkConfig(dmaSocket, QUEUES, QUEUE_SIZE),
+                dmaLayer);
+        MemorySegment other = arena.allocate(1 << 20, 4096); // another client's (an NBD connection's) buffer
+        EventFd blocking = EventFd.create(false);
+        eventFds.add(blocking);
+        try {
+            dmaServer.start();
+            long otherIova = pmem.registerMemory(other);
+            try (TestFrontEnd fe = TestFrontEnd.connect(dmaSocket)) {
+                long features = realize(fe, false);
+                EventFd[][] n = start(fe, 0x170007e46L & features, new int[]{0}, true);
+                fill(blocking);
+                fe.set(SET_VRING_CALL, 0, blocking.fd());
+                for (int k = 0; k < 8; k++) {
+                    readSectorZeroPolled(n[0][0], k); // each one copied by the engine, completed on its thread
+                }
+                clearNonBlocking(blocking.fd()); // the server's writes to it would block again
+                readSectorZeroPolled(n[0][0], 8);
+                io.pmemblk.queueing.FrontendQueue client = new io.pmemblk.queueing.FrontendQueue(dmaLayer.queue(1));
+                java.util.concurrent.BlockingQueue<io.pmemblk.queueing.Request> done =
+                        new java.util.concurrent.ArrayBlockingQueue<>(1);
+                io.pmemblk.queueing.Request w = client.acquireIov(io.pmemblk.queueing.Op.WRITE, 0, 1 << 20);
+                w.addIov(other, otherIova);
+                w.completion = done::add;
+                client.add(w);
+                client.dispatch();
+                assertThat(done.poll(10, java.util.concurrent.TimeUnit.SECONDS)).as("the other client's 1 MiB write"
+                        + " on the DMA route completed within 10 s").isSameAs(w);
+                assertThat(w.status()).isEqualTo(io.pmemblk.queueing.Status.OK);
+                assertThat(w.route).as("by the engine").isEqualTo(io.pmemblk.queueing.Route.DMA);
+                w.release();
+            }
+            long closing = System.nanoTime();
+            java.util.concurrent.CompletableFuture<Void> closed =
+                    java.util.concurrent.CompletableFuture.runAsync(dmaServer::close);
+            closed.get(30, java.util.concurrent.TimeUnit.SECONDS); // as SIGTERM's shutdown does
+            assertThat(System.nanoTime() - closing).as("closed within 30 s").isLessThan(30_000_000_000L);
+        } finally {
+            blocking.drain(); // frees a writer still blocked on it (the front end's own queue thread)
+            dmaServer.close();
+            pmem.unregisterMemory(other);
+            dmaLayer.close();
+            pmem.close();
+        }
     }
 
     /** A kick or call that is not an eventfd (a regular file, a socket) is refused, naming what it is. */
