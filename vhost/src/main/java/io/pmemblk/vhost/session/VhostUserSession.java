@@ -387,8 +387,11 @@ public final class VhostUserSession implements Runnable {
             arena = null;
             regions.add(m);
             memory = memory.with(m.region());
-            LOG.log(System.Logger.Level.DEBUG, "{0}: guest memory 0x{1}+0x{2} mapped{3}", name, Long.toHexString(r[0]),
-                    Long.toHexString(size), iova < 0 ? "" : ", iova 0x" + Long.toHexString(iova));
+            // INFO, with where it is mapped here: a fault in guest RAM is logged by the driver with the address
+            // (CallerMemoryFault), which this line ties to the connection and the region.
+            LOG.log(System.Logger.Level.INFO, "{0}: guest memory 0x{1}+0x{2} mapped at 0x{3}{4}", name,
+                    Long.toHexString(r[0]), Long.toHexString(size), Long.toHexString(mapping.address()),
+                    iova < 0 ? "" : ", iova 0x" + Long.toHexString(iova));
         } catch (NativeException e) {
             throw new Refusal(what + ": cannot map it: " + e.getMessage());
         } finally {
