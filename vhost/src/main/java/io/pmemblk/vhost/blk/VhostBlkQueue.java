@@ -2,6 +2,7 @@ package io.pmemblk.vhost.blk;
 
 import io.pmemblk.posix.EdgeWait;
 import io.pmemblk.posix.EventFd;
+import io.pmemblk.posix.MemoryFaults;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.HardwareQueue;
@@ -60,6 +61,8 @@ public final class VhostBlkQueue {
     private static final System.Logger LOG = System.getLogger(VhostBlkQueue.class.getName());
     /** A guest can refuse itself as fast as it fills the ring: its refusals are rate-limited. */
     private static final RefusalLog REFUSALS = RefusalLog.to(LOG, System.Logger.Level.DEBUG);
+    /** A fault in guest RAM is the operator's to know (rate-limited as the refusals: a front end can repeat it). */
+    private static final RefusalLog GUEST_RAM_FAULTS = RefusalLog.withOwnLimit(LOG, System.Logger.Level.WARNING);
     public static final long DEFAULT_POLL_NANOS = 20_000;
     /**
      * vhost.coalesce's default, the longest a completion is held back for others ({@link RingPolling}, the hold).
@@ -638,9 +641,38 @@ public final class VhostBlkQueue {
     private void completed(Request r) {
         int head = (int) r.cookie;
         int status = r.status();
+        if (status == Status.EIO && r.callerMemory()) {
+            noteGuestRamFault(r, head); // before the release: the pieces are the request's
+        }
         r.release(); // before the guest sees the head complete: its next request finds the tag free
         byte s = status == Status.OK ? VirtioBlk.S_OK : status == Status.ENOTSUP ? VirtioBlk.S_UNSUPP : VirtioBlk.S_IOERR;
         answer(head, s, s == VirtioBlk.S_OK ? okLength[head] : 1);
+    }
+
+    /**
+     * A data request failed: when one of its pieces of guest RAM no longer loads (a poisoned line; memory a front
+     * end took away), says so naming the region, so the log blames guest RAM, not the device. Failure path only,
+     * rate-limited with the refusals; the loads are checked accesses ({@link MemoryFaults}), safe on any thread.
+     */
+    private void noteGuestRamFault(Request r, int head) {
+        if (!GUEST_RAM_FAULTS.enabled()) {
+            return;
+        }
+        GuestMemory mem = memory.get();
+        for (int i = 0, n = r.iovCount(); i < n; i++) {
+            MemorySegment piece = r.iovMapping(i).asSlice(r.iovStart(i), r.iovLength(i));
+            if (!MemoryFaults.loads(piece)) {
+                String region = "at address 0x" + Long.toHexString(piece.address());
+                for (int k = 0; k < mem.regionCount(); k++) {
+                    if (mem.region(k).mapping().address() == r.iovMapping(i).address()) {
+                        region = mem.region(k) + " at offset 0x" + Long.toHexString(r.iovStart(i));
+                    }
+                }
+                GUEST_RAM_FAULTS.refused("vhost-blk-q{0} head {1}: IOERR: guest RAM {2} ({3} bytes) faulted: the front"
+                        + " end''s memory, not the device", index, head, region, Long.toString(r.iovLength(i)));
+                return;
+            }
+        }
     }
 
     private void refuse(int head, byte status, String why) {
