@@ -1,6 +1,7 @@
 package io.pmemblk.pmem;
 
 import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.MemoryFaults;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -13,12 +14,12 @@ import java.lang.foreign.ValueLayout;
  * safepoint poll: maybe after the request has been answered OK (measured on JDK 25: a try/catch around the copy in
  * a compiled method missed all 36 faults, which surfaced in its caller). So every access here ends with
  * {@link Libc#nativeRoundTrip(int)}, which throws a posted error on the spot, and callers catch it
- * ({@link #isFault}) where the request runs.
+ * ({@link #isFault}) where the request runs. The copy and the fault test are {@link MemoryFaults}', shared with
+ * the software DMA engine; this class adds the pmem mapping's runs, fills and probes.
  */
 final class FaultBarrier {
     /** Copies and fills go in pieces of this size: between two, a safepoint can proceed and a fault is thrown. */
-    static final long CHUNK = 64 << 10;
-    private static final String HOTSPOT_FAULT = "a fault occurred in an unsafe memory access operation";
+    static final long CHUNK = MemoryFaults.CHUNK;
 
     private FaultBarrier() {
     }
@@ -29,17 +30,7 @@ final class FaultBarrier {
      * for, page faults included (as libc's memcpy does for longer ranges, run "in native").
      */
     static void copy(MemorySegment src, long srcOffset, MemorySegment dst, long dstOffset, long length) {
-        while (true) {
-            long n = Math.min(length, CHUNK);
-            MemorySegment.copy(src, srcOffset, dst, dstOffset, n);
-            Libc.nativeRoundTrip(0);
-            length -= n;
-            if (length == 0) {
-                return;
-            }
-            srcOffset += n;
-            dstOffset += n;
-        }
+        MemoryFaults.copy(src, srcOffset, dst, dstOffset, length);
     }
 
     /**
@@ -139,7 +130,6 @@ final class FaultBarrier {
 
     /** Whether {@code e} is HotSpot's report of a fault in an Unsafe access (and not some other internal error). */
     static boolean isFault(InternalError e) {
-        String m = e.getMessage();
-        return m != null && m.contains(HOTSPOT_FAULT);
+        return MemoryFaults.isFault(e);
     }
 }

@@ -955,6 +955,21 @@ public final class PmemBlockDriver implements BlockDriver {
     }
 
     private volatile long lastMappingFaultLog = System.nanoTime() - 2_000_000_000L;
+
+    /**
+     * r's own memory faulted under its copy (a frontend's buffer taken away: a vhost-user front end truncated its
+     * guest RAM): r answers EIO, the pmem file is not at fault and the driver goes on. One line per second at most.
+     */
+    private void callerMemoryFault(Request r, CallerMemoryFault f) {
+        long now = System.nanoTime();
+        if (now - lastCallerFaultLog > 1_000_000_000L) {
+            lastCallerFaultLog = now;
+            LOG.log(System.Logger.Level.ERROR, r + " answered EIO: " + f.getMessage() + "; the pmem file is intact;"
+                    + " the frontend that owns this memory took it away while the request used it");
+        }
+    }
+
+    private volatile long lastCallerFaultLog = System.nanoTime() - 2_000_000_000L;
     private volatile long faultsAtLastLog;
 
     private boolean faultLogDue() {
@@ -1005,6 +1020,8 @@ public final class PmemBlockDriver implements BlockDriver {
             region.countRefused(); // the region has said why, once: one line, not one per request
         } else if (t instanceof MappingFault f) {
             mappingFault(r, f);
+        } else if (t instanceof CallerMemoryFault f) {
+            callerMemoryFault(r, f);
         } else {
             error = failed(r, "failed", t, error);
         }

@@ -2,6 +2,7 @@ package io.pmemblk.pmem;
 
 import io.pmemblk.posix.FileStat;
 import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.MemoryFaults;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.posix.TrustedFile;
 import io.pmemblk.posix.TrustedPath;
@@ -384,7 +385,7 @@ public final class PmemRegion implements AutoCloseable {
         try {
             persistence.copy(src.asSlice(srcOffset, length), dst);
         } catch (InternalError e) {
-            throw fault("write", offset, length, e);
+            throw copyFault("write", offset, length, e, src.asSlice(srcOffset, length));
         }
         stored();
     }
@@ -422,7 +423,7 @@ public final class PmemRegion implements AutoCloseable {
                 persistence.endRun();
             }
         } catch (InternalError e) {
-            throw fault("write", r.offset, r.length, e);
+            throw copyFault("write", r, e);
         } finally {
             hold.exit(stripe);
             stored(); // after a failed piece too: those before it are stores like any other
@@ -459,7 +460,7 @@ public final class PmemRegion implements AutoCloseable {
             }
             FaultBarrier.endRun();
         } catch (InternalError e) {
-            throw fault("read", r.offset, r.length, e);
+            throw copyFault("read", r, e);
         } finally {
             hold.exit(stripe);
         }
@@ -475,6 +476,34 @@ public final class PmemRegion implements AutoCloseable {
         if (b != null) {
             b.beforeWrite(offset, length);
         }
+    }
+
+    /**
+     * The fault HotSpot reported inside a copy between [offset, offset+length) and {@code caller}: a
+     * {@link CallerMemoryFault} when the caller's memory no longer loads (the mapping may well be intact; a
+     * truncation takes a file's tail, so its first and last byte answer for it), else the mapping's, as
+     * {@link #fault}. Only on the failure path: the probe costs nothing otherwise.
+     */
+    private static RuntimeException copyFault(String what, long offset, long length, InternalError e, MemorySegment caller) {
+        if (!FaultBarrier.isFault(e)) {
+            throw e;
+        }
+        return MemoryFaults.loads(caller) ? new MappingFault(what, offset, length, e)
+                : new CallerMemoryFault(what, offset, length, caller, e);
+    }
+
+    /** {@link #copyFault(String, long, long, InternalError, MemorySegment)} for the pieces of {@code r}. */
+    private static RuntimeException copyFault(String what, Request r, InternalError e) {
+        if (!FaultBarrier.isFault(e)) {
+            throw e;
+        }
+        for (int i = 0, n = r.iovCount(); i < n; i++) {
+            MemorySegment piece = r.iovMapping(i).asSlice(r.iovStart(i), r.iovLength(i));
+            if (!MemoryFaults.loads(piece)) {
+                return new CallerMemoryFault(what, r.offset, r.length, piece, e);
+            }
+        }
+        return new MappingFault(what, r.offset, r.length, e);
     }
 
     /** The fault HotSpot reported inside an access to [offset, offset+length), as a MappingFault; other errors as they are. */
@@ -588,7 +617,7 @@ public final class PmemRegion implements AutoCloseable {
             }
             FaultBarrier.copy(memory, offset, dst, dstOffset, length);
         } catch (InternalError e) {
-            throw fault("read", offset, length, e);
+            throw copyFault("read", offset, length, e, dst.asSlice(dstOffset, length));
         }
     }
 

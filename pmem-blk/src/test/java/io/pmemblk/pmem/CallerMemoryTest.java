@@ -1,9 +1,12 @@
 package io.pmemblk.pmem;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.SharedMemory;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.Op;
@@ -202,6 +205,61 @@ class CallerMemoryTest {
         assertThat(stats.bytes(Route.DMA, true)).isZero();
         assertThat(stats.dmaErrors()).as("never offered to the engine").isZero();
         assertThat(stats.bytes(Route.CPU, true)).isEqualTo(p.total());
+    }
+
+    /**
+     * Caller memory truncated under the requests (issue 42 item 4: a front end that truncated guest RAM killed the
+     * soft engine's thread, and DMA-routed I/O hung; a CPU copy's fault was logged as the pmem file's): each DMA copy
+     * halts the channel with a data error (READ_DATA out of it, WRITE_DATA into it), the driver redoes the request
+     * by the CPU, whose copy faults too, and the request alone answers EIO, the fault the request's own memory's,
+     * not the pmem file's; the device is untouched, and the next request goes by DMA.
+     */
+    @Test
+    void callerMemoryTruncatedUnderItsRequestsFailsThemAloneNamingTheirMemoryNotThePmemFile() throws Exception {
+        open(new Routing(1, 1));
+        int fd = SharedMemory.memfd("guest-ram", 1 << 20);
+        try (Arena files = Arena.ofShared()) {
+            MemorySegment ram = SharedMemory.map(fd, 0, 1 << 20, files);
+            long ramIova = driver.registerMemory(ram);
+            byte[] before = device(0, 65536);
+            Libc.ftruncate(fd, 0); // the front end takes its memory away
+            // On real pmem the CPU's WRITE is libpmem's non-temporal copy, native code that a fault in its source
+            // kills: the reason vhost-user serves only guest RAM sealed against shrinking. So only READ there.
+            boolean pmem = driver.region().isPmem();
+            Op[] ops = pmem ? new Op[]{Op.READ} : new Op[]{Op.WRITE, Op.READ};
+            for (Op op : ops) {
+                Request r = frontend.acquireIov(op, 0, 65536);
+                r.addIov(ram.asSlice(4096, 65536), ramIova + 4096);
+                r.completion = done::add;
+                frontend.add(r);
+                frontend.dispatch();
+                assertThat(done.poll(10, TimeUnit.SECONDS)).as("%s completed within 10 s", op).isSameAs(r);
+                assertThat(r.status()).as("%s out of or into truncated memory", op).isEqualTo(Status.EIO);
+                r.release();
+            }
+            assertThat(stats.dmaErrors()).as("the channel halted on each copy").isEqualTo(ops.length);
+            assertThat(stats.dmaFallbacks()).as("and the CPU redid each").isEqualTo(ops.length);
+            assertThat(device(0, 65536)).as("the device is untouched").isEqualTo(before);
+            // what the driver logged them as (callerMemoryFault, not mappingFault): the region's verdict
+            assertThatThrownBy(() -> driver.region().read(0, ram, 4096, 65536)).isInstanceOf(CallerMemoryFault.class)
+                    .hasMessageContaining("read of 65536 bytes at offset 0 of the device failed: the request's own"
+                            + " memory (65536 bytes at address 0x" + Long.toHexString(ram.address() + 4096))
+                    .hasMessageContaining("guest RAM on vhost-user) faulted, not the pmem mapping");
+            if (!pmem) {
+                assertThatThrownBy(() -> driver.region().write(ram, 4096, 0, 65536)).isInstanceOf(CallerMemoryFault.class);
+            }
+            driver.unregisterMemory(ram);
+        } finally {
+            Libc.close(fd);
+        }
+        long iova = driver.registerMemory(guest);
+        Pieces p = scattered(0, 4, 9);
+        fillGuest(p, 10);
+        Request ok = submit(Op.WRITE, 1 << 20, p, iova, false);
+        assertThat(ok.status()).as("the next request").isEqualTo(Status.OK);
+        assertThat(ok.route).as("by DMA: the channel recovered").isEqualTo(Route.DMA);
+        ok.release();
+        assertThat(device(1 << 20, (int) p.total())).isEqualTo(gather(p));
     }
 
     @Test

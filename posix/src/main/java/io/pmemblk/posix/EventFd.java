@@ -51,19 +51,51 @@ public final class EventFd implements AutoCloseable {
         return new EventFd(fd);
     }
 
+    /** What /proc/self/fd names an eventfd as (fs/eventfd.c: anon_inode_getfile("[eventfd]", ...)). */
+    public static final String PROC_NAME = "anon_inode:[eventfd]";
+
+    /**
+     * A notifier another process passed over a socket (vhost-user's kick, call, err), checked and made safe to
+     * signal from any thread, then owned as {@link #adopt}. It must be an eventfd: a pipe, a socket or a file
+     * would block a write or a wait in ways an eventfd cannot, and an eventfd's counter is all a front end
+     * shares with us. Its open file description is made non-blocking, so {@link #signal} never waits for a
+     * reader when the counter is full (at 0xfffffffffffffffe, which anyone holding the fd can write): the
+     * description is shared with the sender, for whom this changes nothing that matters, since QEMU creates
+     * its notifiers non-blocking itself (util/event_notifier-posix.c: eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC))
+     * and the kernel's readers of a call fd (KVM's irqfd) do not read through the file's flags. A sender can
+     * clear the flag again; callers keep such writes off threads that serve anyone else.
+     * @param what what the descriptor is for, for the error ("vring 0 call fd")
+     * @throws IllegalArgumentException when {@code fd} is not an eventfd, naming what it is
+     * @throws NativeException when /proc/self/fd cannot be read or fcntl fails
+     */
+    public static EventFd adoptNotifier(int fd, String what) throws NativeException {
+        if (fd < 0) {
+            throw new IllegalArgumentException(what + " " + fd + " is not allowed; allowed: an open eventfd");
+        }
+        String kind = Libc.describeFd(fd);
+        if (!PROC_NAME.equals(kind)) {
+            throw new IllegalArgumentException(what + " is " + kind + ", not an eventfd; allowed: an eventfd(2) ("
+                    + PROC_NAME + " in /proc/PID/fd), as QEMU's event notifiers are");
+        }
+        Libc.setNonBlocking(fd);
+        return new EventFd(fd);
+    }
+
     public int fd() {
         return fd;
     }
 
     /**
-     * Adds 1 to the counter, waking whoever waits on it. Never blocks in practice: the counter would have to reach
-     * 2^64-2 first. Allocates nothing. Unchecked on failure: it runs in completions, where the only answer to a
+     * Adds 1 to the counter, waking whoever waits on it. On a non-blocking eventfd ({@link #create}(true),
+     * {@link #adoptNotifier}) a full counter (2^64-2) fails the write with EAGAIN, which is taken as done: the
+     * counter is non-zero, so a signal is already pending for the reader (QEMU's event_notifier_set says the
+     * same). Allocates nothing. Unchecked on failure: it runs in completions, where the only answer to a
      * descriptor gone bad is to stop the queue that owns it.
      * @throws UncheckedIOException wrapping the NativeException when the write fails (EBADF: not an open eventfd)
      */
     public void signal() {
         long n = FileIo.write(fd, one);
-        if (n != 8) {
+        if (n != 8 && n != -EAGAIN) {
             throw new UncheckedIOException(NativeException.of("write", n < 0 ? (int) -n : Errno.EIO, "eventfd " + fd + ", 1"));
         }
     }

@@ -133,7 +133,7 @@ public final class Libc {
     private static final MethodHandle STATX = libc("statx",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, ADDRESS), ERRNO);
     // <linux/stat.h>, <fcntl.h>; struct statx: stx_mask u32 at 0, stx_btime (i64 tv_sec, u32 tv_nsec) at 80, 256 bytes.
-    private static final int STATX_BTIME = 0x800;
+    private static final int AT_FDCWD = -100, STATX_BTIME = 0x800;
     private static final long STATX_SIZE = 256, STX_MASK = 0, STX_BTIME_SEC = 80, STX_BTIME_NSEC = 88;
     private static final MethodHandle SYSCONF = libc("sysconf", FunctionDescriptor.of(JAVA_LONG, JAVA_INT));
     /** sighandler_t signal(int signum, sighandler_t handler): bound only to give a signal its default action back. */
@@ -196,6 +196,8 @@ public final class Libc {
     public static final short POLLIN = 0x1, POLLOUT = 0x4, POLLERR = 0x8, POLLHUP = 0x10, POLLNVAL = 0x20;
     public static final int SHUT_RDWR = 2;
     private static final int F_DUPFD_CLOEXEC = 1030;
+    /** {@code <asm-generic/fcntl.h>}: the open file description's status flags (O_NONBLOCK among them). */
+    private static final int F_GETFL = 3, F_SETFL = 4;
 
     /** A call that fails with a negative result and errno, made through {@link #call}. */
     @FunctionalInterface
@@ -800,6 +802,23 @@ public final class Libc {
     /** fcntl(F_DUPFD_CLOEXEC): a second descriptor of the same open socket or file, closed on exec. */
     public static int dupCloexec(int fd) throws NativeException {
         return (int) call("fcntl", "fd " + fd + ", F_DUPFD_CLOEXEC", state -> (int) FCNTL_INT.invokeExact(state, fd, F_DUPFD_CLOEXEC, 0));
+    }
+
+    /**
+     * fcntl(F_GETFL / F_SETFL): adds O_NONBLOCK to the status flags of {@code fd}'s open file description. The
+     * flag belongs to the description, which every process holding a copy of the descriptor shares.
+     */
+    public static void setNonBlocking(int fd) throws NativeException {
+        int flags = (int) call("fcntl", "fd " + fd + ", F_GETFL", state -> (int) FCNTL_INT.invokeExact(state, fd, F_GETFL, 0));
+        if ((flags & O_NONBLOCK) == 0) {
+            int set = flags | O_NONBLOCK;
+            call("fcntl", "fd " + fd + ", F_SETFL O_NONBLOCK", state -> (int) FCNTL_INT.invokeExact(state, fd, F_SETFL, set));
+        }
+    }
+
+    /** What /proc/self/fd/{@code fd} names: a path, or the kind of an anonymous file ({@code anon_inode:[eventfd]}). */
+    public static String describeFd(int fd) throws NativeException {
+        return readlinkat(AT_FDCWD, "/proc/self/fd/" + fd);
     }
 
     /** shutdown(2): wakes every thread blocked on the socket, in any process or descriptor, and fails their calls. */

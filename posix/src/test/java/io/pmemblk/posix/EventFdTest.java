@@ -55,6 +55,43 @@ class EventFdTest {
         assertThatThrownBy(() -> EventFd.adopt(-1)).isInstanceOf(IllegalArgumentException.class);
     }
 
+    /**
+     * A front end's call eventfd with its counter at 2^64-2 (the most a write may leave): a blocking write of 1
+     * would wait for a reader for good. An adopted notifier is made non-blocking and its signal returns at once.
+     */
+    @Test
+    void aNotifierWithAFullCounterIsSignalledWithoutBlocking() throws Exception {
+        int theirs = FileIo.eventfd(0, 0); // blocking, as a hostile front end may make it
+        try (Arena a = Arena.ofConfined(); EventFd e = EventFd.adoptNotifier(Libc.dupCloexec(theirs), "vring 0 call fd")) {
+            MemorySegment max = a.allocate(ValueLayout.JAVA_LONG);
+            max.set(ValueLayout.JAVA_LONG, 0, 0xfffffffffffffffeL);
+            assertThat(FileIo.write(theirs, max)).isEqualTo(8);
+            CompletableFuture<Void> signalled = CompletableFuture.runAsync(e::signal);
+            signalled.get(10, TimeUnit.SECONDS); // a blocking write would still wait here
+            assertThat(e.drain()).as("the counter, still full: the signal was pending already").isEqualTo(0xfffffffffffffffeL);
+        } finally {
+            Libc.close(theirs);
+        }
+    }
+
+    /** Anything but an eventfd is refused as a notifier, naming what it is. */
+    @Test
+    void aNotifierThatIsNotAnEventfdIsRefusedNamingWhatItIs() throws Exception {
+        int memfd = SharedMemory.memfd("not-an-eventfd", 4096);
+        int socket = UnixStream.socket();
+        try {
+            assertThatThrownBy(() -> EventFd.adoptNotifier(memfd, "vring 0 kick fd"))
+                    .isInstanceOf(IllegalArgumentException.class)
+                    .hasMessageContaining("vring 0 kick fd is /memfd:not-an-eventfd")
+                    .hasMessageContaining("not an eventfd; allowed: an eventfd(2)");
+            assertThatThrownBy(() -> EventFd.adoptNotifier(socket, "vring 1 call fd"))
+                    .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("vring 1 call fd is socket:[");
+        } finally {
+            Libc.close(memfd);
+            Libc.close(socket);
+        }
+    }
+
     /** What one mapping of a memfd stores, a second mapping of it (another process's, in vhost-user) sees. */
     @Test
     void twoMappingsOfAMemfdShareTheirBytesAndASealFixesItsSize() throws Exception {

@@ -30,6 +30,7 @@ import java.util.logging.SimpleFormatter;
 
 import static io.pmemblk.vhost.protocol.VhostUserSpec.*;
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
  * The server against a front-end that sends what QEMU 7.2 sends (the wire log in
@@ -81,6 +82,7 @@ class VhostUserBlkServerTest {
         server = new VhostUserBlkServer(new VhostUserBlkConfig(socket, QUEUES, QUEUE_SIZE), layer);
         assertThat(server.start()).isEqualTo(socket);
         ram = SharedMemory.memfd("guest-ram", RAM);
+        SharedMemory.seal(ram); // as QEMU's memory-backend-memfd (seal=on, its default): the server requires it
         ramView = SharedMemory.map(ram, 0, RAM, arena);
         uaddr = ramView.address();
     }
@@ -447,28 +449,195 @@ class VhostUserBlkServerTest {
         assertNextFrontEndServed();
     }
 
+    /**
+     * Guest RAM that can shrink under the server is refused, naming the fix (issue 42 item 4: a front end that
+     * truncated it killed the JVM with SIGBUS in libc's memcpy): a memfd without F_SEAL_SHRINK (QEMU's seal=off)
+     * and a file on tmpfs (memory-backend-file mem-path=/dev/shm/...), neither mapped; the connection and the
+     * server serve on. The sealed memfd every other test uses (QEMU's default) is served, and cannot be truncated.
+     */
     @Test
-    void aMemfdThatCanShrinkIsSaidOnceAConnectionAndASealedOneNot() throws Exception {
+    void guestRamThatCanShrinkIsRefusedNamingTheFixAndNeverMapped() throws Exception {
+        int unsealed = SharedMemory.memfd("guest-ram-unsealed", RAM);
+        Path shm = Files.createTempFile(Path.of("/dev/shm"), "pmemblk-guest-ram", ".img");
+        int tmpfs = Libc.open(shm.toString(), Libc.O_RDWR | Libc.O_CLOEXEC, 0);
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            Libc.ftruncate(tmpfs, RAM);
             realize(fe, false);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).isZero();
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, HIGH, RAM - HIGH, uaddr + HIGH, HIGH), ram)).isZero();
-        }
-        assertThat(server.awaitDisconnected(Duration.ofSeconds(10))).isTrue();
-        assertThat(log.stream().filter(l -> l.contains("without F_SEAL_SHRINK")).count()).as("once for two regions")
-                .isEqualTo(1);
-        assertLogged("guest memory region is a memfd without F_SEAL_SHRINK", "SIGBUS");
-        log.clear();
-        int sealed = SharedMemory.memfd("guest-ram", RAM);
-        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
-            SharedMemory.seal(sealed); // as QEMU's memory-backend-memfd (seal=on)
-            realize(fe, false);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), sealed)).isZero();
-            assertThat(fe.get(GET_QUEUE_NUM)).isEqualTo(QUEUES);
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), unsealed)).as("unsealed memfd").isNotZero();
+            assertLogged("ADD_MEM_REG(37) refused", "region (guest 0x0): its file /memfd:guest-ram-unsealed",
+                    "is not sealed with F_SEAL_SHRINK", "SIGBUS", "memory-backend-memfd", "seal=on");
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), tmpfs)).as("tmpfs file").isNotZero();
+            assertLogged("ADD_MEM_REG(37) refused", "its file " + shm, "is not sealed with F_SEAL_SHRINK",
+                    "memory-backend-memfd");
+            assertThat(Files.readAllLines(Path.of("/proc/self/maps"))).as("neither is mapped")
+                    .noneMatch(l -> l.contains("guest-ram-unsealed") || l.contains(shm.toString()));
+            MemorySegment table = fe.payload(MEMORY_REGIONS + REGION_SIZE);
+            table.set(ValueLayout.JAVA_INT, MEMORY_NREGIONS, 1);
+            table.set(ValueLayout.JAVA_LONG, MEMORY_REGIONS + REGION_SIZE_FIELD, LOW);
+            table.set(ValueLayout.JAVA_LONG, MEMORY_REGIONS + REGION_UADDR, uaddr);
+            assertThat(fe.acked(SET_MEM_TABLE, table, unsealed)).as("SET_MEM_TABLE too").isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).as("the sealed memfd").isZero();
+            assertThat(fe.get(GET_QUEUE_NUM)).as("still served").isEqualTo(QUEUES);
+            assertThatThrownBy(() -> Libc.ftruncate(ram, 0)).as("a sealed memfd cannot be cut under the server")
+                    .isInstanceOf(NativeException.class);
         } finally {
-            Libc.close(sealed);
+            Libc.close(unsealed);
+            Libc.close(tmpfs);
+            Files.delete(shm);
         }
-        assertThat(log).noneMatch(l -> l.contains("F_SEAL_SHRINK"));
+        assertNextFrontEndServed();
+    }
+
+    /**
+     * Request {@code k} (0-based, one at a time) on vring 0: readSectorZero's READ of sector 0, its completion
+     * seen in the used ring (bounded wait) rather than through the call eventfd, which a test may have filled.
+     */
+    private void readSectorZeroPolled(EventFd kick, int k) {
+        long ring = ringBase(0) - uaddr, header = 0xf0000, data = 0xf1000, status = 0xf2000;
+        for (int d = 0; d < 3; d++) {
+            long at = ring + 16L * d;
+            ramView.set(ValueLayout.JAVA_LONG, at, d == 0 ? header : d == 1 ? data : status);
+            ramView.set(ValueLayout.JAVA_INT, at + 8, d == 0 ? 16 : d == 1 ? 512 : 1);
+            ramView.set(ValueLayout.JAVA_SHORT, at + 12, (short) (d == 0 ? 1 : d == 1 ? 3 : 2));
+            ramView.set(ValueLayout.JAVA_SHORT, at + 14, (short) (d + 1));
+        }
+        ramView.set(ValueLayout.JAVA_INT, header, 0);
+        ramView.set(ValueLayout.JAVA_LONG, header + 8, 0L);
+        ramView.set(ValueLayout.JAVA_BYTE, status, (byte) 0xff);
+        ramView.set(ValueLayout.JAVA_SHORT, ring + 0x1000 + 4 + 2L * (k % RING), (short) 0);
+        // used_event (EVENT_IDX): an interrupt for this very completion, so every completion writes the call fd
+        ramView.set(ValueLayout.JAVA_SHORT, ring + 0x1000 + 4 + 2L * RING, (short) k);
+        ramView.set(ValueLayout.JAVA_SHORT, ring + 0x1000 + 2, (short) (k + 1));
+        kick.signal();
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        while (ramView.get(ValueLayout.JAVA_SHORT, ring + 0x2000 + 2) != (short) (k + 1)) {
+            assertThat(System.nanoTime() - deadline).as("request " + k + " completed within 10 s (used idx "
+                    + ramView.get(ValueLayout.JAVA_SHORT, ring + 0x2000 + 2) + ")").isNegative();
+            java.util.concurrent.locks.LockSupport.parkNanos(100_000);
+        }
+        assertThat(ramView.get(ValueLayout.JAVA_BYTE, status)).as("request " + k + " VIRTIO_BLK_S_OK").isZero();
+    }
+
+    /** Sets {@code e}'s counter to 2^64-2, the most a write may leave: one more and a blocking write waits. */
+    static void fill(EventFd e) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment max = a.allocate(ValueLayout.JAVA_LONG);
+            max.set(ValueLayout.JAVA_LONG, 0, 0xfffffffffffffffeL);
+            assertThat(io.pmemblk.posix.FileIo.write(e.fd(), max)).as("the counter set to 2^64-2").isEqualTo(8);
+        }
+    }
+
+    /**
+     * A front end that fills its call eventfd's counter (issue 42 item 5: the queue thread then blocked for good
+     * in write(2), serving nothing more): the ring keeps serving, the stop answers, the next front end is served.
+     */
+    @Test
+    void aCallEventfdWithAFullCounterStallsNothing() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            long features = realize(fe, false);
+            EventFd[][] n = start(fe, 0x170007e46L & features, new int[]{0}, true);
+            EventFd blocking = EventFd.create(false); // a blocking one: QEMU's are not, a hostile front end's may be
+            eventFds.add(blocking);
+            fill(blocking);
+            fe.set(SET_VRING_CALL, 0, blocking.fd()); // while the ring runs: it restarts where it stopped
+            for (int k = 0; k < 8; k++) {
+                readSectorZeroPolled(n[0][0], k);
+            }
+            assertThat(stop(fe, 1)).containsExactly(8);
+        }
+        assertNextFrontEndServed();
+    }
+
+    /** fcntl(fd, F_SETFL, 0): what a hostile front end can do to the open file description it shares with us. */
+    @SuppressWarnings("restricted")
+    static void clearNonBlocking(int fd) throws Throwable {
+        java.lang.foreign.Linker linker = java.lang.foreign.Linker.nativeLinker();
+        java.lang.invoke.MethodHandle fcntl = linker.downcallHandle(linker.defaultLookup().find("fcntl").orElseThrow(),
+                java.lang.foreign.FunctionDescriptor.of(ValueLayout.JAVA_INT, ValueLayout.JAVA_INT, ValueLayout.JAVA_INT,
+                        ValueLayout.JAVA_INT), java.lang.foreign.Linker.Option.firstVariadicArg(2));
+        assertThat((int) fcntl.invokeExact(fd, 4 /* F_SETFL */, 0)).as("F_SETFL 0").isZero();
+    }
+
+    /**
+     * The DMA route (the real pmem driver and the software I/OAT engine, one channel, whose completion thread every
+     * client shares) with a front end whose call eventfd's counter is full (issue 42 item 5: the engine's
+     * completion thread blocked in write(2); a later NBD 1 MiB write on the DMA route never completed and SIGTERM
+     * hung): the ring serves on; then with O_NONBLOCK cleared again by the front end, another client's 1 MiB
+     * write on the DMA route completes, and the server closes within a bound.
+     */
+    @Test
+    void aCallEventfdWithAFullCounterStallsNoOtherClientOnTheDmaRoute() throws Throwable {
+        io.pmemblk.dma.DmaEngine engine = io.pmemblk.dma.DmaEngine.soft(new io.pmemblk.dma.IovaSpace(), 1, 512);
+        io.pmemblk.pmem.PmemBlockDriver pmem = new io.pmemblk.pmem.PmemBlockDriver(io.pmemblk.pmem.PmemRegion.open(
+                dir.resolve("d.img"), DISK, false, io.pmemblk.pmem.PmemRegion.Mapper.AUTO),
+                new io.pmemblk.pmem.CopyStats(), engine, new io.pmemblk.pmem.Routing(1, 1));
+        BlockLayer dmaLayer = new BlockLayer(pmem, QUEUES, 16, 4L << 20, 1 << 20);
+        Path dmaSocket = dir.resolve("dma.sock");
+        VhostUserBlkServer dmaServer = new VhostUserBlkServer(new VhostUserBlkConfig(dmaSocket, QUEUES, QUEUE_SIZE),
+                dmaLayer);
+        MemorySegment other = arena.allocate(1 << 20, 4096); // another client's (an NBD connection's) buffer
+        EventFd blocking = EventFd.create(false);
+        eventFds.add(blocking);
+        try {
+            dmaServer.start();
+            long otherIova = pmem.registerMemory(other);
+            try (TestFrontEnd fe = TestFrontEnd.connect(dmaSocket)) {
+                long features = realize(fe, false);
+                EventFd[][] n = start(fe, 0x170007e46L & features, new int[]{0}, true);
+                fill(blocking);
+                fe.set(SET_VRING_CALL, 0, blocking.fd());
+                for (int k = 0; k < 8; k++) {
+                    readSectorZeroPolled(n[0][0], k); // each one copied by the engine, completed on its thread
+                }
+                clearNonBlocking(blocking.fd()); // the server's writes to it would block again
+                readSectorZeroPolled(n[0][0], 8);
+                io.pmemblk.queueing.FrontendQueue client = new io.pmemblk.queueing.FrontendQueue(dmaLayer.queue(1));
+                java.util.concurrent.BlockingQueue<io.pmemblk.queueing.Request> done =
+                        new java.util.concurrent.ArrayBlockingQueue<>(1);
+                io.pmemblk.queueing.Request w = client.acquireIov(io.pmemblk.queueing.Op.WRITE, 0, 1 << 20);
+                w.addIov(other, otherIova);
+                w.completion = done::add;
+                client.add(w);
+                client.dispatch();
+                assertThat(done.poll(10, java.util.concurrent.TimeUnit.SECONDS)).as("the other client's 1 MiB write"
+                        + " on the DMA route completed within 10 s").isSameAs(w);
+                assertThat(w.status()).isEqualTo(io.pmemblk.queueing.Status.OK);
+                assertThat(w.route).as("by the engine").isEqualTo(io.pmemblk.queueing.Route.DMA);
+                w.release();
+            }
+            long closing = System.nanoTime();
+            java.util.concurrent.CompletableFuture<Void> closed =
+                    java.util.concurrent.CompletableFuture.runAsync(dmaServer::close);
+            closed.get(30, java.util.concurrent.TimeUnit.SECONDS); // as SIGTERM's shutdown does
+            assertThat(System.nanoTime() - closing).as("closed within 30 s").isLessThan(30_000_000_000L);
+        } finally {
+            blocking.drain(); // frees a writer still blocked on it (the front end's own queue thread)
+            dmaServer.close();
+            pmem.unregisterMemory(other);
+            dmaLayer.close();
+            pmem.close();
+        }
+    }
+
+    /** A kick or call that is not an eventfd (a regular file, a socket) is refused, naming what it is. */
+    @Test
+    void aKickOrCallThatIsNotAnEventfdIsRefusedNamingWhatItIs() throws Exception {
+        int file = SharedMemory.memfd("not-an-eventfd", 8);
+        int sock = io.pmemblk.posix.UnixStream.socket();
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            realize(fe, false);
+            assertThat(fe.acked(SET_VRING_CALL, fe.u64(0), file)).as("a regular file as call").isNotZero();
+            assertLogged("SET_VRING_CALL", "refused", "vring 0 call fd is /memfd:not-an-eventfd",
+                    "not an eventfd; allowed: an eventfd(2)");
+            assertThat(fe.acked(SET_VRING_KICK, fe.u64(1), sock)).as("a socket as kick").isNotZero();
+            assertLogged("SET_VRING_KICK", "refused", "vring 1 kick fd is socket:[", "not an eventfd");
+            assertThat(fe.acked(SET_VRING_CALL, fe.u64(1), eventFd().fd())).as("an eventfd is taken").isZero();
+            assertThat(fe.get(GET_QUEUE_NUM)).as("still served").isEqualTo(QUEUES);
+        } finally {
+            Libc.close(file);
+            Libc.close(sock);
+        }
+        assertNextFrontEndServed();
     }
 
     @Test

@@ -93,6 +93,7 @@ class VringStopTest {
         server.start();
         long bytes = GuestRam.bytesFor(0, MIB);
         ramFd = SharedMemory.memfd("guest-ram", bytes);
+        SharedMemory.seal(ramFd); // as QEMU's memory-backend-memfd (seal=on, its default): the server requires it
         ram = new GuestRam(null, SharedMemory.map(ramFd, 0, bytes, arena), 0, MIB);
     }
 

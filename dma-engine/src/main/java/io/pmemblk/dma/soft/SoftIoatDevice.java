@@ -7,6 +7,7 @@ import io.pmemblk.dma.IovaFault;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.Mmio;
 import io.pmemblk.dma.SoftInterrupt;
+import io.pmemblk.posix.MemoryFaults;
 import java.lang.foreign.MemorySegment;
 import java.lang.invoke.VarHandle;
 import java.lang.management.ManagementFactory;
@@ -29,7 +30,9 @@ import java.util.concurrent.locks.ReentrantLock;
  *   <li>CHANSTS = completed descriptor address | state after every descriptor. A descriptor with completion_update
  *       writes CHANSTS to the 8-byte word at CHANCMP; int_enable raises the channel's interrupt vector.</li>
  *   <li>Any error halts (ANY_ERR_ABORT_EN is assumed): CHANERR |= cause, state HALTED, CHANSTS keeps the last good
- *       descriptor; with ERR_COMPLETION_EN the writeback word is written, with ERR_INT_EN the vector is raised.</li>
+ *       descriptor; with ERR_COMPLETION_EN the writeback word is written, with ERR_INT_EN the vector is raised.
+ *       A copy whose source or destination memory faults (a mapped file truncated, a poisoned line) halts with
+ *       READ_DATA or WRITE_DATA; the engine thread survives it ({@link MemoryFaults}).</li>
  *   <li>Descriptors run one at a time in ring order, so fence is honoured trivially. COPY and null are supported;
  *       any other op halts with CHANERR_CONTROL.</li>
  *   <li>Register commands (CHANCMD, CHAINADDR) take the channel lock, which the engine holds for one descriptor,
@@ -388,7 +391,18 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                     halt(CHANERR_DEST_ADDR);
                     return;
                 }
-                MemorySegment.copy(from, 0, to, 0, size);
+                try {
+                    MemoryFaults.copy(from, 0, to, 0, size);
+                } catch (InternalError e) {
+                    if (!MemoryFaults.isFault(e)) {
+                        throw e;
+                    }
+                    // The memory behind a translated address failed (a file truncated under its mapping, a
+                    // poisoned line): hardware halts with a read or write data error, the descriptor not
+                    // completed, and its engine serves on after the driver's reset. So does this one.
+                    halt(MemoryFaults.loads(from) ? CHANERR_WRITE_DATA : CHANERR_READ_DATA);
+                    return;
+                }
             }
             processed = (processed + 1) & 0xFFFF;
             completedTotal++;

@@ -4,6 +4,8 @@ import static io.pmemblk.dma.ioat.IoatSpec.*;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.SharedMemory;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -86,6 +88,40 @@ class SoftIoatDeviceTest {
         dev.write16(CH + DMACOUNT, count);
         awaitWord(completed | CHANSTS_HALTED);
         assertThat(dev.read32(CH + CHANERR)).as("CHANERR").isEqualTo(chanerr);
+    }
+
+    /**
+     * A copy out of or into a mapped file truncated under it (issue 42 item 4: the engine thread died of the fault,
+     * and DMA-routed I/O and SIGTERM hung): the channel halts with READ_DATA (source) or WRITE_DATA (destination),
+     * nothing completed, as hardware halts on a failed memory access; the engine thread lives, and after the
+     * driver's reset the next copy runs.
+     */
+    @Test
+    void aCopyOutOfOrIntoATruncatedMappingHaltsWithADataErrorAndTheEngineServesOn() throws Exception {
+        int fd = SharedMemory.memfd("soft-ioat-truncated", 8192);
+        try (Arena files = Arena.ofShared()) {
+            MemorySegment file = SharedMemory.map(fd, 0, 8192, files);
+            long fileIova = space.map(file);
+            Libc.ftruncate(fd, 0); // every page of the mapping now faults
+            arm();
+            descriptor(0, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, fileIova + 4096, bufIova + 8192);
+            doorbellThenHalt(1, 0, CHANERR_READ_DATA);
+            assertThat(buf.get(ValueLayout.JAVA_BYTE, 8192)).as("nothing copied").isZero();
+            assertThat(dev.engineCpuTimeNanos(0)).as("the engine thread lives").isNotNegative();
+            dev.write32(CH + CHANERR, CHANERR_READ_DATA);
+            arm();
+            descriptor(0, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, bufIova, fileIova);
+            doorbellThenHalt(1, 0, CHANERR_WRITE_DATA);
+            dev.write32(CH + CHANERR, CHANERR_WRITE_DATA);
+            arm();
+            descriptor(0, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, bufIova, bufIova + 8192);
+            dev.write16(CH + DMACOUNT, 1);
+            awaitWord(ringIova | CHANSTS_IDLE);
+            assertThat(MemorySegment.mismatch(buf, 0, 4096, buf, 8192, 8192 + 4096)).as("the next copy ran").isEqualTo(-1);
+            space.unmap(fileIova);
+        } finally {
+            Libc.close(fd);
+        }
     }
 
     @Test

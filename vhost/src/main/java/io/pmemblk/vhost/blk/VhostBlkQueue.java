@@ -1,5 +1,6 @@
 package io.pmemblk.vhost.blk;
 
+import io.pmemblk.posix.MemoryFaults;
 import io.pmemblk.posix.EdgeWait;
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.NativeException;
@@ -54,12 +55,15 @@ import java.util.function.Supplier;
  * Published (the used index, and the call eventfd when the guest asked for it) at the end of each dispatch, or,
  * with {@code vhost.coalesce}, held back while the thread polls for the guest's next requests and published
  * together: one interrupt for several ({@link RingPolling}, the hold). A DMA route's completions, on the engine's
- * completion thread, are published at once, with whatever is held.
+ * completion thread, are published at once, with whatever is held; their interrupt is sent by the queue thread
+ * (the engine's thread, which every client shares, never writes a front end's descriptor).
  */
 public final class VhostBlkQueue {
     private static final System.Logger LOG = System.getLogger(VhostBlkQueue.class.getName());
     /** A guest can refuse itself as fast as it fills the ring: its refusals are rate-limited. */
     private static final RefusalLog REFUSALS = RefusalLog.to(LOG, System.Logger.Level.DEBUG);
+    /** A fault in guest RAM is the operator's to know (rate-limited as the refusals: a front end can repeat it). */
+    private static final RefusalLog GUEST_RAM_FAULTS = RefusalLog.withOwnLimit(LOG, System.Logger.Level.WARNING);
     public static final long DEFAULT_POLL_NANOS = 20_000;
     /**
      * vhost.coalesce's default, the longest a completion is held back for others ({@link RingPolling}, the hold).
@@ -124,6 +128,14 @@ public final class VhostBlkQueue {
     /** What the driver calls when one of this queue's requests is done (any thread). */
     private final Request.Completion completion = this::completed;
     private volatile boolean running;
+    /**
+     * A completion on another thread (the DMA engine's completion thread, which every client shares) published
+     * used entries the guest is to be interrupted for: the queue thread writes the call eventfd
+     * ({@link #sendDueCall}), woken by {@link #wake}. The call fd is the front end's: a front end can make a write
+     * to it block (its counter full and O_NONBLOCK cleared on the description it shares with us), and then only
+     * its own queue thread waits, never the engine that serves every other client.
+     */
+    private volatile boolean callDue;
     /** SET_VRING_ENABLE: while false the thread pops nothing ({@link #enable}). */
     private volatile boolean enabled = true;
     /** When {@link #halt} was called (System.nanoTime), and whether {@link #awaitQuiet} interrupted the thread. */
@@ -341,6 +353,9 @@ public final class VhostBlkQueue {
         synchronized (vq) {
             vq.stop();
         }
+        // After vq.stop() completions write nothing (nor wake the thread); what those before it left due goes now,
+        // before the session closes the call fd (the thread has ended or no longer sends it).
+        sendDueCall();
         synchronized (this) {
             quietAction = whenQuiet;
             detached = true;
@@ -401,6 +416,7 @@ public final class VhostBlkQueue {
         try {
             vq.disableKicks();
             while (running) {
+                sendDueCall();
                 if (!enabled) {
                     if (heldSince != 0) {
                         publishHeld(); // what was answered before the ring was disabled
@@ -435,6 +451,7 @@ public final class VhostBlkQueue {
         } finally {
             frontend.dispatch(); // what the batch holds still completes
             publishHeld(); // before stop() returns and QEMU unmaps the ring
+            sendDueCall();
             frontend.releaseUndispatched(); // a request being filled when something threw
             synchronized (this) {
                 threadLive = false;
@@ -465,6 +482,7 @@ public final class VhostBlkQueue {
                 if (vq.hasAvailable()) {
                     return true;
                 }
+                sendDueCall(); // a DMA completion meanwhile: its interrupt is not held for the poll
             } while (System.nanoTime() - from < window);
             return false;
         } finally {
@@ -483,6 +501,7 @@ public final class VhostBlkQueue {
                 long hold = polling.holdNanos();
                 while (running && System.nanoTime() - heldSince < hold) {
                     Thread.onSpinWait();
+                    sendDueCall(); // a DMA completion published everything held with its own
                     if (vq.hasAvailable()) {
                         polling.held(true);
                         return true;
@@ -742,9 +761,38 @@ public final class VhostBlkQueue {
     private void completed(Request r) {
         int head = (int) r.cookie;
         int status = r.status();
+        if (status == Status.EIO && r.callerMemory()) {
+            noteGuestRamFault(r, head); // before the release: the pieces are the request's
+        }
         r.release(); // before the guest sees the head complete: its next request finds the tag free
         byte s = status == Status.OK ? VirtioBlk.S_OK : status == Status.ENOTSUP ? VirtioBlk.S_UNSUPP : VirtioBlk.S_IOERR;
         answer(head, s, s == VirtioBlk.S_OK ? okLength[head] : 1);
+    }
+
+    /**
+     * A data request failed: when one of its pieces of guest RAM no longer loads (a poisoned line; memory a front
+     * end took away), says so naming the region, so the log blames guest RAM, not the device. Failure path only,
+     * rate-limited with the refusals; the loads are checked accesses ({@link MemoryFaults}), safe on any thread.
+     */
+    private void noteGuestRamFault(Request r, int head) {
+        if (!GUEST_RAM_FAULTS.enabled()) {
+            return;
+        }
+        GuestMemory mem = memory.get();
+        for (int i = 0, n = r.iovCount(); i < n; i++) {
+            MemorySegment piece = r.iovMapping(i).asSlice(r.iovStart(i), r.iovLength(i));
+            if (!MemoryFaults.loads(piece)) {
+                String region = "at address 0x" + Long.toHexString(piece.address());
+                for (int k = 0; k < mem.regionCount(); k++) {
+                    if (mem.region(k).mapping().address() == r.iovMapping(i).address()) {
+                        region = mem.region(k) + " at offset 0x" + Long.toHexString(r.iovStart(i));
+                    }
+                }
+                GUEST_RAM_FAULTS.refused("vhost-blk-q{0} head {1}: IOERR: guest RAM {2} ({3} bytes) faulted: the front"
+                        + " end''s memory, not the device", index, head, region, Long.toString(r.iovLength(i)));
+                return;
+            }
+        }
     }
 
     private void refuse(int head, byte status, String why) {
@@ -759,18 +807,31 @@ public final class VhostBlkQueue {
     }
 
     /**
-     * Writes the status byte and pushes the head; signals the call eventfd when the ring says so. On a detached
-     * queue ({@link #detach}) it writes nothing: the last such completion runs the quiet action.
+     * Writes the status byte and pushes the head; signals the call eventfd when the ring says so: on the queue
+     * thread itself, or, from another thread, by handing the signal to the queue thread ({@link #callDue}), whose
+     * wake-up is our own non-blocking eventfd, signalled under vq's monitor: after {@link #detach} stops vq no
+     * completion reaches it, so it may be closed. On a detached queue it writes nothing: the last such completion
+     * runs the quiet action.
      */
     private void answer(int head, byte status, int usedLen) {
         boolean signal = false;
         boolean lastOfDetached = false;
+        boolean queueThread = Thread.currentThread() == thread;
         synchronized (vq) {
             if (vq.stopped()) {
                 lastOfDetached = vq.abandon(head) == 0; // the ring is no longer ours, nor perhaps guest memory
             } else {
                 statusMapping[head].set(ValueLayout.JAVA_BYTE, statusOffset[head], status);
                 signal = vq.push(head, usedLen);
+                if (signal && !queueThread && call != null) {
+                    callDue = true;
+                    try {
+                        wake.signal(); // never blocks: ours, non-blocking (EAGAIN, a full counter, is a wake pending)
+                    } catch (RuntimeException e) {
+                        LOG.log(System.Logger.Level.DEBUG, "vhost-blk-q" + index + ": waking the queue thread: " + e);
+                    }
+                    return;
+                }
             }
         }
         if (lastOfDetached) {
@@ -778,6 +839,14 @@ public final class VhostBlkQueue {
             return;
         }
         signal(signal);
+    }
+
+    /** Sends the interrupt a completion on another thread left due ({@link #callDue}): queue thread, or stop(). */
+    private void sendDueCall() {
+        if (callDue) {
+            callDue = false;
+            signal(true);
+        }
     }
 
     private void signal(boolean due) {

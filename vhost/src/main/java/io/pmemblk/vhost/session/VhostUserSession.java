@@ -49,8 +49,6 @@ public final class VhostUserSession implements Runnable {
     private static final System.Logger LOG = System.getLogger("io.pmemblk.vhost");
     /** The server's: a front-end that sends bad messages (or reconnects to send more) cannot flood the log. */
     private final RefusalLog refusals;
-    /** Whether the log said that a guest memory fd can shrink ({@link #noteUnsealed}): once a connection. */
-    private boolean unsealedNoted;
     /** Memory slots a front-end may fill with ADD_MEM_REG: libvhost-user 7.2's VHOST_USER_MAX_RAM_SLOTS. */
     public static final int MAX_MEM_SLOTS = 32;
     /** Ring features this back-end serves on top of the device's (split ring only: no RING_PACKED). */
@@ -398,7 +396,7 @@ public final class VhostUserSession implements Runnable {
                         + Long.toHexString(size) + " passes the end of its file (0x" + Long.toHexString(st.size())
                         + " bytes): touching it would fault; allowed: a range within the file");
             }
-            noteUnsealed(fd, what);
+            requireSealed(r, fd, what);
             long page = Libc.pageSize();
             long skew = offset & (page - 1);
             arena = Arena.ofShared();
@@ -408,8 +406,11 @@ public final class VhostUserSession implements Runnable {
             arena = null;
             regions.add(m);
             memory = memory.with(m.region());
-            LOG.log(System.Logger.Level.DEBUG, "{0}: guest memory 0x{1}+0x{2} mapped{3}", name, Long.toHexString(r[0]),
-                    Long.toHexString(size), iova < 0 ? "" : ", iova 0x" + Long.toHexString(iova));
+            // INFO, with where it is mapped here: a fault in guest RAM is logged by the driver with the address
+            // (CallerMemoryFault), which this line ties to the connection and the region.
+            LOG.log(System.Logger.Level.INFO, "{0}: guest memory 0x{1}+0x{2} mapped at 0x{3}{4}", name,
+                    Long.toHexString(r[0]), Long.toHexString(size), Long.toHexString(mapping.address()),
+                    iova < 0 ? "" : ", iova 0x" + Long.toHexString(iova));
         } catch (NativeException e) {
             throw new Refusal(what + ": cannot map it: " + e.getMessage());
         } finally {
@@ -421,23 +422,30 @@ public final class VhostUserSession implements Runnable {
     }
 
     /**
-     * Says once per connection that guest memory can still shrink under us. The size check above holds only
-     * until the front-end truncates the file; a memfd sealed with F_SEAL_SHRINK cannot be truncated, and QEMU
-     * seals its memfd backends so by default (memory-backend-memfd seal=on). We cannot add the seal ourselves:
-     * sealing is the file's owner's decision (and F_SEAL_SEAL may already forbid it), and libvhost-user does
-     * not check either. So the region is served, and the risk is named in the log.
+     * Refuses guest memory that can shrink under us. Guest RAM is copied into and out of by native code that
+     * cannot survive a fault (libc's memcpy for reads of pmem kept in memory, libpmem's non-temporal copy for
+     * writes to real pmem, a DMA engine), and the rings and status bytes are stored to from threads every
+     * client shares: a front end that truncated its memory file while it is mapped would kill this process with
+     * SIGBUS, and every NBD, ublk and vhost client with it. A memfd sealed with F_SEAL_SHRINK cannot be truncated
+     * (fcntl(2)), and QEMU seals its memfd backends so unless told not to (memory-backend-memfd seal=on, the
+     * default since QEMU 2.12; hugetlb=on keeps it for huge pages). A file that cannot carry seals
+     * (memory-backend-file on tmpfs or hugetlbfs) or a memfd left unsealed (seal=off) is refused, naming that
+     * fix. We cannot add the seal ourselves: sealing is the file's owner's decision (F_SEAL_SEAL may forbid it),
+     * and a seal added now would not undo a truncation already made.
      */
-    private void noteUnsealed(int fd, String what) throws NativeException {
-        if (unsealedNoted) {
+    private static void requireSealed(long[] r, int fd, String what) throws Refusal, NativeException {
+        int seals = SharedMemory.seals(fd);
+        if (seals >= 0 && (seals & SharedMemory.F_SEAL_SHRINK) != 0) {
             return;
         }
-        int seals = SharedMemory.seals(fd);
-        if (seals >= 0 && (seals & SharedMemory.F_SEAL_SHRINK) == 0) {
-            unsealedNoted = true;
-            LOG.log(System.Logger.Level.INFO, "{0}: guest memory {1} is a memfd without F_SEAL_SHRINK: if the"
-                    + " front-end truncates it while it is mapped, this process dies of SIGBUS (QEMU's"
-                    + " memory-backend-memfd seals it unless seal=off)", name, what);
-        }
+        // A tmpfs or hugetlbfs file answers F_GET_SEALS with F_SEAL_SEAL alone: it can never be sealed.
+        String kind = seals < 0 ? "cannot carry seals (not a memfd)"
+                : "is not sealed with F_SEAL_SHRINK (seals 0x" + Integer.toHexString(seals) + ")";
+        throw new Refusal(what + " (guest 0x" + Long.toHexString(r[0]) + "): its file " + Libc.describeFd(fd) + " "
+                + kind + "; the front end could"
+                + " truncate it while it is mapped, and a copy into or out of it would then kill this process (SIGBUS)"
+                + "; allowed: guest RAM in a memfd sealed against shrinking: QEMU -object memory-backend-memfd,id=mem,"
+                + "size=...,share=on (seal=on is its default; add hugetlb=on for huge pages)");
     }
 
     /**
@@ -593,21 +601,23 @@ public final class VhostUserSession implements Runnable {
         if (fd < 0) {
             throw new Refusal("vring " + index + " without a kick fd (polling mode) is not served; allowed: an eventfd");
         }
+        EventFd kick = notifier(fd, "vring " + index + " kick fd");
         Vring v = vrings[index];
         stopRing(index);
         closeQuietly(v.kick);
-        v.kick = EventFd.adopt(fd);
+        v.kick = kick;
         startRing(index); // SET_VRING_KICK starts the ring [S] "Ring states"
     }
 
     private void setVringCall(long word) throws Refusal {
         int index = (int) (word & VRING_IDX_MASK);
         int fd = fileOf(word, "SET_VRING_CALL");
+        EventFd call = fd < 0 ? null : notifier(fd, "vring " + index + " call fd");
         Vring v = vrings[index];
         boolean running = v.queue != null;
         stopRing(index); // the queue takes its call fd at start: a new one means a restart where it stopped
         closeQuietly(v.call);
-        v.call = fd < 0 ? null : EventFd.adopt(fd);
+        v.call = call;
         if (running) {
             startRing(index);
         }
@@ -616,9 +626,28 @@ public final class VhostUserSession implements Runnable {
     private void setVringErr(long word) throws Refusal {
         int index = (int) (word & VRING_IDX_MASK);
         int fd = fileOf(word, "SET_VRING_ERR");
+        EventFd err = fd < 0 ? null : notifier(fd, "vring " + index + " err fd");
         Vring v = vrings[index];
         closeQuietly(v.err);
-        v.err = fd < 0 ? null : EventFd.adopt(fd); // kept for the front-end's sake; a broken ring closes the session
+        v.err = err; // kept for the front-end's sake; a broken ring closes the session
+    }
+
+    /**
+     * The front end's notifier {@code fd}, checked to be an eventfd and made non-blocking
+     * ({@link EventFd#adoptNotifier}): a write to anything else, or to an eventfd whose counter the front end
+     * filled, could block the thread that signals it. Closed here when refused.
+     */
+    private static EventFd notifier(int fd, String what) throws Refusal {
+        try {
+            return EventFd.adoptNotifier(fd, what);
+        } catch (IllegalArgumentException | NativeException e) {
+            try {
+                Libc.close(fd);
+            } catch (NativeException ignored) {
+                // ours to close; nothing else to do if it is gone
+            }
+            throw new Refusal(e.getMessage());
+        }
     }
 
     private void setVringEnable(MemorySegment p) throws Refusal {

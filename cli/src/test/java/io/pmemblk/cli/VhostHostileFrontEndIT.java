@@ -1,0 +1,230 @@
+package io.pmemblk.cli;
+
+import io.pmemblk.posix.EventFd;
+import io.pmemblk.posix.FileIo;
+import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.SharedMemory;
+import io.pmemblk.posix.UnixMessages;
+import io.pmemblk.posix.UnixStream;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.file.Path;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.LockSupport;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * A real {@code pmemblk serve} (vhost-user and NBD, copies of 64 KiB and more by the software DMA engine) against
+ * a vhost-user front end of our own that does what QEMU never does (issue 42): fill its call eventfd's counter
+ * (item 5), hand over guest RAM it can truncate (item 4). Every other client is served on, and SIGTERM ends the
+ * server within a bound.
+ */
+class VhostHostileFrontEndIT {
+    // vhost-user request ids and layouts (qemu/qemu docs/interop/vhost-user.rst): the protocol package is not exported
+    static final int GET_FEATURES = 1, SET_FEATURES = 2, SET_OWNER = 3, SET_MEM_TABLE = 5, SET_VRING_NUM = 8,
+            SET_VRING_ADDR = 9, SET_VRING_BASE = 10, SET_VRING_KICK = 12, SET_VRING_CALL = 13;
+    static final long VERSION_1 = 1L << 32;
+    static final long RAM = 4 << 20, DESC = 0x10000, AVAIL = 0x11000, USED = 0x12000, HEADER = 0x20000,
+            STATUS = 0x30000, DATA = 0x100000;
+    static final int RING = 16, DATA_BYTES = 64 << 10;
+
+    @TempDir
+    Path tmp;
+
+    /** Serve with vhost-user and NBD, copies from 64 KiB on by the soft engine (NBD ones bounced). */
+    private ServerProcess serve(Path dir) throws Exception {
+        return ServerProcess.start(dir, java.util.Map.of(), ServerProcess.sets("pmem.path=" + dir.resolve("p.img"),
+                "pmem.size=64M", "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "vhost.socket=" + dir.resolve("v"),
+                "dma.engine=soft", "route.dma.bounce=true", "route.dma.min-bytes=65536", "queue.buffer-bytes=32M"), 2);
+    }
+
+    /** A 1 MiB NBD write and its read-back (qemu-io), on the DMA route: it must end within 30 s. */
+    private static void nbdWriteCompletes(ServerProcess s) throws Exception {
+        ServerProcess.Run w = ServerProcess.run(List.of("timeout", "30", "qemu-io", "-f", "raw", "-c",
+                "write -P 0x5a 8M 1M", "-c", "read -P 0x5a 8M 1M", s.unixUri()), 40);
+        assertThat(w.exit()).as("the NBD client's 1 MiB write completed within 30 s: %s", w.out()).isZero();
+        assertThat(w.out()).doesNotContain("Pattern verification failed").contains("read 1048576/1048576 bytes");
+    }
+
+    /** SIGTERM: the server exits 0 within 30 s. */
+    private static void terminatesWithin30s(ServerProcess s) throws Exception {
+        long t0 = System.nanoTime();
+        int exit = s.terminate();
+        assertThat(System.nanoTime() - t0).as("stop time after SIGTERM").isLessThan(TimeUnit.SECONDS.toNanos(30));
+        assertThat(exit).as("exit code; stderr:%n%s", s.stderr()).isZero();
+    }
+
+    /**
+     * Item 5: the call eventfd handed over blocking, with its counter at 2^64-2. On the code before the fix the
+     * engine's completion thread blocked in write(2) on the first completion, the NBD client's 1 MiB DMA write
+     * never completed and SIGTERM hung.
+     */
+    @Test
+    void aFullCallEventfdStallsNeitherItsRingNorAnNbdClientNorSigterm() throws Exception {
+        Path dir = tmp.toRealPath();
+        try (ServerProcess s = serve(dir); FrontEnd fe = new FrontEnd(dir.resolve("v"), true)) {
+            EventFd call = EventFd.create(false); // blocking, as a hostile front end may make it
+            try {
+                try (Arena a = Arena.ofConfined()) {
+                    MemorySegment max = a.allocate(ValueLayout.JAVA_LONG);
+                    max.set(ValueLayout.JAVA_LONG, 0, 0xfffffffffffffffeL);
+                    assertThat(FileIo.write(call.fd(), max)).isEqualTo(8);
+                }
+                fe.startRing(call);
+                for (int k = 0; k < 4; k++) {
+                    fe.read64k(k); // each by the engine, completed on its thread, each due an interrupt
+                }
+                nbdWriteCompletes(s);
+                fe.read64k(4);
+                fe.close();
+                terminatesWithin30s(s);
+            } finally {
+                call.drain(); // frees a writer still blocked on it, should one be
+                call.close();
+            }
+        }
+    }
+
+    /**
+     * Item 4: guest RAM in a memfd without F_SEAL_SHRINK is refused at SET_MEM_TABLE, naming the fix; the server
+     * serves on. Before the fix it was served, and once the front end truncated it a 64 KiB READ copied into it by
+     * the soft engine killed the channel's thread: DMA-routed I/O and SIGTERM hung (with pmem on tmpfs, libc's
+     * memcpy killed the JVM).
+     */
+    @Test
+    void unsealedGuestRamIsRefusedAndTheServerServesOn() throws Exception {
+        Path dir = tmp.toRealPath();
+        try (ServerProcess s = serve(dir)) {
+            FrontEnd fe = new FrontEnd(dir.resolve("v"), false);
+            EventFd call = EventFd.create(true);
+            try {
+                fe.startRing(call);
+                Libc.ftruncate(fe.ram, DATA); // the front end takes away its memory from the data buffer on
+                fe.read64k(0); // on the code before the fix: the engine's channel thread dies of the fault
+            } catch (NativeException | AssertionError refused) {
+                // the connection was closed at SET_MEM_TABLE (sends fail, or nothing completes): what the fix does
+            } finally {
+                fe.close();
+                call.close();
+            }
+            nbdWriteCompletes(s);
+            assertThat(s.stderr()).as("the refusal, naming the fix").contains("SET_MEM_TABLE").contains(
+                    "is not sealed with F_SEAL_SHRINK").contains("memory-backend-memfd");
+            terminatesWithin30s(s);
+        }
+    }
+
+    /** A front end with one ring of 16 over 4 MiB of guest RAM in a memfd, sealed or not. */
+    static final class FrontEnd implements AutoCloseable {
+        final int sock;
+        final int ram;
+        final Arena arena = Arena.ofShared();
+        final MemorySegment view;
+        final MemorySegment buf;
+        final EventFd kick;
+        boolean closed;
+
+        FrontEnd(Path socket, boolean sealed) throws Exception {
+            sock = UnixStream.socket();
+            UnixStream.connect(sock, socket.toString());
+            Libc.receiveTimeout(sock, 10_000);
+            ram = SharedMemory.memfd("guest-ram", RAM);
+            if (sealed) {
+                SharedMemory.seal(ram); // as QEMU's memory-backend-memfd (seal=on, its default)
+            }
+            view = SharedMemory.map(ram, 0, RAM, arena);
+            buf = arena.allocate(256, 8);
+            kick = EventFd.create(true);
+        }
+
+        private void send(int request, MemorySegment payload, int... fds) throws NativeException {
+            MemorySegment m = buf.asSlice(0, 12 + payload.byteSize());
+            m.set(ValueLayout.JAVA_INT, 0, request);
+            m.set(ValueLayout.JAVA_INT, 4, 0x1);
+            m.set(ValueLayout.JAVA_INT, 8, (int) payload.byteSize());
+            MemorySegment.copy(payload, 0, m, 12, payload.byteSize());
+            UnixMessages.send(sock, m, fds);
+        }
+
+        private MemorySegment longs(long... v) {
+            MemorySegment p = arena.allocate(8L * v.length, 8);
+            for (int i = 0; i < v.length; i++) {
+                p.set(ValueLayout.JAVA_LONG, 8L * i, v[i]);
+            }
+            return p;
+        }
+
+        private MemorySegment state(int index, int num) {
+            return longs((long) num << 32 | index);
+        }
+
+        /** GET_FEATURES and its reply: everything sent before it has been handled. */
+        private void barrier() throws Exception {
+            send(GET_FEATURES, arena.allocate(0));
+            MemorySegment r = arena.allocate(20, 8);
+            int got = 0;
+            while (got < 20) {
+                int n = UnixMessages.receive(sock, r.asSlice(got), new int[0]);
+                assertThat(n).as("a reply to GET_FEATURES (the server closed the connection instead)").isPositive();
+                got += n;
+            }
+        }
+
+        /** Features, the memory table (one region: all of RAM at gpa 0), ring 0 of 16 with {@code call}. */
+        void startRing(EventFd call) throws Exception {
+            long uaddr = view.address();
+            send(SET_OWNER, arena.allocate(0));
+            send(SET_FEATURES, longs(VERSION_1));
+            send(SET_MEM_TABLE, longs(1, 0, RAM, uaddr, 0), ram);
+            send(SET_VRING_NUM, state(0, RING));
+            send(SET_VRING_BASE, state(0, 0));
+            send(SET_VRING_ADDR, longs(0, uaddr + DESC, uaddr + USED, uaddr + AVAIL, 0));
+            send(SET_VRING_CALL, longs(0), call.fd());
+            send(SET_VRING_KICK, longs(0), kick.fd());
+            barrier();
+        }
+
+        /** Request {@code k}: a 64 KiB READ of sector 0 (header, data, status), its completion awaited in the used ring. */
+        void read64k(int k) {
+            long[][] d = {{HEADER, 16, 1}, {DATA, DATA_BYTES, 3}, {STATUS, 1, 2}}; // flags NEXT=1, WRITE=2
+            for (int i = 0; i < 3; i++) {
+                long at = DESC + 16L * i;
+                view.set(ValueLayout.JAVA_LONG, at, d[i][0]);
+                view.set(ValueLayout.JAVA_INT, at + 8, (int) d[i][1]);
+                view.set(ValueLayout.JAVA_SHORT, at + 12, (short) d[i][2]);
+                view.set(ValueLayout.JAVA_SHORT, at + 14, (short) (i + 1));
+            }
+            view.set(ValueLayout.JAVA_INT, HEADER, 0); // VIRTIO_BLK_T_IN
+            view.set(ValueLayout.JAVA_LONG, HEADER + 8, 0L);
+            view.set(ValueLayout.JAVA_BYTE, STATUS, (byte) 0xff);
+            view.set(ValueLayout.JAVA_SHORT, AVAIL + 4 + 2L * (k % RING), (short) 0);
+            view.set(ValueLayout.JAVA_SHORT, AVAIL + 2, (short) (k + 1));
+            kick.signal();
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (view.get(ValueLayout.JAVA_SHORT, USED + 2) != (short) (k + 1)) {
+                assertThat(System.nanoTime() - deadline).as("READ %d completed within 10 s (used idx %d)", k,
+                        view.get(ValueLayout.JAVA_SHORT, USED + 2)).isNegative();
+                LockSupport.parkNanos(200_000); // bounded poll of what the server writes
+            }
+            assertThat(view.get(ValueLayout.JAVA_BYTE, STATUS)).as("READ %d status OK", k).isZero();
+        }
+
+        @Override
+        public void close() throws Exception {
+            if (!closed) {
+                closed = true;
+                Libc.close(sock);
+                kick.close();
+                Libc.close(ram);
+                arena.close();
+            }
+        }
+    }
+}
