@@ -80,10 +80,11 @@ final class OverlapGuard {
      * request where either side changes data. Drops the replied tags it passes.
      */
     boolean overlaps(long offset, long length, boolean changesData) {
-        if (!changesData && listedModifying == 0) {
-            return false;
-        }
-        long e = offset + length;
+        // a READ among READs decides here: small enough to inline into the reader's loop, the scan is not
+        return (changesData || listedModifying != 0) && scan(offset, offset + length, changesData);
+    }
+
+    private boolean scan(long offset, long e, boolean changesData) {
         int i = 0;
         while (i < count) {
             int t = list[i];

@@ -185,7 +185,9 @@ final class RequestReader {
                     replyNow(command, flags, cookie, offset, length, error);
                     continue;
                 }
-                awaitOverlapping(offset, length, true); // before its payload may land in the device
+                if (guard.overlaps(offset, length, true)) {
+                    awaitOverlapping(offset, length, true); // before its payload may land in the device
+                }
                 largeWrites = length >= LARGE_WRITE;
                 Request r = queue.acquireWrite(offset, (int) length);
                 ring.acquired();
@@ -202,7 +204,9 @@ final class RequestReader {
             }
             switch (command) {
                 case CMD_READ -> {
-                    awaitOverlapping(offset, length, false);
+                    if (guard.overlaps(offset, length, false)) {
+                        awaitOverlapping(offset, length, false);
+                    }
                     Request r = queue.acquireRead(offset, (int) length); // no buffers when sent from the device
                     ring.acquired();
                     prepare(r, command, flags, cookie, Op.READ, offset);
@@ -224,7 +228,7 @@ final class RequestReader {
                         default -> Op.WRITE_ZEROES;
                     };
                     boolean changesData = op == Op.TRIM || op == Op.WRITE_ZEROES;
-                    if (changesData) {
+                    if (changesData && guard.overlaps(offset, length, true)) {
                         awaitOverlapping(offset, length, true);
                     }
                     Request r = acquire(0);
@@ -302,17 +306,15 @@ final class RequestReader {
     }
 
     /**
-     * Before a request over [offset, offset + length) is acquired: when it overlaps an unreplied request of this
-     * connection where either changes data, dispatches the batch (the earlier one may be in it) and waits for
-     * those replies, so overlapping requests run and answer in request order ({@link OverlapGuard} says why).
-     * The common case, no overlap, is one scan and no wait. A client that stops reading replies while it sends
-     * keeps this wait going only until the stall watchdog cuts it off, as it would the sender.
+     * Before a request over [offset, offset + length) is acquired, when {@link OverlapGuard#overlaps} found an
+     * unreplied request of this connection it overlaps where either changes data: dispatches the batch (the
+     * earlier one may be in it) and waits for those replies, so overlapping requests run and answer in request
+     * order ({@link OverlapGuard} says why). Out of line: the common case, no overlap, is the guard's check alone.
+     * A client that stops reading replies while it sends keeps this wait going only until the stall watchdog cuts
+     * it off, as it would the sender.
      */
     private void awaitOverlapping(long offset, long length, boolean changesData)
             throws IOException, InterruptedException {
-        if (!guard.overlaps(offset, length, changesData)) {
-            return;
-        }
         guard.waited();
         dispatchAndReplyInline();
         ring.awaitReplies(offset, length, changesData);
