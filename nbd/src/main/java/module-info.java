@@ -2,6 +2,7 @@
 module io.pmemblk.nbd {
     requires transitive io.pmemblk.queueing;
     requires io.pmemblk.posix; // FIONREAD: whether a socket read would block
+    requires jdk.net; // SO_PEERCRED: a unix peer's uid, for the per-peer handshake limit
 
     exports io.pmemblk.nbd;
     exports io.pmemblk.nbd.tls;

@@ -147,6 +147,7 @@ final class ServeCommand implements Callable<Integer> {
                 }
                 server.stallTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_STALL_TIMEOUT))).tls(tls)
                         .handshakeTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_HANDSHAKE_TIMEOUT)))
+                        .maxHandshakesPerPeer(s.get(Settings.NBD_MAX_HANDSHAKES_PER_PEER))
                         .idleTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_IDLE_TIMEOUT)))
                         .busyPoll(java.time.Duration.ofNanos(1000L * s.get(Settings.NBD_BUSY_POLL)));
                 uris = server.start();

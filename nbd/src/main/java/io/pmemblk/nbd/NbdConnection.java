@@ -28,6 +28,10 @@ final class NbdConnection {
     /** The accepted channel; after a STARTTLS, the TLS channel over it (chosen once, before transmission). */
     private volatile SocketChannel channel;
     final String peer;
+    /** The peer as the per-peer handshake limit counts it (NbdServer's peerKey). */
+    final Object peerKey;
+    /** This connection still counts against its peer's handshakes: until its handshake ends, however. */
+    private final AtomicBoolean handshaking = new AtomicBoolean(true);
     private final HardwareQueue queue;
     private final int maxRequestBytes;
     private final long exportSize;
@@ -59,9 +63,10 @@ final class NbdConnection {
     private long idleSince;
     private final AtomicBoolean handshakeOver = new AtomicBoolean();
 
-    NbdConnection(NbdServer server, int id, SocketChannel channel, String peer, HardwareQueue queue,
+    NbdConnection(NbdServer server, int id, SocketChannel channel, String peer, Object peerKey, HardwareQueue queue,
                   int maxRequestBytes, long exportSize) throws IOException {
         this.server = server;
+        this.peerKey = peerKey;
         this.socketFd = SocketFd.of(channel);
         this.id = id;
         this.channel = channel;
@@ -182,7 +187,12 @@ final class NbdConnection {
     private void readerMain() {
         boolean senderStarted = false;
         try {
-            Handshake.Negotiated n = server.handshake(this, channel);
+            Handshake.Negotiated n;
+            try {
+                n = server.handshake(this, channel);
+            } finally {
+                handshakeEnded();
+            }
             if (!handshakeOver.compareAndSet(false, true)) {
                 throw new IOException("handshake timed out"); // the timer won the race and closed the channel
             }
@@ -274,7 +284,15 @@ final class NbdConnection {
 
     // ---------------------------------------------------------------- teardown
 
+    /** The handshake ended (or never will): the peer's count of handshakes under way drops. Once. */
+    private void handshakeEnded() {
+        if (handshaking.compareAndSet(true, false)) {
+            server.handshakeOver(this);
+        }
+    }
+
     private void finish() {
+        handshakeEnded();
         freeSlot();
         closeQuietly();
         RequestReader rr = requestReader;

@@ -45,6 +45,14 @@ public final class NbdServer implements AutoCloseable {
      * a client that connects and stalls holds a connection slot no longer.
      */
     public static final Duration DEFAULT_HANDSHAKE_TIMEOUT = Duration.ofSeconds(10);
+    /**
+     * What {@code nbd.max-handshakes-per-peer} defaults to: connections of one peer (a TCP address, a unix uid) still
+     * in their handshake at once. Without a limit per peer, one client that connects and never finishes its
+     * negotiation (a client without a certificate under nbd.tls=require, or one that sends nothing) holds every
+     * connection slot for the handshake timeout, again and again. A client opens its connections one after another
+     * or a few at once (nbdcopy and fio's multi-connection jobs: 4), so 8 refuses none of them.
+     */
+    public static final int DEFAULT_MAX_HANDSHAKES_PER_PEER = 8;
     static final Duration SHUTDOWN_WAIT = Duration.ofSeconds(5);
 
     private final NbdConfig config;
@@ -57,6 +65,9 @@ public final class NbdServer implements AutoCloseable {
      * TCP acceptor may admit at the same time, and given back before the client can see its connection close.
      */
     private final AtomicInteger slots = new AtomicInteger();
+    /** Connections still in their handshake, by peer ({@link #peerKey}); guarded by itself. Accept time only. */
+    private final java.util.Map<Object, Integer> handshaking = new java.util.HashMap<>();
+    volatile int maxHandshakesPerPeer = DEFAULT_MAX_HANDSHAKES_PER_PEER;
     private final List<ServerSocketChannel> listeners = new ArrayList<>();
     private final List<Thread> acceptors = new ArrayList<>();
     private ScheduledExecutorService timer;
@@ -110,6 +121,19 @@ public final class NbdServer implements AutoCloseable {
             throw new IllegalArgumentException("handshake timeout must be positive, got " + timeout);
         }
         this.handshakeTimeout = timeout;
+        return this;
+    }
+
+    /**
+     * How many connections of one peer (a TCP client's address, a unix client's uid) may be in their handshake at
+     * once; more are refused at accept (see {@link #DEFAULT_MAX_HANDSHAKES_PER_PEER}). For connections accepted
+     * from now on.
+     */
+    public NbdServer maxHandshakesPerPeer(int max) {
+        if (max < 1) {
+            throw new IllegalArgumentException("max handshakes per peer must be at least 1, got " + max);
+        }
+        this.maxHandshakesPerPeer = max;
         return this;
     }
 
@@ -280,8 +304,18 @@ public final class NbdServer implements AutoCloseable {
             ch.close();
             return;
         }
+        Object key = peerKey(ch, tcp);
+        int limit = maxHandshakesPerPeer;
+        if (!handshakeBegins(key, limit)) {
+            LOG.log(System.Logger.Level.WARNING, "nbd: refusing connection from {0}: {1} connections from {2} are"
+                    + " still in their handshake (nbd.max-handshakes-per-peer={1}); other peers are still served",
+                    peer, limit, describe(key));
+            ch.close();
+            return;
+        }
         if (slots.incrementAndGet() > config.maxConnections()) {
             slots.decrementAndGet();
+            handshakeEnded(key);
             LOG.log(System.Logger.Level.WARNING, "nbd: refusing connection from {0}: {1} connections already"
                     + " (maxConnections)", peer, config.maxConnections());
             ch.close();
@@ -293,10 +327,11 @@ public final class NbdServer implements AutoCloseable {
                 ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
             }
             int id = connectionIds.incrementAndGet();
-            c = new NbdConnection(this, id, ch, peer, layer.nextQueue(), config.maxRequestBytes(),
+            c = new NbdConnection(this, id, ch, peer, key, layer.nextQueue(), config.maxRequestBytes(),
                     layer.driver().size());
         } catch (IOException | RuntimeException e) {
             slots.decrementAndGet();
+            handshakeEnded(key);
             throw e;
         }
         connections.add(c);
@@ -305,7 +340,51 @@ public final class NbdServer implements AutoCloseable {
         c.start();
     }
 
+    /**
+     * Who a connection comes from, for the per-peer handshake limit: a TCP client's address (its port is the
+     * client's to choose), a unix client's uid (SO_PEERCRED, as the kernel recorded it at connect); a unix peer
+     * whose credentials cannot be read counts as one peer with every other such one.
+     */
+    private static Object peerKey(SocketChannel ch, boolean tcp) {
+        try {
+            if (tcp) {
+                return ((InetSocketAddress) ch.getRemoteAddress()).getAddress();
+            }
+            return ch.getOption(jdk.net.ExtendedSocketOptions.SO_PEERCRED).user();
+        } catch (IOException | RuntimeException e) {
+            return "unix peer of unknown uid";
+        }
+    }
+
+    private static String describe(Object key) {
+        return key instanceof java.net.InetAddress a ? a.getHostAddress()
+                : key instanceof java.security.Principal p ? "user " + p.getName() : String.valueOf(key);
+    }
+
+    /** Counts a handshake of {@code key}'s, unless it has {@code limit} under way already. */
+    private boolean handshakeBegins(Object key, int limit) {
+        synchronized (handshaking) {
+            int n = handshaking.getOrDefault(key, 0);
+            if (n >= limit) {
+                return false;
+            }
+            handshaking.put(key, n + 1);
+            return true;
+        }
+    }
+
+    private void handshakeEnded(Object key) {
+        synchronized (handshaking) {
+            handshaking.computeIfPresent(key, (k, n) -> n <= 1 ? null : n - 1);
+        }
+    }
+
     // ------------------------------------------------------------ called by connections
+
+    /** The handshake of {@code c} is over, however it ended: its peer may start another. Once per connection. */
+    void handshakeOver(NbdConnection c) {
+        handshakeEnded(c.peerKey);
+    }
 
     Handshake.Negotiated handshake(NbdConnection c, SocketChannel ch) throws IOException {
         ScheduledFuture<?> deadline = timer.schedule(c::handshakeTimedOut, handshakeTimeout.toMillis(),

@@ -12,6 +12,8 @@ import io.pmemblk.queueing.Request;
  */
 final class ReplyRing implements Request.Completion {
     private final Request[] ring;
+    /** The unreplied ranges: every path that releases a request says so here first. */
+    private final OverlapGuard guard;
     private int head;
     private int count;
     private int inflight;
@@ -29,9 +31,41 @@ final class ReplyRing implements Request.Completion {
     private boolean handedOff;
     /** Times the sender came back from waiting: what a spurious wake-up costs is a futex and a context switch. */
     private long senderWakeups;
+    /** The reader waits for the reply of a request its next one overlaps ({@link #awaitReplies}). */
+    private boolean readerWaiting;
 
     ReplyRing(int capacity) {
         this.ring = new Request[capacity];
+        this.guard = new OverlapGuard(capacity);
+    }
+
+    OverlapGuard guard() {
+        return guard;
+    }
+
+    /**
+     * Reader: waits until no unreplied request overlaps [offset, offset + length) where either side changes data
+     * (see {@link OverlapGuard}). The caller dispatched its batch first, so every such request is on its way to a
+     * reply; a broken connection releases them all without one, and ends the wait too.
+     */
+    synchronized void awaitReplies(long offset, long length, boolean changesData) throws InterruptedException {
+        readerWaiting = true;
+        try {
+            while (guard.overlaps(offset, length, changesData)) {
+                wait();
+            }
+        } finally {
+            readerWaiting = false;
+        }
+    }
+
+    /** Two threads may wait on this monitor (the sender always, the reader in awaitReplies): wake the right one. */
+    private void wake() {
+        if (readerWaiting) {
+            notifyAll();
+        } else {
+            notify();
+        }
     }
 
     /** A request of this connection took a tag. */
@@ -47,6 +81,7 @@ final class ReplyRing implements Request.Completion {
     /** Called on completion (any thread). */
     synchronized void push(Request r) {
         if (abandoned) { // the sender is gone: nobody will reply, give the tag back now
+            guard.replied(r.tag());
             r.release();
             inflight--;
             return;
@@ -59,7 +94,7 @@ final class ReplyRing implements Request.Completion {
         ring[tail >= ring.length ? tail - ring.length : tail] = r;
         count++;
         if (senderWaiting && !inline) {
-            notify();
+            wake();
         }
     }
 
@@ -71,7 +106,7 @@ final class ReplyRing implements Request.Completion {
     synchronized void inlineEnd() {
         inline = false;
         if ((count > 0 || handedOff) && senderWaiting) {
-            notify();
+            wake();
         }
     }
 
@@ -87,7 +122,7 @@ final class ReplyRing implements Request.Completion {
     synchronized void handOff() {
         handedOff = true;
         if (senderWaiting && !inline) {
-            notify();
+            wake();
         }
     }
 
@@ -138,7 +173,9 @@ final class ReplyRing implements Request.Completion {
         inflight -= n;
         // Only a closing connection's sender waits for inflight to reach 0; waking it on every idle moment of
         // an open one cost a futex wake and a context switch per request at low queue depth.
-        if (inflight == 0 && readerDone && senderWaiting) {
+        if (readerWaiting) {
+            notifyAll(); // the releaser called guard.replied first: the reader's overlap may be gone
+        } else if (inflight == 0 && readerDone && senderWaiting) {
             notify();
         }
     }
@@ -153,7 +190,7 @@ final class ReplyRing implements Request.Completion {
     synchronized void readerDone() {
         readerDone = true;
         if (senderWaiting) {
-            notify();
+            wake();
         }
     }
 
@@ -167,6 +204,7 @@ final class ReplyRing implements Request.Completion {
             n = take(left);
         }
         for (int i = 0; i < n; i++) {
+            guard.replied(left[i].tag());
             left[i].release();
         }
         released(n);

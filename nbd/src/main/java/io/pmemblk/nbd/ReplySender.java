@@ -37,7 +37,8 @@ import java.util.concurrent.locks.ReentrantLock;
  *
  * <p>Replies go out in the order their requests completed: the sender holds what it drained until written
  * ({@link ReplyRing#drainNow} gives the reader nothing meanwhile), so a READ that completed after an overlapping
- * WRITE never overtakes the WRITE's reply.
+ * WRITE never overtakes the WRITE's reply. A request that overlaps an unreplied one is not even acquired before
+ * that reply is gone ({@link OverlapGuard}): every release here tells the guard first.
  *
  * <p>A write that fails marks the connection broken and shuts its input, so the reader stops; from then on
  * requests are released without replies, so the queue still gets every tag back.
@@ -301,7 +302,9 @@ final class ReplySender {
     }
 
     private void release(Request[] done, int n, boolean bySender) {
+        OverlapGuard guard = ring.guard();
         for (int i = 0; i < n; i++) {
+            guard.replied(done[i].tag()); // before the tag goes back; the ring's release below wakes a waiting reader
             done[i].release();
             done[i] = null;
         }

@@ -39,6 +39,8 @@ final class RequestReader {
     private final SocketChannel channel;
     private final FrontendQueue queue;
     private final ReplyRing ring;
+    /** The connection's unreplied ranges: a request overlapping one waits for its reply (see awaitOverlapping). */
+    private final OverlapGuard guard;
     private final ReplySender sender;
     private final ReplyEncoder encoder;
     private final CloseState state;
@@ -78,6 +80,7 @@ final class RequestReader {
         this.channel = channel;
         this.queue = queue;
         this.ring = ring;
+        this.guard = ring.guard();
         this.sender = sender;
         this.encoder = encoder;
         this.state = state;
@@ -182,10 +185,14 @@ final class RequestReader {
                     replyNow(command, flags, cookie, offset, length, error);
                     continue;
                 }
+                if (guard.overlaps(offset, length, true)) {
+                    awaitOverlapping(offset, length, true); // before its payload may land in the device
+                }
                 largeWrites = length >= LARGE_WRITE;
                 Request r = queue.acquireWrite(offset, (int) length);
                 ring.acquired();
                 prepare(r, command, flags, cookie, Op.WRITE, offset);
+                guard.register(r.tag(), offset, length, true);
                 repliesInParallel = largeWrites && !r.dataInPlace;
                 readPayload(in, r);
                 queue.add(r);
@@ -197,9 +204,13 @@ final class RequestReader {
             }
             switch (command) {
                 case CMD_READ -> {
+                    if (guard.overlaps(offset, length, false)) {
+                        awaitOverlapping(offset, length, false);
+                    }
                     Request r = queue.acquireRead(offset, (int) length); // no buffers when sent from the device
                     ring.acquired();
                     prepare(r, command, flags, cookie, Op.READ, offset);
+                    guard.register(r.tag(), offset, length, false);
                     queue.add(r);
                 }
                 case CMD_BLOCK_STATUS -> {
@@ -216,9 +227,16 @@ final class RequestReader {
                         case CMD_CACHE -> Op.CACHE;
                         default -> Op.WRITE_ZEROES;
                     };
+                    boolean changesData = op == Op.TRIM || op == Op.WRITE_ZEROES;
+                    if (changesData && guard.overlaps(offset, length, true)) {
+                        awaitOverlapping(offset, length, true);
+                    }
                     Request r = acquire(0);
                     prepare(r, command, flags, cookie, op, offset);
                     r.length = length; // up to 4 GiB - 1: a data-less request is not bounded by maxRequestBytes
+                    if (changesData) {
+                        guard.register(r.tag(), offset, length, true);
+                    }
                     queue.add(r);
                 }
             }
@@ -285,6 +303,29 @@ final class RequestReader {
         if (state.broken) {
             throw new IOException(state.reason);
         }
+    }
+
+    /**
+     * Before a request over [offset, offset + length) is acquired, when {@link OverlapGuard#overlaps} found an
+     * unreplied request of this connection it overlaps where either changes data: dispatches the batch (the
+     * earlier one may be in it) and waits for those replies, so overlapping requests run and answer in request
+     * order ({@link OverlapGuard} says why). Out of line: the common case, no overlap, is the guard's check alone.
+     * A client that stops reading replies while it sends keeps this wait going only until the stall watchdog cuts
+     * it off, as it would the sender.
+     */
+    private void awaitOverlapping(long offset, long length, boolean changesData)
+            throws IOException, InterruptedException {
+        guard.waited();
+        dispatchAndReplyInline();
+        ring.awaitReplies(offset, length, changesData);
+        if (state.broken) {
+            throw new IOException(state.reason);
+        }
+    }
+
+    /** Requests that waited for the reply of an earlier overlapping one (tests). */
+    long overlapWaits() {
+        return guard.waits();
     }
 
     /** Makes at least {@code need} bytes readable in {@code in}, dispatching the batch before blocking. */

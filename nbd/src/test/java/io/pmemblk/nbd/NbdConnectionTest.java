@@ -53,7 +53,7 @@ class NbdConnectionTest extends ServedExportTest {
     @Test
     void theWatchdogMayLookAtAConnectionStillInItsHandshake() throws Exception {
         try (SocketChannel unconnected = SocketChannel.open()) {
-            NbdConnection c = new NbdConnection(server, 1, unconnected, "test", layer.queue(0), MAX, SIZE);
+            NbdConnection c = new NbdConnection(server, 1, unconnected, "test", "test", layer.queue(0), MAX, SIZE);
             // No reader or sender exists before transmission: nothing is stalled, nothing is closed.
             assertDoesNotThrow(() -> c.closeIfStalled(System.nanoTime() + Duration.ofDays(1).toNanos(), 1));
             assertTrue(unconnected.isOpen());

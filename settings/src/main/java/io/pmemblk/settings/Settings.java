@@ -125,6 +125,11 @@ public final class Settings {
             "A client must finish the whole negotiation (TLS handshake included) within this long, or it is"
                     + " disconnected and its connection slot freed (qemu's NBD server uses 10 s too): clients that"
                     + " connect and stall cannot hold nbd.max-connections slots for long.", t -> intRange(t, 1, 300));
+    public static final Key<Integer> NBD_MAX_HANDSHAKES_PER_PEER = Key.of("nbd.max-handshakes-per-peer", "8",
+            "an integer 1..4096",
+            "Connections of one client (a TCP address, a unix socket user) still in their negotiation at once; more are"
+                    + " refused at accept and logged: one client that connects and stalls (without a certificate under"
+                    + " nbd.tls=require, say) cannot hold every nbd.max-connections slot.", t -> intRange(t, 1, 4096));
     public static final Key<Integer> NBD_IDLE_TIMEOUT = Key.of("nbd.idle-timeout", "0",
             "whole seconds 0..604800 (0 = never)",
             "A connection with no request in flight and no new one for this long is disconnected. Off by default, as"
@@ -264,7 +269,7 @@ public final class Settings {
         for (Key<?> k : List.of(PMEM_PATH, PMEM_SIZE, PMEM_RESIZE, PMEM_MAPPER, PMEM_LAYOUT,
                 PMEM_SECTOR_SIZE, NBD_SOCKET, NBD_PORT, NBD_BIND,
                 NBD_TLS, NBD_TLS_CERTIFICATE, NBD_TLS_KEY, NBD_TLS_VERIFY_CLIENTS, NBD_EXPORT, NBD_MAX_CONNECTIONS,
-                NBD_STALL_TIMEOUT, NBD_HANDSHAKE_TIMEOUT, NBD_IDLE_TIMEOUT, NBD_BUSY_POLL, QUEUES, QUEUE_DEPTH,
+                NBD_STALL_TIMEOUT, NBD_HANDSHAKE_TIMEOUT, NBD_MAX_HANDSHAKES_PER_PEER, NBD_IDLE_TIMEOUT, NBD_BUSY_POLL, QUEUES, QUEUE_DEPTH,
                 QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
                 DMA_RING_SIZE, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, ROUTE_DMA_BOUNCE,
                 UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT,
