@@ -85,6 +85,7 @@ class SoftIoatDeviceTest {
      * halted with {@code completed} the last descriptor done (0: none since arming), CHANERR says why.
      */
     private void doorbellThenHalt(int count, long completed, int chanerr) {
+        word.set(FIELD_U64, 0, 0); // a halt written back before (the last arm's) must not pass for this one
         dev.write16(CH + DMACOUNT, count);
         awaitWord(completed | CHANSTS_HALTED);
         assertThat(dev.read32(CH + CHANERR)).as("CHANERR").isEqualTo(chanerr);
