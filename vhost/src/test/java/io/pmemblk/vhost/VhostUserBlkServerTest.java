@@ -258,6 +258,34 @@ class VhostUserBlkServerTest {
         }
     }
 
+    /**
+     * The inflight region is touched by the rings for every request, as guest RAM is: an fd that can shrink under
+     * them is refused as guest RAM's is, and the sealed memfd GET_INFLIGHT_FD gave is taken.
+     */
+    @Test
+    void anInflightFdThatCanShrinkIsRefusedAndTheSealedOneGetInflightFdGaveIsTaken() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            realize(fe, true);
+            MemorySegment ask = fe.payload(INFLIGHT_SIZE);
+            ask.set(ValueLayout.JAVA_SHORT, INFLIGHT_NUM_QUEUES, (short) QUEUES);
+            ask.set(ValueLayout.JAVA_SHORT, INFLIGHT_QUEUE_SIZE, (short) RING);
+            fe.send(GET_INFLIGHT_FD, 0, ask);
+            int[] ours = new int[1];
+            TestFrontEnd.Reply inflight = fe.reply(GET_INFLIGHT_FD, ours);
+            long size = inflight.payload().get(ValueLayout.JAVA_LONG_UNALIGNED, INFLIGHT_MMAP_SIZE);
+            int unsealed = SharedMemory.memfd("inflight-unsealed", size);
+            try {
+                assertThat(fe.acked(SET_INFLIGHT_FD, inflight.payload(), unsealed)).as("an unsealed memfd").isNotZero();
+                assertThat(fe.acked(SET_INFLIGHT_FD, inflight.payload(), ours[0])).as("the one GET_INFLIGHT_FD gave")
+                        .isZero();
+            } finally {
+                Libc.close(unsealed);
+                Libc.close(ours[0]);
+            }
+        }
+        assertThat(server.awaitDisconnected(Duration.ofSeconds(10))).isTrue();
+    }
+
     @Test
     void replaysQemuRealizeTheSeaBiosSessionLinuxsResetAndAReconnect() throws Exception {
         long before = openEventFds();

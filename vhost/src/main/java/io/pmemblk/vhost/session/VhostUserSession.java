@@ -948,6 +948,13 @@ public final class VhostUserSession implements Runnable {
                 throw new Refusal("the inflight fd holds " + st.size() + " bytes, not the " + (offset + size)
                         + " its mmap_offset and mmap_size need; allowed: the memfd GET_INFLIGHT_FD gave");
             }
+            int seals = SharedMemory.seals(fd); // -1: a file that cannot be sealed at all
+            if (seals < 0 || (seals & SharedMemory.F_SEAL_SHRINK) == 0) {
+                // Ours (GET_INFLIGHT_FD, this server's or the one before it) is a memfd sealed so; one that can
+                // shrink would fault the rings' inflight updates once the front end truncated it.
+                throw new Refusal("the inflight fd is not a memfd sealed with F_SEAL_SHRINK; allowed: the memfd"
+                        + " GET_INFLIGHT_FD gave (sealed)");
+            }
             if (runningRings() > 0) {
                 throw new Refusal("inflight region replaced while " + runningRings() + " rings run; allowed: before"
                         + " SET_VRING_KICK");
