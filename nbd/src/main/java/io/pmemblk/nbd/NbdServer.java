@@ -46,11 +46,14 @@ public final class NbdServer implements AutoCloseable {
      */
     public static final Duration DEFAULT_HANDSHAKE_TIMEOUT = Duration.ofSeconds(10);
     /**
-     * What {@code nbd.max-handshakes-per-peer} defaults to: connections of one peer (a TCP address, a unix uid) still
-     * in their handshake at once. Without a limit per peer, one client that connects and never finishes its
-     * negotiation (a client without a certificate under nbd.tls=require, or one that sends nothing) holds every
-     * connection slot for the handshake timeout, again and again. A client opens its connections one after another
-     * or a few at once (nbdcopy and fio's multi-connection jobs: 4), so 8 refuses none of them.
+     * What {@code nbd.max-handshakes-per-peer} defaults to: connections of one TCP peer (an address) still in their
+     * handshake at once, once half the connection slots are taken. Without a limit per peer, one client that
+     * connects and never finishes its negotiation (a client without a certificate under nbd.tls=require, or one
+     * that sends nothing) holds every connection slot for the handshake timeout, again and again. The limit bites
+     * only when slots grow scarce, so a burst of connections at once (fio's numjobs, nbd-client -connections)
+     * is refused nothing while the server has room; then the stalling peer keeps what it has and the other half
+     * of the slots stays for others. Unix socket peers are not limited: the socket is mode 0600, so each is the
+     * serving user or root, who could take the server down anyway.
      */
     public static final int DEFAULT_MAX_HANDSHAKES_PER_PEER = 8;
     static final Duration SHUTDOWN_WAIT = Duration.ofSeconds(5);
@@ -125,9 +128,9 @@ public final class NbdServer implements AutoCloseable {
     }
 
     /**
-     * How many connections of one peer (a TCP client's address, a unix client's uid) may be in their handshake at
-     * once; more are refused at accept (see {@link #DEFAULT_MAX_HANDSHAKES_PER_PEER}). For connections accepted
-     * from now on.
+     * How many connections of one TCP peer (its address) may be in their handshake at once while half the
+     * connection slots or more are taken; more are refused at accept (see {@link #DEFAULT_MAX_HANDSHAKES_PER_PEER}).
+     * For connections accepted from now on.
      */
     public NbdServer maxHandshakesPerPeer(int max) {
         if (max < 1) {
@@ -306,7 +309,8 @@ public final class NbdServer implements AutoCloseable {
         }
         Object key = peerKey(ch, tcp);
         int limit = maxHandshakesPerPeer;
-        if (!handshakeBegins(key, limit)) {
+        boolean scarce = slots.get() >= (config.maxConnections() + 1) / 2;
+        if (!handshakeBegins(key, limit, tcp && scarce)) {
             LOG.log(System.Logger.Level.WARNING, "nbd: refusing connection from {0}: {1} connections from {2} are"
                     + " still in their handshake (nbd.max-handshakes-per-peer={1}); other peers are still served",
                     peer, limit, describe(key));
@@ -362,10 +366,11 @@ public final class NbdServer implements AutoCloseable {
     }
 
     /** Counts a handshake of {@code key}'s, unless it has {@code limit} under way already. */
-    private boolean handshakeBegins(Object key, int limit) {
+    /** Counts a handshake of {@code key} begun, unless {@code enforce} and it has {@code limit} under way already. */
+    private boolean handshakeBegins(Object key, int limit, boolean enforce) {
         synchronized (handshaking) {
             int n = handshaking.getOrDefault(key, 0);
-            if (n >= limit) {
+            if (enforce && n >= limit) {
                 return false;
             }
             handshaking.put(key, n + 1);

@@ -127,9 +127,11 @@ public final class Settings {
                     + " connect and stall cannot hold nbd.max-connections slots for long.", t -> intRange(t, 1, 300));
     public static final Key<Integer> NBD_MAX_HANDSHAKES_PER_PEER = Key.of("nbd.max-handshakes-per-peer", "8",
             "an integer 1..4096",
-            "Connections of one client (a TCP address, a unix socket user) still in their negotiation at once; more are"
-                    + " refused at accept and logged: one client that connects and stalls (without a certificate under"
-                    + " nbd.tls=require, say) cannot hold every nbd.max-connections slot.", t -> intRange(t, 1, 4096));
+            "Connections of one TCP client (an address) still in their negotiation at once, once half the"
+                    + " nbd.max-connections slots are taken; more are refused at accept and logged: one client that"
+                    + " connects and stalls (without a certificate under nbd.tls=require, say) cannot hold every slot,"
+                    + " and a burst of connections is refused nothing while the server has room. Unix socket clients"
+                    + " (the serving user or root: the socket is 0600) are not limited.", t -> intRange(t, 1, 4096));
     public static final Key<Integer> NBD_IDLE_TIMEOUT = Key.of("nbd.idle-timeout", "0",
             "whole seconds 0..604800 (0 = never)",
             "A connection with no request in flight and no new one for this long is disconnected. Off by default, as"
