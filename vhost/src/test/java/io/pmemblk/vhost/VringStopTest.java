@@ -1,5 +1,6 @@
 package io.pmemblk.vhost;
 
+import io.pmemblk.vhost.testing.LogCapture;
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
@@ -30,12 +31,6 @@ import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.CopyOnWriteArrayList;
-import java.util.logging.Handler;
-import java.util.logging.Level;
-import java.util.logging.LogRecord;
-import java.util.logging.Logger;
-import java.util.logging.SimpleFormatter;
 
 import static io.pmemblk.vhost.protocol.VhostUserSpec.*;
 import static org.assertj.core.api.Assertions.assertThat;
@@ -66,26 +61,13 @@ class VringStopTest {
     int ramFd;
     final Arena arena = Arena.ofShared();
     GuestRam ram;
-    final List<String> log = new CopyOnWriteArrayList<>();
-    final Logger jul = Logger.getLogger("io.pmemblk.vhost");
-    final Handler capture = new Handler() {
-        @Override
-        public void publish(LogRecord r) {
-            log.add(new SimpleFormatter().formatMessage(r));
-        }
-
-        @Override
-        public void flush() {}
-
-        @Override
-        public void close() {}
-    };
+    final LogCapture logs = new LogCapture("io.pmemblk.vhost");
+    final List<String> log = logs.lines();
     final List<EventFd> eventFds = new ArrayList<>();
 
     @BeforeEach
     void start() throws IOException {
-        jul.addHandler(capture);
-        jul.setLevel(Level.ALL);
+        logs.start();
         socket = dir.resolve("vhost.sock");
         driver = new MemoryBlockDriver(DISK);
         layer = new BlockLayer(driver, 1, 8, 1L << 18, 1 << 17);
@@ -108,7 +90,7 @@ class VringStopTest {
         arena.close();
         layer.close();
         driver.close();
-        jul.removeHandler(capture);
+        logs.stop();
     }
 
     private EventFd eventFd() throws NativeException {

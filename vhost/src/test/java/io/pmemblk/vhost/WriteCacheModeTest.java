@@ -1,5 +1,6 @@
 package io.pmemblk.vhost;
 
+import io.pmemblk.vhost.testing.LogCapture;
 import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.CrashModel;
 import io.pmemblk.pmem.PmemBlockDriver;
@@ -32,13 +33,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Random;
-import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
-import java.util.logging.Handler;
-import java.util.logging.Level;
-import java.util.logging.LogRecord;
-import java.util.logging.Logger;
-import java.util.logging.SimpleFormatter;
 
 import static io.pmemblk.vhost.protocol.VhostUserSpec.*;
 import static org.assertj.core.api.Assertions.assertThat;
@@ -73,25 +68,12 @@ class WriteCacheModeTest {
     BlkGuest guest;
     final List<EventFd> eventFds = new ArrayList<>();
     final Random rnd = new Random(42);
-    final List<String> log = new CopyOnWriteArrayList<>();
-    final Logger jul = Logger.getLogger("io.pmemblk.vhost");
-    final Handler capture = new Handler() {
-        @Override
-        public void publish(LogRecord r) {
-            log.add(new SimpleFormatter().formatMessage(r));
-        }
-
-        @Override
-        public void flush() {}
-
-        @Override
-        public void close() {}
-    };
+    final LogCapture logs = new LogCapture("io.pmemblk.vhost");
+    final List<String> log = logs.lines();
 
     @BeforeEach
     void open() throws Exception {
-        jul.addHandler(capture);
-        jul.setLevel(Level.ALL);
+        logs.start();
         socket = dir.resolve("vhost.sock");
         image = dir.resolve("disk.img");
         CrashModel.Modelled m = CrashModel.open(image, DISK, PmemRegion.Mapper.JAVA);
@@ -119,7 +101,7 @@ class WriteCacheModeTest {
         Libc.close(ramFd);
         arena.close();
         Closing.closeAll(layer, driver);
-        jul.removeHandler(capture);
+        logs.stop();
     }
 
     private VhostUserBlkServer startServer() throws IOException {

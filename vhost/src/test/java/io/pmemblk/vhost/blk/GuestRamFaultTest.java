@@ -1,5 +1,6 @@
 package io.pmemblk.vhost.blk;
 
+import io.pmemblk.vhost.testing.LogCapture;
 import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
@@ -22,11 +23,6 @@ import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.CopyOnWriteArrayList;
-import java.util.logging.Handler;
-import java.util.logging.LogRecord;
-import java.util.logging.Logger;
-import java.util.logging.SimpleFormatter;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -42,21 +38,9 @@ class GuestRamFaultTest {
 
     @Test
     void aFaultInGuestRamFailsThatRequestWithIoerrNamingTheRegionAndTheQueueServesOn() throws Exception {
-        List<String> log = new CopyOnWriteArrayList<>();
-        Logger jul = Logger.getLogger("io.pmemblk");
-        Handler capture = new Handler() {
-            @Override
-            public void publish(LogRecord r) {
-                log.add(new SimpleFormatter().formatMessage(r));
-            }
-
-            @Override
-            public void flush() {}
-
-            @Override
-            public void close() {}
-        };
-        jul.addHandler(capture);
+        LogCapture logs = new LogCapture("io.pmemblk");
+        List<String> log = logs.lines();
+        logs.start();
         long bytes = GuestRam.bytesFor(0, 4 * MIB);
         int fd = SharedMemory.memfd("guest-ram", bytes);
         Arena arena = Arena.ofShared();
@@ -92,7 +76,7 @@ class GuestRamFaultTest {
             assertThat(awaitAnswer(guest)).containsKey(ok.head());
             assertThat(guest.status(ok)).as("the next request").isZero();
         } finally {
-            jul.removeHandler(capture);
+            logs.stop();
             if (queue != null) {
                 queue.stop();
             }
