@@ -5,18 +5,13 @@ import io.pmemblk.posix.TrustedPath;
 
 import java.io.IOException;
 import java.io.InputStream;
-import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.Files;
 import java.nio.file.LinkOption;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
-import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
-import java.nio.file.attribute.PosixFilePermissions;
-import java.util.EnumSet;
 import java.util.LinkedHashMap;
 import java.util.Locale;
 import java.util.Map;
@@ -63,13 +58,16 @@ public final class LayoutRecord {
     private final Path path;
     /** The directory the record is read in: the image's, through its held descriptor; for DAX the state directory. */
     private final Path reachedIn;
-    /** For a DAX record: the state directory, opened (checked, made if missing) at the first write. */
+    /** For a regular file's record: the image's directory the region holds open (not owned), written through. */
+    private final TrustedDirectory directory;
+    /** For a DAX record: the state directory, opened (checked, made if missing) at each write. */
     private final Path stateDirectory;
     private final String name;
 
-    private LayoutRecord(Path path, Path reachedIn, Path stateDirectory, String name) {
+    private LayoutRecord(Path path, Path reachedIn, TrustedDirectory directory, Path stateDirectory, String name) {
         this.path = path;
         this.reachedIn = reachedIn;
+        this.directory = directory;
         this.stateDirectory = stateDirectory;
         this.name = name;
     }
@@ -87,9 +85,10 @@ public final class LayoutRecord {
                         + " state directory, and none was given");
             }
             Path dir = deviceRecords.toAbsolutePath();
-            return new LayoutRecord(dir.resolve(name), dir, dir, name);
+            return new LayoutRecord(dir.resolve(name), dir, null, dir, name);
         }
-        return new LayoutRecord(file.path().resolveSibling(name), Path.of(file.directory().procPath()), null, name);
+        return new LayoutRecord(file.path().resolveSibling(name), Path.of(file.directory().procPath()),
+                file.directory(), null, name);
     }
 
     /** Where the record is, as messages name it. */
@@ -139,8 +138,9 @@ public final class LayoutRecord {
     }
 
     /**
-     * Replaces the record with {@code e}, durably (a temporary file synced, renamed over the record, the directory
-     * synced): after a crash the old record or the new one is there, never half of one.
+     * Replaces the record with {@code e}, durably, by {@link TrustedDirectory#replaceDurably} (a temporary file
+     * synced, renamed over the record, the directory synced): after a crash the old record or the new one is
+     * there, never half of one.
      */
     public void write(Entry e) throws IOException {
         StringBuilder text = new StringBuilder()
@@ -155,26 +155,12 @@ public final class LayoutRecord {
                 .append("pool-uuid=").append(e.pool() == null ? "" : e.pool().toString()).append('\n');
         TrustedDirectory opened = null;
         try {
-            Path dir = reachedIn;
+            TrustedDirectory dir = directory;
             if (stateDirectory != null) {
                 opened = TrustedPath.ofThisProcess().openDirectory(stateDirectory, "the layout records' directory");
-                dir = Path.of(opened.procPath());
+                dir = opened;
             }
-            Path tmp = dir.resolve(name + ".tmp");
-            Files.deleteIfExists(tmp); // one an earlier write left behind when it crashed
-            try (FileChannel c = FileChannel.open(tmp, EnumSet.of(StandardOpenOption.CREATE_NEW,
-                    StandardOpenOption.WRITE), PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")))) {
-                ByteBuffer b = ByteBuffer.wrap(text.toString().getBytes(StandardCharsets.UTF_8));
-                while (b.hasRemaining()) {
-                    c.write(b);
-                }
-                c.force(true);
-            }
-            Files.move(tmp, dir.resolve(name), StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
-            syncDirectory(dir);
-        } catch (FileAlreadyExistsException x) {
-            throw new IOException("writing the layout record " + path + ": " + x.getFile() + " appeared while it was"
-                    + " written (another pmemblk on the same device?)", x);
+            dir.replaceDurably(name, text.toString().getBytes(StandardCharsets.UTF_8));
         } catch (IOException x) {
             throw new IOException("writing the layout record " + path + " failed: " + x, x);
         } finally {

@@ -1,7 +1,14 @@
 package io.pmemblk.posix;
 
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
+import java.util.HexFormat;
 import java.util.List;
+import java.util.concurrent.ThreadLocalRandom;
 
 /**
  * A directory reached through directories {@link TrustedPath} checked, held open ({@code O_PATH}) so that what is
@@ -82,6 +89,84 @@ public final class TrustedDirectory implements AutoCloseable {
         } finally {
             Libc.close(d);
         }
+    }
+
+    /**
+     * Replaces the file {@code name} in this directory by one holding {@code bytes}, atomically and durably: a
+     * new file (mode 0600 less the umask, {@code O_CREAT|O_EXCL|O_NOFOLLOW}) is written under a temporary name,
+     * fsync'd, renamed over {@code name} and the directory fsync'd. A crash or a failure leaves the old file or
+     * the new one at {@code name}, never a torn one; a reader that opened the old file keeps reading it. A
+     * symbolic link at {@code name} is replaced, not followed (rename replaces the entry itself).
+     *
+     * <p>The temporary name ({@code name.tmp-PID-RANDOM}) is this call's alone: a concurrent writer of the same
+     * name never opens, truncates or renames it (the last rename wins, whole), and a failure removes it. Only a
+     * crash between its creation and the rename leaves it behind; nothing reads it.
+     *
+     * @param name a file name in this directory (no {@code /})
+     * @throws IOException naming the file and the step that failed; {@code name} is then as it was, unless what
+     *                     failed is the directory's fsync after the rename (then the new file may not survive a crash)
+     */
+    public void replaceDurably(String name, byte[] bytes) throws IOException {
+        if (name.isEmpty() || name.equals(".") || name.equals("..") || name.indexOf('/') >= 0 || name.indexOf(0) >= 0) {
+            throw new IllegalArgumentException("not a file name in " + path + ": '" + name + "'");
+        }
+        String tmp = null;
+        try {
+            int fd = -1;
+            // O_EXCL makes the name ours; a clash (a random one, or a pid reused in another pid namespace) is retried
+            for (int attempt = 0; fd < 0; attempt++) {
+                String candidate = temporaryName(name);
+                try {
+                    fd = Libc.openat(this.fd, candidate,
+                            Libc.O_WRONLY | Libc.O_CREAT | Libc.O_EXCL | Libc.O_NOFOLLOW, 0600);
+                    tmp = candidate;
+                } catch (NativeException e) {
+                    if (e.errno() != Errno.EEXIST || attempt >= 3) {
+                        throw e;
+                    }
+                }
+            }
+            try (Arena a = Arena.ofConfined()) {
+                MemorySegment src = a.allocateFrom(ValueLayout.JAVA_BYTE, bytes);
+                for (long done = 0; done < bytes.length; ) {
+                    long n = FileIo.pwrite(fd, src.asSlice(done), done);
+                    if (n < 0) {
+                        throw NativeException.of("pwrite", (int) -n,
+                                tmp + ", " + (bytes.length - done) + " bytes at " + done);
+                    }
+                    if (n == 0) {
+                        throw new IOException("pwrite(" + tmp + ") wrote nothing of the " + (bytes.length - done)
+                                + " bytes at " + done);
+                    }
+                    done += n;
+                }
+                Libc.fsync(fd, tmp);
+            } finally {
+                Libc.close(fd);
+            }
+            Libc.renameat(this.fd, tmp, this.fd, name);
+            tmp = null; // renamed: nothing to remove whatever follows
+            sync();
+        } catch (IOException e) {
+            if (tmp != null) {
+                try {
+                    Libc.unlinkat(this.fd, tmp, 0); // ours alone (O_EXCL): no other writer's file is removed
+                } catch (NativeException suppressed) {
+                    e.addSuppressed(suppressed);
+                }
+            }
+            throw new IOException("cannot replace " + path.resolve(name) + ": " + e.getMessage(), e);
+        }
+    }
+
+    /**
+     * {@code name.tmp-PID-RANDOM}, within NAME_MAX (255 bytes): a longer name's own part is left out, so that
+     * any name that fits can be replaced.
+     */
+    private static String temporaryName(String name) {
+        String unique = ".tmp-" + ProcessHandle.current().pid() + "-"
+                + HexFormat.of().toHexDigits(ThreadLocalRandom.current().nextLong());
+        return name.getBytes(StandardCharsets.UTF_8).length + unique.length() <= 255 ? name + unique : "pmemblk" + unique;
     }
 
     @Override

@@ -19,10 +19,10 @@ import java.nio.charset.StandardCharsets;
  * {@code TrustedPath} checks it. The file names the device it is for ({@code pmem.path}): a record of another
  * device is not this disk's and is not applied.
  *
- * <p>Written as a new file (mode 0600, {@code O_EXCL}), fsync'd, renamed over the old one and the directory
- * fsync'd: a crash leaves the old record or the new one, never a torn one. A record that cannot be read or is not
- * exactly what this class writes makes the server start write-through, logged: the guest may have turned its
- * cache off, and write-through is the mode that loses nothing in either case.
+ * <p>Written by {@link TrustedDirectory#replaceDurably} (a new file, mode 0600, fsync'd, renamed over the old one,
+ * the directory fsync'd): a crash leaves the old record or the new one, never a torn one. A record that cannot be
+ * read or is not exactly what this class writes makes the server start write-through, logged: the guest may have
+ * turned its cache off, and write-through is the mode that loses nothing in either case.
  */
 public final class WriteCacheRecord {
     private static final System.Logger LOG = System.getLogger("io.pmemblk.vhost");
@@ -127,36 +127,9 @@ public final class WriteCacheRecord {
 
     /** Records {@code writeback} durably: the file and its name are on stable storage when this returns. */
     void store(boolean writeback) throws IOException {
-        String tmp = name + ".new";
         try {
-            Libc.unlinkat(dir.fd(), tmp, 0); // left by a crash mid-store; never a link followed (unlink removes the name)
-        } catch (NativeException e) {
-            if (e.errno() != Errno.ENOENT) {
-                throw new IOException("cannot record the write cache in " + this + ": " + e.getMessage(), e);
-            }
-        }
-        try {
-            int fd = Libc.openat(dir.fd(), tmp, Libc.O_WRONLY | Libc.O_CREAT | Libc.O_EXCL | Libc.O_NOFOLLOW, 0600);
-            try (Arena a = Arena.ofConfined()) {
-                byte[] bytes = text(writeback).getBytes(StandardCharsets.UTF_8);
-                MemorySegment src = a.allocateFrom(ValueLayout.JAVA_BYTE, bytes);
-                long n = FileIo.pwrite(fd, src, 0);
-                if (n != bytes.length) {
-                    throw n < 0 ? NativeException.of("pwrite", (int) -n, tmp)
-                            : new IOException("short write of " + n + " of " + bytes.length + " bytes");
-                }
-                Libc.fsync(fd, tmp);
-            } finally {
-                Libc.close(fd);
-            }
-            Libc.renameat(dir.fd(), tmp, dir.fd(), name);
-            dir.sync();
+            dir.replaceDurably(name, text(writeback).getBytes(StandardCharsets.UTF_8));
         } catch (IOException e) {
-            try {
-                Libc.unlinkat(dir.fd(), tmp, 0);
-            } catch (NativeException ignored) {
-                // not made, or already renamed
-            }
             throw new IOException("cannot record the write cache in " + this + ": " + e.getMessage(), e);
         }
     }
