@@ -118,6 +118,20 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         return channel(channel).completedTotal;
     }
 
+    /** Bytes the channel's copy descriptors moved since it was created (monotonic). */
+    public long bytesCopied(int channel) {
+        return channel(channel).bytesTotal;
+    }
+
+    /** Bytes all channels' copy descriptors moved. */
+    public long bytesCopied() {
+        long sum = 0;
+        for (Channel c : channels) {
+            sum += c.bytesTotal;
+        }
+        return sum;
+    }
+
     /** CPU time of the channel's engine thread, in nanoseconds (-1 if the JVM cannot measure it). */
     public long engineCpuTimeNanos(int channel) {
         return THREADS.getThreadCpuTime(channel(channel).thread.threadId());
@@ -302,6 +316,8 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         volatile long chainaddr;
         volatile long chancmp;
         volatile long completedTotal;
+        /** Written by the engine only. */
+        volatile long bytesTotal;
 
         int state = CHANSTS_HALTED;
         /** Written by the engine under the lock; read without it by {@link #status}. */
@@ -486,6 +502,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                     halt(MemoryFaults.loads(from) ? CHANERR_WRITE_DATA : CHANERR_READ_DATA);
                     return;
                 }
+                bytesTotal += size;
             }
             processed = (processed + 1) & 0xFFFF;
             completedTotal++;
