@@ -116,6 +116,8 @@ final class ServeCommand implements Callable<Integer> {
                 System.err.println("pmemblk: " + e.getMessage());
             } else if (e instanceof io.pmemblk.dma.vfio.VfioException) {
                 System.err.println("pmemblk: dma.engine=vfio: " + e.getMessage());
+            } else if (e instanceof io.pmemblk.dma.vfiouser.client.VfioUserException) {
+                System.err.println("pmemblk: dma.engine=vfio-user: " + e.getMessage());
             } else {
                 System.err.println("pmemblk: cannot open pmem.path " + s.get(Settings.PMEM_PATH) + ": " + e.getMessage());
             }
