@@ -37,7 +37,9 @@ import java.util.concurrent.LinkedBlockingQueue;
         description = "Serve the persistent-memory device over NBD (unix socket and TCP), with ublk.enabled=true as"
                 + " /dev/ublkbN, and with vhost.socket=PATH to a QEMU guest as a vhost-user-blk disk. Stops cleanly"
                 + " on SIGTERM/SIGINT; SIGHUP re-reads --config and applies the keys that can change live"
-                + " (route.dma.min-bytes, route.dma.min-segments, route.dma.bounce, nbd.stall-timeout, log.level).")
+                + " (route.dma.min-bytes, route.dma.min-segments, route.dma.bounce, nbd.stall-timeout, log.level)."
+                + " Copy offload: dma.engine=soft, vfio (PCI devices bound to vfio-pci), or vfio-user with"
+                + " dma.vfio-user.socket=PATH (the I/OAT device of a `pmemblk dma-device --socket PATH` process).")
 final class ServeCommand implements Callable<Integer> {
     private static final System.Logger LOG = System.getLogger("pmemblk");
     /**
