@@ -47,6 +47,11 @@ import java.util.regex.Pattern;
  * the watcher thread. A command the server refuses (an error reply) fails only that command.
  *
  * <p>Buffers are allocated once per connection; a posted region write and a region read allocate nothing.
+ *
+ * <p>Limit: while a sender waits for room in a full socket it holds the lock, so a DMA_READ/DMA_WRITE the server
+ * sent meanwhile is answered only once the send is through; a server that stops reading until its own command is
+ * answered stalls both sides until the timeout loses the connection. pmemblk's device never sends those commands
+ * (every region it is given has a descriptor), and the socket holds thousands of posted writes.
  */
 public final class VfioUserConnection implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.pmemblk.dma.vfiouser");
