@@ -1,7 +1,7 @@
 #!/bin/sh
 # Scenario "ioat-raid5", run inside the guest by scripts/vm-test (scripts/vm --vfio-user SOCK): pmemblk's software
 # I/OAT device (`pmemblk dma-device` on the host) is a PCI function at IOAT_ADDR, and Linux's own ioatdma drives it.
-# Phases, in one boot (PHASES, default "ioat cpu"):
+# Phases, in one boot (PHASES, default "ioat fault cpu"):
 #   ioat  modprobe ioatdma: bound to IOAT_ADDR, its self-test passed (no "Self-test ... disabling" in dmesg), the
 #         device's channels in /sys/class/dma (IOAT_CHANNELS of them); md RAID5 over 4 brd ramdisks (mdadm from
 #         Debian, MDADM), fio verify on the array (crc32c, 4k..1m, direct, iodepth 32): md hands its stripe-cache
@@ -9,6 +9,10 @@
 #         ioatdma's memcpy prep (a kprobe with a hist trigger) are at least what fio wrote, and the device's vectors
 #         interrupt; fio's verify and md's `check` (mismatch_cnt 0) then show the device's copies right; ext4 on the
 #         array with files and sums, e2fsck -fn clean, the sums read back after a remount
+#   fault a hostile driver in guest userspace (ioat-fault.py: descriptors and rings outside guest RAM, a source that
+#         runs past its end, a bad completion address, RESET under load): each answered by a halted channel and a
+#         CHANERR bit, nothing copied where a canary would show it; then ioatdma binds again and passes its
+#         self-test (the device serves the next client)
 #   cpu   the same run on the same array with no DMA channel (raid456 and async_tx unloaded, ioatdma removed, raid456
 #         loaded again): the CPU baseline
 # Both phases count md's async_memcpy bytes, and the host's device process CPU time (host_request device-cpu).
@@ -26,7 +30,7 @@ IOAT_CHANNELS=${IOAT_CHANNELS:-}
 MDADM=${MDADM:-mdadm}
 RD_MIB=${RD_MIB:-128}
 FIO_MIB=${FIO_MIB:-256}
-PHASES=${PHASES:-ioat cpu}
+PHASES=${PHASES:-ioat fault cpu}
 MD=md0
 MNT=/mnt/r5
 cd /tmp || exit 1
@@ -215,6 +219,30 @@ for phase in $PHASES; do
         result ioat_removed yes
         say "raid456, async_tx and ioatdma unloaded: no DMA channel left"
         ;;
+    fault)
+        # A hostile driver in userspace (ioat-fault.py) with no kernel driver bound, then ioatdma again: the device
+        # must serve the next client after every fault.
+        [ -z "$(readlink "/sys/bus/pci/devices/$IOAT_ADDR/driver" 2>/dev/null)" ] || fail "fault: $IOAT_ADDR still has a driver"
+        echo 4 >/proc/sys/vm/nr_hugepages
+        _rc=0
+        /usr/bin/python3 "$(dirname "$0")/ioat-fault.py" "$IOAT_ADDR" >/tmp/fault.out 2>&1 || _rc=$?
+        cat /tmp/fault.out
+        echo 0 >/proc/sys/vm/nr_hugepages
+        [ "$_rc" = 0 ] || fail "fault: $(sed -n 's/^RESULT fault_why=//p' /tmp/fault.out | head -n 1)${_rc:+ (ioat-fault.py exit $_rc: $(tail -n 1 /tmp/fault.out))}"
+        dmesg_mark
+        modprobe ioatdma || fail "fault: modprobe ioatdma after the faults failed"
+        _drv=$(basename "$(readlink "/sys/bus/pci/devices/$IOAT_ADDR/driver" 2>/dev/null)" 2>/dev/null)
+        dmesg | tail -n +$((DMESG_MARK + 1)) | grep -i ioat | sed 's/^/dmesg| /'
+        [ "$_drv" = ioatdma ] || fail "fault: ioatdma did not bind $IOAT_ADDR after the faults (driver: ${_drv:-none})"
+        if dmesg | tail -n +$((DMESG_MARK + 1)) | grep -i ioat | grep -q -i -E 'self-test|disabling'; then
+            fail "fault: ioatdma's self-test failed after the faults"
+        fi
+        _n=$(our_channels | wc -l)
+        [ -z "$IOAT_CHANNELS" ] || [ "$_n" = "$IOAT_CHANNELS" ] || fail "fault: $_n channels after the faults, the device has $IOAT_CHANNELS"
+        result fault_next_client "ioatdma bound, self-test passed, $_n channels"
+        say "fault: ioatdma bound again after the faults, self-test passed, $_n channels"
+        rmmod ioatdma || fail "rmmod ioatdma failed"
+        ;;
     cpu)
         modprobe raid456 || fail "modprobe raid456 failed"
         [ -z "$(ls /sys/class/dma 2>/dev/null)" ] || fail "a DMA channel is registered for the CPU baseline: $(ls /sys/class/dma)"
@@ -228,7 +256,7 @@ for phase in $PHASES; do
         probe_remove mdcpy
         array_stop
         ;;
-    *) fail "unknown phase '$phase' (ioat, cpu)" ;;
+    *) fail "unknown phase '$phase' (ioat, fault, cpu)" ;;
     esac
 done
 result status pass
