@@ -14,6 +14,7 @@ module io.pmemblk.dma {
     exports io.pmemblk.dma.soft;
     exports io.pmemblk.dma.edu;
     exports io.pmemblk.dma.vfio;
+    exports io.pmemblk.dma.vfiouser.client;
     exports io.pmemblk.dma.vfiouser.device;
 
     // Faults for the software device come only from a provider a test puts on the module path (SoftFaults).

@@ -1,5 +1,6 @@
 package io.pmemblk.dma;
 
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.Arrays;
 
@@ -89,6 +90,16 @@ public class IovaSpace {
 
     /** Called under this space's lock after a region was withdrawn (its pages: {@code span} bytes from iovaPage). */
     protected void unmapped(long iovaPage, long span) {
+    }
+
+    /**
+     * Memory the device will be given (descriptor rings, completion words, buffer pools), as Linux's
+     * dma_alloc_coherent asks the device's DMA backend: plain native memory here; a device in another process
+     * (vfio-user) can reach only memory it maps by descriptor, and its space overrides this. Owned by
+     * {@code owner}; not mapped yet: the caller maps it.
+     */
+    public MemorySegment allocate(long bytes, long alignment, Arena owner) {
+        return owner.allocate(bytes, alignment);
     }
 
     /** The first IOVA past the space (exclusive). */
