@@ -14,8 +14,8 @@ answers (the device halts the channel with a CHANERR bit) is asserted for each c
   ring-out    CHAINADDR outside guest RAM: halted, CHANERR set
   ring-mmio   CHAINADDR at the device's own BAR0 (an address that is not memory): halted, CHANERR set
   cmp-out     a completion address outside guest RAM: halted, CHANERR set
-  reset       RESET while a chain of 256 x 1 MiB copies runs: the channel halts at a descriptor boundary, reads back
-              CHANCMD 0, and the next copy works
+  reset       RESET once a chain of 256 x 1 MiB copies runs (a descriptor completed): CHANCMD reads back 0, the
+              channel HALTED with no error at a descriptor before the last, and the next copy works
   good-again  a 64 KiB copy after all of the above: the device still serves this driver
 Registers: drivers/dma/ioat/registers.h and hw.h (the project's io.pmemblk.dma.ioat.IoatSpec writes the same).
 Output: one line per case, then "RESULT fault_NAME=..." lines and "RESULT fault=pass" or "RESULT fault_why=...".
@@ -235,16 +235,21 @@ w16(CHANCTRL, CTRL_ERR_COMPLETION_EN | CTRL_ANY_ERR_ABORT_EN)
 w64(CHANCMP, PA + CMPW)
 w64(CHAINADDR, PA + RING)
 w16(DMACOUNT, 256)
+# RESET only once the chain runs (a descriptor completed), so it lands mid-chain, not before the first fetch.
+if not wait(lambda: r64(CHANSTS) & ~0x3f != 0 or r64(CHANSTS) & 7 == HALTED):
+    die(f'reset: the chain did not start within 5 s (CHANSTS {r64(CHANSTS):#x}, CHANERR {r32(CHANERR):#x})')
 t0 = time.monotonic()
 w8(CHANCMD, CMD_RESET)
 if not wait(lambda: r8(CHANCMD) & CMD_RESET == 0):
     die('reset: CHANCMD still shows RESET 5 s after a RESET under load')
 sts, err = r64(CHANSTS), r32(CHANERR)
 at = (sts & ~0x3f) - (PA + RING)
-report('reset', sts, err, f' after {(time.monotonic() - t0) * 1000:.1f} ms; last completed descriptor '
-       + (f'#{at // 64} of 256' if 0 <= at < 256 * 64 else 'none'))
-if sts & 7 != HALTED:
-    die(f'reset: the channel is {STATE.get(sts & 7, sts & 7)} after RESET, the model says HALTED')
+report('reset', sts, err, f', {(time.monotonic() - t0) * 1000:.1f} ms after the RESET; last completed descriptor '
+       + (f'#{at // 64 + 1} of 256' if 0 <= at < 256 * 64 else 'none'))
+if sts & 7 != HALTED or err:
+    die(f'reset: the channel is {STATE.get(sts & 7, sts & 7)} with CHANERR {err:#x} after RESET; the model says HALTED, no error')
+if not 0 <= at < 255 * 64:
+    die('reset: the chain of 256 had finished before the RESET arrived: nothing was interrupted')
 
 good('good-again')
 print('RESULT fault=pass')
