@@ -211,6 +211,13 @@ for phase in $PHASES; do
         probe ioatcpy 'p:pmemblk/ioatcpy ioat_dma_prep_memcpy_lock len=%cx:u64' len
         # shellcheck disable=SC2016 # $retval is the kprobe syntax's, not the shell's
         probe ioatcpyfail 'r:pmemblk/ioatcpyfail ioat_dma_prep_memcpy_lock ret=$retval:u64' '' 'if ret == 0'
+        # Parity on the device: ioatdma's xor and xor_val preps (the pq-engine ones when the device has PQ alone),
+        # len the 5th argument of xor (%r8) and the 4th of xor_val (%cx). Those the module lacks are left out.
+        XOR_PROBES=''
+        for _x in ioat_prep_xor:r8 ioat_prep_pqxor:r8 ioat_prep_xor_val:cx ioat_prep_pqxor_val:cx; do
+            _f=${_x%%:*} _n=$(echo "${_x%%:*}" | sed 's/ioat_prep_//')
+            if grep -q -w "$_f" /proc/kallsyms; then probe "$_n" "p:pmemblk/$_n $_f len=%${_x#*:}:u64" len; XOR_PROBES="$XOR_PROBES $_n"; fi
+        done
         md_probe
         _c0=$(device_cpu) _i0=$(ioat_interrupts)
         raid_run ioat
@@ -221,13 +228,18 @@ for phase in $PHASES; do
         result ioat_dma_copies "$(probe_hits ioatcpy)"
         result ioat_prep_failed "$(probe_hits ioatcpyfail)"
         result ioat_md_copy_bytes "$_md"
+        _xl=''
+        for _n in $XOR_PROBES; do _xl="$_xl $_n=$(probe_sum "$_n" len)/$(probe_hits "$_n")"; done
+        result ioat_parity "${_xl# }"
+        say "ioat: parity work handed to the device (bytes/preps):${_xl:- none probed}"
         result ioat_interrupts "$((_i1 - _i0))"
         result ioat_device_ticks "$((_c1 - _c0))"
         say "ioat: md copied $_md bytes (async_memcpy), $_dma of them handed to ioatdma in $(probe_hits ioatcpy) descriptors ($(probe_hits ioatcpyfail) preps refused: CPU); fio wrote $_w; $((_i1 - _i0)) device interrupts; the device process used $((_c1 - _c0)) clock ticks"
         [ "$_dma" -ge "$_w" ] || fail "ioatdma was handed $_dma bytes of copies during the RAID5 run, fio wrote $_w: md did not offload its copies"
         [ $((_i1 - _i0)) -gt 0 ] || fail "no interrupt from the device's vectors during the run"
         check_dmesg
-        probe_remove ioatcpy ioatcpyfail mdcpy
+        # shellcheck disable=SC2086 # a list of names
+        probe_remove ioatcpy ioatcpyfail mdcpy $XOR_PROBES
         array_stop
         # async_tx holds every public channel (dmaengine_get) while loaded: raid456 and the async_* modules first.
         modprobe -r raid456 || fail "modprobe -r raid456 failed: $(lsmod | grep -E '^(raid456|async)')"
