@@ -66,8 +66,8 @@ class SoftIoatDeviceLinuxTest {
     /**
      * ioat_set_chainaddr and ioat_alloc_chan_resources write CHAINADDR and CHANCMP as two writel each, low then
      * high ("1 64b write doesn't work"); the channel arms at the whole address and writes back where CHANCMP says.
-     * Seen failing with the upper-half cases taken out: "writeback never became 0x300001000 ..., CHANERR 0x0"
-     * (the engine had armed at the low half alone and halted with CHAIN_ADDR_VALUE, writing nowhere).
+     * Seen failing with the CHAINADDR upper-half case taken out: "expected: 12884901888L" (0x3_0000_0000, the ring)
+     * at the CHAINADDR read-back: the channel had been armed at the low half alone.
      */
     @Test
     void chainaddrAndChancmpTakeTwo32BitWritesLowThenHigh() {
