@@ -428,6 +428,9 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             } finally {
                 lock.unlock();
             }
+            // a doorbell rung before the chain address (registers in the wrong order) starts the chain now, as
+            // DMACOUNT ahead of the processed count does on an armed channel; the engine parked when it was halted
+            LockSupport.unpark(thread);
         }
 
         void clearErrors(int bits) {
