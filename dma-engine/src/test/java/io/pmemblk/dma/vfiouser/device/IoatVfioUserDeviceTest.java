@@ -58,7 +58,7 @@ class IoatVfioUserDeviceTest {
             VfioUserConnection.RegionInfo cfgInfo = c.regionInfo(VfioAbi.PCI_CONFIG_REGION);
             assertThat(cfgInfo.size()).as("PCIe configuration space").isEqualTo(4096);
             VfioUserMmio cfg = new VfioUserMmio(c, VfioAbi.PCI_CONFIG_REGION, cfgInfo.size(), false);
-            assertThat(cfg.read32(0)).isEqualTo(0x2021_8086);
+            assertThat(cfg.read32(0)).isEqualTo(0x0c50_8086);
             assertThat(cfg.read32(8) >>> 8).as("class code").isEqualTo(0x088000);
             int msix = -1, express = -1;
             for (int p = cfg.read8(0x34); p != 0; p = cfg.read8(p + 1)) {
@@ -71,8 +71,8 @@ class IoatVfioUserDeviceTest {
             assertThat(express).as("PCI Express capability").isPositive();
             assertThat(msix).as("MSI-X capability").isPositive();
             assertThat(cfg.read16(msix + 2) & 0x7ff).as("MSI-X table size - 1").isEqualTo(2);
-            assertThat(cfg.read32(msix + 4)).as("table at BAR0 0x2000").isEqualTo(0x2000);
-            assertThat(cfg.read32(msix + 8)).as("PBA at BAR0 0x3000").isEqualTo(0x3000);
+            assertThat(cfg.read32(msix + 4)).as("table at BAR0 0x1000").isEqualTo(0x1000);
+            assertThat(cfg.read32(msix + 8)).as("PBA at BAR0 0x1800").isEqualTo(0x1800);
             assertThat(c.irqCount(VfioAbi.PCI_MSIX_IRQ)).isEqualTo(3);
             cfg.write32(IoatPci.CHANERR_INT_OFFSET, 0xdeadbeef);
             assertThat(cfg.read32(IoatPci.CHANERR_INT_OFFSET)).as("CHANERR_INT written back").isEqualTo(0xdeadbeef);
@@ -83,9 +83,9 @@ class IoatVfioUserDeviceTest {
             assertThat(bar.read8(CBVER)).isEqualTo(VER_3_3);
             assertThat(bar.read8(CHANCNT)).isEqualTo(3);
             assertThat(bar.read8(XFERCAP)).isEqualTo(20);
-            assertThat(bar.read32(DMACAPABILITY)).as("memcpy only").isZero();
+            assertThat(bar.read32(DMACAPABILITY)).as("copies, XOR and PQ").isEqualTo(DMACAP_XOR | DMACAP_PQ);
             assertThat(bar.read64(CH + CHANSTS) & CHANSTS_STATUS_MASK).isEqualTo(CHANSTS_HALTED);
-            assertThat(bar.read32(0x2000)).as("the MSI-X table is the client's to emulate, not a register").isZero();
+            assertThat(bar.read32(0x1000)).as("the MSI-X table is the client's to emulate, not a register").isZero();
             assertThat(bar.failedAccesses()).isZero();
         }
         assertThat(Files.exists(sock)).as("the socket goes with the device").isFalse();
@@ -268,6 +268,9 @@ class IoatVfioUserDeviceTest {
                         .isEqualTo(CHANSTS_HALTED);
                 drv.bar.write64(CH + CHANCMP, 0x7000_0000L);
                 drv.bar.write64(CH + CHAINADDR, drv.ringIova);
+                assertThat(drv.bar.read64(CH + CHANSTS) & CHANSTS_STATUS_MASK)
+                        .as("arming starts a new count: the early doorbell is not carried over").isEqualTo(CHANSTS_ARMED);
+                drv.bar.write16(CH + DMACOUNT, 1);
                 long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
                 while ((drv.bar.read64(CH + CHANSTS) & CHANSTS_STATUS_MASK) != CHANSTS_HALTED) {
                     LockSupport.parkNanos(100_000);
