@@ -383,8 +383,9 @@ public final class IoatVfioUserDevice implements AutoCloseable {
             }
             try {
                 space.mapAt(iova, memory);
-                LOG.log(Level.INFO, "dma-device: client mapped [0x{0}, 0x{1}) ({2} MiB, prot {3})", Long.toHexString(iova),
-                        Long.toHexString(iova + length), length >> 20, prot);
+                LOG.log(Level.INFO, "dma-device: client mapped [0x{0}, 0x{1}) ({2}, prot {3}), reachable by the engines",
+                        Long.toHexString(iova), Long.toHexString(iova + length),
+                        length >= 1 << 20 ? (length >> 20) + " MiB" : (length >> 10) + " KiB", prot);
             } catch (IllegalArgumentException e) {
                 LOG.log(Level.WARNING, "dma-device: client region not used: {0}", e.getMessage());
             }
