@@ -316,6 +316,19 @@ public final class IoatVfioUserDevice implements AutoCloseable {
         arena.close();
     }
 
+    /**
+     * Whether the engines may use a client region mapped with {@code prot} (mmap's PROT_*): only a read-write one.
+     * libvfio-user maps a region with the protection the client asked for (QEMU maps option ROMs read-only), and an
+     * engine storing into a read-only page would take the device process down with SIGSEGV; a descriptor there
+     * halts with CHANERR instead, as one at an address never mapped. Reading a ROM by DMA is nothing a driver needs.
+     */
+    static boolean engineReachable(int prot) {
+        return (prot & (PROT_READ | PROT_WRITE)) == (PROT_READ | PROT_WRITE);
+    }
+
+    /** mmap(2) protection bits, as vfu_dma_info_t.prot carries them. */
+    private static final int PROT_READ = 0x1, PROT_WRITE = 0x2;
+
     // ---- what libvfio-user calls, on the run loop ----
 
     private final class Callbacks implements LibVfioUser.Callbacks {
@@ -375,6 +388,12 @@ public final class IoatVfioUserDevice implements AutoCloseable {
 
         @Override
         public void dmaRegistered(long iova, long length, MemorySegment memory, int prot) {
+            if (memory != null && !engineReachable(prot)) {
+                LOG.log(Level.INFO, "dma-device: client region [0x{0}, 0x{1}) ({2} KiB) is mapped with prot {3}, not"
+                        + " read-write: not reachable by the engines (a descriptor there halts with CHANERR)",
+                        Long.toHexString(iova), Long.toHexString(iova + length), length >> 10, prot);
+                return;
+            }
             if (memory == null) {
                 LOG.log(Level.INFO, "dma-device: client region [0x{0}, 0x{1}) ({2} KiB) has no fd: not reachable by"
                         + " the engines (a descriptor there halts with CHANERR)", Long.toHexString(iova),

@@ -353,4 +353,17 @@ class IoatVfioUserDeviceTest {
             assertThat(dev.iovaSpace().regions()).as("control and output regions left").isEqualTo(2);
         }
     }
+
+    /**
+     * QEMU maps option ROMs read-only ([0xcd000, 0xe8000) prot 1 was seen in the guest): an engine storing there
+     * would kill the device process with SIGSEGV, so only read-write regions are the engines'. Seen failing with
+     * the check returning true for any prot: "[a read-only ROM] Expecting value to be false but was true".
+     */
+    @Test
+    void onlyReadWriteClientRegionsAreTheEngines() {
+        assertThat(IoatVfioUserDevice.engineReachable(0x1)).as("a read-only ROM").isFalse();
+        assertThat(IoatVfioUserDevice.engineReachable(0x2)).as("write-only").isFalse();
+        assertThat(IoatVfioUserDevice.engineReachable(0x3)).as("guest RAM").isTrue();
+        assertThat(IoatVfioUserDevice.engineReachable(0x7)).isTrue();
+    }
 }
