@@ -411,6 +411,13 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                     if (runnable()) {
                         step();
                     }
+                } catch (InternalError e) {
+                    if (!MemoryFaults.isFault(e)) {
+                        throw e;
+                    }
+                    // a descriptor itself in memory that failed (a client truncated the file its ring is in): a
+                    // read error, and the engine lives on for the driver's reset, as after a failed copy
+                    halt(CHANERR_READ_DATA);
                 } finally {
                     lock.unlock();
                 }
@@ -690,6 +697,11 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                 return true;
             } catch (IovaFault f) {
                 return false;
+            } catch (InternalError e) {
+                if (!MemoryFaults.isFault(e)) {
+                    throw e;
+                }
+                return false; // the completion word's page failed: a completion address error
             }
         }
     }
