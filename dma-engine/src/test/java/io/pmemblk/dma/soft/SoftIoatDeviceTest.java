@@ -128,8 +128,8 @@ class SoftIoatDeviceTest {
     /**
      * A ring and completion word in a file truncated under its mapping (a vfio-user client can do this to the memfd
      * it mapped): the descriptor fetch fails, the channel halts with READ_DATA, and the engine thread lives to run
-     * the next chain. Seen failing without the catch around the descriptor fetch: "writeback never became 0x10000001,
-     * is 0x0, CHANERR 0x0" (the engine thread had died of the fault).
+     * the next chain. Seen failing without the catch around the descriptor fetch: "[halted] Expecting actual: ... to be
+     * less than ..." after 10 s (the engine thread had died of the fault, and CHANSTS never moved again).
      */
     @Test
     void aRingInATruncatedFileHaltsWithReadDataAndTheEngineLives() throws Exception {
