@@ -24,8 +24,8 @@ import java.util.concurrent.TimeUnit;
  * its client's.
  */
 @Command(name = "dma-device", mixinStandardHelpOptions = true,
-        description = {"Serve pmemblk's software I/OAT DMA device over vfio-user on a unix socket (PCI 8086:2021,"
-                + " one MSI-X vector per channel), for a QEMU >= 10.1 guest (-device vfio-user-pci, Linux's ioatdma"
+        description = {"Serve pmemblk's software I/OAT DMA device over vfio-user on a unix socket (PCI 8086:0c50,"
+                + " copies, XOR and PQ, one MSI-X vector per channel), for a QEMU >= 10.1 guest (-device vfio-user-pci, Linux's ioatdma"
                 + " binds it) or for dma.engine=vfio-user. Needs libvfio-user (docs/operating.md). Runs until"
                 + " SIGTERM or SIGINT; logs what the client maps, and the device's CPU per GiB copied."},
         footer = {"Example: pmemblk dma-device --socket /run/pmemblk/ioat.sock --channels 4",
