@@ -21,6 +21,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Consumer;
 import java.util.regex.Matcher;
@@ -612,6 +613,9 @@ public final class VfioUserConnection implements AutoCloseable {
         }
     }
 
+    /** How long the watcher waits before it looks again at a socket a requester is reading (not synchronisation). */
+    private static final long WATCH_BACKOFF_NANOS = TimeUnit.MILLISECONDS.toNanos(1);
+
     /** {@code <sys/socket.h>} MSG_WAITALL: recv waits for the whole buffer (or the timeout slice, or an error). */
     private static final int MSG_WAITALL = 0x100;
 
@@ -732,7 +736,13 @@ public final class VfioUserConnection implements AutoCloseable {
             if (revents == 0) {
                 continue;
             }
-            lock.lock();
+            // Never queue for the lock: a requester holding it reads what came (its reply, most often), and one
+            // that found the watcher queued behind it would pay a wait-queue node per request (an allocation on
+            // the register path) and a hand-off. So try, and if it is held, look again a little later.
+            if (!lock.tryLock()) {
+                LockSupport.parkNanos(WATCH_BACKOFF_NANOS);
+                continue;
+            }
             try {
                 if (closed || lostReason != null) {
                     break;
