@@ -91,6 +91,9 @@ public final class VfioUserConnection implements AutoCloseable {
     private int serverMaxFds = 1;
     private int serverMaxXfer = DEFAULT_MAX_DATA_XFER;
     private volatile String lostReason;
+    /** Whether the loss came from the peer's side (end of stream, reset, broken pipe) rather than ours (a timeout, a protocol error). */
+    private volatile boolean peerClosed;
+    private final int peerPid;
     private volatile boolean closed;
     private volatile Consumer<String> onLoss = reason -> { };
     private Thread watcher;
@@ -117,6 +120,22 @@ public final class VfioUserConnection implements AutoCloseable {
         pollfd.set(ValueLayout.JAVA_SHORT, 4, Libc.POLLIN);
         Libc.receiveTimeout(fd, SLICE_MILLIS);
         Libc.sendTimeout(fd, SLICE_MILLIS);
+        this.peerPid = UnixStream.peerPid(fd);
+    }
+
+    /** The device process (SO_PEERCRED at connect). */
+    public int peerPid() {
+        return peerPid;
+    }
+
+    /**
+     * Whether the connection was lost from the device's side: the socket reached end of stream, was reset or broke
+     * (the process died, or closed the connection itself, which a vfio-user server does after resetting the
+     * device). False for a loss this client declared (a reply that did not come, a protocol violation): the
+     * device process may then still run, and still hold our memory mapped.
+     */
+    public boolean lostByPeer() {
+        return peerClosed;
     }
 
     /**
@@ -550,6 +569,7 @@ public final class VfioUserConnection implements AutoCloseable {
                 }
             }
         } catch (NativeException e) {
+            markPeerClosed(e.errno());
             throw lose(what + ": sending failed: " + e.getMessage());
         }
     }
@@ -591,11 +611,15 @@ public final class VfioUserConnection implements AutoCloseable {
                     checkWait(deadline, what, from + got);
                     continue;
                 }
+                markPeerClosed(e.errno());
                 throw lose(what + ": receiving failed: " + e.getMessage());
             } catch (java.io.IOException e) {
                 throw lose(what + ": receiving failed: " + e.getMessage());
             }
             if (n == 0) {
+                if (lostReason == null && !closed) {
+                    peerClosed = true;
+                }
                 throw lose("the device closed the connection" + (from + got > 0 ? " in the middle of a message ("
                         + (from + got) + " bytes of it read)" : "") + " (while waiting for " + what + ")");
             }
@@ -675,6 +699,13 @@ public final class VfioUserConnection implements AutoCloseable {
     }
 
     // ---- loss, watcher, close ----------------------------------------------------------------------------------
+
+    /** A reset or broken pipe is the peer's doing (it died, or closed), when nothing was lost before. */
+    private void markPeerClosed(int errno) {
+        if ((errno == Errno.ECONNRESET || errno == Errno.EPIPE) && lostReason == null && !closed) {
+            peerClosed = true;
+        }
+    }
 
     /** Fails fast once lost or closed, before a buffer is touched (a closed connection has freed them). */
     private void ensureOpen() throws VfioUserException {
