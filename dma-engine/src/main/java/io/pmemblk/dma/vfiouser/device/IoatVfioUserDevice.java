@@ -61,6 +61,12 @@ public final class IoatVfioUserDevice implements AutoCloseable {
     private static final ValueLayout.OfShort U16 = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     private static final ValueLayout.OfInt U32 = ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     private static final ValueLayout.OfLong U64 = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+    /**
+     * Regions a client may map at once: QEMU maps a handful (guest RAM in pieces, ROMs), pmemblk's client one per
+     * buffer pool and mapping. Bounded (libvfio-user's default is a million) because each map rebuilds the
+     * engines' copy-on-write table, so a client mapping without end would cost the device quadratic time.
+     */
+    static final long MAX_DMA_REGIONS = 1 << 16;
     /** How long the loop sleeps in poll when nothing happens; only bounds how late it sees {@link #close}. */
     private static final int POLL_MILLIS = 1000;
 
@@ -118,7 +124,7 @@ public final class IoatVfioUserDevice implements AutoCloseable {
             lib.setupRegion(c, VFU_PCI_DEV_CFG_REGION_IDX, PCI_CFG_SPACE_EXP_SIZE, stubs, RegionCallback.CONFIG,
                     VFU_REGION_FLAG_RW);
             lib.setupIrqs(c, VFU_DEV_MSIX_IRQ, channels);
-            lib.setupDma(c, stubs, LIBVFIO_USER_MAX_DMA_REGIONS);
+            lib.setupDma(c, stubs, MAX_DMA_REGIONS);
             lib.setupReset(c, stubs);
             lib.realize(c);
             this.config = lib.pciConfigSpace(c);
