@@ -366,4 +366,17 @@ class IoatVfioUserDeviceTest {
         assertThat(IoatVfioUserDevice.engineReachable(0x3)).as("guest RAM").isTrue();
         assertThat(IoatVfioUserDevice.engineReachable(0x7)).isTrue();
     }
+
+    /** With a group, the socket is that group's and 0660 (here the process's own group, the one it may give). */
+    @Test
+    void theSocketCanBeGivenToAGroup() throws Exception {
+        Path sock = dir.resolve("ioat.sock");
+        java.nio.file.attribute.GroupPrincipal group = Files.readAttributes(dir,
+                java.nio.file.attribute.PosixFileAttributes.class).group();
+        try (IoatVfioUserDevice dev = IoatVfioUserDevice.start(sock, group, 1, 20)) {
+            assertThat(Files.getPosixFilePermissions(sock)).isEqualTo(PosixFilePermissions.fromString("rw-rw----"));
+            assertThat(Files.readAttributes(sock, java.nio.file.attribute.PosixFileAttributes.class).group())
+                    .isEqualTo(group);
+        }
+    }
 }
