@@ -51,7 +51,6 @@ public final class VfioUserEngine implements AutoCloseable {
     private VfioUserConnection connection;
     private volatile boolean closed;
     private Thread reconnector;
-    private volatile long losses, reconnects;
     /** Channels of a device we gave up on while its process {@link #heldPid} still ran: their copies wait. */
     private final List<IoatChannel> held = new ArrayList<>();
     private int heldPid;
@@ -209,7 +208,6 @@ public final class VfioUserEngine implements AutoCloseable {
             if (closed || connection != c) {
                 return;
             }
-            losses++;
             connection = null;
             space.detach(); // what the channels unmap now is bookkeeping: the device is gone
             List<IoatChannel> gone = new ArrayList<>();
@@ -303,7 +301,6 @@ public final class VfioUserEngine implements AutoCloseable {
                 }
                 try {
                     attach();
-                    reconnects++;
                     LOG.log(System.Logger.Level.INFO, "vfio-user: the DMA device at " + socket + " is back after "
                             + attempts + " attempt(s): " + channels.size() + " channel(s) restarted, "
                             + space.mappedRegions() + " DMA region(s) mapped again");
@@ -318,15 +315,6 @@ public final class VfioUserEngine implements AutoCloseable {
             }
             wait = Math.min(BACKOFF_MAX_MILLIS, wait * 2);
         }
-    }
-
-    /** Times the device was lost and came back (metrics, tests). */
-    public long losses() {
-        return losses;
-    }
-
-    public long reconnects() {
-        return reconnects;
     }
 
     /**
