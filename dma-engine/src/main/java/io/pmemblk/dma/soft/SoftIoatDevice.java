@@ -9,9 +9,11 @@ import io.pmemblk.dma.Mmio;
 import io.pmemblk.dma.SoftInterrupt;
 import io.pmemblk.posix.MemoryFaults;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.lang.invoke.VarHandle;
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
+import java.util.function.IntFunction;
 import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
 
@@ -33,10 +35,18 @@ import java.util.concurrent.locks.ReentrantLock;
  *       descriptor; with ERR_COMPLETION_EN the writeback word is written, with ERR_INT_EN the vector is raised.
  *       A copy whose source or destination memory faults (a mapped file truncated, a poisoned line) halts with
  *       READ_DATA or WRITE_DATA; the engine thread survives it ({@link MemoryFaults}).</li>
- *   <li>Descriptors run one at a time in ring order, so fence is honoured trivially. COPY and null are supported;
- *       any other op halts with CHANERR_CONTROL.</li>
+ *   <li>Descriptors run one at a time in ring order, so fence is honoured trivially. COPY and null are supported,
+ *       and, on a device made with them in DMACAPABILITY, XOR, XOR_VAL, PQ and PQ_VAL (with their extension
+ *       descriptors; a failed validation halts with XOR_P_OR_CRC / XOR_Q); any other op halts with
+ *       CHANERR_CONTROL.</li>
  *   <li>Register commands (CHANCMD, CHAINADDR) take the channel lock, which the engine holds for one descriptor,
  *       so a RESET returns only after the descriptor in flight has finished: CHANCMD reads back 0 at once.</li>
+ *   <li>A doorbell is seen at once: while descriptors are pending (DMACOUNT ahead of the processed count) an ARMED or
+ *       IDLE channel reads ACTIVE, as the hardware turns active on the DMACOUNT write. Linux's
+ *       {@code ioat_alloc_chan_resources} polls CHANSTS for ACTIVE or IDLE for about 20 us after its first
+ *       doorbell, which a parked engine thread may not meet.</li>
+ *   <li>The 64-bit registers (CHANSTS, CHAINADDR, CHANCMP) take 32-bit accesses to either half, as Linux writes
+ *       CHAINADDR and CHANCMP (two writel, low then high); a CHAINADDR write of either half arms with the whole.</li>
  * </ul>
  */
 public final class SoftIoatDevice implements Mmio, AutoCloseable {
@@ -48,6 +58,8 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
     private final long maxTransfer;
     private final Channel[] channels;
     private final SoftFaults faults;
+    /** DMACAPABILITY: 0 (copies only), or DMACAP_XOR and/or DMACAP_PQ, which enable those descriptors. */
+    private final int dmaCapability;
     private volatile int intrctrl;
     private volatile boolean closed;
 
@@ -62,6 +74,32 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
      * channel so its engine looks again.
      */
     public SoftIoatDevice(IovaSpace space, int channelCount, int xfercapLog2, SoftFaults faults) {
+        this(space, channelCount, xfercapLog2, faults, n -> new SoftInterrupt());
+    }
+
+    /**
+     * As {@link #SoftIoatDevice(IovaSpace, int, int, SoftFaults)}, channel n raising {@code vectors.apply(n)} (a
+     * device served to another process raises its client's MSI-X vector there).
+     */
+    public SoftIoatDevice(IovaSpace space, int channelCount, int xfercapLog2, SoftFaults faults,
+                          IntFunction<? extends Interrupt> vectors) {
+        this(space, channelCount, xfercapLog2, faults, vectors, 0);
+    }
+
+    /**
+     * As {@link #SoftIoatDevice(IovaSpace, int, int, SoftFaults, IntFunction)}, with the RAID operations of
+     * {@code dmaCapability} ({@link io.pmemblk.dma.ioat.IoatSpec#DMACAP_XOR}: XOR and XOR_VAL;
+     * {@link io.pmemblk.dma.ioat.IoatSpec#DMACAP_PQ}: PQ and PQ_VAL), advertised in DMACAPABILITY. Linux's async_tx
+     * gives md RAID456 only to a device with all of them (device_has_all_tx_types), and ioatdma makes one without
+     * XOR or PQ private.
+     */
+    public SoftIoatDevice(IovaSpace space, int channelCount, int xfercapLog2, SoftFaults faults,
+                          IntFunction<? extends Interrupt> vectors, int dmaCapability) {
+        if ((dmaCapability & ~(DMACAP_XOR | DMACAP_PQ)) != 0) {
+            throw new IllegalArgumentException("DMACAPABILITY 0x" + Integer.toHexString(dmaCapability)
+                    + ": the model does copies, and XOR (0x100) and PQ (0x200) when asked; nothing else");
+        }
+        this.dmaCapability = dmaCapability;
         if (channelCount < 1 || channelCount > 255) {
             throw new IllegalArgumentException("channel count " + channelCount + " not in 1..255 (CHANCNT is a u8)");
         }
@@ -74,7 +112,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         this.maxTransfer = 1L << xfercapLog2;
         this.channels = new Channel[channelCount];
         for (int i = 0; i < channelCount; i++) {
-            channels[i] = new Channel(i);
+            channels[i] = new Channel(i, vectors.apply(i));
         }
         for (Channel c : channels) {
             c.thread.start();
@@ -102,6 +140,20 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         return channel(channel).completedTotal;
     }
 
+    /** Bytes the channel's copy descriptors moved since it was created (monotonic). */
+    public long bytesCopied(int channel) {
+        return channel(channel).bytesTotal;
+    }
+
+    /** Bytes all channels' copy descriptors moved. */
+    public long bytesCopied() {
+        long sum = 0;
+        for (Channel c : channels) {
+            sum += c.bytesTotal;
+        }
+        return sum;
+    }
+
     /** CPU time of the channel's engine thread, in nanoseconds (-1 if the JVM cannot measure it). */
     public long engineCpuTimeNanos(int channel) {
         return THREADS.getThreadCpuTime(channel(channel).thread.threadId());
@@ -117,6 +169,46 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             }
         }
         return sum;
+    }
+
+    /** The global INTRCTRL register as the driver last wrote it (MASTER_INT_EN gates a served device's vectors). */
+    public int intrctrl() {
+        return intrctrl;
+    }
+
+    /**
+     * A device reset (PCI FLR, a vfio-user client's RESET, or the client gone): every channel as after CHANCMD
+     * RESET, and also CHANERR, CHANERR_MASK, CHAINADDR and the completed-descriptor address cleared, and INTRCTRL 0
+     * (interrupts off until a driver turns them on). Returns after any descriptor in flight has finished.
+     */
+    public void reset() {
+        intrctrl = 0;
+        for (Channel c : channels) {
+            c.lock.lock();
+            try {
+                c.resetRegisters();
+                c.chanerr = 0;
+                c.chanerrMask = 0;
+                c.chainaddr = 0;
+                c.lastCompleted = 0;
+                c.setState(CHANSTS_HALTED);
+            } finally {
+                c.lock.unlock();
+            }
+        }
+    }
+
+    /**
+     * Returns once no engine is inside a descriptor it began before this call: memory it translated then is no
+     * longer touched. With an address withdrawn from the {@link IovaSpace} first, what is behind it may then be
+     * unmapped (a vfio-user client's DMA_UNMAP): the engine translates every descriptor under its channel lock,
+     * so taking each lock once waits out the one in flight, and the next translation sees the new table.
+     */
+    public void fence() {
+        for (Channel c : channels) {
+            c.lock.lock();
+            c.lock.unlock();
+        }
     }
 
     /** Stops the engine threads (like unbinding the device); further register writes are ignored. */
@@ -161,6 +253,10 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         return channels[(int) n];
     }
 
+    /** Offset of a 64-bit register's upper half. */
+    private static final int HIGH = 4;
+    private static final long LOW_MASK = 0xFFFF_FFFFL;
+
     private long read(long offset) {
         Channel c = channelAt(offset);
         if (c == null) {
@@ -169,6 +265,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                 case XFERCAP -> xfercapLog2;
                 case INTRCTRL -> intrctrl;
                 case CBVER -> VER_3_3;
+                case DMACAPABILITY -> dmaCapability; // no DCA, fill, page break or super-extended descriptors
                 default -> 0;
             };
         }
@@ -176,16 +273,20 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             case CHANCTRL -> c.chanctrl;
             case CHANCMD -> 0; // commands complete synchronously
             case DMACOUNT -> c.dmacount;
-            case CHANSTS -> c.chansts;
+            case CHANSTS -> c.status();
+            case CHANSTS + HIGH -> c.status() >>> 32;
             case CHAINADDR -> c.chainaddr;
+            case CHAINADDR + HIGH -> c.chainaddr >>> 32;
             case CHANCMP -> c.chancmp;
+            case CHANCMP + HIGH -> c.chancmp >>> 32;
             case CHANERR -> c.chanerr;
             case CHANERR_MASK -> c.chanerrMask;
             default -> 0;
         };
     }
 
-    private void write(long offset, long value) {
+    /** A write of {@code value}, {@code bytes} wide (1, 2, 4 or 8), at {@code offset}. */
+    private void write(long offset, long value, int bytes) {
         if (closed) {
             return;
         }
@@ -203,8 +304,10 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                 c.dmacount = (int) value & 0xFFFF;
                 LockSupport.unpark(c.thread);
             }
-            case CHAINADDR -> c.arm(value);
-            case CHANCMP -> c.chancmp = value;
+            case CHAINADDR -> c.arm(bytes == 8 ? value : (c.chainaddr & ~LOW_MASK) | (value & LOW_MASK));
+            case CHAINADDR + HIGH -> c.arm((c.chainaddr & LOW_MASK) | (value << 32));
+            case CHANCMP -> c.chancmp = bytes == 8 ? value : (c.chancmp & ~LOW_MASK) | (value & LOW_MASK);
+            case CHANCMP + HIGH -> c.chancmp = (c.chancmp & LOW_MASK) | (value << 32);
             case CHANERR -> c.clearErrors((int) value);
             case CHANERR_MASK -> c.chanerrMask = (int) value;
             default -> { }
@@ -215,16 +318,16 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
     @Override public int read16(long offset) { return (int) read(offset) & 0xFFFF; }
     @Override public int read32(long offset) { return (int) read(offset); }
     @Override public long read64(long offset) { return read(offset); }
-    @Override public void write8(long offset, int value) { write(offset, value & 0xFF); }
-    @Override public void write16(long offset, int value) { write(offset, value & 0xFFFF); }
-    @Override public void write32(long offset, int value) { write(offset, value & 0xFFFF_FFFFL); }
-    @Override public void write64(long offset, long value) { write(offset, value); }
+    @Override public void write8(long offset, int value) { write(offset, value & 0xFF, 1); }
+    @Override public void write16(long offset, int value) { write(offset, value & 0xFFFF, 2); }
+    @Override public void write32(long offset, int value) { write(offset, value & 0xFFFF_FFFFL, 4); }
+    @Override public void write64(long offset, long value) { write(offset, value, 8); }
 
     /** One channel's registers and engine. Fields written under {@link #lock} unless noted. */
     private final class Channel implements Runnable {
         final int index;
         final ReentrantLock lock = new ReentrantLock();
-        final SoftInterrupt vector = new SoftInterrupt();
+        final Interrupt vector;
         final Thread thread;
 
         volatile int chanctrl;
@@ -236,21 +339,49 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         volatile long chainaddr;
         volatile long chancmp;
         volatile long completedTotal;
+        /** Written by the engine only. */
+        volatile long bytesTotal;
 
+        /** The RAID operations' sources and coefficients, and an extension descriptor: reused, under the lock. */
+        final MemorySegment[] sources = new MemorySegment[RAID_MAX_SOURCES];
+        final int[] coefs = new int[RAID_MAX_SOURCES];
+        MemorySegment extension;
         int state = CHANSTS_HALTED;
-        int processed;
+        /** Written by the engine under the lock; read without it by {@link #status}. */
+        volatile int processed;
         long lastCompleted;
         long nextDescriptor;
         boolean fetchingFromChainaddr;
 
-        Channel(int index) {
+        Channel(int index, Interrupt vector) {
             this.index = index;
+            this.vector = vector;
             this.thread = Thread.ofPlatform().daemon().name("soft-ioat-ch" + index).unstarted(this);
         }
 
         private void setState(int s) {
             state = s;
             chansts = lastCompleted | s;
+        }
+
+        /** CHANSTS as a read sees it: ACTIVE from the doorbell on, before the engine has picked the work up. */
+        long status() {
+            long s = chansts;
+            long st = s & CHANSTS_STATUS_MASK;
+            if ((st == CHANSTS_ARMED || st == CHANSTS_IDLE) && ((dmacount - processed) & 0xFFFF) != 0) {
+                return (s & ~CHANSTS_STATUS_MASK) | CHANSTS_ACTIVE;
+            }
+            return s;
+        }
+
+        /** What CHANCMD RESET clears. Caller holds the lock. */
+        void resetRegisters() {
+            state = CHANSTS_HALTED;
+            chansts = lastCompleted | CHANSTS_HALTED;
+            dmacount = 0;
+            processed = 0;
+            chanctrl = 0;
+            chancmp = 0;
         }
 
         private boolean runnable() {
@@ -280,6 +411,13 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                     if (runnable()) {
                         step();
                     }
+                } catch (InternalError e) {
+                    if (!MemoryFaults.isFault(e)) {
+                        throw e;
+                    }
+                    // a descriptor itself in memory that failed (a client truncated the file its ring is in): a
+                    // read error, and the engine lives on for the driver's reset, as after a failed copy
+                    halt(CHANERR_READ_DATA);
                 } finally {
                     lock.unlock();
                 }
@@ -290,12 +428,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             lock.lock();
             try {
                 if ((cmd & CHANCMD_RESET) != 0) {
-                    state = CHANSTS_HALTED;
-                    chansts = lastCompleted | CHANSTS_HALTED;
-                    dmacount = 0;
-                    processed = 0;
-                    chanctrl = 0;
-                    chancmp = 0;
+                    resetRegisters();
                     return;
                 }
                 if ((cmd & CHANCMD_ABORT) != 0) {
@@ -325,10 +458,15 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                 nextDescriptor = address;
                 fetchingFromChainaddr = true;
                 lastCompleted = 0;
+                // a new chain starts counting from 0: Linux's ioat_restart_channel re-arms a halted channel
+                // without RESET and then writes DMACOUNT from 0 (__ioat_restart_chan: dmacount = 0)
+                dmacount = 0;
+                processed = 0;
                 setState(CHANSTS_ARMED);
             } finally {
                 lock.unlock();
             }
+
         }
 
         void clearErrors(int bits) {
@@ -367,44 +505,37 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                 halt(injected);
                 return;
             }
-            if ((control & CTRL_NULL) == 0) {
-                int op = (control & CTRL_OP_MASK) >>> CTRL_OP_SHIFT;
-                if (op != OP_COPY) {
+            int consumed = 1;
+            int op = (control & CTRL_OP_MASK) >>> CTRL_OP_SHIFT;
+            // the null bit is the copy format's (bit 5); in XOR and PQ descriptors bits 7:5 are the source count
+            if (op != OP_COPY || (control & CTRL_NULL) == 0) {
+                if (op == OP_COPY) {
+                    int err = copy(src, dst, size);
+                    if (err != 0) {
+                        halt(err);
+                        return;
+                    }
+                } else if ((op == OP_XOR || op == OP_XOR_VAL) && (dmaCapability & DMACAP_XOR) != 0
+                        || (op == OP_PQ || op == OP_PQ_VAL) && (dmaCapability & DMACAP_PQ) != 0) {
+                    if (size > maxTransfer) {
+                        halt(CHANERR_LENGTH);
+                        return;
+                    }
+                    consumed = raid(op, control, d, size);
+                    if (consumed < 0) {
+                        halt(-consumed);
+                        return;
+                    }
+                    if (consumed == 2) {
+                        next = extension.get(FIELD_U64, DESC_NEXT); // the chain goes on after the extension
+                        extension = null;
+                    }
+                } else {
                     halt(CHANERR_CONTROL);
                     return;
                 }
-                if (size > maxTransfer) {
-                    halt(CHANERR_LENGTH);
-                    return;
-                }
-                MemorySegment from;
-                MemorySegment to;
-                try {
-                    from = space.translate(src, size);
-                } catch (IovaFault f) {
-                    halt(CHANERR_SRC_ADDR);
-                    return;
-                }
-                try {
-                    to = space.translate(dst, size);
-                } catch (IovaFault f) {
-                    halt(CHANERR_DEST_ADDR);
-                    return;
-                }
-                try {
-                    MemoryFaults.copy(from, 0, to, 0, size);
-                } catch (InternalError e) {
-                    if (!MemoryFaults.isFault(e)) {
-                        throw e;
-                    }
-                    // The memory behind a translated address failed (a file truncated under its mapping, a
-                    // poisoned line): hardware halts with a read or write data error, the descriptor not
-                    // completed, and its engine serves on after the driver's reset. So does this one.
-                    halt(MemoryFaults.loads(from) ? CHANERR_WRITE_DATA : CHANERR_READ_DATA);
-                    return;
-                }
             }
-            processed = (processed + 1) & 0xFFFF;
+            processed = (processed + consumed) & 0xFFFF;
             completedTotal++;
             lastCompleted = address;
             nextDescriptor = next;
@@ -417,6 +548,127 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             if ((control & CTRL_INT_ENABLE) != 0) {
                 vector.signal();
             }
+        }
+
+        /** A COPY of {@code size} bytes: 0, or the CHANERR bits to halt with. Caller holds the lock. */
+        private int copy(long src, long dst, long size) {
+            if (size > maxTransfer) {
+                return CHANERR_LENGTH;
+            }
+            MemorySegment from;
+            MemorySegment to;
+            try {
+                from = space.translate(src, size);
+            } catch (IovaFault f) {
+                return CHANERR_SRC_ADDR;
+            }
+            try {
+                to = space.translate(dst, size);
+            } catch (IovaFault f) {
+                return CHANERR_DEST_ADDR;
+            }
+            try {
+                MemoryFaults.copy(from, 0, to, 0, size);
+            } catch (InternalError e) {
+                if (!MemoryFaults.isFault(e)) {
+                    throw e;
+                }
+                // The memory behind a translated address failed (a file truncated under its mapping, a
+                // poisoned line): hardware halts with a read or write data error, the descriptor not
+                // completed, and its engine serves on after the driver's reset. So does this one.
+                return MemoryFaults.loads(from) ? CHANERR_WRITE_DATA : CHANERR_READ_DATA;
+            }
+            bytesTotal += size;
+            return 0;
+        }
+
+        /**
+         * An XOR, XOR_VAL, PQ or PQ_VAL descriptor {@code d} at nextDescriptor, with its extension (the next ring
+         * descriptor, by d's next pointer) when it has more sources than the base holds. XOR writes the sources' XOR
+         * to the destination; XOR_VAL checks that the destination (Linux's first source) XOR the sources is zero.
+         * PQ writes P and Q (unless disabled); PQ_VAL checks them. A failed check halts with XOR_P_OR_CRC / XOR_Q,
+         * the descriptor not completed, which Linux's ioat_eh reads as the validation result and restarts from.
+         * @return descriptors consumed (1 or 2), or minus the CHANERR bits to halt with. Caller holds the lock.
+         */
+        private int raid(int op, int control, MemorySegment d, long size) {
+            boolean pq = op == OP_PQ || op == OP_PQ_VAL;
+            boolean validate = op == OP_XOR_VAL || op == OP_PQ_VAL;
+            int n = ((control & CTRL_SRC_CNT_MASK) >>> CTRL_SRC_CNT_SHIFT) + 2;
+            if (n > RAID_MAX_SOURCES) {
+                return -CHANERR_CONTROL;
+            }
+            int inBase = pq ? PQ_BASE_SOURCES : XOR_BASE_SOURCES;
+            long[] offsets = pq ? PQ_SRC_OFFSETS : XOR_SRC_OFFSETS;
+            int consumed = 1;
+            if (n > inBase) {
+                if (((dmacount - processed) & 0xFFFF) < 2) {
+                    return -CHANERR_DESCRIPTOR_COUNT; // the extension is not made available
+                }
+                long extAddress = d.get(FIELD_U64, DESC_NEXT);
+                if ((extAddress & (DESC_BYTES - 1)) != 0) {
+                    return -CHANERR_NEXT_DESC_ALIGN;
+                }
+                try {
+                    extension = space.translate(extAddress, DESC_BYTES);
+                } catch (IovaFault f) {
+                    return -CHANERR_NEXT_ADDR;
+                }
+                consumed = 2;
+            }
+            try {
+                for (int i = 0; i < n; i++) {
+                    MemorySegment holder = i < inBase ? d : extension;
+                    sources[i] = space.translate(holder.get(FIELD_U64, offsets[i]), size);
+                }
+            } catch (IovaFault f) {
+                return -CHANERR_SRC_ADDR;
+            }
+            int err = 0;
+            try {
+                if (!pq) {
+                    MemorySegment out;
+                    try {
+                        out = space.translate(d.get(FIELD_U64, DESC_DST), size);
+                    } catch (IovaFault f) {
+                        return validate ? -CHANERR_SRC_ADDR : -CHANERR_DEST_ADDR; // XOR_VAL reads it
+                    }
+                    if (RaidMath.xor(sources, n, out, size, validate)) {
+                        err |= CHANERR_XOR_P_OR_CRC;
+                    }
+                } else {
+                    boolean doP = (control & CTRL_P_DISABLE) == 0;
+                    boolean doQ = (control & CTRL_Q_DISABLE) == 0;
+                    MemorySegment p = null;
+                    MemorySegment q = null;
+                    try {
+                        p = doP ? space.translate(d.get(FIELD_U64, PQ_P), size) : null;
+                        q = doQ ? space.translate(d.get(FIELD_U64, PQ_Q), size) : null;
+                    } catch (IovaFault f) {
+                        return -CHANERR_DEST_ADDR;
+                    }
+                    for (int i = 0; i < n; i++) {
+                        coefs[i] = d.get(ValueLayout.JAVA_BYTE, PQ_COEF + i) & 0xFF;
+                    }
+                    if (doP && RaidMath.xor(sources, n, p, size, validate)) {
+                        err |= CHANERR_XOR_P_OR_CRC;
+                    }
+                    if (doQ && RaidMath.q(sources, coefs, n, q, size, validate)) {
+                        err |= CHANERR_XOR_Q;
+                    }
+                }
+            } catch (InternalError e) {
+                if (!MemoryFaults.isFault(e)) {
+                    throw e;
+                }
+                return -CHANERR_READ_DATA; // a source or destination page failed under the operation
+            } finally {
+                java.util.Arrays.fill(sources, null); // hold no slice of client memory past the descriptor
+            }
+            if (err != 0) {
+                return -err;
+            }
+            bytesTotal += size * n;
+            return consumed;
         }
 
         /** Caller holds the lock. */
@@ -445,6 +697,11 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                 return true;
             } catch (IovaFault f) {
                 return false;
+            } catch (InternalError e) {
+                if (!MemoryFaults.isFault(e)) {
+                    throw e;
+                }
+                return false; // the completion word's page failed: a completion address error
             }
         }
     }
