@@ -29,8 +29,8 @@ set -u
 IOAT_ADDR=${IOAT_ADDR:-0000:00:08.0}
 IOAT_CHANNELS=${IOAT_CHANNELS:-}
 MDADM=${MDADM:-mdadm}
-RD_MIB=${RD_MIB:-128}
-FIO_MIB=${FIO_MIB:-256}
+RD_MIB=${RD_MIB:-64}
+FIO_MIB=${FIO_MIB:-128}
 PHASES=${PHASES:-fault ioat cpu}
 MD=md0
 MNT=/mnt/r5
@@ -242,8 +242,9 @@ for phase in $PHASES; do
         probe_remove ioatcpy ioatcpyfail mdcpy $XOR_PROBES
         array_stop
         # async_tx holds every public channel (dmaengine_get) while loaded: raid456 and the async_* modules first.
-        modprobe -r raid456 || fail "modprobe -r raid456 failed: $(lsmod | grep -E '^(raid456|async)')"
-        rmmod ioatdma || fail "rmmod ioatdma failed: $(lsmod | grep -E '^ioatdma')"
+        modprobe -r -a raid456 async_raid6_recov async_pq async_xor async_memcpy async_tx \
+            || fail "modprobe -r raid456 and async_* failed: $(lsmod | grep -E '^(raid456|async|ioatdma)' | tr -s ' ' | tr '\n' ';')"
+        rmmod ioatdma || fail "rmmod ioatdma failed: $(lsmod | grep -E '^(raid456|async|ioatdma)' | tr -s ' ' | tr '\n' ';')"
         [ "$(our_channels | wc -l)" = 0 ] || fail "channels of $IOAT_ADDR still in /sys/class/dma after rmmod ioatdma"
         result ioat_removed yes
         say "raid456, async_tx and ioatdma unloaded: no DMA channel left"
