@@ -73,8 +73,9 @@ trace_mount() {
 }
 probe() {
     echo "$2" >>"$TRACE/kprobe_events" || fail "kprobe '$2' refused: $(tail -n 3 "$TRACE/error_log" 2>/dev/null)"
-    shift
-    probe_hist "$@"
+    _pn=$1
+    shift 2
+    probe_hist "$_pn" "$@"
 }
 probe_hist() {  # probe_hist NAME [FIELD [FILTER]]: the hist trigger on an event defined already, and the event on
     echo "hist:keys=common_type:vals=hitcount${2:+,$2}${3:+ $3}" >"/tmp/trigger.$1"
