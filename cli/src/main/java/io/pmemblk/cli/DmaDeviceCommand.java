@@ -44,6 +44,10 @@ final class DmaDeviceCommand implements Callable<Integer> {
      * enough for md's stripe copies across CPUs, and each channel's engine is a thread that spins only while it
      * has work, so idle channels cost nothing.
      */
+    @Option(names = "--socket-group", paramLabel = "GROUP",
+            description = "Give the socket to GROUP and make it 0660 (a QEMU running as another user in GROUP), as vhost.socket-group")
+    String socketGroup;
+
     @Option(names = "--channels", defaultValue = "4", paramLabel = "N",
             description = "DMA channels, each with its engine thread and MSI-X vector (1.." + IoatPci.MAX_CHANNELS
                     + ", default ${DEFAULT-VALUE})")
@@ -69,7 +73,17 @@ final class DmaDeviceCommand implements Callable<Integer> {
         Signal.handle(new Signal("TERM"), s -> signals.add(s.getName()));
         Signal.handle(new Signal("INT"), s -> signals.add(s.getName()));
         long cpuAtStart = processCpuNanos();
-        try (IoatVfioUserDevice device = IoatVfioUserDevice.start(socket.toAbsolutePath(), channels, xfercapLog2)) {
+        java.nio.file.attribute.GroupPrincipal group = null;
+        if (socketGroup != null && !socketGroup.isBlank()) {
+            try {
+                group = java.nio.file.FileSystems.getDefault().getUserPrincipalLookupService()
+                        .lookupPrincipalByGroupName(socketGroup);
+            } catch (java.nio.file.attribute.UserPrincipalNotFoundException e) {
+                throw new picocli.CommandLine.ParameterException(new picocli.CommandLine(this),
+                        "--socket-group " + socketGroup + ": no such group (allowed: a group in /etc/group)");
+            }
+        }
+        try (IoatVfioUserDevice device = IoatVfioUserDevice.start(socket.toAbsolutePath(), group, channels, xfercapLog2)) {
             long lastBytes = 0;
             String sig = null;
             while (sig == null) {

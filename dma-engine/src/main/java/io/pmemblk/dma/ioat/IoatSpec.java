@@ -164,6 +164,7 @@ public final class IoatSpec {
     public static final int CTRL_DEST_SNOOP_DISABLE = 1 << 2;
     public static final int CTRL_COMPLETION_UPDATE = 1 << 3;
     public static final int CTRL_FENCE = 1 << 4;
+    /** The copy format's null bit (hw.h ioat_dma_descriptor); in XOR and PQ descriptors bits 7:5 are the source count. */
     public static final int CTRL_NULL = 1 << 5;
     public static final int CTRL_SRC_PAGE_BREAK = 1 << 6;
     public static final int CTRL_DEST_PAGE_BREAK = 1 << 7;

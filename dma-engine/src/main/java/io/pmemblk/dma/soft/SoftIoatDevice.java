@@ -35,8 +35,10 @@ import java.util.concurrent.locks.ReentrantLock;
  *       descriptor; with ERR_COMPLETION_EN the writeback word is written, with ERR_INT_EN the vector is raised.
  *       A copy whose source or destination memory faults (a mapped file truncated, a poisoned line) halts with
  *       READ_DATA or WRITE_DATA; the engine thread survives it ({@link MemoryFaults}).</li>
- *   <li>Descriptors run one at a time in ring order, so fence is honoured trivially. COPY and null are supported;
- *       any other op halts with CHANERR_CONTROL.</li>
+ *   <li>Descriptors run one at a time in ring order, so fence is honoured trivially. COPY and null are supported,
+ *       and, on a device made with them in DMACAPABILITY, XOR, XOR_VAL, PQ and PQ_VAL (with their extension
+ *       descriptors; a failed validation halts with XOR_P_OR_CRC / XOR_Q); any other op halts with
+ *       CHANERR_CONTROL.</li>
  *   <li>Register commands (CHANCMD, CHAINADDR) take the channel lock, which the engine holds for one descriptor,
  *       so a RESET returns only after the descriptor in flight has finished: CHANCMD reads back 0 at once.</li>
  *   <li>A doorbell is seen at once: while descriptors are pending (DMACOUNT ahead of the processed count) an ARMED or
@@ -409,6 +411,13 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                     if (runnable()) {
                         step();
                     }
+                } catch (InternalError e) {
+                    if (!MemoryFaults.isFault(e)) {
+                        throw e;
+                    }
+                    // a descriptor itself in memory that failed (a client truncated the file its ring is in): a
+                    // read error, and the engine lives on for the driver's reset, as after a failed copy
+                    halt(CHANERR_READ_DATA);
                 } finally {
                     lock.unlock();
                 }
@@ -688,6 +697,11 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                 return true;
             } catch (IovaFault f) {
                 return false;
+            } catch (InternalError e) {
+                if (!MemoryFaults.isFault(e)) {
+                    throw e;
+                }
+                return false; // the completion word's page failed: a completion address error
             }
         }
     }

@@ -353,4 +353,30 @@ class IoatVfioUserDeviceTest {
             assertThat(dev.iovaSpace().regions()).as("control and output regions left").isEqualTo(2);
         }
     }
+
+    /**
+     * QEMU maps option ROMs read-only ([0xcd000, 0xe8000) prot 1 was seen in the guest): an engine storing there
+     * would kill the device process with SIGSEGV, so only read-write regions are the engines'. Seen failing with
+     * the check returning true for any prot: "[a read-only ROM] Expecting value to be false but was true".
+     */
+    @Test
+    void onlyReadWriteClientRegionsAreTheEngines() {
+        assertThat(IoatVfioUserDevice.engineReachable(0x1)).as("a read-only ROM").isFalse();
+        assertThat(IoatVfioUserDevice.engineReachable(0x2)).as("write-only").isFalse();
+        assertThat(IoatVfioUserDevice.engineReachable(0x3)).as("guest RAM").isTrue();
+        assertThat(IoatVfioUserDevice.engineReachable(0x7)).isTrue();
+    }
+
+    /** With a group, the socket is that group's and 0660 (here the process's own group, the one it may give). */
+    @Test
+    void theSocketCanBeGivenToAGroup() throws Exception {
+        Path sock = dir.resolve("ioat.sock");
+        java.nio.file.attribute.GroupPrincipal group = Files.readAttributes(dir,
+                java.nio.file.attribute.PosixFileAttributes.class).group();
+        try (IoatVfioUserDevice dev = IoatVfioUserDevice.start(sock, group, 1, 20)) {
+            assertThat(Files.getPosixFilePermissions(sock)).isEqualTo(PosixFilePermissions.fromString("rw-rw----"));
+            assertThat(Files.readAttributes(sock, java.nio.file.attribute.PosixFileAttributes.class).group())
+                    .isEqualTo(group);
+        }
+    }
 }
