@@ -14,6 +14,8 @@ answers (the device halts the channel with a CHANERR bit) is asserted for each c
   ring-out    CHAINADDR outside guest RAM: halted, CHANERR set
   ring-mmio   CHAINADDR at the device's own BAR0 (an address that is not memory): halted, CHANERR set
   cmp-out     a completion address outside guest RAM: halted, CHANERR set
+  order       the doorbell (DMACOUNT) before CHAINADDR: no completion before CHAINADDR; then the chain runs (the
+              bytes match), or the channel halts with a CHANERR bit or waits ARMED, the destination's canary intact
   reset       RESET once a chain of 65535 x 1 MiB copies runs (a descriptor completed): it takes effect within 2 s
               (the chain is seconds of work), CHANCMD reads back 0, the channel HALTED with no error, and the next
               copy works
@@ -226,6 +228,39 @@ expect_halt('ring-mmio', *run(1, chain=bar_phys))
 put_desc(0, 0x1000, PA + SRC, PA + DST, PA + RING)
 done, sts, err = run(1, cmp=OUTSIDE)
 expect_halt('cmp-out', done, sts, err)
+
+# Registers in the wrong order: the doorbell (DMACOUNT) before CHAINADDR. What hardware may do: run the chain once it
+# is armed, halt with a CHANERR bit, or wait ARMED for a doorbell after the arming; in no case fetch from the chain
+# address RESET left (0: guest RAM that is not a descriptor) or write anywhere but the descriptor's destination (a
+# canary shows any other write, and CHANSTS no completion before CHAINADDR).
+pat = os.urandom(0x10000)
+A[SRC:SRC + 0x10000] = pat
+intact = canary(DST)
+put_desc(0, 0x10000, PA + SRC, PA + DST, PA + RING)
+reset_channel()
+A[CMPW:CMPW + 8] = b'\0' * 8
+w16(CHANCTRL, CTRL_ERR_COMPLETION_EN | CTRL_ANY_ERR_ABORT_EN)
+w64(CHANCMP, PA + CMPW)
+before = r64(CHANSTS)
+w16(DMACOUNT, 1)
+early = r64(CHANSTS)
+w64(CHAINADDR, PA + RING)
+wait(lambda: (lambda s: s & 7 == HALTED or (s & 7 == IDLE and s & ~0x3f == PA + RING))(r64(CHANSTS)), 2.0)
+sts, err = r64(CHANSTS), r32(CHANERR)
+report('order', sts, err, f' (CHANSTS {before:#x} after RESET, {early:#x} after the early doorbell)')
+if early != before:
+    die(f'order: CHANSTS moved from {before:#x} to {early:#x} on a doorbell before CHAINADDR')
+if sts & 7 == IDLE and sts & ~0x3f == PA + RING:
+    if A[DST:DST + 0x10000] != pat:
+        die('order: the chain ran once armed but the destination differs from the source')
+elif sts & 7 == HALTED and err:
+    if not intact():
+        die(f'order: halted with CHANERR {err:#x} but the destination canary was overwritten')
+elif sts & 7 == 4 and not err:    # ARMED: waits for a doorbell after the arming
+    if not intact():
+        die('order: the channel waits ARMED but the destination canary was overwritten')
+else:
+    die(f'order: CHANSTS {sts:#x}, CHANERR {err:#x} 2 s after CHAINADDR: neither ran, halted with an error, nor armed')
 
 # RESET while a chain runs: a ring of 256 descriptors of 1 MiB (the largest XFERCAP a v3 part has is 2^20), the last
 # pointing back to the first, and DMACOUNT 65535 (its u16 maximum): 64 GiB of copies, seconds of work for any engine,
