@@ -14,8 +14,11 @@ answers (the device halts the channel with a CHANERR bit) is asserted for each c
   ring-out    CHAINADDR outside guest RAM: halted, CHANERR set
   ring-mmio   CHAINADDR at the device's own BAR0 (an address that is not memory): halted, CHANERR set
   cmp-out     a completion address outside guest RAM: halted, CHANERR set
-  reset       RESET once a chain of 256 x 1 MiB copies runs (a descriptor completed): CHANCMD reads back 0, the
-              channel HALTED with no error at a descriptor before the last, and the next copy works
+  order       the doorbell (DMACOUNT) before CHAINADDR: no completion before CHAINADDR; then the chain runs (the
+              bytes match), or the channel halts with a CHANERR bit or waits ARMED, the destination's canary intact
+  reset       RESET once a chain of 65535 x 1 MiB copies runs (a descriptor completed): it takes effect within 2 s
+              (the chain is seconds of work), CHANCMD reads back 0, the channel HALTED with no error, and the next
+              copy works
   good-again  a 64 KiB copy after all of the above: the device still serves this driver
 Registers: drivers/dma/ioat/registers.h and hw.h (the project's io.pmemblk.dma.ioat.IoatSpec writes the same).
 Output: one line per case, then "RESULT fault_NAME=..." lines and "RESULT fault=pass" or "RESULT fault_why=...".
@@ -226,15 +229,51 @@ put_desc(0, 0x1000, PA + SRC, PA + DST, PA + RING)
 done, sts, err = run(1, cmp=OUTSIDE)
 expect_halt('cmp-out', done, sts, err)
 
-# RESET while a chain runs: 256 copies of 1 MiB (the largest XFERCAP a v3 part has is 2^20), ring of 256 descriptors.
+# Registers in the wrong order: the doorbell (DMACOUNT) before CHAINADDR. What hardware may do: run the chain once it
+# is armed, halt with a CHANERR bit, or wait ARMED for a doorbell after the arming; in no case fetch from the chain
+# address RESET left (0: guest RAM that is not a descriptor) or write anywhere but the descriptor's destination (a
+# canary shows any other write, and CHANSTS no completion before CHAINADDR).
+pat = os.urandom(0x10000)
+A[SRC:SRC + 0x10000] = pat
+intact = canary(DST)
+put_desc(0, 0x10000, PA + SRC, PA + DST, PA + RING)
+reset_channel()
+A[CMPW:CMPW + 8] = b'\0' * 8
+w16(CHANCTRL, CTRL_ERR_COMPLETION_EN | CTRL_ANY_ERR_ABORT_EN)
+w64(CHANCMP, PA + CMPW)
+before = r64(CHANSTS)
+w16(DMACOUNT, 1)
+early = r64(CHANSTS)
+w64(CHAINADDR, PA + RING)
+wait(lambda: (lambda s: s & 7 == HALTED or (s & 7 == IDLE and s & ~0x3f == PA + RING))(r64(CHANSTS)), 2.0)
+sts, err = r64(CHANSTS), r32(CHANERR)
+report('order', sts, err, f' (CHANSTS {before:#x} after RESET, {early:#x} after the early doorbell)')
+if early != before:
+    die(f'order: CHANSTS moved from {before:#x} to {early:#x} on a doorbell before CHAINADDR')
+if sts & 7 == IDLE and sts & ~0x3f == PA + RING:
+    if A[DST:DST + 0x10000] != pat:
+        die('order: the chain ran once armed but the destination differs from the source')
+elif sts & 7 == HALTED and err:
+    if not intact():
+        die(f'order: halted with CHANERR {err:#x} but the destination canary was overwritten')
+elif sts & 7 == 4 and not err:    # ARMED: waits for a doorbell after the arming
+    if not intact():
+        die('order: the channel waits ARMED but the destination canary was overwritten')
+else:
+    die(f'order: CHANSTS {sts:#x}, CHANERR {err:#x} 2 s after CHAINADDR: neither ran, halted with an error, nor armed')
+
+# RESET while a chain runs: a ring of 256 descriptors of 1 MiB (the largest XFERCAP a v3 part has is 2^20), the last
+# pointing back to the first, and DMACOUNT 65535 (its u16 maximum): 64 GiB of copies, seconds of work for any engine,
+# so a RESET that takes effect between descriptors, as on hardware, lands mid-chain whatever the MMIO path costs.
 xfer = min(1 << r8(1), 1 << 20)
+CHAIN = 65535
 for i in range(256):
     put_desc(i, xfer, PA + HUGE // 2, PB, PA + RING + ((i + 1) % 256) * 64, ctl=0)
 reset_channel()
 w16(CHANCTRL, CTRL_ERR_COMPLETION_EN | CTRL_ANY_ERR_ABORT_EN)
 w64(CHANCMP, PA + CMPW)
 w64(CHAINADDR, PA + RING)
-w16(DMACOUNT, 256)
+w16(DMACOUNT, CHAIN)
 # RESET only once the chain runs (a descriptor completed), so it lands mid-chain, not before the first fetch.
 if not wait(lambda: r64(CHANSTS) & ~0x3f != 0 or r64(CHANSTS) & 7 == HALTED):
     die(f'reset: the chain did not start within 5 s (CHANSTS {r64(CHANSTS):#x}, CHANERR {r32(CHANERR):#x})')
@@ -242,14 +281,17 @@ t0 = time.monotonic()
 w8(CHANCMD, CMD_RESET)
 if not wait(lambda: r8(CHANCMD) & CMD_RESET == 0):
     die('reset: CHANCMD still shows RESET 5 s after a RESET under load')
+reset_ms = (time.monotonic() - t0) * 1000
 sts, err = r64(CHANSTS), r32(CHANERR)
 at = (sts & ~0x3f) - (PA + RING)
-report('reset', sts, err, f', {(time.monotonic() - t0) * 1000:.1f} ms after the RESET; last completed descriptor '
-       + (f'#{at // 64 + 1} of 256' if 0 <= at < 256 * 64 else 'none'))
+report('reset', sts, err, f', in effect {reset_ms:.1f} ms after the RESET; last completed descriptor '
+       + (f'at ring slot {at // 64} (the chain is {CHAIN} descriptors)' if 0 <= at < 256 * 64 else 'none'))
 if sts & 7 != HALTED or err:
     die(f'reset: the channel is {STATE.get(sts & 7, sts & 7)} with CHANERR {err:#x} after RESET; the model says HALTED, no error')
-if not 0 <= at < 255 * 64:
-    die('reset: the chain of 256 had finished before the RESET arrived: nothing was interrupted')
+print(f'RESULT fault_reset_ms={reset_ms:.1f}')
+if reset_ms > 2000:
+    die(f'reset: the RESET took {reset_ms:.0f} ms to take effect under a chain of {CHAIN} x {xfer >> 10} KiB: '
+        'the device let the chain run on instead of stopping between descriptors')
 
 good('good-again')
 print('RESULT fault=pass')
