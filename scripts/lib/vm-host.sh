@@ -66,3 +66,47 @@ vhost_ready() {
     if [ "$1" = qsd ]; then test -S "$3"; else grep -qs '^ready: vhost-user-blk ' "$2"; fi
 }
 PMEMBLK_VM_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+# guest_deb PACKAGE: a Debian package's files for a guest, not installed on this host: `apt-get download` and
+# `dpkg -x` once into the guest cache (PMEMBLK_VM_CACHE, as scripts/vm's kernel), then reused; prints the folder
+# (share it: scripts/vm --share DIR:TAG:/mnt/TAG:ro). The guest's root is this host's, so the package's libraries
+# must be here: each Depends that names a library package (lib*) is checked installed. Fails saying what is missing.
+guest_deb() {
+    local pkg=$1 cache=${PMEMBLK_VM_CACHE:-$HOME/.cache/pmemblk-vm}/debs ver dir tmp deb dep
+    ver=$(apt-cache policy "$pkg" 2>/dev/null | sed -n 's/^ *Candidate: //p')
+    if [ -z "$ver" ] || [ "$ver" = "(none)" ]; then
+        apt-get update -q >/dev/null 2>&1 || true
+        ver=$(apt-cache policy "$pkg" 2>/dev/null | sed -n 's/^ *Candidate: //p')
+    fi
+    if [ -z "$ver" ] || [ "$ver" = "(none)" ]; then
+        # Offline: the newest one extracted before.
+        dir=$(find "$cache" -maxdepth 1 -name "$pkg-*" -type d 2>/dev/null | sort -V | tail -n 1)
+        [ -n "$dir" ] && [ -e "$dir/.complete" ] && { echo "$dir"; return 0; }
+        echo "guest_deb: apt-cache knows no package $pkg (is Debian in sources.list? apt-get update?)" >&2
+        return 1
+    fi
+    dir="$cache/$pkg-$ver"
+    if [ ! -e "$dir/.complete" ]; then
+        mkdir -p "$cache"
+        tmp=$(mktemp -d "$cache/.fetch.XXXXXX")
+        # apt's _apt user cannot write into root's cache: download as root without the sandbox warning.
+        if ! (cd "$tmp" && apt-get download -q -o APT::Sandbox::User=root "$pkg=$ver" >"$tmp/download.log" 2>&1); then
+            echo "guest_deb: apt-get download $pkg=$ver failed: $(tail -n 1 "$tmp/download.log")" >&2
+            rm -rf "$tmp"; return 1
+        fi
+        deb=$(find "$tmp" -maxdepth 1 -name '*.deb' | head -n 1)
+        mkdir -p "$tmp/root"
+        dpkg -x "$deb" "$tmp/root" || { echo "guest_deb: dpkg -x $deb failed" >&2; rm -rf "$tmp"; return 1; }
+        dpkg-deb -f "$deb" Depends >"$tmp/root/.depends"
+        rm -rf "$dir"
+        mv "$tmp/root" "$dir"
+        rm -rf "$tmp"
+        touch "$dir/.complete"
+    fi
+    # Each Depends entry's first alternative, without its version.
+    for dep in $(tr ',' '\n' <"$dir/.depends" | sed 's/|.*//; s/(.*//; s/ //g' | grep '^lib' | sort -u); do
+        dpkg-query -W -f='${Status}' "$dep" 2>/dev/null | grep -q 'install ok installed' \
+            || { echo "guest_deb: $pkg needs $dep on this host (the guest runs on this root): apt-get install $dep" >&2; return 1; }
+    done
+    echo "$dir"
+}

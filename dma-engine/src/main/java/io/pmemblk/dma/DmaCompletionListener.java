@@ -7,6 +7,11 @@ public interface DmaCompletionListener {
     int STATUS_CLOSED = 0x8000_0000;
     /** Status of copies lost to a halt that left no CHANERR cause (an ABORT command). */
     int STATUS_ABORTED = 0x4000_0000;
+    /**
+     * Status of copies whose device went away before it reported them (a vfio-user device process that died or
+     * stopped answering): they may be partly done or not started, as after a halt.
+     */
+    int STATUS_DEVICE_LOST = 0x0800_0000;
 
     /**
      * status 0 = copied; otherwise the CHANERR bits of the halt (or {@link #STATUS_CLOSED}). Every placed ctx is

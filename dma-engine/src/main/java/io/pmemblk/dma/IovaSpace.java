@@ -1,5 +1,6 @@
 package io.pmemblk.dma;
 
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.Arrays;
 
@@ -31,6 +32,24 @@ public class IovaSpace {
     private long nextIova;
     /** First IOVA the device cannot reach (exclusive). */
     private final long limit;
+    /** IOVAs are chosen by whoever maps ({@link #mapAt}), as a vfio-user client chooses them in DMA_MAP; map() is refused. */
+    private final boolean placedByCaller;
+
+    private IovaSpace(boolean placedByCaller) {
+        this.placedByCaller = placedByCaller;
+        this.nextIova = 0;
+        this.limit = Long.MAX_VALUE;
+    }
+
+    /**
+     * A space whose regions are placed at IOVAs the other side chooses ({@link #mapAt}): a device's view of a
+     * vfio-user client's DMA_MAP regions (guest-physical addresses under QEMU). There is no guard page between
+     * neighbours (the client's layout is the client's), 0 may be mapped (guest RAM starts there), and
+     * {@link #map} is refused.
+     */
+    public static IovaSpace placedByCaller() {
+        return new IovaSpace(true);
+    }
 
     public IovaSpace() {
         this(DEFAULT_BASE);
@@ -51,6 +70,7 @@ public class IovaSpace {
         }
         this.nextIova = base;
         this.limit = limit;
+        this.placedByCaller = false;
     }
 
     /**
@@ -72,6 +92,16 @@ public class IovaSpace {
     protected void unmapped(long iovaPage, long span) {
     }
 
+    /**
+     * Memory the device will be given (descriptor rings, completion words, buffer pools), as Linux's
+     * dma_alloc_coherent asks the device's DMA backend: plain native memory here; a device in another process
+     * (vfio-user) can reach only memory it maps by descriptor, and its space overrides this. Owned by
+     * {@code owner}; not mapped yet: the caller maps it.
+     */
+    public MemorySegment allocate(long bytes, long alignment, Arena owner) {
+        return owner.allocate(bytes, alignment);
+    }
+
     /** The first IOVA past the space (exclusive). */
     public long limit() {
         return limit;
@@ -79,6 +109,9 @@ public class IovaSpace {
 
     /** Registers {@code seg} (native, non-empty) and returns the IOVA of its byte 0. */
     public synchronized long map(MemorySegment seg) {
+        if (placedByCaller) {
+            throw new IllegalStateException("this IOVA space's addresses are chosen by the client (mapAt), not handed out");
+        }
         if (!seg.isNative()) {
             throw new IllegalArgumentException("only native segments can be mapped for DMA, got a heap segment of " + seg.byteSize() + " bytes");
         }
@@ -109,6 +142,61 @@ public class IovaSpace {
         segs[n] = seg;
         table = new Table(starts, lengths, segs);
         return iova;
+    }
+
+    /**
+     * Registers {@code seg} (native, non-empty) at {@code iova}, chosen by the caller, in a space made by
+     * {@link #placedByCaller}. Copy-on-write like {@link #map}: a translation running meanwhile sees the table before
+     * or after, never a torn one.
+     *
+     * @throws IllegalArgumentException when the range wraps, or overlaps a region already mapped (as VFIO refuses
+     *         an overlapping DMA_MAP)
+     */
+    public synchronized void mapAt(long iova, MemorySegment seg) {
+        if (!placedByCaller) {
+            throw new IllegalStateException("this IOVA space hands out its own addresses (map), mapAt is for a space"
+                    + " placedByCaller()");
+        }
+        if (!seg.isNative()) {
+            throw new IllegalArgumentException("only native segments can be mapped for DMA, got a heap segment of " + seg.byteSize() + " bytes");
+        }
+        long size = seg.byteSize();
+        if (size <= 0 || iova < 0 || iova + size < iova) {
+            throw new IllegalArgumentException("cannot map " + size + " bytes at IOVA 0x" + Long.toHexString(iova)
+                    + " (allowed: a non-empty range in [0, 2^63))");
+        }
+        Table t = table;
+        int n = t.starts.length;
+        int at = Arrays.binarySearch(t.starts, iova);
+        if (at >= 0) {
+            throw new IllegalArgumentException(overlap(iova, size, t.starts[at], t.lengths[at]));
+        }
+        at = -at - 1; // insertion point: starts[at-1] < iova < starts[at]
+        if (at > 0 && t.starts[at - 1] + t.lengths[at - 1] > iova) {
+            throw new IllegalArgumentException(overlap(iova, size, t.starts[at - 1], t.lengths[at - 1]));
+        }
+        if (at < n && iova + size > t.starts[at]) {
+            throw new IllegalArgumentException(overlap(iova, size, t.starts[at], t.lengths[at]));
+        }
+        long[] starts = new long[n + 1];
+        long[] lengths = new long[n + 1];
+        MemorySegment[] segs = new MemorySegment[n + 1];
+        System.arraycopy(t.starts, 0, starts, 0, at);
+        System.arraycopy(t.lengths, 0, lengths, 0, at);
+        System.arraycopy(t.segments, 0, segs, 0, at);
+        starts[at] = iova;
+        lengths[at] = size;
+        segs[at] = seg;
+        System.arraycopy(t.starts, at, starts, at + 1, n - at);
+        System.arraycopy(t.lengths, at, lengths, at + 1, n - at);
+        System.arraycopy(t.segments, at, segs, at + 1, n - at);
+        table = new Table(starts, lengths, segs);
+    }
+
+    private static String overlap(long iova, long size, long otherStart, long otherLength) {
+        return "IOVA range [0x" + Long.toHexString(iova) + ", 0x" + Long.toHexString(iova + size)
+                + ") overlaps the mapped region [0x" + Long.toHexString(otherStart) + ", 0x"
+                + Long.toHexString(otherStart + otherLength) + ")";
     }
 
     /** Removes the region that starts at {@code iova}; later translations of it fault. */

@@ -13,7 +13,7 @@ public final class Errno {
             EACCES = 13, EFAULT = 14, EBUSY = 16, EEXIST = 17, ENODEV = 19, ENOTDIR = 20, EISDIR = 21, EINVAL = 22,
             ENOTTY = 25, ENOSPC = 28, ESPIPE = 29, EPIPE = 32;
     // errno.h
-    public static final int ELOOP = 40, EOVERFLOW = 75, EOPNOTSUPP = 95, ECONNRESET = 104, ESHUTDOWN = 108;
+    public static final int ELOOP = 40, EOVERFLOW = 75, EOPNOTSUPP = 95, ECONNRESET = 104, ENOTCONN = 107, ESHUTDOWN = 108;
     /** Linux's ENOTSUP is EOPNOTSUPP; NBD's spec names it ENOTSUP. */
     public static final int ENOTSUP = EOPNOTSUPP;
 
@@ -47,6 +47,7 @@ public final class Errno {
             case EOVERFLOW -> "EOVERFLOW";
             case EOPNOTSUPP -> "EOPNOTSUPP";
             case ECONNRESET -> "ECONNRESET";
+            case ENOTCONN -> "ENOTCONN";
             case ESHUTDOWN -> "ESHUTDOWN";
             default -> "errno " + Math.abs(errno);
         };

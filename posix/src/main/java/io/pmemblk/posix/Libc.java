@@ -799,6 +799,29 @@ public final class Libc {
         return rc == 0 ? 0 : Short.toUnsignedInt(pollfd.get(ValueLayout.JAVA_SHORT, 6));
     }
 
+    /**
+     * poll(2) of the {@code count} {@code struct pollfd}s in {@code pollfds} (fds and events set by the caller; each
+     * one's revents at offset 6 afterwards), at most {@code millis}. Allocates nothing.
+     * @return how many have revents; 0 on timeout or a signal
+     */
+    public static int poll(MemorySegment pollfds, int count, int millis) throws NativeException {
+        MemorySegment state = Native.callState();
+        int rc;
+        try {
+            rc = (int) POLL.invokeExact(state, pollfds, (long) count, millis);
+        } catch (Throwable t) {
+            throw Native.unexpected(t);
+        }
+        if (rc < 0) {
+            int errno = Native.errno(state);
+            if (errno == EINTR) {
+                return 0;
+            }
+            throw NativeException.of("poll", errno, count + " fds, the first " + pollfds.get(JAVA_INT, 0));
+        }
+        return rc;
+    }
+
     /** fcntl(F_DUPFD_CLOEXEC): a second descriptor of the same open socket or file, closed on exec. */
     public static int dupCloexec(int fd) throws NativeException {
         return (int) call("fcntl", "fd " + fd + ", F_DUPFD_CLOEXEC", state -> (int) FCNTL_INT.invokeExact(state, fd, F_DUPFD_CLOEXEC, 0));

@@ -43,7 +43,27 @@ public final class SharedMemory {
             throw new IllegalArgumentException("mapping fd " + fd + ": offset " + offset + " and length " + length
                     + " are not allowed; allowed: offset >= 0, length > 0");
         }
-        return Libc.map(fd, length, Libc.PROT_READ | Libc.PROT_WRITE, Libc.MAP_SHARED | MAP_NORESERVE, offset, owner);
+        MemorySegment mapping = Libc.map(fd, length, Libc.PROT_READ | Libc.PROT_WRITE, Libc.MAP_SHARED | MAP_NORESERVE,
+                offset, owner);
+        MappedFiles.register(mapping, fd, offset, owner); // a DMA engine in another process maps it by this fd
+        return mapping;
+    }
+
+    /**
+     * {@code size} zero bytes (rounded up to whole pages) of a new memfd called {@code name}, mapped shared and
+     * recorded in {@link MappedFiles}: memory another process can be given by descriptor (a vfio-user device's
+     * DMA_MAP), where {@code Arena.allocate} gives memory only this process can see. Unmapped when {@code owner}
+     * closes; the memfd lives as long as a mapping or a descriptor of it does.
+     */
+    public static MemorySegment allocate(String name, long size, Arena owner) throws NativeException {
+        long page = Libc.pageSize();
+        long bytes = (size + page - 1) & -page;
+        int fd = memfd(name, bytes);
+        try {
+            return map(fd, 0, bytes, owner).asSlice(0, size);
+        } finally {
+            Libc.close(fd);
+        }
     }
 
     /**

@@ -61,6 +61,8 @@ public final class IoatChannel implements DmaChannel {
     private volatile boolean closed;
     private volatile long drainTimeoutNanos = TimeUnit.SECONDS.toNanos(10);
     private volatile String brokenReason;
+    /** Set by {@link #deviceLost}: the registers answer nothing any more, so {@link #close} leaves them alone. */
+    private volatile boolean deviceGone;
     private final Thread completionThread;
 
     /**
@@ -91,8 +93,8 @@ public final class IoatChannel implements DmaChannel {
         this.maxTransfer = 1L << bar.read8(XFERCAP);
         this.contexts = new Object[ringSize];
         this.arena = Arena.ofShared();
-        this.ring = arena.allocate(DESCRIPTOR.byteSize() * ringSize, DESC_BYTES);
-        this.completion = arena.allocate(8, 64);
+        this.ring = space.allocate(DESCRIPTOR.byteSize() * ringSize, DESC_BYTES, arena);
+        this.completion = space.allocate(8, 64, arena);
         this.ringIova = space.map(ring);
         this.completionIova = space.map(completion);
         for (int i = 0; i < ringSize; i++) {
@@ -411,13 +413,42 @@ public final class IoatChannel implements DmaChannel {
         }
     }
 
+    /**
+     * The device is gone (a vfio-user device process that died; on PCI, a surprise removal, where Linux's
+     * ioatdma has its error handler stop the channels): copies the completion word already reports done are
+     * reported done, every other one placed is reported with {@code status} now, without a register access, and
+     * the channel takes nothing more ({@link #place} throws). {@link #close} then only releases the ring. The
+     * device must not write our memory any more when this is called (a process that died cannot).
+     */
+    public void deviceLost(int status, String why) {
+        reapLock.lock();
+        try {
+            long word = (long) WORD.getVolatile(completion, 0L);
+            report(completedCount(word & CHANSTS_COMPLETED_DESCRIPTOR_MASK), 0);
+            long failedUpTo;
+            submitLock.lock();
+            try {
+                deviceGone = true;
+                brokenReason = why;
+                failedUpTo = head;
+                submitted = head; // nothing is in the device's hands any more: close() need not wait
+            } finally {
+                submitLock.unlock();
+            }
+            report(failedUpTo, status);
+        } finally {
+            reapLock.unlock();
+        }
+    }
+
     private void checkOpen() {
         if (closed) {
             throw new IllegalStateException("DMA channel " + index + " is closed");
         }
         String broken = brokenReason;
         if (broken != null) {
-            throw new IllegalStateException("DMA channel " + index + " could not recover from a halt: " + broken);
+            throw new IllegalStateException("DMA channel " + index + (deviceGone ? " lost its device: "
+                    : " could not recover from a halt: ") + broken);
         }
     }
 
@@ -457,7 +488,9 @@ public final class IoatChannel implements DmaChannel {
             submitLock.lock();
             try {
                 try {
-                    reset();
+                    if (!deviceGone) { // a gone device answers no register: its RESET would only time out
+                        reset();
+                    }
                 } catch (IllegalStateException e) {
                     // the ring is released regardless; a device that ignores RESET gets reset again at next start
                 }

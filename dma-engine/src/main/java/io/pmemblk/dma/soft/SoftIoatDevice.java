@@ -12,6 +12,7 @@ import java.lang.foreign.MemorySegment;
 import java.lang.invoke.VarHandle;
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
+import java.util.function.IntFunction;
 import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
 
@@ -37,6 +38,12 @@ import java.util.concurrent.locks.ReentrantLock;
  *       any other op halts with CHANERR_CONTROL.</li>
  *   <li>Register commands (CHANCMD, CHAINADDR) take the channel lock, which the engine holds for one descriptor,
  *       so a RESET returns only after the descriptor in flight has finished: CHANCMD reads back 0 at once.</li>
+ *   <li>A doorbell is seen at once: while descriptors are pending (DMACOUNT ahead of the processed count) an ARMED or
+ *       IDLE channel reads ACTIVE, as the hardware turns active on the DMACOUNT write. Linux's
+ *       {@code ioat_alloc_chan_resources} polls CHANSTS for ACTIVE or IDLE for about 20 us after its first
+ *       doorbell, which a parked engine thread may not meet.</li>
+ *   <li>The 64-bit registers (CHANSTS, CHAINADDR, CHANCMP) take 32-bit accesses to either half, as Linux writes
+ *       CHAINADDR and CHANCMP (two writel, low then high); a CHAINADDR write of either half arms with the whole.</li>
  * </ul>
  */
 public final class SoftIoatDevice implements Mmio, AutoCloseable {
@@ -62,6 +69,15 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
      * channel so its engine looks again.
      */
     public SoftIoatDevice(IovaSpace space, int channelCount, int xfercapLog2, SoftFaults faults) {
+        this(space, channelCount, xfercapLog2, faults, n -> new SoftInterrupt());
+    }
+
+    /**
+     * As {@link #SoftIoatDevice(IovaSpace, int, int, SoftFaults)}, channel n raising {@code vectors.apply(n)} (a
+     * device served to another process raises its client's MSI-X vector there).
+     */
+    public SoftIoatDevice(IovaSpace space, int channelCount, int xfercapLog2, SoftFaults faults,
+                          IntFunction<? extends Interrupt> vectors) {
         if (channelCount < 1 || channelCount > 255) {
             throw new IllegalArgumentException("channel count " + channelCount + " not in 1..255 (CHANCNT is a u8)");
         }
@@ -74,7 +90,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         this.maxTransfer = 1L << xfercapLog2;
         this.channels = new Channel[channelCount];
         for (int i = 0; i < channelCount; i++) {
-            channels[i] = new Channel(i);
+            channels[i] = new Channel(i, vectors.apply(i));
         }
         for (Channel c : channels) {
             c.thread.start();
@@ -102,6 +118,20 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         return channel(channel).completedTotal;
     }
 
+    /** Bytes the channel's copy descriptors moved since it was created (monotonic). */
+    public long bytesCopied(int channel) {
+        return channel(channel).bytesTotal;
+    }
+
+    /** Bytes all channels' copy descriptors moved. */
+    public long bytesCopied() {
+        long sum = 0;
+        for (Channel c : channels) {
+            sum += c.bytesTotal;
+        }
+        return sum;
+    }
+
     /** CPU time of the channel's engine thread, in nanoseconds (-1 if the JVM cannot measure it). */
     public long engineCpuTimeNanos(int channel) {
         return THREADS.getThreadCpuTime(channel(channel).thread.threadId());
@@ -117,6 +147,46 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             }
         }
         return sum;
+    }
+
+    /** The global INTRCTRL register as the driver last wrote it (MASTER_INT_EN gates a served device's vectors). */
+    public int intrctrl() {
+        return intrctrl;
+    }
+
+    /**
+     * A device reset (PCI FLR, a vfio-user client's RESET, or the client gone): every channel as after CHANCMD
+     * RESET, and also CHANERR, CHANERR_MASK, CHAINADDR and the completed-descriptor address cleared, and INTRCTRL 0
+     * (interrupts off until a driver turns them on). Returns after any descriptor in flight has finished.
+     */
+    public void reset() {
+        intrctrl = 0;
+        for (Channel c : channels) {
+            c.lock.lock();
+            try {
+                c.resetRegisters();
+                c.chanerr = 0;
+                c.chanerrMask = 0;
+                c.chainaddr = 0;
+                c.lastCompleted = 0;
+                c.setState(CHANSTS_HALTED);
+            } finally {
+                c.lock.unlock();
+            }
+        }
+    }
+
+    /**
+     * Returns once no engine is inside a descriptor it began before this call: memory it translated then is no
+     * longer touched. With an address withdrawn from the {@link IovaSpace} first, what is behind it may then be
+     * unmapped (a vfio-user client's DMA_UNMAP): the engine translates every descriptor under its channel lock,
+     * so taking each lock once waits out the one in flight, and the next translation sees the new table.
+     */
+    public void fence() {
+        for (Channel c : channels) {
+            c.lock.lock();
+            c.lock.unlock();
+        }
     }
 
     /** Stops the engine threads (like unbinding the device); further register writes are ignored. */
@@ -161,6 +231,10 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         return channels[(int) n];
     }
 
+    /** Offset of a 64-bit register's upper half. */
+    private static final int HIGH = 4;
+    private static final long LOW_MASK = 0xFFFF_FFFFL;
+
     private long read(long offset) {
         Channel c = channelAt(offset);
         if (c == null) {
@@ -169,23 +243,27 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                 case XFERCAP -> xfercapLog2;
                 case INTRCTRL -> intrctrl;
                 case CBVER -> VER_3_3;
-                default -> 0;
+                default -> 0; // DMACAPABILITY 0: memcpy only (no DCA, no fill, no XOR/PQ)
             };
         }
         return switch ((int) (offset % CHANNEL_MMIO_SIZE)) {
             case CHANCTRL -> c.chanctrl;
             case CHANCMD -> 0; // commands complete synchronously
             case DMACOUNT -> c.dmacount;
-            case CHANSTS -> c.chansts;
+            case CHANSTS -> c.status();
+            case CHANSTS + HIGH -> c.status() >>> 32;
             case CHAINADDR -> c.chainaddr;
+            case CHAINADDR + HIGH -> c.chainaddr >>> 32;
             case CHANCMP -> c.chancmp;
+            case CHANCMP + HIGH -> c.chancmp >>> 32;
             case CHANERR -> c.chanerr;
             case CHANERR_MASK -> c.chanerrMask;
             default -> 0;
         };
     }
 
-    private void write(long offset, long value) {
+    /** A write of {@code value}, {@code bytes} wide (1, 2, 4 or 8), at {@code offset}. */
+    private void write(long offset, long value, int bytes) {
         if (closed) {
             return;
         }
@@ -203,8 +281,10 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                 c.dmacount = (int) value & 0xFFFF;
                 LockSupport.unpark(c.thread);
             }
-            case CHAINADDR -> c.arm(value);
-            case CHANCMP -> c.chancmp = value;
+            case CHAINADDR -> c.arm(bytes == 8 ? value : (c.chainaddr & ~LOW_MASK) | (value & LOW_MASK));
+            case CHAINADDR + HIGH -> c.arm((c.chainaddr & LOW_MASK) | (value << 32));
+            case CHANCMP -> c.chancmp = bytes == 8 ? value : (c.chancmp & ~LOW_MASK) | (value & LOW_MASK);
+            case CHANCMP + HIGH -> c.chancmp = (c.chancmp & LOW_MASK) | (value << 32);
             case CHANERR -> c.clearErrors((int) value);
             case CHANERR_MASK -> c.chanerrMask = (int) value;
             default -> { }
@@ -215,16 +295,16 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
     @Override public int read16(long offset) { return (int) read(offset) & 0xFFFF; }
     @Override public int read32(long offset) { return (int) read(offset); }
     @Override public long read64(long offset) { return read(offset); }
-    @Override public void write8(long offset, int value) { write(offset, value & 0xFF); }
-    @Override public void write16(long offset, int value) { write(offset, value & 0xFFFF); }
-    @Override public void write32(long offset, int value) { write(offset, value & 0xFFFF_FFFFL); }
-    @Override public void write64(long offset, long value) { write(offset, value); }
+    @Override public void write8(long offset, int value) { write(offset, value & 0xFF, 1); }
+    @Override public void write16(long offset, int value) { write(offset, value & 0xFFFF, 2); }
+    @Override public void write32(long offset, int value) { write(offset, value & 0xFFFF_FFFFL, 4); }
+    @Override public void write64(long offset, long value) { write(offset, value, 8); }
 
     /** One channel's registers and engine. Fields written under {@link #lock} unless noted. */
     private final class Channel implements Runnable {
         final int index;
         final ReentrantLock lock = new ReentrantLock();
-        final SoftInterrupt vector = new SoftInterrupt();
+        final Interrupt vector;
         final Thread thread;
 
         volatile int chanctrl;
@@ -236,21 +316,45 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         volatile long chainaddr;
         volatile long chancmp;
         volatile long completedTotal;
+        /** Written by the engine only. */
+        volatile long bytesTotal;
 
         int state = CHANSTS_HALTED;
-        int processed;
+        /** Written by the engine under the lock; read without it by {@link #status}. */
+        volatile int processed;
         long lastCompleted;
         long nextDescriptor;
         boolean fetchingFromChainaddr;
 
-        Channel(int index) {
+        Channel(int index, Interrupt vector) {
             this.index = index;
+            this.vector = vector;
             this.thread = Thread.ofPlatform().daemon().name("soft-ioat-ch" + index).unstarted(this);
         }
 
         private void setState(int s) {
             state = s;
             chansts = lastCompleted | s;
+        }
+
+        /** CHANSTS as a read sees it: ACTIVE from the doorbell on, before the engine has picked the work up. */
+        long status() {
+            long s = chansts;
+            long st = s & CHANSTS_STATUS_MASK;
+            if ((st == CHANSTS_ARMED || st == CHANSTS_IDLE) && ((dmacount - processed) & 0xFFFF) != 0) {
+                return (s & ~CHANSTS_STATUS_MASK) | CHANSTS_ACTIVE;
+            }
+            return s;
+        }
+
+        /** What CHANCMD RESET clears. Caller holds the lock. */
+        void resetRegisters() {
+            state = CHANSTS_HALTED;
+            chansts = lastCompleted | CHANSTS_HALTED;
+            dmacount = 0;
+            processed = 0;
+            chanctrl = 0;
+            chancmp = 0;
         }
 
         private boolean runnable() {
@@ -290,12 +394,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             lock.lock();
             try {
                 if ((cmd & CHANCMD_RESET) != 0) {
-                    state = CHANSTS_HALTED;
-                    chansts = lastCompleted | CHANSTS_HALTED;
-                    dmacount = 0;
-                    processed = 0;
-                    chanctrl = 0;
-                    chancmp = 0;
+                    resetRegisters();
                     return;
                 }
                 if ((cmd & CHANCMD_ABORT) != 0) {
@@ -403,6 +502,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                     halt(MemoryFaults.loads(from) ? CHANERR_WRITE_DATA : CHANERR_READ_DATA);
                     return;
                 }
+                bytesTotal += size;
             }
             processed = (processed + 1) & 0xFFFF;
             completedTotal++;

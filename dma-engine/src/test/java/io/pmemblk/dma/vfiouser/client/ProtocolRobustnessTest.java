@@ -1,0 +1,236 @@
+package io.pmemblk.dma.vfiouser.client;
+
+import static io.pmemblk.dma.vfiouser.client.VfioUserSpec.*;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import io.pmemblk.dma.IovaFault;
+import io.pmemblk.dma.vfio.VfioAbi;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * A server that breaks the protocol gets a clear error from the client, within the reply timeout, and never a
+ * hang or a crash: garbage, short replies, a wrong msg_id, a close in the middle of a reply, silence, a reply
+ * nobody asked for. A well-formed server command (DMA_WRITE) to memory that is not mapped is refused (EFAULT)
+ * and the connection goes on.
+ */
+class ProtocolRobustnessTest {
+    private static final Duration TIMEOUT = Duration.ofMillis(300);
+    /** Bound on any one failure: the timeout, a slice or two of polling, and a loaded 2-core machine. */
+    private static final long BOUND_MILLIS = 3_000;
+
+    @TempDir
+    Path dir;
+
+    private Path socket() {
+        return dir.resolve("stub.sock");
+    }
+
+    /** Connecting to a server scripted by {@code onVersion} fails with a message containing {@code expected}, in bounds. */
+    private void connectFails(StubDevice.Script onVersion, String expected) throws Exception {
+        try (StubDevice stub = new StubDevice(socket(), onVersion)) {
+            long t0 = System.nanoTime();
+            assertThatThrownBy(() -> VfioUserConnection.connect(socket().toString(), TIMEOUT, null).close())
+                    .isInstanceOf(VfioUserException.class)
+                    .hasMessageContaining(expected)
+                    .satisfies(e -> assertThat(((VfioUserException) e).connectionLost()).isTrue());
+            assertThat(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0)).isLessThan(BOUND_MILLIS);
+        }
+    }
+
+    @Test
+    void garbageWithAHugeSizeIsRefusedBeforeItIsRead() throws Exception {
+        connectFails((m, d) -> d.send(StubDevice.message(0x4141, 0x4141, 0x41414141, 0x41414141, 0x41414141, new byte[0])),
+                "a message of size 1094795585");
+    }
+
+    @Test
+    void aSizeBelowTheHeaderIsRefused() throws Exception {
+        connectFails((m, d) -> d.send(StubDevice.message(m.id(), m.command(), TYPE_REPLY, 0, 8, new byte[0])),
+                "a message of size 8");
+    }
+
+    @Test
+    void aShortVersionReplyIsRefused() throws Exception {
+        connectFails((m, d) -> d.send(StubDevice.reply(m, new byte[]{0, 0})), "VERSION reply of 2 bytes is shorter");
+    }
+
+    @Test
+    void aReplyWithTheWrongMsgIdIsRefused() throws Exception {
+        connectFails((m, d) -> d.send(StubDevice.message(m.id() + 1, m.command(), TYPE_REPLY, 0, -1, new byte[4])),
+                "the device sent a reply to VERSION (msg_id " + 2 + ")");
+    }
+
+    @Test
+    void aCloseInTheMiddleOfAReplyIsRefused() throws Exception {
+        connectFails((m, d) -> {
+            byte[] full = StubDevice.versionReply(m);
+            d.send(java.util.Arrays.copyOf(full, 20)); // the header and 4 bytes of a longer payload
+            d.hangUp();
+        }, "closed the connection in the middle of a message (20 bytes of it read)");
+    }
+
+    @Test
+    void silenceEndsAtTheTimeout() throws Exception {
+        connectFails((m, d) -> { }, "no reply to VERSION within 300 ms");
+    }
+
+    @Test
+    void aVersionTheClientDoesNotSpeakIsRefused() throws Exception {
+        connectFails((m, d) -> d.send(StubDevice.reply(m, new byte[]{1, 0, 0, 0})), "answered version 1.0");
+    }
+
+    /**
+     * After a good handshake, the device dies while a register read waits: the read answers all ones (a removed
+     * PCI device), the loss listener runs once, and every later access fails fast without a message.
+     */
+    @Test
+    void aDeviceThatDiesUnderARegisterReadReadsAllOnesAndIsReportedOnce() throws Exception {
+        CountDownLatch reads = new CountDownLatch(1);
+        try (StubDevice stub = new StubDevice(socket(), (m, d) -> {
+            if (m.command() == VERSION) {
+                d.send(StubDevice.versionReply(m));
+            } else if (m.command() == REGION_READ) {
+                reads.countDown();
+                d.hangUp(); // dies with the read in its hands
+            }
+        })) {
+            VfioUserConnection c = VfioUserConnection.connect(socket().toString(), Duration.ofSeconds(30), null);
+            AtomicInteger losses = new AtomicInteger();
+            AtomicReference<String> why = new AtomicReference<>();
+            CountDownLatch lost = new CountDownLatch(1);
+            c.onLoss(reason -> {
+                losses.incrementAndGet();
+                why.set(reason);
+                lost.countDown();
+            });
+            c.startWatcher("test-watch");
+            VfioUserMmio bar = new VfioUserMmio(c, VfioAbi.PCI_BAR0_REGION, 0x4000, true);
+            long t0 = System.nanoTime();
+            assertThat(bar.read32(0x88)).as("a removed device reads all ones").isEqualTo(-1);
+            assertThat(bar.read8(0)).isEqualTo(0xff);
+            bar.write16(0x86, 1); // dropped, no exception
+            assertThat(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0)).isLessThan(BOUND_MILLIS);
+            assertThat(bar.failedAccesses()).isEqualTo(3);
+            assertThat(lost.await(5, TimeUnit.SECONDS)).as("the loss listener ran").isTrue();
+            assertThat(why.get()).contains("closed the connection");
+            assertThat(c.lostReason()).isEqualTo(why.get());
+            assertThat(stub.received.stream().filter(m -> m.command() == REGION_READ).count())
+                    .as("nothing more sent after the loss").isEqualTo(1);
+            c.close();
+            assertThat(losses.get()).isEqualTo(1);
+        }
+    }
+
+    /** A device that stops answering a region read: bounded by the timeout, then lost. */
+    @Test
+    void aDeviceThatHangsUnderARegisterReadIsGivenUpAtTheTimeout() throws Exception {
+        try (StubDevice stub = new StubDevice(socket(), (m, d) -> {
+            if (m.command() == VERSION) {
+                d.send(StubDevice.versionReply(m));
+            }
+        })) {
+            try (VfioUserConnection c = VfioUserConnection.connect(socket().toString(), TIMEOUT, null)) {
+                long t0 = System.nanoTime();
+                assertThatThrownBy(() -> c.regionRead(0, 0x88, 8))
+                        .isInstanceOf(VfioUserException.class)
+                        .hasMessageContaining("no reply to REGION_READ within 300 ms");
+                assertThat(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0)).isBetween(250L, BOUND_MILLIS);
+                assertThatThrownBy(() -> c.deviceInfo()).hasMessageContaining("is gone: no reply to REGION_READ");
+            }
+        }
+    }
+
+    /** A reply when no request is outstanding: the watcher sees it and loses the connection, naming it. */
+    @Test
+    void anUnaskedReplyLosesTheConnection() throws Exception {
+        CountDownLatch lost = new CountDownLatch(1);
+        AtomicReference<String> why = new AtomicReference<>();
+        try (StubDevice stub = new StubDevice(socket(), (m, d) -> {
+            if (m.command() == VERSION) {
+                d.send(StubDevice.versionReply(m));
+                d.send(StubDevice.message(77, REGION_WRITE, TYPE_REPLY, 0, -1, new byte[16]));
+            }
+        }); VfioUserConnection c = VfioUserConnection.connect(socket().toString(), TIMEOUT, null)) {
+            c.onLoss(r -> {
+                why.set(r);
+                lost.countDown();
+            });
+            c.startWatcher("test-watch");
+            assertThat(lost.await(5, TimeUnit.SECONDS)).isTrue();
+            assertThat(why.get()).contains("a reply to REGION_WRITE (msg_id 77) while no request was outstanding");
+        }
+    }
+
+    /**
+     * Server commands: a DMA_WRITE into mapped memory lands there, one to an address that is not mapped is
+     * answered EFAULT, a DMA_READ reads back; the connection goes on (a register read after them works).
+     */
+    @Test
+    void dmaWritesAndReadsFromTheServerAreServedAndBadAddressesRefused() throws Exception {
+        AtomicReference<byte[]> dmaReadReply = new AtomicReference<>();
+        AtomicReference<byte[]> badWriteReply = new AtomicReference<>();
+        CountDownLatch served = new CountDownLatch(1);
+        try (Arena arena = Arena.ofShared()) {
+            MemorySegment mem = arena.allocate(4096);
+            VfioUserConnection.DmaTarget target = (address, length) -> {
+                if (address < 0x1000 || address + length > 0x2000) {
+                    throw new IovaFault(address, length, "is not mapped");
+                }
+                return mem.asSlice(address - 0x1000, length);
+            };
+            try (StubDevice stub = new StubDevice(socket(), (m, d) -> {
+                if (m.command() == VERSION) {
+                    d.send(StubDevice.versionReply(m));
+                } else if (m.command() == REGION_READ) {
+                    // before answering, the device writes and reads client memory through messages
+                    d.send(StubDevice.message(900, DMA_WRITE, TYPE_COMMAND, 0, -1, dma(0x1010, new byte[]{1, 2, 3, 4})));
+                    d.send(StubDevice.message(901, DMA_WRITE, TYPE_COMMAND, 0, -1, dma(0x5000, new byte[]{9})));
+                    d.send(StubDevice.message(902, DMA_READ, TYPE_COMMAND, 0, -1, dmaRead(0x1010, 4)));
+                    d.send(StubDevice.readReply(m, 0x33));
+                } else if (m.command() == DMA_READ && (m.flags() & FLAG_TYPE_MASK) == TYPE_REPLY) {
+                    dmaReadReply.set(m.payload());
+                } else if (m.command() == DMA_WRITE && m.id() == 901) {
+                    badWriteReply.set(ByteBuffer.allocate(8).order(ByteOrder.LITTLE_ENDIAN).putInt(m.flags()).array());
+                    served.countDown();
+                }
+            }); VfioUserConnection c = VfioUserConnection.connect(socket().toString(), Duration.ofSeconds(5), target)) {
+                assertThat(c.regionRead(0, 0x08, 1)).isEqualTo(0x33);
+                assertThat(mem.get(ValueLayout.JAVA_INT_UNALIGNED, 0x10)).isEqualTo(0x04030201);
+                assertThat(served.await(5, TimeUnit.SECONDS)).isTrue();
+                StubDevice.Message bad = stub.received.stream().filter(m -> m.id() == 901).findFirst().orElseThrow();
+                assertThat(bad.flags() & FLAG_ERROR).as("EFAULT reply to the unmapped DMA_WRITE").isNotZero();
+                long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+                while (dmaReadReply.get() == null && System.nanoTime() < deadline) {
+                    Thread.onSpinWait();
+                }
+                byte[] r = dmaReadReply.get();
+                assertThat(r).isNotNull();
+                assertThat(ByteBuffer.wrap(r).order(ByteOrder.LITTLE_ENDIAN).getInt(16)).isEqualTo(0x04030201);
+                assertThat(c.serverCommands()).isEqualTo(3);
+                assertThat(c.lostReason()).isNull();
+            }
+        }
+    }
+
+    private static byte[] dma(long address, byte[] data) {
+        return ByteBuffer.allocate(16 + data.length).order(ByteOrder.LITTLE_ENDIAN).putLong(address).putLong(data.length)
+                .put(data).array();
+    }
+
+    private static byte[] dmaRead(long address, long count) {
+        return ByteBuffer.allocate(16).order(ByteOrder.LITTLE_ENDIAN).putLong(address).putLong(count).array();
+    }
+}
