@@ -3,6 +3,7 @@ package io.pmemblk.cli;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.dma.vfiouser.client.VfioUserEngine;
 import io.pmemblk.dma.soft.SoftFaults;
 import io.pmemblk.dma.vfio.VfioEngine;
 import io.pmemblk.pmem.BttRegion;
@@ -35,8 +36,13 @@ public final class Device implements AutoCloseable {
     private Device(Settings settings) throws IOException {
         this.settings = settings;
         // A VFIO device first: a machine without one is told so before the backing file is created.
-        DmaEngine vfio = settings.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.VFIO
-                ? VfioEngine.open(settings.get(Settings.DMA_VFIO_DEVICES), settings.get(Settings.DMA_RING_SIZE)) : null;
+        DmaEngine vfio = switch (settings.get(Settings.DMA_ENGINE)) {
+            case VFIO -> VfioEngine.open(settings.get(Settings.DMA_VFIO_DEVICES), settings.get(Settings.DMA_RING_SIZE));
+            // the device process's socket: it answers (or the start fails naming it) before the file is created
+            case VFIO_USER -> VfioUserEngine.open(settings.get(Settings.DMA_VFIO_USER_SOCKET).toString(),
+                    settings.get(Settings.DMA_RING_SIZE));
+            default -> null;
+        };
         boolean btt = settings.get(Settings.PMEM_LAYOUT) == Settings.Layout.BTT;
         try {
             Path path = trustedPmemPath(settings);

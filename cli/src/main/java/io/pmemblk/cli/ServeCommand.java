@@ -37,7 +37,9 @@ import java.util.concurrent.LinkedBlockingQueue;
         description = "Serve the persistent-memory device over NBD (unix socket and TCP), with ublk.enabled=true as"
                 + " /dev/ublkbN, and with vhost.socket=PATH to a QEMU guest as a vhost-user-blk disk. Stops cleanly"
                 + " on SIGTERM/SIGINT; SIGHUP re-reads --config and applies the keys that can change live"
-                + " (route.dma.min-bytes, route.dma.min-segments, route.dma.bounce, nbd.stall-timeout, log.level).")
+                + " (route.dma.min-bytes, route.dma.min-segments, route.dma.bounce, nbd.stall-timeout, log.level)."
+                + " Copy offload: dma.engine=soft, vfio (PCI devices bound to vfio-pci), or vfio-user with"
+                + " dma.vfio-user.socket=PATH (the I/OAT device of a `pmemblk dma-device --socket PATH` process).")
 final class ServeCommand implements Callable<Integer> {
     private static final System.Logger LOG = System.getLogger("pmemblk");
     /**
@@ -116,6 +118,8 @@ final class ServeCommand implements Callable<Integer> {
                 System.err.println("pmemblk: " + e.getMessage());
             } else if (e instanceof io.pmemblk.dma.vfio.VfioException) {
                 System.err.println("pmemblk: dma.engine=vfio: " + e.getMessage());
+            } else if (e instanceof io.pmemblk.dma.vfiouser.client.VfioUserException) {
+                System.err.println("pmemblk: dma.engine=vfio-user: " + e.getMessage());
             } else {
                 System.err.println("pmemblk: cannot open pmem.path " + s.get(Settings.PMEM_PATH) + ": " + e.getMessage());
             }

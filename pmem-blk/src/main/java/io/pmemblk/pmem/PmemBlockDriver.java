@@ -349,6 +349,12 @@ public final class PmemBlockDriver implements BlockDriver {
         engine.iovaSpace().unmap(r.iova());
     }
 
+    /** The engine's kind of memory ({@code IovaSpace.allocate}): a vfio-user device is given it by descriptor. */
+    @Override
+    public MemorySegment allocateBuffers(long bytes, java.lang.foreign.Arena owner) {
+        return engine == null ? owner.allocate(bytes, 4096) : engine.iovaSpace().allocate(bytes, 4096, owner);
+    }
+
     @Override
     public void attachQueue(HardwareQueue queue) {
         if (engine != null) {

@@ -2,6 +2,7 @@ package io.pmemblk.pmem;
 
 import io.pmemblk.posix.FileStat;
 import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.MappedFiles;
 import io.pmemblk.posix.MemoryFaults;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.posix.TrustedFile;
@@ -288,6 +289,12 @@ public final class PmemRegion implements AutoCloseable {
                 System.getLogger(PmemRegion.class.getName()).log(System.Logger.Level.WARNING, e.getMessage());
             }
         });
+        try {
+            registerForDma(seg, file, arena);
+        } catch (IOException e) {
+            arena.close();
+            throw e;
+        }
         if (m.isPmem() && !drainCoversOwnStores(System.getProperty("os.arch"))) {
             arena.close();
             throw new IOException(path + " is pmem (is_pmem=1) but pmemblk's flush/drain reasoning is established"
@@ -307,11 +314,21 @@ public final class PmemRegion implements AutoCloseable {
         return "amd64".equals(osArch) || "x86_64".equals(osArch);
     }
 
+    /**
+     * Records that the mapping shows the file from offset 0 ({@link MappedFiles}), so that a DMA engine in another
+     * process (a vfio-user device) can be given the file by descriptor; the registry holds a new open file
+     * description, so the file's lock stays this region's alone.
+     */
+    private static void registerForDma(MemorySegment seg, TrustedFile file, Arena arena) throws IOException {
+        MappedFiles.register(seg, file.fd(), 0, arena);
+    }
+
     /** The JDK maps a channel; one opened on {@code /proc/self/fd/N} is the file this process holds. */
     private static PmemRegion mapWithJava(TrustedFile file, long size, UnaryOperator<Persistence> wrap) throws IOException {
         Arena arena = Arena.ofShared();
         try (FileChannel fc = FileChannel.open(Path.of(file.procPath()), StandardOpenOption.READ, StandardOpenOption.WRITE)) {
             MemorySegment seg = fc.map(FileChannel.MapMode.READ_WRITE, 0, size, arena);
+            registerForDma(seg, file, arena);
             return new PmemRegion(file.path(), arena, seg, wrap.apply(new MappedFilePersistence()), "java");
         } catch (IOException | RuntimeException e) {
             arena.close();

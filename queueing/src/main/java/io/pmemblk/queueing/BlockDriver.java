@@ -1,5 +1,6 @@
 package io.pmemblk.queueing;
 
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 
 /**
@@ -134,6 +135,15 @@ public interface BlockDriver extends AutoCloseable {
      * region are released and before it unmaps the region: the engine must not copy into memory given back.
      */
     default void unregisterMemory(MemorySegment region) {}
+
+    /**
+     * Memory for a hardware queue's buffer pool, {@code bytes} page-aligned, owned by {@code owner}: plain native
+     * memory, unless the driver's DMA engine must be given memory of its own kind (a device in another process
+     * reaches only memory mapped from a file it is given: the engine's {@code IovaSpace.allocate}).
+     */
+    default MemorySegment allocateBuffers(long bytes, Arena owner) {
+        return owner.allocate(bytes, 4096);
+    }
 
     /** Makes everything written so far persistent (used at shutdown). */
     void persistAll() throws java.io.IOException;

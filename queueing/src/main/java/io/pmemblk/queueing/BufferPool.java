@@ -30,12 +30,30 @@ public final class BufferPool implements AutoCloseable {
     private final ArrayDeque<Thread> waiting = new ArrayDeque<>();
 
     public BufferPool(long bytes) {
+        this(bytes, arena -> arena.allocate(bytes, 4096));
+    }
+
+    /**
+     * A pool whose memory {@code allocate} makes in the pool's arena (a DMA engine's kind of memory:
+     * {@link BlockDriver#allocateBuffers}); it must give {@code bytes} bytes, page-aligned.
+     */
+    public BufferPool(long bytes, java.util.function.Function<Arena, MemorySegment> allocate) {
         if (bytes < CHUNK || bytes % CHUNK != 0) {
             throw new IllegalArgumentException("buffer pool size " + bytes + " must be a positive multiple of " + CHUNK);
         }
         int chunks = Math.toIntExact(bytes / CHUNK);
         this.arena = Arena.ofShared();
-        this.memory = arena.allocate(bytes, 4096);
+        try {
+            MemorySegment m = allocate.apply(arena);
+            if (m.byteSize() != bytes || (m.address() & 4095) != 0) {
+                throw new IllegalStateException("buffer pool memory of " + m.byteSize() + " bytes at 0x"
+                        + Long.toHexString(m.address()) + "; allowed: " + bytes + " bytes, page-aligned");
+            }
+            this.memory = m;
+        } catch (RuntimeException e) {
+            arena.close();
+            throw e;
+        }
         this.views = new ByteBuffer[chunks];
         this.free = new int[chunks];
         for (int i = 0; i < chunks; i++) {

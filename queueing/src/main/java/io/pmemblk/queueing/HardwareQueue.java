@@ -85,7 +85,7 @@ public final class HardwareQueue implements AutoCloseable {
         depth += reservedDepth;
         this.maxRequestBytes = maxRequestBytes;
         this.driver = driver;
-        this.pool = new BufferPool(poolBytes);
+        this.pool = new BufferPool(poolBytes, arena -> driver.allocateBuffers(poolBytes, arena));
         int maxSegments = BufferPool.chunksFor(maxRequestBytes);
         if (maxSegments > pool.chunks()) {
             pool.close();

@@ -26,7 +26,7 @@ import java.util.Set;
 public final class Settings {
     public static final int MAX_REQUEST_BYTES = 32 << 20;
 
-    public enum DmaEngineKind { NONE, SOFT, VFIO }
+    public enum DmaEngineKind { NONE, SOFT, VFIO, VFIO_USER }
 
     /** Least severe log records written, most severe first (java.util.logging's SEVERE .. FINEST). */
     public enum LogLevel { ERROR, WARNING, INFO, DEBUG, TRACE }
@@ -155,15 +155,22 @@ public final class Settings {
             "a size from 32M (the largest request) to 4G, a multiple of 128K",
             "Registered data buffers per hardware queue; a full pool makes frontends wait (bounded memory).",
             t -> range(Sizes.parse(t), MAX_REQUEST_BYTES, 4L << 30, 128 << 10));
-    public static final Key<DmaEngineKind> DMA_ENGINE = Key.of("dma.engine", "none", "none, soft or vfio",
+    public static final Key<DmaEngineKind> DMA_ENGINE = Key.of("dma.engine", "none", "none, soft, vfio or vfio-user",
             "Copy offload: none (CPU only), soft (software I/OAT device), vfio (PCI DMA devices bound to vfio-pci, see"
-                    + " dma.vfio.devices; pmem.path must be device DAX or on tmpfs/hugetlbfs, which the kernel can pin).",
+                    + " dma.vfio.devices; pmem.path must be device DAX or on tmpfs/hugetlbfs, which the kernel can pin),"
+                    + " vfio-user (the I/OAT device of another process, `pmemblk dma-device`, see dma.vfio-user.socket).",
             t -> choice(t, DmaEngineKind.class));
     public static final Key<List<String>> DMA_VFIO_DEVICES = Key.of("dma.vfio.devices", "auto",
             "auto, or PCI addresses dddd:bb:dd.f separated by commas",
             "With dma.engine=vfio: the devices to drive (I/OAT channels, or QEMU's edu), one DMA channel per device"
                     + " channel; auto: every such device bound to vfio-pci (pmemblk dma list shows them).",
             Settings::pciAddresses);
+    public static final Key<Path> DMA_VFIO_USER_SOCKET = Key.of("dma.vfio-user.socket", "",
+            "the path of a vfio-user device's unix socket, or empty",
+            "With dma.engine=vfio-user: the socket of the I/OAT device process (pmemblk dma-device --socket PATH);"
+                    + " one DMA channel per device channel. If the device process goes away, copies in flight are"
+                    + " redone by the CPU and pmemblk reconnects to this socket until it is back.",
+            t -> t.isBlank() ? null : path(t));
     public static final Key<Integer> DMA_CHANNELS = Key.of("dma.channels", "1", "an integer 1..64",
             "DMA channels; hardware queue i uses channel i mod dma.channels.", t -> intRange(t, 1, 64));
     public static final Key<Integer> DMA_RING_SIZE = Key.of("dma.ring-size", "512", "a power of two 16..32768",
@@ -272,7 +279,7 @@ public final class Settings {
                 PMEM_SECTOR_SIZE, NBD_SOCKET, NBD_PORT, NBD_BIND,
                 NBD_TLS, NBD_TLS_CERTIFICATE, NBD_TLS_KEY, NBD_TLS_VERIFY_CLIENTS, NBD_EXPORT, NBD_MAX_CONNECTIONS,
                 NBD_STALL_TIMEOUT, NBD_HANDSHAKE_TIMEOUT, NBD_MAX_HANDSHAKES_PER_PEER, NBD_IDLE_TIMEOUT, NBD_BUSY_POLL, QUEUES, QUEUE_DEPTH,
-                QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_CHANNELS,
+                QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_VFIO_USER_SOCKET, DMA_CHANNELS,
                 DMA_RING_SIZE, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, ROUTE_DMA_BOUNCE,
                 UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT,
                 VHOST_SOCKET, VHOST_SOCKET_GROUP, VHOST_QUEUES, VHOST_QUEUE_SIZE, VHOST_BUSY_POLL, VHOST_COALESCE, LOG_LEVEL)) {
@@ -394,6 +401,15 @@ public final class Settings {
                     + " pmem.layout=btt and pmem.sector-size=" + get(PMEM_SECTOR_SIZE) + ": the BTT writes whole"
                     + " sectors; allowed: a ublk.block-size of at least pmem.sector-size");
         }
+        if (get(DMA_ENGINE) == DmaEngineKind.VFIO_USER && get(DMA_VFIO_USER_SOCKET) == null) {
+            throw new SettingsException("dma.engine=vfio-user needs dma.vfio-user.socket: the socket of the device"
+                    + " process (pmemblk dma-device --socket PATH); allowed: its path, or another dma.engine");
+        }
+        if (get(DMA_ENGINE) != DmaEngineKind.VFIO_USER && get(DMA_VFIO_USER_SOCKET) != null) {
+            throw new SettingsException("dma.vfio-user.socket: '" + text(DMA_VFIO_USER_SOCKET) + "' is not allowed with"
+                    + " dma.engine=" + text(DMA_ENGINE) + ": nothing would use it; allowed: empty, or set"
+                    + " dma.engine=vfio-user");
+        }
         int metrics = get(METRICS_PORT);
         if (metrics != 0 && metrics == get(NBD_PORT)) {
             throw new SettingsException("metrics.port: '" + metrics + "' is not allowed: it is also nbd.port;"
@@ -512,7 +528,7 @@ public final class Settings {
     }
 
     private static <E extends Enum<E>> E choice(String t, Class<E> type) {
-        return Enum.valueOf(type, t.toUpperCase(Locale.ROOT));
+        return Enum.valueOf(type, t.toUpperCase(Locale.ROOT).replace('-', '_')); // vfio-user: VFIO_USER
     }
 
     /** "auto" is the empty list. */

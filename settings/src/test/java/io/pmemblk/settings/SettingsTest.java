@@ -98,7 +98,9 @@ class SettingsTest {
             "pmem.size=1000       | pmem.size: '1000' is not allowed",
             "nbd.port=70000       | nbd.port: '70000' is not allowed (from --set); allowed: a TCP port 0..65535",
             "queue.depth=0        | queue.depth: '0' is not allowed",
-            "dma.engine=ioat      | dma.engine: 'ioat' is not allowed (from --set); allowed: none, soft or vfio",
+            "dma.engine=ioat      | dma.engine: 'ioat' is not allowed (from --set); allowed: none, soft, vfio or vfio-user",
+            "dma.engine=vfio-user | dma.engine=vfio-user needs dma.vfio-user.socket: the socket of the device process",
+            "dma.vfio-user.socket=/run/ioat.sock | dma.vfio-user.socket: '/run/ioat.sock' is not allowed with dma.engine=none",
             "dma.vfio.devices=00:02.0 | dma.vfio.devices: '00:02.0' is not allowed (from --set); allowed: auto, or PCI addresses dddd:bb:dd.f separated by commas",
             "dma.engine=gpu       | dma.engine: 'gpu' is not allowed",
             "dma.ring-size=100    | dma.ring-size: '100' is not allowed (from --set); allowed: a power of two",
@@ -118,6 +120,13 @@ class SettingsTest {
                 .isInstanceOf(SettingsException.class)
                 .hasMessageStartingWith(message.trim())
                 .satisfies(e -> assertThat(e.getMessage()).doesNotContain("\n"));
+    }
+
+    @Test
+    void vfioUserTakesItsSocket() throws Exception {
+        Settings s = Settings.load(null, List.of("dma.engine=vfio-user", "dma.vfio-user.socket=/run/pmemblk/ioat.sock"));
+        assertThat(s.get(Settings.DMA_ENGINE)).isEqualTo(Settings.DmaEngineKind.VFIO_USER);
+        assertThat(s.get(Settings.DMA_VFIO_USER_SOCKET)).isEqualTo(Path.of("/run/pmemblk/ioat.sock"));
     }
 
     @Test

@@ -418,9 +418,10 @@ public final class IoatChannel implements DmaChannel {
      * ioatdma has its error handler stop the channels): copies the completion word already reports done are
      * reported done, every other one placed is reported with {@code status} now, without a register access, and
      * the channel takes nothing more ({@link #place} throws). {@link #close} then only releases the ring. The
-     * device must not write our memory any more when this is called (a process that died cannot).
+     * device must not write our memory any more when this is called (a process that died cannot). Returns how
+     * many copies were reported with {@code status}.
      */
-    public void deviceLost(int status, String why) {
+    public int deviceLost(int status, String why) {
         reapLock.lock();
         try {
             long word = (long) WORD.getVolatile(completion, 0L);
@@ -435,7 +436,7 @@ public final class IoatChannel implements DmaChannel {
             } finally {
                 submitLock.unlock();
             }
-            report(failedUpTo, status);
+            return report(failedUpTo, status);
         } finally {
             reapLock.unlock();
         }

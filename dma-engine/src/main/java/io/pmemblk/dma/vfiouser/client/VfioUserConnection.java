@@ -735,7 +735,7 @@ public final class VfioUserConnection implements AutoCloseable {
                 if (Libc.pollOne(pollfd, 0) == 0) {
                     continue; // a requester read it meanwhile
                 }
-                int payload = receive(System.nanoTime() + timeoutNanos, false, "a message from the device");
+                int payload = receive(System.nanoTime() + timeoutNanos, false, "the device's next message");
                 int flags = in.get(JAVA_INT_UNALIGNED, H_FLAGS);
                 int command = Short.toUnsignedInt(in.get(JAVA_SHORT_UNALIGNED, H_COMMAND));
                 int id = Short.toUnsignedInt(in.get(JAVA_SHORT_UNALIGNED, H_MSG_ID));

@@ -199,8 +199,7 @@ public final class VfioUserEngine implements AutoCloseable {
             for (VfioUserChannel ch : channels) {
                 IoatChannel gone = ch.detach();
                 if (gone != null) {
-                    failed += (int) Math.min(Integer.MAX_VALUE, gone.outstanding());
-                    gone.deviceLost(DmaCompletionListener.STATUS_DEVICE_LOST, "the vfio-user device at " + socket
+                    failed += gone.deviceLost(DmaCompletionListener.STATUS_DEVICE_LOST, "the vfio-user device at " + socket
                             + " is gone: " + reason);
                     gone.closeTimeout(Duration.ZERO);
                     gone.close();
@@ -210,7 +209,7 @@ public final class VfioUserEngine implements AutoCloseable {
             reconnector = Thread.ofPlatform().daemon().name("vfio-user-reconnect " + socket).start(this::reconnect);
         }
         LOG.log(System.Logger.Level.WARNING, "vfio-user: the DMA device at " + socket + " is gone (" + reason + "); "
-                + failed + " descriptor(s) it held are redone by the CPU and new copies go to the CPU until it is back;"
+                + failed + " copies it held are redone by the CPU and new copies go to the CPU until it is back;"
                 + " reconnecting with backoff up to " + BACKOFF_MAX_MILLIS / 1000 + " s. Restart the device process"
                 + " (pmemblk dma-device --socket " + socket + ") to get the DMA route back");
     }
