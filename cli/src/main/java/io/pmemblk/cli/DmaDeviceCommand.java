@@ -24,8 +24,8 @@ import java.util.concurrent.TimeUnit;
  * its client's.
  */
 @Command(name = "dma-device", mixinStandardHelpOptions = true,
-        description = {"Serve pmemblk's software I/OAT DMA device over vfio-user on a unix socket (PCI 8086:2021,"
-                + " one MSI-X vector per channel), for a QEMU >= 10.1 guest (-device vfio-user-pci, Linux's ioatdma"
+        description = {"Serve pmemblk's software I/OAT DMA device over vfio-user on a unix socket (PCI 8086:0c50,"
+                + " copies, XOR and PQ, one MSI-X vector per channel), for a QEMU >= 10.1 guest (-device vfio-user-pci, Linux's ioatdma"
                 + " binds it) or for dma.engine=vfio-user. Needs libvfio-user (docs/operating.md). Runs until"
                 + " SIGTERM or SIGINT; logs what the client maps, and the device's CPU per GiB copied."},
         footer = {"Example: pmemblk dma-device --socket /run/pmemblk/ioat.sock --channels 4",
@@ -44,6 +44,10 @@ final class DmaDeviceCommand implements Callable<Integer> {
      * enough for md's stripe copies across CPUs, and each channel's engine is a thread that spins only while it
      * has work, so idle channels cost nothing.
      */
+    @Option(names = "--socket-group", paramLabel = "GROUP",
+            description = "Give the socket to GROUP and make it 0660 (a QEMU running as another user in GROUP), as vhost.socket-group")
+    String socketGroup;
+
     @Option(names = "--channels", defaultValue = "4", paramLabel = "N",
             description = "DMA channels, each with its engine thread and MSI-X vector (1.." + IoatPci.MAX_CHANNELS
                     + ", default ${DEFAULT-VALUE})")
@@ -69,7 +73,17 @@ final class DmaDeviceCommand implements Callable<Integer> {
         Signal.handle(new Signal("TERM"), s -> signals.add(s.getName()));
         Signal.handle(new Signal("INT"), s -> signals.add(s.getName()));
         long cpuAtStart = processCpuNanos();
-        try (IoatVfioUserDevice device = IoatVfioUserDevice.start(socket.toAbsolutePath(), channels, xfercapLog2)) {
+        java.nio.file.attribute.GroupPrincipal group = null;
+        if (socketGroup != null && !socketGroup.isBlank()) {
+            try {
+                group = java.nio.file.FileSystems.getDefault().getUserPrincipalLookupService()
+                        .lookupPrincipalByGroupName(socketGroup);
+            } catch (java.nio.file.attribute.UserPrincipalNotFoundException e) {
+                throw new picocli.CommandLine.ParameterException(new picocli.CommandLine(this),
+                        "--socket-group " + socketGroup + ": no such group (allowed: a group in /etc/group)");
+            }
+        }
+        try (IoatVfioUserDevice device = IoatVfioUserDevice.start(socket.toAbsolutePath(), group, channels, xfercapLog2)) {
             long lastBytes = 0;
             String sig = null;
             while (sig == null) {

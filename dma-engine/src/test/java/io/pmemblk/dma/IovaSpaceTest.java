@@ -39,6 +39,43 @@ class IovaSpaceTest {
         assertThatThrownBy(() -> space.translate(a + IovaSpace.PAGE, 1)).isInstanceOf(IovaFault.class);
     }
 
+    /**
+     * A vfio-user device's view of its client's DMA_MAP regions: placed at the client's IOVAs (0 included, out of
+     * order, touching), overlaps refused, map() refused. Seen failing with the check against the region before
+     * taken out: "Expecting code to raise a throwable" (the overlap from below was taken).
+     */
+    @Test
+    void aSpacePlacedByTheCallerKeepsTheClientsAddressesAndRefusesOverlaps() {
+        IovaSpace client = IovaSpace.placedByCaller();
+        MemorySegment low = arena.allocate(0xa0000);
+        MemorySegment high = arena.allocate(0x10000);
+        MemorySegment mid = arena.allocate(0x20000);
+        client.mapAt(0x100000, high);
+        client.mapAt(0, low);
+        client.mapAt(0xc0000, mid); // ends at 0xe0000
+        client.mapAt(0xe0000, arena.allocate(0x20000)); // touches both neighbours
+        assertThat(client.regions()).isEqualTo(4);
+        low.set(ValueLayout.JAVA_BYTE, 0x9ffff, (byte) 7);
+        assertThat(client.translate(0x9ffff, 1).get(ValueLayout.JAVA_BYTE, 0)).isEqualTo((byte) 7);
+        assertThat(client.translate(0x100000, 0x10000).address()).isEqualTo(high.address());
+        assertThatThrownBy(() -> client.translate(0xa0000, 1)).as("the hole between regions").isInstanceOf(IovaFault.class);
+        assertThatThrownBy(() -> client.translate(0xdffff, 2)).as("across two regions").isInstanceOf(IovaFault.class);
+        assertThatThrownBy(() -> client.mapAt(0x9f000, arena.allocate(0x2000))).as("overlapping from below")
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("overlaps the mapped region [0x0, 0xa0000)");
+        assertThatThrownBy(() -> client.mapAt(0xbf000, arena.allocate(0x2000))).as("overlapping the next region")
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("[0xc0000, 0xe0000)");
+        assertThatThrownBy(() -> client.mapAt(0x100000, arena.allocate(1))).as("the same start")
+                .isInstanceOf(IllegalArgumentException.class);
+        assertThatThrownBy(() -> client.mapAt(Long.MAX_VALUE - 10, arena.allocate(100))).as("wrapping")
+                .isInstanceOf(IllegalArgumentException.class);
+        assertThatThrownBy(() -> client.map(arena.allocate(1))).isInstanceOf(IllegalStateException.class);
+        assertThatThrownBy(() -> space.mapAt(0x100000, arena.allocate(1))).as("a space that hands out its own")
+                .isInstanceOf(IllegalStateException.class);
+        client.unmap(0);
+        assertThatThrownBy(() -> client.translate(0, 1)).isInstanceOf(IovaFault.class);
+        assertThat(client.regions()).isEqualTo(3);
+    }
+
     @Test
     void translateReturnsTheSliceOfTheRegisteredSegment() {
         MemorySegment seg = arena.allocate(4096);

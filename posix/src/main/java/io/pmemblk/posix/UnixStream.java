@@ -29,6 +29,27 @@ public final class UnixStream {
     private static final MethodHandle SOCKETPAIR = libc("socketpair",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS), ERRNO);
 
+    /** int getsockopt(int fd, int level, int optname, void *optval, socklen_t *optlen) */
+    private static final MethodHandle GETSOCKOPT = libc("getsockopt",
+            FunctionDescriptor.of(JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS), ERRNO);
+    /** {@code <asm-generic/socket.h>} SO_PEERCRED; {@code struct ucred} is {pid_t pid, uid_t uid, gid_t gid}, 12 bytes. */
+    private static final int SO_PEERCRED = 17;
+
+    /**
+     * The process id of the peer of connected socket {@code fd} as it was at connect(2) time (getsockopt
+     * SO_PEERCRED): whether that process still runs tells a peer that died from one that only stopped answering.
+     */
+    public static int peerPid(int fd) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment ucred = a.allocate(12, 4);
+            MemorySegment len = a.allocate(JAVA_INT);
+            len.set(JAVA_INT, 0, 12);
+            Libc.call("getsockopt", "fd " + fd + ", SO_PEERCRED",
+                    state -> (int) GETSOCKOPT.invokeExact(state, fd, Libc.SOL_SOCKET, SO_PEERCRED, ucred, len));
+            return ucred.get(JAVA_INT, 0);
+        }
+    }
+
     /** socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0). */
     public static int socket() throws NativeException {
         return (int) Libc.call("socket", "AF_UNIX, SOCK_STREAM",

@@ -123,6 +123,12 @@ public final class IoatSpec {
     public static final int CHANERR_INT_CONFIGURATION = 0x2000;
     public static final int CHANERR_SOFT = 0x4000;
     public static final int CHANERR_UNAFFILIATED = 0x8000;
+    /** XOR_VAL or PQ_VAL: the P (xor) result was not zero / not the P given. */
+    public static final int CHANERR_XOR_P_OR_CRC = 0x10000;
+    /** PQ_VAL: the Q result was not the Q given. */
+    public static final int CHANERR_XOR_Q = 0x20000;
+    /** A descriptor needing an extension descriptor that DMACOUNT has not made available. */
+    public static final int CHANERR_DESCRIPTOR_COUNT = 0x40000;
 
     // ---- Copy descriptor (spdk_ioat_dma_hw_desc; hw.h struct ioat_dma_descriptor), 64 bytes ----
     private static final ValueLayout.OfInt U32 = ValueLayout.JAVA_INT.withOrder(ByteOrder.LITTLE_ENDIAN);
@@ -158,6 +164,7 @@ public final class IoatSpec {
     public static final int CTRL_DEST_SNOOP_DISABLE = 1 << 2;
     public static final int CTRL_COMPLETION_UPDATE = 1 << 3;
     public static final int CTRL_FENCE = 1 << 4;
+    /** The copy format's null bit (hw.h ioat_dma_descriptor); in XOR and PQ descriptors bits 7:5 are the source count. */
     public static final int CTRL_NULL = 1 << 5;
     public static final int CTRL_SRC_PAGE_BREAK = 1 << 6;
     public static final int CTRL_DEST_PAGE_BREAK = 1 << 7;
@@ -168,6 +175,32 @@ public final class IoatSpec {
     public static final int CTRL_OP_MASK = 0xFF << CTRL_OP_SHIFT;
     public static final int OP_COPY = 0x00;
     public static final int OP_FILL = 0x01;
+
+    // ---- RAID descriptors (hw.h struct ioat_xor_descriptor, ioat_xor_ext_descriptor, ioat_pq_descriptor,
+    // ioat_pq_ext_descriptor; prep.c xor_idx_to_field / pq_idx_to_field): 64 bytes each, an operation of more
+    // sources than the base holds takes the next ring descriptor as its extension (linked by the base's next)
+    public static final int OP_XOR = 0x87;
+    public static final int OP_XOR_VAL = 0x88;
+    public static final int OP_PQ = 0x89;
+    public static final int OP_PQ_VAL = 0x8a;
+    /** src_cnt: sources - 2, in control bits 7:5. */
+    public static final int CTRL_SRC_CNT_SHIFT = 5;
+    public static final int CTRL_SRC_CNT_MASK = 0x7 << CTRL_SRC_CNT_SHIFT;
+    /** PQ: do not write (validate) P / Q. */
+    public static final int CTRL_P_DISABLE = 1 << 11;
+    public static final int CTRL_Q_DISABLE = 1 << 12;
+    /** Most sources of an XOR or PQ operation without super-extended descriptors (dma->max_xor, dma_set_maxpq 8). */
+    public static final int RAID_MAX_SOURCES = 8;
+    /** XOR: where source i lies: in the base descriptor for i < 5, else in the extension. */
+    public static final long[] XOR_SRC_OFFSETS = {0x08, 0x20, 0x28, 0x30, 0x38, 0x00, 0x08, 0x10};
+    public static final int XOR_BASE_SOURCES = 5;
+    /** PQ: where source i lies: in the base descriptor for i < 3, else in the extension. */
+    public static final long[] PQ_SRC_OFFSETS = {0x08, 0x20, 0x28, 0x00, 0x08, 0x10, 0x20, 0x28};
+    public static final int PQ_BASE_SOURCES = 3;
+    /** PQ: P's address (where COPY has its destination), the 8 coefficient bytes, Q's address. */
+    public static final long PQ_P = 0x10;
+    public static final long PQ_COEF = 0x30;
+    public static final long PQ_Q = 0x38;
 
     /** A null descriptor moves nothing but still completes; drivers use one to start a channel. */
     public static final int NULL_DESC_SIZE = 8;

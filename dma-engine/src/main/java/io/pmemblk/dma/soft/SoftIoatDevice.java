@@ -9,6 +9,7 @@ import io.pmemblk.dma.Mmio;
 import io.pmemblk.dma.SoftInterrupt;
 import io.pmemblk.posix.MemoryFaults;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.lang.invoke.VarHandle;
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
@@ -34,8 +35,10 @@ import java.util.concurrent.locks.ReentrantLock;
  *       descriptor; with ERR_COMPLETION_EN the writeback word is written, with ERR_INT_EN the vector is raised.
  *       A copy whose source or destination memory faults (a mapped file truncated, a poisoned line) halts with
  *       READ_DATA or WRITE_DATA; the engine thread survives it ({@link MemoryFaults}).</li>
- *   <li>Descriptors run one at a time in ring order, so fence is honoured trivially. COPY and null are supported;
- *       any other op halts with CHANERR_CONTROL.</li>
+ *   <li>Descriptors run one at a time in ring order, so fence is honoured trivially. COPY and null are supported,
+ *       and, on a device made with them in DMACAPABILITY, XOR, XOR_VAL, PQ and PQ_VAL (with their extension
+ *       descriptors; a failed validation halts with XOR_P_OR_CRC / XOR_Q); any other op halts with
+ *       CHANERR_CONTROL.</li>
  *   <li>Register commands (CHANCMD, CHAINADDR) take the channel lock, which the engine holds for one descriptor,
  *       so a RESET returns only after the descriptor in flight has finished: CHANCMD reads back 0 at once.</li>
  *   <li>A doorbell is seen at once: while descriptors are pending (DMACOUNT ahead of the processed count) an ARMED or
@@ -55,6 +58,8 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
     private final long maxTransfer;
     private final Channel[] channels;
     private final SoftFaults faults;
+    /** DMACAPABILITY: 0 (copies only), or DMACAP_XOR and/or DMACAP_PQ, which enable those descriptors. */
+    private final int dmaCapability;
     private volatile int intrctrl;
     private volatile boolean closed;
 
@@ -78,6 +83,23 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
      */
     public SoftIoatDevice(IovaSpace space, int channelCount, int xfercapLog2, SoftFaults faults,
                           IntFunction<? extends Interrupt> vectors) {
+        this(space, channelCount, xfercapLog2, faults, vectors, 0);
+    }
+
+    /**
+     * As {@link #SoftIoatDevice(IovaSpace, int, int, SoftFaults, IntFunction)}, with the RAID operations of
+     * {@code dmaCapability} ({@link io.pmemblk.dma.ioat.IoatSpec#DMACAP_XOR}: XOR and XOR_VAL;
+     * {@link io.pmemblk.dma.ioat.IoatSpec#DMACAP_PQ}: PQ and PQ_VAL), advertised in DMACAPABILITY. Linux's async_tx
+     * gives md RAID456 only to a device with all of them (device_has_all_tx_types), and ioatdma makes one without
+     * XOR or PQ private.
+     */
+    public SoftIoatDevice(IovaSpace space, int channelCount, int xfercapLog2, SoftFaults faults,
+                          IntFunction<? extends Interrupt> vectors, int dmaCapability) {
+        if ((dmaCapability & ~(DMACAP_XOR | DMACAP_PQ)) != 0) {
+            throw new IllegalArgumentException("DMACAPABILITY 0x" + Integer.toHexString(dmaCapability)
+                    + ": the model does copies, and XOR (0x100) and PQ (0x200) when asked; nothing else");
+        }
+        this.dmaCapability = dmaCapability;
         if (channelCount < 1 || channelCount > 255) {
             throw new IllegalArgumentException("channel count " + channelCount + " not in 1..255 (CHANCNT is a u8)");
         }
@@ -243,7 +265,8 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                 case XFERCAP -> xfercapLog2;
                 case INTRCTRL -> intrctrl;
                 case CBVER -> VER_3_3;
-                default -> 0; // DMACAPABILITY 0: memcpy only (no DCA, no fill, no XOR/PQ)
+                case DMACAPABILITY -> dmaCapability; // no DCA, fill, page break or super-extended descriptors
+                default -> 0;
             };
         }
         return switch ((int) (offset % CHANNEL_MMIO_SIZE)) {
@@ -319,6 +342,10 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         /** Written by the engine only. */
         volatile long bytesTotal;
 
+        /** The RAID operations' sources and coefficients, and an extension descriptor: reused, under the lock. */
+        final MemorySegment[] sources = new MemorySegment[RAID_MAX_SOURCES];
+        final int[] coefs = new int[RAID_MAX_SOURCES];
+        MemorySegment extension;
         int state = CHANSTS_HALTED;
         /** Written by the engine under the lock; read without it by {@link #status}. */
         volatile int processed;
@@ -384,6 +411,13 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                     if (runnable()) {
                         step();
                     }
+                } catch (InternalError e) {
+                    if (!MemoryFaults.isFault(e)) {
+                        throw e;
+                    }
+                    // a descriptor itself in memory that failed (a client truncated the file its ring is in): a
+                    // read error, and the engine lives on for the driver's reset, as after a failed copy
+                    halt(CHANERR_READ_DATA);
                 } finally {
                     lock.unlock();
                 }
@@ -424,10 +458,15 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                 nextDescriptor = address;
                 fetchingFromChainaddr = true;
                 lastCompleted = 0;
+                // a new chain starts counting from 0: Linux's ioat_restart_channel re-arms a halted channel
+                // without RESET and then writes DMACOUNT from 0 (__ioat_restart_chan: dmacount = 0)
+                dmacount = 0;
+                processed = 0;
                 setState(CHANSTS_ARMED);
             } finally {
                 lock.unlock();
             }
+
         }
 
         void clearErrors(int bits) {
@@ -466,45 +505,37 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                 halt(injected);
                 return;
             }
-            if ((control & CTRL_NULL) == 0) {
-                int op = (control & CTRL_OP_MASK) >>> CTRL_OP_SHIFT;
-                if (op != OP_COPY) {
+            int consumed = 1;
+            int op = (control & CTRL_OP_MASK) >>> CTRL_OP_SHIFT;
+            // the null bit is the copy format's (bit 5); in XOR and PQ descriptors bits 7:5 are the source count
+            if (op != OP_COPY || (control & CTRL_NULL) == 0) {
+                if (op == OP_COPY) {
+                    int err = copy(src, dst, size);
+                    if (err != 0) {
+                        halt(err);
+                        return;
+                    }
+                } else if ((op == OP_XOR || op == OP_XOR_VAL) && (dmaCapability & DMACAP_XOR) != 0
+                        || (op == OP_PQ || op == OP_PQ_VAL) && (dmaCapability & DMACAP_PQ) != 0) {
+                    if (size > maxTransfer) {
+                        halt(CHANERR_LENGTH);
+                        return;
+                    }
+                    consumed = raid(op, control, d, size);
+                    if (consumed < 0) {
+                        halt(-consumed);
+                        return;
+                    }
+                    if (consumed == 2) {
+                        next = extension.get(FIELD_U64, DESC_NEXT); // the chain goes on after the extension
+                        extension = null;
+                    }
+                } else {
                     halt(CHANERR_CONTROL);
                     return;
                 }
-                if (size > maxTransfer) {
-                    halt(CHANERR_LENGTH);
-                    return;
-                }
-                MemorySegment from;
-                MemorySegment to;
-                try {
-                    from = space.translate(src, size);
-                } catch (IovaFault f) {
-                    halt(CHANERR_SRC_ADDR);
-                    return;
-                }
-                try {
-                    to = space.translate(dst, size);
-                } catch (IovaFault f) {
-                    halt(CHANERR_DEST_ADDR);
-                    return;
-                }
-                try {
-                    MemoryFaults.copy(from, 0, to, 0, size);
-                } catch (InternalError e) {
-                    if (!MemoryFaults.isFault(e)) {
-                        throw e;
-                    }
-                    // The memory behind a translated address failed (a file truncated under its mapping, a
-                    // poisoned line): hardware halts with a read or write data error, the descriptor not
-                    // completed, and its engine serves on after the driver's reset. So does this one.
-                    halt(MemoryFaults.loads(from) ? CHANERR_WRITE_DATA : CHANERR_READ_DATA);
-                    return;
-                }
-                bytesTotal += size;
             }
-            processed = (processed + 1) & 0xFFFF;
+            processed = (processed + consumed) & 0xFFFF;
             completedTotal++;
             lastCompleted = address;
             nextDescriptor = next;
@@ -517,6 +548,127 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             if ((control & CTRL_INT_ENABLE) != 0) {
                 vector.signal();
             }
+        }
+
+        /** A COPY of {@code size} bytes: 0, or the CHANERR bits to halt with. Caller holds the lock. */
+        private int copy(long src, long dst, long size) {
+            if (size > maxTransfer) {
+                return CHANERR_LENGTH;
+            }
+            MemorySegment from;
+            MemorySegment to;
+            try {
+                from = space.translate(src, size);
+            } catch (IovaFault f) {
+                return CHANERR_SRC_ADDR;
+            }
+            try {
+                to = space.translate(dst, size);
+            } catch (IovaFault f) {
+                return CHANERR_DEST_ADDR;
+            }
+            try {
+                MemoryFaults.copy(from, 0, to, 0, size);
+            } catch (InternalError e) {
+                if (!MemoryFaults.isFault(e)) {
+                    throw e;
+                }
+                // The memory behind a translated address failed (a file truncated under its mapping, a
+                // poisoned line): hardware halts with a read or write data error, the descriptor not
+                // completed, and its engine serves on after the driver's reset. So does this one.
+                return MemoryFaults.loads(from) ? CHANERR_WRITE_DATA : CHANERR_READ_DATA;
+            }
+            bytesTotal += size;
+            return 0;
+        }
+
+        /**
+         * An XOR, XOR_VAL, PQ or PQ_VAL descriptor {@code d} at nextDescriptor, with its extension (the next ring
+         * descriptor, by d's next pointer) when it has more sources than the base holds. XOR writes the sources' XOR
+         * to the destination; XOR_VAL checks that the destination (Linux's first source) XOR the sources is zero.
+         * PQ writes P and Q (unless disabled); PQ_VAL checks them. A failed check halts with XOR_P_OR_CRC / XOR_Q,
+         * the descriptor not completed, which Linux's ioat_eh reads as the validation result and restarts from.
+         * @return descriptors consumed (1 or 2), or minus the CHANERR bits to halt with. Caller holds the lock.
+         */
+        private int raid(int op, int control, MemorySegment d, long size) {
+            boolean pq = op == OP_PQ || op == OP_PQ_VAL;
+            boolean validate = op == OP_XOR_VAL || op == OP_PQ_VAL;
+            int n = ((control & CTRL_SRC_CNT_MASK) >>> CTRL_SRC_CNT_SHIFT) + 2;
+            if (n > RAID_MAX_SOURCES) {
+                return -CHANERR_CONTROL;
+            }
+            int inBase = pq ? PQ_BASE_SOURCES : XOR_BASE_SOURCES;
+            long[] offsets = pq ? PQ_SRC_OFFSETS : XOR_SRC_OFFSETS;
+            int consumed = 1;
+            if (n > inBase) {
+                if (((dmacount - processed) & 0xFFFF) < 2) {
+                    return -CHANERR_DESCRIPTOR_COUNT; // the extension is not made available
+                }
+                long extAddress = d.get(FIELD_U64, DESC_NEXT);
+                if ((extAddress & (DESC_BYTES - 1)) != 0) {
+                    return -CHANERR_NEXT_DESC_ALIGN;
+                }
+                try {
+                    extension = space.translate(extAddress, DESC_BYTES);
+                } catch (IovaFault f) {
+                    return -CHANERR_NEXT_ADDR;
+                }
+                consumed = 2;
+            }
+            try {
+                for (int i = 0; i < n; i++) {
+                    MemorySegment holder = i < inBase ? d : extension;
+                    sources[i] = space.translate(holder.get(FIELD_U64, offsets[i]), size);
+                }
+            } catch (IovaFault f) {
+                return -CHANERR_SRC_ADDR;
+            }
+            int err = 0;
+            try {
+                if (!pq) {
+                    MemorySegment out;
+                    try {
+                        out = space.translate(d.get(FIELD_U64, DESC_DST), size);
+                    } catch (IovaFault f) {
+                        return validate ? -CHANERR_SRC_ADDR : -CHANERR_DEST_ADDR; // XOR_VAL reads it
+                    }
+                    if (RaidMath.xor(sources, n, out, size, validate)) {
+                        err |= CHANERR_XOR_P_OR_CRC;
+                    }
+                } else {
+                    boolean doP = (control & CTRL_P_DISABLE) == 0;
+                    boolean doQ = (control & CTRL_Q_DISABLE) == 0;
+                    MemorySegment p = null;
+                    MemorySegment q = null;
+                    try {
+                        p = doP ? space.translate(d.get(FIELD_U64, PQ_P), size) : null;
+                        q = doQ ? space.translate(d.get(FIELD_U64, PQ_Q), size) : null;
+                    } catch (IovaFault f) {
+                        return -CHANERR_DEST_ADDR;
+                    }
+                    for (int i = 0; i < n; i++) {
+                        coefs[i] = d.get(ValueLayout.JAVA_BYTE, PQ_COEF + i) & 0xFF;
+                    }
+                    if (doP && RaidMath.xor(sources, n, p, size, validate)) {
+                        err |= CHANERR_XOR_P_OR_CRC;
+                    }
+                    if (doQ && RaidMath.q(sources, coefs, n, q, size, validate)) {
+                        err |= CHANERR_XOR_Q;
+                    }
+                }
+            } catch (InternalError e) {
+                if (!MemoryFaults.isFault(e)) {
+                    throw e;
+                }
+                return -CHANERR_READ_DATA; // a source or destination page failed under the operation
+            } finally {
+                java.util.Arrays.fill(sources, null); // hold no slice of client memory past the descriptor
+            }
+            if (err != 0) {
+                return -err;
+            }
+            bytesTotal += size * n;
+            return consumed;
         }
 
         /** Caller holds the lock. */
@@ -545,6 +697,11 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                 return true;
             } catch (IovaFault f) {
                 return false;
+            } catch (InternalError e) {
+                if (!MemoryFaults.isFault(e)) {
+                    throw e;
+                }
+                return false; // the completion word's page failed: a completion address error
             }
         }
     }

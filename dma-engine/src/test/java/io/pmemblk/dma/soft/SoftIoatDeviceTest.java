@@ -125,6 +125,41 @@ class SoftIoatDeviceTest {
         }
     }
 
+    /**
+     * A ring and completion word in a file truncated under its mapping (a vfio-user client can do this to the memfd
+     * it mapped): the descriptor fetch fails, the channel halts with READ_DATA, and the engine thread lives to run
+     * the next chain. Seen failing without the catch around the descriptor fetch: "[halted] Expecting actual: ... to be
+     * less than ..." after 10 s (the engine thread had died of the fault, and CHANSTS never moved again).
+     */
+    @Test
+    void aRingInATruncatedFileHaltsWithReadDataAndTheEngineLives() throws Exception {
+        int fd = SharedMemory.memfd("soft-ioat-truncated-ring", 8192);
+        try (Arena files = Arena.ofShared()) {
+            MemorySegment file = SharedMemory.map(fd, 0, 8192, files);
+            long fileIova = space.map(file);
+            Libc.ftruncate(fd, 0);
+            dev.write8(CH + CHANCMD, CHANCMD_RESET);
+            dev.write16(CH + CHANCTRL, CHANCTRL_RUN);
+            dev.write64(CH + CHANCMP, fileIova + 4096); // the completion word is in the lost file too
+            dev.write64(CH + CHAINADDR, fileIova);
+            dev.write16(CH + DMACOUNT, 1);
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while ((dev.read64(CH + CHANSTS) & CHANSTS_STATUS_MASK) != CHANSTS_HALTED) {
+                java.util.concurrent.locks.LockSupport.parkNanos(50_000);
+                assertThat(System.nanoTime()).as("halted").isLessThan(deadline);
+            }
+            assertThat(dev.read32(CH + CHANERR)).isEqualTo(CHANERR_READ_DATA | CHANERR_COMPLETION_ADDR);
+            dev.write32(CH + CHANERR, -1);
+            arm();
+            descriptor(0, NULL_DESC_SIZE, CTRL_NULL | CTRL_COMPLETION_UPDATE, 0, 0);
+            dev.write16(CH + DMACOUNT, 1);
+            awaitWord(ringIova | CHANSTS_IDLE);
+            space.unmap(fileIova);
+        } finally {
+            Libc.close(fd);
+        }
+    }
+
     @Test
     void globalRegisters() {
         assertThat(dev.read8(CHANCNT)).isEqualTo(2);

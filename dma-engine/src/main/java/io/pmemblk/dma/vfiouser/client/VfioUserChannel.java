@@ -37,11 +37,6 @@ final class VfioUserChannel implements DmaChannel {
         return c;
     }
 
-    /** Whether a device channel is behind this one now. */
-    boolean attached() {
-        return current != null;
-    }
-
     @Override
     public int index() {
         return index;

@@ -21,6 +21,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Consumer;
 import java.util.regex.Matcher;
@@ -47,6 +48,11 @@ import java.util.regex.Pattern;
  * the watcher thread. A command the server refuses (an error reply) fails only that command.
  *
  * <p>Buffers are allocated once per connection; a posted region write and a region read allocate nothing.
+ *
+ * <p>Limit: while a sender waits for room in a full socket it holds the lock, so a DMA_READ/DMA_WRITE the server
+ * sent meanwhile is answered only once the send is through; a server that stops reading until its own command is
+ * answered stalls both sides until the timeout loses the connection. pmemblk's device never sends those commands
+ * (every region it is given has a descriptor), and the socket holds thousands of posted writes.
  */
 public final class VfioUserConnection implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.pmemblk.dma.vfiouser");
@@ -85,6 +91,9 @@ public final class VfioUserConnection implements AutoCloseable {
     private int serverMaxFds = 1;
     private int serverMaxXfer = DEFAULT_MAX_DATA_XFER;
     private volatile String lostReason;
+    /** Whether the loss came from the peer's side (end of stream, reset, broken pipe) rather than ours (a timeout, a protocol error). */
+    private volatile boolean peerClosed;
+    private final int peerPid;
     private volatile boolean closed;
     private volatile Consumer<String> onLoss = reason -> { };
     private Thread watcher;
@@ -111,6 +120,22 @@ public final class VfioUserConnection implements AutoCloseable {
         pollfd.set(ValueLayout.JAVA_SHORT, 4, Libc.POLLIN);
         Libc.receiveTimeout(fd, SLICE_MILLIS);
         Libc.sendTimeout(fd, SLICE_MILLIS);
+        this.peerPid = UnixStream.peerPid(fd);
+    }
+
+    /** The device process (SO_PEERCRED at connect). */
+    public int peerPid() {
+        return peerPid;
+    }
+
+    /**
+     * Whether the connection was lost from the device's side: the socket reached end of stream, was reset or broke
+     * (the process died, or closed the connection itself, which a vfio-user server does after resetting the
+     * device). False for a loss this client declared (a reply that did not come, a protocol violation): the
+     * device process may then still run, and still hold our memory mapped.
+     */
+    public boolean lostByPeer() {
+        return peerClosed;
     }
 
     /**
@@ -544,6 +569,7 @@ public final class VfioUserConnection implements AutoCloseable {
                 }
             }
         } catch (NativeException e) {
+            markPeerClosed(e.errno());
             throw lose(what + ": sending failed: " + e.getMessage());
         }
     }
@@ -585,11 +611,15 @@ public final class VfioUserConnection implements AutoCloseable {
                     checkWait(deadline, what, from + got);
                     continue;
                 }
+                markPeerClosed(e.errno());
                 throw lose(what + ": receiving failed: " + e.getMessage());
             } catch (java.io.IOException e) {
                 throw lose(what + ": receiving failed: " + e.getMessage());
             }
             if (n == 0) {
+                if (lostReason == null && !closed) {
+                    peerClosed = true;
+                }
                 throw lose("the device closed the connection" + (from + got > 0 ? " in the middle of a message ("
                         + (from + got) + " bytes of it read)" : "") + " (while waiting for " + what + ")");
             }
@@ -606,6 +636,9 @@ public final class VfioUserConnection implements AutoCloseable {
                     + TimeUnit.NANOSECONDS.toMillis(timeoutNanos) + " ms" + (bytesIn > 0 ? " (" + bytesIn + " bytes came)" : ""));
         }
     }
+
+    /** How long the watcher waits before it looks again at a socket a requester is reading (not synchronisation). */
+    private static final long WATCH_BACKOFF_NANOS = TimeUnit.MILLISECONDS.toNanos(1);
 
     /** {@code <sys/socket.h>} MSG_WAITALL: recv waits for the whole buffer (or the timeout slice, or an error). */
     private static final int MSG_WAITALL = 0x100;
@@ -667,6 +700,13 @@ public final class VfioUserConnection implements AutoCloseable {
 
     // ---- loss, watcher, close ----------------------------------------------------------------------------------
 
+    /** A reset or broken pipe is the peer's doing (it died, or closed), when nothing was lost before. */
+    private void markPeerClosed(int errno) {
+        if ((errno == Errno.ECONNRESET || errno == Errno.EPIPE) && lostReason == null && !closed) {
+            peerClosed = true;
+        }
+    }
+
     /** Fails fast once lost or closed, before a buffer is touched (a closed connection has freed them). */
     private void ensureOpen() throws VfioUserException {
         if (lostReason != null || closed) {
@@ -727,7 +767,13 @@ public final class VfioUserConnection implements AutoCloseable {
             if (revents == 0) {
                 continue;
             }
-            lock.lock();
+            // Never queue for the lock: a requester holding it reads what came (its reply, most often), and one
+            // that found the watcher queued behind it would pay a wait-queue node per request (an allocation on
+            // the register path) and a hand-off. So try, and if it is held, look again a little later.
+            if (!lock.tryLock()) {
+                LockSupport.parkNanos(WATCH_BACKOFF_NANOS);
+                continue;
+            }
             try {
                 if (closed || lostReason != null) {
                     break;

@@ -51,7 +51,9 @@ public final class VfioUserEngine implements AutoCloseable {
     private VfioUserConnection connection;
     private volatile boolean closed;
     private Thread reconnector;
-    private volatile long losses, reconnects;
+    /** Channels of a device we gave up on while its process {@link #heldPid} still ran: their copies wait. */
+    private final List<IoatChannel> held = new ArrayList<>();
+    private int heldPid;
     /** The interrupt type wired (VfioAbi.PCI_*_IRQ), to switch off at close. */
     private int irqIndex = VfioAbi.PCI_MSIX_IRQ;
 
@@ -113,6 +115,11 @@ public final class VfioUserEngine implements AutoCloseable {
             }
             if ((info.flags() & VfioAbi.DEVICE_FLAGS_RESET) != 0) {
                 c.reset();
+            }
+            if (!held.isEmpty() && c.peerPid() == heldPid) {
+                // the process we gave up on answers again: it took our disconnect (a vfio-user server unmaps a
+                // client's memory when it goes) and was reset, so what it held will not be copied any more
+                releaseHeld("the device process " + heldPid + " answered again and was reset");
             }
             config.write16(VfioAbi.PCI_COMMAND, config.read16(VfioAbi.PCI_COMMAND) | VfioAbi.PCI_COMMAND_MEMORY
                     | VfioAbi.PCI_COMMAND_MASTER);
@@ -186,32 +193,92 @@ public final class VfioUserEngine implements AutoCloseable {
         return String.format("%04x", v);
     }
 
-    /** The connection {@code c} was lost (on its watcher thread): fail the channels' copies, then reconnect. */
+    /**
+     * The connection {@code c} was lost (on its watcher thread): the channels take no new copy; the copies they
+     * held are failed (the driver redoes them by the CPU) once the device can no longer touch our memory: at once
+     * when the socket closed from the device's side or its process is gone; when we gave up on a process that
+     * still runs (no reply in time, a protocol violation), only once it exits or answers again and has been reset
+     * ({@link #releaseHeld}): a stopped device that resumed could otherwise finish a copy over data the CPU wrote
+     * since. Then reconnect.
+     */
     private void lost(VfioUserConnection c, String reason) {
         int failed = 0;
+        boolean held;
         synchronized (this) {
             if (closed || connection != c) {
                 return;
             }
-            losses++;
             connection = null;
             space.detach(); // what the channels unmap now is bookkeeping: the device is gone
+            List<IoatChannel> gone = new ArrayList<>();
             for (VfioUserChannel ch : channels) {
-                IoatChannel gone = ch.detach();
-                if (gone != null) {
-                    failed += gone.deviceLost(DmaCompletionListener.STATUS_DEVICE_LOST, "the vfio-user device at " + socket
-                            + " is gone: " + reason);
-                    gone.closeTimeout(Duration.ZERO);
-                    gone.close();
+                IoatChannel g = ch.detach();
+                if (g != null) {
+                    gone.add(g);
                 }
             }
+            held = !c.lostByPeer() && running(c.peerPid());
             c.close();
+            if (held) {
+                heldPid = c.peerPid();
+                this.held.addAll(gone);
+                for (IoatChannel g : gone) {
+                    failed += (int) Math.min(Integer.MAX_VALUE, g.outstanding());
+                }
+            } else {
+                failed = fail(gone, reason);
+            }
             reconnector = Thread.ofPlatform().daemon().name("vfio-user-reconnect " + socket).start(this::reconnect);
         }
-        LOG.log(System.Logger.Level.WARNING, "vfio-user: the DMA device at " + socket + " is gone (" + reason + "); "
-                + failed + " copies it held are redone by the CPU and new copies go to the CPU until it is back;"
-                + " reconnecting with backoff up to " + BACKOFF_MAX_MILLIS / 1000 + " s. Restart the device process"
-                + " (pmemblk dma-device --socket " + socket + ") to get the DMA route back");
+        if (held) {
+            LOG.log(System.Logger.Level.WARNING, "vfio-user: the DMA device at " + socket + " stopped answering ("
+                    + reason + "), but its process " + c.peerPid() + " still runs and may still copy: the " + failed
+                    + " descriptor(s) it holds wait until it exits or answers again (then the CPU redoes them);"
+                    + " new copies go to the CPU. Restart it (kill " + c.peerPid() + "; pmemblk dma-device --socket "
+                    + socket + ") to release them now");
+        } else {
+            LOG.log(System.Logger.Level.WARNING, "vfio-user: the DMA device at " + socket + " is gone (" + reason + "); "
+                    + failed + " copies it held are redone by the CPU and new copies go to the CPU until it is back;"
+                    + " reconnecting with backoff up to " + BACKOFF_MAX_MILLIS / 1000 + " s. Restart the device process"
+                    + " (pmemblk dma-device --socket " + socket + ") to get the DMA route back");
+        }
+    }
+
+    /** Reports every copy {@code channels} hold as lost (the driver redoes them) and closes them; returns how many. */
+    private int fail(List<IoatChannel> channels, String reason) {
+        int failed = 0;
+        for (IoatChannel g : channels) {
+            failed += g.deviceLost(DmaCompletionListener.STATUS_DEVICE_LOST, "the vfio-user device at " + socket
+                    + " is gone: " + reason);
+            g.closeTimeout(Duration.ZERO);
+            g.close();
+        }
+        return failed;
+    }
+
+    /** Fails the copies held since a loss by timeout, now that {@code why} says the device cannot touch them. Caller holds this. */
+    private void releaseHeld(String why) {
+        if (held.isEmpty()) {
+            return;
+        }
+        int failed = fail(held, why);
+        held.clear();
+        LOG.log(System.Logger.Level.WARNING, "vfio-user: " + why + ": the " + failed + " copies it held are redone by the CPU");
+    }
+
+    /** Whether process {@code pid} runs (exists and is not a zombie): /proc/PID/stat's state after the command name. */
+    static boolean running(int pid) {
+        if (pid <= 0) {
+            return false;
+        }
+        try {
+            String stat = java.nio.file.Files.readString(java.nio.file.Path.of("/proc", Integer.toString(pid), "stat"));
+            int close = stat.lastIndexOf(')');
+            char state = close >= 0 && close + 2 < stat.length() ? stat.charAt(close + 2) : 'X';
+            return state != 'Z' && state != 'X';
+        } catch (java.io.IOException e) {
+            return false; // gone
+        }
     }
 
     private void reconnect() {
@@ -229,9 +296,11 @@ public final class VfioUserEngine implements AutoCloseable {
                 if (closed) {
                     return;
                 }
+                if (!held.isEmpty() && !running(heldPid)) {
+                    releaseHeld("the device process " + heldPid + " exited");
+                }
                 try {
                     attach();
-                    reconnects++;
                     LOG.log(System.Logger.Level.INFO, "vfio-user: the DMA device at " + socket + " is back after "
                             + attempts + " attempt(s): " + channels.size() + " channel(s) restarted, "
                             + space.mappedRegions() + " DMA region(s) mapped again");
@@ -246,15 +315,6 @@ public final class VfioUserEngine implements AutoCloseable {
             }
             wait = Math.min(BACKOFF_MAX_MILLIS, wait * 2);
         }
-    }
-
-    /** Times the device was lost and came back (metrics, tests). */
-    public long losses() {
-        return losses;
-    }
-
-    public long reconnects() {
-        return reconnects;
     }
 
     /**
@@ -283,6 +343,7 @@ public final class VfioUserEngine implements AutoCloseable {
             for (VfioUserChannel ch : channels) {
                 ch.close(); // closed already by the engine; here when open failed half-way
             }
+            releaseHeld("the engine is closing with copies a device that stopped answering still holds");
         }
         if (c != null) { // outside the monitor: its watcher may be waiting for it in lost(), which now returns
             try {

@@ -11,11 +11,14 @@ public final class IoatPci {
 
     public static final int VENDOR_INTEL = 0x8086;
     /**
-     * PCI_DEVICE_ID_INTEL_IOAT_SKX (Skylake-SP CBDMA), in ioat_pci_tbl. Linux treats it as I/OAT 3.2 whatever CBVER
-     * says ({@code ioat_pci_probe}), and, being a Xeon part, strips XOR/PQ from DMA_CAP: a memcpy-only engine, which
-     * is what the model is.
+     * PCI_DEVICE_ID_INTEL_IOAT_BWD0 (Atom C2000 CBDMA, I/OAT 3.3), in ioat_pci_tbl: a part for which Linux keeps the
+     * XOR and PQ capabilities it reads (on the Xeon parts, SKX 0x2021 among them, ioat3_dma_probe strips them and a
+     * device without them is made DMA_PRIVATE, so md RAID456 could never use its channels: async_tx, built without
+     * channel switching in Debian, takes only devices with memcpy, xor, xor_val, pq, pq_val and interrupt).
      */
-    public static final int DEVICE_IOAT_SKX = 0x2021;
+    public static final int DEVICE_IOAT_BWD0 = 0x0C50;
+    /** What the model does: copies, XOR/XOR_VAL, PQ/PQ_VAL (registers.h IOAT_CAP_XOR 0x100, IOAT_CAP_PQ 0x200). */
+    public static final int DMA_CAPABILITY = io.pmemblk.dma.ioat.IoatSpec.DMACAP_XOR | io.pmemblk.dma.ioat.IoatSpec.DMACAP_PQ;
     /** Class 08 (base system peripheral), subclass 80 (other), prog-if 00: what CBDMA functions report. */
     public static final int CLASS_BASE = 0x08;
     public static final int CLASS_SUB = 0x80;
@@ -23,10 +26,13 @@ public final class IoatPci {
 
     /** BAR0: the I/OAT register file, 16 KiB as on the hardware (a power of two, as PCI needs). */
     public static final long BAR0_SIZE = 0x4000;
-    /** The MSI-X table in BAR0 (BIR 0), past the register file of up to 63 channels; QEMU emulates it. */
-    public static final int MSIX_TABLE_OFFSET = 0x2000;
+    /**
+     * The MSI-X table in BAR0 (BIR 0), where the BWD parts have it (ioat_reset_hw saves and restores BAR0 0x1000,
+     * 0x1008 and 0x1800 around a channel reset on them), past the register file of up to 31 channels; QEMU emulates it.
+     */
+    public static final int MSIX_TABLE_OFFSET = 0x1000;
     /** The MSI-X pending-bit array in BAR0 (BIR 0). */
-    public static final int MSIX_PBA_OFFSET = 0x3000;
+    public static final int MSIX_PBA_OFFSET = 0x1800;
     /** Most channels this layout holds: their registers (0x80 each from 0x80) end before the MSI-X table. */
     public static final int MAX_CHANNELS = MSIX_TABLE_OFFSET / 0x80 - 1;
 

@@ -23,6 +23,8 @@ import java.nio.channels.SocketChannel;
 import java.nio.file.Files;
 import java.nio.file.LinkOption;
 import java.nio.file.Path;
+import java.nio.file.attribute.GroupPrincipal;
+import java.nio.file.attribute.PosixFileAttributeView;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.time.Duration;
 import java.util.concurrent.CountDownLatch;
@@ -31,9 +33,9 @@ import java.util.function.IntConsumer;
 
 /**
  * pmemblk's software I/OAT device ({@link SoftIoatDevice}, the one model) served as a PCIe function over vfio-user
- * with libvfio-user: Intel 8086:2021 (CBDMA, in Linux's {@code ioat_pci_tbl}), class 0880, a PCI Express and an
- * MSI-X capability (one vector per channel; table and PBA in BAR0 at 0x2000/0x3000, which QEMU's vfio-user-pci
- * emulates), BAR0 the model's register file, and the configuration space past the capabilities kept as the driver
+ * with libvfio-user: Intel 8086:0c50 (CBDMA of the Atom C2000, I/OAT 3.3, in Linux's {@code ioat_pci_tbl}), class
+ * 0880, a PCI Express and an MSI-X capability (one vector per channel; table and PBA in BAR0 at 0x1000/0x1800,
+ * which QEMU's vfio-user-pci emulates), BAR0 the model's register file with copies, XOR and PQ ({@link IoatPci}), and the configuration space past the capabilities kept as the driver
  * writes it (ioatdma reads and writes CHANERR_INT at 0x180).
  *
  * <p>Memory: the regions a client maps with an fd (QEMU's guest RAM, a share=on memfd) are mmap'ed by libvfio-user
@@ -59,6 +61,12 @@ public final class IoatVfioUserDevice implements AutoCloseable {
     private static final ValueLayout.OfShort U16 = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     private static final ValueLayout.OfInt U32 = ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     private static final ValueLayout.OfLong U64 = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
+    /**
+     * Regions a client may map at once: QEMU maps a handful (guest RAM in pieces, ROMs), pmemblk's client one per
+     * buffer pool and mapping. Bounded (libvfio-user's default is a million) because each map rebuilds the
+     * engines' copy-on-write table, so a client mapping without end would cost the device quadratic time.
+     */
+    static final long MAX_DMA_REGIONS = 1 << 16;
     /** How long the loop sleeps in poll when nothing happens; only bounds how late it sees {@link #close}. */
     private static final int POLL_MILLIS = 1000;
 
@@ -83,27 +91,32 @@ public final class IoatVfioUserDevice implements AutoCloseable {
     private volatile Throwable failure;
     private boolean closed;
 
-    private IoatVfioUserDevice(LibVfioUser lib, Path socket, int channels, int xfercapLog2, SoftFaults faults)
-            throws IOException {
+    private IoatVfioUserDevice(LibVfioUser lib, Path socket, GroupPrincipal group, int channels, int xfercapLog2,
+                               SoftFaults faults) throws IOException {
         this.lib = lib;
         this.socket = socket;
         this.channels = channels;
         this.registerEnd = IoatSpec.channelBase(channels);
         this.wake = EventFd.create(true);
         this.vectors = new PendingVectors(channels, wake);
-        this.model = new SoftIoatDevice(space, channels, xfercapLog2, faults, vectors::vector);
+        this.model = new SoftIoatDevice(space, channels, xfercapLog2, faults, vectors::vector, DMA_CAPABILITY);
         this.pollfds = arena.allocate(Libc.POLLFD, 2);
         MemorySegment c = null;
         try {
             removeStaleSocket(socket);
             c = lib.createCtx(socket.toString(), LIBVFIO_USER_FLAG_ATTACH_NB);
             // libvfio-user binds with the process umask (022 leaves others without the write bit a connect needs);
-            // the socket is made the owner's alone before anyone is accepted, which only the run loop does
+            // the socket is made the owner's alone (or its group's too) before anyone is accepted, which only the
+            // run loop does
             Files.setPosixFilePermissions(socket, PosixFilePermissions.fromString("rw-------"));
+            if (group != null) {
+                Files.getFileAttributeView(socket, PosixFileAttributeView.class, LinkOption.NOFOLLOW_LINKS).setGroup(group);
+                Files.setPosixFilePermissions(socket, PosixFilePermissions.fromString("rw-rw----"));
+            }
             LibVfioUser.Stubs stubs = lib.stubs(new Callbacks(), arena);
             lib.setupLog(c, stubs, LOG.isLoggable(Level.DEBUG) ? LOG_DEBUG : LOG_INFO);
             lib.pciInit(c, VFU_PCI_TYPE_EXPRESS, PCI_HEADER_TYPE_NORMAL);
-            lib.pciSetId(c, VENDOR_INTEL, DEVICE_IOAT_SKX, VENDOR_INTEL, 0);
+            lib.pciSetId(c, VENDOR_INTEL, DEVICE_IOAT_BWD0, VENDOR_INTEL, 0);
             lib.pciSetClass(c, CLASS_BASE, CLASS_SUB, CLASS_PROG_IF);
             addCapabilities(c);
             lib.setupRegion(c, VFU_PCI_DEV_BAR0_REGION_IDX, BAR0_SIZE, stubs, RegionCallback.BAR0,
@@ -111,7 +124,7 @@ public final class IoatVfioUserDevice implements AutoCloseable {
             lib.setupRegion(c, VFU_PCI_DEV_CFG_REGION_IDX, PCI_CFG_SPACE_EXP_SIZE, stubs, RegionCallback.CONFIG,
                     VFU_REGION_FLAG_RW);
             lib.setupIrqs(c, VFU_DEV_MSIX_IRQ, channels);
-            lib.setupDma(c, stubs, LIBVFIO_USER_MAX_DMA_REGIONS);
+            lib.setupDma(c, stubs, MAX_DMA_REGIONS);
             lib.setupReset(c, stubs);
             lib.realize(c);
             this.config = lib.pciConfigSpace(c);
@@ -134,20 +147,34 @@ public final class IoatVfioUserDevice implements AutoCloseable {
      * @throws IllegalStateException when libvfio-user is not there (the message says how to get it)
      */
     public static IoatVfioUserDevice start(Path socket, int channels, int xfercapLog2) throws IOException {
-        return start(socket, channels, xfercapLog2, SoftFaults.installed());
+        return start(socket, null, channels, xfercapLog2, SoftFaults.installed());
+    }
+
+    /**
+     * As {@link #start(Path, int, int)}, the socket given to {@code group} (may be null) and made 0660: a QEMU that
+     * runs as another user in that group can connect, as with vhost.socket-group.
+     */
+    public static IoatVfioUserDevice start(Path socket, GroupPrincipal group, int channels, int xfercapLog2)
+            throws IOException {
+        return start(socket, group, channels, xfercapLog2, SoftFaults.installed());
     }
 
     /** As {@link #start(Path, int, int)}, the model's engines asking {@code faults} (tests). */
     public static IoatVfioUserDevice start(Path socket, int channels, int xfercapLog2, SoftFaults faults)
             throws IOException {
+        return start(socket, null, channels, xfercapLog2, faults);
+    }
+
+    private static IoatVfioUserDevice start(Path socket, GroupPrincipal group, int channels, int xfercapLog2,
+                                            SoftFaults faults) throws IOException {
         if (channels < 1 || channels > MAX_CHANNELS) {
             throw new IllegalArgumentException("channels " + channels + " not in 1.." + MAX_CHANNELS
                     + " (their registers must end before the MSI-X table at BAR0 0x" + Integer.toHexString(MSIX_TABLE_OFFSET) + ")");
         }
-        IoatVfioUserDevice d = new IoatVfioUserDevice(LibVfioUser.require(), socket, channels, xfercapLog2, faults);
+        IoatVfioUserDevice d = new IoatVfioUserDevice(LibVfioUser.require(), socket, group, channels, xfercapLog2, faults);
         d.loop.start();
         LOG.log(Level.INFO, "dma-device: I/OAT {0}:{1} with {2} channels (XFERCAP 2^{3}) on {4}",
-                Integer.toHexString(VENDOR_INTEL), Integer.toHexString(DEVICE_IOAT_SKX), channels, xfercapLog2, socket);
+                Integer.toHexString(VENDOR_INTEL), Integer.toHexString(DEVICE_IOAT_BWD0), channels, xfercapLog2, socket);
         return d;
     }
 
@@ -316,6 +343,19 @@ public final class IoatVfioUserDevice implements AutoCloseable {
         arena.close();
     }
 
+    /**
+     * Whether the engines may use a client region mapped with {@code prot} (mmap's PROT_*): only a read-write one.
+     * libvfio-user maps a region with the protection the client asked for (QEMU maps option ROMs read-only), and an
+     * engine storing into a read-only page would take the device process down with SIGSEGV; a descriptor there
+     * halts with CHANERR instead, as one at an address never mapped. Reading a ROM by DMA is nothing a driver needs.
+     */
+    static boolean engineReachable(int prot) {
+        return (prot & (PROT_READ | PROT_WRITE)) == (PROT_READ | PROT_WRITE);
+    }
+
+    /** mmap(2) protection bits, as vfu_dma_info_t.prot carries them. */
+    private static final int PROT_READ = 0x1, PROT_WRITE = 0x2;
+
     // ---- what libvfio-user calls, on the run loop ----
 
     private final class Callbacks implements LibVfioUser.Callbacks {
@@ -375,6 +415,12 @@ public final class IoatVfioUserDevice implements AutoCloseable {
 
         @Override
         public void dmaRegistered(long iova, long length, MemorySegment memory, int prot) {
+            if (memory != null && !engineReachable(prot)) {
+                LOG.log(Level.INFO, "dma-device: client region [0x{0}, 0x{1}) ({2} KiB) is mapped with prot {3}, not"
+                        + " read-write: not reachable by the engines (a descriptor there halts with CHANERR)",
+                        Long.toHexString(iova), Long.toHexString(iova + length), length >> 10, prot);
+                return;
+            }
             if (memory == null) {
                 LOG.log(Level.INFO, "dma-device: client region [0x{0}, 0x{1}) ({2} KiB) has no fd: not reachable by"
                         + " the engines (a descriptor there halts with CHANERR)", Long.toHexString(iova),
@@ -383,8 +429,9 @@ public final class IoatVfioUserDevice implements AutoCloseable {
             }
             try {
                 space.mapAt(iova, memory);
-                LOG.log(Level.INFO, "dma-device: client mapped [0x{0}, 0x{1}) ({2} MiB, prot {3})", Long.toHexString(iova),
-                        Long.toHexString(iova + length), length >> 20, prot);
+                LOG.log(Level.INFO, "dma-device: client mapped [0x{0}, 0x{1}) ({2}, prot {3}), reachable by the engines",
+                        Long.toHexString(iova), Long.toHexString(iova + length),
+                        length >= 1 << 20 ? (length >> 20) + " MiB" : (length >> 10) + " KiB", prot);
             } catch (IllegalArgumentException e) {
                 LOG.log(Level.WARNING, "dma-device: client region not used: {0}", e.getMessage());
             }

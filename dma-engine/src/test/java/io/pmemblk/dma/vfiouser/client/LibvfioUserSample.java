@@ -12,7 +12,9 @@ import java.util.concurrent.TimeUnit;
  * missing (a test that needs a peer never passes by skipping it).
  */
 final class LibvfioUserSample implements AutoCloseable {
-    static final Path PEERS = Path.of(System.getProperty("pmemblk.peers", "/work/shared/peers"));
+    /** ../shared/peers beside the checkout (tests run in dma-engine/), as scripts/vm finds the peers' QEMU. */
+    static final Path PEERS = Path.of(System.getProperty("pmemblk.peers",
+            Path.of("..", "..", "shared", "peers").toAbsolutePath().normalize().toString()));
     static final Path BUILD_SCRIPT = PEERS.resolve("build-libvfio-user.sh");
 
     private final Process process;

@@ -123,4 +123,63 @@ class VfioUserEngineTest {
             device.close();
         }
     }
+
+    /**
+     * A device that stops answering while its process still runs (here: a proxy that holds what the client sends,
+     * in this process) may still copy later: the copies it holds are not handed to the CPU when the client gives
+     * up on it (reply timeout), but only once it answered again and was reset. The device never saw the doorbell,
+     * so none of them was copied, and each is reported once, lost.
+     */
+    @Test
+    void copiesOfADeviceThatStoppedAnsweringWaitUntilItIsResetThenGoToTheCpu() throws Exception {
+        Path deviceSocket = dir.resolve("ioat.sock");
+        Path proxySocket = dir.resolve("proxy.sock");
+        IoatVfioUserDevice device = IoatVfioUserDevice.start(deviceSocket, 1, 20);
+        try (FreezingProxy proxy = new FreezingProxy(proxySocket, deviceSocket); Arena arena = Arena.ofShared()) {
+            DmaEngine engine = VfioUserEngine.open(proxySocket.toString(), 64, Duration.ofMillis(500));
+            try {
+                MemorySegment src = engine.iovaSpace().allocate(8L * BLOCK, 4096, arena);
+                MemorySegment dst = engine.iovaSpace().allocate(8L * BLOCK, 4096, arena);
+                src.fill((byte) 0x5a);
+                long srcIova = engine.iovaSpace().map(src);
+                long dstIova = engine.iovaSpace().map(dst);
+                ConcurrentHashMap<Integer, Integer> status = new ConcurrentHashMap<>();
+                AtomicInteger reports = new AtomicInteger();
+                engine.onCompletion((ctx, st) -> {
+                    status.merge((Integer) ctx, st, (a, b) -> -1);
+                    reports.incrementAndGet();
+                });
+                DmaChannel ch = engine.channel(0);
+                for (int i = 0; i < 4; i++) {
+                    assertThat(ch.place(srcIova + (long) i * BLOCK, dstIova + (long) i * BLOCK, BLOCK, i)).isTrue();
+                }
+                proxy.freeze();
+                ch.submit(); // the doorbell is held by the proxy: the device never sees it
+                // a command that waits for its reply (DMA_MAP of new memory) gives up after 500 ms
+                MemorySegment more = engine.iovaSpace().allocate(4096, 4096, arena);
+                long moreIova = engine.iovaSpace().map(more);
+                await("the channel detached after the timeout", () -> ch.freeSlots() == 0);
+                long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(700);
+                while (System.nanoTime() < until) { // an observation window: nothing may be reported in it
+                    assertThat(reports.get()).as("copies held while the device process runs").isZero();
+                    Thread.sleep(20);
+                }
+                proxy.drop(); // the device sees its client go (and resets); the reconnect goes through
+                await("the held copies reported after the device answered again", () -> reports.get() == 4);
+                assertThat(status.values()).containsOnly(DmaCompletionListener.STATUS_DEVICE_LOST);
+                assertThat(dst.asSlice(0, 4L * BLOCK).mismatch(MemorySegment.ofArray(new byte[4 * BLOCK])))
+                        .as("the device copied none of them").isEqualTo(-1);
+                await("channel 0 back", () -> ch.freeSlots() > 0);
+                assertThat(ch.place(srcIova, dstIova, BLOCK, 9)).isTrue();
+                ch.submit();
+                await("a copy after the return", () -> status.containsKey(9));
+                assertThat(status.get(9)).isZero();
+                engine.iovaSpace().unmap(moreIova);
+            } finally {
+                engine.close();
+            }
+        } finally {
+            device.close();
+        }
+    }
 }
