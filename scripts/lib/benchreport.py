@@ -398,18 +398,25 @@ def btt_report(rounds, order, *, seconds, runtime, size, repeat, sector, now=Non
 # bench-vhost
 
 GIB = 1 << 30
-VHOST_LABEL = {"pmemblk": "pmemblk vhost", "qsd": "qemu-storage-daemon vhost", "nbd": "pmemblk NBD (QEMU client)",
-               "pmemblk-dma": "pmemblk vhost, DMA route", "pmemblk-alt": "pmemblk vhost, other settings"}
+VHOST_LABEL = {"pmemblk": "pmemblk vhost", "qsd": "qemu-storage-daemon vhost",
+               "qsd-threads": "qemu-storage-daemon vhost, defaults", "nbd": "pmemblk NBD (QEMU client)",
+               "pmemblk-dma": "pmemblk vhost, DMA route", "pmemblk-vfio-user": "pmemblk vhost, vfio-user device",
+               "pmemblk-alt": "pmemblk vhost, other settings"}
+# The targets that run the 2 MiB jobs only, beside pmemblk: they have their own tables, not columns of the main ones.
+VHOST_OFFLOAD_TARGETS = ("pmemblk-dma", "pmemblk-vfio-user")
 VHOST_BAR = 1.0      # pmemblk's vhost-user-blk at least as fast as qemu-storage-daemon's and as its own NBD path
-VHOST_OFFLOAD_BAR = 0.2  # the queue threads' CPU per GiB on the DMA route at most this share of the CPU route's
+VHOST_OFFLOAD_BAR = 0.2  # the queue threads' CPU per GiB on the DMA route at most this share of the CPU route's;
+                         # on the vfio-user route the whole process's CPU per GiB (the device is out of it)
+VHOST_VFIO_USER_BAR = 0.9  # the vfio-user route's throughput at least this share of the soft route's
 
 
-def vhost_cell(text, job, target, ticks, qticks, dma_bytes, hz, irqs="-"):
+def vhost_cell(text, job, target, ticks, qticks, dma_bytes, hz, irqs="-", dticks="-"):
     """One result line of bench-vhost: job, target, IOPS, MiB/s, the server's CPU per request in µs (its user+sys
     around the fio run over the requests fio completed: the jobs have no ramp, so both cover the same span), the
     queue threads' CPU seconds per GiB moved ("-" where the server has none), the DMA bytes its metrics counted in
-    the run, the bytes fio moved, and the guest's interrupts per request (the disk's virtio interrupts around the
-    run, "-" when the guest did not count them). ticks and qticks are clock ticks at hz per second."""
+    the run, the bytes fio moved, the guest's interrupts per request (the disk's virtio interrupts around the
+    run, "-" when the guest did not count them), the server's CPU seconds per GiB moved, and its device process's
+    CPU seconds per GiB moved ("-" where it has none). ticks, qticks and dticks are clock ticks at hz per second."""
     j = fio_job(text)
     if j["error"]:
         raise ValueError(f"fio job {job} on {target}: error {j['error']}")
@@ -419,13 +426,17 @@ def vhost_cell(text, job, target, ticks, qticks, dma_bytes, hz, irqs="-"):
     us = ticks / hz * 1e6 / ios if ios else 0
     q = f"{qticks / hz / (moved / GIB):.5f}" if qticks != "-" and moved else "-"
     per = f"{int(irqs) / ios:.3f}" if irqs != "-" and ios else "-"
-    return f"{job}\t{target}\t{side['iops']:.1f}\t{side['bw'] / 1024:.1f}\t{us:.2f}\t{q}\t{dma_bytes}\t{moved}\t{per}"
+    gib = f"{ticks / hz / (moved / GIB):.5f}" if moved else "-"
+    d = f"{dticks / hz / (moved / GIB):.5f}" if dticks != "-" and moved else "-"
+    return (f"{job}\t{target}\t{side['iops']:.1f}\t{side['bw'] / 1024:.1f}\t{us:.2f}\t{q}\t{dma_bytes}\t{moved}\t{per}"
+            f"\t{gib}\t{d}")
 
 
 def read_vhost_results(path):
     """cells[(job, target)] -> (iops, mib_s, cpu_us, qcpu_s_per_gib or None, dma_bytes, io_bytes, guest interrupts
-    per request or None), each the median over the rounds of that cell (bench-vhost --repeat), or None when one of
-    its rounds failed. Lines of an older bench-vhost have no interrupt field."""
+    per request or None, the server's CPU s/GiB or None, its device process's CPU s/GiB or None), each the median
+    over the rounds of that cell (bench-vhost --repeat), or None when one of its rounds failed. Lines of an older
+    bench-vhost have no interrupt field, nor the CPU per GiB fields."""
     rounds = collections.defaultdict(list)
     with open(path) as f:
         for line in f:
@@ -435,17 +446,17 @@ def read_vhost_results(path):
                 continue
             iops, mibs, us = (float(x) for x in fields[2:5])
             q = None if fields[5] == "-" else float(fields[5])
-            irq = None if len(fields) < 9 or fields[8] == "-" else float(fields[8])
-            rounds[(fields[0], fields[1])].append((iops, mibs, us, q, int(fields[6]), int(fields[7]), irq))
+            irq, gib, dev = (None if len(fields) <= i or fields[i] == "-" else float(fields[i]) for i in (8, 9, 10))
+            rounds[(fields[0], fields[1])].append((iops, mibs, us, q, int(fields[6]), int(fields[7]), irq, gib, dev))
     cells = {}
     for key, rows in rounds.items():
         if any(r is None for r in rows):
             cells[key] = None
             continue
-        q = [r[3] for r in rows if r[3] is not None]
-        irq = [r[6] for r in rows if r[6] is not None]
+        q, irq, gib, dev = ([r[i] for r in rows if r[i] is not None] for i in (3, 6, 7, 8))
         cells[key] = (median(rows, 0), median(rows, 1), median(rows, 2), statistics.median(q) if q else None,
-                      int(median(rows, 4)), int(median(rows, 5)), statistics.median(irq) if irq else None)
+                      int(median(rows, 4)), int(median(rows, 5)), statistics.median(irq) if irq else None,
+                      statistics.median(gib) if gib else None, statistics.median(dev) if dev else None)
     return cells
 
 
@@ -476,7 +487,7 @@ def vhost_paired(rounds, jobs, others, ours="pmemblk"):
 
 def vhost_chart_paired(rounds, jobs, targets):
     """The chart's bars with rounds: chart[(job, target)] -> target/qsd paired as vhost_paired pairs pmemblk."""
-    return {(job, t): x for t in targets if t not in ("qsd", "pmemblk-dma")
+    return {(job, t): x for t in targets if t != "qsd" and t not in VHOST_OFFLOAD_TARGETS
             for (job, _), x in vhost_paired(rounds, jobs, ("qsd",), ours=t).items()}
 
 
@@ -488,16 +499,19 @@ def vhost_value(cells, job, target):
 
 
 def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", paired=None, chart_paired=None,
-                 alt=None, alt_sets="", alt_base="", now=None):
+                 alt=None, alt_sets="", alt_base="", vfio_user=None, now=None):
     """The Markdown report of bench-vhost and the chart's data rows (throughput relative to qemu-storage-daemon).
-    targets: the names run, in bench-vhost's order (pmemblk, qsd, nbd, pmemblk-dma). paired: vhost_paired's ratios;
-    with more than one round they get their own columns and the bar reads them, and the chart draws chart_paired's
-    (vhost_chart_paired) when given, so that it shows what the bar judges. alt: vhost_paired's ratios of pmemblk-alt
-    (pmemblk with alt_sets, of the build alt_base names when given) over pmemblk, an A/B of settings or of builds
-    in one guest; it is reported, never judged."""
-    # pmemblk-dma alone (an A/B of the DMA route): its own figures in the tables, not tables of no column.
-    main = [t for t in targets if t != "pmemblk-dma"] or list(targets)
+    targets: the names run, in bench-vhost's order (pmemblk, qsd, qsd-threads, nbd, pmemblk-dma, ...). paired:
+    vhost_paired's ratios; with more than one round they get their own columns and the bar reads them, and the chart
+    draws chart_paired's (vhost_chart_paired) when given, so that it shows what the bar judges. alt: vhost_paired's
+    ratios of pmemblk-alt (pmemblk with alt_sets, of the build alt_base names when given) over pmemblk, an A/B of
+    settings or of builds in one guest; it is reported, never judged. vfio_user: vhost_paired's ratios of
+    pmemblk-vfio-user over pmemblk-dma (read with more than one round). qsd-threads (the peer at its defaults) gets
+    a ratio column of its own, never judged: the bar is against the peer at its best (qsd)."""
+    # The offload targets alone (an A/B of the DMA routes): their own figures in the tables, not tables of no column.
+    main = [t for t in targets if t not in VHOST_OFFLOAD_TARGETS] or list(targets)
     ratios = [t for t in ("qsd", "nbd") if t in main and "pmemblk" in main]
+    info = [t for t in ("qsd-threads",) if t in main and "pmemblk" in main]
     with_paired = paired is not None and repeat > 1
     label = dict(VHOST_LABEL, **({"pmemblk-alt": f"pmemblk vhost, baseline {alt_base.split()[0]}"} if alt_base else {}))
     lines = [
@@ -514,8 +528,9 @@ def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", pai
         "",
     ]
     lines += table_head(["job"] + [label[t] for t in main] + [f"pmemblk/{t}" for t in ratios]
-                        + ([f"paired /{t}" for t in ratios] if with_paired else []),
-                        ["---"] + ["---:"] * (len(main) + len(ratios) * (2 if with_paired else 1)))
+                        + ([f"paired /{t}" for t in ratios] if with_paired else [])
+                        + [f"{'paired ' if with_paired else ''}pmemblk/{t} (not judged)" for t in info],
+                        ["---"] + ["---:"] * (len(main) + len(ratios) * (2 if with_paired else 1) + len(info)))
     chart, short, judged = [], [], 0
     for job in jobs:
         v = {t: vhost_value(cells, job, t) for t in main}
@@ -536,6 +551,9 @@ def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", pai
                 text, cleared = f"**{text}**", False
             row.append(text)
             cleared = cleared and x is not None
+        for t in info:
+            x = (paired or {}).get((job, t)) if with_paired else ab_ratio(v["pmemblk"], v[t], False)[1]
+            row.append("-" if x is None or not (v["pmemblk"] and v[t]) else f"{x:.2f}")
         if ratios:
             judged += 1
             if not cleared:
@@ -571,6 +589,7 @@ def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", pai
     if alt is not None and "pmemblk-alt" in main and "pmemblk" in main:
         lines += vhost_alt(cells, jobs, alt, alt_sets, repeat, alt_base)
     lines += vhost_offload(cells, jobs)
+    lines += vhost_vfio_user(cells, jobs, vfio_user if repeat > 1 else None)
     chart_data = ("job\t" + "\t".join(label[t] for t in main) + "\n" + "\n".join(chart) + "\n") if chart else ""
     return lines, chart_data
 
@@ -618,6 +637,48 @@ def vhost_offload(cells, jobs):
         a, b = ("-" if y is None else f"{y:.4f}" for y in (a, b))
         lines.append(f"| {job} | {a} | {b} | {ratio} | {share} |")
     lines += ["", f"Offload bar: DMA/CPU at most {VHOST_OFFLOAD_BAR} on {passed} of {len(big)} 2 MiB jobs.", ""]
+    return lines
+
+
+def vhost_vfio_user(cells, jobs, paired=None):
+    """The offload with the device out of the server's process (pmemblk-vfio-user) on the 2 MiB jobs, beside the CPU
+    route (pmemblk) and the in-process soft device (pmemblk-dma): the server's whole process CPU per GiB moved (the
+    copies leave it for the device process), the device process's CPU per GiB beside it, and the throughput against
+    the soft route's (paired by round when paired is given). Bars: the server's CPU at most VHOST_OFFLOAD_BAR of the
+    CPU route's, throughput at least VHOST_VFIO_USER_BAR of the soft route's."""
+    big = [j for j in jobs if j.split("-")[1] == "2m" and (j, "pmemblk-vfio-user") in cells]
+    if not big:
+        return []
+    lines = ["Offload to a device process (dma.engine=vfio-user: the software I/OAT device in `pmemblk dma-device`,"
+             " reached over vfio-user) at 2 MiB: the server process's CPU time per GiB moved (utime+stime of the whole"
+             " process) on the CPU route, the soft route (the device in the server's process) and the vfio-user route;"
+             " the device process's own CPU per GiB beside it; throughput over the soft route's"
+             + (" (paired by round)" if paired is not None else "") + ":", ""]
+    lines += table_head(["job", "CPU route (s/GiB)", "soft route (s/GiB)", "vfio-user route (s/GiB)", "vfio-user/CPU",
+                         "device process (s/GiB)", "soft MiB/s", "vfio-user MiB/s", "vfio-user/soft",
+                         "DMA bytes / bytes moved"], ["---"] + ["---:"] * 9)
+    cpu_ok = tput_ok = 0
+    fmt = lambda y: "-" if y is None else f"{y:.4f}"  # noqa: E731
+    for job in big:
+        cpu, soft, vu = (cells.get((job, t)) for t in ("pmemblk", "pmemblk-dma", "pmemblk-vfio-user"))
+        a, b, c = (x[7] if x else None for x in (cpu, soft, vu))
+        ratio = "-"
+        if a and c is not None:
+            x = c / a
+            cpu_ok += x <= VHOST_OFFLOAD_BAR
+            ratio = f"{x:.2f}" if x <= VHOST_OFFLOAD_BAR else f"**{x:.2f}**"
+        t = "-"
+        if soft and vu:
+            x = paired.get((job, "pmemblk-dma")) if paired is not None else vu[1] / soft[1] if soft[1] else None
+            if x is not None:
+                tput_ok += x >= VHOST_VFIO_USER_BAR
+                t = f"{x:.2f}" if x >= VHOST_VFIO_USER_BAR else f"**{x:.2f}**"
+        share = f"{vu[4] / vu[5]:.3f}" if vu and vu[5] else "-"
+        lines.append(f"| {job} | {fmt(a)} | {fmt(b)} | {fmt(c)} | {ratio} | {fmt(vu[8] if vu else None)} | "
+                     f"{'-' if not soft else f'{soft[1]:.0f}'} | {'-' if not vu else f'{vu[1]:.0f}'} | {t} | {share} |")
+    lines += ["", f"vfio-user bars: the server's CPU per GiB at most {VHOST_OFFLOAD_BAR} of the CPU route's on {cpu_ok}"
+              f" of {len(big)} 2 MiB jobs; throughput at least {VHOST_VFIO_USER_BAR} of the soft route's on {tput_ok}"
+              f" of {len(big)}.", ""]
     return lines
 
 
@@ -678,6 +739,7 @@ def main(argv):
     v.add_argument("dma_bytes", type=int)
     v.add_argument("hz", type=int)
     v.add_argument("irqs", nargs="?", default="-", help='the guest\'s interrupts of the disk during the run, or "-"')
+    v.add_argument("dticks", nargs="?", default="-", help='clock ticks of the device process, or "-"')
     r = sub.add_parser("rate", help='"IOPS MiB/s" of fio (libpmem) or pmemblk bench JSON on stdin')
     r.add_argument("kind", choices=("fio", "pmemblk"))
     r.add_argument("rw")
@@ -741,8 +803,9 @@ def main(argv):
         with open(a.fio_json) as f:
             text = f.read()
         qticks = a.qticks if a.qticks == "-" else int(a.qticks)
+        dticks = a.dticks if a.dticks == "-" else int(a.dticks)
         try:
-            print(vhost_cell(text, a.job, a.target, a.ticks, qticks, a.dma_bytes, a.hz, a.irqs))
+            print(vhost_cell(text, a.job, a.target, a.ticks, qticks, a.dma_bytes, a.hz, a.irqs, dticks))
         except ValueError as e:
             sys.exit(str(e))
     elif a.cmd == "vhost-report":
@@ -750,10 +813,12 @@ def main(argv):
         rounds = read_vhost_rounds(a.results)
         write_report(a.out, a.stem, *vhost_report(read_vhost_results(a.results), a.targets, jobs,
                                                   runtime=a.runtime, size=a.size, repeat=a.repeat, guest=a.guest,
-                                                  paired=vhost_paired(rounds, jobs, ("qsd", "nbd")),
+                                                  paired=vhost_paired(rounds, jobs, ("qsd", "nbd", "qsd-threads")),
                                                   chart_paired=vhost_chart_paired(rounds, jobs, a.targets),
                                                   alt=vhost_paired(rounds, jobs, ("pmemblk",), ours="pmemblk-alt"),
-                                                  alt_sets=a.alt_sets, alt_base=a.alt_base))
+                                                  alt_sets=a.alt_sets, alt_base=a.alt_base,
+                                                  vfio_user=vhost_paired(rounds, jobs, ("pmemblk-dma",),
+                                                                         ours="pmemblk-vfio-user")))
     elif a.cmd == "btt-report":
         rounds, order = read_btt_rounds(a.results)
         lines = btt_report(rounds, order, seconds=a.seconds, runtime=a.runtime, size=a.size, repeat=a.repeat,

@@ -231,8 +231,12 @@ class VhostReportTest(unittest.TestCase):
     def test_cell_divides_the_cpu_by_the_requests_fio_completed_and_the_queue_cpu_by_the_gib_moved(self):
         # 250 ticks at 100 Hz = 2.5 s over 10000 + 2500 requests: 200 µs each; 50 ticks = 0.5 s over 2 GiB: 0.25 s/GiB.
         line = br.vhost_cell(fio_vhost(10000, 1 << 30, 2500, 1 << 30), "read-2m-qd4-1j", "pmemblk", 250, 50, 7, 100)
+        # The whole process: 2.5 s over 2 GiB, 1.25 s/GiB; no device process: "-".
         self.assertEqual(line.split("\t"), ["read-2m-qd4-1j", "pmemblk", "1000.0", "3.9", "200.00", "0.25000", "7",
-                                            str(2 << 30), "-"])
+                                            str(2 << 30), "-", "1.25000", "-"])
+        # A device process of 20 ticks: 0.2 s over 2 GiB, 0.1 s/GiB.
+        self.assertEqual(br.vhost_cell(fio_vhost(10000, 1 << 30, 2500, 1 << 30), "read-2m-qd4-1j", "pmemblk-vfio-user",
+                                       250, 50, 7, 100, "-", 20).split("\t")[9:], ["1.25000", "0.10000"])
         # 3125 guest interrupts over 12500 requests: 0.25 each.
         self.assertEqual(br.vhost_cell(fio_vhost(10000, 1 << 30, 2500, 1 << 30), "read-2m-qd4-1j", "pmemblk", 250, 50,
                                        7, 100, "3125").split("\t")[8], "0.250")
@@ -321,11 +325,19 @@ class VhostReportTest(unittest.TestCase):
                 ("randread-4k-qd32-1j", "pmemblk", "11000.0", "43.0", "40.00", "-", "0", "20"),
                 ("read-2m-qd4-1j", "pmemblk-dma", "2.0", "3100.0", "300.00", "0.050", "99", "100"),
                 ("read-2m-qd4-1j", "pmemblk-dma", "2.0", "3200.0", "300.00", "0.150", "97", "100"),
+                ("read-2m-qd4-1j", "pmemblk-vfio-user", "2.0", "3000.0", "100.00", "0.010", "100", "100", "-",
+                 "0.100", "0.700"),
+                ("read-2m-qd4-1j", "pmemblk-vfio-user", "2.0", "3000.0", "100.00", "0.010", "100", "100", "-",
+                 "0.300", "0.500"),
                 ("read-2m-qd4-1j", "qsd", "1.0", "2000.0", "500.00", "-", "0", "100"),
                 ("read-2m-qd4-1j", "qsd", "FAIL")]))
-        # Each field on its own: IOPS 11000 of 9000/11000/12000, CPU 20 of 10/20/40, bytes 20 of 10/20/30.
-        self.assertEqual(cells[("randread-4k-qd32-1j", "pmemblk")], (11000.0, 43.0, 20.0, None, 0, 20, None))
-        self.assertEqual(cells[("read-2m-qd4-1j", "pmemblk-dma")], (2.0, 3150.0, 300.0, 0.1, 98, 100, None))
+        # Each field on its own: IOPS 11000 of 9000/11000/12000, CPU 20 of 10/20/40, bytes 20 of 10/20/30; lines of
+        # an older bench-vhost (no CPU per GiB fields) read None there.
+        self.assertEqual(cells[("randread-4k-qd32-1j", "pmemblk")],
+                         (11000.0, 43.0, 20.0, None, 0, 20, None, None, None))
+        self.assertEqual(cells[("read-2m-qd4-1j", "pmemblk-dma")], (2.0, 3150.0, 300.0, 0.1, 98, 100, None, None, None))
+        # The server's and the device's CPU per GiB: medians of their own.
+        self.assertEqual(cells[("read-2m-qd4-1j", "pmemblk-vfio-user")][7:], (0.2, 0.6))
         self.assertIsNone(cells[("read-2m-qd4-1j", "qsd")], "a failed round: the cell is not judged on the others")
 
     def test_guest_interrupts_get_their_table_when_counted(self):
@@ -379,6 +391,65 @@ class VhostReportTest(unittest.TestCase):
                                    repeat=1, paired=paired, now=NOW)
         self.assertIn("| randread-4k-qd32-1j | 11.0k IOPS | 12.0k IOPS | **0.92** |", lines)
 
+    VFIO_ROWS = [("read-2m-qd4-1j", "pmemblk", "2.0", "3000.0", "400.00", "0.500", "0", "100", "-", "1.000", "-"),
+                 ("read-2m-qd4-1j", "pmemblk-dma", "2.0", "3100.0", "300.00", "0.050", "99", "100", "-", "0.900", "-"),
+                 ("read-2m-qd4-1j", "pmemblk-vfio-user", "2.0", "2900.0", "100.00", "0.040", "100", "100", "-",
+                  "0.150", "0.800"),
+                 ("write-2m-qd4-1j", "pmemblk", "2.0", "2000.0", "400.00", "0.500", "0", "100", "-", "1.000", "-"),
+                 ("write-2m-qd4-1j", "pmemblk-dma", "2.0", "2000.0", "300.00", "0.050", "99", "100", "-", "0.900", "-"),
+                 ("write-2m-qd4-1j", "pmemblk-vfio-user", "2.0", "1700.0", "100.00", "0.040", "90", "100", "-",
+                  "0.300", "0.700")]
+
+    def test_the_vfio_user_route_is_held_to_the_cpu_routes_process_cpu_and_the_soft_routes_throughput(self):
+        with tempfile.TemporaryDirectory() as d:
+            cells = br.read_vhost_results(tsv_file(d, self.VFIO_ROWS))
+        jobs = ["read-2m-qd4-1j", "write-2m-qd4-1j"]
+        lines, chart = br.vhost_report(cells, ["pmemblk", "pmemblk-dma", "pmemblk-vfio-user"], jobs, runtime="5",
+                                       size="1G", now=NOW)
+        throughput, cpu, offload, vfio = tables(lines)
+        # The offload targets have their own tables: no column in the main ones.
+        self.assertEqual(throughput[0], "| job | pmemblk vhost |")
+        self.assertEqual(vfio[0], "| job | CPU route (s/GiB) | soft route (s/GiB) | vfio-user route (s/GiB) |"
+                                  " vfio-user/CPU | device process (s/GiB) | soft MiB/s | vfio-user MiB/s |"
+                                  " vfio-user/soft | DMA bytes / bytes moved |")
+        # read: 0.15 of 1.0 s/GiB (within 0.2), 2900 of 3100 MiB/s (0.94, within 0.9); the device's 0.8 beside it.
+        self.assertEqual(vfio[2], "| read-2m-qd4-1j | 1.0000 | 0.9000 | 0.1500 | 0.15 | 0.8000 | 3100 | 2900 | 0.94"
+                                  " | 1.000 |")
+        # write: 0.30 of the CPU route's and 1700 of 2000 MiB/s (0.85): both below their bars, bold.
+        self.assertEqual(vfio[3], "| write-2m-qd4-1j | 1.0000 | 0.9000 | 0.3000 | **0.30** | 0.7000 | 2000 | 1700 |"
+                                  " **0.85** | 0.900 |")
+        self.assertIn("vfio-user bars: the server's CPU per GiB at most 0.2 of the CPU route's on 1 of 2 2 MiB jobs;"
+                      " throughput at least 0.9 of the soft route's on 1 of 2.", lines)
+        for table in (throughput, cpu, offload, vfio):
+            self.assertEqual({len(columns(row)) for row in table}, {len(columns(table[0]))})
+        # With rounds the throughput reads the ratio paired by round, not the medians'.
+        lines, _ = br.vhost_report(cells, ["pmemblk", "pmemblk-dma", "pmemblk-vfio-user"], jobs, runtime="5",
+                                   size="1G", repeat=2, vfio_user={("read-2m-qd4-1j", "pmemblk-dma"): 0.5}, now=NOW)
+        self.assertIn("| read-2m-qd4-1j | 1.0000 | 0.9000 | 0.1500 | 0.15 | 0.8000 | 3100 | 2900 | **0.50** | 1.000 |",
+                      lines)
+        self.assertFalse(any(line.startswith("vfio-user bars") for line in self.report(self.ROWS)[0]))
+
+    def test_the_peer_at_its_defaults_gets_a_ratio_that_is_not_judged(self):
+        rows = [("randread-4k-qd32-1j", "pmemblk", "9000.0", "35.2", "20.00", "-", "0", "1"),
+                ("randread-4k-qd32-1j", "qsd", "10000.0", "39.1", "30.00", "-", "0", "1"),
+                ("randread-4k-qd32-1j", "qsd-threads", "6000.0", "23.4", "40.00", "-", "0", "1")]
+        with tempfile.TemporaryDirectory() as d:
+            cells = br.read_vhost_results(tsv_file(d, rows))
+        lines, chart = br.vhost_report(cells, ["pmemblk", "qsd", "qsd-threads"], ["randread-4k-qd32-1j"],
+                                       runtime="5", size="1G", now=NOW)
+        throughput = tables(lines)[0]
+        self.assertEqual(throughput[0], "| job | pmemblk vhost | qemu-storage-daemon vhost | qemu-storage-daemon vhost,"
+                                        " defaults | pmemblk/qsd | pmemblk/qsd-threads (not judged) |")
+        # 9000 against qsd's 10000 is below the bar; 1.50 against its defaults changes nothing.
+        self.assertEqual(throughput[2], "| randread-4k-qd32-1j | 9.0k IOPS | 10.0k IOPS | 6.0k IOPS | **0.90** | 1.50 |")
+        self.assertIn("Bar: pmemblk's vhost-user-blk at least 1.0x qemu-storage-daemon vhost: 0 of 1 jobs clear it;"
+                      " below: randread-4k-qd32-1j.", lines)
+        self.assertEqual(chart.splitlines()[1], "randread-4k-qd32-1j\t0.900\t1.000\t0.600")
+        lines, _ = br.vhost_report(cells, ["pmemblk", "qsd", "qsd-threads"], ["randread-4k-qd32-1j"], runtime="5",
+                                   size="1G", repeat=2, paired={("randread-4k-qd32-1j", "qsd"): 0.95,
+                                                                ("randread-4k-qd32-1j", "qsd-threads"): 1.4}, now=NOW)
+        self.assertIn("| randread-4k-qd32-1j | 9.0k IOPS | 10.0k IOPS | 6.0k IOPS | 0.90 | **0.95** | 1.40 |", lines)
+
     def test_offload_above_the_bar_is_bold(self):
         rows = [r if r[1] != "pmemblk-dma" else r[:5] + ("0.200",) + r[6:] for r in self.ROWS]
         # 0.2 / 0.5 = 0.40
@@ -420,6 +491,14 @@ class CommandLineTest(unittest.TestCase):
                                   "v", "--jobs", "read-2m-qd4-1j", "--runtime", "5", "--size", "1G", "qsd", "nbd"],
                                  capture_output=True, text=True, check=True, timeout=60).stdout
             self.assertIn("| read-2m-qd4-1j | 2000 MiB/s | 1000 MiB/s |", out)
+            fio = os.path.join(d, "fio.json")
+            with open(fio, "w") as f:
+                f.write(fio_vhost(1000, 1 << 30, 0, 0))
+            cell = subprocess.run([sys.executable, br.__file__, "vhost-cell", fio, "read-2m-qd4-1j", "pmemblk-vfio-user",
+                                   "100", "10", "0", "100", "-", "50"],
+                                  capture_output=True, text=True, check=True, timeout=60).stdout
+            # 1 s of the server and 0.5 s of the device over 1 GiB.
+            self.assertEqual(cell.rstrip("\n").split("\t")[9:], ["1.00000", "0.50000"])
             with open(os.path.join(d, "v.md")) as f:
                 self.assertEqual(f.read().rstrip("\n"), out.rstrip("\n"))
             if shutil.which("gnuplot"):

@@ -52,11 +52,13 @@ pmemblk_vhost() {
     exec "$PMEMBLK_VM_REPO/scripts/pmemblk" serve --set "pmem.path=$file" --set "pmem.size=$size" \
         --set "vhost.socket=$sock" --set vhost.queues=2 --set "nbd.socket=$sock.nbd" --set nbd.port=0 "$@"
 }
-# qsd_vhost FILE SOCK [BLOCKDEV-OPTIONS]: qemu-storage-daemon exporting FILE (raw) over vhost-user-blk on SOCK,
-# writable, 2 queues: the reference back-end (shared/notes/vhost-user.md section 7).
+# qsd_vhost FILE SOCK [BLOCKDEV-OPTIONS [IOTHREAD]]: qemu-storage-daemon exporting FILE (raw) over vhost-user-blk on
+# SOCK, writable, 2 queues: the reference back-end (shared/notes/vhost-user.md section 7). With IOTHREAD (an id) the
+# export runs in an iothread of that name (--object iothread) instead of the main loop.
 qsd_vhost() {
-    exec qemu-storage-daemon --blockdev "driver=file,node-name=disk,filename=$1,cache.direct=off${3:+,$3}" \
-        --export "type=vhost-user-blk,id=vhost0,node-name=disk,addr.type=unix,addr.path=$2,writable=on,num-queues=2"
+    exec qemu-storage-daemon ${4:+--object "iothread,id=$4"} \
+        --blockdev "driver=file,node-name=disk,filename=$1,cache.direct=off${3:+,$3}" \
+        --export "type=vhost-user-blk,id=vhost0,node-name=disk,addr.type=unix,addr.path=$2,writable=on,num-queues=2${4:+,iothread=$4}"
 }
 # vhost_ready pmemblk|qsd LOG SOCK: pmemblk printed its ready line for vhost-user-blk; qemu-storage-daemon (which
 # prints nothing) created its socket.
