@@ -36,9 +36,9 @@ public record NvmeTcpConfig(String bind, int port, String subsystemNqn, Set<Stri
             throw new IllegalArgumentException("queue depth " + queueDepth + ": allowed " + Nvme.ADMIN_QUEUE_DEPTH
                     + "..65536 (the Linux host's admin queue is " + Nvme.ADMIN_QUEUE_DEPTH + " deep)");
         }
-        if (inCapsuleBytes < Nvme.CONNECT_DATA_SIZE || inCapsuleBytes > 1 << 20 || inCapsuleBytes % 16 != 0) {
-            throw new IllegalArgumentException("in-capsule data " + inCapsuleBytes + ": allowed 1024..1048576, a"
-                    + " multiple of 16 (Connect carries 1 KiB in the capsule on every queue)");
+        if (inCapsuleBytes < 4096 || inCapsuleBytes > 1 << 20 || inCapsuleBytes % 16 != 0) {
+            throw new IllegalArgumentException("in-capsule data " + inCapsuleBytes + ": allowed 4096..1048576, a"
+                    + " multiple of 16 (Connect carries 1 KiB in the capsule on every queue; DSM up to 4 KiB of ranges)");
         }
         if (maxTransferBytes < 4096 || Integer.bitCount(maxTransferBytes) != 1) {
             throw new IllegalArgumentException("max transfer " + maxTransferBytes + ": allowed a power of two >= 4096");
