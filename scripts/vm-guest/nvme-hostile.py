@@ -102,12 +102,15 @@ class Host:
         self.bytewise = False
         self.maxh2c = 0
         self.cntlid = 0xFFFF
+        self.peer = None   # the admin queue of an I/O queue's controller, closed with it
 
     def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        for s in (self.sock, self.peer.sock if self.peer else None):
+            try:
+                if s:
+                    s.close()
+            except OSError:
+                pass
 
     # -- wire ------------------------------------------------------------------------------------------------
     def send(self, raw):
@@ -414,6 +417,8 @@ def expect_fatal(run, name, h, bound, allow_status=()):
     with one of allow_status is also accepted (a command-level answer the specification allows)."""
     kind, val = outcome(h, bound)
     h.close()
+    if getattr(h, "peer", None):
+        h.peer.close()
     if kind == "term":
         run.note(name, "C2HTermReq FES 0x%02x (%s), closed" % (val, FES_NAMES.get(val, "?")))
     elif kind == "closed":
@@ -439,10 +444,21 @@ def admin_ready(args, **kw):
     return h
 
 
-def io_ready(args, sess, **kw):
+def io_ready(args, sess=None, **kw):
+    """An I/O queue (qid 1) on a controller of its own: a target refuses a second queue 1 on one controller
+    (nvmet: "qid 1 has already been created"), and one case's end must not take the good host's controller."""
+    a = fresh(args)
+    a.icreq()
+    a.connect(args.nqn, args.hostnqn, 0, 31, 0)
+    a.enable()
+    sqe = bytearray(64)
+    sqe[0] = ADM_SET_FEATURES
+    struct.pack_into("<II", sqe, 40, 0x07, 0)
+    a.command(sqe)
     h = fresh(args, **kw)
     h.icreq()
-    h.connect(args.nqn, args.hostnqn, 1, 31, 0, sess.admin.cntlid)
+    h.connect(args.nqn, args.hostnqn, 1, 31, 0, a.cntlid)
+    h.peer = a
     return h
 
 
@@ -671,18 +687,14 @@ def main():
 
     @case
     def hdgst_wrong():
-        h = fresh(args, hdgst=True)
-        h.icreq()
-        h.connect(args.nqn, args.hostnqn, 1, 31, 0, good.admin.cntlid)
+        h = io_ready(args, hdgst=True)
         h.send(h.pdu(CMD, 0, bytes(Host.rw_sqe(OP_FLUSH, 0, 1, 0)), hval=0xDEADBEEF))
         expect_fatal(run, "hdgst_wrong", h, B)
 
     @case
     def hdgst_missing_flag():
         # digests negotiated, the PDU without its HDGST flag and digest
-        h = fresh(args, hdgst=True)
-        h.icreq()
-        h.connect(args.nqn, args.hostnqn, 1, 31, 0, good.admin.cntlid)
+        h = io_ready(args, hdgst=True)
         h.send(h.pdu(CMD, 0, bytes(Host.rw_sqe(OP_FLUSH, 0, 1, 0)), hd=False))
         expect_fatal(run, "hdgst_missing_flag", h, B)
 
@@ -691,9 +703,7 @@ def main():
         # a data digest error: the spec lets the target end the command (transient transport error) or the
         # connection; either way the data must not land
         s = region()
-        h = fresh(args, ddgst=True)
-        h.icreq()
-        h.connect(args.nqn, args.hostnqn, 1, 31, 0, good.admin.cntlid)
+        h = io_ready(args, ddgst=True)
         h.send(h.pdu(CMD, 0, bytes(Host.rw_sqe(OP_WRITE, s, 1, bs)), pattern("ddgst", bs), dval=0x0BADF00D))
         expect_fatal(run, "ddgst_wrong", h, B, (SC_TRANSIENT_TRANSPORT, SC_DATA_XFER_ERROR))
 

@@ -171,7 +171,9 @@ result io_queues "$queues"
 step identify
 nvme id-ctrl "/dev/$CTRL" -o json >/tmp/idctrl.json 2>&1 || fail "nvme id-ctrl: $(tail -n 1 /tmp/idctrl.json)"
 nvme id-ctrl "/dev/$CTRL" -H >/tmp/idctrl.txt 2>&1 || true
-for f in subnqn cntlid sgls ioccsz iorcsz vwc oncs nn mdts kas; do eval "ID_$f=\$(jq_ /tmp/idctrl.json 'd[\"$f\"]')"; done
+# one python start for all fields (each costs seconds under TCG): ID_subnqn=... lines, evaluated
+eval "$(python3 -c 'import json,sys,shlex; d=json.load(open(sys.argv[1])); print("\n".join("ID_%s=%s" % (k, shlex.quote(str(d.get(k, "")).strip())) for k in sys.argv[2:]))' \
+    /tmp/idctrl.json subnqn cntlid sgls ioccsz iorcsz vwc oncs nn mdts kas)" || fail "id-ctrl's JSON: $(head -c 200 /tmp/idctrl.json)"
 # shellcheck disable=SC2154 # the ID_ variables come from the eval above
 {
     say "id-ctrl: subnqn=$ID_subnqn cntlid=$ID_cntlid sgls=$ID_sgls ioccsz=$ID_ioccsz iorcsz=$ID_iorcsz vwc=$ID_vwc oncs=$ID_oncs nn=$ID_nn mdts=$ID_mdts kas=$ID_kas"
@@ -186,8 +188,9 @@ for f in subnqn cntlid sgls ioccsz iorcsz vwc oncs nn mdts kas; do eval "ID_$f=\
     VWC=$((ID_vwc & 1))
 }
 nvme id-ns "/dev/$DEV" -o json >/tmp/idns.json 2>&1 || fail "nvme id-ns: $(tail -n 1 /tmp/idns.json)"
-NSZE=$(jq_ /tmp/idns.json 'd["nsze"]') NCAP=$(jq_ /tmp/idns.json 'd["ncap"]')
-LBADS=$(jq_ /tmp/idns.json 'd["lbafs"][d["flbas"] & 15]["ds"]') DLFEAT=$(jq_ /tmp/idns.json 'd["dlfeat"]')
+read -r NSZE NCAP LBADS DLFEAT <<EOF
+$(jq_ /tmp/idns.json '"%d %d %d %d" % (d["nsze"], d["ncap"], d["lbafs"][d["flbas"] & 15]["ds"], d["dlfeat"])')
+EOF
 result id_ns "nsze=$NSZE ncap=$NCAP lbads=$LBADS dlfeat=$DLFEAT"
 [ "$NSZE" = "$NCAP" ] || fail "id-ns NSZE $NSZE != NCAP $NCAP (no thin provisioning is advertised)"
 [ $((1 << LBADS)) = "$BS" ] || fail "id-ns LBA data size 2^$LBADS, the block device's logical block $BS"
