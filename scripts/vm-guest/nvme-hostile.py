@@ -218,6 +218,8 @@ class Host:
         """Sends one command (64-byte SQE with the command id filled in) and its data, in the capsule or on R2T;
         returns (status, result dw0, data read). raw=True returns after sending (the caller reads)."""
         sqe = bytearray(sqe)
+        # PSDT = SGL on every command: a fabrics target refuses PRPs (nvmet_req_init: Invalid Field in flags)
+        sqe[1] |= CMD_FLAGS_SGL
         cid = self.next_cid()
         struct.pack_into("<H", sqe, 2, cid)
         if data and incapsule:
