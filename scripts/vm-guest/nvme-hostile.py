@@ -42,11 +42,12 @@ SGL_INCAPSULE = 0x01    # (NVME_SGL_FMT_DATA_DESC << 4) | NVME_SGL_FMT_OFFSET
 SGL_TRANSPORT = 0x5A    # (NVME_TRANSPORT_SGL_DATA_DESC << 4) | NVME_SGL_FMT_TRANSPORT_A
 CMD_FLAGS_SGL = 0x40    # NVME_CMD_SGL_METABUF: PSDT = SGL for data
 SC_SUCCESS, SC_INVALID_OPCODE, SC_INVALID_FIELD = 0x00, 0x01, 0x02
-SC_DATA_XFER_ERROR, SC_SGL_INVALID_DATA_LEN, SC_TRANSIENT_TRANSPORT, SC_LBA_RANGE = 0x04, 0x0F, 0x22, 0x80
+SC_DATA_XFER_ERROR, SC_SGL_INVALID_DATA_LEN, SC_SGL_INVALID_OFFSET = 0x04, 0x0F, 0x16
+SC_TRANSIENT_TRANSPORT, SC_LBA_RANGE = 0x22, 0x80
 STATUS_NAMES = {0x00: "success", 0x01: "invalid opcode", 0x02: "invalid field", 0x04: "data transfer error",
                 0x06: "internal error", 0x0B: "invalid namespace", 0x0D: "SGL segment descriptor invalid",
                 0x0F: "SGL data length invalid", 0x11: "SGL descriptor type invalid", 0x22: "transient transport error",
-                0x80: "LBA out of range", 0x81: "capacity exceeded"}
+                0x16: "SGL offset invalid", 0x80: "LBA out of range", 0x81: "capacity exceeded"}
 PROP_CC, PROP_CSTS = 0x14, 0x1C
 CC_ENABLE = 1 | (6 << 16) | (4 << 20)   # EN, IOSQES 2^6 = 64, IOCQES 2^4 = 16 (nvmet refuses other sizes)
 
@@ -252,7 +253,7 @@ class Host:
                 dw0, _, _, _, rcid, st = struct.unpack_from("<IIHHHH", spec, 0)
                 if rcid != cid:
                     raise AssertionError("CapsuleResp for cid %d, expected %d" % (rcid, cid))
-                return st >> 1, dw0, bytes(got)
+                return (st >> 1) & 0x7FF, dw0, bytes(got)   # SCT and SC; DNR and More dropped
             else:
                 raise AssertionError("unexpected PDU type %d while waiting for cid %d" % (ptype, cid))
 
@@ -381,7 +382,7 @@ def outcome(h, bound):
         while True:
             ptype, _, spec, _ = h.read_pdu()
             if ptype == RSP:
-                return "rsp", struct.unpack_from("<IIHHHH", spec, 0)[5] >> 1
+                return "rsp", (struct.unpack_from("<IIHHHH", spec, 0)[5] >> 1) & 0x7FF
             if ptype == R2T:
                 return "r2t", 0
     except TermReq as e:
@@ -638,7 +639,7 @@ def main():
         s = region(n)
         h = io_ready(args, good)
         h.send(h.pdu(CMD, 0, bytes(Host.rw_sqe(OP_WRITE, s, n, n * bs)), pattern("icd", n * bs)))
-        expect_fatal(run, "incapsule_over_icd", h, B, (SC_SGL_INVALID_DATA_LEN, SC_INVALID_FIELD, SC_DATA_XFER_ERROR))
+        expect_fatal(run, "incapsule_over_icd", h, B, (SC_SGL_INVALID_DATA_LEN, SC_SGL_INVALID_OFFSET, SC_INVALID_FIELD, SC_DATA_XFER_ERROR))
 
     @case
     def h2cdata_unasked():
