@@ -6,6 +6,7 @@ module io.pmemblk.cli {
     requires io.pmemblk.nbd;
     requires io.pmemblk.ublk;
     requires io.pmemblk.vhost;
+    requires io.pmemblk.nvme;
     requires io.pmemblk.pmem;
     requires io.pmemblk.settings;
     requires io.pmemblk.tuning;

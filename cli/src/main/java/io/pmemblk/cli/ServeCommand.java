@@ -129,6 +129,7 @@ final class ServeCommand implements Callable<Integer> {
         NbdServer server = null;
         UblkDevice ublk = null;
         VhostUserBlkServer vhost = null;
+        io.pmemblk.nvme.NvmeTcpServer nvme = null;
         SystemdNotify systemd = SystemdNotify.fromEnvironment();
         List<String> exports = new ArrayList<>();
         try {
@@ -176,6 +177,8 @@ final class ServeCommand implements Callable<Integer> {
                     metrics.addVhost(vhost);
                 }
             }
+            nvme = NvmeFrontend.server(s, device);
+            java.net.InetSocketAddress nvmeAt = nvme == null ? null : nvme.start();
             System.err.println("pmemblk: " + device.region() + (device.driver().btt() != null ? ", layout " + device.driver().btt()
                     : "") + ", " + s.get(Settings.QUEUES) + " queues x "
                     + s.get(Settings.QUEUE_DEPTH) + " tags, dma.engine=" + s.text(Settings.DMA_ENGINE) + ", "
@@ -192,6 +195,9 @@ final class ServeCommand implements Callable<Integer> {
             if (vhostSocket != null) {
                 exports.add("vhost-user-blk " + vhostSocket);
             }
+            if (nvmeAt != null) {
+                exports.add("nvme-tcp " + nvmeAt.getHostString() + ":" + nvmeAt.getPort() + " " + nvme.subsystemNqn());
+            }
             for (String export : exports) {
                 System.out.println("ready: " + export);
             }
@@ -204,6 +210,9 @@ final class ServeCommand implements Callable<Integer> {
             closeUblk(ublk);
             if (vhost != null) {
                 vhost.close();
+            }
+            if (nvme != null) {
+                nvme.close();
             }
             if (server != null) {
                 server.close();
@@ -242,6 +251,9 @@ final class ServeCommand implements Callable<Integer> {
         // vhost next: its rings drain through the block layer, and the guest's memory is unmapped before it closes
         if (vhost != null) {
             vhost.close();
+        }
+        if (nvme != null) {
+            nvme.close();
         }
         if (server != null) {
             server.close();

@@ -258,6 +258,44 @@ public final class Settings {
                     + " answer or for a few (8 holds in a row with no new request in them) closes it, tried again after"
                     + " 64 publishes, and after twice as many each time a try catches nothing (up to 4096). 0"
                     + " publishes at the end of every dispatch.", t -> intRange(t, 0, 1000));
+    public static final Key<java.net.InetSocketAddress> NVME_LISTEN = Key.of("nvme.listen", "",
+            "ADDRESS:PORT (an IPv6 address in brackets), or empty for none",
+            "Where the NVMe/TCP target listens (4420 is NVMe/TCP's registered port): a Linux host connects with"
+                    + " nvme connect -t tcp -a ADDRESS -s PORT -n NQN, and nvme discover lists the subsystem. Empty:"
+                    + " no NVMe/TCP target. There is no TLS or authentication here: anything but loopback exposes the"
+                    + " device to whoever can reach the port (nvme.allowed-hosts is a host's claim, not a proof).",
+            t -> t.isBlank() ? null : listen(t.trim()));
+    public static final Key<String> NVME_SUBSYSTEM_NQN = Key.of("nvme.subsystem-nqn", "",
+            "an NQN (nqn.YYYY-MM.reverse-domain:name, at most 223 bytes), or empty for the derived one",
+            "NQN of the NVM subsystem the target serves. Empty: nqn.2026-12.io.pmemblk:<serial>, the serial derived"
+                    + " from pmem.path, so a host's saved connection (and multipath's grouping) survives a restart.",
+            t -> t.isBlank() ? null : nqn(t.trim()));
+    public static final Key<List<String>> NVME_ALLOWED_HOSTS = Key.of("nvme.allowed-hosts", "",
+            "host NQNs separated by commas, or empty for any host",
+            "Host NQNs (a host's /etc/nvme/hostnqn) that may connect to the subsystem; others get Connect Invalid"
+                    + " Host. The discovery subsystem answers every host.",
+            t -> t.isBlank() ? List.of() : java.util.Arrays.stream(t.split(",")).map(String::trim)
+                    .filter(x -> !x.isEmpty()).map(Settings::nqn).toList());
+    public static final Key<Integer> NVME_QUEUES = Key.of("nvme.queues", "4", "an integer 1..64",
+            "I/O queues a host's controller may have (Set Features Number of Queues grants this; nvme connect -i"
+                    + " asks); each is one TCP connection on hardware queue (qid - 1) mod queues.",
+            t -> intRange(t, 1, 64));
+    public static final Key<Integer> NVME_QUEUE_DEPTH = Key.of("nvme.queue-depth", "128", "an integer 32..1024",
+            "Entries an NVMe/TCP queue may have (CAP.MQES + 1; the Linux host asks for 128 by default, -Q)."
+                    + " 32 is the admin queue the Linux host always asks for.", t -> intRange(t, 32, 1024));
+    public static final Key<Integer> NVME_IN_CAPSULE_BYTES = Key.of("nvme.in-capsule-bytes", "8192",
+            "bytes 4096..131072, a multiple of 16",
+            "Write data a host may send inside the command capsule (IOCCSZ); longer writes go by R2T/H2CData. At"
+                    + " least 4 KiB: a Dataset Management command's 256 ranges come in the capsule.", t -> {
+                int v = intRange(t, 4096, 131072);
+                if (v % 16 != 0) {
+                    throw new IllegalArgumentException();
+                }
+                return v;
+            });
+    public static final Key<Boolean> NVME_DIGESTS = Key.of("nvme.digests", "true", "true or false",
+            "Whether a host may turn on the CRC32C header and data digests (nvme connect -g -G); false answers"
+                    + " ICReq with them off.", Settings::bool);
     public static final Key<LogLevel> LOG_LEVEL = Key.of("log.level", "info", "error, warning, info, debug or trace",
             "Least severe log records written to stderr (the journal, under systemd); debug adds one line per"
                     + " connection's negotiated options.", t -> choice(t, LogLevel.class));
@@ -282,7 +320,8 @@ public final class Settings {
                 QUEUE_BUFFER_BYTES, DMA_ENGINE, DMA_VFIO_DEVICES, DMA_VFIO_USER_SOCKET, DMA_CHANNELS,
                 DMA_RING_SIZE, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, ROUTE_DMA_BOUNCE,
                 UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT,
-                VHOST_SOCKET, VHOST_SOCKET_GROUP, VHOST_QUEUES, VHOST_QUEUE_SIZE, VHOST_BUSY_POLL, VHOST_COALESCE, LOG_LEVEL)) {
+                VHOST_SOCKET, VHOST_SOCKET_GROUP, VHOST_QUEUES, VHOST_QUEUE_SIZE, VHOST_BUSY_POLL, VHOST_COALESCE, NVME_LISTEN, NVME_SUBSYSTEM_NQN,
+                NVME_ALLOWED_HOSTS, NVME_QUEUES, NVME_QUEUE_DEPTH, NVME_IN_CAPSULE_BYTES, NVME_DIGESTS, LOG_LEVEL)) {
             m.put(k.name(), k);
         }
         KEYS = Collections.unmodifiableMap(m);
@@ -365,9 +404,9 @@ public final class Settings {
     }
 
     private void checkTogether() throws SettingsException {
-        if (get(NBD_SOCKET) == null && get(NBD_PORT) == 0 && get(VHOST_SOCKET) == null) {
+        if (get(NBD_SOCKET) == null && get(NBD_PORT) == 0 && get(VHOST_SOCKET) == null && get(NVME_LISTEN) == null) {
             throw new SettingsException("nbd.socket is empty and nbd.port=0: no listener would be left;"
-                    + " allowed: a socket path, a TCP port, or both (or a vhost.socket)");
+                    + " allowed: a socket path, a TCP port, or both (or a vhost.socket, or nvme.listen)");
         }
         if (get(VHOST_SOCKET) != null && get(VHOST_SOCKET).equals(get(NBD_SOCKET))) {
             throw new SettingsException("vhost.socket: '" + text(VHOST_SOCKET) + "' is not allowed: it is also"
@@ -560,6 +599,27 @@ public final class Settings {
             throw new IllegalArgumentException();
         }
         return v;
+    }
+
+    /** ADDRESS:PORT, [IPv6]:PORT; the address is checked as nbd.bind's is. */
+    private static java.net.InetSocketAddress listen(String t) {
+        int colon = t.lastIndexOf(':');
+        if (colon <= 0) {
+            throw new IllegalArgumentException();
+        }
+        String h = t.substring(0, colon);
+        if (h.startsWith("[") && h.endsWith("]")) {
+            h = h.substring(1, h.length() - 1);
+        }
+        return java.net.InetSocketAddress.createUnresolved(host(h), intRange(t.substring(colon + 1), 1, 65535));
+    }
+
+    /** An NQN as NVMe base 1.3 7.9 has it: "nqn." then at most 223 bytes in all, printable. */
+    private static String nqn(String t) {
+        if (!t.startsWith("nqn.") || t.length() > 223 || !t.chars().allMatch(c -> c > 32 && c < 127)) {
+            throw new IllegalArgumentException();
+        }
+        return t;
     }
 
     private static String host(String t) {

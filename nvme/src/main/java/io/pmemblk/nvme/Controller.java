@@ -1,0 +1,307 @@
+package io.pmemblk.nvme;
+
+import java.nio.ByteBuffer;
+import java.util.ArrayDeque;
+
+/**
+ * One host's controller (NVMe-oF 1.1 3.3: created by Connect on an admin queue, with a controller ID; I/O queues
+ * attach to it by that ID). Holds the properties (CC/CSTS), the features, the keep-alive timer and the parked
+ * Asynchronous Event Requests, and answers the admin and Property commands (NVMe base 1.3 section 5). A
+ * discovery controller (the well-known NQN) answers only Identify, Get Log Page, Features, Keep Alive and AER.
+ */
+final class Controller {
+    private static final System.Logger LOG = System.getLogger(Controller.class.getName());
+
+    final NvmeTcpServer server;
+    final int cntlid;
+    final boolean discovery;
+    final String hostNqn;
+    final byte[] hostId;
+    final TcpQueue admin;
+    /** I/O queues by qid (index 0 unused). */
+    final TcpQueue[] io;
+    /** Keep-alive timeout in ms (0: none) and the last command seen on any of its queues. */
+    volatile long katoMillis;
+    volatile long lastActivity = System.nanoTime();
+    private int cc;
+    private int csts;
+    private int aenConfig;
+    /** Volatile write cache enabled (WCE); off means every write is made durable before it completes. */
+    volatile boolean writeCacheEnabled;
+    private final ArrayDeque<Integer> aers = new ArrayDeque<>();
+    private volatile boolean torn;
+
+    Controller(NvmeTcpServer server, int cntlid, boolean discovery, String hostNqn, byte[] hostId, TcpQueue admin,
+               long katoMillis) {
+        this.server = server;
+        this.cntlid = cntlid;
+        this.discovery = discovery;
+        this.hostNqn = hostNqn;
+        this.hostId = hostId;
+        this.admin = admin;
+        this.io = new TcpQueue[discovery ? 1 : server.config.ioQueues() + 1];
+        this.katoMillis = katoMillis;
+        this.writeCacheEnabled = server.namespace.volatileCache();
+    }
+
+    synchronized boolean enabled() {
+        return (cc & Nvme.CC_EN) != 0 && (csts & Nvme.CSTS_RDY) != 0;
+    }
+
+    void touch() {
+        lastActivity = System.nanoTime();
+    }
+
+    boolean expired(long now) {
+        long kato = katoMillis;
+        return kato > 0 && now - lastActivity > java.util.concurrent.TimeUnit.MILLISECONDS.toNanos(kato);
+    }
+
+    synchronized boolean attach(int qid, TcpQueue q) {
+        if (torn || qid >= io.length || io[qid] != null) {
+            return false;
+        }
+        io[qid] = q;
+        return true;
+    }
+
+    synchronized void detach(int qid, TcpQueue q) {
+        if (qid < io.length && io[qid] == q) {
+            io[qid] = null;
+        }
+    }
+
+    /** The controller goes away (its admin queue closed, or keep-alive expired): every queue of it closes. */
+    void teardown(String why) {
+        TcpQueue[] queues;
+        synchronized (this) {
+            if (torn) {
+                return;
+            }
+            torn = true;
+            queues = io.clone();
+        }
+        LOG.log(System.Logger.Level.INFO, "nvme: controller {0} ({1}) torn down: {2}", cntlid, hostNqn, why);
+        server.remove(this);
+        // Parked AERs go back before the admin queue closes (a host still reading sees them answered)
+        completeAers(Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_ABORT_REQUESTED, false));
+        for (TcpQueue q : queues) {
+            if (q != null) {
+                q.close();
+            }
+        }
+        admin.close();
+    }
+
+    private void completeAers(short status) {
+        while (true) {
+            Integer cid;
+            synchronized (this) {
+                cid = aers.poll();
+            }
+            if (cid == null) {
+                return;
+            }
+            admin.respond(cid, status, 0);
+        }
+    }
+
+    // ---- Property Get/Set (NVMe-oF 1.1 3.4, 3.5)
+
+    synchronized long cap() {
+        long mqes = server.config.queueDepth() - 1;
+        long to = 30; // CAP.TO: 15 s in 500 ms units, for CSTS.RDY after CC.EN (ours is immediate)
+        return mqes | 1L << 16 /* CQR */ | to << 24 | 1L << 37 /* CSS: NVM */;
+    }
+
+    /** Returns the status; result[0] receives the value. */
+    synchronized short propertyGet(ByteBuffer sqe, long[] result) {
+        boolean eight = (sqe.get(Nvme.PROP_ATTRIB) & 7) == 1;
+        int offset = sqe.getInt(Nvme.PROP_OFFSET);
+        switch (offset) {
+            case Nvme.PROP_CAP -> result[0] = cap();
+            case Nvme.PROP_VS -> result[0] = Nvme.VERSION_1_3;
+            case Nvme.PROP_CC -> result[0] = cc & 0xFFFFFFFFL;
+            case Nvme.PROP_CSTS -> result[0] = csts & 0xFFFFFFFFL;
+            default -> {
+                return Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true);
+            }
+        }
+        if (!eight && offset == Nvme.PROP_CAP) {
+            result[0] &= 0xFFFFFFFFL;
+        }
+        return Nvme.OK;
+    }
+
+    synchronized short propertySet(ByteBuffer sqe) {
+        int offset = sqe.getInt(Nvme.PROP_OFFSET);
+        if (offset != Nvme.PROP_CC) {
+            return Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true);
+        }
+        int value = (int) sqe.getLong(Nvme.PROP_VALUE);
+        int was = cc;
+        cc = value;
+        if ((value & Nvme.CC_EN) != 0 && (was & Nvme.CC_EN) == 0) {
+            csts = Nvme.CSTS_RDY; // nothing to bring up: ready at once
+        } else if ((value & Nvme.CC_EN) == 0 && (was & Nvme.CC_EN) != 0) {
+            csts = 0; // a controller reset: the host reconnects its I/O queues after it
+        }
+        if ((value & Nvme.CC_SHN_MASK) != 0 && (was & Nvme.CC_SHN_MASK) == 0) {
+            // Shutdown: completed writes are made durable now (the block layer's FLUSH would wait on queues;
+            // persistAll is what the server does at its own shutdown)
+            server.persistQuietly();
+            csts = (csts & ~(3 << 2)) | Nvme.CSTS_SHST_COMPLETE;
+        }
+        return Nvme.OK;
+    }
+
+    // ---- Admin commands (NVMe base 1.3 section 5), run on the admin queue's reader thread
+
+    void admin(TcpQueue q, ByteBuffer sqe, int cid) {
+        int opcode = sqe.get(Nvme.SQE_OPCODE) & 0xFF;
+        int cdw10 = sqe.getInt(Nvme.SQE_CDW10);
+        int cdw11 = sqe.getInt(Nvme.SQE_CDW11);
+        switch (opcode) {
+            case Nvme.ADMIN_IDENTIFY -> identify(q, sqe, cid, cdw10 & 0xFF);
+            case Nvme.ADMIN_GET_LOG_PAGE -> getLogPage(q, sqe, cid, cdw10, cdw11);
+            case Nvme.ADMIN_KEEP_ALIVE -> q.respond(cid, Nvme.OK, 0);
+            case Nvme.ADMIN_SET_FEATURES -> setFeatures(q, cid, cdw10 & 0xFF, cdw11);
+            case Nvme.ADMIN_GET_FEATURES -> getFeatures(q, cid, cdw10 & 0xFF);
+            case Nvme.ADMIN_AER -> {
+                boolean parked;
+                synchronized (this) {
+                    parked = aers.size() <= IdentifyPages.AERL;
+                    if (parked) {
+                        aers.add(cid); // answered when an event happens (none yet) or at teardown
+                    }
+                }
+                if (!parked) {
+                    q.respond(cid, Nvme.status(Nvme.SCT_COMMAND, Nvme.SC_ASYNC_LIMIT, true), 0);
+                }
+            }
+            // Abort: nothing here can be pulled back once the driver has it; answer "not aborted" (DW0 bit 0 = 1)
+            case Nvme.ADMIN_ABORT -> q.respond(cid, Nvme.OK, 1);
+            default -> q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_OPCODE, true), 0);
+        }
+    }
+
+    private void identify(TcpQueue q, ByteBuffer sqe, int cid, int cns) {
+        Namespace ns = server.namespace;
+        int nsid = sqe.getInt(Nvme.SQE_NSID);
+        ByteBuffer page;
+        if (discovery && cns != Nvme.CNS_CONTROLLER) {
+            q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), 0);
+            return;
+        }
+        switch (cns) {
+            case Nvme.CNS_CONTROLLER -> page = IdentifyPages.controller(server.config, ns, cntlid, discovery);
+            case Nvme.CNS_NAMESPACE, Nvme.CNS_NS_DESCRIPTORS -> {
+                if (nsid != 1) {
+                    q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_NS, true), 0);
+                    return;
+                }
+                page = cns == Nvme.CNS_NAMESPACE ? IdentifyPages.namespace(ns) : IdentifyPages.descriptors(ns);
+            }
+            case Nvme.CNS_ACTIVE_NS_LIST -> page = IdentifyPages.activeNamespaces(nsid);
+            // I/O command set specific structures of the NVM command set are all zeros (nvmet does the same)
+            case Nvme.CNS_CS_CONTROLLER, Nvme.CNS_CS_NAMESPACE -> page = IdentifyPages.page(Nvme.IDENTIFY_SIZE);
+            default -> {
+                q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), 0);
+                return;
+            }
+        }
+        q.respondData(sqe, cid, page, page.capacity());
+    }
+
+    private void getLogPage(TcpQueue q, ByteBuffer sqe, int cid, int cdw10, int cdw11) {
+        int lid = cdw10 & 0xFF;
+        long numd = ((cdw10 >>> 16) | ((long) (cdw11 & 0xFFFF) << 16)) + 1;
+        long length = numd * 4;
+        long offset = (sqe.getInt(Nvme.SQE_CDW12) & 0xFFFFFFFFL) | ((long) sqe.getInt(Nvme.SQE_CDW13) << 32);
+        ByteBuffer page;
+        if (discovery) {
+            if (lid != Nvme.LID_DISCOVERY) {
+                q.respond(cid, Nvme.status(Nvme.SCT_COMMAND, Nvme.SC_INVALID_LOG_PAGE, true), 0);
+                return;
+            }
+            page = server.discoveryLog();
+        } else {
+            switch (lid) {
+                case Nvme.LID_ERROR -> page = IdentifyPages.page(64); // no error entries kept: one zero entry
+                case Nvme.LID_SMART -> page = IdentifyPages.page(512); // nothing measured: zeros (nvmet's file backend too)
+                case Nvme.LID_FW_SLOT -> page = IdentifyPages.firmwareSlots();
+                case Nvme.LID_CHANGED_NS -> page = IdentifyPages.page(4096); // the namespace never changes
+                default -> {
+                    q.respond(cid, Nvme.status(Nvme.SCT_COMMAND, Nvme.SC_INVALID_LOG_PAGE, true), 0);
+                    return;
+                }
+            }
+        }
+        if ((offset & 3) != 0 || offset > page.capacity()) {
+            q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), 0);
+            return;
+        }
+        // Past the page's end the host reads zeros, as the specification has it for a partially valid log
+        ByteBuffer out = IdentifyPages.page((int) Math.min(length, 1 << 20));
+        int n = (int) Math.min(out.capacity(), page.capacity() - offset);
+        out.put(0, page, (int) offset, n);
+        q.respondData(sqe, cid, out, out.capacity());
+    }
+
+    private void setFeatures(TcpQueue q, int cid, int fid, int cdw11) {
+        switch (fid) {
+            case Nvme.FID_NUM_QUEUES -> {
+                if (discovery) {
+                    q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), 0);
+                    return;
+                }
+                // The host asks; we grant what we have, whatever it asked (0's based in both halves)
+                q.respond(cid, Nvme.OK, numQueues());
+            }
+            case Nvme.FID_KATO -> {
+                katoMillis = cdw11 & 0xFFFFFFFFL;
+                q.respond(cid, Nvme.OK, 0);
+            }
+            case Nvme.FID_ASYNC_EVENT -> {
+                synchronized (this) {
+                    aenConfig = cdw11;
+                }
+                q.respond(cid, Nvme.OK, 0);
+            }
+            case Nvme.FID_VWC -> {
+                if (discovery || !server.namespace.volatileCache()) {
+                    // No volatile write cache: there is nothing to turn on or off (VWC 0 in Identify)
+                    q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), 0);
+                    return;
+                }
+                writeCacheEnabled = (cdw11 & 1) != 0; // off: every write goes FUA, i.e. write-through
+                q.respond(cid, Nvme.OK, 0);
+            }
+            default -> q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), 0);
+        }
+    }
+
+    private void getFeatures(TcpQueue q, int cid, int fid) {
+        long value;
+        switch (fid) {
+            case Nvme.FID_NUM_QUEUES -> value = numQueues();
+            case Nvme.FID_KATO -> value = katoMillis;
+            case Nvme.FID_ASYNC_EVENT -> {
+                synchronized (this) {
+                    value = aenConfig;
+                }
+            }
+            case Nvme.FID_VWC -> value = writeCacheEnabled ? 1 : 0;
+            default -> {
+                q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), 0);
+                return;
+            }
+        }
+        q.respond(cid, Nvme.OK, value);
+    }
+
+    private long numQueues() {
+        long n = server.config.ioQueues() - 1;
+        return n | n << 16;
+    }
+}

@@ -1,0 +1,131 @@
+package io.pmemblk.nvme;
+
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
+
+/** The data pages admin commands return (Identify, log pages), each built into a fresh little-endian buffer. */
+final class IdentifyPages {
+    private IdentifyPages() {}
+
+    static final String MODEL = "pmemblk";
+    static final String FIRMWARE = "0.1.0";
+    /** KAS: keep-alive granularity in 100 ms units (nvmet says 10: one second). */
+    static final int KAS = 10;
+    /** AERL: 0's based: four Asynchronous Event Requests may be outstanding (nvmet's NVMET_ASYNC_EVENTS). */
+    static final int AERL = 3;
+
+    static ByteBuffer page(int size) {
+        return ByteBuffer.allocate(size).order(ByteOrder.LITTLE_ENDIAN);
+    }
+
+    /** ASCII, space padded, as SN/MN/FR are (NVMe base 1.3 5.15 figure 109); NQNs are NUL padded instead. */
+    static void ascii(ByteBuffer b, int at, int width, String s, boolean spacePad) {
+        byte[] v = s.getBytes(StandardCharsets.US_ASCII);
+        for (int i = 0; i < width; i++) {
+            b.put(at + i, i < v.length ? v[i] : (byte) (spacePad ? ' ' : 0));
+        }
+    }
+
+    static ByteBuffer controller(NvmeTcpConfig cfg, Namespace ns, int cntlid, boolean discovery) {
+        ByteBuffer b = page(Nvme.IDENTIFY_SIZE);
+        ascii(b, Nvme.IC_SN, 20, cfg.serial(), true);
+        ascii(b, Nvme.IC_MN, 40, MODEL, true);
+        ascii(b, Nvme.IC_FR, 8, FIRMWARE, true);
+        b.put(Nvme.IC_RAB, (byte) 6);
+        b.putShort(Nvme.IC_CNTLID, (short) cntlid);
+        b.putInt(Nvme.IC_VER, Nvme.VERSION_1_3);
+        b.put(Nvme.IC_CNTRLTYPE, (byte) (discovery ? Nvme.CNTRLTYPE_DISCOVERY : Nvme.CNTRLTYPE_IO));
+        b.put(Nvme.IC_ACL, (byte) 3);
+        b.put(Nvme.IC_AERL, (byte) AERL);
+        b.put(Nvme.IC_FRMW, (byte) (1 << 1 | 1)); // one slot (bits 3:1 = 1), slot 1 read-only
+        b.put(Nvme.IC_LPA, (byte) Nvme.LPA_EXTENDED);
+        b.putShort(Nvme.IC_KAS, (short) KAS);
+        b.putInt(Nvme.IC_SGLS, Nvme.SGLS_SUPPORTED | Nvme.SGLS_OFFSET);
+        ascii(b, Nvme.IC_SUBNQN, Nvme.NQN_FIELD, discovery ? Nvme.DISCOVERY_NQN : cfg.subsystemNqn(), false);
+        b.putInt(Nvme.IC_IORCSZ, Nvme.CQE_SIZE / 16);
+        if (discovery) {
+            b.putShort(Nvme.IC_MAXCMD, (short) Nvme.ADMIN_QUEUE_DEPTH);
+            b.putInt(Nvme.IC_IOCCSZ, Nvme.SQE_SIZE / 16);
+            return b;
+        }
+        b.put(Nvme.IC_CMIC, (byte) Nvme.CMIC_MULTI_CTRL);
+        // MDTS in units of the minimum page (CAP.MPSMIN = 4 KiB), as a power of two
+        b.put(Nvme.IC_MDTS, (byte) Integer.numberOfTrailingZeros(cfg.maxTransferBytes() / 4096));
+        b.put(Nvme.IC_SQES, (byte) 0x66); // 64-byte SQEs, required and maximum
+        b.put(Nvme.IC_CQES, (byte) 0x44); // 16-byte CQEs
+        b.putShort(Nvme.IC_MAXCMD, (short) cfg.queueDepth());
+        b.putInt(Nvme.IC_NN, 1);
+        b.putShort(Nvme.IC_ONCS, (short) (Nvme.ONCS_DSM | Nvme.ONCS_WRITE_ZEROES));
+        b.put(Nvme.IC_VWC, (byte) (ns.volatileCache() ? 1 : 0));
+        b.putInt(Nvme.IC_IOCCSZ, (Nvme.SQE_SIZE + cfg.inCapsuleBytes()) / 16);
+        b.putShort(Nvme.IC_ICDOFF, (short) 0);
+        b.put(Nvme.IC_MSDBD, (byte) 1);
+        return b;
+    }
+
+    static ByteBuffer namespace(Namespace ns) {
+        ByteBuffer b = page(Nvme.IDENTIFY_SIZE);
+        b.putLong(Nvme.IN_NSZE, ns.blocks()).putLong(Nvme.IN_NCAP, ns.blocks()).putLong(Nvme.IN_NUSE, ns.blocks());
+        b.put(Nvme.IN_NLBAF, (byte) 0).put(Nvme.IN_FLBAS, (byte) 0);
+        b.put(Nvme.IN_NMIC, (byte) 1); // may be shared by several controllers (CMIC bit 1)
+        b.put(Nvme.IN_NGUID, ns.nguid()).put(Nvme.IN_EUI64, ns.eui64());
+        b.putInt(Nvme.IN_LBAF0, ns.lbaShift() << 16); // MS 0, LBADS, RP 0
+        return b;
+    }
+
+    static ByteBuffer activeNamespaces(int startAfter) {
+        ByteBuffer b = page(Nvme.IDENTIFY_SIZE);
+        if (startAfter < 1) {
+            b.putInt(0, 1);
+        }
+        return b;
+    }
+
+    static ByteBuffer descriptors(Namespace ns) {
+        ByteBuffer b = page(Nvme.IDENTIFY_SIZE);
+        int at = 0;
+        at = descriptor(b, at, Nvme.NIDT_EUI64, ns.eui64());
+        at = descriptor(b, at, Nvme.NIDT_NGUID, ns.nguid());
+        at = descriptor(b, at, Nvme.NIDT_UUID, ns.uuid());
+        descriptor(b, at, Nvme.NIDT_CSI, new byte[] {0}); // NVM command set
+        return b;
+    }
+
+    private static int descriptor(ByteBuffer b, int at, int type, byte[] id) {
+        b.put(at, (byte) type).put(at + 1, (byte) id.length).put(at + 4, id);
+        return at + 4 + id.length;
+    }
+
+    /** Firmware Slot Information (log 03h): slot 1 active, holding {@link #FIRMWARE}. */
+    static ByteBuffer firmwareSlots() {
+        ByteBuffer b = page(512);
+        b.put(0, (byte) 1);
+        ascii(b, 8, 8, FIRMWARE, true);
+        return b;
+    }
+
+    /** Discovery log page (NVMe-oF 1.1 5.3): this subsystem and the discovery subsystem, on the listener's address. */
+    static ByteBuffer discoveryLog(NvmeTcpConfig cfg, String traddr, boolean ipv6, int port) {
+        int records = 2;
+        ByteBuffer b = page(Nvme.DISC_HEADER + records * Nvme.DISC_ENTRY);
+        b.putLong(Nvme.DISC_GENCTR, 1).putLong(Nvme.DISC_NUMREC, records).putShort(Nvme.DISC_RECFMT, (short) 0);
+        entry(b, Nvme.DISC_HEADER, Nvme.SUBTYPE_NVME, cfg.subsystemNqn(), traddr, ipv6, port);
+        entry(b, Nvme.DISC_HEADER + Nvme.DISC_ENTRY, Nvme.SUBTYPE_DISCOVERY, Nvme.DISCOVERY_NQN, traddr, ipv6, port);
+        return b;
+    }
+
+    private static void entry(ByteBuffer b, int at, int subtype, String nqn, String traddr, boolean ipv6, int port) {
+        b.put(at + Nvme.DE_TRTYPE, (byte) Nvme.TRTYPE_TCP);
+        b.put(at + Nvme.DE_ADRFAM, (byte) (ipv6 ? Nvme.ADRFAM_IPV6 : Nvme.ADRFAM_IPV4));
+        b.put(at + Nvme.DE_SUBTYPE, (byte) subtype);
+        b.put(at + Nvme.DE_TREQ, (byte) Nvme.TREQ_NOT_REQUIRED_SQFLOW);
+        b.putShort(at + Nvme.DE_PORTID, (short) 1);
+        b.putShort(at + Nvme.DE_CNTLID, (short) Nvme.DYNAMIC_CNTLID);
+        b.putShort(at + Nvme.DE_ASQSZ, (short) Nvme.ADMIN_QUEUE_DEPTH);
+        ascii(b, at + Nvme.DE_TRSVCID, 32, Integer.toString(port), true);
+        ascii(b, at + Nvme.DE_TRADDR, 256, traddr, true);
+        ascii(b, at + Nvme.DE_SUBNQN, 256, nqn, false);
+        // TSAS for TCP: SECTYPE 0 (no security), zeros
+    }
+}

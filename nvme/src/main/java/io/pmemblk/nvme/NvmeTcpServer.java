@@ -1,0 +1,200 @@
+package io.pmemblk.nvme;
+
+import io.pmemblk.queueing.BlockLayer;
+import java.io.IOException;
+import java.net.Inet6Address;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * The NVMe/TCP target: one TCP listener serving one NVM subsystem with one namespace (the whole device) and the
+ * discovery subsystem, on the block layer. Each accepted connection is a {@link TcpQueue}; Connect makes it a
+ * controller's admin queue or attaches it as an I/O queue. A timer tears down controllers whose keep-alive
+ * timeout passed without a command (NVMe base 1.3 7.12), which closes their queues and so frees their tags.
+ */
+public final class NvmeTcpServer implements AutoCloseable {
+    private static final System.Logger LOG = System.getLogger(NvmeTcpServer.class.getName());
+
+    final NvmeTcpConfig config;
+    final BlockLayer layer;
+    final Namespace namespace;
+    private final ServerSocketChannel listener;
+    private final Map<Integer, Controller> controllers = new ConcurrentHashMap<>();
+    private final Set<TcpQueue> queues = ConcurrentHashMap.newKeySet();
+    private final AtomicInteger nextQueueId = new AtomicInteger();
+    private int nextCntlid = 1;
+    private Thread acceptor;
+    private Thread keepAlive;
+    private volatile boolean closed;
+
+    /**
+     * @param volatileCache whether a completed write may still be lost at power failure (the page-cache mapping);
+     *                      false only where each write is persistent when it completes (real pmem): Identify VWC
+     */
+    public NvmeTcpServer(NvmeTcpConfig config, BlockLayer layer, boolean volatileCache) throws IOException {
+        this.config = config;
+        this.layer = layer;
+        if (config.maxTransferBytes() > layer.maxRequestBytes()) {
+            throw new IllegalArgumentException("nvme max transfer " + config.maxTransferBytes() + " bytes exceeds the"
+                    + " block layer's " + layer.maxRequestBytes());
+        }
+        this.namespace = Namespace.of(layer.driver().size(), layer.driver().minimumBlockSize(), volatileCache,
+                config.serial());
+        this.listener = ServerSocketChannel.open();
+        try {
+            listener.bind(new InetSocketAddress(config.bind(), config.port()), 128);
+        } catch (IOException e) {
+            listener.close();
+            throw new IOException("nvme: cannot listen on " + config.bind() + ":" + config.port() + ": " + e.getMessage(), e);
+        }
+    }
+
+    /** Starts accepting; returns the address it listens on. */
+    public InetSocketAddress start() throws IOException {
+        InetSocketAddress at = (InetSocketAddress) listener.getLocalAddress();
+        acceptor = Thread.ofPlatform().name("nvme-accept").start(this::acceptLoop);
+        keepAlive = Thread.ofPlatform().daemon().name("nvme-keep-alive").start(this::keepAliveLoop);
+        LOG.log(System.Logger.Level.INFO, "nvme: subsystem {0} on tcp {1}", config.subsystemNqn(), at);
+        return at;
+    }
+
+    public InetSocketAddress address() throws IOException {
+        return (InetSocketAddress) listener.getLocalAddress();
+    }
+
+    public String subsystemNqn() {
+        return config.subsystemNqn();
+    }
+
+    /** Controllers alive now (for tests and metrics). */
+    public int controllerCount() {
+        return controllers.size();
+    }
+
+    private void acceptLoop() {
+        while (!closed) {
+            SocketChannel ch;
+            try {
+                ch = listener.accept();
+            } catch (IOException e) {
+                if (!closed) {
+                    LOG.log(System.Logger.Level.ERROR, "nvme: accept failed: " + e);
+                }
+                return;
+            }
+            try {
+                ch.setOption(java.net.StandardSocketOptions.TCP_NODELAY, true);
+                TcpQueue q = new TcpQueue(this, ch, nextQueueId.incrementAndGet(), String.valueOf(ch.getRemoteAddress()));
+                queues.add(q);
+                if (closed) {
+                    q.close();
+                }
+                q.start();
+            } catch (IOException e) {
+                try {
+                    ch.close();
+                } catch (IOException ignored) {
+                    // it never started
+                }
+            }
+        }
+    }
+
+    private void keepAliveLoop() {
+        while (!closed) {
+            try {
+                Thread.sleep(200); // a timer's period, not synchronisation: KATO is in seconds
+            } catch (InterruptedException e) {
+                return;
+            }
+            long now = System.nanoTime();
+            for (Controller c : controllers.values()) {
+                if (c.expired(now)) {
+                    c.teardown("keep-alive timeout " + c.katoMillis + " ms expired");
+                }
+            }
+        }
+    }
+
+    synchronized Controller newController(boolean discovery, String hostNqn, byte[] hostId, TcpQueue admin, long kato) {
+        int id;
+        do {
+            id = nextCntlid;
+            nextCntlid = nextCntlid >= 0xFFEF ? 1 : nextCntlid + 1; // 0xFFF0.. are reserved (NVMe-oF 1.1 3.3)
+        } while (controllers.containsKey(id));
+        Controller c = new Controller(this, id, discovery, hostNqn, hostId, admin, kato);
+        controllers.put(id, c);
+        LOG.log(System.Logger.Level.INFO, "nvme: controller {0} for {1} from {2}{3}", id, hostNqn, admin.peer,
+                discovery ? " (discovery)" : "");
+        return c;
+    }
+
+    Controller controller(int cntlid) {
+        return controllers.get(cntlid);
+    }
+
+    void remove(Controller c) {
+        controllers.remove(c.cntlid, c);
+    }
+
+    void removed(TcpQueue q) {
+        queues.remove(q);
+    }
+
+    ByteBuffer discoveryLog() {
+        InetSocketAddress at;
+        try {
+            at = address();
+        } catch (IOException e) {
+            at = new InetSocketAddress(config.bind(), config.port());
+        }
+        String traddr = at.getAddress().getHostAddress();
+        return IdentifyPages.discoveryLog(config, traddr, at.getAddress() instanceof Inet6Address, at.getPort());
+    }
+
+    void persistQuietly() {
+        try {
+            layer.driver().persistAll();
+        } catch (IOException e) {
+            LOG.log(System.Logger.Level.ERROR, "nvme: shutdown notification: data not persisted: " + e.getMessage());
+        }
+    }
+
+    /** Stops listening and closes every connection; in-flight requests complete and release their tags. */
+    @Override
+    public void close() {
+        closed = true;
+        try {
+            listener.close();
+        } catch (IOException e) {
+            // closing
+        }
+        for (Controller c : controllers.values()) {
+            c.teardown("server stopping");
+        }
+        for (TcpQueue q : queues) {
+            q.close();
+        }
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        try {
+            if (acceptor != null) {
+                acceptor.join(1000);
+            }
+            for (TcpQueue q : Set.copyOf(queues)) {
+                q.join(TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime()));
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        if (keepAlive != null) {
+            keepAlive.interrupt();
+        }
+    }
+}
