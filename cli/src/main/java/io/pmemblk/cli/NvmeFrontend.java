@@ -37,6 +37,21 @@ final class NvmeFrontend {
         }
     }
 
+    /**
+     * MQES + 1: at most the hardware queue's tags (queue.depth), so that a host alone on its hardware queue never
+     * has more commands in flight than tags, and a write waiting for its H2CData cannot leave the reader blocked
+     * for a tag in front of that very data (docs/nvme-tcp.md, Limits). 32 at least: the Linux host's admin queue.
+     */
+    static int depth(Settings s) {
+        int want = s.get(Settings.NVME_QUEUE_DEPTH);
+        int tags = s.get(Settings.QUEUE_DEPTH);
+        if (want > tags) {
+            System.err.println("pmemblk: nvme.queue-depth=" + want + " is more than queue.depth=" + tags
+                    + " tags per hardware queue: NVMe queues get " + Math.max(32, tags) + " entries");
+        }
+        return Math.max(32, Math.min(want, tags));
+    }
+
     /** The server (listening, not yet started), or null when nvme.listen is empty. */
     static NvmeTcpServer server(Settings s, Device device) throws IOException {
         InetSocketAddress listen = s.get(Settings.NVME_LISTEN);
@@ -48,7 +63,7 @@ final class NvmeFrontend {
                 : "nqn.2026-12.io.pmemblk:" + serial;
         NvmeTcpConfig config = new NvmeTcpConfig(listen.getHostString(), listen.getPort(), nqn,
                 new LinkedHashSet<>(s.get(Settings.NVME_ALLOWED_HOSTS)), s.get(Settings.NVME_QUEUES),
-                s.get(Settings.NVME_QUEUE_DEPTH), s.get(Settings.NVME_IN_CAPSULE_BYTES),
+                depth(s), s.get(Settings.NVME_IN_CAPSULE_BYTES),
                 Math.min(MAX_TRANSFER, device.layer().maxRequestBytes()), MAX_H2C_DATA, s.get(Settings.NVME_DIGESTS),
                 s.get(Settings.NVME_DIGESTS), serial);
         // VWC 0 only where every write is persistent when it completes (real pmem: each writer drains its stores,

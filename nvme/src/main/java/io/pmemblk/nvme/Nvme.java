@@ -106,7 +106,7 @@ final class Nvme {
     // ---- Discovery log page (struct nvmf_disc_rsp_page_hdr / _entry), NVMe-oF 1.1 5.3
     static final int DISC_GENCTR = 0, DISC_NUMREC = 8, DISC_RECFMT = 16, DISC_HEADER = 1024, DISC_ENTRY = 1024;
     static final int DE_TRTYPE = 0, DE_ADRFAM = 1, DE_SUBTYPE = 2, DE_TREQ = 3, DE_PORTID = 4, DE_CNTLID = 6,
-            DE_ASQSZ = 8, DE_TRSVCID = 32, DE_TRADDR = 256, DE_SUBNQN = 512, DE_TSAS = 768;
+            DE_ASQSZ = 8, DE_TRSVCID = 32, DE_SUBNQN = 256, DE_TRADDR = 512, DE_TSAS = 768;
     static final int TRTYPE_TCP = 3, ADRFAM_IPV4 = 1, ADRFAM_IPV6 = 2, SUBTYPE_DISCOVERY = 3, SUBTYPE_NVME = 2;
     /** TREQ: secure channel not required (01b) | SQ flow control disable supported (bit 2). */
     static final int TREQ_NOT_REQUIRED_SQFLOW = 0x02 | 0x04;

@@ -247,7 +247,10 @@ class NvmeTcpTargetTest {
             ByteBuffer log = ByteBuffer.wrap((byte[]) r[0]).order(ByteOrder.LITTLE_ENDIAN);
             assertEquals(2, log.getLong(Nvme.DISC_NUMREC));
             assertEquals(Nvme.TRTYPE_TCP, log.get(1024 + Nvme.DE_TRTYPE));
-            assertEquals(NQN, ascii(log, 1024 + Nvme.DE_SUBNQN, 256).trim());
+            // Offsets spelled out here, not taken from Nvme: struct nvmf_disc_rsp_page_entry has SUBNQN at 256 and
+            // TRADDR at 512 (the kernel host's nvme discover showed them swapped before this was fixed)
+            assertEquals(NQN, ascii(log, 1024 + 256, 256).trim());
+            assertEquals("127.0.0.1", ascii(log, 1024 + 512, 256).trim());
             assertEquals(Integer.toString(at.getPort()), ascii(log, 1024 + Nvme.DE_TRSVCID, 32).trim());
             assertEquals("127.0.0.1", ascii(log, 1024 + Nvme.DE_TRADDR, 256).trim());
         }
