@@ -203,7 +203,8 @@ result ns_descs "$IDS"
 
 step vwc
 if gf=$(nvme get-feature "/dev/$CTRL" -f 6 2>&1); then
-    val=$(echo "$gf" | sed -n 's/.*Current value: *\(0x[0-9a-fA-F]*\).*/\1/p')
+    # printf's %#x: "0x00000001", but "00000000" for 0 (no prefix): hex either way
+    val=$(echo "$gf" | sed -n 's/.*Current value: *\(0x\)\{0,1\}\([0-9a-fA-F][0-9a-fA-F]*\).*/0x\2/p')
     [ -n "$val" ] || fail "get-feature -f 6 printed no current value: $gf"
     result vwc "id-ctrl vwc=$ID_vwc get-feature=$val"
     if [ "$VWC" = 1 ]; then
