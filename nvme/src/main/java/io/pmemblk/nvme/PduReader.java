@@ -23,6 +23,8 @@ final class PduReader {
     private final ByteBuffer rx = ByteBuffer.allocateDirect(64 * 1024).order(ByteOrder.LITTLE_ENDIAN);
     /** The current PDU's header (and its digest), copied out of rx: field reads by absolute offset. */
     final ByteBuffer header = ByteBuffer.allocate(Pdu.MAX_HOST_HEADER).order(ByteOrder.LITTLE_ENDIAN);
+    /** The SQE of a CapsuleCmd in {@link #header}: a view made once, so a command costs no allocation. */
+    final ByteBuffer sqe = header.slice(Pdu.CH_SIZE, Nvme.SQE_SIZE).order(ByteOrder.LITTLE_ENDIAN);
     private final CRC32C crc = new CRC32C();
 
     /** Negotiated by ICReq. */
@@ -153,7 +155,7 @@ final class PduReader {
         rx.position(rx.position() + headerEnd);
         if (hd != 0) {
             crc.reset();
-            crc.update(header.slice(0, hlen));
+            crc.update(header.array(), header.arrayOffset(), hlen);
             int want = header.getInt(hlen);
             if ((int) crc.getValue() != want) {
                 throw new PduException(Pdu.FES_HDR_DIGEST, 0, Pdu.typeName(type) + " header digest 0x"

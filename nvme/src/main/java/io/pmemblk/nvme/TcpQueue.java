@@ -227,7 +227,7 @@ final class TcpQueue {
     }
 
     private void command() throws IOException, PduException, InterruptedException {
-        ByteBuffer sqe = in.header.slice(Pdu.CH_SIZE, Nvme.SQE_SIZE).order(ByteOrder.LITTLE_ENDIAN);
+        ByteBuffer sqe = in.sqe;
         int opcode = sqe.get(Nvme.SQE_OPCODE) & 0xFF;
         int cid = sqe.getShort(Nvme.SQE_CID) & 0xFFFF;
         if (qid >= 0) {
@@ -604,6 +604,7 @@ final class TcpQueue {
             r.op = Op.TRIM;
             r.offset = slba << ns.lbaShift();
             r.length = nlb << ns.lbaShift();
+            r.fua = !controller.writeCacheEnabled; // write-through covers deallocation too
             add(r);
         }
     }

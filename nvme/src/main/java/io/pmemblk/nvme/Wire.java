@@ -19,7 +19,8 @@ final class Wire {
         int end = hlen;
         if (hdgst) {
             crc.reset();
-            crc.update(b.slice(0, hlen));
+            crc.update(b.limit(hlen).position(0)); // the buffer itself, not a slice: nothing allocated per PDU
+            b.limit(b.capacity());
             b.putInt(hlen, (int) crc.getValue());
             end += Pdu.DIGEST;
         }
