@@ -23,8 +23,9 @@ final class Controller {
     /** Keep-alive timeout in ms (0: none) and the last command seen on any of its queues. */
     volatile long katoMillis;
     volatile long lastActivity = System.nanoTime();
-    private int cc;
-    private int csts;
+    /** CC and CSTS: written by the admin queue's reader, read by every I/O command (enabled()): no lock. */
+    private volatile int cc;
+    private volatile int csts;
     private int aenConfig;
     /** Volatile write cache enabled (WCE); off means every write is made durable before it completes. */
     volatile boolean writeCacheEnabled;
@@ -44,7 +45,7 @@ final class Controller {
         this.writeCacheEnabled = server.namespace.volatileCache();
     }
 
-    synchronized boolean enabled() {
+    boolean enabled() {
         return (cc & Nvme.CC_EN) != 0 && (csts & Nvme.CSTS_RDY) != 0;
     }
 
@@ -108,14 +109,14 @@ final class Controller {
 
     // ---- Property Get/Set (NVMe-oF 1.1 3.4, 3.5)
 
-    synchronized long cap() {
+    long cap() {
         long mqes = server.config.queueDepth() - 1;
         long to = 30; // CAP.TO: 15 s in 500 ms units, for CSTS.RDY after CC.EN (ours is immediate)
         return mqes | 1L << 16 /* CQR */ | to << 24 | 1L << 37 /* CSS: NVM */;
     }
 
     /** Returns the status; result[0] receives the value. */
-    synchronized short propertyGet(ByteBuffer sqe, long[] result) {
+    short propertyGet(ByteBuffer sqe, long[] result) {
         boolean eight = (sqe.get(Nvme.PROP_ATTRIB) & 7) == 1;
         int offset = sqe.getInt(Nvme.PROP_OFFSET);
         switch (offset) {
@@ -133,7 +134,8 @@ final class Controller {
         return Nvme.OK;
     }
 
-    synchronized short propertySet(ByteBuffer sqe) {
+    /** Admin queue reader only (CC is written by one thread); the shutdown's persist holds no lock. */
+    short propertySet(ByteBuffer sqe) {
         int offset = sqe.getInt(Nvme.PROP_OFFSET);
         if (offset != Nvme.PROP_CC) {
             return Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true);

@@ -175,7 +175,7 @@ final class PduReader {
         int left = length;
         for (int i = 0; i < count && left > 0; i++) {
             ByteBuffer b = buffers[i];
-            int cap = b.capacity() >= 0 ? b.limit() : 0;
+            int cap = b.limit();
             // The buffers come positioned at their data's start: skip whole ones, then part of one
             int start = b.position();
             int size = cap - start;

@@ -373,6 +373,52 @@ class NvmeTcpTargetTest {
         }
     }
 
+    @Test
+    void sqFlowControlDisabledReadsEndWithC2hSuccess() throws IOException {
+        try (RawHost a = new RawHost(at)) {
+            a.icReq(0, 0);
+            int cntlid = a.enableAdmin(NQN);
+            try (RawHost io = new RawHost(at)) {
+                io.icReq(0, 0);
+                assertEquals(0, io.connect(1, 1, 63, cntlid, NQN, RawHost.HOSTNQN, 0, Nvme.CATTR_DISABLE_SQFLOW).cqeStatus());
+                ByteBuffer r = RawHost.rw(Nvme.IO_READ, 2, 0, 8);
+                RawHost.transportSgl(r, 4096);
+                io.send(io.capsule(r, null));
+                RawHost.Received d = io.receive();
+                assertEquals(Pdu.C2H_DATA, d.type());
+                assertEquals(Pdu.F_DATA_LAST | Pdu.F_DATA_SUCCESS, d.flags() & (Pdu.F_DATA_LAST | Pdu.F_DATA_SUCCESS),
+                        "LAST and SUCCESS on the only C2HData");
+                assertArrayEquals(fileBytes(0, 4096), d.data());
+                // No CapsuleResp follows: the next PDU is the answer to the next command
+                RawHost.Received f = io.command(RawHost.sqe(Nvme.IO_FLUSH, 3, 1), null);
+                assertEquals(Pdu.RSP, f.type());
+                assertEquals(3, f.cqeCid(), "the Flush's answer, not a CapsuleResp for the read");
+                assertEquals(0xFFFF, f.sqhd());
+            }
+        }
+    }
+
+    @Test
+    void writeCacheTurnedOffIsAcceptedWhereThereIsOne() throws IOException {
+        try (RawHost a = new RawHost(at)) {
+            a.icReq(0, 0);
+            a.enableAdmin(NQN);
+            ByteBuffer sf = RawHost.sqe(Nvme.ADMIN_SET_FEATURES, 3, 0);
+            sf.putInt(Nvme.SQE_CDW10, Nvme.FID_VWC).putInt(Nvme.SQE_CDW11, 0);
+            ByteBuffer gf = RawHost.sqe(Nvme.ADMIN_GET_FEATURES, 4, 0);
+            gf.putInt(Nvme.SQE_CDW10, Nvme.FID_VWC);
+            if (driver.isPmem()) {
+                assertEquals(status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), a.command(sf, null).cqeStatus(),
+                        "no volatile write cache to turn off");
+                return;
+            }
+            assertEquals(1, a.command(gf, null).cqeResult(), "cache on at start (VWC 1)");
+            assertEquals(0, a.command(sf, null).cqeStatus(), "WCE=0 accepted: write-through, not refused");
+            gf.putShort(Nvme.SQE_CID, (short) 5);
+            assertEquals(0, a.command(gf, null).cqeResult());
+        }
+    }
+
     // ------------------------------------------------------------------ bad PDUs
 
     interface Bad {
