@@ -17,6 +17,10 @@
 #                              starts a new one (QEMU reconnect=1 sends no SET_CONFIG); the guest writes 4 blocks;
 #                              the host's power cut of the server's view: the pages of the disk file the server
 #                              still holds dirty (not written back) are what a power cut now loses, and must be none
+#   vhost-check.sh dmakill     the server copies through a device process on the host (dma.engine=vfio-user); fio
+#                              verify in 2 MiB requests; once the DMA route carried 16 MiB the host SIGKILLs the
+#                              device and starts it again, fio still running: fio ends clean, and the DMA route grows
+#                              again after the return
 #   Modes may be given together (vhost-check.sh wcache restart): one boot runs each in turn; a wcache failure is its
 #   own result (RESULT wcache_why=...) and the next mode still runs.
 # Output: RESULT lines (the host's scripts/vm-test reads them), "RESULT why=..." when a step failed.
@@ -189,12 +193,56 @@ wcache() {
     say "write through kept across the server's SIGKILL and restart: the 4 writes after it durable when they completed (0 KiB dirty)"
 }
 
-[ $# -gt 0 ] || { echo "usage: vhost-check.sh functional|restart|wcache..." >&2; exit 2; }
+# dma_now: DMA_NOW and CPU_NOW, the bytes the server's copy routes carried so far (its metrics, through the host).
+dma_now() {
+    host_request 30 metrics >/tmp/metrics.txt || fail "the host could not read the server's metrics: $(cat /tmp/metrics.txt)"
+    DMA_NOW=$(metric_sum /tmp/metrics.txt pmemblk_copy_bytes_total 'route="dma"')
+    CPU_NOW=$(metric_sum /tmp/metrics.txt pmemblk_copy_bytes_total 'route="cpu"')
+}
+# fio_2m NAME SIZE: fio verify on the raw disk in 2 MiB requests (each one request the server routes to DMA), write
+# then read back (crc32c), 4 in flight.
+fio_2m() {
+    timeout -k 10 "$FIO_VERIFY_SECS" fio --name="$1" --filename="$DEV" --ioengine=libaio --direct=1 --rw=write \
+        --bs=2M --iodepth=4 --size="$2" --verify=crc32c --verify_fatal=1 --do_verify=1 --verify_state_save=0 \
+        --output="/tmp/fio-$1.out" >/dev/null 2>&1
+}
+
+# dmakill: the server copies through the device process (dma.engine=vfio-user); once the DMA route has carried
+# 16 MiB of fio's 2 MiB requests the host SIGKILLs the device (the server must say the copies it held are redone by
+# the CPU) and starts it again (the server must say it is back), all while fio runs; fio ends clean, and a second fio
+# after the return grows the DMA route again (the host compares it with the bytes at the return).
+dmakill() {
+    check_disk
+    # 480 MiB of the 512, written then read back (~30 s here): it outlasts the kill and the device's restart (a JVM
+    # start, ~8 s)
+    fio_2m dmakill 480M &
+    FPID=$!
+    _ans=$(host_request 240 dma-cycle $((16 << 20))) || { kill "$FPID" 2>/dev/null; fail "the device's kill and restart: $_ans"; }
+    say "host: $_ans"
+    result dma_cycle "$_ans"
+    alive "$FPID" || { cat /tmp/fio-dmakill.out; fail "fio had ended before the device was back: the kill and the restart were not both under load"; }
+    dma_now
+    result cpu_at_return "$CPU_NOW"
+    _rc=0
+    wait "$FPID" || _rc=$?
+    fio_verify_check dmakill "$_rc"
+    fio_2m again 64M
+    fio_verify_check again $?
+    dma_now
+    result dma_after "$DMA_NOW"; result cpu_after "$CPU_NOW"
+    grep -E '^pmemblk_(copy_bytes_total|dma_)' /tmp/metrics.txt | sed 's/^/metrics| /'
+    result fio verified
+    check_dmesg
+    result dmesg clean
+}
+
+[ $# -gt 0 ] || { echo "usage: vhost-check.sh functional|restart|wcache|dmakill..." >&2; exit 2; }
 for _mode in "$@"; do
     case "$_mode" in
         functional) functional ;;
         restart) restart ;;
         wcache) wcache || true ;;
-        *) echo "usage: vhost-check.sh functional|restart|wcache..." >&2; exit 2 ;;
+        dmakill) dmakill ;;
+        *) echo "usage: vhost-check.sh functional|restart|wcache|dmakill..." >&2; exit 2 ;;
     esac
 done
