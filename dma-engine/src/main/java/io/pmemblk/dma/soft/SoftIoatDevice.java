@@ -432,8 +432,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                     return;
                 }
                 if ((cmd & CHANCMD_ABORT) != 0) {
-                    setState(CHANSTS_HALTED);
-                    raiseError();
+                    halt(0);
                     return;
                 }
                 if ((cmd & CHANCMD_SUSPEND) != 0 && state != CHANSTS_HALTED) {
@@ -541,7 +540,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             nextDescriptor = next;
             fetchingFromChainaddr = false;
             setState(((dmacount - processed) & 0xFFFF) != 0 ? CHANSTS_ACTIVE : CHANSTS_IDLE);
-            if ((control & CTRL_COMPLETION_UPDATE) != 0 && !writeBack()) {
+            if ((control & CTRL_COMPLETION_UPDATE) != 0 && !writeBack(chansts)) {
                 halt(CHANERR_COMPLETION_ADDR);
                 return;
             }
@@ -674,26 +673,30 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         /** Caller holds the lock. */
         void halt(int cause) {
             chanerr |= cause;
-            setState(CHANSTS_HALTED);
-            raiseError();
-        }
-
-        private void raiseError() {
-            if ((chanctrl & CHANCTRL_ERR_COMPLETION_EN) != 0 && !writeBack()) {
+            // CHANERR is complete before CHANSTS shows HALTED (a failed error write-back included): a driver that
+            // sees the halt reads CHANERR next and must find every cause there, not some of them.
+            state = CHANSTS_HALTED;
+            long halted = lastCompleted | CHANSTS_HALTED;
+            if ((chanctrl & CHANCTRL_ERR_COMPLETION_EN) != 0 && !writeBack(halted)) {
                 chanerr |= CHANERR_COMPLETION_ADDR;
             }
+            chansts = halted;
             if ((chanctrl & CHANCTRL_ERR_INT_EN) != 0) {
                 vector.signal();
             }
         }
 
-        private boolean writeBack() {
+        /** Writes {@code status} (what CHANSTS reads) to the completion word; false where that fails. */
+        private boolean writeBack(long status) {
             long cmp = chancmp;
             if ((cmp & (CHANCMP_ALIGN - 1)) != 0) {
                 return false;
             }
             try {
-                WORD.setVolatile(space.translate(cmp, 8), 0L, chansts);
+                WORD.setVolatile(space.translate(cmp, 8), 0L, status);
+                // HotSpot posts a fault in that store to the thread's next safepoint poll (MemoryFaults): make
+                // it surface here, where it means a completion address error, not later in some other step
+                io.pmemblk.posix.Libc.nativeRoundTrip(0);
                 return true;
             } catch (IovaFault f) {
                 return false;
