@@ -21,17 +21,32 @@ import java.util.stream.Stream;
  * files, not bitmaps: which name means what is {@link DirtyBitmaps}'.
  */
 public final class BitmapDirectory implements AutoCloseable {
-    private final TrustedDirectory dir;
-    private final PmemRegion.Mapper mapper;
-
-    private BitmapDirectory(TrustedDirectory dir, PmemRegion.Mapper mapper) {
-        this.dir = dir;
-        this.mapper = mapper;
+    /** Maps a bitmap file as a region: {@link PmemRegion#open} with the device's mapper, locked for this process. */
+    @FunctionalInterface
+    public interface Regions {
+        /** The file {@code path} mapped, created with {@code size} bytes when missing (then {@link PmemRegion#created()}). */
+        PmemRegion open(Path path, long size) throws IOException;
     }
 
-    /** Opens (making it, and the directories above it, when missing) {@code path}; {@code setting} names it in refusals. */
+    private final TrustedDirectory dir;
+    private final Regions regions;
+
+    private BitmapDirectory(TrustedDirectory dir, Regions regions) {
+        this.dir = dir;
+        this.regions = regions;
+    }
+
+    /**
+     * Opens (making it, and the directories above it, when missing) {@code path}; {@code setting} names it in
+     * refusals. The files are mapped as the device is, with {@code mapper}.
+     */
     public static BitmapDirectory open(Path path, String setting, PmemRegion.Mapper mapper) throws IOException {
-        return new BitmapDirectory(TrustedPath.ofThisProcess().openDirectory(path, setting), mapper);
+        return open(path, setting, (file, size) -> PmemRegion.open(file, size, false, mapper, true));
+    }
+
+    /** As {@link #open(Path, String, PmemRegion.Mapper)}, the files mapped by {@code regions}. */
+    public static BitmapDirectory open(Path path, String setting, Regions regions) throws IOException {
+        return new BitmapDirectory(TrustedPath.ofThisProcess().openDirectory(path, setting), regions);
     }
 
     public Path path() {
@@ -69,7 +84,7 @@ public final class BitmapDirectory implements AutoCloseable {
         if (exists(name)) {
             throw new IOException(path().resolve(name) + " exists already");
         }
-        PmemRegion region = PmemRegion.open(path().resolve(name), header.fileBytes(), false, mapper, true);
+        PmemRegion region = regions.open(path().resolve(name), header.fileBytes());
         try {
             if (!region.created()) { // someone else made it between the check and the open
                 throw new IOException(path().resolve(name) + " appeared while it was being created");
@@ -87,7 +102,7 @@ public final class BitmapDirectory implements AutoCloseable {
         if (size <= 0) {
             throw new IOException(path().resolve(name) + " is empty: not a pmemblk bitmap; remove it");
         }
-        PmemRegion region = PmemRegion.open(path().resolve(name), size, false, mapper, true);
+        PmemRegion region = regions.open(path().resolve(name), size);
         try {
             return BitmapFile.open(region, path().resolve(name).toString());
         } catch (RuntimeException e) {
