@@ -5,7 +5,14 @@ import io.pmemblk.queueing.testing.Waits;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
+import io.pmemblk.pmem.CrashModel;
+import io.pmemblk.pmem.PmemRegion;
+
 import java.nio.file.Path;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.ArrayList;
 import java.util.BitSet;
 import java.util.Collections;
@@ -89,6 +96,71 @@ class CheckpointRaceTest {
             missing.set(0, BLOCKS);
             missing.andNot(seen);
             assertThat(missing).as("blocks written but in no bitmap").isEqualTo(new BitSet());
+        }
+    }
+
+    /**
+     * A writer stopped between persisting its bit in the bitmap and reaching the device (where a preempted thread
+     * could be) while a checkpoint runs: the checkpoint must not return before that write completes, or a backup
+     * reading the frozen bitmap at once could copy the block before the write lands, and the successor would not
+     * have it either.
+     */
+    @Test
+    void aCheckpointReturnsOnlyOnceTheWritesItFrozeHaveCompleted() throws Exception {
+        java.util.Map<Path, CrashModel> models = new java.util.concurrent.ConcurrentHashMap<>();
+        BitmapDirectory files = BitmapDirectory.open(dir.resolve("d.img.bitmaps"), "bitmap.dir", (p, size) -> {
+            CrashModel.Modelled m = CrashModel.open(p, size, PmemRegion.Mapper.JAVA);
+            models.put(p, m.model());
+            return m.region();
+        });
+        PmemRegion region = PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.JAVA);
+        try (TrackedDevice d = new TrackedDevice(region, files, BLOCK, List.of("b"), 1)) {
+            AtomicBoolean armed = new AtomicBoolean(true);
+            CountDownLatch held = new CountDownLatch(1), release = new CountDownLatch(1);
+            models.get(dir.resolve("d.img.bitmaps/b.pbm")).afterEachStep(() -> {
+                if (armed.compareAndSet(true, false)) {
+                    held.countDown();
+                    try {
+                        release.await(Waits.BOUND.toSeconds(), TimeUnit.SECONDS);
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                }
+            });
+            AtomicInteger order = new AtomicInteger();
+            AtomicInteger writeDone = new AtomicInteger(), checkpointDone = new AtomicInteger();
+            AtomicReference<Throwable> failed = new AtomicReference<>();
+            Thread writer = Thread.ofPlatform().name("writer").start(() -> {
+                try {
+                    d.write(5L * BLOCK, BLOCK);
+                    writeDone.set(order.incrementAndGet());
+                } catch (Throwable t) {
+                    failed.set(t);
+                }
+            });
+            assertThat(held.await(Waits.BOUND.toSeconds(), TimeUnit.SECONDS)).as("writer persisted its bit").isTrue();
+            AtomicReference<String> frozen = new AtomicReference<>();
+            Thread checkpoint = Thread.ofPlatform().name("checkpoint").start(() -> {
+                try {
+                    frozen.set(d.bitmaps.checkpoint("b"));
+                    checkpointDone.set(order.incrementAndGet());
+                } catch (Throwable t) {
+                    failed.set(t);
+                }
+            });
+            // until the checkpoint waits for the grace period, or (wrongly) returns without waiting
+            Waits.await("the checkpoint to wait for the write or return", () -> checkpointDone.get() != 0
+                    || java.util.Arrays.stream(checkpoint.getStackTrace())
+                            .anyMatch(f -> f.getClassName().equals(Grace.class.getName()) && f.getMethodName().equals("await")));
+            assertThat(checkpointDone.get()).as("checkpoint returned while the write it froze was in flight").isZero();
+            release.countDown();
+            Waits.join("writer", writer);
+            Waits.join("checkpoint", checkpoint);
+            assertThat(failed.get()).isNull();
+            assertThat(writeDone.get()).as("order of the write's completion and the checkpoint's return")
+                    .isLessThan(checkpointDone.get());
+            assertThat(d.bitmaps.find(frozen.get()).dirty(5)).isTrue();
+            assertThat(d.bitmaps.find("b").dirty(5)).isFalse();
         }
     }
 }
