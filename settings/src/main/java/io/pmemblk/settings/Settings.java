@@ -8,6 +8,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -296,6 +297,67 @@ public final class Settings {
     public static final Key<Boolean> NVME_DIGESTS = Key.of("nvme.digests", "true", "true or false",
             "Whether a host may turn on the CRC32C header and data digests (nvme connect -g -G); false answers"
                     + " ICReq with them off.", Settings::bool);
+    // Dirty bitmaps (changed-block tracking for incremental backup; docs/bitmaps.md).
+    public static final Key<Path> BITMAP_DIR = Key.of("bitmap.dir", "off",
+            "off, auto, or a directory path (created if missing)",
+            "Where the dirty bitmaps live, with the control socket `pmemblk bitmap` talks to (control.sock); off:"
+                    + " no tracking. auto: FILE.bitmaps beside pmem.path (for device DAX, daxX.Y.bitmaps in pmemblk's"
+                    + " state directory). Checked as pmem.path's directories are.",
+            t -> t.trim().equalsIgnoreCase("off") ? null : t.trim().equalsIgnoreCase("auto") ? Settings.AUTO_PATH : path(t));
+    public static final Key<List<String>> BITMAP_NAMES = Key.of("bitmap.names", "",
+            "names separated by commas, each 1 to 64 of A-Z a-z 0-9 _ -; or empty",
+            "Bitmaps that exist from start (created clean when missing; needs bitmap.dir). More are added while"
+                    + " serving with `pmemblk bitmap add NAME`; every bitmap stays until removed.",
+            Settings::bitmapNames);
+    public static final Key<Long> BITMAP_GRANULARITY = Key.of("bitmap.granularity", "64K",
+            "a power of two from 512 to 1G (suffixes K, M, G)",
+            "Bytes each bit of a bitmap made from bitmap.names covers (QEMU's default: 64K). An existing bitmap of"
+                    + " another granularity is refused at start.", t -> {
+                long v = Sizes.parse(t);
+                if (v < 512 || v > 1L << 30 || Long.bitCount(v) != 1) {
+                    throw new IllegalArgumentException();
+                }
+                return v;
+            });
+    /** bitmap.dir=auto before it is resolved against pmem.path ({@link #bitmapDir}). */
+    private static final Path AUTO_PATH = Path.of("auto");
+
+    private static List<String> bitmapNames(String t) {
+        List<String> names = new ArrayList<>();
+        for (String n : t.split(",")) {
+            n = n.trim();
+            if (n.isEmpty()) {
+                continue;
+            }
+            if (!n.matches("[A-Za-z0-9_-]{1,64}") || names.contains(n)) {
+                throw new IllegalArgumentException();
+            }
+            names.add(n);
+        }
+        return List.copyOf(names);
+    }
+
+    /**
+     * The bitmap directory, null when bitmap.dir=off: auto is FILE.bitmaps beside pmem.path, or NODE.bitmaps in
+     * {@code stateDirectory} for a device-DAX node. bitmap.names without a directory is refused.
+     */
+    public Path bitmapDir(Path stateDirectory) {
+        Path dir = get(BITMAP_DIR);
+        if (dir == null) {
+            if (!get(BITMAP_NAMES).isEmpty()) {
+                throw new IllegalArgumentException("bitmap.names=" + text(BITMAP_NAMES) + " needs a place for the"
+                        + " bitmaps; allowed: bitmap.dir=auto (beside pmem.path) or a directory");
+            }
+            return null;
+        }
+        if (!dir.equals(AUTO_PATH)) {
+            return dir;
+        }
+        Path image = get(PMEM_PATH);
+        String name = image.getFileName() + ".bitmaps";
+        return image.toString().startsWith("/dev/") ? stateDirectory.resolve(name) : image.resolveSibling(name);
+    }
+
     public static final Key<LogLevel> LOG_LEVEL = Key.of("log.level", "info", "error, warning, info, debug or trace",
             "Least severe log records written to stderr (the journal, under systemd); debug adds one line per"
                     + " connection's negotiated options.", t -> choice(t, LogLevel.class));
@@ -321,7 +383,8 @@ public final class Settings {
                 DMA_RING_SIZE, ROUTE_DMA_MIN_BYTES, ROUTE_DMA_MIN_SEGMENTS, ROUTE_DMA_BOUNCE,
                 UBLK_ENABLED, UBLK_ID, UBLK_QUEUES, UBLK_DEPTH, UBLK_BLOCK_SIZE, UBLK_RECOVERY, METRICS_PORT,
                 VHOST_SOCKET, VHOST_SOCKET_GROUP, VHOST_QUEUES, VHOST_QUEUE_SIZE, VHOST_BUSY_POLL, VHOST_COALESCE, NVME_LISTEN, NVME_SUBSYSTEM_NQN,
-                NVME_ALLOWED_HOSTS, NVME_QUEUES, NVME_QUEUE_DEPTH, NVME_IN_CAPSULE_BYTES, NVME_DIGESTS, LOG_LEVEL)) {
+                NVME_ALLOWED_HOSTS, NVME_QUEUES, NVME_QUEUE_DEPTH, NVME_IN_CAPSULE_BYTES, NVME_DIGESTS,
+                BITMAP_DIR, BITMAP_NAMES, BITMAP_GRANULARITY, LOG_LEVEL)) {
             m.put(k.name(), k);
         }
         KEYS = Collections.unmodifiableMap(m);

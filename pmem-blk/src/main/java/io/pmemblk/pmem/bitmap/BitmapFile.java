@@ -150,6 +150,17 @@ public final class BitmapFile implements AutoCloseable {
         return limit;
     }
 
+    /** Whether the block holding byte {@code offset} of the device is dirty. */
+    public boolean dirtyAt(long offset) {
+        return dirty(offset >>> shift);
+    }
+
+    /** The first byte from {@code offset} on (at most {@code limit}) whose block's state differs from {@code offset}'s. */
+    public long runEndAt(long offset, long limit) {
+        long end = runEnd(offset >>> shift, ((limit - 1) >>> shift) + 1);
+        return Math.min(limit, end << shift);
+    }
+
     /** Blocks of the device, the last one possibly short. */
     public long blocks() {
         return blocks;

@@ -45,6 +45,8 @@ public final class DirtyBitmaps implements AutoCloseable {
     private volatile BitmapFile[] marking = new BitmapFile[0];
     private final Map<String, BitmapFile> active = new LinkedHashMap<>();
     private final Map<String, BitmapFile> frozen = new LinkedHashMap<>();
+    /** Every bitmap by name, for readers (NBD block status): replaced whole at each change, read without a lock. */
+    private volatile Map<String, BitmapFile> byName = Map.of();
     /** Set once a bit could not be made durable; from then on every marked write fails (EIO), as the region does. */
     private volatile String failure;
 
@@ -160,6 +162,7 @@ public final class DirtyBitmaps implements AutoCloseable {
             publish();
             grace.await();
         }
+        publish();
         f.close();
         dir.remove(name + ACTIVE);
         dir.sync();
@@ -185,6 +188,7 @@ public final class DirtyBitmaps implements AutoCloseable {
         dir.rename(name + NEXT, name + ACTIVE);
         dir.sync();
         frozen.put(frozenName, old);
+        publish();
         return frozenName;
     }
 
@@ -206,12 +210,15 @@ public final class DirtyBitmaps implements AutoCloseable {
     }
 
     private String unknown(String name) {
-        return "no bitmap named '" + name + "'; there are " + (active.isEmpty() && frozen.isEmpty() ? "none"
-                : String.join(", ", names()));
+        return "no bitmap named '" + name + "'; there are " + (byName.isEmpty() ? "none" : String.join(", ", names()));
     }
 
+    /** Hands the markers the active set and the readers every name; called after each change. */
     private void publish() {
         marking = active.values().toArray(new BitmapFile[0]);
+        Map<String, BitmapFile> all = new LinkedHashMap<>(active);
+        all.putAll(frozen);
+        byName = java.util.Collections.unmodifiableMap(all);
     }
 
     /** Every bitmap, active then frozen. */
@@ -227,16 +234,16 @@ public final class DirtyBitmaps implements AutoCloseable {
     }
 
     /** Names of every bitmap, active then frozen. */
-    public synchronized List<String> names() {
-        List<String> l = new ArrayList<>(active.keySet());
-        l.addAll(frozen.keySet());
-        return l;
+    public List<String> names() {
+        return List.copyOf(byName.keySet());
     }
 
-    /** The bitmap named {@code name} (active or frozen), or null: for reading its bits. */
-    public synchronized BitmapFile find(String name) {
-        BitmapFile f = active.get(name);
-        return f != null ? f : frozen.get(name);
+    /**
+     * The bitmap named {@code name} (active or frozen), or null: for reading its bits, without a lock. One removed
+     * meanwhile is unmapped: reading it then throws IllegalStateException.
+     */
+    public BitmapFile find(String name) {
+        return byName.get(name);
     }
 
     /** Whether an op changes data, so its blocks are dirty. */
@@ -357,6 +364,7 @@ public final class DirtyBitmaps implements AutoCloseable {
         active.clear();
         frozen.clear();
         marking = new BitmapFile[0];
+        byName = Map.of();
         for (BitmapFile f : all) {
             try {
                 f.close();
