@@ -89,8 +89,8 @@ class BitmapServeIT {
         ok(List.of("qemu-img", "create", "-q", "-f", "qcow2", qcow2.toString(), "64M"));
         ok(List.of("qemu-img", "bitmap", "--add", qcow2.toString(), "b"));
         Path pid = dir.resolve("qemu-nbd.pid");
-        // --fork: the command returns once the server listens
-        ok(List.of("qemu-nbd", "--fork", "--pid-file=" + pid, "-f", "qcow2", "-t", "-B", "b", "-k", qsock.toString(),
+        // --fork: the command returns once the server listens; --discard=unmap: qemu-nbd ignores TRIM by default
+        ok(List.of("qemu-nbd", "--fork", "--pid-file=" + pid, "--discard=unmap", "-f", "qcow2", "-t", "-B", "b", "-k", qsock.toString(),
                 "-x", "pmem0", qcow2.toString()));
         try (ServerProcess s = serve("bitmap.names=b")) {
             String quri = "nbd+unix:///pmem0?socket=" + qsock;
