@@ -355,7 +355,7 @@ public final class Settings {
         }
         Path image = get(PMEM_PATH);
         String name = image.getFileName() + ".bitmaps";
-        return image.toString().startsWith("/dev/") ? stateDirectory.resolve(name) : image.resolveSibling(name);
+        return image.toString().startsWith("/dev/dax") ? stateDirectory.resolve(name) : image.resolveSibling(name);
     }
 
     public static final Key<LogLevel> LOG_LEVEL = Key.of("log.level", "info", "error, warning, info, debug or trace",
