@@ -71,9 +71,9 @@ final class BitmapControl implements AutoCloseable {
 
     private void serve(SocketChannel c) {
         try (c) {
-            String line = readLine(c);
             String reply;
             try {
+                String line = readLine(c);
                 reply = "ok\n" + execute(line == null ? "" : line);
             } catch (IllegalArgumentException | IOException e) {
                 reply = "error: " + e.getMessage() + "\n";
@@ -101,7 +101,8 @@ final class BitmapControl implements AutoCloseable {
             }
         }
         if (!b.hasRemaining()) {
-            throw new IOException("request longer than " + MAX_LINE + " bytes");
+            throw new IllegalArgumentException("a request longer than " + MAX_LINE + " bytes; allowed: one line of"
+                    + " at most " + MAX_LINE + " bytes");
         }
         return b.position() == 0 ? null : new String(b.array(), 0, b.position(), StandardCharsets.UTF_8);
     }
