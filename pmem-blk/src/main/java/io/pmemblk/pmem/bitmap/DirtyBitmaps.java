@@ -146,7 +146,14 @@ public final class DirtyBitmaps implements AutoCloseable {
         if (active.containsKey(name)) {
             throw new IllegalArgumentException("bitmap '" + name + "' exists already");
         }
-        active.put(name, dir.create(name + ACTIVE, new BitmapHeader(deviceSize, granularity, 1)));
+        // after the generations of NAME's frozen bitmaps still kept, so that its next checkpoint's name is new
+        long generation = 1;
+        for (String f : frozen.keySet()) {
+            if (f.startsWith(name + FROZEN_MARK)) {
+                generation = Math.max(generation, Long.parseLong(f.substring(name.length() + 1)) + 1);
+            }
+        }
+        active.put(name, dir.create(name + ACTIVE, new BitmapHeader(deviceSize, granularity, generation)));
         publish();
         grace.await(); // a write still in flight that did not mark it has completed: a backup after this sees it
     }

@@ -97,7 +97,12 @@ class DirtyBitmapsTest {
             assertThatThrownBy(() -> d.bitmaps.checkpoint("b@1")).hasMessageContaining("is frozen");
             d.bitmaps.clear("b");
             assertThat(dirty(d.bitmaps.find("b"))).isEmpty();
+            d.bitmaps.remove("b");
+            d.bitmaps.add("b", G);
+            assertThat(d.bitmaps.checkpoint("b")).as("a new b never freezes over the kept b@1").isEqualTo("b@2");
+            assertThat(dirty(d.bitmaps.find("b@1"))).containsExactly(1L);
             d.bitmaps.remove("b@1");
+            d.bitmaps.remove("b@2");
             assertThat(d.bitmaps.names()).containsExactly("b");
         }
         try (TrackedDevice d = TrackedDevice.open(dir, SIZE, G, List.of(), 1)) {
