@@ -51,7 +51,7 @@ class BitmapControlTest {
             assertThat(ask(control.path(), "add\n")).isEqualTo("error: add with 0 arguments; usage: add NAME [GRANULARITY]\n");
             assertThat(ask(control.path(), "frobnicate x\n")).isEqualTo("error: unknown request 'frobnicate'; allowed:"
                     + " add, remove, clear, checkpoint, list\n");
-            assertThat(ask(control.path(), "x".repeat(5000))).as("an endless line is not a request")
+            assertThat(ask(control.path(), "x".repeat(BitmapControl.MAX_LINE + 1))).as("a line past the limit is not a request")
                     .isEqualTo("error: a request longer than 1024 bytes; allowed: one line of at most 1024 bytes\n");
             assertThat(ask(control.path(), "remove b@1\n")).isEqualTo("ok\n");
             assertThat(bitmaps.names()).containsExactly("b", "c");
