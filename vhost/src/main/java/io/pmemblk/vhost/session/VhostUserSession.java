@@ -12,7 +12,9 @@ import io.pmemblk.vhost.VhostUserBlkConfig;
 import io.pmemblk.vhost.WriteCacheMode;
 import io.pmemblk.vhost.blk.BlkDevice;
 import io.pmemblk.vhost.blk.RingPolling;
+import io.pmemblk.vhost.blk.QueueWiring;
 import io.pmemblk.vhost.blk.VhostBlkQueue;
+import io.pmemblk.vhost.blk.VringAddress;
 import io.pmemblk.vhost.blk.VirtioBlk;
 import io.pmemblk.vhost.blk.VirtioBlkConfig;
 import io.pmemblk.vhost.memory.GuestMemory;
@@ -690,8 +692,8 @@ public final class VhostUserSession implements Runnable {
         FrontendQueue submit = new FrontendQueue(layer.queue(index % layer.queueCount()));
         VhostBlkQueue q;
         try {
-            q = new VhostBlkQueue(index, v.num, v.desc, v.avail, v.used, v.base, features, v.kick, v.call, submit,
-                    this::memory, inflightSlice, device, polling);
+            q = new VhostBlkQueue(new VringAddress(index, v.num, v.desc, v.avail, v.used, v.base),
+                    new QueueWiring(features, v.kick, v.call, submit, this::memory, inflightSlice, device, polling));
         } catch (IllegalArgumentException | IllegalStateException e) {
             throw new Refusal("vring " + index + " cannot start: " + e.getMessage()); // rings, or the inflight state
         }
