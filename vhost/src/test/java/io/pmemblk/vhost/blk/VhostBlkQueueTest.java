@@ -84,9 +84,11 @@ class VhostBlkQueueTest {
             call = EventFd.create(true);
             queue = polling == null
                     ? new VhostBlkQueue(new VringAddress(index, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
-                            new QueueWiring(features, kick, call, new FrontendQueue(layer.queue(index)), ram::memory, null, device))
+                            new QueueWiring(features, kick, call, new FrontendQueue(layer.queue(index)), ram::memory, null,
+                                    device))
                     : new VhostBlkQueue(new VringAddress(index, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
-                            new QueueWiring(features, kick, call, new FrontendQueue(layer.queue(index)), ram::memory, null, device, polling));
+                            new QueueWiring(features, kick, call, new FrontendQueue(layer.queue(index)), ram::memory, null,
+                                    device, polling));
             if (start) {
                 queue.start();
             }
