@@ -52,9 +52,9 @@ class GuestRamFaultTest {
         try {
             GuestRam ram = new GuestRam(null, SharedMemory.map(fd, 0, bytes, arena), 0, 4 * MIB);
             GuestDriver ring = new GuestDriver(ram, 16, 0x10000);
-            queue = new VhostBlkQueue(0, 16, ring.descUser(), ring.availUser(), ring.usedUser(), 0,
-                    VirtioFeatures.bit(VirtioFeatures.VERSION_1), kick, call, new FrontendQueue(layer.queue(0)),
-                    ram::memory, null, BlkDevice.of(16 * MIB, false, true, true, "pmem0"));
+            queue = new VhostBlkQueue(new VringAddress(0, 16, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
+                    new QueueWiring(VirtioFeatures.bit(VirtioFeatures.VERSION_1), kick, call, new FrontendQueue(layer.queue(0)),
+                            ram::memory, null, BlkDevice.of(16 * MIB, false, true, true, "pmem0")));
             queue.start();
             BlkGuest guest = new BlkGuest(ring, MIB, 2 * MIB);
             Libc.ftruncate(fd, GuestRam.GUARD + 2 * MIB); // guest RAM from gpa 2 MiB on is gone

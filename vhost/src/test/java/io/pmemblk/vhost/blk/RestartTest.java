@@ -61,8 +61,8 @@ class RestartTest {
             BlkGuest guest = new BlkGuest(ring, MIB, 8 * MIB);
             BlkDevice device = BlkDevice.of(16 * MIB, false, true, true, "restart");
             dead.hold();
-            VhostBlkQueue first = new VhostBlkQueue(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0,
-                    FEATURES, kick, call, new FrontendQueue(deadLayer.queue(0)), deadRam::memory, inflight, device);
+            VhostBlkQueue first = new VhostBlkQueue(new VringAddress(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
+                    new QueueWiring(FEATURES, kick, call, new FrontendQueue(deadLayer.queue(0)), deadRam::memory, inflight, device));
             first.start();
             assertThat(inflight.get(ValueLayout.JAVA_SHORT_UNALIGNED, 10)).as("desc_num, written at the first start")
                     .isEqualTo((short) N);
@@ -90,8 +90,8 @@ class RestartTest {
 
             // QEMU reconnects: GET_VRING_BASE failed, so last_avail_idx = used.idx; the inflight region is handed over.
             GuestRam nextRam = new GuestRam(nextArena, map(fd, bytes, nextArena), false, LAYOUT);
-            second = new VhostBlkQueue(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), ring.usedIdx(),
-                    FEATURES, kick, call, new FrontendQueue(nextLayer.queue(0)), nextRam::memory, inflight, device);
+            second = new VhostBlkQueue(new VringAddress(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), ring.usedIdx()),
+                    new QueueWiring(FEATURES, kick, call, new FrontendQueue(nextLayer.queue(0)), nextRam::memory, inflight, device));
             assertThat(second.lastAvail()).as("used.idx 0 + 6 in flight").isEqualTo(6);
             second.start(); // no kick: what was in flight is resubmitted at once
             Map<Integer, Integer> answered = new HashMap<>();

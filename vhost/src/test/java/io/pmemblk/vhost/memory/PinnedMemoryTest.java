@@ -1,4 +1,4 @@
-package io.pmemblk.vhost.session;
+package io.pmemblk.vhost.memory;
 
 import org.junit.jupiter.api.Test;
 

@@ -1,4 +1,4 @@
-package io.pmemblk.vhost.session;
+package io.pmemblk.vhost.memory;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -12,17 +12,17 @@ import java.util.List;
  * goes quiet ({@link #unpin}), the releases run, on the thread that completed its last request. Releases that
  * are not held up run at once, on the caller's thread.
  */
-final class PinnedMemory {
+public final class PinnedMemory {
     private int pins;
     private final List<Runnable> held = new ArrayList<>();
 
     /** A ring was detached with requests in flight: nothing is released until its {@link #unpin}. */
-    synchronized void pin() {
+    public synchronized void pin() {
         pins++;
     }
 
     /** That ring is quiet (any thread): the last unpin runs the releases held up. */
-    void unpin() {
+    public void unpin() {
         List<Runnable> run;
         synchronized (this) {
             if (pins == 0) {
@@ -38,7 +38,7 @@ final class PinnedMemory {
     }
 
     /** Runs {@code release} now when no ring pins memory, else when the last one is quiet. */
-    void release(Runnable release) {
+    public void release(Runnable release) {
         synchronized (this) {
             if (pins > 0) {
                 held.add(release);
