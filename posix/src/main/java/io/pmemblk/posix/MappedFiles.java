@@ -95,7 +95,7 @@ public final class MappedFiles {
 
     private static int reopen(int fd) throws NativeException {
         try {
-            return Libc.open("/proc/self/fd/" + fd, Libc.O_RDWR, 0);
+            return FileCalls.open("/proc/self/fd/" + fd, FileCalls.O_RDWR, 0);
         } catch (NativeException e) {
             return Libc.dupCloexec(fd);
         }

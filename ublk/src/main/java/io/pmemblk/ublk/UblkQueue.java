@@ -3,6 +3,7 @@ package io.pmemblk.ublk;
 import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.posix.FileIo;
 import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.Mman;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.uring.CompletionHandler;
 import io.pmemblk.uring.IoUring;
@@ -162,7 +163,7 @@ final class UblkQueue implements Runnable, CompletionHandler {
             ring.registerFiles(ublkcFd);
             long bytes = (depth * (long) IO_DESC_SIZE + 4095) & ~4095L;
             // Read-only (the kernel refuses PROT_WRITE), at the queue's fixed stride whatever the depth.
-            descriptors = Libc.map(ublkcFd, bytes, Libc.PROT_READ, Libc.MAP_SHARED | Libc.MAP_POPULATE,
+            descriptors = Mman.map(ublkcFd, bytes, Mman.PROT_READ, Mman.MAP_SHARED | Mman.MAP_POPULATE,
                     q * IO_DESC_QUEUE_STRIDE, mappings);
             eventValue = mappings.allocate(JAVA_LONG);
             event = new FdGuard(FileIo.eventfd(0, 0));

@@ -17,6 +17,7 @@ import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.pmem.Routing;
 import io.pmemblk.posix.FileIo;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.queueing.Route;
 import org.junit.jupiter.api.AfterEach;
@@ -83,7 +84,7 @@ class TagRequestsTest {
         driver = new PmemBlockDriver(rec.region(), new CopyStats(), engine, routing);
         layer = new BlockLayer(driver, 1, depth, 32 << 20, MAX_IO);
         frontend = new FrontendQueue(layer.queue(0));
-        fd = Libc.open(dir.resolve("ublkc").toString(), Libc.O_CREAT | openFlags, 0600);
+        fd = FileCalls.open(dir.resolve("ublkc").toString(), FileCalls.O_CREAT | openFlags, 0600);
         ublkc = new FdGuard(fd);
         requests = new TagRequests(0, ublkc, frontend, MAX_IO, MAX_DISCARD, (tag, res) -> {
             long[] g = given.get(tag);
@@ -165,7 +166,7 @@ class TagRequestsTest {
     @ParameterizedTest(name = "{0}")
     @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
     void kernelCopiedWritesAreDurableBeforeTheirFuaAckAndTheFlush(PmemRegion.Mapper mapper) throws Exception {
-        open(mapper, null, Routing.CPU_ONLY, Libc.O_RDWR);
+        open(mapper, null, Routing.CPU_ONLY, FileCalls.O_RDWR);
         Random rnd = new Random(7);
         int writes = 24;
         byte[][] data = new byte[writes][];
@@ -195,7 +196,7 @@ class TagRequestsTest {
 
     @Test
     void readsArePwrittenFromTheMappingAndRangeOpsCommitZero() throws Exception {
-        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_RDWR);
+        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, FileCalls.O_RDWR);
         byte[] data = kernelHasWrite(1, 65536, 42);
         serve(1, UBLK_IO_OP_WRITE, false, 8192, 65536);
         frontend.dispatch();
@@ -216,7 +217,7 @@ class TagRequestsTest {
 
     @Test
     void dmaRouteCopiesThroughTheRegisteredBuffersAndReportsFromTheChannelThread() throws Exception {
-        open(PmemRegion.Mapper.JAVA, DmaEngine.soft(new IovaSpace(), 1, 64, 16), new Routing(65536, Integer.MAX_VALUE, true), Libc.O_RDWR);
+        open(PmemRegion.Mapper.JAVA, DmaEngine.soft(new IovaSpace(), 1, 64, 16), new Routing(65536, Integer.MAX_VALUE, true), FileCalls.O_RDWR);
         byte[] data = kernelHasWrite(6, 512 << 10, 9);
         serve(6, UBLK_IO_OP_WRITE, true, 1 << 20, 512 << 10);
         frontend.dispatch();
@@ -233,7 +234,7 @@ class TagRequestsTest {
 
     @Test
     void requestsTheDeviceCannotServeAreAnsweredOnceWithAnErrno() throws Exception {
-        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_RDWR);
+        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, FileCalls.O_RDWR);
         serve(0, 10, false, 0, 4096); // a zone operation: not a zoned device
         assertThat(await(0)).isEqualTo(-EOPNOTSUPP);
         serve(1, UBLK_IO_OP_READ, false, 0, MAX_IO + 4096L);
@@ -250,7 +251,7 @@ class TagRequestsTest {
 
     @Test
     void sectorsOutsideTheDeviceOrItsLimitsAreRefusedBeforeTheShiftAndTouchNothing() throws Exception {
-        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_RDWR);
+        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, FileCalls.O_RDWR);
         byte[] a = kernelHasWrite(1, 8192, 11);
         serve(1, UBLK_IO_OP_WRITE, false, 0, 8192);
         frontend.dispatch();
@@ -305,7 +306,7 @@ class TagRequestsTest {
 
     @Test
     void aFailedCopyFromTheKernelAnswersTheErrnoAndLeavesNoTagBehind() throws Exception {
-        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_WRONLY);
+        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, FileCalls.O_WRONLY);
         serve(3, UBLK_IO_OP_WRITE, true, 0, 4096); // pread on a write-only fd: EBADF
         assertThat(await(3)).isEqualTo(-EBADF);
         assertThat(doneCalls.get()).isEqualTo(1);
@@ -315,7 +316,7 @@ class TagRequestsTest {
 
     @Test
     void aReadWhoseHandBackThrowsIsCommittedWithEio() throws Exception {
-        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_RDWR);
+        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, FileCalls.O_RDWR);
         kernelHasWrite(1, 8192, 3);
         serve(1, UBLK_IO_OP_WRITE, false, 0, 8192);
         serve(2, UBLK_IO_OP_READ, false, 0, 8192);
@@ -339,7 +340,7 @@ class TagRequestsTest {
         DmaEngine engine = DmaEngine.soft(new IovaSpace(), 1, 64, 16);
         AtomicInteger oomsLeft = new AtomicInteger(2);
         engine.interpose(c -> new OomChannel(c, oomsLeft));
-        open(PmemRegion.Mapper.JAVA, engine, new Routing(65536, Integer.MAX_VALUE, true), Libc.O_RDWR, 2);
+        open(PmemRegion.Mapper.JAVA, engine, new Routing(65536, Integer.MAX_VALUE, true), FileCalls.O_RDWR, 2);
         byte[] a = kernelHasWrite(0, 256 << 10, 1);
         serve(0, UBLK_IO_OP_WRITE, false, 0, 256 << 10);
         requests.dispatch(); // the queue thread's dispatch before it waits on its ring
@@ -365,7 +366,7 @@ class TagRequestsTest {
         MemoryBlockDriver memory = new MemoryBlockDriver(SIZE);
         layer = new BlockLayer(memory, 1, 8, 8 << 20, MAX_IO);
         frontend = new FrontendQueue(layer.queue(0));
-        fd = Libc.open(dir.resolve("ublkc").toString(), Libc.O_CREAT | Libc.O_RDWR, 0600);
+        fd = FileCalls.open(dir.resolve("ublkc").toString(), FileCalls.O_CREAT | FileCalls.O_RDWR, 0600);
         ublkc = new FdGuard(fd);
         requests = new TagRequests(0, ublkc, frontend, MAX_IO, MAX_DISCARD, (tag, res) -> {
             doneCalls.incrementAndGet();
@@ -380,7 +381,7 @@ class TagRequestsTest {
             assertThat(ublkc.retire(1_000)).as("no writer inside").isTrue();
             Libc.close(fd);
             Path victim = dir.resolve("victim");
-            int reused = Libc.open(victim.toString(), Libc.O_CREAT | Libc.O_RDWR, 0600);
+            int reused = FileCalls.open(victim.toString(), FileCalls.O_CREAT | FileCalls.O_RDWR, 0600);
             fd = reused;
             assertThat(reused).as("the next open gets the closed number").isEqualTo(ublkc.fd());
             memory.releaseHeld();
