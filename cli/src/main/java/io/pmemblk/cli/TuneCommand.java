@@ -17,6 +17,7 @@ import io.pmemblk.tuning.PropertiesEditor;
 import io.pmemblk.tuning.SegmentCopyProbe;
 import io.pmemblk.tuning.SegmentThreshold;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 import java.io.IOException;
@@ -42,11 +43,9 @@ import java.util.concurrent.Callable;
                 + " buffers and the mapping in process (the path of a vhost-user request), not the kernel's copies of"
                 + " served NBD/ublk requests, which stay on the CPU unless route.dma.bounce=true.")
 final class TuneCommand implements Callable<Integer> {
-    @Option(names = "--config", paramLabel = "FILE", description = "Properties file to read (and to update with --write).")
-    Path config;
-
-    @Option(names = "--set", paramLabel = "KEY=VALUE", description = "Override one setting for this run.")
-    List<String> overrides = new ArrayList<>();
+    /** --config is also the file --write updates. */
+    @Mixin
+    SettingsOptions settingsOptions;
 
     @Option(names = "--write", description = "Write the measured route.dma.min-bytes and route.dma.min-segments into"
             + " --config FILE (other lines kept).")
@@ -86,7 +85,7 @@ final class TuneCommand implements Callable<Integer> {
         long scratch;
         long[] sizes;
         {
-            if (write && config == null) {
+            if (write && settingsOptions.config == null) {
                 throw new SettingsException("--write needs --config FILE: the file to put route.dma.min-bytes and"
                         + " route.dma.min-segments in");
             }
@@ -107,7 +106,7 @@ final class TuneCommand implements Callable<Integer> {
                 checkChartPath(chart);
             }
             sizes = sizes(sizeTexts);
-            s = Settings.load(config, overrides);
+            s = settingsOptions.load();
             if (s.get(Keys.DMA_ENGINE) == Keys.DmaEngineKind.NONE) {
                 throw new SettingsException("dma.engine: 'none' leaves nothing to tune (every copy goes by CPU);"
                         + " allowed: soft (set dma.engine=soft in the file or with --set)");
@@ -117,7 +116,7 @@ final class TuneCommand implements Callable<Integer> {
         Files.createDirectories(dir);
         Path scratchFile = Files.createTempFile(dir, ".pmemblk-tune", ".img");
         Files.delete(scratchFile);
-        List<String> scratchSettings = new ArrayList<>(overrides);
+        List<String> scratchSettings = new ArrayList<>(settingsOptions.overrides);
         scratchSettings.add("pmem.path=" + scratchFile);
         scratchSettings.add("pmem.size=" + scratch);
         // The seam gives each job a fair share of its queue (ceil(depth / (users + 1)) tags and chunks): deep enough
@@ -134,7 +133,7 @@ final class TuneCommand implements Callable<Integer> {
         String segmentsNotMeasured = options.segmentSize() == 0 ? "no swept size is two pool chunks (256K) or more"
                 : s.get(Keys.DMA_ENGINE) != Keys.DmaEngineKind.SOFT ? "the " + s.text(Keys.DMA_ENGINE)
                         + " engine's channels belong to the device's driver; measured on the soft engine only" : null;
-        try (Device device = Device.open(Settings.load(config, scratchSettings));
+        try (Device device = Device.open(Settings.load(settingsOptions.config, scratchSettings));
              SegmentCopyProbe segments = segmentsNotMeasured != null ? null : new SegmentCopyProbe(device.region(),
                      DmaEngine.soft(new IovaSpace(), 1, s.get(Keys.DMA_RING_SIZE)), (int) options.segmentSize())) {
             pmem = device.region().isPmem();
@@ -183,14 +182,14 @@ final class TuneCommand implements Callable<Integer> {
                     + ", " + s.text(Keys.DMA_ENGINE) + " engine, sizes " + Sizes.format(sizes[0]) + ".."
                     + Sizes.format(sizes[sizes.length - 1]) + ", 1x1 and " + jobs + "x" + depth
                     + ", median of " + repeats + (r.noisy() ? ", noisy" : "") + "; measured " + LoadProbe.MEASURED + ")";
-            PropertiesEditor.set(config, Keys.ROUTE_DMA_MIN_BYTES.name(), value, how);
-            System.out.println("wrote route.dma.min-bytes=" + value + " to " + config);
+            PropertiesEditor.set(settingsOptions.config, Keys.ROUTE_DMA_MIN_BYTES.name(), value, how);
+            System.out.println("wrote route.dma.min-bytes=" + value + " to " + settingsOptions.config);
             if (seg != null) {
-                PropertiesEditor.set(config, Keys.ROUTE_DMA_MIN_SEGMENTS.name(), seg.value(), how + ", "
+                PropertiesEditor.set(settingsOptions.config, Keys.ROUTE_DMA_MIN_SEGMENTS.name(), seg.value(), how + ", "
                         + Sizes.format(seg.size()) + " in " + seg.segments() + " segments and in one");
-                System.out.println("wrote route.dma.min-segments=" + seg.value() + " to " + config);
+                System.out.println("wrote route.dma.min-segments=" + seg.value() + " to " + settingsOptions.config);
             }
-            System.out.println(reloadHint(config));
+            System.out.println(reloadHint(settingsOptions.config));
         }
         if (chart != null) {
             String about = String.format(Locale.ROOT, "%s engine, scratch is_pmem=%b, objective %s, median of %d, %s",
