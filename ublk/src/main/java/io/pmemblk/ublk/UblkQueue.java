@@ -161,10 +161,10 @@ final class UblkQueue implements Runnable, CompletionHandler {
             sq = ring.sq();
             sqes = sq.sqes();
             ring.registerFiles(ublkcFd);
-            long bytes = (depth * (long) IO_DESC_SIZE + 4095) & ~4095L;
+            long page = Libc.pageSize();
             // Read-only (the kernel refuses PROT_WRITE), at the queue's fixed stride whatever the depth.
-            descriptors = Mman.map(ublkcFd, bytes, Mman.PROT_READ, Mman.MAP_SHARED | Mman.MAP_POPULATE,
-                    q * IO_DESC_QUEUE_STRIDE, mappings);
+            descriptors = Mman.map(ublkcFd, descriptorBytes(depth, page), Mman.PROT_READ,
+                    Mman.MAP_SHARED | Mman.MAP_POPULATE, descriptorOffset(q, page), mappings);
             eventValue = mappings.allocate(JAVA_LONG);
             event = new FdGuard(FileIo.eventfd(0, 0));
             armEvent();
