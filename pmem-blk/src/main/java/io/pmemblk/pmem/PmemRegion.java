@@ -276,6 +276,9 @@ public final class PmemRegion implements AutoCloseable {
      * libpmem maps by path; given {@code /proc/self/fd/N} it opens the file this process holds, not whatever the
      * name leads to now. Length 0 and no flags: the whole file (sized above) or device-DAX node.
      */
+    // reinterpret is restricted: safe here, as both keep the length libpmem mapped, and the arena's cleanup is the
+    // only unmap.
+    @SuppressWarnings("restricted")
     private static PmemRegion mapWithLibpmem(TrustedFile file, Libpmem lib, UnaryOperator<Persistence> wrap)
             throws IOException {
         Path path = file.path();
