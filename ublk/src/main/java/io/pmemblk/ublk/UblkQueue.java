@@ -30,7 +30,7 @@ import static java.lang.foreign.ValueLayout.JAVA_SHORT;
  * fetch completes with -ENODEV, and the thread exits when none is left.
  *
  * <p>What a request becomes, and how its data moves (one copy, the kernel's, with UBLK_F_USER_COPY), is
- * {@link TagRequests}'; this class is the ring, the descriptors and the threads.
+ * {@link UblkRequests}'; this class is the ring, the descriptors and the threads.
  *
  * <h2>Completions from other threads</h2>
  * CPU-route requests complete inside {@link FrontendQueue#dispatch}, on this thread. DMA-route ones complete on
@@ -56,7 +56,7 @@ final class UblkQueue implements Runnable, CompletionHandler {
     /** This queue's writers' view of {@code /dev/ublkcN}: retired before the device closes the number. */
     private final FdGuard ublkc;
     private final FrontendQueue frontend;
-    private final TagRequests requestsOf;
+    private final UblkRequests requestsOf;
     private final String name;
     private final CompletableFuture<Void> fetched = new CompletableFuture<>();
     private final Thread thread;
@@ -93,7 +93,7 @@ final class UblkQueue implements Runnable, CompletionHandler {
         this.ublkc = new FdGuard(ublkcFd);
         this.frontend = frontend;
         this.name = "ublk" + deviceId + "-q" + q;
-        this.requestsOf = new TagRequests(q, ublkc, frontend, maxIoBytes, maxDiscardBytes, this::finish, name);
+        this.requestsOf = new UblkRequests(q, ublkc, frontend, maxIoBytes, maxDiscardBytes, this::finish, name);
         this.result = new int[depth];
         this.local = new int[depth];
         this.remoteNext = new int[depth];

@@ -43,14 +43,14 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /**
- * The ublk data path without the kernel's ublk driver: {@link TagRequests} against a sparse file standing in for
+ * The ublk data path without the kernel's ublk driver: {@link UblkRequests} against a sparse file standing in for
  * {@code /dev/ublkcN}. The user-copy positions are plain file offsets there (from 2 GiB up), so its pread/pwrite
  * are the same system calls copying the same way: a WRITE's payload is copied by the kernel straight into the
  * pmem mapping, a READ's straight out of it. The driver is the real pmem driver over a region whose persistence
  * steps are recorded, so "a FUA write or a FLUSH is acknowledged only when durable" is checked on the path the
  * kernel's copies take. (The ring and the URING_CMDs are exercised in the guest: scripts/vm-test ublk*.)
  */
-class TagRequestsTest {
+class UblkRequestsTest {
     static final long SIZE = 32L << 20;
     static final int MAX_IO = 1 << 20;
     static final int MAX_DISCARD = 4 << 20;
@@ -62,7 +62,7 @@ class TagRequestsTest {
     PmemBlockDriver driver;
     BlockLayer layer;
     FrontendQueue frontend;
-    TagRequests requests;
+    UblkRequests requests;
     int fd = -1;
     FdGuard ublkc;
     final Map<Integer, Integer> results = new ConcurrentHashMap<>();
@@ -86,7 +86,7 @@ class TagRequestsTest {
         frontend = new FrontendQueue(layer.queue(0));
         fd = FileCalls.open(dir.resolve("ublkc").toString(), FileCalls.O_CREAT | openFlags, 0600);
         ublkc = new FdGuard(fd);
-        requests = new TagRequests(0, ublkc, frontend, MAX_IO, MAX_DISCARD, (tag, res) -> {
+        requests = new UblkRequests(0, ublkc, frontend, MAX_IO, MAX_DISCARD, (tag, res) -> {
             long[] g = given.get(tag);
             Op op = Op.values()[(int) g[0]];
             // The acknowledgement: from here the COMMIT carrying res may reach the kernel.
@@ -257,7 +257,7 @@ class TagRequestsTest {
         frontend.dispatch();
         assertThat(await(1)).isEqualTo(8192);
         List<String> logged = new java.util.concurrent.CopyOnWriteArrayList<>();
-        java.util.logging.Logger jul = java.util.logging.Logger.getLogger(TagRequests.class.getName());
+        java.util.logging.Logger jul = java.util.logging.Logger.getLogger(UblkRequests.class.getName());
         java.util.logging.Handler capture = new java.util.logging.Handler() {
             @Override public void publish(java.util.logging.LogRecord r) { logged.add(r.getMessage()); }
             @Override public void flush() { }
@@ -368,7 +368,7 @@ class TagRequestsTest {
         frontend = new FrontendQueue(layer.queue(0));
         fd = FileCalls.open(dir.resolve("ublkc").toString(), FileCalls.O_CREAT | FileCalls.O_RDWR, 0600);
         ublkc = new FdGuard(fd);
-        requests = new TagRequests(0, ublkc, frontend, MAX_IO, MAX_DISCARD, (tag, res) -> {
+        requests = new UblkRequests(0, ublkc, frontend, MAX_IO, MAX_DISCARD, (tag, res) -> {
             doneCalls.incrementAndGet();
             results.put(tag, res);
         }, "test-q0");
