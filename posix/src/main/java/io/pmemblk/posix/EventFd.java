@@ -25,10 +25,11 @@ public final class EventFd implements AutoCloseable {
     /** The one {@code struct pollfd} of {@link #await}. */
     private final MemorySegment pollfd;
     private final int fd;
-    private boolean closed;
+    private final CloseOnce closing;
 
     private EventFd(int fd) {
         this.fd = fd;
+        this.closing = new CloseOnce(fd);
         Arena arena = Arena.ofAuto();
         one = arena.allocate(ValueLayout.JAVA_LONG);
         one.set(ValueLayout.JAVA_LONG, 0, 1L);
@@ -133,11 +134,8 @@ public final class EventFd implements AutoCloseable {
 
     /** Closes the descriptor. Idempotent. */
     @Override
-    public synchronized void close() throws NativeException {
-        if (!closed) {
-            closed = true;
-            Libc.close(fd);
-        }
+    public void close() throws NativeException {
+        closing.close();
     }
 
     @Override

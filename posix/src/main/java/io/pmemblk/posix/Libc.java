@@ -145,6 +145,22 @@ public final class Libc {
         call("close", "fd " + fd, state -> (int) CLOSE.invokeExact(state, fd));
     }
 
+    /**
+     * close(2) of a descriptor this process opened, on a clean-up path that has nothing to do with a failure:
+     * EBADF cannot happen for it, and Linux releases the number even when close reports EINTR or EIO, so there is
+     * nothing to retry. A negative {@code fd} (none was opened) is skipped.
+     */
+    public static void closeQuietly(int fd) {
+        if (fd < 0) {
+            return;
+        }
+        try {
+            close(fd);
+        } catch (NativeException ignored) {
+            // see above: the number is released whatever close answers
+        }
+    }
+
     /** ioctl(2) with a pointer argument; returns the (non-negative) result. */
     public static int ioctl(int fd, long request, MemorySegment arg) throws NativeException {
         MemorySegment state = Native.callState(); // allocation-free: FIONREAD runs per socket read (bytesQueued)

@@ -97,7 +97,7 @@ public final class UnixSocketFile {
             if (stagingFd >= 0) {
                 int fd = stagingFd;
                 quietly(() -> FileCalls.unlinkat(fd, "s", 0)); // only there when bind or rename failed
-                quietly(() -> Libc.close(fd));
+                Libc.closeQuietly(fd);
             }
             quietly(() -> FileCalls.unlinkat(dir.fd(), staging, FileCalls.AT_REMOVEDIR));
         }

@@ -342,17 +342,7 @@ public final class UblkDevice implements AutoCloseable {
                 return;
             }
         }
-        closeQuietly(fd);
-    }
-
-    private static void closeQuietly(int fd) {
-        if (fd >= 0) {
-            try {
-                Libc.close(fd);
-            } catch (NativeException ignored) {
-                // a valid fd we opened
-            }
-        }
+        Libc.closeQuietly(fd);
     }
 
     public int id() {

@@ -172,11 +172,7 @@ public final class VfioUserConnection implements AutoCloseable {
             c.close();
             return;
         }
-        try {
-            Libc.close(fd);
-        } catch (NativeException ignored) {
-            // never used
-        }
+        Libc.closeQuietly(fd);
     }
 
     public String path() {
