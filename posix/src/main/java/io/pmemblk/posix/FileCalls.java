@@ -7,6 +7,7 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.StructLayout;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
+import java.nio.charset.StandardCharsets;
 
 import static io.pmemblk.posix.Errno.EACCES;
 import static io.pmemblk.posix.Errno.EAGAIN;
@@ -189,7 +190,7 @@ public final class FileCalls {
             MemorySegment buf = a.allocate(4096); // PATH_MAX
             long n = call("readlinkat", "fd " + dirFd + ", " + name,
                     state -> (long) READLINKAT.invokeExact(state, dirFd, a.allocateFrom(name), buf, buf.byteSize()));
-            return new String(buf.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE), java.nio.charset.StandardCharsets.UTF_8);
+            return new String(buf.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE), StandardCharsets.UTF_8);
         }
     }
 

@@ -7,6 +7,7 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.StructLayout;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.MethodHandle;
+import java.nio.charset.StandardCharsets;
 
 import static io.pmemblk.posix.Errno.EAGAIN;
 import static io.pmemblk.posix.Errno.EINTR;
@@ -104,7 +105,7 @@ public final class Sockets {
      * @throws IllegalArgumentException for an empty address, one with a NUL byte, or one longer than sun_path
      */
     public static MemorySegment unixAddress(String address, Arena arena) {
-        byte[] name = address.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        byte[] name = address.getBytes(StandardCharsets.UTF_8);
         boolean abstractName = name.length > 0 && name[0] == '@';
         int pathBytes = abstractName ? name.length : name.length + 1;
         long max = SOCKADDR_UN.byteSize() - SUN_PATH;
@@ -320,13 +321,13 @@ public final class Sockets {
         }
         byte[] b = address.asSlice(SUN_PATH, n).toArray(ValueLayout.JAVA_BYTE);
         if (b[0] == 0) {
-            return "unix address '@" + new String(b, 1, b.length - 1, java.nio.charset.StandardCharsets.UTF_8) + "'";
+            return "unix address '@" + new String(b, 1, b.length - 1, StandardCharsets.UTF_8) + "'";
         }
         int len = 0;
         while (len < b.length && b[len] != 0) {
             len++;
         }
-        return "unix address '" + new String(b, 0, len, java.nio.charset.StandardCharsets.UTF_8) + "'";
+        return "unix address '" + new String(b, 0, len, StandardCharsets.UTF_8) + "'";
     }
 
     /**

@@ -1,5 +1,6 @@
 package io.pmemblk.settings;
 
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 
@@ -23,7 +24,7 @@ public final class ExampleFile {
      * @throws SettingsException when a key is unknown or a value is not allowed, as for a config file
      */
     public static String example(Map<String, String> values) throws SettingsException {
-        List<String> sets = new java.util.ArrayList<>();
+        List<String> sets = new ArrayList<>();
         values.forEach((k, v) -> sets.add(k + "=" + v));
         Settings.load(null, sets); // the same checks as a file gets
         StringBuilder b = new StringBuilder();

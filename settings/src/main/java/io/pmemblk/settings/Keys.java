@@ -2,8 +2,11 @@ package io.pmemblk.settings;
 
 import io.pmemblk.posix.Libc;
 
+import java.net.InetSocketAddress;
 import java.nio.file.Path;
+import java.nio.file.attribute.GroupPrincipal;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -261,7 +264,7 @@ public final class Keys {
                     + " -device vhost-user-blk-pci,chardev=...) and its guest sees the device as a virtio disk, the"
                     + " data copied straight between guest memory and the device. One QEMU at a time. Its directory is"
                     + " checked as pmem.path's are.", t -> t.isBlank() ? null : path(t));
-    public static final Key<java.nio.file.attribute.GroupPrincipal> VHOST_SOCKET_GROUP = VHOST.key("vhost.socket-group", "",
+    public static final Key<GroupPrincipal> VHOST_SOCKET_GROUP = VHOST.key("vhost.socket-group", "",
             "a group this system knows, by name or number, or empty for none",
             "Group that may connect to vhost.socket: the socket is made mode 0660 and given to it, so a QEMU running"
                     + " as another user in that group (libvirt's, a distribution's kvm group) can reach it; its"
@@ -293,7 +296,7 @@ public final class Keys {
                     + " publishes at the end of every dispatch.", t -> intRange(t, 0, 1000));
 
     // ---- nvme ----
-    public static final Key<java.net.InetSocketAddress> NVME_LISTEN = NVME.key("nvme.listen", "",
+    public static final Key<InetSocketAddress> NVME_LISTEN = NVME.key("nvme.listen", "",
             "ADDRESS:PORT (an IPv6 address in brackets), or empty for none",
             "Where the NVMe/TCP target listens (4420 is NVMe/TCP's registered port): a Linux host connects with"
                     + " nvme connect -t tcp -a ADDRESS -s PORT -n NQN, and nvme discover lists the subsystem. Empty:"
@@ -309,7 +312,7 @@ public final class Keys {
             "host NQNs separated by commas, or empty for any host",
             "Host NQNs (a host's /etc/nvme/hostnqn) that may connect to the subsystem; others get Connect Invalid"
                     + " Host. The discovery subsystem answers every host.",
-            t -> t.isBlank() ? List.of() : java.util.Arrays.stream(t.split(",")).map(String::trim)
+            t -> t.isBlank() ? List.of() : Arrays.stream(t.split(",")).map(String::trim)
                     .filter(x -> !x.isEmpty()).map(ValueParsers::nqn).toList());
     public static final Key<Integer> NVME_QUEUES = NVME.key("nvme.queues", "4", "an integer 1..64",
             "I/O queues a host's controller may have (Set Features Number of Queues grants this; nvme connect -i"

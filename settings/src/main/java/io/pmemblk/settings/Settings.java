@@ -6,9 +6,11 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.Properties;
 import java.util.Set;
 
@@ -130,9 +132,9 @@ public final class Settings {
 
     /** The keys whose values differ between this and {@code other}, in {@link Keys#ALL} order (values, not texts: 256K = 262144). */
     public List<Key<?>> changed(Settings other) {
-        List<Key<?>> out = new java.util.ArrayList<>();
+        List<Key<?>> out = new ArrayList<>();
         for (Key<?> k : Keys.ALL.values()) {
-            if (!java.util.Objects.equals(values.get(k.name()), other.values.get(k.name()))) {
+            if (!Objects.equals(values.get(k.name()), other.values.get(k.name()))) {
                 out.add(k);
             }
         }

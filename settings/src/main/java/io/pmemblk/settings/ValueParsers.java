@@ -1,6 +1,11 @@
 package io.pmemblk.settings;
 
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.nio.file.FileSystems;
 import java.nio.file.Path;
+import java.nio.file.attribute.GroupPrincipal;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 
@@ -12,10 +17,10 @@ final class ValueParsers {
     private ValueParsers() {}
 
     /** A group by name or number, as chown(1) takes it; one the system does not know is refused. */
-    static java.nio.file.attribute.GroupPrincipal group(String t) {
+    static GroupPrincipal group(String t) {
         try {
-            return java.nio.file.FileSystems.getDefault().getUserPrincipalLookupService().lookupPrincipalByGroupName(t);
-        } catch (java.io.IOException e) {
+            return FileSystems.getDefault().getUserPrincipalLookupService().lookupPrincipalByGroupName(t);
+        } catch (IOException e) {
             throw new IllegalArgumentException("no group '" + t + "' on this system (" + e.getMessage() + ")");
         }
     }
@@ -44,7 +49,7 @@ final class ValueParsers {
         if (t.trim().equalsIgnoreCase("auto")) {
             return List.of();
         }
-        List<String> out = new java.util.ArrayList<>();
+        List<String> out = new ArrayList<>();
         for (String a : t.split(",")) {
             String x = a.trim().toLowerCase(Locale.ROOT);
             if (!x.matches("[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\\.[0-7]") || out.contains(x)) {
@@ -71,7 +76,7 @@ final class ValueParsers {
     }
 
     /** ADDRESS:PORT, [IPv6]:PORT; the address is checked as nbd.bind's is. */
-    static java.net.InetSocketAddress listen(String t) {
+    static InetSocketAddress listen(String t) {
         int colon = t.lastIndexOf(':');
         if (colon <= 0) {
             throw new IllegalArgumentException();
@@ -80,7 +85,7 @@ final class ValueParsers {
         if (h.startsWith("[") && h.endsWith("]")) {
             h = h.substring(1, h.length() - 1);
         }
-        return java.net.InetSocketAddress.createUnresolved(host(h), intRange(t.substring(colon + 1), 1, 65535));
+        return InetSocketAddress.createUnresolved(host(h), intRange(t.substring(colon + 1), 1, 65535));
     }
 
     /** An NQN as NVMe base 1.3 7.9 has it: "nqn." then at most 223 bytes in all, printable. */
