@@ -1,5 +1,6 @@
 package io.pmemblk.vhost.memory;
 
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.FileStat;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
@@ -185,7 +186,7 @@ public final class MemoryTable {
         long size = r[1], offset = r[3];
         Arena arena = null;
         try {
-            FileStat st = Libc.fstat(fd);
+            FileStat st = FileCalls.fstat(fd);
             if (st.isRegularFile() && st.size() < offset + size) {
                 throw new Refusal(what + " (guest 0x" + Long.toHexString(r[0]) + "): mmap_offset 0x"
                         + Long.toHexString(offset) + " + memory_size 0x"
@@ -237,7 +238,7 @@ public final class MemoryTable {
         // A tmpfs or hugetlbfs file answers F_GET_SEALS with F_SEAL_SEAL alone: it can never be sealed.
         String kind = seals < 0 ? "cannot carry seals (not a memfd)"
                 : "is not sealed with F_SEAL_SHRINK (seals 0x" + Integer.toHexString(seals) + ")";
-        throw new Refusal(what + " (guest 0x" + Long.toHexString(r[0]) + "): its file " + Libc.describeFd(fd) + " "
+        throw new Refusal(what + " (guest 0x" + Long.toHexString(r[0]) + "): its file " + FileCalls.describeFd(fd) + " "
                 + kind + "; the front end could"
                 + " truncate it while it is mapped, and a copy into or out of it would then kill this process (SIGBUS)"
                 + "; allowed: guest RAM in a memfd sealed against shrinking: QEMU -object memory-backend-memfd,id=mem,"

@@ -1,5 +1,6 @@
 package io.pmemblk.vhost.virtq;
 
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.FileStat;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
@@ -101,7 +102,7 @@ public final class InflightRegion {
             if (offset < 0 || (offset & (Libc.pageSize() - 1)) != 0 || offset > Long.MAX_VALUE - size) {
                 throw new Refusal("inflight mmap_offset 0x" + Long.toHexString(offset) + "; allowed: a page multiple");
             }
-            FileStat st = Libc.fstat(fd);
+            FileStat st = FileCalls.fstat(fd);
             if (!st.isRegularFile() || st.size() < offset + size) {
                 throw new Refusal("the inflight fd holds " + st.size() + " bytes, not the " + (offset + size)
                         + " its mmap_offset and mmap_size need; allowed: the memfd GET_INFLIGHT_FD gave");

@@ -1,7 +1,9 @@
 package io.pmemblk.vhost.blk;
 
 import io.pmemblk.posix.EventFd;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.Mman;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.testing.Closing;
@@ -43,8 +45,8 @@ class RestartTest {
     @Test
     void requestsInFlightWhenTheBackEndDiesCompleteAfterTheRestart() throws Exception {
         long bytes = GuestRam.bytesFor(LAYOUT);
-        int fd = Libc.open(dir.resolve("guest-ram").toString(), Libc.O_RDWR | Libc.O_CREAT, 0600);
-        Libc.ftruncate(fd, bytes);
+        int fd = FileCalls.open(dir.resolve("guest-ram").toString(), FileCalls.O_RDWR | FileCalls.O_CREAT, 0600);
+        FileCalls.ftruncate(fd, bytes);
         Arena guestArena = Arena.ofShared(), deadArena = Arena.ofShared(), nextArena = Arena.ofShared();
         MemoryBlockDriver dead = new MemoryBlockDriver(16 * MIB), next = new MemoryBlockDriver(16 * MIB);
         BlockLayer deadLayer = new BlockLayer(dead, 1, 32, 4 * MIB, 1 << 20);
@@ -126,6 +128,6 @@ class RestartTest {
     }
 
     static MemorySegment map(int fd, long bytes, Arena owner) throws Exception {
-        return Libc.map(fd, bytes, Libc.PROT_READ | Libc.PROT_WRITE, Libc.MAP_SHARED, 0, owner);
+        return Mman.map(fd, bytes, Mman.PROT_READ | Mman.PROT_WRITE, Mman.MAP_SHARED, 0, owner);
     }
 }

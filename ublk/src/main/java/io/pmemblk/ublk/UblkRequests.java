@@ -27,8 +27,8 @@ import static io.pmemblk.ublk.UblkAbi.*;
  * the registered buffers, and {@code pwrite} hands it to the kernel before the commit. Results: bytes for
  * READ/WRITE, 0 for FLUSH/DISCARD/WRITE_ZEROES (a byte count of 2 GiB or more would read as an error), -errno.
  */
-final class TagRequests implements Request.Completion {
-    private static final System.Logger LOG = System.getLogger(TagRequests.class.getName());
+final class UblkRequests implements Request.Completion {
+    private static final System.Logger LOG = System.getLogger(UblkRequests.class.getName());
 
     /** Where a tag's result goes: the queue commits it (called on any thread, once per served request). */
     @FunctionalInterface
@@ -56,7 +56,7 @@ final class TagRequests implements Request.Completion {
      * @param maxDiscardBytes the device's max DISCARD/WRITE_ZEROES ({@code max_discard_sectors} of its params):
      *                        longer ones are refused (the kernel splits to it)
      */
-    TagRequests(int q, FdGuard ublkc, FrontendQueue frontend, int maxIoBytes, int maxDiscardBytes, Done done,
+    UblkRequests(int q, FdGuard ublkc, FrontendQueue frontend, int maxIoBytes, int maxDiscardBytes, Done done,
             String name) {
         this.q = q;
         this.ublkc = ublkc;

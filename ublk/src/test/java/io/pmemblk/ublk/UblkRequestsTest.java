@@ -17,6 +17,7 @@ import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.pmem.Routing;
 import io.pmemblk.posix.FileIo;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.queueing.Route;
 import org.junit.jupiter.api.AfterEach;
@@ -42,14 +43,14 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /**
- * The ublk data path without the kernel's ublk driver: {@link TagRequests} against a sparse file standing in for
+ * The ublk data path without the kernel's ublk driver: {@link UblkRequests} against a sparse file standing in for
  * {@code /dev/ublkcN}. The user-copy positions are plain file offsets there (from 2 GiB up), so its pread/pwrite
  * are the same system calls copying the same way: a WRITE's payload is copied by the kernel straight into the
  * pmem mapping, a READ's straight out of it. The driver is the real pmem driver over a region whose persistence
  * steps are recorded, so "a FUA write or a FLUSH is acknowledged only when durable" is checked on the path the
  * kernel's copies take. (The ring and the URING_CMDs are exercised in the guest: scripts/vm-test ublk*.)
  */
-class TagRequestsTest {
+class UblkRequestsTest {
     static final long SIZE = 32L << 20;
     static final int MAX_IO = 1 << 20;
     static final int MAX_DISCARD = 4 << 20;
@@ -61,7 +62,7 @@ class TagRequestsTest {
     PmemBlockDriver driver;
     BlockLayer layer;
     FrontendQueue frontend;
-    TagRequests requests;
+    UblkRequests requests;
     int fd = -1;
     FdGuard ublkc;
     final Map<Integer, Integer> results = new ConcurrentHashMap<>();
@@ -83,9 +84,9 @@ class TagRequestsTest {
         driver = new PmemBlockDriver(rec.region(), new CopyStats(), engine, routing);
         layer = new BlockLayer(driver, 1, depth, 32 << 20, MAX_IO);
         frontend = new FrontendQueue(layer.queue(0));
-        fd = Libc.open(dir.resolve("ublkc").toString(), Libc.O_CREAT | openFlags, 0600);
+        fd = FileCalls.open(dir.resolve("ublkc").toString(), FileCalls.O_CREAT | openFlags, 0600);
         ublkc = new FdGuard(fd);
-        requests = new TagRequests(0, ublkc, frontend, MAX_IO, MAX_DISCARD, (tag, res) -> {
+        requests = new UblkRequests(0, ublkc, frontend, MAX_IO, MAX_DISCARD, (tag, res) -> {
             long[] g = given.get(tag);
             Op op = Op.values()[(int) g[0]];
             // The acknowledgement: from here the COMMIT carrying res may reach the kernel.
@@ -165,7 +166,7 @@ class TagRequestsTest {
     @ParameterizedTest(name = "{0}")
     @EnumSource(value = PmemRegion.Mapper.class, names = {"JAVA", "LIBPMEM"})
     void kernelCopiedWritesAreDurableBeforeTheirFuaAckAndTheFlush(PmemRegion.Mapper mapper) throws Exception {
-        open(mapper, null, Routing.CPU_ONLY, Libc.O_RDWR);
+        open(mapper, null, Routing.CPU_ONLY, FileCalls.O_RDWR);
         Random rnd = new Random(7);
         int writes = 24;
         byte[][] data = new byte[writes][];
@@ -195,7 +196,7 @@ class TagRequestsTest {
 
     @Test
     void readsArePwrittenFromTheMappingAndRangeOpsCommitZero() throws Exception {
-        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_RDWR);
+        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, FileCalls.O_RDWR);
         byte[] data = kernelHasWrite(1, 65536, 42);
         serve(1, UBLK_IO_OP_WRITE, false, 8192, 65536);
         frontend.dispatch();
@@ -216,7 +217,7 @@ class TagRequestsTest {
 
     @Test
     void dmaRouteCopiesThroughTheRegisteredBuffersAndReportsFromTheChannelThread() throws Exception {
-        open(PmemRegion.Mapper.JAVA, DmaEngine.soft(new IovaSpace(), 1, 64, 16), new Routing(65536, Integer.MAX_VALUE, true), Libc.O_RDWR);
+        open(PmemRegion.Mapper.JAVA, DmaEngine.soft(new IovaSpace(), 1, 64, 16), new Routing(65536, Integer.MAX_VALUE, true), FileCalls.O_RDWR);
         byte[] data = kernelHasWrite(6, 512 << 10, 9);
         serve(6, UBLK_IO_OP_WRITE, true, 1 << 20, 512 << 10);
         frontend.dispatch();
@@ -233,7 +234,7 @@ class TagRequestsTest {
 
     @Test
     void requestsTheDeviceCannotServeAreAnsweredOnceWithAnErrno() throws Exception {
-        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_RDWR);
+        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, FileCalls.O_RDWR);
         serve(0, 10, false, 0, 4096); // a zone operation: not a zoned device
         assertThat(await(0)).isEqualTo(-EOPNOTSUPP);
         serve(1, UBLK_IO_OP_READ, false, 0, MAX_IO + 4096L);
@@ -250,13 +251,13 @@ class TagRequestsTest {
 
     @Test
     void sectorsOutsideTheDeviceOrItsLimitsAreRefusedBeforeTheShiftAndTouchNothing() throws Exception {
-        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_RDWR);
+        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, FileCalls.O_RDWR);
         byte[] a = kernelHasWrite(1, 8192, 11);
         serve(1, UBLK_IO_OP_WRITE, false, 0, 8192);
         frontend.dispatch();
         assertThat(await(1)).isEqualTo(8192);
         List<String> logged = new java.util.concurrent.CopyOnWriteArrayList<>();
-        java.util.logging.Logger jul = java.util.logging.Logger.getLogger(TagRequests.class.getName());
+        java.util.logging.Logger jul = java.util.logging.Logger.getLogger(UblkRequests.class.getName());
         java.util.logging.Handler capture = new java.util.logging.Handler() {
             @Override public void publish(java.util.logging.LogRecord r) { logged.add(r.getMessage()); }
             @Override public void flush() { }
@@ -305,7 +306,7 @@ class TagRequestsTest {
 
     @Test
     void aFailedCopyFromTheKernelAnswersTheErrnoAndLeavesNoTagBehind() throws Exception {
-        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_WRONLY);
+        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, FileCalls.O_WRONLY);
         serve(3, UBLK_IO_OP_WRITE, true, 0, 4096); // pread on a write-only fd: EBADF
         assertThat(await(3)).isEqualTo(-EBADF);
         assertThat(doneCalls.get()).isEqualTo(1);
@@ -315,7 +316,7 @@ class TagRequestsTest {
 
     @Test
     void aReadWhoseHandBackThrowsIsCommittedWithEio() throws Exception {
-        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, Libc.O_RDWR);
+        open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, FileCalls.O_RDWR);
         kernelHasWrite(1, 8192, 3);
         serve(1, UBLK_IO_OP_WRITE, false, 0, 8192);
         serve(2, UBLK_IO_OP_READ, false, 0, 8192);
@@ -339,7 +340,7 @@ class TagRequestsTest {
         DmaEngine engine = DmaEngine.soft(new IovaSpace(), 1, 64, 16);
         AtomicInteger oomsLeft = new AtomicInteger(2);
         engine.interpose(c -> new OomChannel(c, oomsLeft));
-        open(PmemRegion.Mapper.JAVA, engine, new Routing(65536, Integer.MAX_VALUE, true), Libc.O_RDWR, 2);
+        open(PmemRegion.Mapper.JAVA, engine, new Routing(65536, Integer.MAX_VALUE, true), FileCalls.O_RDWR, 2);
         byte[] a = kernelHasWrite(0, 256 << 10, 1);
         serve(0, UBLK_IO_OP_WRITE, false, 0, 256 << 10);
         requests.dispatch(); // the queue thread's dispatch before it waits on its ring
@@ -365,9 +366,9 @@ class TagRequestsTest {
         MemoryBlockDriver memory = new MemoryBlockDriver(SIZE);
         layer = new BlockLayer(memory, 1, 8, 8 << 20, MAX_IO);
         frontend = new FrontendQueue(layer.queue(0));
-        fd = Libc.open(dir.resolve("ublkc").toString(), Libc.O_CREAT | Libc.O_RDWR, 0600);
+        fd = FileCalls.open(dir.resolve("ublkc").toString(), FileCalls.O_CREAT | FileCalls.O_RDWR, 0600);
         ublkc = new FdGuard(fd);
-        requests = new TagRequests(0, ublkc, frontend, MAX_IO, MAX_DISCARD, (tag, res) -> {
+        requests = new UblkRequests(0, ublkc, frontend, MAX_IO, MAX_DISCARD, (tag, res) -> {
             doneCalls.incrementAndGet();
             results.put(tag, res);
         }, "test-q0");
@@ -380,7 +381,7 @@ class TagRequestsTest {
             assertThat(ublkc.retire(1_000)).as("no writer inside").isTrue();
             Libc.close(fd);
             Path victim = dir.resolve("victim");
-            int reused = Libc.open(victim.toString(), Libc.O_CREAT | Libc.O_RDWR, 0600);
+            int reused = FileCalls.open(victim.toString(), FileCalls.O_CREAT | FileCalls.O_RDWR, 0600);
             fd = reused;
             assertThat(reused).as("the next open gets the closed number").isEqualTo(ublkc.fd());
             memory.releaseHeld();
