@@ -17,6 +17,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  * the specification names for it.
  */
 final class IoAnswers {
+    private static final System.Logger LOG = System.getLogger(IoAnswers.class.getName());
     private final TcpQueue link;
     private final IoSlot[] slots;
     private final ArrayBlockingQueue<IoSlot> completed;
@@ -131,6 +132,12 @@ final class IoAnswers {
                     if (!broken && g > 0) {
                         broken = !writeAll(gather, g);
                     }
+                } catch (RuntimeException e) {
+                    // A bug here must not strand the tags: the connection closes, the batch's tags go back below
+                    LOG.log(System.Logger.Level.ERROR, "nvme: queue " + link.id + " from " + link.peer
+                            + ": answer failed", e);
+                    broken = true;
+                    link.close();
                 } finally {
                     link.writeLock.unlock();
                 }

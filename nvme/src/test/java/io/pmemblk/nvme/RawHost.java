@@ -25,8 +25,8 @@ final class RawHost implements AutoCloseable {
     int maxH2cData;
     int cpda;
 
-    /** A received PDU: header (with digest stripped) and data. */
-    record Received(int type, int flags, int hlen, int pdo, int plen, ByteBuffer header, byte[] data) {
+    /** A received PDU: header (with digest stripped) and data; {@code raw}: the whole PDU as it came. */
+    record Received(int type, int flags, int hlen, int pdo, int plen, ByteBuffer header, byte[] data, ByteBuffer raw) {
         int cqeStatus() {
             return header.getShort(Pdu.CH_SIZE + Nvme.CQE_STATUS) & 0xFFFF;
         }
@@ -170,7 +170,7 @@ final class RawHost implements AutoCloseable {
         } else {
             data = new byte[0];
         }
-        return new Received(type, flags, hlen, pdo, plen, header, data);
+        return new Received(type, flags, hlen, pdo, plen, header, data, all);
     }
 
     private static byte[] readN(InputStream is, int n) throws IOException {
