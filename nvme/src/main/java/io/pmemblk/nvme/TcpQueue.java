@@ -22,6 +22,8 @@ import java.util.zip.CRC32C;
  */
 final class TcpQueue {
     private static final System.Logger LOG = System.getLogger(TcpQueue.class.getName());
+    /** How long a closing queue waits for the driver to complete what it holds (the server's own close waits 10 s). */
+    private static final long SENDER_DRAIN_MILLIS = 10_000;
 
     final NvmeTcpServer server;
     final SocketChannel channel;
@@ -171,6 +173,16 @@ final class TcpQueue {
                 c.teardown("admin queue " + why); // its I/O queues go with it
             } else {
                 c.detach(qid, this);
+            }
+        }
+        if (io != null) {
+            // The queue leaves the server's set only when its sender has answered (or dropped) and released every
+            // request it holds: the server's close joins the queues in the set, and the device must not be closed
+            // under a request that still views it
+            try {
+                io.answers.join(SENDER_DRAIN_MILLIS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
             }
         }
         server.removed(this);
