@@ -28,15 +28,21 @@ want() { case ",$TARGETS," in *",$1,"*) return 0 ;; esac; return 1; }
 ip link set lo up || fail "ip link set lo up"
 modprobe nvme-tcp || fail "modprobe nvme-tcp"
 
-nvme_blocks() { for _b in /sys/block/nvme*; do [ -e "$_b" ] && echo "${_b##*/}"; done | sort; }
-# new_nvme_dev NQN PORT: connects the kernel's host to NQN at PORT and prints the namespace's block device
+# The namespaces' block devices; not the hidden per-path ones of native multipath (nvmeXcYnZ: no /dev node)
+nvme_blocks() {
+    for _b in /sys/block/nvme*; do
+        case "${_b##*/}" in nvme\*|nvme*c*) continue ;; esac
+        echo "${_b##*/}"
+    done | sort
+}
+# new_nvme_dev NQN PORT: connects the kernel's host to NQN at PORT; NEWDEV: the namespace's block device
 new_nvme_dev() {
     nvme_blocks >/tmp/before
     _o=$(nvme connect -t tcp -a 127.0.0.1 -s "$2" -n "$1" -i 2 2>&1) || fail "nvme connect $1 port $2: $_o"
     _t=$(( $(now) + 60 ))
     while :; do
         _d=$(nvme_blocks | comm -13 /tmp/before - | head -n 1)
-        [ -n "$_d" ] && [ -b "/dev/$_d" ] && { echo "/dev/$_d"; return 0; }
+        [ -n "$_d" ] && [ -b "/dev/$_d" ] && { NEWDEV=/dev/$_d; return 0; }
         [ "$(now)" -lt "$_t" ] || fail "no new nvme block device 60 s after nvme connect $1"
         sleep 0.2
     done
@@ -78,9 +84,9 @@ fi
 # DEV_<target>: each target's block device
 for t in $(echo "$TARGETS" | tr , ' '); do
     case "$t" in
-        pmemblk) d=$(new_nvme_dev "$NQN_P" "$PORT_P") ;;
-        nvmet-brd) d=$(new_nvme_dev "$NQN_K-brd" "$PORT_K") ;;
-        nvmet-pmem) d=$(new_nvme_dev "$NQN_K-pmem" "$PORT_K") ;;
+        pmemblk) new_nvme_dev "$NQN_P" "$PORT_P"; d=$NEWDEV ;;
+        nvmet-brd) new_nvme_dev "$NQN_K-brd" "$PORT_K"; d=$NEWDEV ;;
+        nvmet-pmem) new_nvme_dev "$NQN_K-pmem" "$PORT_K"; d=$NEWDEV ;;
         nbd)
             modprobe nbd nbds_max=2 || fail "modprobe nbd"
             timeout 60 nbd-client 127.0.0.1 "$NBD_PORT" -N pmem0 -b 4096 -connections 2 /dev/nbd0 >/tmp/nbd-client.out 2>&1 \
