@@ -1,5 +1,7 @@
-package io.pmemblk.nvme;
+package io.pmemblk.nvme.testing;
 
+import io.pmemblk.nvme.Nvme;
+import io.pmemblk.nvme.Pdu;
 import java.io.EOFException;
 import java.io.IOException;
 import java.net.InetSocketAddress;
@@ -15,36 +17,37 @@ import java.util.zip.CRC32C;
  * A raw NVMe/TCP host for tests: builds every PDU byte by byte (so it can build wrong ones too) over a blocking
  * socket with a read timeout. Layouts from the main code's {@link Pdu} and {@link Nvme}: a test of the target
  * with the target's own constants checks the logic, not the numbers; the guest scenarios with the kernel host
- * check the numbers.
+ * check the numbers. Public in a package of its own (the module's test-jar): cli's serve IT drives the real
+ * {@code pmemblk serve} with it.
  */
-final class RawHost implements AutoCloseable {
-    static final String HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
+public final class RawHost implements AutoCloseable {
+    public static final String HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
 
-    final SocketChannel ch;
-    boolean hdgst, ddgst;
-    int maxH2cData;
-    int cpda;
+    public final SocketChannel ch;
+    public boolean hdgst, ddgst;
+    public int maxH2cData;
+    public int cpda;
 
-    /** A received PDU: header (with digest stripped) and data. */
-    record Received(int type, int flags, int hlen, int pdo, int plen, ByteBuffer header, byte[] data) {
-        int cqeStatus() {
+    /** A received PDU: header (with digest stripped) and data; {@code raw}: the whole PDU as it came. */
+    public record Received(int type, int flags, int hlen, int pdo, int plen, ByteBuffer header, byte[] data, ByteBuffer raw) {
+        public int cqeStatus() {
             return header.getShort(Pdu.CH_SIZE + Nvme.CQE_STATUS) & 0xFFFF;
         }
 
-        long cqeResult() {
+        public long cqeResult() {
             return header.getLong(Pdu.CH_SIZE + Nvme.CQE_RESULT);
         }
 
-        int cqeCid() {
+        public int cqeCid() {
             return header.getShort(Pdu.CH_SIZE + Nvme.CQE_CID) & 0xFFFF;
         }
 
-        int sqhd() {
+        public int sqhd() {
             return header.getShort(Pdu.CH_SIZE + Nvme.CQE_SQHD) & 0xFFFF;
         }
     }
 
-    RawHost(InetSocketAddress at) throws IOException {
+    public RawHost(InetSocketAddress at) throws IOException {
         ch = SocketChannel.open(at);
         ch.socket().setSoTimeout(10_000); // a lost answer fails the test in 10 s, it does not hang it
     }
@@ -53,11 +56,11 @@ final class RawHost implements AutoCloseable {
         return ch.socket().getInputStream();
     }
 
-    static ByteBuffer le(int n) {
+    public static ByteBuffer le(int n) {
         return ByteBuffer.allocate(n).order(ByteOrder.LITTLE_ENDIAN);
     }
 
-    void send(ByteBuffer b) throws IOException {
+    public void send(ByteBuffer b) throws IOException {
         b.position(0);
         while (b.hasRemaining()) {
             ch.write(b);
@@ -65,7 +68,7 @@ final class RawHost implements AutoCloseable {
     }
 
     /** ICReq with the given digest bits and HPDA; returns the ICResp. */
-    Received icReq(int digest, int hpda) throws IOException {
+    public Received icReq(int digest, int hpda) throws IOException {
         ByteBuffer b = le(Pdu.IC_HLEN);
         b.put(Pdu.CH_TYPE, (byte) Pdu.ICREQ).put(Pdu.CH_HLEN, (byte) Pdu.IC_HLEN).putInt(Pdu.CH_PLEN, Pdu.IC_HLEN);
         b.putShort(Pdu.IC_PFV, (short) 0).put(Pdu.IC_HPDA_CPDA, (byte) hpda).put(Pdu.IC_DIGEST, (byte) digest);
@@ -82,20 +85,20 @@ final class RawHost implements AutoCloseable {
         return r;
     }
 
-    static int crc(ByteBuffer b, int from, int len) {
+    public static int crc(ByteBuffer b, int from, int len) {
         CRC32C c = new CRC32C();
         c.update(b.duplicate().position(from).limit(from + len));
         return (int) c.getValue();
     }
 
-    static int crc(byte[] d) {
+    public static int crc(byte[] d) {
         CRC32C c = new CRC32C();
         c.update(d);
         return (int) c.getValue();
     }
 
     /** A PDU with header {@code hdr} (hlen bytes, common header filled except flags/pdo/plen) and data. */
-    ByteBuffer pdu(ByteBuffer hdr, int hlen, int extraFlags, byte[] data) {
+    public ByteBuffer pdu(ByteBuffer hdr, int hlen, int extraFlags, byte[] data) {
         int hd = hdgst ? 4 : 0;
         boolean withData = data != null && data.length > 0;
         int dd = withData && ddgst ? 4 : 0;
@@ -118,29 +121,29 @@ final class RawHost implements AutoCloseable {
     }
 
     /** A command capsule for {@code sqe} (64 bytes) with optional in-capsule data. */
-    ByteBuffer capsule(ByteBuffer sqe, byte[] data) {
+    public ByteBuffer capsule(ByteBuffer sqe, byte[] data) {
         ByteBuffer h = le(Pdu.CMD_HLEN);
         h.put(Pdu.CH_TYPE, (byte) Pdu.CMD);
         h.put(Pdu.CH_SIZE, sqe, 0, Nvme.SQE_SIZE);
         return pdu(h, Pdu.CMD_HLEN, 0, data);
     }
 
-    static ByteBuffer sqe(int opcode, int cid, int nsid) {
+    public static ByteBuffer sqe(int opcode, int cid, int nsid) {
         ByteBuffer s = le(Nvme.SQE_SIZE);
         s.put(Nvme.SQE_OPCODE, (byte) opcode).put(Nvme.SQE_FLAGS, (byte) 0x40).putShort(Nvme.SQE_CID, (short) cid)
                 .putInt(Nvme.SQE_NSID, nsid);
         return s;
     }
 
-    static void transportSgl(ByteBuffer sqe, int length) {
+    public static void transportSgl(ByteBuffer sqe, int length) {
         sqe.putInt(Nvme.SGL_LENGTH, length).put(Nvme.SGL_TYPE, (byte) Nvme.SGL_TRANSPORT);
     }
 
-    static void inCapsuleSgl(ByteBuffer sqe, int length) {
+    public static void inCapsuleSgl(ByteBuffer sqe, int length) {
         sqe.putLong(Nvme.SGL_ADDR, 0).putInt(Nvme.SGL_LENGTH, length).put(Nvme.SGL_TYPE, (byte) Nvme.SGL_INCAPSULE);
     }
 
-    Received receive() throws IOException {
+    public Received receive() throws IOException {
         InputStream is = input();
         byte[] ch8 = readN(is, Pdu.CH_SIZE);
         ByteBuffer c = ByteBuffer.wrap(ch8).order(ByteOrder.LITTLE_ENDIAN);
@@ -170,7 +173,7 @@ final class RawHost implements AutoCloseable {
         } else {
             data = new byte[0];
         }
-        return new Received(type, flags, hlen, pdo, plen, header, data);
+        return new Received(type, flags, hlen, pdo, plen, header, data, all);
     }
 
     private static byte[] readN(InputStream is, int n) throws IOException {
@@ -182,7 +185,7 @@ final class RawHost implements AutoCloseable {
     }
 
     /** True when the target closed the connection (EOF) before {@code timeout}. */
-    boolean closedByTarget() throws IOException {
+    public boolean closedByTarget() throws IOException {
         try {
             return input().read() < 0;
         } catch (SocketTimeoutException e) {
@@ -193,13 +196,13 @@ final class RawHost implements AutoCloseable {
     }
 
     /** Sends a command, expects a CapsuleResp; returns it. */
-    Received command(ByteBuffer sqe, byte[] data) throws IOException {
+    public Received command(ByteBuffer sqe, byte[] data) throws IOException {
         send(capsule(sqe, data));
         return receive();
     }
 
     /** Connect (fabrics); returns the CapsuleResp. */
-    Received connect(int cid, int qid, int sqsize, int cntlid, String subnqn, String hostnqn, int kato, int cattr)
+    public Received connect(int cid, int qid, int sqsize, int cntlid, String subnqn, String hostnqn, int kato, int cattr)
             throws IOException {
         ByteBuffer s = sqe(Nvme.FABRICS, cid, 0);
         s.put(Nvme.FCTYPE, (byte) Nvme.FCTYPE_CONNECT).putShort(Nvme.CONNECT_QID, (short) qid)
@@ -213,13 +216,13 @@ final class RawHost implements AutoCloseable {
         return command(s, d.array());
     }
 
-    Received propertySet(int cid, int offset, long value) throws IOException {
+    public Received propertySet(int cid, int offset, long value) throws IOException {
         ByteBuffer s = sqe(Nvme.FABRICS, cid, 0);
         s.put(Nvme.FCTYPE, (byte) Nvme.FCTYPE_PROPERTY_SET).putInt(Nvme.PROP_OFFSET, offset).putLong(Nvme.PROP_VALUE, value);
         return command(s, null);
     }
 
-    Received propertyGet(int cid, int offset, boolean eight) throws IOException {
+    public Received propertyGet(int cid, int offset, boolean eight) throws IOException {
         ByteBuffer s = sqe(Nvme.FABRICS, cid, 0);
         s.put(Nvme.FCTYPE, (byte) Nvme.FCTYPE_PROPERTY_GET).put(Nvme.PROP_ATTRIB, (byte) (eight ? 1 : 0))
                 .putInt(Nvme.PROP_OFFSET, offset);
@@ -227,7 +230,7 @@ final class RawHost implements AutoCloseable {
     }
 
     /** An admin command returning data: C2HData then CapsuleResp; returns {data, resp}. */
-    Object[] dataCommand(ByteBuffer sqe, int length) throws IOException {
+    public Object[] dataCommand(ByteBuffer sqe, int length) throws IOException {
         transportSgl(sqe, length);
         send(capsule(sqe, null));
         Received first = receive();
@@ -243,7 +246,7 @@ final class RawHost implements AutoCloseable {
         return new Object[] {first.data(), receive()};
     }
 
-    byte[] identify(int cid, int cns, int nsid) throws IOException {
+    public byte[] identify(int cid, int cns, int nsid) throws IOException {
         ByteBuffer s = sqe(Nvme.ADMIN_IDENTIFY, cid, nsid);
         s.putInt(Nvme.SQE_CDW10, cns);
         Object[] r = dataCommand(s, 4096);
@@ -255,7 +258,7 @@ final class RawHost implements AutoCloseable {
     }
 
     /** Admin queue up to CC.EN; returns the controller ID. */
-    int enableAdmin(String subnqn) throws IOException {
+    public int enableAdmin(String subnqn) throws IOException {
         Received r = connect(1, 0, 31, 0xFFFF, subnqn, HOSTNQN, 0, 0);
         if (r.cqeStatus() != 0) {
             throw new IOException("admin Connect status 0x" + Integer.toHexString(r.cqeStatus()));
@@ -268,7 +271,7 @@ final class RawHost implements AutoCloseable {
         return cntlid;
     }
 
-    static ByteBuffer rw(int opcode, int cid, long slba, int nlb) {
+    public static ByteBuffer rw(int opcode, int cid, long slba, int nlb) {
         ByteBuffer s = sqe(opcode, cid, 1);
         s.putLong(Nvme.SQE_CDW10, slba).putInt(Nvme.SQE_CDW12, nlb - 1);
         return s;
