@@ -40,7 +40,7 @@ args_stale() {
 ensure_jar() {
   stale() {
     [ ! -f "$PMEMBLK_JAR" ] || [ ! -d "$PMEMBLK_MODULES" ] && return 0
-    [ -n "$(find "$PMEMBLK_ROOT" -path "$PMEMBLK_ROOT/bench/jmh" -prune -o -path "$PMEMBLK_ROOT/bench/ring" -prune -o -path '*/target' -prune -o -path '*/.git' -prune \
+    [ -n "$(find "$PMEMBLK_ROOT" -path "$PMEMBLK_ROOT/bench/jmh" -prune -o -path "$PMEMBLK_ROOT/bench/ring" -prune -o -path "$PMEMBLK_ROOT/bench/vhost-load" -prune -o -path '*/target' -prune -o -path '*/.git' -prune \
         -o \( -name '*.java' -o -name 'pom.xml' -o -path '*/src/main/resources/*' \) -newer "$PMEMBLK_JAR" -print -quit)" ]
   }
   stale || args_stale || return 0
