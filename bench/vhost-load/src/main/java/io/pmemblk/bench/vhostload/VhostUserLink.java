@@ -4,7 +4,7 @@ import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.posix.UnixMessages;
-import io.pmemblk.posix.UnixStream;
+import io.pmemblk.posix.Sockets;
 
 import java.io.IOException;
 import java.lang.foreign.Arena;
@@ -51,11 +51,11 @@ final class VhostUserLink implements AutoCloseable {
 
     /** Connects and realizes the device as QEMU does at {@code -device vhost-user-blk-pci}. */
     static VhostUserLink realize(Path socket, int queues) throws IOException {
-        int fd = UnixStream.socket();
+        int fd = Sockets.unixStreamSocket();
         VhostUserLink l = new VhostUserLink(fd);
         try {
-            UnixStream.connect(fd, socket.toString());
-            Libc.receiveTimeout(fd, TIMEOUT_MS);
+            Sockets.connect(fd, socket.toString());
+            Sockets.receiveTimeout(fd, TIMEOUT_MS);
             l.realize(queues);
         } catch (IOException | RuntimeException e) {
             l.close();
