@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# DRBD (issue 26): two guests, each serving /dev/ublkb0 with pmemblk on a file on its own --disk, one DRBD resource
+# DRBD: two guests, each serving /dev/ublkb0 with pmemblk on a file on its own --disk, one DRBD resource
 # (protocol C, internal metadata) over the two, linked only by QEMU's socket netdev on 127.0.0.1 (B's QEMU listens,
 # A's connects: a listener takes the next connection, so A booted again rejoins). The guest side and the steps:
 # scripts/vm-guest/drbd-check.sh; the host boots, kills A's QEMU (SIGKILL, from its pidfile) on A's console marker,
@@ -95,6 +95,10 @@ scenario_drbd() {
         || [ -z "$(result "$LOGS/drbd-b.out" b_hash)" ]; then
         DRBD_WHY="device hashes differ after the resync"; drbd_fail; return
     fi
-    report PASS drbd "DRBD (protocol C) over /dev/ublkb0 on two guests: B's pmemblk SIGKILLed and recovered under load ($(result "$LOGS/drbd-a.out" during_jobs) fio verify jobs on A clean), A's QEMU SIGKILLed mid-load, B promoted: e2fsck clean, $(result "$LOGS/drbd-b.out" a_verified) synced files and 16 MiB of fdatasync'ed fio writes verified; A rebooted, resynced as secondary, same device hash, all verified on A ($(secs_since "$t0"))" \
-        "B's pmemblk back after $(result "$LOGS/drbd-b.out" b_recovered_after) (longest fio job on A $(result "$LOGS/drbd-a.out" during_longest), $(result "$LOGS/drbd-a.out" during_spanning) spanning the kill); B noticed A's loss after $(result "$LOGS/drbd-b.out" b_noticed_after); device sha256 $(result "$LOGS/drbd-b.out" b_hash); A's resync: $(result "$LOGS/drbd-a2.out" resync)"
+    report PASS drbd "DRBD (protocol C) over /dev/ublkb0 on two guests: B's pmemblk SIGKILLed and recovered under load ($(result "$LOGS/drbd-a.out" during_jobs) fio verify jobs on \
+A clean), A's QEMU SIGKILLed mid-load, B promoted: e2fsck clean, $(result "$LOGS/drbd-b.out" a_verified) synced files and 16 MiB of fdatasync'ed fio \
+writes verified; A rebooted, resynced as secondary, same device hash, all verified on A ($(secs_since "$t0"))" \
+        "B's pmemblk back after $(result "$LOGS/drbd-b.out" b_recovered_after) (longest fio job on A $(result "$LOGS/drbd-a.out" during_longest), \
+$(result "$LOGS/drbd-a.out" during_spanning) spanning the kill); B noticed A's loss after $(result "$LOGS/drbd-b.out" b_noticed_after); device sha256 \
+$(result "$LOGS/drbd-b.out" b_hash); A's resync: $(result "$LOGS/drbd-a2.out" resync)"
 }

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# ioat-raid5 (issue 43): pmemblk's software I/OAT device as a PCI function of its own, held to Linux's ioatdma. The
+# ioat-raid5: pmemblk's software I/OAT device as a PCI function of its own, held to Linux's ioatdma. The
 # device (`pmemblk dma-device`) runs on the host and serves it over vfio-user on a unix socket; the guest is booted by
 # the peers' QEMU 10.2 with it attached (scripts/vm --vfio-user: vfio-user-pci, guest RAM a shared memfd). In the
 # guest (scripts/vm-guest/ioat-raid5-check.sh) ioatdma binds it and md RAID5 hands it its copies under fio verify,
@@ -18,7 +18,8 @@ VFIO_USER_QEMU=''
 vfio_user_peers() {
     VFIO_USER_QEMU=${PMEMBLK_QEMU_VFIO_USER:-$PEERS/qemu/bin/qemu-system-x86_64}
     if [ ! -x "$VFIO_USER_QEMU" ]; then
-        echo "QEMU >= 10.1 with vfio-user-pci missing: no $VFIO_USER_QEMU (../shared/peers/qemu beside the checkout, built by ../shared/peers/build-qemu.sh; or PMEMBLK_PEERS, PMEMBLK_QEMU_VFIO_USER)"; return 1
+        echo "QEMU >= 10.1 with vfio-user-pci missing: no $VFIO_USER_QEMU (../shared/peers/qemu beside the checkout, built by ../shared/peers/build-qemu.sh; or PMEMBLK_PEERS, \
+PMEMBLK_QEMU_VFIO_USER)"; return 1
     fi
     "$VFIO_USER_QEMU" -device help 2>/dev/null | grep -q '"vfio-user-pci"' \
         || { echo "$VFIO_USER_QEMU has no vfio-user-pci (-device help): QEMU >= 10.1 needed (../shared/peers/build-qemu.sh)"; return 1; }
@@ -85,6 +86,11 @@ scenario_ioat_raid5() {
     [ -z "$absent" ] || { report FAIL ioat-raid5 "the guest ended 0 without these results:$absent ($(secs_since "$t0"); logs: $out)"; return; }
     local faults k
     faults=$(for k in src-out src-span dst-out ring-out ring-mmio cmp-out order reset; do printf '%s %s; ' "$k" "$(result "$out" "fault_$k")"; done)
-    report PASS ioat-raid5 "a hostile userspace driver's bad addresses, rings and a RESET under load each halted the channel with CHANERR, nothing copied past a canary, then Linux's ioatdma bound pmemblk dma-device over vfio-user (self-test passed, $IOAT_CHANNELS channels); md RAID5 under fio verify handed it $(result "$out" ioat_dma_bytes) bytes of copies for fio's $(result "$out" ioat_fio_written), md check mismatch_cnt 0, e2fsck clean; fio and check on the CPU as the baseline ($(secs_since "$t0"))" \
-        "faults (state, CHANERR): $faults ioatdma: fio $(result "$out" ioat_fio_bw), $(result "$out" ioat_dma_copies) descriptors ($(result "$out" ioat_prep_failed) preps refused) of md's $(result "$out" ioat_md_copy_bytes) copied bytes, $(result "$out" ioat_interrupts) interrupts, device process $(result "$out" ioat_device_ticks) ticks; CPU: fio $(result "$out" cpu_fio_bw), md's $(result "$out" cpu_md_copy_bytes) bytes, device process $(result "$out" cpu_device_ticks) ticks; /sys/class/dma before: $(result "$out" sysfs_before); after: $(result "$out" sysfs_after)"
+    report PASS ioat-raid5 "a hostile userspace driver's bad addresses, rings and a RESET under load each halted the channel with CHANERR, nothing copied past a canary, then \
+Linux's ioatdma bound pmemblk dma-device over vfio-user (self-test passed, $IOAT_CHANNELS channels); md RAID5 under fio verify handed it \
+$(result "$out" ioat_dma_bytes) bytes of copies for fio's $(result "$out" ioat_fio_written), md check mismatch_cnt 0, e2fsck clean; fio and check on the CPU as the baseline ($(secs_since "$t0"))" \
+        "faults (state, CHANERR): $faults ioatdma: fio $(result "$out" ioat_fio_bw), $(result "$out" ioat_dma_copies) descriptors ($(result "$out" ioat_prep_failed) preps refused) \
+of md's $(result "$out" ioat_md_copy_bytes) copied bytes, $(result "$out" ioat_interrupts) interrupts, device process \
+$(result "$out" ioat_device_ticks) ticks; CPU: fio $(result "$out" cpu_fio_bw), md's $(result "$out" cpu_md_copy_bytes) bytes, device process \
+$(result "$out" cpu_device_ticks) ticks; /sys/class/dma before: $(result "$out" sysfs_before); after: $(result "$out" sysfs_after)"
 }

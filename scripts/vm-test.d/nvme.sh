@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# NVMe/TCP (issue 45): the target and the kernel's host (nvme-tcp) in ONE guest over 127.0.0.1, nvme-cli 2.3 (Debian's
+# NVMe/TCP: the target and the kernel's host (nvme-tcp) in ONE guest over 127.0.0.1, nvme-cli 2.3 (Debian's
 # nvme-cli, installed on the host when missing: the guest runs the host's root). scripts/vm-guest/nvme-tcp-check.sh has
 # the steps; scripts/vm-guest/nvme-hostile.py the hostile peers. nvme-tcp runs pmemblk's target on a pool on the
 # emulated NVDIMM (ext4 -o dax) and ends with a FUA'd and a flushed write and a power cut: the host reads both back
@@ -24,7 +24,8 @@ scenario_nvme_tcp() {
     why=$(nvme_packages "$LOGS/nvme-packages.log") || { report FAIL nvme-tcp "$why"; return; }
     marker="NVME-POWER-CUT-$RANDOM$RANDOM"
     run_vm --nvdimm "$nv" --nvdimm-size 256M --timeout 1200 --kill-after-marker "$marker" --log "$LOGS/nvme-tcp.console.log" \
-        -- "TARGET=pmemblk PORT=$NVME_PORT NQN=$NVME_NQN NVME_ARGS='$NVME_ARGS' READY_RE='$NVME_READY' MARKER=$marker RATE_SECS=${PMEMBLK_NVME_RATE_SECS:-0} sh $GUEST_DIR/nvme-tcp-check.sh" >"$out" 2>&1
+        -- "TARGET=pmemblk PORT=$NVME_PORT NQN=$NVME_NQN NVME_ARGS='$NVME_ARGS' READY_RE='$NVME_READY' MARKER=$marker RATE_SECS=${PMEMBLK_NVME_RATE_SECS:-0} sh \
+$GUEST_DIR/nvme-tcp-check.sh" >"$out" 2>&1
     rc=$?
     why=$(result "$out" why)
     if [ -n "$why" ] || [ "$rc" != 0 ] || [ "$(result "$out" status)" != pass ]; then
@@ -36,11 +37,16 @@ scenario_nvme_tcp() {
     for k in fua flushed; do
         read -r off sum <<<"$(result "$out" "$k")"
         got=$(dd if="$pool" bs=64K iflag=skip_bytes skip="$off" count=1 status=none | sha256sum | cut -d' ' -f1)
-        [ "$got" = "$sum" ] || { report FAIL nvme-tcp "the $k write (64 KiB at byte $off, sha256 $sum) read back after the power cut as $got ($(secs_since "$t0"); logs: $out)"; rm -f "$pool"; return; }
+        [ "$got" = "$sum" ] || { report FAIL nvme-tcp "the $k write (64 KiB at byte $off, sha256 $sum) read back after the power cut as $got ($(secs_since "$t0"); logs: $out)"; rm \
+            -f "$pool"; return; }
     done
     rm -f "$pool"
-    report PASS nvme-tcp "pmemblk's NVMe/TCP target to the kernel's host: discover, connect -i 2 and -g -G, id-ctrl/id-ns/ns-descs/get-feature 6/flush/write-zeroes/dsm as specified, fio verify on /dev/nvmeXn1 and io_uring_cmd on /dev/ngXn1, ext4 + e2fsck clean, $(result "$out" hostile.status) against the hostile peers, fio clean across kill -9 and a new server (reconnected after $(result "$out" reconnected_after)), a FUA'd and a flushed write read back after the power cut ($(secs_since "$t0"))" \
-        "id-ctrl: $(result "$out" id_ctrl); id-ns: $(result "$out" id_ns); $(result "$out" ns_descs); vwc: $(result "$out" vwc); dsm: $(result "$out" dsm); hostile: $(grep '^RESULT hostile\.' "$out" | sed 's/^RESULT hostile\.//' | tr '\n' ';'); rate (IOPS MB/s err) libaio $(result "$out" rate_libaio), io_uring_cmd $(result "$out" rate_io_uring_cmd); $(result "$out" region)"
+    report PASS nvme-tcp "pmemblk's NVMe/TCP target to the kernel's host: discover, connect -i 2 and -g -G, id-ctrl/id-ns/ns-descs/get-feature 6/flush/write-zeroes/dsm as \
+specified, fio verify on /dev/nvmeXn1 and io_uring_cmd on /dev/ngXn1, ext4 + e2fsck clean, $(result "$out" hostile.status) against the hostile peers, \
+fio clean across kill -9 and a new server (reconnected after $(result "$out" reconnected_after)), a FUA'd and a flushed write read back after the power cut ($(secs_since "$t0"))" \
+        "id-ctrl: $(result "$out" id_ctrl); id-ns: $(result "$out" id_ns); $(result "$out" ns_descs); vwc: $(result "$out" vwc); dsm: $(result "$out" dsm); hostile: \
+$(grep '^RESULT hostile\.' "$out" | sed 's/^RESULT hostile\.//' | tr '\n' ';'); rate (IOPS MB/s err) libaio $(result "$out" rate_libaio), io_uring_cmd \
+$(result "$out" rate_io_uring_cmd); $(result "$out" region)"
 }
 
 scenario_nvme_tcp_nvmet() {
@@ -54,6 +60,9 @@ scenario_nvme_tcp_nvmet() {
     if [ -n "$why" ] || [ "$rc" != 0 ] || [ "$(result "$out" status)" != pass ]; then
         report FAIL nvme-tcp-nvmet "${why:-the guest run failed (exit $rc): $(grep -m1 -E '^vm: ' "$out" || tail -n 1 "$out")} ($(secs_since "$t0"); logs: $LOGS/nvme-tcp-nvmet*)"; return
     fi
-    report PASS nvme-tcp-nvmet "the kernel's nvmet-tcp over brd, the same steps: discover, connect -i 2 and -g -G, identify, flush, write-zeroes, dsm, fio verify (libaio and io_uring_cmd), ext4; hostile peers $(result "$out" hostile.status) (not asserted); rate libaio $(result "$out" rate_libaio), io_uring_cmd $(result "$out" rate_io_uring_cmd) (IOPS MB/s err) ($(secs_since "$t0"))" \
-        "id-ctrl: $(result "$out" id_ctrl); id-ns: $(result "$out" id_ns); vwc: $(result "$out" vwc); dsm: $(result "$out" dsm); hostile: $(grep '^RESULT hostile\.' "$out" | sed 's/^RESULT hostile\.//' | tr '\n' ';')"
+    report PASS nvme-tcp-nvmet "the kernel's nvmet-tcp over brd, the same steps: discover, connect -i 2 and -g -G, identify, flush, write-zeroes, dsm, fio verify (libaio and \
+io_uring_cmd), ext4; hostile peers $(result "$out" hostile.status) (not asserted); rate libaio $(result "$out" rate_libaio), io_uring_cmd \
+$(result "$out" rate_io_uring_cmd) (IOPS MB/s err) ($(secs_since "$t0"))" \
+        "id-ctrl: $(result "$out" id_ctrl); id-ns: $(result "$out" id_ns); vwc: $(result "$out" vwc); dsm: $(result "$out" dsm); hostile: \
+$(grep '^RESULT hostile\.' "$out" | sed 's/^RESULT hostile\.//' | tr '\n' ';')"
 }

@@ -45,7 +45,7 @@ pmem_guest() {
     marker="POWER-CUT-$RANDOM$RANDOM"
     : >"$LOGS/pmem-boot1.out"; : >"$LOGS/pmem-boot2.out"
     # Bounds for a wedged guest only: a JVM took 100-165 s to start under TCG with other guests and builds on the 2
-    # cores (2026-12-01), and the servers share one vCPU. 1G: three pools of 256 MiB (fio's 64 MiB, the FUA writes at 200 MiB).
+    # cores, and the servers share one vCPU. 1G: three pools of 256 MiB (fio's 64 MiB, the FUA writes at 200 MiB).
     run_vm --nvdimm "$nv" --nvdimm-size 1G --timeout $((300 + 300 * ${#want[@]})) --kill-after-marker "$marker" \
         --log "$LOGS/pmem-boot1.console.log" \
         -- "$env sh $GUEST_DIR/pmem-check.sh first $marker ${want[*]}" >"$LOGS/pmem-boot1.out" 2>&1
@@ -164,6 +164,7 @@ btt_crash_check() {
 
 scenario_btt() {
     pmem_result btt || return
-    report PASS btt "pmem.layout=btt: fio verify clean, $(presult 2 btt.fua_verified) FUA writes read back after QEMU was SIGKILLed, pmempool check -v clean on the crash image and after the restart ($PMEM_SECS)" \
+    report PASS btt "pmem.layout=btt: fio verify clean, $(presult 2 btt.fua_verified) FUA writes read back after QEMU was SIGKILLed, pmempool check -v clean on the crash image and \
+after the restart ($PMEM_SECS)" \
         "fsdax NVDIMM; the BTT made by serve on a new pool; fio verify=crc32c over 64 MiB; FUA writes of 4 KiB and 1 MiB; pool copied out of the NVDIMM's ext4 with e2fsck + debugfs"
 }

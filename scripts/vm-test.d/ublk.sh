@@ -8,7 +8,7 @@ UBLK_SCENARIOS="ublk-nbd ublk-pmem ublk ublk-recovery"
 UBLK_BOOTED=0 UBLK_RC=0 UBLK_NOTE='' UBLK_TIMEOUT=0
 # Upper bounds (s) for one scenario in the guest: about 2.5 times what each took under emulation on a
 # 2-core host busy with other builds (ublk-nbd 77, ublk-pmem 125, ublk 94, ublk-recovery 170; the JVM
-# starts dominate; with four guests on the 2 cores, 2026-12-01: each serve 100-165 s to ready, ublk-recovery
+# starts dominate; with four guests on the 2 cores: each serve 100-165 s to ready, ublk-recovery
 # 822 s with its two extra serves). Every wait inside the guest has its own bound; these only catch a wedged kernel.
 ublk_budget() { case "$1" in ublk-nbd) echo 240 ;; ublk-pmem) echo 900 ;; ublk) echo 300 ;; ublk-recovery) echo 1500 ;; esac; }
 
@@ -48,10 +48,16 @@ ublk_pass_text() {
 }
 ublk_details() {
     case "$1" in
-        ublk) echo "server on a tmpfs file, block size $(uresult ublk.block_size); blkdiscard and blkdiscard -z (zeros read back); restart by SIGTERM: exit 0, /dev/ublkbN and /dev/ublkcN gone; fio verify=crc32c 4k..1m iodepth 32; fstrim $(uresult ublk.fstrim) bytes; e2fsck -fn before and after; without /dev/ublk-control: $(uresult ublk.no_control)" ;;
-        ublk-recovery) echo "killed after $(uresult ublk-recovery.killed_after) requests (device kept, I/O held); new serve ready $(uresult ublk-recovery.recovered_after) later; no I/O error in the kernel log; killed again: a serve on another file $(uresult ublk-recovery.other_file), on the device's own file $(uresult ublk-recovery.same_file); before, with recovery=false: kill -9 removed the device, the next serve on id 7 made a new one ($(uresult ublk-recovery.norecovery))" ;;
-        ublk-pmem) echo "$(uresult ublk-pmem.ublk_requests) ublk requests; dma.engine=soft, route.dma.bounce=true, route.dma.min-bytes=65536: copy bytes dma=$(uresult ublk-pmem.dma_bytes) cpu=$(uresult ublk-pmem.cpu_bytes)" ;;
-        ublk-nbd) echo "libaio direct, 50/50: ublk $(uresult ublk-nbd.ublk_iops) IOPS ($(uresult ublk-nbd.ublk_mbps) MB/s, $(uresult ublk-nbd.queues) queues), nbd $(uresult ublk-nbd.nbd_iops) IOPS ($(uresult ublk-nbd.nbd_mbps) MB/s, $(uresult ublk-nbd.nbd_connections) connections), pmem0 $(uresult ublk-nbd.pmem0_iops) IOPS ($(uresult ublk-nbd.pmem0_mbps) MB/s)" ;;
+        ublk) echo "server on a tmpfs file, block size $(uresult ublk.block_size); blkdiscard and blkdiscard -z (zeros read back); restart by SIGTERM: exit 0, /dev/ublkbN and \
+/dev/ublkcN gone; fio verify=crc32c 4k..1m iodepth 32; fstrim $(uresult ublk.fstrim) bytes; e2fsck -fn before and after; without /dev/ublk-control: $(uresult ublk.no_control)" ;;
+        ublk-recovery) echo "killed after $(uresult ublk-recovery.killed_after) requests (device kept, I/O held); new serve ready $(uresult ublk-recovery.recovered_after) later; no \
+I/O error in the kernel log; killed again: a serve on another file $(uresult ublk-recovery.other_file), on the device's own file \
+$(uresult ublk-recovery.same_file); before, with recovery=false: kill -9 removed the device, the next serve on id 7 made a new one ($(uresult ublk-recovery.norecovery))" ;;
+        ublk-pmem) echo "$(uresult ublk-pmem.ublk_requests) ublk requests; dma.engine=soft, route.dma.bounce=true, route.dma.min-bytes=65536: copy bytes \
+dma=$(uresult ublk-pmem.dma_bytes) cpu=$(uresult ublk-pmem.cpu_bytes)" ;;
+        ublk-nbd) echo "libaio direct, 50/50: ublk $(uresult ublk-nbd.ublk_iops) IOPS ($(uresult ublk-nbd.ublk_mbps) MB/s, $(uresult ublk-nbd.queues) queues), nbd \
+$(uresult ublk-nbd.nbd_iops) IOPS ($(uresult ublk-nbd.nbd_mbps) MB/s, $(uresult ublk-nbd.nbd_connections) connections), pmem0 \
+$(uresult ublk-nbd.pmem0_iops) IOPS ($(uresult ublk-nbd.pmem0_mbps) MB/s)" ;;
     esac
 }
 

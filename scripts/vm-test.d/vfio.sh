@@ -82,5 +82,6 @@ scenario_vfio() {
         report FAIL vfio "unexpected:$bad ($secs; logs: $out)"; return
     fi
     report PASS vfio "dma.engine=vfio on edu behind intel-iommu: $dma DMA bytes = device transfers x 1 KiB, unmapped IOVA faults, fsdax refused ($secs)" \
-        "serve on /dev/dax0.0; 32 requests of 8 KiB, $transfers device transfers; pattern read back after restart; SIGTERM exit 0, mappings withdrawn; DMA to an unmapped IOVA moved 0 bytes, kernel: '${fault#*] }'; fsdax refused with the devdax/tmpfs hint"
+        "serve on /dev/dax0.0; 32 requests of 8 KiB, $transfers device transfers; pattern read back after restart; SIGTERM exit 0, mappings withdrawn; DMA to an unmapped IOVA moved \
+0 bytes, kernel: '${fault#*] }'; fsdax refused with the devdax/tmpfs hint"
 }

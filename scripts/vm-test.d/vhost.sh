@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# vhost-user-blk (issue 24): a server on the host exports a file over vhost-user-blk and the guest's /dev/vda is QEMU's
+# vhost-user-blk: a server on the host exports a file over vhost-user-blk and the guest's /dev/vda is QEMU's
 # vhost-user-blk-pci on it, 2 virtqueues, reconnect=1 (the server may go away and come back under the running guest).
 # The guest script (scripts/vm-guest/vhost-check.sh) asks the host to restart or kill the server, or for its metrics,
 # through a shared request directory (scripts/lib/vm-host.sh). One boot per scenario; no JVM in the guest.
@@ -120,7 +120,7 @@ vhost_boot() {
     [ -z "$absent" ] || VHOST_WHY="the guest ended 0 without these results:$absent${VHOST_WHY:+; $VHOST_WHY}"
 }
 
-# vhost-vfio-user (issue 43): the vhost disk's server copies through `pmemblk dma-device` on the host
+# vhost-vfio-user: the vhost disk's server copies through `pmemblk dma-device` on the host
 # (dma.engine=vfio-user; vfio-user is only between the two processes, so Debian's QEMU boots the guest). The guest
 # (vhost-check.sh dmakill) runs fio verify in 2 MiB requests and asks for the device to be SIGKILLed once the DMA route
 # carried 16 MiB, then started again; the host checks the server's log at each step.
@@ -198,7 +198,8 @@ scenario_vhost_vfio_user() {
     mkdir -p "$d"
     VHOST_DMA_SOCK="$d/ioat.sock"
     ioat_device_start "$VHOST_DMA_SOCK" "$LOGS/vhost-vfio-user-device.log" \
-        || { report FAIL vhost-vfio-user "pmemblk dma-device did not start: $(tail -n 2 "$LOGS/vhost-vfio-user-device.log" | tr '\n' ' ') ($(secs_since "$t0"); logs: $LOGS/vhost-vfio-user*)"; return; }
+        || { report FAIL vhost-vfio-user "pmemblk dma-device did not start: $(tail -n 2 "$LOGS/vhost-vfio-user-device.log" | tr '\n' ' ') ($(secs_since "$t0"); logs: \
+$LOGS/vhost-vfio-user*)"; return; }
     vhost_boot vhost-vfio-user dmakill
     if ! stop_host_server "$IOAT_PID" 2>>"$IOAT_LOG"; then
         why="${VHOST_WHY:+$VHOST_WHY; }pmemblk dma-device ignored SIGTERM"
@@ -209,12 +210,17 @@ scenario_vhost_vfio_user() {
     fi
     [ -z "$why" ] || { report FAIL vhost-vfio-user "$why ($(secs_since "$t0"); logs: $LOGS/vhost-vfio-user*)"; return; }
     r=$(grep -c 'is gone (' "$LOGS/vhost-vfio-user-server-1.log")
-    [ "$r" = "$VHOST_DMA_CYCLES" ] || { report FAIL vhost-vfio-user "the server logged the device's loss $r times (want $VHOST_DMA_CYCLES) ($(secs_since "$t0"); logs: $LOGS/vhost-vfio-user*)"; return; }
+    [ "$r" = "$VHOST_DMA_CYCLES" ] || { report FAIL vhost-vfio-user "the server logged the device's loss $r times (want $VHOST_DMA_CYCLES) ($(secs_since "$t0"); logs: \
+$LOGS/vhost-vfio-user*)"; return; }
     local o=$VHOST_OUT
     [ "$(result "$o" dma_after)" -gt "${VHOST_DMA_AT_BACK:-0}" ] 2>/dev/null \
-        || { report FAIL vhost-vfio-user "the DMA route did not grow after the device came back: ${VHOST_DMA_AT_BACK:-?} bytes then, $(result "$o" dma_after) at the end ($(secs_since "$t0"); logs: $LOGS/vhost-vfio-user*)"; return; }
-    report PASS vhost-vfio-user "fio verify (2 MiB requests) on /dev/vda served with dma.engine=vfio-user clean across a SIGKILL of pmemblk dma-device mid-run (its $VHOST_DMA_HELD held copies redone by the CPU) and its restart ($VHOST_DMA_CYCLES kill(s)); DMA route bytes $VHOST_DMA_AT_KILL at the kill, $VHOST_DMA_AT_LOSS at the loss, $VHOST_DMA_AT_BACK at the return, $(result "$o" dma_after) at the end ($(secs_since "$t0"))" \
-        "$(result "$o" dma_cycle)CPU route bytes $(result "$o" cpu_at_return) after the return, $(result "$o" cpu_after) at the end; fio: $(grep -h -E '^fio (dmakill|again)\| *(WRITE|READ):' "$o" | tr '\n' ' ')"
+        || { report FAIL vhost-vfio-user "the DMA route did not grow after the device came back: ${VHOST_DMA_AT_BACK:-?} bytes then, $(result "$o" dma_after) at the end \
+($(secs_since "$t0"); logs: $LOGS/vhost-vfio-user*)"; return; }
+    report PASS vhost-vfio-user "fio verify (2 MiB requests) on /dev/vda served with dma.engine=vfio-user clean across a SIGKILL of pmemblk dma-device mid-run (its $VHOST_DMA_HELD \
+held copies redone by the CPU) and its restart ($VHOST_DMA_CYCLES kill(s)); DMA route bytes $VHOST_DMA_AT_KILL at the kill, $VHOST_DMA_AT_LOSS at the \
+loss, $VHOST_DMA_AT_BACK at the return, $(result "$o" dma_after) at the end ($(secs_since "$t0"))" \
+        "$(result "$o" dma_cycle)CPU route bytes $(result "$o" cpu_at_return) after the return, $(result "$o" cpu_after) at the end; fio: \
+$(grep -h -E '^fio (dmakill|again)\| *(WRITE|READ):' "$o" | tr '\n' ' ')"
 }
 
 vhost_label() {
@@ -239,8 +245,10 @@ scenario_vhost() {
     else
         routes="copy routes not checked (qemu-storage-daemon has none)"
     fi
-    report PASS vhost "ext4 on /dev/vda over vhost-user-blk ($(vhost_label)): blkdiscard and -z, fio verify on both queues, $routes, $(result "$VHOST_OUT" verified) files verified across a server restart, e2fsck clean ($(secs_since "$t0"))" \
-        "2 virtqueues, interrupts per queue during fio verify (crc32c, 4k..1m, iodepth 32, 2 jobs): $(result "$VHOST_OUT" queue_interrupts); discard_max $(result "$VHOST_OUT" discard_max), write_zeroes_max $(result "$VHOST_OUT" write_zeroes_max); $(result "$VHOST_OUT" restart); server: ${VHOST_SETS[*]:-defaults}"
+    report PASS vhost "ext4 on /dev/vda over vhost-user-blk ($(vhost_label)): blkdiscard and -z, fio verify on both queues, $routes, $(result "$VHOST_OUT" verified) files verified \
+across a server restart, e2fsck clean ($(secs_since "$t0"))" \
+        "2 virtqueues, interrupts per queue during fio verify (crc32c, 4k..1m, iodepth 32, 2 jobs): $(result "$VHOST_OUT" queue_interrupts); discard_max \
+$(result "$VHOST_OUT" discard_max), write_zeroes_max $(result "$VHOST_OUT" write_zeroes_max); $(result "$VHOST_OUT" restart); server: ${VHOST_SETS[*]:-defaults}"
 }
 
 # vhost-restart and vhost-wcache share one boot (a guest boot and a server start each cost more than their steps):
@@ -270,7 +278,8 @@ scenario_vhost_wcache() {
         [ -n "$why" ] || why=${VHOST_SHARED_WHY:-no wcache result from the guest: $(grep -m1 -E '^vm: ' "$VHOST_SHARED_OUT" || tail -n 1 "$VHOST_SHARED_OUT")}
         report FAIL vhost-wcache "$why ($VHOST_SHARED_SECS shared boot; logs: $LOGS/vhost-restart*)"; return
     fi
-    report PASS vhost-wcache "write through set in the guest kept across a SIGKILL of the server and a new one (QEMU reconnect=1): the 4 writes after it durable when they completed, a power cut of the server's view loses ${lost} KiB ($VHOST_SHARED_SECS shared boot)" \
+    report PASS vhost-wcache "write through set in the guest kept across a SIGKILL of the server and a new one (QEMU reconnect=1): the 4 writes after it durable when they \
+completed, a power cut of the server's view loses ${lost} KiB ($VHOST_SHARED_SECS shared boot)" \
         "cache_type at boot: $(result "$VHOST_SHARED_OUT" wcache_initial); the record: $(grep -h -m1 'write cache' "$LOGS"/vhost-restart-server-2.log 2>/dev/null)"
 }
 
@@ -282,6 +291,7 @@ scenario_vhost_restart() {
     vhost_shared_boot
     VHOST_OUT=$VHOST_SHARED_OUT VHOST_WHY=$VHOST_SHARED_WHY
     [ -z "$VHOST_WHY" ] || { report FAIL vhost-restart "$VHOST_WHY ($(secs_since "$t0"); logs: $LOGS/vhost-restart*)"; return; }
-    report PASS vhost-restart "fio verify on /dev/vda ($(vhost_label)) clean across a SIGKILL of the server under load and a new server (QEMU reconnect=1), no I/O error in the guest ($VHOST_SHARED_SECS boot)" \
+    report PASS vhost-restart "fio verify on /dev/vda ($(vhost_label)) clean across a SIGKILL of the server under load and a new server (QEMU reconnect=1), no I/O error in the \
+guest ($VHOST_SHARED_SECS boot)" \
         "killed after $(result "$VHOST_OUT" killed_after_sectors) sectors written of 2 x 192 MiB; $(result "$VHOST_OUT" kill)"
 }

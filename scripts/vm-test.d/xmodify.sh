@@ -16,9 +16,11 @@ scenario_xmodify() {
     out="$LOGS/xmodify.out"
     # $WORK is under the host's /tmp, which the guest does not see: shared in
     if ! run_vm --timeout 600 --share "$WORK:xmodify:/mnt/xmodify:ro" --log "$LOGS/xmodify.console.log" \
-        -- "$pin. $GUEST_DIR/guest-java.sh; echo \"RESULT xmodify.pin=\$PMEMBLK_GUEST_PIN\"; for i in 1 2 3; do \$PMEMBLK_GUEST_PIN /mnt/xmodify/xmodify ${PMEMBLK_XMODIFY_SECS:-5}; done" >"$out" 2>&1; then
+        -- "$pin. $GUEST_DIR/guest-java.sh; echo \"RESULT xmodify.pin=\$PMEMBLK_GUEST_PIN\"; for i in 1 2 3; do \$PMEMBLK_GUEST_PIN /mnt/xmodify/xmodify ${PMEMBLK_XMODIFY_SECS:-5}; \
+done" >"$out" 2>&1; then
         faults=$(grep -m1 'xmodify.fault=SIG' "$out")
-        report FAIL xmodify "patched code faulted in the guest (-accel ${PMEMBLK_VM_ACCEL:-tcg}, pinned by '$(result "$out" xmodify.pin)'): ${faults:-the guest run failed} ($(secs_since "$t0"); logs: $out)"; return
+        report FAIL xmodify "patched code faulted in the guest (-accel ${PMEMBLK_VM_ACCEL:-tcg}, pinned by '$(result "$out" xmodify.pin)'): ${faults:-the guest run failed} \
+($(secs_since "$t0"); logs: $out)"; return
     fi
     if [ "$(grep -c 'bad=0 .*fault=none' "$out")" != 3 ]; then
         report FAIL xmodify "not 3 clean runs: $(grep RESULT "$out" | tr '\n' ' ') ($(secs_since "$t0"); logs: $out)"; return
