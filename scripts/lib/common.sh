@@ -103,12 +103,12 @@ baseline_build() {
     || { echo "pmemblk: baseline $BASELINE_SHORT has no scripts/pmemblk to launch it with" >&2; return 1; }
 }
 
-# The bench scripts' reports and A/B tables (scripts/lib/benchreport.py; standard library only, so Debian's
+# The bench scripts' reports and A/B tables (the package scripts/lib/benchreport; standard library only, so Debian's
 # /usr/bin/python3 runs it with nothing installed).
 benchreport() {
   local py=/usr/bin/python3
   [ -x "$py" ] || py=python3
-  "$py" "$PMEMBLK_ROOT/scripts/lib/benchreport.py" "$@"
+  PYTHONPATH="$PMEMBLK_ROOT/scripts/lib${PYTHONPATH:+:$PYTHONPATH}" "$py" -m benchreport "$@"
 }
 
 # round_order ROUND NAME...: sets ORDER to the names in the order they run in that round. In an A/B run (a name is
