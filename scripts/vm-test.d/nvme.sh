@@ -13,6 +13,7 @@ NVME_READY=${PMEMBLK_NVME_READY:-"^ready: nvme-tcp 127.0.0.1:$NVME_PORT $NVME_NQ
 
 # nvme_packages LOG: nvme-cli on the host (the guest's root), ensure_packages' way; false, naming it, when missing.
 nvme_packages() {
+    # shellcheck disable=SC2094  # the log is read only after the install wrote it and ended
     ( . "$REPO_ROOT/scripts/lib/common.sh" && ensure_packages nvme-cli fio ) >>"$1" 2>&1 \
         || { echo "nvme-cli missing and not installed (apt-get install nvme-cli): $(tail -n 1 "$1")"; return 1; }
 }
