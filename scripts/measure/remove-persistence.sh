@@ -1,18 +1,20 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Removes one persistence step at a time from PmemRegion.java (remove-persistence.py NAME), runs
 # DurabilityRecordTest in both surefire executions, records which tests failed and how, and restores the file.
-# Usage: pmem-blk/measure/remove-persistence.sh M1_... M2_... (names in remove-persistence.py). Commit first: it
+# Usage: scripts/measure/remove-persistence.sh M1_... M2_... (names in remove-persistence.py). Commit first: it
 # checks PmemRegion.java out after each run.
-export JAVA_HOME=/usr/lib/jvm/temurin-25-jdk-amd64
-cd "$(git rev-parse --show-toplevel)"
+set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
+find_jdk build || exit 1
+cd "$PMEMBLK_ROOT" || exit 1
 mkdir -p /tmp/remove-persistence; out=/tmp/remove-persistence/results.txt
 for m in "$@"; do
   git checkout -q pmem-blk/src/main/java/io/pmemblk/pmem/PmemRegion.java
-  python3 pmem-blk/measure/remove-persistence.py $m || { echo "$m: patch failed" >> $out; continue; }
+  python3 scripts/measure/remove-persistence.py "$m" || { echo "$m: patch failed" >> "$out"; continue; }
   rm -rf pmem-blk/target/surefire-reports pmem-blk/target/surefire-reports-forced-pmem
-  mvn -q -B -ntp -pl pmem-blk -am test -Dtest='DurabilityRecordTest' -Dsurefire.failIfNoSpecifiedTests=false > /tmp/remove-persistence/$m.log 2>&1
-  echo "=== $m (mvn exit $?)" >> $out
-  python3 - $m >> $out <<'PY'
+  mvn -q -B -ntp -pl pmem-blk -am test -Dtest='DurabilityRecordTest' -Dsurefire.failIfNoSpecifiedTests=false > "/tmp/remove-persistence/$m.log" 2>&1
+  echo "=== $m (mvn exit $?)" >> "$out"
+  python3 - "$m" >> "$out" <<'PY'
 import glob,re,sys,html
 for d in ['surefire-reports','surefire-reports-forced-pmem']:
     for f in glob.glob('pmem-blk/target/%s/TEST-*.xml'%d):
@@ -23,4 +25,4 @@ for d in ['surefire-reports','surefire-reports-forced-pmem']:
 PY
 done
 git checkout -q pmem-blk/src/main/java/io/pmemblk/pmem/PmemRegion.java
-echo DONE >> $out
+echo DONE >> "$out"
