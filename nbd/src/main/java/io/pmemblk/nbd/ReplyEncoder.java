@@ -3,6 +3,7 @@ package io.pmemblk.nbd;
 import static io.pmemblk.nbd.NbdProtocol.*;
 
 import io.pmemblk.queueing.Request;
+import io.pmemblk.queueing.Status;
 import java.nio.ByteBuffer;
 
 /**
@@ -105,7 +106,7 @@ final class ReplyEncoder {
             int t = r.tag();
             int command = commandOf[t];
             int flags = flagsOf[t];
-            int error = RequestValidator.nbdError(r.status(), flags);
+            int error = nbdError(r.status(), flags);
             if (runStart < 0) {
                 runStart = headers.position();
             }
@@ -183,5 +184,19 @@ final class ReplyEncoder {
             }
             headers.putInt(lengthAt, 4 + 8 * n);
         }
+    }
+
+    /**
+     * Driver status -> an error the reply may carry ("Error values"): ENOTSUP only for a WRITE_ZEROES with
+     * FAST_ZERO, EOVERFLOW only for a READ with DF; anything the protocol has no name for becomes EIO.
+     */
+    static int nbdError(int status, int flags) {
+        return switch (status) {
+            case Status.OK, Status.EPERM, Status.EIO, Status.ENOMEM, Status.EINVAL, Status.ENOSPC,
+                 Status.ESHUTDOWN -> status;
+            case Status.ENOTSUP -> (flags & CMD_FLAG_FAST_ZERO) != 0 ? Status.ENOTSUP : Status.EINVAL;
+            case Status.EOVERFLOW -> (flags & CMD_FLAG_DF) != 0 ? Status.EOVERFLOW : Status.EINVAL;
+            default -> Status.EIO;
+        };
     }
 }

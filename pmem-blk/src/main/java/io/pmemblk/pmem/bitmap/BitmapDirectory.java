@@ -2,7 +2,7 @@ package io.pmemblk.pmem.bitmap;
 
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.posix.Errno;
-import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.posix.TrustedDirectory;
 import io.pmemblk.posix.TrustedPath;
@@ -69,7 +69,7 @@ public final class BitmapDirectory implements AutoCloseable {
 
     boolean exists(String name) throws IOException {
         try {
-            Libc.fstatat(dir.fd(), name, Libc.AT_SYMLINK_NOFOLLOW);
+            FileCalls.fstatat(dir.fd(), name, FileCalls.AT_SYMLINK_NOFOLLOW);
             return true;
         } catch (NativeException e) {
             if (e.errno() == Errno.ENOENT) {
@@ -98,7 +98,7 @@ public final class BitmapDirectory implements AutoCloseable {
 
     /** The bitmap file {@code name}, its header checked; refused naming the file when it is not one of ours. */
     BitmapFile open(String name) throws IOException {
-        long size = Libc.fstatat(dir.fd(), name, Libc.AT_SYMLINK_NOFOLLOW).size();
+        long size = FileCalls.fstatat(dir.fd(), name, FileCalls.AT_SYMLINK_NOFOLLOW).size();
         if (size <= 0) {
             throw new IOException(path().resolve(name) + " is empty: not a pmemblk bitmap; remove it");
         }
@@ -113,11 +113,11 @@ public final class BitmapDirectory implements AutoCloseable {
 
     /** Renames {@code from} to {@code to} (replacing it) in this directory; durable after {@link #sync()}. */
     void rename(String from, String to) throws IOException {
-        Libc.renameat(dir.fd(), from, dir.fd(), to);
+        FileCalls.renameat(dir.fd(), from, dir.fd(), to);
     }
 
     void remove(String name) throws IOException {
-        Libc.unlinkat(dir.fd(), name, 0);
+        FileCalls.unlinkat(dir.fd(), name, 0);
     }
 
     /** fsync of the directory: its renames, creations and removals survive a crash. */
