@@ -11,6 +11,9 @@ import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.LayoutRecord;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.Routing;
+import io.pmemblk.pmem.bitmap.BitmapDirectory;
+import io.pmemblk.pmem.bitmap.DirtyBitmaps;
+import io.pmemblk.pmem.bitmap.TrackingDriver;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.posix.TrustedPath;
 import io.pmemblk.settings.DefaultPaths;
@@ -31,6 +34,8 @@ public final class Device implements AutoCloseable {
     private final PmemRegion region;
     private final PmemBlockDriver driver;
     private final BlockLayer layer;
+    /** The dirty bitmaps and the layer that marks them, over the driver; null with bitmap.dir=off. */
+    private final DirtyBitmaps bitmaps;
     private final CopyStats stats = new CopyStats();
     private boolean closed;
 
@@ -57,6 +62,7 @@ public final class Device implements AutoCloseable {
             throw e;
         }
         DmaEngine engine = vfio;
+        DirtyBitmaps bitmaps = null;
         try {
             // The layout is the operator's setting and pmemblk's record, never a sniff of the bytes a client wrote:
             // a raw device serves raw whatever it holds, unless pmemblk recorded a BTT on it (docs/btt.md).
@@ -72,12 +78,22 @@ public final class Device implements AutoCloseable {
             this.driver = btt ? PmemBlockDriver.onBtt(region, stats, openBtt(settings, region, record),
                     engine, LiveSettings.routing(settings))
                     : new PmemBlockDriver(region, stats, engine, LiveSettings.routing(settings));
+            // Every frontend's requests pass through the tracking layer when there are bitmaps to mark.
+            bitmaps = openBitmaps(settings, driver.size());
             // ublk queue i takes tags of its own on hardware queue i, so it never waits behind NBD connections.
             boolean ublk = settings.get(Keys.UBLK_ENABLED);
-            this.layer = new BlockLayer(driver, settings.get(Keys.QUEUES), settings.get(Keys.QUEUE_DEPTH),
+            this.layer = new BlockLayer(bitmaps == null ? driver : new TrackingDriver(driver, bitmaps),
+                    settings.get(Keys.QUEUES), settings.get(Keys.QUEUE_DEPTH),
                     settings.get(Keys.QUEUE_BUFFER_BYTES), Keys.MAX_REQUEST_BYTES,
                     ublk ? settings.ublkDepth() : 0, ublk ? settings.ublkQueues() : 0);
         } catch (IOException | RuntimeException e) {
+            if (bitmaps != null) {
+                try {
+                    bitmaps.close();
+                } catch (IOException suppressed) {
+                    e.addSuppressed(suppressed);
+                }
+            }
             if (engine != null) {
                 engine.close();
             }
@@ -88,6 +104,19 @@ public final class Device implements AutoCloseable {
             }
             throw e;
         }
+        this.bitmaps = bitmaps;
+    }
+
+    /** The bitmaps of bitmap.dir (null when off), mapped as pmem.path is; files that do not fit the device refused. */
+    private static DirtyBitmaps openBitmaps(Settings settings, long deviceSize) throws IOException {
+        Path dir = settings.bitmapDir(layoutRecords());
+        if (dir == null) {
+            return null;
+        }
+        BitmapDirectory files = BitmapDirectory.open(dir, "bitmap.dir",
+                PmemRegion.Mapper.valueOf(settings.get(Keys.PMEM_MAPPER).name()));
+        return DirtyBitmaps.open(files, deviceSize, settings.get(Keys.BITMAP_GRANULARITY),
+                settings.get(Keys.BITMAP_NAMES), settings.get(Keys.QUEUES));
     }
 
     /**
@@ -191,6 +220,11 @@ public final class Device implements AutoCloseable {
         return layer;
     }
 
+    /** The dirty bitmaps, or null with bitmap.dir=off. */
+    public DirtyBitmaps bitmaps() {
+        return bitmaps;
+    }
+
     public CopyStats stats() {
         return stats;
     }
@@ -238,7 +272,13 @@ public final class Device implements AutoCloseable {
             try {
                 driver.close();
             } finally {
-                layer.close();
+                try {
+                    layer.close();
+                } finally {
+                    if (bitmaps != null) {
+                        bitmaps.close();
+                    }
+                }
             }
         }
         return idle;

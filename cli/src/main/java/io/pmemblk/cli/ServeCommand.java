@@ -131,6 +131,7 @@ final class ServeCommand implements Callable<Integer> {
         UblkDevice ublk = null;
         VhostUserBlkServer vhost = null;
         io.pmemblk.nvme.NvmeTcpServer nvme = null;
+        BitmapControl bitmapControl = null;
         SystemdNotify systemd = SystemdNotify.fromEnvironment();
         List<String> exports = new ArrayList<>();
         try {
@@ -147,6 +148,9 @@ final class ServeCommand implements Callable<Integer> {
                         // no path: the description goes to any client that asks, before TLS too (nbdkit sends none)
                         "pmemblk " + Sizes.format(device.driver().size())),
                         device.layer());
+                if (device.bitmaps() != null) {
+                    server.dirtyBitmaps(new BitmapContexts(device.bitmaps()));
+                }
                 if (socketDirectory != null) {
                     server.unixSocketDirectory(socketDirectory); // the server closes it from here on
                     socketDirectory = null;
@@ -177,6 +181,12 @@ final class ServeCommand implements Callable<Integer> {
                 if (metrics != null) {
                     metrics.addVhost(vhost);
                 }
+            }
+            if (device.bitmaps() != null) {
+                bitmapControl = BitmapControl.start(device.bitmaps());
+                System.err.println("pmemblk: dirty bitmaps in " + device.bitmaps().directory().path() + " ("
+                        + String.join(", ", device.bitmaps().names()) + "), `pmemblk bitmap` control socket "
+                        + bitmapControl.path());
             }
             nvme = NvmeFrontend.server(s, device);
             java.net.InetSocketAddress nvmeAt = nvme == null ? null : nvme.start();
@@ -218,6 +228,9 @@ final class ServeCommand implements Callable<Integer> {
             if (server != null) {
                 server.close();
             }
+            if (bitmapControl != null) {
+                bitmapControl.close();
+            }
             if (socketDirectory != null) {
                 socketDirectory.close();
             }
@@ -258,6 +271,9 @@ final class ServeCommand implements Callable<Integer> {
         }
         if (server != null) {
             server.close();
+        }
+        if (bitmapControl != null) {
+            bitmapControl.close();
         }
         boolean idle;
         String notPersisted = null;

@@ -51,7 +51,8 @@ class ReplyEncoderTest {
     }
 
     ReplyEncoder encoder(boolean structured) {
-        return new ReplyEncoder(DEPTH, BufferPool.chunksFor(MAX), structured, EXPORT);
+        return new ReplyEncoder(DEPTH, BufferPool.chunksFor(MAX), structured, EXPORT, true, java.util.List.of(),
+                DirtyBitmapContexts.NONE);
     }
 
     /** A request as the driver hands it back: completed with {@code status}, its NBD command remembered. */

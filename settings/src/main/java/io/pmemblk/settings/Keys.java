@@ -62,7 +62,7 @@ public final class Keys {
     // Declared before the keys: a static initialiser runs in the order of the text.
     private static final Group PMEM = new Group(), NBD = new Group(), QUEUE = new Group(), DMA = new Group(),
             ROUTE = new Group(), UBLK = new Group(), METRICS = new Group(), VHOST = new Group(), NVME = new Group(),
-            LOG = new Group();
+            BITMAP = new Group(), LOG = new Group();
 
     // ---- pmem ----
     public static final Key<Path> PMEM_PATH = PMEM.key("pmem.path", "auto",
@@ -335,13 +335,39 @@ public final class Keys {
             "Whether a host may turn on the CRC32C header and data digests (nvme connect -g -G); false answers"
                     + " ICReq with them off.", ValueParsers::bool);
 
+    // ---- bitmap: dirty bitmaps (changed-block tracking for incremental backup; docs/bitmaps.md) ----
+    /** bitmap.dir=auto before it is resolved against pmem.path ({@link Settings#bitmapDir}). */
+    static final Path AUTO_PATH = Path.of("auto");
+    public static final Key<Path> BITMAP_DIR = BITMAP.key("bitmap.dir", "off",
+            "off, auto, or a directory path (created if missing)",
+            "Where the dirty bitmaps live, with the control socket `pmemblk bitmap` talks to (control.sock); off:"
+                    + " no tracking. auto: FILE.bitmaps beside pmem.path (for device DAX, daxX.Y.bitmaps in pmemblk's"
+                    + " state directory). Checked as pmem.path's directories are.",
+            t -> t.trim().equalsIgnoreCase("off") ? null : t.trim().equalsIgnoreCase("auto") ? AUTO_PATH : path(t));
+    public static final Key<List<String>> BITMAP_NAMES = BITMAP.key("bitmap.names", "",
+            "names separated by commas, each 1 to 64 of A-Z a-z 0-9 _ -; or empty",
+            "Bitmaps that exist from start (created clean when missing; needs bitmap.dir). More are added while"
+                    + " serving with `pmemblk bitmap add NAME`; every bitmap stays until removed.",
+            ValueParsers::bitmapNames);
+    public static final Key<Long> BITMAP_GRANULARITY = BITMAP.key("bitmap.granularity", "64K",
+            "a power of two from 512 to 1G (suffixes K, M, G)",
+            "Bytes each bit of a bitmap made from bitmap.names covers (QEMU's default: 64K). An existing bitmap of"
+                    + " another granularity is refused at start.", t -> {
+                long v = Sizes.parse(t);
+                if (v < 512 || v > 1L << 30 || Long.bitCount(v) != 1) {
+                    throw new IllegalArgumentException();
+                }
+                return v;
+            });
+
     // ---- log ----
     public static final Key<LogLevel> LOG_LEVEL = LOG.key("log.level", "info", "error, warning, info, debug or trace",
             "Least severe log records written to stderr (the journal, under systemd); debug adds one line per"
                     + " connection's negotiated options.", t -> choice(t, LogLevel.class));
 
     /** Every key, in the order the example file documents them: the groups in this order, each as declared. */
-    public static final Map<String, Key<?>> ALL = index(PMEM, NBD, QUEUE, DMA, ROUTE, UBLK, METRICS, VHOST, NVME, LOG);
+    public static final Map<String, Key<?>> ALL = index(PMEM, NBD, QUEUE, DMA, ROUTE, UBLK, METRICS, VHOST, NVME, BITMAP,
+            LOG);
 
     /**
      * The keys a running server applies when it reloads its settings (SIGHUP, systemctl reload) without

@@ -110,6 +110,27 @@ public final class Settings {
         return d == 0 ? get(Keys.QUEUE_DEPTH) : d;
     }
 
+    /**
+     * The bitmap directory, null when bitmap.dir=off: auto is FILE.bitmaps beside pmem.path, or NODE.bitmaps in
+     * {@code stateDirectory} for a device-DAX node. bitmap.names without a directory is refused.
+     */
+    public Path bitmapDir(Path stateDirectory) {
+        Path dir = get(Keys.BITMAP_DIR);
+        if (dir == null) {
+            if (!get(Keys.BITMAP_NAMES).isEmpty()) {
+                throw new IllegalArgumentException("bitmap.names=" + text(Keys.BITMAP_NAMES) + " needs a place for the"
+                        + " bitmaps; allowed: bitmap.dir=auto (beside pmem.path) or a directory");
+            }
+            return null;
+        }
+        if (!dir.equals(Keys.AUTO_PATH)) {
+            return dir;
+        }
+        Path image = get(Keys.PMEM_PATH);
+        String name = image.getFileName() + ".bitmaps";
+        return image.toString().startsWith("/dev/dax") ? stateDirectory.resolve(name) : image.resolveSibling(name);
+    }
+
     @SuppressWarnings("unchecked")
     public <T> T get(Key<T> key) {
         Object v = values.get(key.name());

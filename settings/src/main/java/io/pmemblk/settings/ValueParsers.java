@@ -44,6 +44,22 @@ final class ValueParsers {
         return Enum.valueOf(type, t.toUpperCase(Locale.ROOT).replace('-', '_')); // vfio-user: VFIO_USER
     }
 
+    /** bitmap.names: distinct names of A-Z a-z 0-9 _ -, 1 to 64 each; empty is none. */
+    static List<String> bitmapNames(String t) {
+        List<String> names = new ArrayList<>();
+        for (String n : t.split(",")) {
+            n = n.trim();
+            if (n.isEmpty()) {
+                continue;
+            }
+            if (!n.matches("[A-Za-z0-9_-]{1,64}") || names.contains(n)) {
+                throw new IllegalArgumentException();
+            }
+            names.add(n);
+        }
+        return List.copyOf(names);
+    }
+
     /** "auto" is the empty list. */
     static List<String> pciAddresses(String t) {
         if (t.trim().equalsIgnoreCase("auto")) {
