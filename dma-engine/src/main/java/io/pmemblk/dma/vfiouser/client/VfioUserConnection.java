@@ -94,7 +94,7 @@ public final class VfioUserConnection implements AutoCloseable {
      * device process may then still run, and still hold our memory mapped.
      */
     public boolean lostByPeer() {
-        return wire.peerClosed;
+        return wire.lostByPeer();
     }
 
     /**
@@ -145,7 +145,7 @@ public final class VfioUserConnection implements AutoCloseable {
 
     /** Whether the connection is gone (and why), or null while it works. */
     public String lostReason() {
-        return wire.lostReason;
+        return wire.lostReason();
     }
 
     /** Region writes sent posted (No_reply) so far. */
@@ -155,7 +155,7 @@ public final class VfioUserConnection implements AutoCloseable {
 
     /** DMA_READ/DMA_WRITE commands the server sent us so far. */
     public long serverCommands() {
-        return wire.serverCommands;
+        return wire.serverCommands();
     }
 
     /** Runs {@code listener} once, on the watcher thread, when the connection is lost (not when closed). */

@@ -65,7 +65,7 @@ final class VfioUserWatcher {
      * socket close. Ends when the connection is lost (then runs the loss listener) or closed.
      */
     private void watch() {
-        while (!wire.closed && wire.lostReason == null) {
+        while (!wire.closed() && wire.lostReason() == null) {
             int revents;
             try {
                 revents = Sockets.pollOne(pollfd, VfioUserWire.SLICE_MILLIS);
@@ -84,7 +84,7 @@ final class VfioUserWatcher {
                 continue;
             }
             try {
-                if (wire.closed || wire.lostReason != null) {
+                if (wire.closed() || wire.lostReason() != null) {
                     break;
                 }
                 if (Sockets.pollOne(pollfd, 0) == 0) {
@@ -100,18 +100,18 @@ final class VfioUserWatcher {
                 }
                 wire.serve(id, command, payload, System.nanoTime() + timeoutNanos);
             } catch (VfioUserException | NativeException e) {
-                if (wire.lostReason == null && !wire.closed) {
+                if (wire.lostReason() == null && !wire.closed()) {
                     wire.lose(e.getMessage());
                 }
             } finally {
                 lock.unlock();
             }
         }
-        if (wire.closed) {
+        if (wire.closed()) {
             wire.freeBuffers(); // close() ran on this thread (from the loss listener) or could not wait for it
         }
-        String reason = wire.lostReason;
-        if (reason != null && !wire.closed) {
+        String reason = wire.lostReason();
+        if (reason != null && !wire.closed()) {
             LOG.log(System.Logger.Level.DEBUG, () -> "vfio-user " + path + ": connection lost: " + reason);
             try {
                 onLoss.accept(reason);

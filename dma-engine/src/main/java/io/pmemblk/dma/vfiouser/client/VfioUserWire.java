@@ -53,13 +53,13 @@ final class VfioUserWire {
     /** The descriptors that came with the last reply read with {@code replyFds}; -1 where none. */
     final int[] fdsIn = new int[MAX_FDS_IN + 1];
     private int nextId = 1;
-    volatile String lostReason;
+    private volatile String lostReason;
     /** Whether the loss came from the peer's side (end of stream, reset, broken pipe) rather than ours (a timeout, a protocol error). */
-    volatile boolean peerClosed;
-    volatile boolean closed;
+    private volatile boolean peerClosed;
+    private volatile boolean closed;
     private boolean freed;
     private final Held held = new Held();
-    long serverCommands;
+    private long serverCommands;
 
     VfioUserWire(int fd, String path, Duration timeout, DmaTarget target) throws NativeException {
         this.fd = fd;
@@ -80,6 +80,25 @@ final class VfioUserWire {
         Sockets.sendTimeout(fd, SLICE_MILLIS);
     }
 
+    /** Why the connection is gone, or null while it works (or once merely closed). */
+    String lostReason() {
+        return lostReason;
+    }
+
+    /** Whether the loss came from the peer's side (end of stream, reset, broken pipe). */
+    boolean lostByPeer() {
+        return peerClosed;
+    }
+
+    /** Whether {@link #shutdownForClose} ran. */
+    boolean closed() {
+        return closed;
+    }
+
+    /** DMA_READ/DMA_WRITE commands the server sent so far. */
+    long serverCommands() {
+        return serverCommands;
+    }
 
     /**
      * Takes {@link #lock} for one request and fails fast, unlocked again, once lost or closed (before a buffer is
