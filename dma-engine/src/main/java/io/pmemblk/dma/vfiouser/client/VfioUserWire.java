@@ -133,10 +133,7 @@ final class VfioUserWire {
      * @throws VfioUserException the server's error reply (the connection stays), or the connection lost
      */
     int exchange(int command, int length, int[] fds, boolean posted, boolean replyFds) throws VfioUserException {
-        String lost = lostReason;
-        if (lost != null || closed) {
-            throw new VfioUserException("vfio-user device at " + path + " is gone: " + (lost != null ? lost : "closed"), 0, true);
-        }
+        ensureOpen();
         int id = nextId++ & 0xffff;
         int size = HEADER + length;
         out.set(JAVA_SHORT_UNALIGNED, H_MSG_ID, (short) id);
