@@ -365,6 +365,28 @@ public final class PmemBlockDriver implements BlockDriver {
         }
     }
 
+    @Override
+    public int startReaping(int hwq) {
+        DmaChannel channel = channels.length == 0 ? null : channels[hwq % channels.length];
+        int fd = channel == null ? -1 : channel.completionFd();
+        if (fd >= 0) {
+            channel.pollers(true);
+        }
+        return fd;
+    }
+
+    @Override
+    public int reapCompletions(int hwq) {
+        return channels.length == 0 ? 0 : channels[hwq % channels.length].poll();
+    }
+
+    @Override
+    public void stopReaping(int hwq) {
+        if (channels.length > 0) {
+            channels[hwq % channels.length].pollers(false);
+        }
+    }
+
     /**
      * Every request of the batch is completed exactly once, whatever throws (the contract of
      * {@link BlockDriver#queueRequests}; a request left uncompleted keeps its tag, and shutdown waits for it):

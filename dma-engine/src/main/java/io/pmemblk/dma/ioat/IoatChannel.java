@@ -11,6 +11,7 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.invoke.VarHandle;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
 
@@ -34,6 +35,11 @@ public final class IoatChannel implements DmaChannel {
     private static final long REGISTER_TIMEOUT_NANOS = TimeUnit.SECONDS.toNanos(2);
     /** Completion thread's wake-up when no interrupt comes: a lost-interrupt safety net, not a poll loop. */
     private static final long IDLE_WAKE_MILLIS = 200;
+    /**
+     * The completion thread's period while pollers reap ({@link #pollers}): the longest a completion waits when
+     * every poller is blocked elsewhere; 200 wake-ups a second cost far less than the one a completion they save.
+     */
+    private static final long STANDBY_NANOS = TimeUnit.MILLISECONDS.toNanos(5);
 
     private final Mmio bar;
     private final long regs;
@@ -63,6 +69,8 @@ public final class IoatChannel implements DmaChannel {
     private volatile String brokenReason;
     /** Set by {@link #deviceLost}: the registers answer nothing any more, so {@link #close} leaves them alone. */
     private volatile boolean deviceGone;
+    /** Threads reaping on their own ({@link #pollers}); while above 0 the completion thread stands by. */
+    private final AtomicInteger pollers = new AtomicInteger();
     private final Thread completionThread;
 
     /**
@@ -397,8 +405,34 @@ public final class IoatChannel implements DmaChannel {
         }
     }
 
+    @Override
+    public int completionFd() {
+        return vector.fd();
+    }
+
+    @Override
+    public void pollers(boolean start) {
+        if (vector.fd() < 0) {
+            return;
+        }
+        if (start) {
+            pollers.incrementAndGet();
+        } else if (pollers.getAndUpdate(n -> Math.max(0, n - 1)) == 1) {
+            LockSupport.unpark(completionThread); // back to the interrupt now, not after a standby period
+        }
+    }
+
     private void completionLoop() {
         while (!closed) {
+            if (pollers.get() > 0) {
+                // Stands by: the pollers sleep on the interrupt's eventfd (edge-triggered, its counter unread)
+                // and reap when it fires; this thread only picks up what a poller blocked elsewhere leaves.
+                LockSupport.parkNanos(STANDBY_NANOS);
+                if (!closed) {
+                    poll();
+                }
+                continue;
+            }
             try {
                 vector.await(IDLE_WAKE_MILLIS, TimeUnit.MILLISECONDS);
             } catch (InterruptedException e) {
@@ -478,6 +512,7 @@ public final class IoatChannel implements DmaChannel {
         }
         if (!onCompletionThread) {
             vector.signal();
+            LockSupport.unpark(completionThread); // standing by: parked, not waiting for the vector
             try {
                 completionThread.join(TimeUnit.NANOSECONDS.toMillis(REGISTER_TIMEOUT_NANOS));
             } catch (InterruptedException e) {
