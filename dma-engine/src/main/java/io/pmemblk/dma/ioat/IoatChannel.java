@@ -7,6 +7,7 @@ import io.pmemblk.dma.DmaCompletionListener;
 import io.pmemblk.dma.Interrupt;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.Mmio;
+import io.pmemblk.dma.RingPlacement;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.invoke.VarHandle;
@@ -58,6 +59,7 @@ public final class IoatChannel implements DmaChannel {
 
     private final ReentrantLock submitLock = new ReentrantLock();
     private final ReentrantLock reapLock = new ReentrantLock();
+    private final RingPlacement placement = new RingPlacement(submitLock, new Descriptors());
     private volatile long head;
     private volatile long submitted;
     private long hwBase;
@@ -98,7 +100,7 @@ public final class IoatChannel implements DmaChannel {
         this.vector = vector;
         this.size = ringSize;
         this.mask = ringSize - 1;
-        this.maxTransfer = 1L << bar.read8(XFERCAP);
+        this.maxTransfer = IoatSpec.maxTransfer(bar.read8(XFERCAP));
         this.contexts = new Object[ringSize];
         this.arena = Arena.ofShared();
         this.ring = space.allocate(DESCRIPTOR.byteSize() * ringSize, DESC_BYTES, arena);
@@ -134,7 +136,7 @@ public final class IoatChannel implements DmaChannel {
         return index;
     }
 
-    /** Largest bytes one descriptor moves (2^XFERCAP). */
+    /** Largest bytes one descriptor moves ({@link IoatSpec#maxTransfer}: 2^XFERCAP[4:0]). */
     public long maxTransfer() {
         return maxTransfer;
     }
@@ -150,34 +152,17 @@ public final class IoatChannel implements DmaChannel {
 
     @Override
     public int slotsFor(long length) {
-        if (length <= 0) {
-            return 1;
-        }
-        long n = (length + maxTransfer - 1) / maxTransfer;
-        return n > Integer.MAX_VALUE ? Integer.MAX_VALUE : (int) n;
+        return IoatSpec.descriptorsFor(length, maxTransfer);
     }
 
     @Override
     public boolean place(long srcIova, long dstIova, long length, Object ctx) {
-        if (length < 1) {
-            throw new IllegalArgumentException("copy length " + length + " must be at least 1");
-        }
-        int need = slotsFor(length);
+        int need = length < 1 ? 1 : slotsFor(length);
         if (need > mask) {
             throw new IllegalArgumentException("a copy of " + length + " bytes needs " + need + " descriptors of "
                     + maxTransfer + " bytes; the ring holds at most " + mask);
         }
-        submitLock.lock();
-        try {
-            checkOpen();
-            if (mask - (head - tail) < need) {
-                return false;
-            }
-            placeLocked(srcIova, dstIova, length, ctx);
-            return true;
-        } finally {
-            submitLock.unlock();
-        }
+        return placement.place(srcIova, dstIova, length, ctx);
     }
 
     @Override
@@ -185,31 +170,33 @@ public final class IoatChannel implements DmaChannel {
         if (ctx == null) {
             throw new IllegalArgumentException("placeAll needs a context to report");
         }
-        int n = copies.count();
-        submitLock.lock();
-        try {
-            checkOpen();
-            long need = 0;
-            for (int i = 0; i < n; i++) {
-                long length = copies.length(i);
-                if (length < 1) {
-                    throw new IllegalArgumentException("copy " + i + " of " + n + ": length " + length + " must be at least 1");
-                }
-                need += slotsFor(length);
-            }
-            if (mask - (head - tail) < need) { // tail only grows meanwhile: the room found here stays
-                return false;
-            }
-            for (int i = 0; i < n; i++) {
-                placeLocked(copies.srcIova(i), copies.dstIova(i), copies.length(i), ctx);
-            }
-            return true;
-        } finally {
-            submitLock.unlock();
+        return placement.placeAll(copies, ctx);
+    }
+
+    /** The ring as {@link RingPlacement} fills it: at most size-1 descriptors outstanding. */
+    private final class Descriptors implements RingPlacement.Ring {
+        @Override
+        public void checkOpen() {
+            IoatChannel.this.checkOpen();
+        }
+
+        @Override
+        public long room() {
+            return mask - (head - tail);
+        }
+
+        @Override
+        public int slotsFor(long length) {
+            return IoatChannel.this.slotsFor(length);
+        }
+
+        @Override
+        public void put(long srcIova, long dstIova, long length, Object ctx) {
+            placeLocked(srcIova, dstIova, length, ctx);
         }
     }
 
-    /** Fills the descriptors of one copy at head, ctx on its last. Caller holds submitLock and checked the room. */
+    /** Fills the descriptors of one copy at head, ctx on its last. Caller holds submitLock and checked the room (RingPlacement). */
     private void placeLocked(long srcIova, long dstIova, long length, Object ctx) {
         long h = head;
         long remaining = length;

@@ -136,6 +136,8 @@ public final class VhostBlkQueue {
      * its own queue thread waits, never the engine that serves every other client.
      */
     private volatile boolean callDue;
+    /** The queue thread reaps its requests' DMA completions itself ({@link #startReaping}); its own field. */
+    private boolean reaping;
     /** SET_VRING_ENABLE: while false the thread pops nothing ({@link #enable}). */
     private volatile boolean enabled = true;
     /** When {@link #halt} was called (System.nanoTime), and whether {@link #awaitQuiet} interrupted the thread. */
@@ -413,7 +415,7 @@ public final class VhostBlkQueue {
     }
 
     private void run() {
-        boolean reaping = startReaping();
+        reaping = startReaping();
         try {
             vq.disableKicks();
             while (running) {
@@ -488,7 +490,9 @@ public final class VhostBlkQueue {
     }
 
     private void reap() {
-        frontend.queue().driver().reapCompletions(frontend.queue().index());
+        if (reaping) {
+            frontend.queue().driver().reapCompletions(frontend.queue().index());
+        }
     }
 
     private void breaks(String why, Throwable t) {

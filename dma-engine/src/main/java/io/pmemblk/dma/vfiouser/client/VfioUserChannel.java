@@ -3,6 +3,7 @@ package io.pmemblk.dma.vfiouser.client;
 import io.pmemblk.dma.DmaChannel;
 import io.pmemblk.dma.DmaCompletionListener;
 import io.pmemblk.dma.ioat.IoatChannel;
+import io.pmemblk.dma.ioat.IoatSpec;
 
 /**
  * One DMA channel of a vfio-user device, as the engine's users hold it across the device's comings and goings:
@@ -67,11 +68,7 @@ final class VfioUserChannel implements DmaChannel {
 
     @Override
     public int slotsFor(long length) {
-        if (length <= 0) {
-            return 1;
-        }
-        long n = (length + maxTransfer - 1) / maxTransfer;
-        return n > Integer.MAX_VALUE ? Integer.MAX_VALUE : (int) n;
+        return IoatSpec.descriptorsFor(length, maxTransfer);
     }
 
     @Override
