@@ -69,7 +69,7 @@ public interface DmaChannel extends AutoCloseable {
      * A thread starts ({@code true}) or stops ({@code false}) reaping this channel's completions itself: it calls
      * {@link #poll} whenever it wakes or loops, and sleeps on {@link #completionFd}. While at least one does, the
      * channel's completion thread stands by: it no longer takes the interrupt (that wake-up per completion is what
-     * the poller saves) and reaps only what the pollers leave, a few milliseconds late (a poller blocked
+     * the poller saves) and reaps only what the pollers leave, tens of milliseconds late (a poller blocked
      * elsewhere). Counted: every start has its stop. Ignored by a channel without a {@link #completionFd}.
      */
     default void pollers(boolean start) {}
