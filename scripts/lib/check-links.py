@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks that every relative link in README.md and docs/**/*.md leads somewhere (run by scripts/test).
 
-A link's file must exist, relative to the Markdown file that holds it; a #fragment into a Markdown file must
+A link's file must exist, relative to the Markdown file that holds it, and be one the Debian package ships beside
+the docs (packaging/doc-files, when ROOT has it: the links must work where the package is installed too); a #fragment into a Markdown file must
 name one of its headings, as GitHub derives the anchor from the heading's text. Links to other sites (http:,
 https:, mailto:) are not followed: only what this repository can break is checked. Links inside code (fenced
 blocks, `spans`) are not links and are skipped.
@@ -67,9 +68,20 @@ def anchors(path):
     return found
 
 
+def shipped(root):
+    """The paths the Debian package installs beside the docs (packaging/doc-files), or None where ROOT has no such
+    list (an installed tree: there every file is one the package shipped)."""
+    listing = root / "packaging" / "doc-files"
+    if not listing.is_file():
+        return None
+    return [root / line.strip() for line in listing.read_text(encoding="utf-8").splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
 def check(root):
     root = root.resolve()
     files = [root / "README.md"] + sorted((root / "docs").rglob("*.md"))
+    ships = shipped(root)
     problems = []
     for md in files:
         if not md.is_file():
@@ -93,6 +105,11 @@ def check(root):
                     continue
                 if not dest.is_relative_to(root):
                     problems.append(f"{where}: leads outside the repository ({dest}); link to a file in it or to a URL")
+                    continue
+                if ships is not None and not any(dest == s or dest.is_relative_to(s) for s in ships):
+                    problems.append(f"{where}: {dest.relative_to(root)} is not shipped with the docs by the Debian"
+                                    f" package, so the link is dead where it is installed (packaging/doc-files lists"
+                                    f" what is: {', '.join(str(s.relative_to(root)) for s in ships)})")
                     continue
                 if fragment and dest.suffix == ".md":
                     known = anchors(dest)

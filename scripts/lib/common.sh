@@ -40,7 +40,7 @@ args_stale() {
 ensure_jar() {
   stale() {
     [ ! -f "$PMEMBLK_JAR" ] || [ ! -d "$PMEMBLK_MODULES" ] && return 0
-    [ -n "$(find "$PMEMBLK_ROOT" -path "$PMEMBLK_ROOT/bench/jmh" -prune -o -path "$PMEMBLK_ROOT/bench/ring" -prune -o -path '*/target' -prune -o -path '*/.git' -prune \
+    [ -n "$(find "$PMEMBLK_ROOT" -path "$PMEMBLK_ROOT/bench/jmh" -prune -o -path "$PMEMBLK_ROOT/bench/ring" -prune -o -path "$PMEMBLK_ROOT/bench/vhost-load" -prune -o -path '*/target' -prune -o -path '*/.git' -prune \
         -o \( -name '*.java' -o -name 'pom.xml' -o -path '*/src/main/resources/*' \) -newer "$PMEMBLK_JAR" -print -quit)" ]
   }
   stale || args_stale || return 0
@@ -103,12 +103,49 @@ baseline_build() {
     || { echo "pmemblk: baseline $BASELINE_SHORT has no scripts/pmemblk to launch it with" >&2; return 1; }
 }
 
-# The bench scripts' reports and A/B tables (scripts/lib/benchreport.py; standard library only, so Debian's
+# bench_options PROG SPEC ARGS...: the bench scripts' command line. SPEC lists, space-separated, OPTION=VAR (the option
+# takes a value, stored in VAR), OPTION=VAR:VALUE (a flag: VAR set to VALUE) and OPTION+=ARRAY (each value appended
+# to ARRAY as `--set VALUE`, the form pmemblk takes); -h and --help call the script's usage 0. An unknown option, or
+# one without its value, is refused naming it, with usage 2 on stderr.
+bench_options() {
+  local prog=$1 spec=$2 entry opt var hit
+  shift 2
+  while [ $# -gt 0 ]; do
+    case $1 in -h|--help) usage 0 ;; esac
+    hit=''
+    for entry in $spec; do
+      if [[ $entry == *+=* ]]; then opt=${entry%%+=*}; else opt=${entry%%=*}; fi
+      [ "$opt" = "$1" ] || continue
+      hit=1 var=${entry#*=}
+      if [[ $entry == *=*:* ]]; then
+        printf -v "${var%%:*}" '%s' "${var#*:}"; shift
+      elif [ $# -lt 2 ]; then
+        echo "$prog: $1 wants a value" >&2; usage 2 >&2
+      elif [[ $entry == *+=* ]]; then
+        local -n bench_array=$var
+        bench_array+=(--set "$2"); unset -n bench_array; shift 2
+      else
+        printf -v "$var" '%s' "$2"; shift 2
+      fi
+      break
+    done
+    [ -n "$hit" ] || { echo "$prog: unknown option '$1'" >&2; usage 2 >&2; }
+  done
+}
+# bench_check PROG OPTION VALUE REGEX WHAT: VALUE must match REGEX, or the script exits 2 saying OPTION wants WHAT.
+bench_check() {
+  [[ $3 =~ $4 ]] || { echo "$1: $2 wants $5, got '$3'" >&2; exit 2; }
+}
+# Whole numbers >= 1, as bench_check's REGEX.
+# shellcheck disable=SC2034  # the bench scripts' to use
+BENCH_WHOLE='^0*[1-9][0-9]*$'
+
+# The bench scripts' reports and A/B tables (the package scripts/lib/benchreport; standard library only, so Debian's
 # /usr/bin/python3 runs it with nothing installed).
 benchreport() {
   local py=/usr/bin/python3
   [ -x "$py" ] || py=python3
-  "$py" "$PMEMBLK_ROOT/scripts/lib/benchreport.py" "$@"
+  PYTHONPATH="$PMEMBLK_ROOT/scripts/lib${PYTHONPATH:+:$PYTHONPATH}" "$py" -m benchreport "$@"
 }
 
 # round_order ROUND NAME...: sets ORDER to the names in the order they run in that round. In an A/B run (a name is

@@ -110,3 +110,64 @@ guest_deb() {
     done
     echo "$dir"
 }
+
+# The waits and the NBD server on the host of scripts/vm-test's scenarios. They use the sourcing script's SERVER
+# (pmemblk, or nbdkit as a stand-in), CRASHES (the folder JVM crash reports go to) and PIDS (the processes it ends
+# at exit; each server started here is added).
+
+# wait_gone PID SECONDS: true once PID has exited (reaped if it is our child: its exit status in GONE_STATUS).
+GONE_STATUS=''
+wait_gone() {
+    local pid=$1 deadline=$(( $(date +%s) + $2 ))
+    while kill -0 "$pid" 2>/dev/null; do
+        [ "$(date +%s)" -lt "$deadline" ] || return 1
+        sleep 0.1
+    done
+    wait "$pid" 2>/dev/null
+    # shellcheck disable=SC2034  # the callers read it
+    GONE_STATUS=$?
+    return 0
+}
+
+# wait_server PID SECONDS LOG COMMAND...: true once COMMAND succeeds; false, with a line in LOG saying which,
+# when the server PID exited or the bound passed first.
+wait_server() {
+    local pid=$1 deadline=$(( $(date +%s) + $2 )) log=$3
+    shift 3
+    until "$@"; do
+        kill -0 "$pid" 2>/dev/null || { echo "server exited before it was ready" >>"$log"; return 1; }
+        [ "$(date +%s)" -lt "$deadline" ] || { echo "server not ready within $2 s" >>"$log"; return 1; }
+        sleep 0.1
+    done
+}
+
+# wait_ready LOG SOCKET PID SECONDS: the server printed "ready:" (pmemblk) or created its socket
+# (nbdkit); false when the server died or the bound passed.
+wait_ready() {
+    if [ "$SERVER" = pmemblk ]; then wait_server "$3" "$4" "$1" grep -qs '^ready:' "$1"
+    else wait_server "$3" "$4" "$1" test -S "$2"; fi
+}
+
+# start_host_server FILE SIZE SOCKET LOG: sets SERVER_PID.
+start_host_server() {
+    local file=$1 size=$2 sock=$3 log=$4
+    rm -f "$sock"
+    if [ "$SERVER" = pmemblk ]; then
+        PMEMBLK_JAVA_OPTS="-XX:ErrorFile=$CRASHES/hs_err_pid%p.log ${PMEMBLK_JAVA_OPTS:-}" "$PMEMBLK_VM_REPO/scripts/pmemblk" serve \
+            --set "pmem.path=$file" --set "pmem.size=$size" \
+            --set "nbd.socket=$sock" --set nbd.port=0 --set nbd.export=pmem0 >>"$log" 2>&1 &
+    else
+        [ -e "$file" ] || truncate -s "$size" "$file"
+        nbdkit -f -U "$sock" -e pmem0 file "$file" >>"$log" 2>&1 &
+    fi
+    SERVER_PID=$!
+    PIDS+=("$SERVER_PID")
+    # The first pmemblk start may build the jar: allow for it.
+    wait_ready "$log" "$sock" "$SERVER_PID" 240
+}
+
+stop_host_server() {
+    local pid=$1
+    kill -TERM "$pid" 2>/dev/null
+    wait_gone "$pid" 20 || { kill -KILL "$pid" 2>/dev/null; echo "server ignored SIGTERM for 20 s" >&2; return 1; }
+}

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Scenario "starts" (issue 22 item 7): `serve` started N times in ONE guest, each start waited for ("ready:"),
+# Scenario "starts" (JVM crashes at start in a TCG guest): `serve` started N times in ONE guest, each start waited for ("ready:"),
 # given a little I/O and stopped with SIGTERM; every start that dies of a JVM crash (an hs_err file, or the
 # JVM's abort status 134) is counted. `jvm-starts.sh N MODE [VARIANT-LABEL]`, MODE nbd or ublk:
 #   nbd   qemu-io writes a 1 MiB pattern through the NBD socket (FUA), reads it back and compares it

@@ -12,8 +12,13 @@ SERVER_PID='' SERVER_RC=''
 
 # Seconds since the guest booted: the clock of every bound (the guest has no network time).
 now() { cut -d. -f1 /proc/uptime; }
-# A progress line, with the guest's uptime: under emulation the time a step took is often the news.
-say() { echo "$GUEST_NAME: [$(cut -d' ' -f1 /proc/uptime)s] $*"; }
+# A progress line, with the guest's uptime: under emulation the time a step took is often the news. A script that
+# runs several scenarios names the current one in PART: the line names it too, and the last one is kept in
+# /tmp/progress.PART so that a step failing unexpectedly (errexit) can be named.
+say() {
+    echo "$GUEST_NAME: [$(cut -d' ' -f1 /proc/uptime)s] ${PART:+$PART: }$*"
+    [ -z "${PART:-}" ] || echo "$*" >"/tmp/progress.$PART"
+}
 # result KEY VALUE: a line the host reads (scripts/vm-test: `result FILE KEY`); RESULT_PREFIX names a scenario
 # where one guest runs several.
 result() { echo "RESULT ${RESULT_PREFIX:-}$1=$2"; }
@@ -49,6 +54,19 @@ serve_start() {
     # shellcheck disable=SC2086 # the command is a word list
     $PMEMBLK_GUEST_CMD serve "$@" >"$_log" 2>&1 &
     SERVER_PID=$!
+}
+# nbd_serve_start LOG ARGS...: serve_start with the NBD export the guest checks read: pmem0 on the unix socket $SOCK
+# (a stale one removed first), no TCP.
+nbd_serve_start() {
+    _log=$1; shift
+    rm -f "$SOCK"
+    serve_start "$_log" --set "nbd.socket=$SOCK" --set nbd.port=0 --set nbd.export=pmem0 "$@"
+}
+# start_server LOG ARGS...: nbd_serve_start, then its ready line waited for (120 s); exits the script when the
+# server exited or was not ready in time (serve_ready says which).
+start_server() {
+    nbd_serve_start "$@"
+    serve_ready "$1" 120 || exit 1
 }
 # serve_ready LOG SECONDS [REGEX]: waits for the server's ready line (default '^ready:'); if the server exits or the
 # bound passes first, says which, prints LOG and returns 1. The bounds are generous: a JVM starts slowly under TCG.

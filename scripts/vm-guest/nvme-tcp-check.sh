@@ -1,8 +1,11 @@
 #!/bin/sh
 # Scenario "nvme-tcp" (and "nvme-tcp-nvmet", the same steps against the kernel's own target as the peer baseline),
 # run inside ONE guest by scripts/vm-test: a target on 127.0.0.1 and the kernel's NVMe/TCP host (nvme-tcp) on it.
-#   TARGET=pmemblk  `pmemblk serve` with its NVMe/TCP frontend (NVME_ARGS) on a pool on ext4 -o dax on the emulated
-#                   NVDIMM (/dev/pmem0; a tmpfs file when there is none)
+#   TARGET=pmemblk  `pmemblk serve` with its NVMe/TCP frontend (NVME_ARGS) on a pool on ext4 on the emulated NVDIMM
+#                   (/dev/pmem0; a tmpfs file when there is none), mounted WITHOUT dax (PM_DAX=1: with): the NVDIMM
+#                   is a host file that keeps every store, so on a dax mount a power cut can lose nothing and its
+#                   step would prove nothing; without dax the pool's pages live in the guest's page cache, and only
+#                   what Flush and FUA write back (msync) reaches the NVDIMM before the cut
 #   TARGET=kernel   nvmet-tcp over brd through configfs (shared/notes/nvme-tcp.md's recipe), same size
 # Steps, each asserted, in this order (a failure names what was expected and what was seen):
 #   discover      `nvme discover`: a record of the subsystem (trtype tcp, our NQN, the port)
@@ -25,9 +28,11 @@
 #                 error in the kernel log
 #   rate          (RATE_SECS > 0) the same fio jobs as the peer's (4k randrw QD32 libaio; 4k randrw QD32 io_uring_cmd):
 #                 IOPS reported, not asserted
-#   powercut      (MARKER set) a FUA write (`nvme write --force-unit-access`) and a plain write + `nvme flush`, their
-#                 sha256 and LBAs as RESULT lines, then MARKER: the host cuts the power (QEMU SIGKILL) and reads
-#                 them back from the pool in the NVDIMM file
+#   powercut      (MARKER set) everything so far synced, the kernel's own write-back off; a FUA write (`nvme write
+#                 --force-unit-access`), a plain write + `nvme flush`, and a plain write never flushed, their sha256
+#                 and LBAs as RESULT lines (fua, flushed, unflushed), then MARKER without a sync: the host cuts the
+#                 power (QEMU SIGKILL) and reads them back from the pool in the NVDIMM file; the first two must be
+#                 there, the third may be gone (it shows the cut can lose what was not made durable)
 # Output: RESULT lines for the host; "RESULT why=..." on a failure (and exit 1).
 # Environment: TARGET, PORT (4420), NQN, NVME_ARGS (serve's settings for the frontend), READY_RE (its ready line),
 # SIZE_MIB (64), HOSTILE (1), RATE_SECS (0), MARKER, FIO_MIB (16).
@@ -75,7 +80,12 @@ if [ "$TARGET" = pmemblk ]; then
         ndctl create-namespace -f -e namespace0.0 -m fsdax --map=mem >/tmp/ndctl.json 2>&1 || fail "ndctl create-namespace: $(tail -n 1 /tmp/ndctl.json)"
         mkdir -p "$PM"
         mkfs.ext4 -q -F -b 4096 /dev/pmem0 || fail "mkfs.ext4 /dev/pmem0"
-        mount -o dax /dev/pmem0 "$PM" || fail "mount -o dax /dev/pmem0"
+        if [ "${PM_DAX:-0}" = 1 ]; then
+            mount -o dax /dev/pmem0 "$PM" || fail "mount -o dax /dev/pmem0"
+        else
+            mount /dev/pmem0 "$PM" || fail "mount /dev/pmem0"
+            ! grep " $PM " /proc/mounts | grep -q dax || fail "$PM mounted with dax though PM_DAX is not 1"
+        fi
         POOL=$PM/pool
     else
         POOL=/tmp/pool
@@ -347,18 +357,30 @@ fi
 if [ -n "$MARKER" ]; then
     step powercut
     find_ctrl || connect -i 2
-    # A FUA write of 64 KiB at LBA 4096-block offset 8 MiB, and a plain write at 9 MiB followed by a Flush.
-    FUA_LBA=$(( (8 << 20) / BS )) FL_LBA=$(( (9 << 20) / BS )) N=$(( 65536 / BS ))
+    # What the steps before wrote, and the pool file's own metadata, go to the NVDIMM now; from here on only the
+    # target's Flush and FUA may write the pool's pages back: not the kernel's flusher (it writes what has been
+    # dirty for 30 s), not a sync before the cut
+    sync
+    { echo 0 >/proc/sys/vm/dirty_writeback_centisecs && echo 360000 >/proc/sys/vm/dirty_expire_centisecs; } \
+        || fail "turning the kernel's write-back off"
+    # A FUA write of 64 KiB at byte 8 MiB, a plain write at 9 MiB followed by a Flush, a plain write at 10 MiB
+    # never flushed.
+    FUA_LBA=$(( (8 << 20) / BS )) FL_LBA=$(( (9 << 20) / BS )) UN_LBA=$(( (10 << 20) / BS )) N=$(( 65536 / BS ))
     head -c 65536 /dev/urandom >/tmp/fua.bin
     head -c 65536 /dev/urandom >/tmp/flushed.bin
+    head -c 65536 /dev/urandom >/tmp/unflushed.bin
     out=$(nvme write "/dev/$DEV" -s "$FUA_LBA" -c $((N - 1)) -z 65536 -d /tmp/fua.bin --force-unit-access 2>&1) \
         || fail "nvme write --force-unit-access: $out"
     dd if=/tmp/flushed.bin of="/dev/$DEV" bs=65536 seek=$((FL_LBA * BS / 65536)) count=1 oflag=direct status=none || fail "dd write"
     out=$(nvme flush "/dev/$DEV" -n 1 2>&1) || fail "nvme flush: $out"
     result fua "$((FUA_LBA * BS)) $(sha256sum /tmp/fua.bin | cut -d' ' -f1)"
     result flushed "$((FL_LBA * BS)) $(sha256sum /tmp/flushed.bin | cut -d' ' -f1)"
+    # after the Flush: nothing makes this one durable (the host's block layer sends no flush of its own for O_DIRECT)
+    dd if=/tmp/unflushed.bin of="/dev/$DEV" bs=65536 seek=$((UN_LBA * BS / 65536)) count=1 oflag=direct status=none \
+        || fail "dd write (unflushed)"
+    result unflushed "$((UN_LBA * BS)) $(sha256sum /tmp/unflushed.bin | cut -d' ' -f1)"
+    result dirty_before_cut "$(grep -E '^(Dirty|Writeback):' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
     result status pass
-    sync
     echo "$MARKER"
     sleep 120
     fail "still running 120 s after the marker: the host did not cut the power"

@@ -30,15 +30,12 @@ fi
 mount -t ext4 /dev/vda "$MNT"   # journal replay after a cut; no dax: the page cache is in play
 grep " $MNT " /proc/mounts | grep -q dax && { say "unexpected dax mount"; exit 1; }
 
-# start_server LOG: serve on the pool, waits (bounded) for its ready line; sets SERVER_PID.
-start_server() {
-    rm -f "$SOCK"
-    serve_start "$1" --set "pmem.path=$MNT/pool" --set pmem.size=64M --set "nbd.socket=$SOCK" \
-        --set nbd.port=0 --set nbd.export=pmem0
-    serve_ready "$1" 120 || exit 1
+# pool_server LOG: serve on the pool (lib.sh start_server); sets SERVER_PID.
+pool_server() {
+    start_server "$1" --set "pmem.path=$MNT/pool" --set pmem.size=64M
     say "server ready: $(grep -m1 'PmemRegion' "$1" || true)"
 }
-start_server /tmp/server.log
+pool_server /tmp/server.log
 
 case "$1" in
     cut)
@@ -66,7 +63,7 @@ case "$1" in
         kill -KILL "$SERVER_PID"
         wait "$SERVER_PID" 2>/dev/null || true
         say "server killed; $(grep -E '^(Dirty|Writeback):' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
-        start_server /tmp/server-2.log
+        pool_server /tmp/server-2.log
         say "after the new server's start: $(grep -E '^(Dirty|Writeback):' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
         /usr/bin/python3 "$HERE/powercut.py" flush "$URI" "$n" "$3"
         ;;

@@ -1,5 +1,5 @@
 // Does every vCPU stop using a page's old translation once another thread replaced the mapping?
-// Issue 22 item 7: JVMs died in the QEMU TCG guest with SIGSEGV at wild addresses. A JVM replaces mappings under
+// The crash this looks for: JVMs died in the QEMU TCG guest with SIGSEGV at wild addresses. A JVM replaces mappings under
 // running threads all the time (heap commit and uncommit, code cache, CDS: mmap MAP_FIXED over a live range); the
 // kernel shoots the old translation down on every CPU before mmap returns. An emulated TLB that keeps it lets a
 // thread read the freed page: stale data, a wild pointer.

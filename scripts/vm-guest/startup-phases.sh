@@ -1,6 +1,6 @@
 #!/bin/sh
 # Where a guest `serve` start spends its time, with the launcher's JVM defaults: when the module system boots, when
-# C1 first compiles StringBuilder.append (the frame of issue 22 item 7's crash), when pmemblk's first class loads,
+# C1 first compiles StringBuilder.append (the frame of the guest JVMs' crash at start: scripts/vm-test starts), when pmemblk's first class loads,
 # when it is ready. A crash before the first io.pmemblk class ran in JDK code only: no native call of pmemblk's had
 # been made in that process. Run: scripts/vm -- sh /mnt/pmemblk/scripts/vm-guest/startup-phases.sh
 # Output: RESULT phases.{module_bootstrap,first_sb_append_c1,first_pmemblk_class,ready}=SECONDS (JVM uptime; ready

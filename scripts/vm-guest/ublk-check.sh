@@ -38,9 +38,7 @@ FS=/mnt/ublk          # ext4 on /dev/ublkbN
 cd /tmp || exit 1
 
 PART=setup RESULT_PREFIX=setup.
-# Progress lines, naming the scenario (lib.sh's say, plus the part); the last one is kept so that a step failing
-# unexpectedly (errexit) can be named.
-say() { echo "ublk-check: [$(cut -d' ' -f1 /proc/uptime)s] $PART: $*"; echo "$*" >"/tmp/progress.$PART"; }
+# Progress lines name the scenario (lib.sh's say with PART set).
 # fail REASON: the scenario's one-line reason for the host, then out of the scenario's subshell.
 fail() { result why "$*"; : >"/tmp/why.$PART"; say "FAIL: $*"; exit 1; }
 
@@ -69,12 +67,11 @@ diagnose() {
 }
 
 SPID='' DEV='' DEVID='' SLOG=''
-# start_server LOGNAME ARGS...: `serve` with ublk on (plus ARGS) in the background; waits, bounded, for its
+# ublk_server LOGNAME ARGS...: `serve` with ublk on (plus ARGS) in the background; waits, bounded, for its
 # "ready: /dev/ublkbN" line; sets SPID, DEV, DEVID.
-start_server() {
+ublk_server() {
     SLOG=/tmp/server-$1.log; shift
-    rm -f "$SOCK"
-    serve_start "$SLOG" --set "nbd.socket=$SOCK" --set nbd.port=0 --set nbd.export=pmem0 --set ublk.enabled=true "$@"
+    nbd_serve_start "$SLOG" --set ublk.enabled=true "$@"
     SPID=$SERVER_PID
     track "$SPID"
     _t0=$(now) _rc=0
@@ -166,7 +163,7 @@ part_ublk_nbd() {
     fio_rate pmem0 /dev/pmem0
     P_IOPS=$RATE_IOPS
     ensure_dax_mount
-    start_server nbd --set "pmem.path=$PM/pool" --set pmem.size=256M --set metrics.port=9471
+    ublk_server nbd --set "pmem.path=$PM/pool" --set pmem.size=256M --set metrics.port=9471
     result queues "$(count "/sys/block/ublkb$DEVID/mq"/*)"
     fio_rate ublk "$DEV"
     U_IOPS=$RATE_IOPS
@@ -192,7 +189,7 @@ part_ublk_nbd() {
 # ---------------------------------------------------------------------------------------------
 part_ublk_pmem() {
     ensure_dax_mount
-    start_server pmem --set "pmem.path=$PM/pool" --set pmem.size=256M --set metrics.port=9472
+    ublk_server pmem --set "pmem.path=$PM/pool" --set pmem.size=256M --set metrics.port=9472
     # serve names its mapping when it starts (what `pmemblk info` prints, without a JVM start of its own):
     # "pmemblk: PmemRegion[PATH, N bytes, is_pmem=B, mapped by M], ..."
     _p=$(sed -n 's/^pmemblk: PmemRegion\[.*, is_pmem=\([a-z]*\),.*/\1/p' "$SLOG" | head -n 1)
@@ -206,7 +203,7 @@ part_ublk_pmem() {
     [ "$_u" -gt 0 ] || fail "pmemblk_ublk_requests_total is ${_u}: fio's I/O did not go through ublk"
     stop_server
 
-    start_server pmem-dma --set "pmem.path=$PM/pool" --set pmem.size=256M --set metrics.port=9473 \
+    ublk_server pmem-dma --set "pmem.path=$PM/pool" --set pmem.size=256M --set metrics.port=9473 \
         --set dma.engine=soft --set route.dma.bounce=true --set route.dma.min-bytes=65536
     fio_verify pmem-dma --filename="$DEV" --size=128M
     scrape 9473 /tmp/metrics-dma.txt || fail "metrics not served on port 9473"
@@ -245,7 +242,7 @@ part_ublk() {
     [ -c /dev/ublk-control ] || fail "no /dev/ublk-control after modprobe ublk_drv"
     rm -f "$POOL"
 
-    start_server fs1 --set "pmem.path=$POOL" --set pmem.size=256M
+    ublk_server fs1 --set "pmem.path=$POOL" --set pmem.size=256M
     _ss=$(blockdev --getss "$DEV") _sz=$(blockdev --getsize64 "$DEV")
     result block_size "$_ss"
     [ "$_ss" = 4096 ] || fail "$DEV logical block size $_ss, want 4096 (ublk.block-size default)"
@@ -274,7 +271,7 @@ part_ublk() {
     timeout 120 e2fsck -fn "$DEV" >/tmp/fsck1.out 2>&1 || { cat /tmp/fsck1.out; fail "e2fsck -fn not clean before the restart"; }
     stop_server
 
-    start_server fs2 --set "pmem.path=$POOL" --set pmem.size=256M
+    ublk_server fs2 --set "pmem.path=$POOL" --set pmem.size=256M
     timeout 120 e2fsck -fn "$DEV" >/tmp/fsck2.out 2>&1 || { cat /tmp/fsck2.out; fail "e2fsck -fn not clean after the restart"; }
     mount "$DEV" "$FS"
     (cd "$FS" && sha256sum -c --quiet /tmp/ublk.sums) || fail "sha256 sums differ after the server restart"
@@ -293,7 +290,7 @@ part_ublk_recovery() {
     [ ! -e "/dev/ublkc$ID" ] || fail "/dev/ublkc$ID exists before the scenario"
     # Without recovery the device goes away with its server, and the same id can be served again: first, so that the
     # next serve on the id is the recovery part's first (a new device, not a resumed one), which saves a JVM start.
-    start_server norec --set "pmem.path=$POOL" --set pmem.size=256M --set metrics.port=9476 \
+    ublk_server norec --set "pmem.path=$POOL" --set pmem.size=256M --set metrics.port=9476 \
         --set ublk.id="$ID" --set ublk.recovery=false
     [ "$DEV" = "/dev/ublkb$ID" ] || fail "ublk.id=$ID but serve created $DEV"
     timeout -k 5 200 fio --name=norec --filename="$DEV" --ioengine=libaio --direct=1 --rw=randread --bs=4k \
@@ -307,7 +304,7 @@ part_ublk_recovery() {
     say "kill -9 with ublk.recovery=false: $DEV gone, fio ended"
     # Its I/O errors were expected; from here on the kernel must log none.
     dmesg_mark
-    start_server rec1 --set "pmem.path=$POOL" --set pmem.size=256M --set metrics.port=9474 \
+    ublk_server rec1 --set "pmem.path=$POOL" --set pmem.size=256M --set metrics.port=9474 \
         --set ublk.id="$ID" --set ublk.recovery=true
     [ "$DEV" = "/dev/ublkb$ID" ] || fail "ublk.id=$ID but serve created $DEV"
     if grep -q ', recovered)' "$SLOG"; then
@@ -327,7 +324,7 @@ part_ublk_recovery() {
     [ -b "$DEV" ] || fail "$DEV vanished after kill -9 with ublk.recovery=true"
     alive "$FPID" || { cat /tmp/fio-recovery.out; fail "fio ended while no server ran (its I/O was not held)"; }
     _gap0=$(now)
-    start_server rec2 --set "pmem.path=$POOL" --set pmem.size=256M --set metrics.port=9475 \
+    ublk_server rec2 --set "pmem.path=$POOL" --set pmem.size=256M --set metrics.port=9475 \
         --set ublk.id="$ID" --set ublk.recovery=true
     [ "$DEV" = "/dev/ublkb$ID" ] || fail "recovery with ublk.id=$ID came up as $DEV"
     result recovered_after "$(( $(now) - _gap0 ))s"
@@ -373,7 +370,7 @@ part_ublk_recovery() {
     [ -b "$DEV" ] || fail "$DEV gone after the refused serve on another file"
     result other_file "refused, naming inode $_ino"
     say "serve on another file with ublk.id=$ID: exit 1, names inode $_ino; $DEV still waiting"
-    start_server rec3 --set "pmem.path=$POOL" --set pmem.size=256M --set ublk.id="$ID" --set ublk.recovery=true
+    ublk_server rec3 --set "pmem.path=$POOL" --set pmem.size=256M --set ublk.id="$ID" --set ublk.recovery=true
     [ "$DEV" = "/dev/ublkb$ID" ] || fail "recovery onto the right file with ublk.id=$ID came up as $DEV"
     grep -q ', recovered)' "$SLOG" || fail "serve on the device's own file did not resume it: $(last_line)"
     timeout 60 dd if="$DEV" of=/dev/null bs=1M count=8 iflag=direct 2>/dev/null || fail "read from the resumed $DEV failed"

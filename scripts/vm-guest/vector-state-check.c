@@ -1,5 +1,5 @@
 // Does the (emulated) CPU keep a thread's vector registers across preemption and signal delivery?
-// Issue 22 item 7: JVMs died in the QEMU TCG guest with SIGSEGV at wild addresses. The JIT keeps data in
+// The crash this looks for: JVMs died in the QEMU TCG guest with SIGSEGV at wild addresses. The JIT keeps data in
 // vector registers (array copies, string intrinsics move 32-byte blocks through ymm); if a context switch or a
 // signal's save/restore (XSAVE/XRSTOR of the AVX state) loses the upper halves, copied references become garbage.
 //

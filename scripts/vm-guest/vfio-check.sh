@@ -28,14 +28,12 @@ say "edu at $ADDR bound to $(basename "$(readlink "/sys/bus/pci/devices/$ADDR/dr
 
 ndctl create-namespace -f -e namespace0.0 -m devdax --map=mem >/dev/null
 [ -c /dev/dax0.0 ] || { say "no /dev/dax0.0 after ndctl create-namespace -m devdax"; exit 1; }
-ARGS="--set pmem.path=/dev/dax0.0 --set nbd.socket=$SOCK --set nbd.port=0 --set dma.engine=vfio --set dma.vfio.devices=$ADDR
+ARGS="--set pmem.path=/dev/dax0.0 --set dma.engine=vfio --set dma.vfio.devices=$ADDR
       --set route.dma.bounce=true --set route.dma.min-bytes=8K --set queues=1 --set queue.depth=16 --set queue.buffer-bytes=32M --set metrics.port=$PORT"
 
-start_server() {
-    rm -f "$SOCK"
+dax_server() {  # dax_server N: serve on the device DAX node (lib.sh start_server), its log N
     # shellcheck disable=SC2086 # ARGS is a word list
-    serve_start "/tmp/server-$1.log" $ARGS
-    serve_ready "/tmp/server-$1.log" 120 || exit 1
+    start_server "/tmp/server-$1.log" $ARGS
     sed 's/^/server| /' "/tmp/server-$1.log"
 }
 stop_server() {
@@ -60,7 +58,7 @@ qemu_io_pass() {
     fi
 }
 
-start_server 1
+dax_server 1
 t0=$(cut -d. -f1 /proc/uptime)
 if qemu_io_pass write; then result written ok; else result written bad; fi
 if qemu_io_pass read; then result read ok; else result read bad; fi
@@ -72,7 +70,7 @@ result device_transfers "$(metric_sum /tmp/metrics.txt pmemblk_dma_device_transf
 result dma_errors "$(metric_sum /tmp/metrics.txt pmemblk_dma_errors_total)"
 stop_server 1
 
-start_server 2
+dax_server 2
 if qemu_io_pass read; then result reread ok; else result reread bad; fi
 stop_server 2
 

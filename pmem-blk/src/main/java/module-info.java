@@ -9,4 +9,5 @@ module io.pmemblk.pmem {
 
     exports io.pmemblk.pmem;
     exports io.pmemblk.pmem.btt;
+    exports io.pmemblk.pmem.bitmap;
 }

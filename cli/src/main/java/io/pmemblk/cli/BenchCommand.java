@@ -1,5 +1,6 @@
 package io.pmemblk.cli;
 
+import io.pmemblk.settings.Keys;
 import io.pmemblk.settings.Settings;
 import io.pmemblk.settings.SettingsException;
 import io.pmemblk.settings.Sizes;
@@ -64,12 +65,12 @@ final class BenchCommand implements Callable<Integer> {
                 throw new SettingsException("--rw: '" + rw + "' is not allowed; allowed: read, write, randread, randwrite, randrw");
             }
             long blockSize = parseSize("--bs", bs);
-            if (blockSize > Settings.MAX_REQUEST_BYTES) {
+            if (blockSize > Keys.MAX_REQUEST_BYTES) {
                 throw new SettingsException("--bs: '" + bs + "' is not allowed; allowed: 1 to 32M");
             }
-            if (iodepth < 1 || iodepth > s.get(Settings.QUEUE_DEPTH)) {
+            if (iodepth < 1 || iodepth > s.get(Keys.QUEUE_DEPTH)) {
                 throw new SettingsException("--iodepth: '" + iodepth + "' is not allowed; allowed: 1 to queue.depth ("
-                        + s.get(Settings.QUEUE_DEPTH) + ")");
+                        + s.get(Keys.QUEUE_DEPTH) + ")");
             }
             if (jobs < 1 || jobs > 256 || seconds <= 0) {
                 throw new SettingsException("--jobs must be 1..256 and --seconds positive");

@@ -1,6 +1,6 @@
 package io.pmemblk.cli;
 
-import io.pmemblk.settings.Settings;
+import io.pmemblk.settings.ExampleFile;
 import io.pmemblk.settings.SettingsException;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -27,7 +27,7 @@ final class ConfigExampleCommand implements Callable<Integer> {
             }
             values.put(s.substring(0, eq).trim(), s.substring(eq + 1));
         }
-        System.out.print(Settings.example(values));
+        System.out.print(ExampleFile.example(values));
         return 0;
     }
 }

@@ -11,9 +11,13 @@ import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.LayoutRecord;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.Routing;
+import io.pmemblk.pmem.bitmap.BitmapDirectory;
+import io.pmemblk.pmem.bitmap.DirtyBitmaps;
+import io.pmemblk.pmem.bitmap.TrackingDriver;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.posix.TrustedPath;
 import io.pmemblk.settings.DefaultPaths;
+import io.pmemblk.settings.Keys;
 import io.pmemblk.settings.Settings;
 
 import java.io.IOException;
@@ -30,25 +34,27 @@ public final class Device implements AutoCloseable {
     private final PmemRegion region;
     private final PmemBlockDriver driver;
     private final BlockLayer layer;
+    /** The dirty bitmaps and the layer that marks them, over the driver; null with bitmap.dir=off. */
+    private final DirtyBitmaps bitmaps;
     private final CopyStats stats = new CopyStats();
     private boolean closed;
 
     private Device(Settings settings) throws IOException {
         this.settings = settings;
         // A VFIO device first: a machine without one is told so before the backing file is created.
-        DmaEngine vfio = switch (settings.get(Settings.DMA_ENGINE)) {
-            case VFIO -> VfioEngine.open(settings.get(Settings.DMA_VFIO_DEVICES), settings.get(Settings.DMA_RING_SIZE));
+        DmaEngine vfio = switch (settings.get(Keys.DMA_ENGINE)) {
+            case VFIO -> VfioEngine.open(settings.get(Keys.DMA_VFIO_DEVICES), settings.get(Keys.DMA_RING_SIZE));
             // the device process's socket: it answers (or the start fails naming it) before the file is created
-            case VFIO_USER -> VfioUserEngine.open(settings.get(Settings.DMA_VFIO_USER_SOCKET).toString(),
-                    settings.get(Settings.DMA_RING_SIZE));
+            case VFIO_USER -> VfioUserEngine.open(settings.get(Keys.DMA_VFIO_USER_SOCKET).toString(),
+                    settings.get(Keys.DMA_RING_SIZE));
             default -> null;
         };
-        boolean btt = settings.get(Settings.PMEM_LAYOUT) == Settings.Layout.BTT;
+        boolean btt = settings.get(Keys.PMEM_LAYOUT) == Keys.Layout.BTT;
         try {
             Path path = trustedPmemPath(settings);
-            this.region = btt ? openBttRegion(settings, path) : PmemRegion.open(path, settings.get(Settings.PMEM_SIZE),
-                    settings.get(Settings.PMEM_RESIZE),
-                    PmemRegion.Mapper.valueOf(settings.get(Settings.PMEM_MAPPER).name()));
+            this.region = btt ? openBttRegion(settings, path) : PmemRegion.open(path, settings.get(Keys.PMEM_SIZE),
+                    settings.get(Keys.PMEM_RESIZE),
+                    PmemRegion.Mapper.valueOf(settings.get(Keys.PMEM_MAPPER).name()));
         } catch (IOException | RuntimeException e) {
             if (vfio != null) {
                 vfio.close();
@@ -56,6 +62,7 @@ public final class Device implements AutoCloseable {
             throw e;
         }
         DmaEngine engine = vfio;
+        DirtyBitmaps bitmaps = null;
         try {
             // The layout is the operator's setting and pmemblk's record, never a sniff of the bytes a client wrote:
             // a raw device serves raw whatever it holds, unless pmemblk recorded a BTT on it (docs/btt.md).
@@ -63,20 +70,30 @@ public final class Device implements AutoCloseable {
             if (!btt) {
                 BttRegion.checkRaw(region, record);
             }
-            if (settings.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.SOFT) {
+            if (settings.get(Keys.DMA_ENGINE) == Keys.DmaEngineKind.SOFT) {
                 // No setting injects faults; an end-to-end test puts a SoftFaults provider on the class path.
-                engine = DmaEngine.soft(new IovaSpace(), settings.get(Settings.DMA_CHANNELS),
-                        settings.get(Settings.DMA_RING_SIZE), DmaEngine.SOFT_XFERCAP_LOG2, SoftFaults.installed());
+                engine = DmaEngine.soft(new IovaSpace(), settings.get(Keys.DMA_CHANNELS),
+                        settings.get(Keys.DMA_RING_SIZE), DmaEngine.SOFT_XFERCAP_LOG2, SoftFaults.installed());
             }
             this.driver = btt ? PmemBlockDriver.onBtt(region, stats, openBtt(settings, region, record),
                     engine, LiveSettings.routing(settings))
                     : new PmemBlockDriver(region, stats, engine, LiveSettings.routing(settings));
+            // Every frontend's requests pass through the tracking layer when there are bitmaps to mark.
+            bitmaps = openBitmaps(settings, driver.size());
             // ublk queue i takes tags of its own on hardware queue i, so it never waits behind NBD connections.
-            boolean ublk = settings.get(Settings.UBLK_ENABLED);
-            this.layer = new BlockLayer(driver, settings.get(Settings.QUEUES), settings.get(Settings.QUEUE_DEPTH),
-                    settings.get(Settings.QUEUE_BUFFER_BYTES), Settings.MAX_REQUEST_BYTES,
+            boolean ublk = settings.get(Keys.UBLK_ENABLED);
+            this.layer = new BlockLayer(bitmaps == null ? driver : new TrackingDriver(driver, bitmaps),
+                    settings.get(Keys.QUEUES), settings.get(Keys.QUEUE_DEPTH),
+                    settings.get(Keys.QUEUE_BUFFER_BYTES), Keys.MAX_REQUEST_BYTES,
                     ublk ? settings.ublkDepth() : 0, ublk ? settings.ublkQueues() : 0);
         } catch (IOException | RuntimeException e) {
+            if (bitmaps != null) {
+                try {
+                    bitmaps.close();
+                } catch (IOException suppressed) {
+                    e.addSuppressed(suppressed);
+                }
+            }
             if (engine != null) {
                 engine.close();
             }
@@ -87,6 +104,19 @@ public final class Device implements AutoCloseable {
             }
             throw e;
         }
+        this.bitmaps = bitmaps;
+    }
+
+    /** The bitmaps of bitmap.dir (null when off), mapped as pmem.path is; files that do not fit the device refused. */
+    private static DirtyBitmaps openBitmaps(Settings settings, long deviceSize) throws IOException {
+        Path dir = settings.bitmapDir(layoutRecords());
+        if (dir == null) {
+            return null;
+        }
+        BitmapDirectory files = BitmapDirectory.open(dir, "bitmap.dir",
+                PmemRegion.Mapper.valueOf(settings.get(Keys.PMEM_MAPPER).name()));
+        return DirtyBitmaps.open(files, deviceSize, settings.get(Keys.BITMAP_GRANULARITY),
+                settings.get(Keys.BITMAP_NAMES), settings.get(Keys.QUEUES));
     }
 
     /**
@@ -98,13 +128,13 @@ public final class Device implements AutoCloseable {
     private static io.pmemblk.pmem.btt.Btt openBtt(Settings settings, PmemRegion region, LayoutRecord record)
             throws IOException {
         if (region.created()) {
-            BttRegion.format(region, record, settings.get(Settings.PMEM_SECTOR_SIZE));
+            BttRegion.format(region, record, settings.get(Keys.PMEM_SECTOR_SIZE));
             System.getLogger(Device.class.getName()).log(System.Logger.Level.INFO, region.path() + " did not exist:"
-                    + " created with a BTT of " + settings.get(Settings.PMEM_SECTOR_SIZE) + "-byte sectors, recorded in "
+                    + " created with a BTT of " + settings.get(Keys.PMEM_SECTOR_SIZE) + "-byte sectors, recorded in "
                     + record.path());
         }
         return BttRegion.open(region, record, bttLanes(settings),
-                settings.source(Settings.PMEM_SECTOR_SIZE).equals("default") ? 0 : settings.get(Settings.PMEM_SECTOR_SIZE),
+                settings.source(Keys.PMEM_SECTOR_SIZE).equals("default") ? 0 : settings.get(Keys.PMEM_SECTOR_SIZE),
                 io.pmemblk.pmem.btt.Btt.GROUP_BLOCKS);
     }
 
@@ -122,15 +152,15 @@ public final class Device implements AutoCloseable {
      * an existing one keeps the size it was formatted with.
      */
     private static PmemRegion openBttRegion(Settings settings, Path path) throws IOException {
-        if (settings.get(Settings.PMEM_RESIZE)) {
+        if (settings.get(Keys.PMEM_RESIZE)) {
             throw new IOException("pmem.resize=true is not allowed with pmem.layout=btt: a BTT's arenas are laid out"
                     + " for the size it was formatted with; allowed: pmem.resize=false (format again to change the size)");
         }
-        PmemRegion.Mapper mapper = PmemRegion.Mapper.valueOf(settings.get(Settings.PMEM_MAPPER).name());
+        PmemRegion.Mapper mapper = PmemRegion.Mapper.valueOf(settings.get(Keys.PMEM_MAPPER).name());
         if (!Files.exists(path, LinkOption.NOFOLLOW_LINKS)) {
-            long size = settings.get(Settings.PMEM_SIZE);
+            long size = settings.get(Keys.PMEM_SIZE);
             if (size < BTT_LEAST) {
-                throw new IOException("pmem.size: '" + settings.text(Settings.PMEM_SIZE) + "' is too small for a BTT;"
+                throw new IOException("pmem.size: '" + settings.text(Keys.PMEM_SIZE) + "' is too small for a BTT;"
                         + " allowed: at least " + BTT_LEAST + " bytes (16M + 8K: a pool header and one arena)");
             }
             return PmemRegion.open(path, size, false, mapper);
@@ -147,7 +177,7 @@ public final class Device implements AutoCloseable {
      * writer scans every lane's read-tracking slot, so not more. At most 256, the BTT's free blocks per arena.
      */
     static int bttLanes(Settings settings) {
-        return Math.min(256, Math.max(settings.get(Settings.QUEUES), 2 * Runtime.getRuntime().availableProcessors()));
+        return Math.min(256, Math.max(settings.get(Keys.QUEUES), 2 * Runtime.getRuntime().availableProcessors()));
     }
 
     /**
@@ -156,8 +186,8 @@ public final class Device implements AutoCloseable {
      * behind for a new empty one: start-up stops and says how to move it or keep using it.
      */
     static Path trustedPmemPath(Settings settings) throws IOException {
-        Path path = settings.get(Settings.PMEM_PATH);
-        if (settings.text(Settings.PMEM_PATH).equalsIgnoreCase("auto") && !path.equals(DefaultPaths.OLD_PMEM_PATH)
+        Path path = settings.get(Keys.PMEM_PATH);
+        if (settings.text(Keys.PMEM_PATH).equalsIgnoreCase("auto") && !path.equals(DefaultPaths.OLD_PMEM_PATH)
                 && !Files.exists(path, LinkOption.NOFOLLOW_LINKS)
                 && Files.exists(DefaultPaths.OLD_PMEM_PATH, LinkOption.NOFOLLOW_LINKS)) {
             throw new IOException("pmem.path: the default moved from " + DefaultPaths.OLD_PMEM_PATH + " (where other"
@@ -188,6 +218,11 @@ public final class Device implements AutoCloseable {
 
     public BlockLayer layer() {
         return layer;
+    }
+
+    /** The dirty bitmaps, or null with bitmap.dir=off. */
+    public DirtyBitmaps bitmaps() {
+        return bitmaps;
     }
 
     public CopyStats stats() {
@@ -237,7 +272,13 @@ public final class Device implements AutoCloseable {
             try {
                 driver.close();
             } finally {
-                layer.close();
+                try {
+                    layer.close();
+                } finally {
+                    if (bitmaps != null) {
+                        bitmaps.close();
+                    }
+                }
             }
         }
         return idle;

@@ -4,7 +4,7 @@ import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.soft.SoftIoatDevice;
 import io.pmemblk.dma.vfiouser.device.IoatPci;
 import io.pmemblk.dma.vfiouser.device.IoatVfioUserDevice;
-import io.pmemblk.settings.Settings;
+import io.pmemblk.settings.Keys;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 import sun.misc.Signal;
@@ -67,7 +67,7 @@ final class DmaDeviceCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        LiveSettings.applyLogLevel(Settings.LogLevel.valueOf(logLevel.toUpperCase(java.util.Locale.ROOT)));
+        LiveSettings.applyLogLevel(Keys.LogLevel.valueOf(logLevel.toUpperCase(java.util.Locale.ROOT)));
         Duration every = parseDuration(metricsInterval);
         BlockingQueue<String> signals = new LinkedBlockingQueue<>();
         Signal.handle(new Signal("TERM"), s -> signals.add(s.getName()));

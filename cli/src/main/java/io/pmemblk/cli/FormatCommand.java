@@ -5,6 +5,7 @@ import io.pmemblk.pmem.DataScan;
 import io.pmemblk.pmem.LayoutRecord;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.pmem.btt.Btt;
+import io.pmemblk.settings.Keys;
 import io.pmemblk.settings.Settings;
 import io.pmemblk.settings.SettingsException;
 import io.pmemblk.settings.Sizes;
@@ -60,9 +61,9 @@ final class FormatCommand implements Callable<Integer> {
         if (sectorSize != 512 && sectorSize != 4096) {
             throw new SettingsException("--sector-size " + sectorSize + " is not allowed; allowed: 512 or 4096");
         }
-        Settings.Mapper m;
+        Keys.Mapper m;
         try {
-            m = Settings.Mapper.valueOf(mapper.toUpperCase(java.util.Locale.ROOT));
+            m = Keys.Mapper.valueOf(mapper.toUpperCase(java.util.Locale.ROOT));
         } catch (IllegalArgumentException e) {
             throw new SettingsException("--mapper " + mapper + " is not allowed; allowed: auto, libpmem or java");
         }
@@ -77,7 +78,7 @@ final class FormatCommand implements Callable<Integer> {
         } else {
             try {
                 bytes = Settings.load(null, java.util.List.of("pmem.size=" + (size == null ? "1G" : size)))
-                        .get(Settings.PMEM_SIZE);
+                        .get(Keys.PMEM_SIZE);
             } catch (SettingsException e) {
                 throw new SettingsException("--size " + size + " is not allowed; allowed: a size that is a multiple"
                         + " of 4096, from 16M + 8K to 16T");

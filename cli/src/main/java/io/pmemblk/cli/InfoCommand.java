@@ -5,6 +5,7 @@ import io.pmemblk.pmem.LayoutRecord;
 import io.pmemblk.pmem.Libpmem;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.pmem.btt.Btt;
+import io.pmemblk.settings.Keys;
 import io.pmemblk.settings.Settings;
 import io.pmemblk.settings.SettingsException;
 import io.pmemblk.settings.Sizes;
@@ -31,18 +32,18 @@ final class InfoCommand implements Callable<Integer> {
     @Override
     public Integer call() throws IOException, SettingsException {
         Settings s = options.load();
-        Path path = s.get(Settings.PMEM_PATH);
+        Path path = s.get(Keys.PMEM_PATH);
         System.out.println("path=" + path);
         boolean exists = Files.exists(path);
         System.out.println("exists=" + exists);
         if (exists) {
             try (PmemRegion r = PmemRegion.open(path, exists && Files.isRegularFile(path) ? Files.size(path) : 0,
-                    false, PmemRegion.Mapper.valueOf(s.get(Settings.PMEM_MAPPER).name()), false)) {
+                    false, PmemRegion.Mapper.valueOf(s.get(Keys.PMEM_MAPPER).name()), false)) {
                 System.out.println("size=" + r.size() + " (" + Sizes.format(r.size()) + ")");
                 // a BTT keeps the size it was formatted with (serve takes the file's size)
-                if (Files.isRegularFile(path) && r.size() != s.get(Settings.PMEM_SIZE)
-                        && s.get(Settings.PMEM_LAYOUT) == Settings.Layout.RAW) {
-                    System.out.println("size_mismatch=pmem.size is " + s.text(Settings.PMEM_SIZE)
+                if (Files.isRegularFile(path) && r.size() != s.get(Keys.PMEM_SIZE)
+                        && s.get(Keys.PMEM_LAYOUT) == Keys.Layout.RAW) {
+                    System.out.println("size_mismatch=pmem.size is " + s.text(Keys.PMEM_SIZE)
                             + ": serve will refuse it unless pmem.resize=true");
                 }
                 System.out.println("is_pmem=" + r.isPmem());
@@ -50,14 +51,14 @@ final class InfoCommand implements Callable<Integer> {
                 printLayout(s, r);
             }
         } else {
-            long size = s.get(Settings.PMEM_SIZE);
+            long size = s.get(Keys.PMEM_SIZE);
             System.out.println("size=" + size + " (" + Sizes.format(size) + ")");
             Path dir = path.toAbsolutePath().getParent();
             if (dir != null && Files.isDirectory(dir)) {
                 Path probe = Files.createTempFile(dir, ".pmemblk-probe", ".tmp");
                 Files.delete(probe);
                 try (PmemRegion r = PmemRegion.open(probe, 1 << 20, false,
-                        PmemRegion.Mapper.valueOf(s.get(Settings.PMEM_MAPPER).name()))) {
+                        PmemRegion.Mapper.valueOf(s.get(Keys.PMEM_MAPPER).name()))) {
                     System.out.println("is_pmem=" + r.isPmem());
                     System.out.println("mapped_by=" + r.mappedBy());
                 } finally {
@@ -66,23 +67,23 @@ final class InfoCommand implements Callable<Integer> {
             } else {
                 System.out.println("is_pmem=unknown (directory " + dir + " does not exist yet)");
             }
-            System.out.println("layout=" + s.text(Settings.PMEM_LAYOUT).toLowerCase(java.util.Locale.ROOT)
-                    + (s.get(Settings.PMEM_LAYOUT) == Settings.Layout.BTT ? " (serve creates the file with a BTT of "
-                    + s.get(Settings.PMEM_SECTOR_SIZE) + "-byte sectors)" : ""));
+            System.out.println("layout=" + s.text(Keys.PMEM_LAYOUT).toLowerCase(java.util.Locale.ROOT)
+                    + (s.get(Keys.PMEM_LAYOUT) == Keys.Layout.BTT ? " (serve creates the file with a BTT of "
+                    + s.get(Keys.PMEM_SECTOR_SIZE) + "-byte sectors)" : ""));
         }
         String why = Libpmem.unavailableReason();
         System.out.println("libpmem=" + (why == null ? "loaded" : "unavailable: " + why));
-        System.out.println("engine=" + s.text(Settings.DMA_ENGINE));
-        System.out.println("dma.channels=" + s.get(Settings.DMA_CHANNELS));
-        System.out.println("route.dma.min-bytes=" + s.text(Settings.ROUTE_DMA_MIN_BYTES));
-        System.out.println("route.dma.min-segments=" + s.text(Settings.ROUTE_DMA_MIN_SEGMENTS));
-        System.out.println("route.dma.bounce=" + s.get(Settings.ROUTE_DMA_BOUNCE));
-        System.out.println("queues=" + s.get(Settings.QUEUES));
-        System.out.println("queue.depth=" + s.get(Settings.QUEUE_DEPTH));
-        System.out.println("nbd.export=" + s.get(Settings.NBD_EXPORT));
-        Path sock = s.get(Settings.NBD_SOCKET);
+        System.out.println("engine=" + s.text(Keys.DMA_ENGINE));
+        System.out.println("dma.channels=" + s.get(Keys.DMA_CHANNELS));
+        System.out.println("route.dma.min-bytes=" + s.text(Keys.ROUTE_DMA_MIN_BYTES));
+        System.out.println("route.dma.min-segments=" + s.text(Keys.ROUTE_DMA_MIN_SEGMENTS));
+        System.out.println("route.dma.bounce=" + s.get(Keys.ROUTE_DMA_BOUNCE));
+        System.out.println("queues=" + s.get(Keys.QUEUES));
+        System.out.println("queue.depth=" + s.get(Keys.QUEUE_DEPTH));
+        System.out.println("nbd.export=" + s.get(Keys.NBD_EXPORT));
+        Path sock = s.get(Keys.NBD_SOCKET);
         System.out.println("nbd.socket=" + (sock == null ? "" : sock));
-        System.out.println("nbd.tcp=" + (s.get(Settings.NBD_PORT) == 0 ? "off" : s.get(Settings.NBD_BIND) + ":" + s.get(Settings.NBD_PORT)));
+        System.out.println("nbd.tcp=" + (s.get(Keys.NBD_PORT) == 0 ? "off" : s.get(Keys.NBD_BIND) + ":" + s.get(Keys.NBD_PORT)));
         return 0;
     }
 
@@ -91,7 +92,7 @@ final class InfoCommand implements Callable<Integer> {
      * alone (docs/btt.md). Read only: a pool a server has open is not recovered or repaired here.
      */
     private static void printLayout(Settings s, PmemRegion r) throws IOException {
-        boolean wantBtt = s.get(Settings.PMEM_LAYOUT) == Settings.Layout.BTT;
+        boolean wantBtt = s.get(Keys.PMEM_LAYOUT) == Keys.Layout.BTT;
         LayoutRecord record = LayoutRecord.of(r, Device.layoutRecords());
         LayoutRecord.Entry recorded;
         try {
@@ -140,8 +141,8 @@ final class InfoCommand implements Callable<Integer> {
         if (!wantBtt) {
             System.out.println("layout_mismatch=pmem.layout is raw: serve will refuse this recorded BTT; serve it with"
                     + " --set pmem.layout=btt (or, if it no longer holds that BTT, remove " + record.path() + ")");
-        } else if (!s.source(Settings.PMEM_SECTOR_SIZE).equals("default") && s.get(Settings.PMEM_SECTOR_SIZE) != b.blockSize()) {
-            System.out.println("layout_mismatch=pmem.sector-size is " + s.get(Settings.PMEM_SECTOR_SIZE) + ", the BTT's is "
+        } else if (!s.source(Keys.PMEM_SECTOR_SIZE).equals("default") && s.get(Keys.PMEM_SECTOR_SIZE) != b.blockSize()) {
+            System.out.println("layout_mismatch=pmem.sector-size is " + s.get(Keys.PMEM_SECTOR_SIZE) + ", the BTT's is "
                     + b.blockSize() + ": serve will refuse it");
         }
     }

@@ -4,6 +4,7 @@ import io.pmemblk.nbd.NbdServer;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.Routing;
 import io.pmemblk.settings.Key;
+import io.pmemblk.settings.Keys;
 import io.pmemblk.settings.Settings;
 import io.pmemblk.settings.SettingsException;
 
@@ -18,7 +19,7 @@ import java.util.logging.Logger;
 /**
  * The settings of a running server that a reload (SIGHUP, {@code systemctl reload}) may change: it reads the
  * properties file again (with the same {@code --set} overrides, still applied last) and applies the
- * {@link Settings#LIVE} keys where they are read, each through a volatile field (the driver's routing, the NBD
+ * {@link Keys#LIVE} keys where they are read, each through a volatile field (the driver's routing, the NBD
  * server's stall timeout, the log level), so no connection and no request is disturbed and the request path
  * pays nothing for it. Keys that need a restart are named, and left as they are.
  */
@@ -74,21 +75,21 @@ final class LiveSettings {
         }
         List<String> needRestart = new ArrayList<>();
         for (Key<?> k : fresh.changed(startup)) {
-            if (!Settings.LIVE.contains(k)) {
+            if (!Keys.LIVE.contains(k)) {
                 needRestart.add(k.name() + " (running " + startup.text(k) + ", file " + fresh.text(k) + ")");
             }
         }
         List<String> done = new ArrayList<>();
-        List<Key<?>> live = fresh.changed(applied).stream().filter(Settings.LIVE::contains).toList();
-        if (live.contains(Settings.ROUTE_DMA_MIN_BYTES) || live.contains(Settings.ROUTE_DMA_MIN_SEGMENTS)
-                || live.contains(Settings.ROUTE_DMA_BOUNCE)) {
+        List<Key<?>> live = fresh.changed(applied).stream().filter(Keys.LIVE::contains).toList();
+        if (live.contains(Keys.ROUTE_DMA_MIN_BYTES) || live.contains(Keys.ROUTE_DMA_MIN_SEGMENTS)
+                || live.contains(Keys.ROUTE_DMA_BOUNCE)) {
             driver.routing(routing(fresh));
         }
-        if (live.contains(Settings.NBD_STALL_TIMEOUT) && server != null) { // null: no NBD listener (vhost only)
-            server.stallTimeout(Duration.ofSeconds(fresh.get(Settings.NBD_STALL_TIMEOUT)));
+        if (live.contains(Keys.NBD_STALL_TIMEOUT) && server != null) { // null: no NBD listener (vhost only)
+            server.stallTimeout(Duration.ofSeconds(fresh.get(Keys.NBD_STALL_TIMEOUT)));
         }
-        if (live.contains(Settings.LOG_LEVEL)) {
-            applyLogLevel(fresh.get(Settings.LOG_LEVEL));
+        if (live.contains(Keys.LOG_LEVEL)) {
+            applyLogLevel(fresh.get(Keys.LOG_LEVEL));
         }
         for (Key<?> k : live) {
             done.add(k.name() + "=" + fresh.text(k) + " (was " + applied.text(k) + ")");
@@ -99,8 +100,8 @@ final class LiveSettings {
 
     /** The driver's routing from the route.dma.* keys: at start-up (Device) and on reload, one reading. */
     static Routing routing(Settings s) {
-        return new Routing(s.get(Settings.ROUTE_DMA_MIN_BYTES), s.get(Settings.ROUTE_DMA_MIN_SEGMENTS),
-                s.get(Settings.ROUTE_DMA_BOUNCE));
+        return new Routing(s.get(Keys.ROUTE_DMA_MIN_BYTES), s.get(Keys.ROUTE_DMA_MIN_SEGMENTS),
+                s.get(Keys.ROUTE_DMA_BOUNCE));
     }
 
     /**
@@ -115,7 +116,7 @@ final class LiveSettings {
      * loggers inherit from, goes no lower than INFO: debug is for pmemblk's records, not the HTTP server's.
      * System.Logger's DEBUG is java.util.logging's FINE, TRACE is FINER.
      */
-    static void applyLogLevel(Settings.LogLevel level) {
+    static void applyLogLevel(Keys.LogLevel level) {
         Level jul = switch (level) {
             case ERROR -> Level.SEVERE;
             case WARNING -> Level.WARNING;

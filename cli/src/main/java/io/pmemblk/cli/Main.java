@@ -17,7 +17,7 @@ import picocli.CommandLine.Command;
                 "                    without a restart",
                 "Exit status: 0 done, 1 failed, 2 a bad setting or bad usage, 3 serve stopped but",
                 "a write-back had failed: data NOT persisted (see the log)."},
-        subcommands = {ServeCommand.class, InfoCommand.class, FormatCommand.class, BenchCommand.class, TuneCommand.class, VersionCommand.class, ConfigExampleCommand.class, DmaCommand.class, DmaDeviceCommand.class,
+        subcommands = {ServeCommand.class, InfoCommand.class, FormatCommand.class, BenchCommand.class, TuneCommand.class, VersionCommand.class, ConfigExampleCommand.class, DmaCommand.class, DmaDeviceCommand.class, BitmapCommand.class,
                 CommandLine.HelpCommand.class})
 public final class Main {
     /** Exit code for a bad setting or bad command-line usage. */

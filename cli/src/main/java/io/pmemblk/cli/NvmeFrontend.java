@@ -2,6 +2,7 @@ package io.pmemblk.cli;
 
 import io.pmemblk.nvme.NvmeTcpConfig;
 import io.pmemblk.nvme.NvmeTcpServer;
+import io.pmemblk.settings.Keys;
 import io.pmemblk.settings.Settings;
 import java.io.IOException;
 import java.net.InetSocketAddress;
@@ -43,8 +44,8 @@ final class NvmeFrontend {
      * for a tag in front of that very data (docs/nvme-tcp.md, Limits). 32 at least: the Linux host's admin queue.
      */
     static int depth(Settings s) {
-        int want = s.get(Settings.NVME_QUEUE_DEPTH);
-        int tags = s.get(Settings.QUEUE_DEPTH);
+        int want = s.get(Keys.NVME_QUEUE_DEPTH);
+        int tags = s.get(Keys.QUEUE_DEPTH);
         if (want > tags) {
             System.err.println("pmemblk: nvme.queue-depth=" + want + " is more than queue.depth=" + tags
                     + " tags per hardware queue: NVMe queues get " + Math.max(32, tags) + " entries");
@@ -54,18 +55,18 @@ final class NvmeFrontend {
 
     /** The server (listening, not yet started), or null when nvme.listen is empty. */
     static NvmeTcpServer server(Settings s, Device device) throws IOException {
-        InetSocketAddress listen = s.get(Settings.NVME_LISTEN);
+        InetSocketAddress listen = s.get(Keys.NVME_LISTEN);
         if (listen == null) {
             return null;
         }
         String serial = serial(device);
-        String nqn = s.get(Settings.NVME_SUBSYSTEM_NQN) != null ? s.get(Settings.NVME_SUBSYSTEM_NQN)
+        String nqn = s.get(Keys.NVME_SUBSYSTEM_NQN) != null ? s.get(Keys.NVME_SUBSYSTEM_NQN)
                 : "nqn.2026-12.io.pmemblk:" + serial;
         NvmeTcpConfig config = new NvmeTcpConfig(listen.getHostString(), listen.getPort(), nqn,
-                new LinkedHashSet<>(s.get(Settings.NVME_ALLOWED_HOSTS)), s.get(Settings.NVME_QUEUES),
-                depth(s), s.get(Settings.NVME_IN_CAPSULE_BYTES),
-                Math.min(MAX_TRANSFER, device.layer().maxRequestBytes()), MAX_H2C_DATA, s.get(Settings.NVME_DIGESTS),
-                s.get(Settings.NVME_DIGESTS), serial);
+                new LinkedHashSet<>(s.get(Keys.NVME_ALLOWED_HOSTS)), s.get(Keys.NVME_QUEUES),
+                depth(s), s.get(Keys.NVME_IN_CAPSULE_BYTES),
+                Math.min(MAX_TRANSFER, device.layer().maxRequestBytes()), MAX_H2C_DATA, s.get(Keys.NVME_DIGESTS),
+                s.get(Keys.NVME_DIGESTS), serial);
         // VWC 0 only where every write is persistent when it completes (real pmem: each writer drains its stores,
         // docs/durability.md); on the page-cache mapping Flush and FUA are what make data durable
         return new NvmeTcpServer(config, device.layer(), !device.driver().isPmem());

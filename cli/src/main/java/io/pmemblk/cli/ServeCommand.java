@@ -6,6 +6,7 @@ import io.pmemblk.nbd.tls.TlsServer;
 import io.pmemblk.posix.TrustedDirectory;
 import io.pmemblk.posix.TrustedPath;
 import io.pmemblk.posix.UnsafePathException;
+import io.pmemblk.settings.Keys;
 import io.pmemblk.settings.Settings;
 import io.pmemblk.settings.SettingsException;
 import io.pmemblk.settings.Sizes;
@@ -62,9 +63,9 @@ final class ServeCommand implements Callable<Integer> {
             System.err.println("pmemblk: " + hangup);
         }
         Settings s = options.load();
-        LiveSettings.applyLogLevel(s.get(Settings.LOG_LEVEL));
+        LiveSettings.applyLogLevel(s.get(Keys.LOG_LEVEL));
 
-        boolean ublkEnabled = s.get(Settings.UBLK_ENABLED);
+        boolean ublkEnabled = s.get(Keys.UBLK_ENABLED);
         if (ublkEnabled) {
             // Before the device file is created or a socket bound: a machine without ublk is told so, and nothing
             // is left behind.
@@ -80,20 +81,20 @@ final class ServeCommand implements Callable<Integer> {
         TrustedDirectory vhostDirectory = null;
         try {
             // A pmem.path that systemd deletes at stop is refused before anything is created there.
-            String privateTmp = PrivateTmp.refusal(s.get(Settings.PMEM_PATH), System.getenv());
+            String privateTmp = PrivateTmp.refusal(s.get(Keys.PMEM_PATH), System.getenv());
             if (privateTmp != null) {
                 System.err.println("pmemblk: " + privateTmp);
                 return 1;
             }
-            tls = s.get(Settings.NBD_TLS) == Settings.TlsMode.OFF ? TlsServer.off()
-                    : TlsServer.load(s.get(Settings.NBD_TLS) == Settings.TlsMode.REQUIRE,
-                            s.get(Settings.NBD_TLS_CERTIFICATE), s.get(Settings.NBD_TLS_KEY),
-                            s.get(Settings.NBD_TLS_VERIFY_CLIENTS));
+            tls = s.get(Keys.NBD_TLS) == Keys.TlsMode.OFF ? TlsServer.off()
+                    : TlsServer.load(s.get(Keys.NBD_TLS) == Keys.TlsMode.REQUIRE,
+                            s.get(Keys.NBD_TLS_CERTIFICATE), s.get(Keys.NBD_TLS_KEY),
+                            s.get(Keys.NBD_TLS_VERIFY_CLIENTS));
             // Before the device is opened or created: a wrong socket directory leaves no device file behind. Held
             // open from here to the bind, so the socket lands in the directory checked now, not in whatever its
             // name leads to after the device has opened.
-            if (s.get(Settings.NBD_SOCKET) != null) {
-                socketDirectory = TrustedPath.ofThisProcess().openParentOf(s.get(Settings.NBD_SOCKET), "nbd.socket");
+            if (s.get(Keys.NBD_SOCKET) != null) {
+                socketDirectory = TrustedPath.ofThisProcess().openParentOf(s.get(Keys.NBD_SOCKET), "nbd.socket");
             }
             vhostDirectory = VhostFrontend.socketDirectory(s);
         } catch (IOException e) {
@@ -121,7 +122,7 @@ final class ServeCommand implements Callable<Integer> {
             } else if (e instanceof io.pmemblk.dma.vfiouser.client.VfioUserException) {
                 System.err.println("pmemblk: dma.engine=vfio-user: " + e.getMessage());
             } else {
-                System.err.println("pmemblk: cannot open pmem.path " + s.get(Settings.PMEM_PATH) + ": " + e.getMessage());
+                System.err.println("pmemblk: cannot open pmem.path " + s.get(Keys.PMEM_PATH) + ": " + e.getMessage());
             }
             return 1;
         }
@@ -130,37 +131,41 @@ final class ServeCommand implements Callable<Integer> {
         UblkDevice ublk = null;
         VhostUserBlkServer vhost = null;
         io.pmemblk.nvme.NvmeTcpServer nvme = null;
+        BitmapControl bitmapControl = null;
         SystemdNotify systemd = SystemdNotify.fromEnvironment();
         List<String> exports = new ArrayList<>();
         try {
-            int metricsPort = s.get(Settings.METRICS_PORT);
+            int metricsPort = s.get(Keys.METRICS_PORT);
             if (metricsPort != 0) {
                 metrics = Metrics.start(device, metricsPort);
             }
             // NBD only with a listener of its own: vhost.socket alone is a setup too (Settings checks one is left)
             List<java.net.URI> uris = List.of();
-            if (s.get(Settings.NBD_SOCKET) != null || s.get(Settings.NBD_PORT) != 0) {
-                server = new NbdServer(new NbdConfig(s.get(Settings.NBD_EXPORT), s.get(Settings.NBD_SOCKET),
-                        s.get(Settings.NBD_BIND), s.get(Settings.NBD_PORT), Settings.MAX_REQUEST_BYTES,
-                        s.get(Settings.NBD_MAX_CONNECTIONS),
+            if (s.get(Keys.NBD_SOCKET) != null || s.get(Keys.NBD_PORT) != 0) {
+                server = new NbdServer(new NbdConfig(s.get(Keys.NBD_EXPORT), s.get(Keys.NBD_SOCKET),
+                        s.get(Keys.NBD_BIND), s.get(Keys.NBD_PORT), Keys.MAX_REQUEST_BYTES,
+                        s.get(Keys.NBD_MAX_CONNECTIONS),
                         // no path: the description goes to any client that asks, before TLS too (nbdkit sends none)
                         "pmemblk " + Sizes.format(device.driver().size())),
                         device.layer());
+                if (device.bitmaps() != null) {
+                    server.dirtyBitmaps(new BitmapContexts(device.bitmaps()));
+                }
                 if (socketDirectory != null) {
                     server.unixSocketDirectory(socketDirectory); // the server closes it from here on
                     socketDirectory = null;
                 }
-                server.stallTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_STALL_TIMEOUT))).tls(tls)
-                        .handshakeTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_HANDSHAKE_TIMEOUT)))
-                        .maxHandshakesPerPeer(s.get(Settings.NBD_MAX_HANDSHAKES_PER_PEER))
-                        .idleTimeout(java.time.Duration.ofSeconds(s.get(Settings.NBD_IDLE_TIMEOUT)))
-                        .busyPoll(java.time.Duration.ofNanos(1000L * s.get(Settings.NBD_BUSY_POLL)));
+                server.stallTimeout(java.time.Duration.ofSeconds(s.get(Keys.NBD_STALL_TIMEOUT))).tls(tls)
+                        .handshakeTimeout(java.time.Duration.ofSeconds(s.get(Keys.NBD_HANDSHAKE_TIMEOUT)))
+                        .maxHandshakesPerPeer(s.get(Keys.NBD_MAX_HANDSHAKES_PER_PEER))
+                        .idleTimeout(java.time.Duration.ofSeconds(s.get(Keys.NBD_IDLE_TIMEOUT)))
+                        .busyPoll(java.time.Duration.ofNanos(1000L * s.get(Keys.NBD_BUSY_POLL)));
                 uris = server.start();
             }
             if (ublkEnabled) {
                 // The device records which file it serves (the one mapped), so that recovery resumes it on that file only.
-                ublk = UblkDevice.open(device.layer(), new UblkConfig(s.get(Settings.UBLK_ID), s.ublkQueues(),
-                        s.ublkDepth(), s.get(Settings.UBLK_BLOCK_SIZE), UBLK_MAX_IO_BYTES, s.get(Settings.UBLK_RECOVERY)),
+                ublk = UblkDevice.open(device.layer(), new UblkConfig(s.get(Keys.UBLK_ID), s.ublkQueues(),
+                        s.ublkDepth(), s.get(Keys.UBLK_BLOCK_SIZE), UBLK_MAX_IO_BYTES, s.get(Keys.UBLK_RECOVERY)),
                         BackingFile.of(device.region().fd(), device.region().path()));
                 if (metrics != null) {
                     metrics.addUblk(ublk);
@@ -177,11 +182,17 @@ final class ServeCommand implements Callable<Integer> {
                     metrics.addVhost(vhost);
                 }
             }
+            if (device.bitmaps() != null) {
+                bitmapControl = BitmapControl.start(device.bitmaps());
+                System.err.println("pmemblk: dirty bitmaps in " + device.bitmaps().directory().path() + " ("
+                        + String.join(", ", device.bitmaps().names()) + "), `pmemblk bitmap` control socket "
+                        + bitmapControl.path());
+            }
             nvme = NvmeFrontend.server(s, device);
             java.net.InetSocketAddress nvmeAt = nvme == null ? null : nvme.start();
             System.err.println("pmemblk: " + device.region() + (device.driver().btt() != null ? ", layout " + device.driver().btt()
-                    : "") + ", " + s.get(Settings.QUEUES) + " queues x "
-                    + s.get(Settings.QUEUE_DEPTH) + " tags, dma.engine=" + s.text(Settings.DMA_ENGINE) + ", "
+                    : "") + ", " + s.get(Keys.QUEUES) + " queues x "
+                    + s.get(Keys.QUEUE_DEPTH) + " tags, dma.engine=" + s.text(Keys.DMA_ENGINE) + ", "
                     + tls.describe());
             if (metrics != null) {
                 System.out.println("metrics: http://127.0.0.1:" + metrics.port() + "/metrics");
@@ -216,6 +227,9 @@ final class ServeCommand implements Callable<Integer> {
             }
             if (server != null) {
                 server.close();
+            }
+            if (bitmapControl != null) {
+                bitmapControl.close();
             }
             if (socketDirectory != null) {
                 socketDirectory.close();
@@ -258,6 +272,9 @@ final class ServeCommand implements Callable<Integer> {
         if (server != null) {
             server.close();
         }
+        if (bitmapControl != null) {
+            bitmapControl.close();
+        }
         boolean idle;
         String notPersisted = null;
         try {
@@ -289,10 +306,10 @@ final class ServeCommand implements Callable<Integer> {
      * whole device. Allowed (a trusted network, a tunnel), but never silently.
      */
     private static void warnIfExposed(Settings s) {
-        if (s.get(Settings.NBD_PORT) == 0 || s.get(Settings.NBD_TLS) == Settings.TlsMode.REQUIRE) {
+        if (s.get(Keys.NBD_PORT) == 0 || s.get(Keys.NBD_TLS) == Keys.TlsMode.REQUIRE) {
             return;
         }
-        String bind = s.get(Settings.NBD_BIND);
+        String bind = s.get(Keys.NBD_BIND);
         boolean loopback;
         try {
             loopback = java.net.InetAddress.getByName(bind).isLoopbackAddress();
@@ -301,8 +318,8 @@ final class ServeCommand implements Callable<Integer> {
         }
         if (!loopback) {
             System.err.println("pmemblk: warning: nbd.bind=" + bind + " serves the device beyond this machine with"
-                    + " nbd.tls=" + s.text(Settings.NBD_TLS) + ": anyone who can reach port " + s.get(Settings.NBD_PORT)
-                    + " can " + (s.get(Settings.NBD_TLS) == Settings.TlsMode.ON ? "skip STARTTLS and " : "")
+                    + " nbd.tls=" + s.text(Keys.NBD_TLS) + ": anyone who can reach port " + s.get(Keys.NBD_PORT)
+                    + " can " + (s.get(Keys.NBD_TLS) == Keys.TlsMode.ON ? "skip STARTTLS and " : "")
                     + "read and overwrite all of it, and anyone on the path can see and change the data;"
                     + " set nbd.tls=require with nbd.tls.verify-clients, or bind to 127.0.0.1");
         }
@@ -310,11 +327,11 @@ final class ServeCommand implements Callable<Integer> {
 
     /** systemd's STATUS line: what is served where, and the settings a reload may have changed. */
     static String status(List<String> exports, Settings s) {
-        return "serving " + String.join(" ", exports) + "; dma.engine=" + s.text(Settings.DMA_ENGINE)
-                + " route.dma.min-bytes=" + s.text(Settings.ROUTE_DMA_MIN_BYTES)
-                + " route.dma.min-segments=" + s.text(Settings.ROUTE_DMA_MIN_SEGMENTS)
-                + " route.dma.bounce=" + s.get(Settings.ROUTE_DMA_BOUNCE)
-                + " nbd.stall-timeout=" + s.text(Settings.NBD_STALL_TIMEOUT) + "s log.level=" + s.text(Settings.LOG_LEVEL);
+        return "serving " + String.join(" ", exports) + "; dma.engine=" + s.text(Keys.DMA_ENGINE)
+                + " route.dma.min-bytes=" + s.text(Keys.ROUTE_DMA_MIN_BYTES)
+                + " route.dma.min-segments=" + s.text(Keys.ROUTE_DMA_MIN_SEGMENTS)
+                + " route.dma.bounce=" + s.get(Keys.ROUTE_DMA_BOUNCE)
+                + " nbd.stall-timeout=" + s.text(Keys.NBD_STALL_TIMEOUT) + "s log.level=" + s.text(Keys.LOG_LEVEL);
     }
 
     private static void closeUblk(UblkDevice ublk) {

@@ -2,6 +2,7 @@ package io.pmemblk.cli;
 
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.Sockets;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -32,9 +33,9 @@ final class SystemdNotify implements AutoCloseable {
         this.address = address;
         this.arena = Arena.ofShared();
         try {
-            this.sockaddr = Libc.unixAddress(address, arena);
+            this.sockaddr = Sockets.unixAddress(address, arena);
             this.buffer = arena.allocate(MAX_MESSAGE);
-            this.fd = Libc.unixDatagramSocket();
+            this.fd = Sockets.unixDatagramSocket();
         } catch (NativeException | RuntimeException e) {
             arena.close();
             throw e;
@@ -105,7 +106,7 @@ final class SystemdNotify implements AutoCloseable {
         int n = Math.min(bytes.length, MAX_MESSAGE);
         MemorySegment.copy(bytes, 0, buffer, ValueLayout.JAVA_BYTE, 0, n);
         try {
-            Libc.sendTo(fd, buffer.asSlice(0, n), sockaddr);
+            Sockets.sendTo(fd, buffer.asSlice(0, n), sockaddr);
         } catch (NativeException e) {
             if (!warned) {
                 warned = true;

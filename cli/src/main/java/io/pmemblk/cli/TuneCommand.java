@@ -5,6 +5,7 @@ import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.queueing.BufferPool;
 import io.pmemblk.queueing.Route;
+import io.pmemblk.settings.Keys;
 import io.pmemblk.settings.Settings;
 import io.pmemblk.settings.SettingsException;
 import io.pmemblk.settings.Sizes;
@@ -16,6 +17,7 @@ import io.pmemblk.tuning.PropertiesEditor;
 import io.pmemblk.tuning.SegmentCopyProbe;
 import io.pmemblk.tuning.SegmentThreshold;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 import java.io.IOException;
@@ -41,11 +43,9 @@ import java.util.concurrent.Callable;
                 + " buffers and the mapping in process (the path of a vhost-user request), not the kernel's copies of"
                 + " served NBD/ublk requests, which stay on the CPU unless route.dma.bounce=true.")
 final class TuneCommand implements Callable<Integer> {
-    @Option(names = "--config", paramLabel = "FILE", description = "Properties file to read (and to update with --write).")
-    Path config;
-
-    @Option(names = "--set", paramLabel = "KEY=VALUE", description = "Override one setting for this run.")
-    List<String> overrides = new ArrayList<>();
+    /** --config is also the file --write updates. */
+    @Mixin
+    SettingsOptions settingsOptions;
 
     @Option(names = "--write", description = "Write the measured route.dma.min-bytes and route.dma.min-segments into"
             + " --config FILE (other lines kept).")
@@ -85,7 +85,7 @@ final class TuneCommand implements Callable<Integer> {
         long scratch;
         long[] sizes;
         {
-            if (write && config == null) {
+            if (write && settingsOptions.config == null) {
                 throw new SettingsException("--write needs --config FILE: the file to put route.dma.min-bytes and"
                         + " route.dma.min-segments in");
             }
@@ -106,24 +106,24 @@ final class TuneCommand implements Callable<Integer> {
                 checkChartPath(chart);
             }
             sizes = sizes(sizeTexts);
-            s = Settings.load(config, overrides);
-            if (s.get(Settings.DMA_ENGINE) == Settings.DmaEngineKind.NONE) {
+            s = settingsOptions.load();
+            if (s.get(Keys.DMA_ENGINE) == Keys.DmaEngineKind.NONE) {
                 throw new SettingsException("dma.engine: 'none' leaves nothing to tune (every copy goes by CPU);"
                         + " allowed: soft (set dma.engine=soft in the file or with --set)");
             }
         }
-        Path dir = s.get(Settings.PMEM_PATH).toAbsolutePath().getParent();
+        Path dir = s.get(Keys.PMEM_PATH).toAbsolutePath().getParent();
         Files.createDirectories(dir);
         Path scratchFile = Files.createTempFile(dir, ".pmemblk-tune", ".img");
         Files.delete(scratchFile);
-        List<String> scratchSettings = new ArrayList<>(overrides);
+        List<String> scratchSettings = new ArrayList<>(settingsOptions.overrides);
         scratchSettings.add("pmem.path=" + scratchFile);
         scratchSettings.add("pmem.size=" + scratch);
         // The seam gives each job a fair share of its queue (ceil(depth / (users + 1)) tags and chunks): deep enough
         // that every job of the deep shape keeps --depth requests of the largest size in flight, even all on one queue.
         scratchSettings.add("queue.depth=" + Math.min(4096, depth * (jobs + 1)));
         long pool = (long) (jobs + 1) * depth * sizes[sizes.length - 1];
-        if (pool > s.get(Settings.QUEUE_BUFFER_BYTES)) {
+        if (pool > s.get(Keys.QUEUE_BUFFER_BYTES)) {
             scratchSettings.add("queue.buffer-bytes=" + Math.min(4L << 30, (pool + BufferPool.CHUNK - 1) / BufferPool.CHUNK * BufferPool.CHUNK));
         }
         double perPoint = Math.max(0.05, seconds / (sizes.length * 8.0 * repeats + 8.0 * repeats));
@@ -131,15 +131,15 @@ final class TuneCommand implements Callable<Integer> {
         Autotuner.Report report;
         boolean pmem;
         String segmentsNotMeasured = options.segmentSize() == 0 ? "no swept size is two pool chunks (256K) or more"
-                : s.get(Settings.DMA_ENGINE) != Settings.DmaEngineKind.SOFT ? "the " + s.text(Settings.DMA_ENGINE)
+                : s.get(Keys.DMA_ENGINE) != Keys.DmaEngineKind.SOFT ? "the " + s.text(Keys.DMA_ENGINE)
                         + " engine's channels belong to the device's driver; measured on the soft engine only" : null;
-        try (Device device = Device.open(Settings.load(config, scratchSettings));
+        try (Device device = Device.open(Settings.load(settingsOptions.config, scratchSettings));
              SegmentCopyProbe segments = segmentsNotMeasured != null ? null : new SegmentCopyProbe(device.region(),
-                     DmaEngine.soft(new IovaSpace(), 1, s.get(Settings.DMA_RING_SIZE)), (int) options.segmentSize())) {
+                     DmaEngine.soft(new IovaSpace(), 1, s.get(Keys.DMA_RING_SIZE)), (int) options.segmentSize())) {
             pmem = device.region().isPmem();
             System.err.printf(Locale.ROOT, "pmemblk tune: %s engine, scratch %s (is_pmem=%b), %d sizes x 2 routes x (1x1, %dx%d) x read/write x %d repeats,"
                             + " then %s in %d segments and in one, %.2f s each%n",
-                    s.text(Settings.DMA_ENGINE), scratchFile, device.region().isPmem(), options.sizes().length, jobs, depth,
+                    s.text(Keys.DMA_ENGINE), scratchFile, device.region().isPmem(), options.sizes().length, jobs, depth,
                     repeats, Sizes.format(options.segmentSize()), BufferPool.chunksFor(options.segmentSize()), perPoint);
             Autotuner.Probe probe = new LoadProbe(device.layer(), device.driver());
             // warm the JIT on both routes before anything is recorded
@@ -156,7 +156,7 @@ final class TuneCommand implements Callable<Integer> {
         String value = r.off() ? "off" : Sizes.format(r.threshold());
         System.out.println();
         System.out.println(r.explanation() + ".");
-        if (s.text(Settings.DMA_ENGINE).equals("soft")) {
+        if (s.text(Keys.DMA_ENGINE).equals("soft")) {
             System.out.println("Note: the soft DMA engine's copies run on this machine's own cores (its CPU% is shown as +engine%).");
         }
         if (r.noisy()) {
@@ -179,21 +179,21 @@ final class TuneCommand implements Callable<Integer> {
         }
         if (write) {
             String how = Instant.now().truncatedTo(ChronoUnit.SECONDS) + " (objective " + obj.name().toLowerCase(Locale.ROOT)
-                    + ", " + s.text(Settings.DMA_ENGINE) + " engine, sizes " + Sizes.format(sizes[0]) + ".."
+                    + ", " + s.text(Keys.DMA_ENGINE) + " engine, sizes " + Sizes.format(sizes[0]) + ".."
                     + Sizes.format(sizes[sizes.length - 1]) + ", 1x1 and " + jobs + "x" + depth
                     + ", median of " + repeats + (r.noisy() ? ", noisy" : "") + "; measured " + LoadProbe.MEASURED + ")";
-            PropertiesEditor.set(config, Settings.ROUTE_DMA_MIN_BYTES.name(), value, how);
-            System.out.println("wrote route.dma.min-bytes=" + value + " to " + config);
+            PropertiesEditor.set(settingsOptions.config, Keys.ROUTE_DMA_MIN_BYTES.name(), value, how);
+            System.out.println("wrote route.dma.min-bytes=" + value + " to " + settingsOptions.config);
             if (seg != null) {
-                PropertiesEditor.set(config, Settings.ROUTE_DMA_MIN_SEGMENTS.name(), seg.value(), how + ", "
+                PropertiesEditor.set(settingsOptions.config, Keys.ROUTE_DMA_MIN_SEGMENTS.name(), seg.value(), how + ", "
                         + Sizes.format(seg.size()) + " in " + seg.segments() + " segments and in one");
-                System.out.println("wrote route.dma.min-segments=" + seg.value() + " to " + config);
+                System.out.println("wrote route.dma.min-segments=" + seg.value() + " to " + settingsOptions.config);
             }
-            System.out.println(reloadHint(config));
+            System.out.println(reloadHint(settingsOptions.config));
         }
         if (chart != null) {
             String about = String.format(Locale.ROOT, "%s engine, scratch is_pmem=%b, objective %s, median of %d, %s",
-                    s.text(Settings.DMA_ENGINE), pmem, obj.name().toLowerCase(Locale.ROOT), repeats,
+                    s.text(Keys.DMA_ENGINE), pmem, obj.name().toLowerCase(Locale.ROOT), repeats,
                     Instant.now().truncatedTo(ChronoUnit.SECONDS));
             CrossoverChart.write(report, about, chart);
             System.out.println("chart: " + chart);
@@ -230,7 +230,7 @@ final class TuneCommand implements Callable<Integer> {
             } catch (IllegalArgumentException e) {
                 v = -1;
             }
-            if (v < 4096 || v > Settings.MAX_REQUEST_BYTES || v % 4096 != 0) {
+            if (v < 4096 || v > Keys.MAX_REQUEST_BYTES || v % 4096 != 0) {
                 throw new SettingsException("--sizes: '" + t + "' is not allowed; allowed: sizes from 4K to 32M,"
                         + " multiples of 4K, separated by commas (e.g. 64K,1M)");
             }

@@ -2,6 +2,7 @@ package io.pmemblk.cli;
 
 import io.pmemblk.posix.TrustedDirectory;
 import io.pmemblk.posix.TrustedPath;
+import io.pmemblk.settings.Keys;
 import io.pmemblk.settings.Settings;
 import io.pmemblk.vhost.VhostUserBlkConfig;
 import io.pmemblk.vhost.VhostUserBlkServer;
@@ -17,12 +18,12 @@ final class VhostFrontend {
 
     /** The server's config, or null when vhost.socket is empty. */
     static VhostUserBlkConfig config(Settings s) {
-        if (s.get(Settings.VHOST_SOCKET) == null) {
+        if (s.get(Keys.VHOST_SOCKET) == null) {
             return null;
         }
-        return new VhostUserBlkConfig(s.get(Settings.VHOST_SOCKET), s.get(Settings.VHOST_QUEUES),
-                s.get(Settings.VHOST_QUEUE_SIZE), s.get(Settings.VHOST_BUSY_POLL) * 1000L,
-                s.get(Settings.VHOST_COALESCE) * 1000L);
+        return new VhostUserBlkConfig(s.get(Keys.VHOST_SOCKET), s.get(Keys.VHOST_QUEUES),
+                s.get(Keys.VHOST_QUEUE_SIZE), s.get(Keys.VHOST_BUSY_POLL) * 1000L,
+                s.get(Keys.VHOST_COALESCE) * 1000L);
     }
 
     /**
@@ -32,7 +33,7 @@ final class VhostFrontend {
      */
     static VhostUserBlkServer server(Settings s, VhostUserBlkConfig config, Device device, TrustedDirectory dir) {
         return new VhostUserBlkServer(config, device.layer()).socketDirectory(dir)
-                .socketGroup(s.get(Settings.VHOST_SOCKET_GROUP))
+                .socketGroup(s.get(Keys.VHOST_SOCKET_GROUP))
                 .recordWriteCache(device.region().path().toAbsolutePath().toString());
     }
 
@@ -41,7 +42,7 @@ final class VhostFrontend {
      * a path that cannot work is refused before anything exists, and the socket lands in the directory checked now.
      */
     static TrustedDirectory socketDirectory(Settings s) throws IOException {
-        return s.get(Settings.VHOST_SOCKET) == null ? null
-                : TrustedPath.ofThisProcess().openParentOf(s.get(Settings.VHOST_SOCKET), "vhost.socket");
+        return s.get(Keys.VHOST_SOCKET) == null ? null
+                : TrustedPath.ofThisProcess().openParentOf(s.get(Keys.VHOST_SOCKET), "vhost.socket");
     }
 }

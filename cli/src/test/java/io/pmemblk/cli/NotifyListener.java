@@ -3,6 +3,7 @@ package io.pmemblk.cli;
 import io.pmemblk.posix.Errno;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.Sockets;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -26,15 +27,15 @@ final class NotifyListener implements AutoCloseable {
 
     NotifyListener(String address) throws NativeException {
         this.address = address;
-        this.fd = Libc.unixDatagramSocket();
-        Libc.bind(fd, Libc.unixAddress(address, arena));
+        this.fd = Sockets.unixDatagramSocket();
+        Sockets.bind(fd, Sockets.unixAddress(address, arena));
     }
 
     /** The next notification, waiting at most {@code timeout}. */
     String next(Duration timeout) throws NativeException {
-        Libc.receiveTimeout(fd, Math.max(1, timeout.toMillis()));
+        Sockets.receiveTimeout(fd, Math.max(1, timeout.toMillis()));
         try {
-            int n = Libc.recv(fd, buffer, 0);
+            int n = Sockets.recv(fd, buffer, 0);
             String m = new String(buffer.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE), StandardCharsets.UTF_8);
             received.add(m);
             return m;
@@ -49,9 +50,9 @@ final class NotifyListener implements AutoCloseable {
 
     /** Nothing arrives within {@code quiet} (what was received instead is named). */
     void assertNothingWithin(Duration quiet) throws NativeException {
-        Libc.receiveTimeout(fd, quiet.toMillis());
+        Sockets.receiveTimeout(fd, quiet.toMillis());
         try {
-            int n = Libc.recv(fd, buffer, 0);
+            int n = Sockets.recv(fd, buffer, 0);
             throw new AssertionError("unexpected notification: " + new String(buffer.asSlice(0, n)
                     .toArray(ValueLayout.JAVA_BYTE), StandardCharsets.UTF_8));
         } catch (NativeException e) {

@@ -1,12 +1,13 @@
 package io.pmemblk.cli;
 
 import io.pmemblk.posix.EventFd;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.FileIo;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.posix.SharedMemory;
+import io.pmemblk.posix.Sockets;
 import io.pmemblk.posix.UnixMessages;
-import io.pmemblk.posix.UnixStream;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -107,7 +108,7 @@ class VhostHostileFrontEndIT {
             EventFd call = EventFd.create(true);
             try {
                 fe.startRing(call);
-                Libc.ftruncate(fe.ram, DATA); // the front end takes away its memory from the data buffer on
+                FileCalls.ftruncate(fe.ram, DATA); // the front end takes away its memory from the data buffer on
                 fe.read64k(0); // on the code before the fix: the engine's channel thread dies of the fault
             } catch (NativeException | AssertionError refused) {
                 // the connection was closed at SET_MEM_TABLE (sends fail, or nothing completes): what the fix does
@@ -182,9 +183,9 @@ class VhostHostileFrontEndIT {
         boolean closed;
 
         FrontEnd(Path socket, boolean sealed) throws Exception {
-            sock = UnixStream.socket();
-            UnixStream.connect(sock, socket.toString());
-            Libc.receiveTimeout(sock, 10_000);
+            sock = Sockets.unixStreamSocket();
+            Sockets.connect(sock, socket.toString());
+            Sockets.receiveTimeout(sock, 10_000);
             ram = SharedMemory.memfd("guest-ram", RAM);
             if (sealed) {
                 SharedMemory.seal(ram); // as QEMU's memory-backend-memfd (seal=on, its default)

@@ -1,8 +1,8 @@
 package io.pmemblk.cli;
 
 import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.Sockets;
 import io.pmemblk.posix.UnixMessages;
-import io.pmemblk.posix.UnixStream;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -97,10 +97,10 @@ class VhostServeIT {
     }
 
     private static int wceOnce(Path socket, int set) throws Exception {
-        int fd = UnixStream.socket();
+        int fd = Sockets.unixStreamSocket();
         try (Arena a = Arena.ofConfined()) {
-            UnixStream.connect(fd, socket.toString());
-            Libc.receiveTimeout(fd, 10_000);
+            Sockets.connect(fd, socket.toString());
+            Sockets.receiveTimeout(fd, 10_000);
             long protocol = exchange(fd, 15, 0, new byte[0], 8, a).get(ValueLayout.JAVA_LONG_UNALIGNED, 0);
             byte[] ack = new byte[8];
             MemorySegment.ofArray(ack).set(ValueLayout.JAVA_LONG_UNALIGNED, 0, protocol);
@@ -150,10 +150,10 @@ class VhostServeIT {
                 "vhost.socket=" + socket, "vhost.queues=3"), 1)) {
             assertThat(s.uris).containsExactly("vhost-user-blk " + socket);
             assertThat(Files.getPosixFilePermissions(socket)).isEqualTo(PosixFilePermissions.fromString("rw-------"));
-            int fd = UnixStream.socket();
+            int fd = Sockets.unixStreamSocket();
             try {
-                UnixStream.connect(fd, socket.toString());
-                Libc.receiveTimeout(fd, 10_000);
+                Sockets.connect(fd, socket.toString());
+                Sockets.receiveTimeout(fd, 10_000);
                 assertThat(ask(fd, 1) & (1L << 32)).as("GET_FEATURES offers VERSION_1").isNotZero();
                 assertThat(ask(fd, 17)).as("GET_QUEUE_NUM is vhost.queues").isEqualTo(3);
             } finally {

@@ -1,7 +1,7 @@
 package io.pmemblk.nbd;
 
-import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.Sockets;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -122,7 +122,7 @@ final class BusyPoll {
         /** Bytes wait in the socket right now, so a read will not block (true when it cannot tell: the read says why). */
         boolean readable() {
             try {
-                return Libc.bytesQueued(fd, queued) > 0;
+                return Sockets.bytesQueued(fd, queued) > 0;
             } catch (NativeException e) {
                 return true; // closed or broken: the read itself says so, at once
             }

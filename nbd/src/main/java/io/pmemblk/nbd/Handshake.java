@@ -32,7 +32,13 @@ final class Handshake {
     static final int PREFERRED_BLOCK_SIZE = 4096;
 
     /** What the client ends up with. */
-    record Negotiated(boolean structuredReplies, boolean baseAllocation, int transmissionFlags, SocketChannel channel) {}
+    record Negotiated(boolean structuredReplies, boolean baseAllocation, int transmissionFlags, SocketChannel channel,
+                      java.util.List<String> bitmaps) {
+        /** Whether some metadata context was selected, so that NBD_CMD_BLOCK_STATUS is allowed. */
+        boolean metaContexts() {
+            return baseAllocation || !bitmaps.isEmpty();
+        }
+    }
 
     /** The plain channel, then the TLS one once STARTTLS succeeded. */
     private SocketChannel channel;
@@ -47,9 +53,14 @@ final class Handshake {
     private boolean noZeroes;
     private boolean structured;
     private boolean baseAllocation;
+    /** The dirty bitmaps offered, and those SET_META_CONTEXT selected (in the order of their context ids). */
+    private final DirtyBitmapContexts offered;
+    private java.util.List<String> bitmaps = java.util.List.of();
 
-    Handshake(SocketChannel channel, TlsServer tls, NbdConfig config, BlockDriver driver, BooleanSupplier shuttingDown) {
+    Handshake(SocketChannel channel, TlsServer tls, NbdConfig config, BlockDriver driver, BooleanSupplier shuttingDown,
+              DirtyBitmapContexts offered) {
         this.channel = channel;
+        this.offered = offered;
         this.tls = tls;
         this.config = config;
         this.exportSize = driver.size();
@@ -192,7 +203,8 @@ final class Handshake {
     }
 
     private Negotiated negotiated() {
-        return new Negotiated(structured, structured && baseAllocation, transmissionFlags(), channel);
+        return new Negotiated(structured, structured && baseAllocation, transmissionFlags(), channel,
+                structured ? bitmaps : java.util.List.of());
     }
 
     private boolean tlsRequired() {
@@ -212,6 +224,7 @@ final class Handshake {
             channel = tls.start(channel);
             structured = false;
             baseAllocation = false;
+            bitmaps = java.util.List.of();
         }
     }
 
@@ -271,7 +284,10 @@ final class Handshake {
 
     /**
      * NBD_OPT_LIST/SET_META_CONTEXT: u32 name length, name, u32 query count, count x (u32 length, query).
-     * The only context is base:allocation.
+     * The contexts are base:allocation and a {@code qemu:dirty-bitmap:NAME} per bitmap offered. As QEMU's server
+     * answers (nbd/server.c nbd_negotiate_meta_queries): LIST with no query, or with the namespace queries
+     * {@code base:}, {@code qemu:} and {@code qemu:dirty-bitmap:}, lists what they cover; SET takes full names
+     * only, and replaces what an earlier SET selected. An unknown name matches nothing.
      */
     private void metaContext(int option, ByteBuffer d, int length) throws IOException {
         if (length < 8) {
@@ -311,22 +327,36 @@ final class Handshake {
             return;
         }
         boolean set = option == OPT_SET_META_CONTEXT;
-        boolean match = false;
-        if (list.isEmpty()) {
-            match = !set; // LIST with no query lists everything; SET with none selects nothing
-        }
+        boolean base = list.isEmpty() && !set; // LIST with no query lists everything; SET with none selects nothing
+        java.util.List<String> names = offered.names();
+        java.util.Set<String> picked = new java.util.LinkedHashSet<>(base ? names : java.util.List.of());
         for (String q : list) {
-            match |= q.equals(META_BASE_ALLOCATION) || (!set && q.equals("base:"));
+            if (q.equals(META_BASE_ALLOCATION) || (!set && q.equals("base:"))) {
+                base = true;
+            } else if (!set && (q.equals(META_QEMU) || q.equals(META_DIRTY_BITMAP))) {
+                picked.addAll(names);
+            } else if (q.startsWith(META_DIRTY_BITMAP) && names.contains(q.substring(META_DIRTY_BITMAP.length()))) {
+                picked.add(q.substring(META_DIRTY_BITMAP.length()));
+            }
         }
         if (set) {
-            baseAllocation = match;
+            baseAllocation = base;
+            bitmaps = java.util.List.copyOf(picked);
         }
-        if (match) {
-            byte[] ctx = utf8(META_BASE_ALLOCATION);
-            reply(option, REP_META_CONTEXT, ByteBuffer.allocate(4 + ctx.length)
-                    .putInt(set ? META_ID_BASE_ALLOCATION : 0).put(ctx).array());
+        if (base) {
+            metaContextReply(option, set ? META_ID_BASE_ALLOCATION : 0, META_BASE_ALLOCATION);
+        }
+        int id = META_ID_FIRST_BITMAP;
+        for (String b : picked) {
+            metaContextReply(option, set ? id++ : 0, META_DIRTY_BITMAP + b);
         }
         reply(option, REP_ACK, null);
+    }
+
+    /** NBD_REP_META_CONTEXT: u32 context id (0 when listing), the context's name. */
+    private void metaContextReply(int option, int id, String context) throws IOException {
+        byte[] ctx = utf8(context);
+        reply(option, REP_META_CONTEXT, ByteBuffer.allocate(4 + ctx.length).putInt(id).put(ctx).array());
     }
 
     private void reply(int option, int type, byte[] data) throws IOException {

@@ -212,14 +212,14 @@ final class NbdConnection {
                     n.baseAllocation(), queue.index());
             int depth = queue.depth();
             ReplyEncoder encoder = new ReplyEncoder(depth, BufferPool.chunksFor(maxRequestBytes),
-                    n.structuredReplies(), exportSize);
+                    n.structuredReplies(), exportSize, n.baseAllocation(), n.bitmaps(), server.dirtyBitmaps());
             // a plain unix socket: TCP sizes its buffers itself, and TLS writes records of its own
             boolean plainUnix = n.channel() == accepted
                     && accepted.getLocalAddress() instanceof java.net.UnixDomainSocketAddress;
             ReplySender rs = new ReplySender(channel, fd, ring, encoder, state, depth,
                     plainUnix ? ReplySender.BULK_REPLY_BYTES : 0);
             RequestReader rr = new RequestReader(channel, frontend, ring, rs, encoder, state, n.transmissionFlags(),
-                    n.structuredReplies(), n.baseAllocation(), exportSize, maxRequestBytes, poller);
+                    n.structuredReplies(), n.metaContexts(), exportSize, maxRequestBytes, poller);
             replySender = rs;
             requestReader = rr;
             fdUsers.incrementAndGet(); // the sender's

@@ -106,6 +106,12 @@ final class NbdProtocol {
     static final String META_BASE_ALLOCATION = "base:allocation";
     /** Context id we hand out for base:allocation after NBD_OPT_SET_META_CONTEXT. */
     static final int META_ID_BASE_ALLOCATION = 1;
+    /** QEMU's namespace and its dirty bitmap contexts, "qemu:dirty-bitmap:NAME" (qemu docs/interop/nbd.rst). */
+    static final String META_QEMU = "qemu:", META_DIRTY_BITMAP = "qemu:dirty-bitmap:";
+    /** Context id of the i-th bitmap a connection selected: this plus i. */
+    static final int META_ID_FIRST_BITMAP = 2;
+    /** A dirty bitmap context's one flag (qemu include/block/nbd.h NBD_STATE_DIRTY): the block was written. */
+    static final int STATE_DIRTY = 1;
 
     /** proto.md: strings SHOULD be <= 256 bytes and MUST be <= 4096. */
     static final int MAX_STRING_BYTES = 4096;

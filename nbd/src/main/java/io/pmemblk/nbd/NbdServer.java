@@ -99,6 +99,8 @@ public final class NbdServer implements AutoCloseable {
     public static final Duration DEFAULT_BUSY_POLL = Duration.ofNanos(50_000);
     private volatile BusyPoll busyPoll = new BusyPoll(DEFAULT_BUSY_POLL, BusyPoll.defaultMaxPolling());
 
+    private volatile DirtyBitmapContexts dirtyBitmaps = DirtyBitmapContexts.NONE;
+
     public NbdServer(NbdConfig config, BlockLayer layer) {
         this.config = config;
         this.layer = layer;
@@ -107,6 +109,16 @@ public final class NbdServer implements AutoCloseable {
                     + " exceeds the block layer's maxRequestBytes " + layer.maxRequestBytes()
                     + " (what its requests' buffers were sized for); it must not be larger");
         }
+    }
+
+    /** Offers {@code bitmaps} as qemu:dirty-bitmap contexts to the connections that negotiate from now on. */
+    public NbdServer dirtyBitmaps(DirtyBitmapContexts bitmaps) {
+        this.dirtyBitmaps = java.util.Objects.requireNonNull(bitmaps, "bitmaps");
+        return this;
+    }
+
+    DirtyBitmapContexts dirtyBitmaps() {
+        return dirtyBitmaps;
     }
 
     /** How long a connection may stall mid-payload or mid-reply before it is closed (see {@link #stallTimeout}). */
@@ -395,7 +407,7 @@ public final class NbdServer implements AutoCloseable {
         ScheduledFuture<?> deadline = timer.schedule(c::handshakeTimedOut, handshakeTimeout.toMillis(),
                 TimeUnit.MILLISECONDS);
         try {
-            Handshake.Negotiated n = new Handshake(ch, tls, config, layer.driver(), closing::get).run();
+            Handshake.Negotiated n = new Handshake(ch, tls, config, layer.driver(), closing::get, dirtyBitmaps).run();
             // Only with TLS configured: with nbd.tls=off the TlsChannel class is never loaded, so the JIT still
             // sees the JDK's one SocketChannel class behind the readers' and senders' calls, as before TLS existed.
             if (n != null && tls.offered() && n.channel() instanceof TlsChannel t) {

@@ -3,6 +3,7 @@ package io.pmemblk.nbd;
 import static io.pmemblk.nbd.NbdProtocol.*;
 
 import io.pmemblk.queueing.Request;
+import io.pmemblk.queueing.Status;
 import java.nio.ByteBuffer;
 
 /**
@@ -16,11 +17,24 @@ import java.nio.ByteBuffer;
  * sender's lock), except {@link #remember}, which the reader calls for a tag no reply is being encoded for.
  */
 final class ReplyEncoder {
-    /** Largest reply header we build: chunk header + block status payload (context id + one descriptor). */
+    /** Largest reply header we build without bitmaps: chunk header + block status payload (context id + one descriptor). */
     static final int HEADER_SLOT_BYTES = 32;
+    /**
+     * Extents of a bitmap per block status reply: proto.md lets a server describe less than was asked (the client
+     * asks again from where the reply ended), and a fixed bound keeps each tag's slot of the headers buffer fixed.
+     */
+    static final int MAX_EXTENTS = 128;
+    /** Bytes a bitmap adds to a block status reply: a chunk header, its context id, {@link #MAX_EXTENTS} descriptors. */
+    static final int BITMAP_CHUNK_BYTES = 20 + 4 + 8 * MAX_EXTENTS;
+    /** The longest extent: a u32 that is a multiple of every granularity (at most 1 GiB). */
+    static final long MAX_EXTENT_BYTES = 1L << 31;
 
     private final boolean structured;
     private final long exportSize;
+    /** Which metadata contexts block status answers with: base:allocation, and the bitmaps by name. */
+    private final boolean baseAllocation;
+    private final String[] bitmaps;
+    private final DirtyBitmapContexts contexts;
     /** NBD command and flags per tag, for the reply (the block layer's Op does not say DF, REQ_ONE...). */
     private final short[] commandOf;
     private final short[] flagsOf;
@@ -33,13 +47,18 @@ final class ReplyEncoder {
     /**
      * @param depth       tags of the hardware queue: the most replies one encode can hold
      * @param maxSegments the most data buffers one READ reply can carry
+     * @param bitmaps     the dirty bitmaps the client selected, their context ids in this order
      */
-    ReplyEncoder(int depth, int maxSegments, boolean structured, long exportSize) {
+    ReplyEncoder(int depth, int maxSegments, boolean structured, long exportSize, boolean baseAllocation,
+                 java.util.List<String> bitmaps, DirtyBitmapContexts contexts) {
         this.structured = structured;
         this.exportSize = exportSize;
+        this.baseAllocation = baseAllocation;
+        this.bitmaps = bitmaps.toArray(new String[0]);
+        this.contexts = contexts;
         this.commandOf = new short[depth];
         this.flagsOf = new short[depth];
-        this.headers = ByteBuffer.allocateDirect(depth * HEADER_SLOT_BYTES);
+        this.headers = ByteBuffer.allocateDirect(depth * (HEADER_SLOT_BYTES + this.bitmaps.length * BITMAP_CHUNK_BYTES));
         this.headerViews = new ByteBuffer[depth];
         for (int i = 0; i < depth; i++) {
             headerViews[i] = headers.duplicate();
@@ -87,7 +106,7 @@ final class ReplyEncoder {
             int t = r.tag();
             int command = commandOf[t];
             int flags = flagsOf[t];
-            int error = RequestValidator.nbdError(r.status(), flags);
+            int error = nbdError(r.status(), flags);
             if (runStart < 0) {
                 runStart = headers.position();
             }
@@ -102,11 +121,7 @@ final class ReplyEncoder {
                 }
                 data = true;
             } else if (command == CMD_BLOCK_STATUS && error == 0) {
-                // Every byte of a pmem device is allocated data: one descriptor, status 0, up to the end.
-                long len = Math.min(r.length, exportSize - r.offset);
-                headers.putInt(STRUCTURED_REPLY_MAGIC).putShort((short) REPLY_FLAG_DONE)
-                        .putShort((short) REPLY_TYPE_BLOCK_STATUS).putLong(r.cookie).putInt(12)
-                        .putInt(META_ID_BASE_ALLOCATION).putInt((int) len).putInt(0);
+                blockStatus(headers, r, (flags & CMD_FLAG_REQ_ONE) != 0);
             } else if (error != 0 && structured) {
                 headers.putInt(STRUCTURED_REPLY_MAGIC).putShort((short) REPLY_FLAG_DONE)
                         .putShort((short) REPLY_TYPE_ERROR).putLong(r.cookie).putInt(6)
@@ -137,5 +152,51 @@ final class ReplyEncoder {
         encodedBytes = total;
         largestData = largest;
         return iovs;
+    }
+
+    /**
+     * A chunk per selected context, the last one flagged DONE (proto.md "NBD_REPLY_TYPE_BLOCK_STATUS"). Every byte
+     * of a pmem device is allocated data: base:allocation is one descriptor, status 0, up to the end. A bitmap is
+     * described run by run from the request's offset, as QEMU's bitmap_to_extents does: flag
+     * {@link NbdProtocol#STATE_DIRTY} or 0, the last extent cut at the request's end; with REQ_ONE one extent.
+     */
+    private void blockStatus(ByteBuffer headers, Request r, boolean reqOne) {
+        long end = r.offset + Math.min(r.length, exportSize - r.offset);
+        if (baseAllocation) {
+            headers.putInt(STRUCTURED_REPLY_MAGIC).putShort((short) (bitmaps.length == 0 ? REPLY_FLAG_DONE : 0))
+                    .putShort((short) REPLY_TYPE_BLOCK_STATUS).putLong(r.cookie).putInt(12)
+                    .putInt(META_ID_BASE_ALLOCATION).putInt((int) (end - r.offset)).putInt(0);
+        }
+        int max = reqOne ? 1 : MAX_EXTENTS;
+        for (int i = 0; i < bitmaps.length; i++) {
+            headers.putInt(STRUCTURED_REPLY_MAGIC).putShort((short) (i == bitmaps.length - 1 ? REPLY_FLAG_DONE : 0))
+                    .putShort((short) REPLY_TYPE_BLOCK_STATUS).putLong(r.cookie);
+            int lengthAt = headers.position();
+            headers.putInt(0).putInt(META_ID_FIRST_BITMAP + i);
+            DirtyBitmapContexts.Bitmap b = contexts.find(bitmaps[i]);
+            int n = 0;
+            for (long at = r.offset; at < end && n < max; n++) {
+                boolean dirty = b == null || b.dirty(at);
+                long runEnd = b == null ? end : b.runEnd(at, end);
+                long len = Math.min(runEnd - at, MAX_EXTENT_BYTES);
+                headers.putInt((int) len).putInt(dirty ? STATE_DIRTY : 0);
+                at += len;
+            }
+            headers.putInt(lengthAt, 4 + 8 * n);
+        }
+    }
+
+    /**
+     * Driver status -> an error the reply may carry ("Error values"): ENOTSUP only for a WRITE_ZEROES with
+     * FAST_ZERO, EOVERFLOW only for a READ with DF; anything the protocol has no name for becomes EIO.
+     */
+    static int nbdError(int status, int flags) {
+        return switch (status) {
+            case Status.OK, Status.EPERM, Status.EIO, Status.ENOMEM, Status.EINVAL, Status.ENOSPC,
+                 Status.ESHUTDOWN -> status;
+            case Status.ENOTSUP -> (flags & CMD_FLAG_FAST_ZERO) != 0 ? Status.ENOTSUP : Status.EINVAL;
+            case Status.EOVERFLOW -> (flags & CMD_FLAG_DF) != 0 ? Status.EOVERFLOW : Status.EINVAL;
+            default -> Status.EIO;
+        };
     }
 }

@@ -1,8 +1,8 @@
 package io.pmemblk.nbd;
 
 import io.pmemblk.posix.Errno;
-import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.Sockets;
 
 import io.pmemblk.queueing.Request;
 import java.io.IOException;
@@ -252,7 +252,7 @@ final class ReplySender {
 
     /** Whether the client has sent bytes the reader has not read (or the socket failed: the next send says how). */
     private boolean inputWaiting() throws IOException {
-        return (out.await(Libc.POLLIN, 0) & Libc.POLLIN) != 0;
+        return (out.await(Sockets.POLLIN, 0) & Sockets.POLLIN) != 0;
     }
 
     /** Sender thread, holding sendLock: the rest of an inline batch the socket did not take at once. */

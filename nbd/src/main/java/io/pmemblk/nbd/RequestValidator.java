@@ -94,18 +94,4 @@ final class RequestValidator {
     static boolean writeTooLarge(long length, int maxRequestBytes) {
         return length > maxRequestBytes;
     }
-
-    /**
-     * Driver status -> an error the reply may carry ("Error values"): ENOTSUP only for a WRITE_ZEROES with
-     * FAST_ZERO, EOVERFLOW only for a READ with DF; anything the protocol has no name for becomes EIO.
-     */
-    static int nbdError(int status, int flags) {
-        return switch (status) {
-            case Status.OK, Status.EPERM, Status.EIO, Status.ENOMEM, Status.EINVAL, Status.ENOSPC,
-                 Status.ESHUTDOWN -> status;
-            case Status.ENOTSUP -> (flags & CMD_FLAG_FAST_ZERO) != 0 ? Status.ENOTSUP : Status.EINVAL;
-            case Status.EOVERFLOW -> (flags & CMD_FLAG_DF) != 0 ? Status.EOVERFLOW : Status.EINVAL;
-            default -> Status.EIO;
-        };
-    }
 }

@@ -2,6 +2,7 @@ package io.pmemblk.nbd;
 
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.Sockets;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -38,10 +39,10 @@ final class SocketFd {
     private SocketFd(int fd) {
         this.fd = fd;
         Arena arena = Arena.ofAuto();
-        msghdr = arena.allocate(Libc.MSGHDR);
-        iovecs = arena.allocate(Libc.IOVEC, Libc.IOV_MAX);
-        msghdr.set(ValueLayout.ADDRESS, Libc.MSGHDR_IOV, iovecs);
-        pollfd = arena.allocate(Libc.POLLFD);
+        msghdr = arena.allocate(Sockets.MSGHDR);
+        iovecs = arena.allocate(Sockets.IOVEC, Sockets.IOV_MAX);
+        msghdr.set(ValueLayout.ADDRESS, Sockets.MSGHDR_IOV, iovecs);
+        pollfd = arena.allocate(Sockets.POLLFD);
         pollfd.set(ValueLayout.JAVA_INT, 0, fd);
         queued = arena.allocate(ValueLayout.JAVA_INT);
     }
@@ -77,7 +78,7 @@ final class SocketFd {
      */
     long sendWaiting(ByteBuffer[] bufs, int first, int count, int millis) throws IOException {
         if (sendTimeout != millis) {
-            Libc.sendTimeout(fd, millis);
+            Sockets.sendTimeout(fd, millis);
             sendTimeout = millis;
         }
         return send(bufs, first, count, true);
@@ -87,7 +88,7 @@ final class SocketFd {
     private int sendTimeout;
 
     private long send(ByteBuffer[] bufs, int first, int count, boolean waiting) throws IOException {
-        int n = Math.min(count, Libc.IOV_MAX);
+        int n = Math.min(count, Sockets.IOV_MAX);
         long asked = 0;
         for (int i = 0; i < n; i++) {
             ByteBuffer b = bufs[first + i];
@@ -97,15 +98,15 @@ final class SocketFd {
                         + " built from direct buffers only (the pool's, the device's, the encoder's)");
             }
             int len = b.remaining();
-            long at = i * Libc.IOVEC.byteSize();
+            long at = i * Sockets.IOVEC.byteSize();
             // The segment starts at the buffer's position, and it does not escape (C2 can scalar-replace it).
             // Not DirectBuffer.address(): the JDK refuses that for buffers of shared arenas (the buffer pool's).
             iovecs.set(ValueLayout.JAVA_LONG, at, MemorySegment.ofBuffer(b).address());
             iovecs.set(ValueLayout.JAVA_LONG, at + 8, len);
             asked += len;
         }
-        msghdr.set(ValueLayout.JAVA_LONG, Libc.MSGHDR_IOVLEN, n);
-        long sent = waiting ? Libc.sendWaiting(fd, msghdr) : Libc.sendNow(fd, msghdr);
+        msghdr.set(ValueLayout.JAVA_LONG, Sockets.MSGHDR_IOVLEN, n);
+        long sent = waiting ? Sockets.sendWaiting(fd, msghdr) : Sockets.sendNow(fd, msghdr);
         long left = sent;
         for (int i = first; left > 0; i++) {
             ByteBuffer b = bufs[i];
@@ -127,8 +128,8 @@ final class SocketFd {
      * @return false when the socket can never send again (error or hang-up)
      */
     boolean awaitWritable(int millis) throws NativeException {
-        int revents = await(Libc.POLLOUT, millis);
-        return (revents & (Libc.POLLERR | Libc.POLLHUP)) == 0;
+        int revents = await(Sockets.POLLOUT, millis);
+        return (revents & (Sockets.POLLERR | Sockets.POLLHUP)) == 0;
     }
 
     /**
@@ -138,7 +139,7 @@ final class SocketFd {
      */
     int await(short events, int millis) throws NativeException {
         pollfd.set(ValueLayout.JAVA_SHORT, 4, events);
-        return Libc.pollOne(pollfd, millis);
+        return Sockets.pollOne(pollfd, millis);
     }
 
     /**
@@ -150,7 +151,7 @@ final class SocketFd {
             return -1;
         }
         try {
-            return Libc.bytesUnsent(fd, queued);
+            return Sockets.bytesUnsent(fd, queued);
         } catch (NativeException e) {
             return -1;
         }
@@ -160,7 +161,7 @@ final class SocketFd {
     synchronized void shutdown() {
         if (!closed) {
             try {
-                Libc.shutdown(fd, Libc.SHUT_RDWR);
+                Sockets.shutdown(fd, Sockets.SHUT_RDWR);
             } catch (NativeException e) {
                 // not connected any more: nothing to wake
             }

@@ -51,7 +51,8 @@ final class ConnectionParts implements AutoCloseable {
             client = SocketChannel.open(UnixDomainSocketAddress.of(sock));
             server = listener.accept();
         }
-        encoder = new ReplyEncoder(queue.depth(), BufferPool.chunksFor(MAX), structured, EXPORT);
+        encoder = new ReplyEncoder(queue.depth(), BufferPool.chunksFor(MAX), structured, EXPORT, true, java.util.List.of(),
+                DirtyBitmapContexts.NONE);
         fd = SocketFd.of(server);
         sender = new ReplySender(server, fd, ring, encoder, state, queue.depth(), 0);
         reader = new RequestReader(server, frontend, ring, sender, encoder, state, RequestValidatorTest.ALL, structured, structured,

@@ -5,7 +5,6 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.pmemblk.posix.Errno;
 import io.pmemblk.queueing.Status;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
@@ -178,36 +177,5 @@ class RequestValidatorTest {
         assertFalse(RequestValidator.writeTooLarge(MAX, MAX));
         assertTrue(RequestValidator.writeTooLarge(MAX + 1L, MAX));
         assertTrue(RequestValidator.writeTooLarge(0xffff_ffffL, MAX));
-    }
-
-    /** driver status, command flags, error on the wire. */
-    static Stream<Arguments> statuses() {
-        return Stream.of(
-                // "Error values": the errors a reply may carry pass through.
-                Arguments.of(Status.OK, 0, 0),
-                Arguments.of(Status.EPERM, 0, Status.EPERM),
-                Arguments.of(Status.EIO, 0, Status.EIO),
-                Arguments.of(Status.ENOMEM, 0, Status.ENOMEM),
-                Arguments.of(Status.EINVAL, 0, Status.EINVAL),
-                Arguments.of(Status.ENOSPC, 0, Status.ENOSPC),
-                Arguments.of(Status.ESHUTDOWN, 0, Status.ESHUTDOWN),
-                // ENOTSUP "SHOULD" only answer a WRITE_ZEROES with FAST_ZERO; otherwise EINVAL.
-                Arguments.of(Status.ENOTSUP, CMD_FLAG_FAST_ZERO, Status.ENOTSUP),
-                Arguments.of(Status.ENOTSUP, 0, Status.EINVAL),
-                Arguments.of(Status.ENOTSUP, CMD_FLAG_FUA | CMD_FLAG_NO_HOLE, Status.EINVAL),
-                // EOVERFLOW only answers a READ with DF.
-                Arguments.of(Status.EOVERFLOW, CMD_FLAG_DF, Status.EOVERFLOW),
-                Arguments.of(Status.EOVERFLOW, 0, Status.EINVAL),
-                // Anything the protocol does not name is EIO.
-                Arguments.of(Errno.ENOENT, 0, Status.EIO),
-                Arguments.of(Errno.EINTR, 0, Status.EIO),
-                Arguments.of(999, 0, Status.EIO),
-                Arguments.of(-1, 0, Status.EIO));
-    }
-
-    @ParameterizedTest(name = "status {0} flags {1} -> {2}")
-    @MethodSource("statuses")
-    void nbdError(int status, int flags, int wire) {
-        assertEquals(wire, RequestValidator.nbdError(status, flags));
     }
 }

@@ -30,6 +30,8 @@ final class Controller {
     /** Volatile write cache enabled (WCE); off means every write is made durable before it completes. */
     volatile boolean writeCacheEnabled;
     private final ArrayDeque<Integer> aers = new ArrayDeque<>();
+    /** The one page admin answers are built in (admin commands run one at a time, on the admin queue's reader). */
+    private final ByteBuffer page = IdentifyPages.newPage();
     private volatile boolean torn;
 
     Controller(NvmeTcpServer server, int cntlid, boolean discovery, String hostNqn, byte[] hostId, TcpQueue admin,
@@ -190,29 +192,32 @@ final class Controller {
     private void identify(TcpQueue q, ByteBuffer sqe, int cid, int cns) {
         Namespace ns = server.namespace;
         int nsid = sqe.getInt(Nvme.SQE_NSID);
-        ByteBuffer page;
         if (discovery && cns != Nvme.CNS_CONTROLLER) {
             q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), 0);
             return;
         }
         switch (cns) {
-            case Nvme.CNS_CONTROLLER -> page = IdentifyPages.controller(server.config, ns, cntlid, discovery);
+            case Nvme.CNS_CONTROLLER -> IdentifyPages.controller(page, server.config, ns, cntlid, discovery);
             case Nvme.CNS_NAMESPACE, Nvme.CNS_NS_DESCRIPTORS -> {
                 if (nsid != 1) {
                     q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_NS, true), 0);
                     return;
                 }
-                page = cns == Nvme.CNS_NAMESPACE ? IdentifyPages.namespace(ns) : IdentifyPages.descriptors(ns);
+                if (cns == Nvme.CNS_NAMESPACE) {
+                    IdentifyPages.namespace(page, ns);
+                } else {
+                    IdentifyPages.descriptors(page, ns);
+                }
             }
-            case Nvme.CNS_ACTIVE_NS_LIST -> page = IdentifyPages.activeNamespaces(nsid);
+            case Nvme.CNS_ACTIVE_NS_LIST -> IdentifyPages.activeNamespaces(page, nsid);
             // I/O command set specific structures of the NVM command set are all zeros (nvmet does the same)
-            case Nvme.CNS_CS_CONTROLLER, Nvme.CNS_CS_NAMESPACE -> page = IdentifyPages.page(Nvme.IDENTIFY_SIZE);
+            case Nvme.CNS_CS_CONTROLLER, Nvme.CNS_CS_NAMESPACE -> IdentifyPages.page(page, Nvme.IDENTIFY_SIZE);
             default -> {
                 q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), 0);
                 return;
             }
         }
-        q.respondData(sqe, cid, page, page.capacity());
+        q.respondData(sqe, cid, page, 0, page.limit());
     }
 
     private void getLogPage(TcpQueue q, ByteBuffer sqe, int cid, int cdw10, int cdw11) {
@@ -220,34 +225,30 @@ final class Controller {
         long numd = ((cdw10 >>> 16) | ((long) (cdw11 & 0xFFFF) << 16)) + 1;
         long length = numd * 4;
         long offset = (sqe.getInt(Nvme.SQE_CDW12) & 0xFFFFFFFFL) | ((long) sqe.getInt(Nvme.SQE_CDW13) << 32);
-        ByteBuffer page;
         if (discovery) {
             if (lid != Nvme.LID_DISCOVERY) {
                 q.respond(cid, Nvme.status(Nvme.SCT_COMMAND, Nvme.SC_INVALID_LOG_PAGE, true), 0);
                 return;
             }
-            page = server.discoveryLog();
+            server.discoveryLog(page);
         } else {
             switch (lid) {
-                case Nvme.LID_ERROR -> page = IdentifyPages.page(64); // no error entries kept: one zero entry
-                case Nvme.LID_SMART -> page = IdentifyPages.page(512); // nothing measured: zeros (nvmet's file backend too)
-                case Nvme.LID_FW_SLOT -> page = IdentifyPages.firmwareSlots();
-                case Nvme.LID_CHANGED_NS -> page = IdentifyPages.page(4096); // the namespace never changes
+                case Nvme.LID_ERROR -> IdentifyPages.page(page, 64); // no error entries kept: one zero entry
+                case Nvme.LID_SMART -> IdentifyPages.page(page, 512); // nothing measured: zeros (nvmet's file backend too)
+                case Nvme.LID_FW_SLOT -> IdentifyPages.firmwareSlots(page);
+                case Nvme.LID_CHANGED_NS -> IdentifyPages.page(page, 4096); // the namespace never changes
                 default -> {
                     q.respond(cid, Nvme.status(Nvme.SCT_COMMAND, Nvme.SC_INVALID_LOG_PAGE, true), 0);
                     return;
                 }
             }
         }
-        if ((offset & 3) != 0 || offset > page.capacity()) {
+        if ((offset & 3) != 0 || offset > page.limit()) {
             q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), 0);
             return;
         }
         // Past the page's end the host reads zeros, as the specification has it for a partially valid log
-        ByteBuffer out = IdentifyPages.page((int) Math.min(length, 1 << 20));
-        int n = (int) Math.min(out.capacity(), page.capacity() - offset);
-        out.put(0, page, (int) offset, n);
-        q.respondData(sqe, cid, out, out.capacity());
+        q.respondData(sqe, cid, page, (int) offset, (int) Math.min(length, 1 << 20));
     }
 
     private void setFeatures(TcpQueue q, int cid, int fid, int cdw11) {

@@ -4,7 +4,10 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 
-/** The data pages admin commands return (Identify, log pages), each built into a fresh little-endian buffer. */
+/**
+ * The data pages admin commands return (Identify, log pages), each built into the controller's one page buffer
+ * (admin commands run one at a time on the admin queue's reader): cleared, filled, its limit the page's size.
+ */
 final class IdentifyPages {
     private IdentifyPages() {}
 
@@ -14,9 +17,21 @@ final class IdentifyPages {
     static final int KAS = 10;
     /** AERL: 0's based: four Asynchronous Event Requests may be outstanding (nvmet's NVMET_ASYNC_EVENTS). */
     static final int AERL = 3;
+    /** Command set identifier 0: the NVM command set. */
+    private static final byte[] CSI_NVM = {0};
 
-    static ByteBuffer page(int size) {
-        return ByteBuffer.allocate(size).order(ByteOrder.LITTLE_ENDIAN);
+    /** The largest page: Identify's 4 KiB (the discovery log's two entries take 3 KiB). */
+    static final int PAGE_SIZE = Nvme.IDENTIFY_SIZE;
+
+    static ByteBuffer newPage() {
+        return ByteBuffer.allocate(PAGE_SIZE).order(ByteOrder.LITTLE_ENDIAN);
+    }
+
+    /** {@code b} zeroed up to {@code size}, limit {@code size}, position 0. */
+    static ByteBuffer page(ByteBuffer b, int size) {
+        b.clear();
+        java.util.Arrays.fill(b.array(), b.arrayOffset(), b.arrayOffset() + b.capacity(), (byte) 0);
+        return b.limit(size);
     }
 
     /** ASCII, space padded, as SN/MN/FR are (NVMe base 1.3 5.15 figure 109); NQNs are NUL padded instead. */
@@ -27,8 +42,8 @@ final class IdentifyPages {
         }
     }
 
-    static ByteBuffer controller(NvmeTcpConfig cfg, Namespace ns, int cntlid, boolean discovery) {
-        ByteBuffer b = page(Nvme.IDENTIFY_SIZE);
+    static ByteBuffer controller(ByteBuffer b, NvmeTcpConfig cfg, Namespace ns, int cntlid, boolean discovery) {
+        page(b, Nvme.IDENTIFY_SIZE);
         ascii(b, Nvme.IC_SN, 20, cfg.serial(), true);
         ascii(b, Nvme.IC_MN, 40, MODEL, true);
         ascii(b, Nvme.IC_FR, 8, FIRMWARE, true);
@@ -64,8 +79,8 @@ final class IdentifyPages {
         return b;
     }
 
-    static ByteBuffer namespace(Namespace ns) {
-        ByteBuffer b = page(Nvme.IDENTIFY_SIZE);
+    static ByteBuffer namespace(ByteBuffer b, Namespace ns) {
+        page(b, Nvme.IDENTIFY_SIZE);
         b.putLong(Nvme.IN_NSZE, ns.blocks()).putLong(Nvme.IN_NCAP, ns.blocks()).putLong(Nvme.IN_NUSE, ns.blocks());
         b.put(Nvme.IN_NLBAF, (byte) 0).put(Nvme.IN_FLBAS, (byte) 0);
         b.put(Nvme.IN_NMIC, (byte) 1); // may be shared by several controllers (CMIC bit 1)
@@ -74,21 +89,21 @@ final class IdentifyPages {
         return b;
     }
 
-    static ByteBuffer activeNamespaces(int startAfter) {
-        ByteBuffer b = page(Nvme.IDENTIFY_SIZE);
+    static ByteBuffer activeNamespaces(ByteBuffer b, int startAfter) {
+        page(b, Nvme.IDENTIFY_SIZE);
         if (startAfter < 1) {
             b.putInt(0, 1);
         }
         return b;
     }
 
-    static ByteBuffer descriptors(Namespace ns) {
-        ByteBuffer b = page(Nvme.IDENTIFY_SIZE);
+    static ByteBuffer descriptors(ByteBuffer b, Namespace ns) {
+        page(b, Nvme.IDENTIFY_SIZE);
         int at = 0;
         at = descriptor(b, at, Nvme.NIDT_EUI64, ns.eui64());
         at = descriptor(b, at, Nvme.NIDT_NGUID, ns.nguid());
         at = descriptor(b, at, Nvme.NIDT_UUID, ns.uuid());
-        descriptor(b, at, Nvme.NIDT_CSI, new byte[] {0}); // NVM command set
+        descriptor(b, at, Nvme.NIDT_CSI, CSI_NVM);
         return b;
     }
 
@@ -98,17 +113,17 @@ final class IdentifyPages {
     }
 
     /** Firmware Slot Information (log 03h): slot 1 active, holding {@link #FIRMWARE}. */
-    static ByteBuffer firmwareSlots() {
-        ByteBuffer b = page(512);
+    static ByteBuffer firmwareSlots(ByteBuffer b) {
+        page(b, 512);
         b.put(0, (byte) 1);
         ascii(b, 8, 8, FIRMWARE, true);
         return b;
     }
 
     /** Discovery log page (NVMe-oF 1.1 5.3): this subsystem and the discovery subsystem, on the listener's address. */
-    static ByteBuffer discoveryLog(NvmeTcpConfig cfg, String traddr, boolean ipv6, int port) {
+    static ByteBuffer discoveryLog(ByteBuffer b, NvmeTcpConfig cfg, String traddr, boolean ipv6, int port) {
         int records = 2;
-        ByteBuffer b = page(Nvme.DISC_HEADER + records * Nvme.DISC_ENTRY);
+        page(b, Nvme.DISC_HEADER + records * Nvme.DISC_ENTRY);
         b.putLong(Nvme.DISC_GENCTR, 1).putLong(Nvme.DISC_NUMREC, records).putShort(Nvme.DISC_RECFMT, (short) 0);
         entry(b, Nvme.DISC_HEADER, Nvme.SUBTYPE_NVME, cfg.subsystemNqn(), traddr, ipv6, port);
         entry(b, Nvme.DISC_HEADER + Nvme.DISC_ENTRY, Nvme.SUBTYPE_DISCOVERY, Nvme.DISCOVERY_NQN, traddr, ipv6, port);

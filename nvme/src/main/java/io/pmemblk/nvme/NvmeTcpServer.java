@@ -7,6 +7,7 @@ import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
+import java.time.Duration;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
@@ -17,7 +18,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  * The NVMe/TCP target: one TCP listener serving one NVM subsystem with one namespace (the whole device) and the
  * discovery subsystem, on the block layer. Each accepted connection is a {@link TcpQueue}; Connect makes it a
  * controller's admin queue or attaches it as an I/O queue. A timer tears down controllers whose keep-alive
- * timeout passed without a command (NVMe base 1.3 7.12), which closes their queues and so frees their tags.
+ * timeout passed without a command (NVMe base 1.3 7.12), which closes their queues and so frees their tags, and
+ * closes connections that have no controller after the handshake timeout (no ICReq, no Connect, or a PDU cut
+ * short before it): a peer that opens sockets and sends nothing holds no connection for long.
  */
 public final class NvmeTcpServer implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger(NvmeTcpServer.class.getName());
@@ -33,6 +36,11 @@ public final class NvmeTcpServer implements AutoCloseable {
     private Thread acceptor;
     private Thread keepAlive;
     private volatile boolean closed;
+    /** How long a connection may take from accept to a Connect that made it a controller's queue. */
+    private volatile long handshakeNanos = DEFAULT_HANDSHAKE_TIMEOUT.toNanos();
+
+    /** As NBD's handshake timeout: ICReq and Connect take one round trip each; a live host needs milliseconds. */
+    public static final Duration DEFAULT_HANDSHAKE_TIMEOUT = Duration.ofSeconds(10);
 
     /**
      * @param volatileCache whether a completed write may still be lost at power failure (the page-cache mapping);
@@ -71,6 +79,23 @@ public final class NvmeTcpServer implements AutoCloseable {
 
     public String subsystemNqn() {
         return config.subsystemNqn();
+    }
+
+    /**
+     * Sets the handshake timeout (default {@link #DEFAULT_HANDSHAKE_TIMEOUT}); checked by the keep-alive timer,
+     * so it is honoured within 200 ms.
+     */
+    public NvmeTcpServer handshakeTimeout(Duration timeout) {
+        if (timeout.isNegative() || timeout.isZero()) {
+            throw new IllegalArgumentException("nvme handshake timeout " + timeout + ": allowed a positive duration");
+        }
+        this.handshakeNanos = timeout.toNanos();
+        return this;
+    }
+
+    /** Connections open now, with or without a controller (for tests and metrics). */
+    public int connectionCount() {
+        return queues.size();
     }
 
     /** Controllers alive now (for tests and metrics). */
@@ -120,6 +145,14 @@ public final class NvmeTcpServer implements AutoCloseable {
                     c.teardown("keep-alive timeout " + c.katoMillis + " ms expired");
                 }
             }
+            long handshake = handshakeNanos;
+            for (TcpQueue q : queues) {
+                if (!q.connected() && now - q.acceptedNanos > handshake) {
+                    LOG.log(System.Logger.Level.WARNING, "nvme: queue {0} from {1}: no Connect within the handshake"
+                            + " timeout of {2} ms: closed", q.id, q.peer, TimeUnit.NANOSECONDS.toMillis(handshake));
+                    q.close();
+                }
+            }
         }
     }
 
@@ -148,7 +181,8 @@ public final class NvmeTcpServer implements AutoCloseable {
         queues.remove(q);
     }
 
-    ByteBuffer discoveryLog() {
+    /** Builds the discovery log page into {@code page}. */
+    void discoveryLog(ByteBuffer page) {
         InetSocketAddress at;
         try {
             at = address();
@@ -156,7 +190,7 @@ public final class NvmeTcpServer implements AutoCloseable {
             at = new InetSocketAddress(config.bind(), config.port());
         }
         String traddr = at.getAddress().getHostAddress();
-        return IdentifyPages.discoveryLog(config, traddr, at.getAddress() instanceof Inet6Address, at.getPort());
+        IdentifyPages.discoveryLog(page, config, traddr, at.getAddress() instanceof Inet6Address, at.getPort());
     }
 
     void persistQuietly() {

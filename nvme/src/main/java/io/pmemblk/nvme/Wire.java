@@ -47,12 +47,12 @@ final class Wire {
         b.putShort(Pdu.D_CCCID, (short) cid).putShort(Pdu.D_TTAG, (short) 0).putInt(Pdu.D_OFFSET, 0)
                 .putInt(Pdu.D_LENGTH, length).putInt(20, 0);
         seal(b, Pdu.DATA_HLEN, hdgst, crc);
-        // padding up to PDO (zeros: the buffer's bytes past the header were cleared at allocation and never written)
+        // padding up to PDO (HPDA), zeros: the buffer is reused, so they are written each time
         int end = b.limit();
+        b.limit(pdo);
         for (int i = end; i < pdo; i++) {
             b.put(i, (byte) 0);
         }
-        b.limit(pdo);
     }
 
     /** R2T (struct nvme_tcp_r2t_pdu). */

@@ -2,6 +2,7 @@ package io.pmemblk.nvme;
 
 import static org.junit.jupiter.api.Assertions.*;
 
+import io.pmemblk.nvme.testing.RawHost;
 import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;

@@ -1,5 +1,6 @@
 package io.pmemblk.pmem;
 
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 
@@ -359,10 +360,10 @@ public final class BadBlocks {
 
     /** Punches [offset, offset+length) of the file and allocates it again (see the class comment). */
     private static void reallocate(Path path, long offset, long length) throws NativeException {
-        int fd = Libc.open(path.toString(), Libc.O_RDWR | Libc.O_NOFOLLOW | Libc.O_CLOEXEC, 0);
+        int fd = FileCalls.open(path.toString(), FileCalls.O_RDWR | FileCalls.O_NOFOLLOW | FileCalls.O_CLOEXEC, 0);
         try {
-            Libc.fallocate(fd, Libc.FALLOC_FL_PUNCH_HOLE | Libc.FALLOC_FL_KEEP_SIZE, offset, length, path + " (clearing a bad block)");
-            Libc.fallocate(fd, 0, offset, length, path + " (reallocating a cleared bad block)");
+            FileCalls.fallocate(fd, FileCalls.FALLOC_FL_PUNCH_HOLE | FileCalls.FALLOC_FL_KEEP_SIZE, offset, length, path + " (clearing a bad block)");
+            FileCalls.fallocate(fd, 0, offset, length, path + " (reallocating a cleared bad block)");
         } finally {
             Libc.close(fd);
         }
@@ -378,7 +379,7 @@ public final class BadBlocks {
     /** The file's extents, by FIEMAP (with FIEMAP_FLAG_SYNC: delayed allocations get their place first). */
     static List<Extent> extents(Path path) throws IOException {
         List<Extent> out = new ArrayList<>();
-        int fd = Libc.open(path.toString(), Libc.O_RDONLY | Libc.O_NOFOLLOW | Libc.O_CLOEXEC, 0);
+        int fd = FileCalls.open(path.toString(), FileCalls.O_RDONLY | FileCalls.O_NOFOLLOW | FileCalls.O_CLOEXEC, 0);
         try (Arena a = Arena.ofConfined()) {
             MemorySegment m = a.allocate(FIEMAP_HEADER + (long) FIEMAP_EXTENT * EXTENTS_PER_CALL, 8);
             long next = 0;

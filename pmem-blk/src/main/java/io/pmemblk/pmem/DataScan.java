@@ -1,7 +1,7 @@
 package io.pmemblk.pmem;
 
 import io.pmemblk.posix.Errno;
-import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.NativeException;
 
 import java.io.IOException;
@@ -35,7 +35,7 @@ public final class DataScan {
                 long start = at, end = size;
                 if (sparse) {
                     try {
-                        start = Libc.lseek(fd, at, Libc.SEEK_DATA);
+                        start = FileCalls.lseek(fd, at, FileCalls.SEEK_DATA);
                     } catch (NativeException e) {
                         if (e.errno() == Errno.ENXIO) {
                             return -1; // no data at or after at
@@ -45,7 +45,7 @@ public final class DataScan {
                     if (start >= size) {
                         return -1;
                     }
-                    end = Math.min(size, Libc.lseek(fd, start, Libc.SEEK_HOLE));
+                    end = Math.min(size, FileCalls.lseek(fd, start, FileCalls.SEEK_HOLE));
                 }
                 for (long p = start; p < end; ) {
                     int n = (int) Math.min(CHUNK, end - p);

@@ -1,7 +1,7 @@
 package io.pmemblk.pmem;
 
-import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.MemoryFaults;
+import io.pmemblk.posix.Mman;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -13,7 +13,7 @@ import java.lang.foreign.ValueLayout;
  * {@code InternalError("a fault occurred in an unsafe memory access operation")} to the thread, thrown at its next
  * safepoint poll: maybe after the request has been answered OK (measured on JDK 25: a try/catch around the copy in
  * a compiled method missed all 36 faults, which surfaced in its caller). So every access here ends with
- * {@link Libc#nativeRoundTrip(int)}, which throws a posted error on the spot, and callers catch it
+ * {@link Mman#nativeRoundTrip(int)}, which throws a posted error on the spot, and callers catch it
  * ({@link #isFault}) where the request runs. The copy and the fault test are {@link MemoryFaults}', shared with
  * the software DMA engine; this class adds the pmem mapping's runs, fills and probes.
  */
@@ -49,7 +49,7 @@ final class FaultBarrier {
 
     /** Ends a run of {@link #copyInRun}: its round trip. */
     static void endRun() {
-        Libc.nativeRoundTrip(0);
+        Mman.nativeRoundTrip(0);
     }
 
     /** MemorySegment.fill in {@link #CHUNK} pieces, each followed by a native round trip (as {@link #copy}). */
@@ -57,7 +57,7 @@ final class FaultBarrier {
         long length = dst.byteSize();
         for (long at = 0; at < length; at += CHUNK) {
             dst.asSlice(at, Math.min(CHUNK, length - at)).fill(value);
-            Libc.nativeRoundTrip(0);
+            Mman.nativeRoundTrip(0);
         }
     }
 
@@ -77,7 +77,7 @@ final class FaultBarrier {
             return;
         }
         int sum = range.get(ValueLayout.JAVA_BYTE, 0) + range.get(ValueLayout.JAVA_BYTE, length - 1);
-        Libc.nativeRoundTrip(sum); // the loaded bytes go to native code, so the JIT keeps the loads
+        Mman.nativeRoundTrip(sum); // the loaded bytes go to native code, so the JIT keeps the loads
     }
 
     /**
@@ -115,7 +115,7 @@ final class FaultBarrier {
         boolean tailIntact() {
             if (!tailGone && tail.byteSize() != 0) {
                 try {
-                    Libc.nativeRoundTrip(tail.get(ValueLayout.JAVA_BYTE, 0));
+                    Mman.nativeRoundTrip(tail.get(ValueLayout.JAVA_BYTE, 0));
                     return true;
                 } catch (InternalError e) {
                     if (!isFault(e)) {

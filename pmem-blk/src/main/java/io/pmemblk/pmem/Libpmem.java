@@ -58,6 +58,12 @@ public final class Libpmem {
      * escaped: 120 bytes per FUA write, measured). Initialising this class loads libpmem; {@link #probe()}
      * turns a failure there into an empty {@link #load()}.
      */
+    // Restricted calls, each safe as written: libraryLookup opens the one library this module is granted native
+    // access for; every downcallHandle's descriptor is the C signature of pmem_map_file.3, pmem_flush.3,
+    // pmem_memmove_persist.3, pmem_errormsg.3 and pmem_check_version.3 (a wrong one would corrupt the stack);
+    // withTargetLayout bounds the C strings pmem_errormsg and pmem_check_version return to 1024 bytes, which
+    // getString reads only up to their NUL.
+    @SuppressWarnings("restricted")
     private static final class Bound {
         static final SymbolLookup LIB = SymbolLookup.libraryLookup(SONAME, Arena.global());
         static final Linker LINKER = Linker.nativeLinker();
@@ -123,13 +129,27 @@ public final class Libpmem {
             return Optional.of(new Libpmem());
         } catch (ExceptionInInitializerError | UnsatisfiedLinkError | NoClassDefFoundError e) {
             Throwable why = e instanceof ExceptionInInitializerError && e.getCause() != null ? e.getCause() : e;
-            unavailableReason = SONAME + " could not be loaded (" + why.getMessage()
-                    + "); install Debian's libpmem1 for the real persistent-memory path";
+            if (why instanceof IllegalCallerException) {
+                // The JVM refused this module native access (--illegal-native-access=deny without a grant to it):
+                // installing the library would not help, the command line would.
+                unavailableReason = SONAME + " could not be loaded: this JVM does not grant native access to "
+                        + moduleName() + " (" + why.getMessage() + "); add --enable-native-access=" + moduleName()
+                        + " to the java command line, as pmemblk's launcher does (pmemblk.args)";
+            } else {
+                unavailableReason = SONAME + " could not be loaded (" + why.getMessage()
+                        + "); install Debian's libpmem1 for the real persistent-memory path";
+            }
             return Optional.empty();
         } catch (Throwable t) {
             unavailableReason = SONAME + " failed to initialise: " + t;
             return Optional.empty();
         }
+    }
+
+    /** The name --enable-native-access takes for this class's module: io.pmemblk.pmem, or ALL-UNNAMED on the class path. */
+    private static String moduleName() {
+        Module m = Libpmem.class.getModule();
+        return m.isNamed() ? m.getName() : "ALL-UNNAMED";
     }
 
     /** Why {@link #load()} is empty, or null when libpmem is in use. */
@@ -145,6 +165,8 @@ public final class Libpmem {
      * pmem_map_file(path, len, flags, mode, &mapped_len, &is_pmem). With len 0 and no CREATE it maps the whole
      * file or device-DAX node. The returned segment is unbounded to any arena: {@link #unmap} releases it.
      */
+    // reinterpret is restricted: safe here, as the length is the one pmem_map_file reports it mapped (mapped_len).
+    @SuppressWarnings("restricted")
     public Mapping mapFile(String path, long length, int flags, int mode) throws NativeException {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment state = Native.callState();

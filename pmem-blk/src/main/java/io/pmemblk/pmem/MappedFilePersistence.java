@@ -1,7 +1,6 @@
 package io.pmemblk.pmem;
 
-import io.pmemblk.posix.Libc;
-import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.TrustedFile;
 
 import java.io.IOException;
@@ -80,7 +79,7 @@ final class MappedFilePersistence implements Persistence {
      * the descriptors held since they were created, never by name.
      */
     static void syncCreatedFile(TrustedFile file) throws IOException {
-        Libc.fsync(file.fd(), file.path().toString());
+        FileCalls.fsync(file.fd(), file.path().toString());
         file.directory().sync();
         file.directory().syncMadeDirectories();
     }

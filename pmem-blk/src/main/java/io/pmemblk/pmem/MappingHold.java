@@ -40,6 +40,9 @@ public final class MappingHold {
      * A hold over {@code mapping} (a segment of a shared arena, or any other) with at least {@code stripes}
      * counters (rounded up to a power of two): callers holding at once should use different stripes.
      */
+    // reinterpret is restricted: safe here, as the view has exactly the mapping's address and length, and close()
+    // waits for every hold before the owner may unmap.
+    @SuppressWarnings("restricted")
     public MappingHold(MemorySegment mapping, int stripes) {
         if (stripes < 1) {
             throw new IllegalArgumentException("stripes " + stripes + " must be at least 1");

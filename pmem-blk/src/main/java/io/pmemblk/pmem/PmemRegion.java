@@ -1,7 +1,8 @@
 package io.pmemblk.pmem;
 
 import io.pmemblk.posix.FileStat;
-import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.FileCalls;
+import io.pmemblk.posix.Mman;
 import io.pmemblk.posix.MappedFiles;
 import io.pmemblk.posix.MemoryFaults;
 import io.pmemblk.posix.NativeException;
@@ -238,9 +239,9 @@ public final class PmemRegion implements AutoCloseable {
     private static void removeCreated(TrustedFile file, Exception cause) {
         String name = file.path().getFileName().toString();
         try {
-            FileStat now = Libc.fstatat(file.directory().fd(), name, Libc.AT_SYMLINK_NOFOLLOW);
+            FileStat now = FileCalls.fstatat(file.directory().fd(), name, FileCalls.AT_SYMLINK_NOFOLLOW);
             if (now.dev() == file.stat().dev() && now.ino() == file.stat().ino()) {
-                Libc.unlinkat(file.directory().fd(), name, 0);
+                FileCalls.unlinkat(file.directory().fd(), name, 0);
             }
         } catch (NativeException e) {
             cause.addSuppressed(e);
@@ -248,11 +249,11 @@ public final class PmemRegion implements AutoCloseable {
     }
 
     /**
-     * An exclusive lock on the open file itself (an OFD lock, {@link Libc#lockExclusive}): the mapping libraries
+     * An exclusive lock on the open file itself (an OFD lock, {@link FileCalls#lockExclusive}): the mapping libraries
      * open and close their own descriptors of the file, which would silently drop a classic POSIX lock.
      */
     private static void lock(TrustedFile file) throws IOException {
-        if (!Libc.lockExclusive(file.fd())) {
+        if (!FileCalls.lockExclusive(file.fd())) {
             throw new IOException(file.path() + " is in use by another process (it holds the file's lock), or already"
                     + " open in this process; stop that server, or give this one another pmem.path");
         }
@@ -260,7 +261,7 @@ public final class PmemRegion implements AutoCloseable {
 
     private static void resize(TrustedFile file, long size) throws IOException {
         if (size < file.stat().size()) {
-            Libc.ftruncate(file.fd(), size);
+            FileCalls.ftruncate(file.fd(), size);
         } else {
             reserve(file, size);
         }
@@ -268,13 +269,16 @@ public final class PmemRegion implements AutoCloseable {
 
     /** Extends the file to size with its blocks allocated (posix_fallocate). */
     private static void reserve(TrustedFile file, long size) throws IOException {
-        Libc.fallocate(file.fd(), 0, size, file.path().toString());
+        FileCalls.fallocate(file.fd(), 0, size, file.path().toString());
     }
 
     /**
      * libpmem maps by path; given {@code /proc/self/fd/N} it opens the file this process holds, not whatever the
      * name leads to now. Length 0 and no flags: the whole file (sized above) or device-DAX node.
      */
+    // reinterpret is restricted: safe here, as both keep the length libpmem mapped, and the arena's cleanup is the
+    // only unmap.
+    @SuppressWarnings("restricted")
     private static PmemRegion mapWithLibpmem(TrustedFile file, Libpmem lib, UnaryOperator<Persistence> wrap)
             throws IOException {
         Path path = file.path();
@@ -470,7 +474,7 @@ public final class PmemRegion implements AutoCloseable {
                 MemorySegment src = view.asSlice(at, len), dst = r.iovMapping(i).asSlice(r.iovStart(i), len);
                 if (memcpyReads && len >= MEMCPY_READ_MIN && dst.isNative()) {
                     kernelCopyProbe.probe(src);
-                    Libc.memcpy(dst, src);
+                    Mman.memcpy(dst, src);
                 } else {
                     FaultBarrier.copyInRun(src, dst);
                 }
@@ -629,7 +633,7 @@ public final class PmemRegion implements AutoCloseable {
             if (memcpyReads && length >= MEMCPY_READ_MIN && dst.isNative()) {
                 MemorySegment src = memory.asSlice(offset, length);
                 kernelCopyProbe.probe(src);
-                Libc.memcpy(dst.asSlice(dstOffset, length), src);
+                Mman.memcpy(dst.asSlice(dstOffset, length), src);
                 return;
             }
             FaultBarrier.copy(memory, offset, dst, dstOffset, length);

@@ -5,6 +5,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.SharedMemory;
 import io.pmemblk.queueing.BlockLayer;
@@ -222,7 +223,7 @@ class CallerMemoryTest {
             MemorySegment ram = SharedMemory.map(fd, 0, 1 << 20, files);
             long ramIova = driver.registerMemory(ram);
             byte[] before = device(0, 65536);
-            Libc.ftruncate(fd, 0); // the front end takes its memory away
+            FileCalls.ftruncate(fd, 0); // the front end takes its memory away
             // On real pmem the CPU's WRITE is libpmem's non-temporal copy, native code that a fault in its source
             // kills: the reason vhost-user serves only guest RAM sealed against shrinking. So only READ there.
             boolean pmem = driver.region().isPmem();

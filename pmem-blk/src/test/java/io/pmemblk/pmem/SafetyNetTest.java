@@ -5,7 +5,7 @@ import io.pmemblk.queueing.HardwareQueue;
 import io.pmemblk.queueing.Op;
 import io.pmemblk.queueing.Request;
 import io.pmemblk.queueing.Status;
-import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.Mman;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -161,17 +161,17 @@ class SafetyNetTest {
 
     @Test
     void libcMemcpyAndMemsetOfEveryLengthCheckTheirSegments() {
-        long n = 2 * Libc.CRITICAL_MAX + 3;
+        long n = 2 * Mman.CRITICAL_MAX + 3;
         MemorySegment leaked;
         try (Arena a = Arena.ofShared()) {
             MemorySegment dst = a.allocate(n);
             MemorySegment src = a.allocate(n);
             for (long i = 0; i < n; i++) src.set(ValueLayout.JAVA_BYTE, i, (byte) (i * 17));
-            Libc.memcpy(dst, src);
+            Mman.memcpy(dst, src);
             assertThat(dst.mismatch(src)).isEqualTo(-1);
-            assertThatThrownBy(() -> Libc.memcpy(dst, src.asSlice(1))).isInstanceOf(IllegalArgumentException.class);
-            Libc.memset(dst.asSlice(1), 7);
-            Libc.memset(dst.asSlice(2, 10), 9);
+            assertThatThrownBy(() -> Mman.memcpy(dst, src.asSlice(1))).isInstanceOf(IllegalArgumentException.class);
+            Mman.memset(dst.asSlice(1), 7);
+            Mman.memset(dst.asSlice(2, 10), 9);
             assertThat(dst.get(ValueLayout.JAVA_BYTE, 0)).isEqualTo(src.get(ValueLayout.JAVA_BYTE, 0));
             assertThat(dst.get(ValueLayout.JAVA_BYTE, 1)).isEqualTo((byte) 7);
             assertThat(dst.get(ValueLayout.JAVA_BYTE, 11)).isEqualTo((byte) 9);
@@ -181,8 +181,8 @@ class SafetyNetTest {
         }
         try (Arena b = Arena.ofConfined()) {
             MemorySegment live = b.allocate(100);
-            assertThatThrownBy(() -> Libc.memcpy(live, leaked.asSlice(0, 100))).isInstanceOf(IllegalStateException.class);
-            assertThatThrownBy(() -> Libc.memset(leaked, 0)).isInstanceOf(IllegalStateException.class);
+            assertThatThrownBy(() -> Mman.memcpy(live, leaked.asSlice(0, 100))).isInstanceOf(IllegalStateException.class);
+            assertThatThrownBy(() -> Mman.memset(leaked, 0)).isInstanceOf(IllegalStateException.class);
         }
     }
 }

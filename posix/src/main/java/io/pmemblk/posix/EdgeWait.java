@@ -49,10 +49,11 @@ public final class EdgeWait implements AutoCloseable {
     private final int capacity;
     private final MemorySegment events;
     private int added;
-    private boolean closed;
+    private final CloseOnce closing;
 
     private EdgeWait(int epfd, int capacity) {
         this.epfd = epfd;
+        this.closing = new CloseOnce(epfd);
         this.capacity = capacity;
         this.events = Arena.ofAuto().allocate(EVENT_BYTES * capacity, 8);
     }
@@ -114,11 +115,8 @@ public final class EdgeWait implements AutoCloseable {
 
     /** Closes the epoll instance (not the eventfds). Idempotent. */
     @Override
-    public synchronized void close() throws NativeException {
-        if (!closed) {
-            closed = true;
-            Libc.close(epfd);
-        }
+    public void close() throws NativeException {
+        closing.close();
     }
 
     @Override

@@ -25,17 +25,18 @@ public final class EventFd implements AutoCloseable {
     /** The one {@code struct pollfd} of {@link #await}. */
     private final MemorySegment pollfd;
     private final int fd;
-    private boolean closed;
+    private final CloseOnce closing;
 
     private EventFd(int fd) {
         this.fd = fd;
+        this.closing = new CloseOnce(fd);
         Arena arena = Arena.ofAuto();
         one = arena.allocate(ValueLayout.JAVA_LONG);
         one.set(ValueLayout.JAVA_LONG, 0, 1L);
         value = arena.allocate(ValueLayout.JAVA_LONG);
-        pollfd = arena.allocate(Libc.POLLFD);
+        pollfd = arena.allocate(Sockets.POLLFD);
         pollfd.set(ValueLayout.JAVA_INT, 0, fd);
-        pollfd.set(ValueLayout.JAVA_SHORT, 4, Libc.POLLIN);
+        pollfd.set(ValueLayout.JAVA_SHORT, 4, Sockets.POLLIN);
     }
 
     /** A new eventfd, counter 0, close-on-exec; {@code nonBlocking}: {@link #drain} returns 0 instead of waiting. */
@@ -72,7 +73,7 @@ public final class EventFd implements AutoCloseable {
         if (fd < 0) {
             throw new IllegalArgumentException(what + " " + fd + " is not allowed; allowed: an open eventfd");
         }
-        String kind = Libc.describeFd(fd);
+        String kind = FileCalls.describeFd(fd);
         if (!PROC_NAME.equals(kind)) {
             throw new IllegalArgumentException(what + " is " + kind + ", not an eventfd; allowed: an eventfd(2) ("
                     + PROC_NAME + " in /proc/PID/fd), as QEMU's event notifiers are");
@@ -124,20 +125,17 @@ public final class EventFd implements AutoCloseable {
      */
     public boolean await(long timeoutMillis) throws NativeException {
         int millis = timeoutMillis < 0 ? -1 : (int) Math.min(timeoutMillis, Integer.MAX_VALUE);
-        int revents = Libc.pollOne(pollfd, millis);
-        if ((revents & Libc.POLLNVAL) != 0) {
+        int revents = Sockets.pollOne(pollfd, millis);
+        if ((revents & Sockets.POLLNVAL) != 0) {
             throw NativeException.of("poll", Errno.EBADF, "eventfd " + fd);
         }
-        return (revents & Libc.POLLIN) != 0;
+        return (revents & Sockets.POLLIN) != 0;
     }
 
     /** Closes the descriptor. Idempotent. */
     @Override
-    public synchronized void close() throws NativeException {
-        if (!closed) {
-            closed = true;
-            Libc.close(fd);
-        }
+    public void close() throws NativeException {
+        closing.close();
     }
 
     @Override

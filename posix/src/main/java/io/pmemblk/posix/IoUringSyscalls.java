@@ -110,6 +110,6 @@ public final class IoUringSyscalls {
      * through the returned segment throws IllegalStateException instead of touching unmapped memory.
      */
     public static MemorySegment mapRing(int ringFd, long length, long offset, Arena owner) throws NativeException {
-        return Libc.map(ringFd, length, Libc.PROT_READ | Libc.PROT_WRITE, Libc.MAP_SHARED | Libc.MAP_POPULATE, offset, owner);
+        return Mman.map(ringFd, length, Mman.PROT_READ | Mman.PROT_WRITE, Mman.MAP_SHARED | Mman.MAP_POPULATE, offset, owner);
     }
 }

@@ -53,7 +53,7 @@ public final class MappedFiles {
         synchronized (BY_ADDRESS) {
             Entry old = BY_ADDRESS.put(e.address(), e);
             if (old != null) { // the address was unmapped without its arena closing first: that entry is stale
-                closeQuietly(old.fd());
+                Libc.closeQuietly(old.fd());
             }
         }
     }
@@ -90,22 +90,14 @@ public final class MappedFiles {
         synchronized (BY_ADDRESS) {
             BY_ADDRESS.remove(e.address(), e);
         }
-        closeQuietly(e.fd());
+        Libc.closeQuietly(e.fd());
     }
 
     private static int reopen(int fd) throws NativeException {
         try {
-            return Libc.open("/proc/self/fd/" + fd, Libc.O_RDWR, 0);
+            return FileCalls.open("/proc/self/fd/" + fd, FileCalls.O_RDWR, 0);
         } catch (NativeException e) {
             return Libc.dupCloexec(fd);
-        }
-    }
-
-    private static void closeQuietly(int fd) {
-        try {
-            Libc.close(fd);
-        } catch (NativeException ignored) {
-            // our own descriptor: EBADF cannot happen, EINTR leaves it closed
         }
     }
 }

@@ -9,7 +9,7 @@ import java.lang.foreign.ValueLayout;
  * access, which every {@code MemorySegment} copy and get is, HotSpot skips the access and posts
  * {@code InternalError("a fault occurred in an unsafe memory access operation")} to the thread, thrown at its next
  * safepoint poll: maybe long after the copy (measured on JDK 25: a try/catch around the copy in a compiled method
- * missed all 36 faults, which surfaced in its caller). So every copy here ends with {@link Libc#nativeRoundTrip},
+ * missed all 36 faults, which surfaced in its caller). So every copy here ends with {@link Mman#nativeRoundTrip},
  * which throws a posted error on the spot, and callers catch it ({@link #isFault}) where the copy was asked for.
  * One mechanism for every place that copies memory another party can take away (pmem-blk's FaultBarrier for the
  * pmem mapping, the software DMA engine for whatever its descriptors name).
@@ -32,7 +32,7 @@ public final class MemoryFaults {
         while (true) {
             long n = Math.min(length, CHUNK);
             MemorySegment.copy(src, srcOffset, dst, dstOffset, n);
-            Libc.nativeRoundTrip(0);
+            Mman.nativeRoundTrip(0);
             length -= n;
             if (length <= 0) {
                 return;
@@ -53,7 +53,7 @@ public final class MemoryFaults {
         }
         try {
             int sum = range.get(ValueLayout.JAVA_BYTE, 0) + range.get(ValueLayout.JAVA_BYTE, length - 1);
-            Libc.nativeRoundTrip(sum); // the loaded bytes go to native code, so the JIT keeps the loads
+            Mman.nativeRoundTrip(sum); // the loaded bytes go to native code, so the JIT keeps the loads
             return true;
         } catch (InternalError e) {
             if (!isFault(e)) {

@@ -17,8 +17,8 @@ import java.util.function.Consumer;
  * How this module calls native code, written once (Lucene's {@code PosixNativeAccess.findFunction}): symbol lookup,
  * the linker, errno captured one way, variadic and critical functions declared as such, and the restricted methods
  * of the FFM API, whose warnings are suppressed here and nowhere else. Every libc binding class of this module
- * ({@link Libc}, {@link FileIo}, {@link IoUringSyscalls}, {@link EdgeWait}) declares its functions as
- * {@code static final} handles made by {@link #libc}, so the JIT treats each as a constant and inlines the downcall
+ * ({@link Libc}, {@link Mman}, {@link FileCalls}, {@link Sockets}, {@link FileIo}, {@link IoUringSyscalls},
+ * {@link EdgeWait}, ...) declares its functions as {@code static final} handles made by {@link #libc}, so the JIT treats each as a constant and inlines the downcall
  * into its caller.
  *
  * <p>Binding stays package-private on purpose: this module has native access, and a public "bind any symbol"

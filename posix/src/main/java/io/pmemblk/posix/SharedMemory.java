@@ -43,7 +43,7 @@ public final class SharedMemory {
             throw new IllegalArgumentException("mapping fd " + fd + ": offset " + offset + " and length " + length
                     + " are not allowed; allowed: offset >= 0, length > 0");
         }
-        MemorySegment mapping = Libc.map(fd, length, Libc.PROT_READ | Libc.PROT_WRITE, Libc.MAP_SHARED | MAP_NORESERVE,
+        MemorySegment mapping = Mman.map(fd, length, Mman.PROT_READ | Mman.PROT_WRITE, Mman.MAP_SHARED | MAP_NORESERVE,
                 offset, owner);
         MappedFiles.register(mapping, fd, offset, owner); // a DMA engine in another process maps it by this fd
         return mapping;
@@ -78,7 +78,7 @@ public final class SharedMemory {
                     state -> (int) MEMFD_CREATE.invokeExact(state, n, MFD_CLOEXEC | MFD_ALLOW_SEALING));
         }
         try {
-            Libc.ftruncate(fd, size);
+            FileCalls.ftruncate(fd, size);
         } catch (NativeException e) {
             try {
                 Libc.close(fd);

@@ -73,7 +73,7 @@ public final class TrustedDirectory implements AutoCloseable {
     /** Whether {@code p}, looked up by name now, is still this directory (same device and inode). */
     public boolean isAt(Path p) {
         try {
-            FileStat now = Libc.stat(p.toString());
+            FileStat now = FileCalls.stat(p.toString());
             return now.dev() == stat.dev() && now.ino() == stat.ino();
         } catch (NativeException e) {
             return false;
@@ -83,9 +83,9 @@ public final class TrustedDirectory implements AutoCloseable {
     /** fsync of the directory: the entries created in it (a file's name, a subdirectory) survive a crash. */
     public void sync() throws NativeException {
         // fsync needs a descriptor opened for reading; an O_PATH one answers EBADF
-        int d = Libc.openat(fd, ".", Libc.O_RDONLY | Libc.O_DIRECTORY, 0);
+        int d = FileCalls.openat(fd, ".", FileCalls.O_RDONLY | FileCalls.O_DIRECTORY, 0);
         try {
-            Libc.fsync(d, path.toString());
+            FileCalls.fsync(d, path.toString());
         } finally {
             Libc.close(d);
         }
@@ -117,8 +117,8 @@ public final class TrustedDirectory implements AutoCloseable {
             for (int attempt = 0; fd < 0; attempt++) {
                 String candidate = temporaryName(name);
                 try {
-                    fd = Libc.openat(this.fd, candidate,
-                            Libc.O_WRONLY | Libc.O_CREAT | Libc.O_EXCL | Libc.O_NOFOLLOW, 0600);
+                    fd = FileCalls.openat(this.fd, candidate,
+                            FileCalls.O_WRONLY | FileCalls.O_CREAT | FileCalls.O_EXCL | FileCalls.O_NOFOLLOW, 0600);
                     tmp = candidate;
                 } catch (NativeException e) {
                     if (e.errno() != Errno.EEXIST || attempt >= 3) {
@@ -140,17 +140,17 @@ public final class TrustedDirectory implements AutoCloseable {
                     }
                     done += n;
                 }
-                Libc.fsync(fd, tmp);
+                FileCalls.fsync(fd, tmp);
             } finally {
                 Libc.close(fd);
             }
-            Libc.renameat(this.fd, tmp, this.fd, name);
+            FileCalls.renameat(this.fd, tmp, this.fd, name);
             tmp = null; // renamed: nothing to remove whatever follows
             sync();
         } catch (IOException e) {
             if (tmp != null) {
                 try {
-                    Libc.unlinkat(this.fd, tmp, 0); // ours alone (O_EXCL): no other writer's file is removed
+                    FileCalls.unlinkat(this.fd, tmp, 0); // ours alone (O_EXCL): no other writer's file is removed
                 } catch (NativeException suppressed) {
                     e.addSuppressed(suppressed);
                 }

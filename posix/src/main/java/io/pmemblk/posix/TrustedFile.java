@@ -23,7 +23,7 @@ public record TrustedFile(Path path, int fd, FileStat stat, boolean created, Tru
 
     /** The file's current fstat (size after a resize). */
     public FileStat restat() throws NativeException {
-        return Libc.fstat(fd);
+        return FileCalls.fstat(fd);
     }
 
     /** Closes the file and its directory. Call once (the owner's close). */

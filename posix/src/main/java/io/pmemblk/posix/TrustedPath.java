@@ -32,7 +32,7 @@ public final class TrustedPath {
     /** As the kernel's limit on links followed in one lookup (MAXSYMLINKS). */
     private static final int MAX_LINKS = 40;
     /** A directory for *at() calls and fstat; needs search permission only; a link is not followed (ENOTDIR). */
-    private static final int DIRECTORY = Libc.O_PATH | Libc.O_DIRECTORY | Libc.O_NOFOLLOW;
+    private static final int DIRECTORY = FileCalls.O_PATH | FileCalls.O_DIRECTORY | FileCalls.O_NOFOLLOW;
     /**
      * Directories pmemblk creates: 0755 less the umask, never wider, so the check after creation passes whatever
      * the umask; clients of the socket need to search the socket's directory.
@@ -88,15 +88,15 @@ public final class TrustedPath {
             for (int attempt = 0; ; attempt++) {
                 FileStat found;
                 try {
-                    found = Libc.fstatat(dir.fd(), name, Libc.AT_SYMLINK_NOFOLLOW);
+                    found = FileCalls.fstatat(dir.fd(), name, FileCalls.AT_SYMLINK_NOFOLLOW);
                 } catch (NativeException e) {
                     if (e.errno() != Errno.ENOENT || !create) {
                         throw e;
                     }
                     try {
-                        int fd = Libc.openat(dir.fd(), name,
-                                Libc.O_RDWR | Libc.O_CREAT | Libc.O_EXCL | Libc.O_NOFOLLOW, 0600);
-                        return new TrustedFile(abs, fd, Libc.fstat(fd), true, dir);
+                        int fd = FileCalls.openat(dir.fd(), name,
+                                FileCalls.O_RDWR | FileCalls.O_CREAT | FileCalls.O_EXCL | FileCalls.O_NOFOLLOW, 0600);
+                        return new TrustedFile(abs, fd, FileCalls.fstat(fd), true, dir);
                     } catch (NativeException x) {
                         if (x.errno() == Errno.EEXIST && attempt == 0) {
                             continue;
@@ -113,7 +113,7 @@ public final class TrustedPath {
                 int fd;
                 try {
                     // O_NONBLOCK: should a FIFO replace the file since the fstatat, open must not hang on it
-                    fd = Libc.openat(dir.fd(), name, Libc.O_RDWR | Libc.O_NOFOLLOW | Libc.O_NONBLOCK, 0);
+                    fd = FileCalls.openat(dir.fd(), name, FileCalls.O_RDWR | FileCalls.O_NOFOLLOW | FileCalls.O_NONBLOCK, 0);
                 } catch (NativeException e) {
                     if (e.errno() == Errno.ELOOP) { // replaced by a link since the fstatat
                         throw new UnsafePathException(setting + " " + abs + " is a symbolic link; set " + setting
@@ -122,7 +122,7 @@ public final class TrustedPath {
                     throw e;
                 }
                 try {
-                    FileStat st = Libc.fstat(fd); // what was opened, whatever the name leads to now
+                    FileStat st = FileCalls.fstat(fd); // what was opened, whatever the name leads to now
                     judgeFile(st, abs, setting);
                     return new TrustedFile(abs, fd, st, false, dir);
                 } catch (IOException | RuntimeException e) {
@@ -143,7 +143,7 @@ public final class TrustedPath {
             try {
                 // /dev and its links are root's (checked on the way here): resolving them by name is safe
                 Path real = abs.toRealPath();
-                FileStat t = Libc.stat(real.toString());
+                FileStat t = FileCalls.stat(real.toString());
                 if (t.isCharacterDevice() && real.getParent().equals(Path.of("/dev"))
                         && real.getFileName().toString().matches("dax\\d+\\.\\d+")) {
                     target = real;
@@ -154,7 +154,7 @@ public final class TrustedPath {
         }
         if (target == null) {
             throw new UnsafePathException(setting + " " + abs + " is a symbolic link (to "
-                    + Libc.readlinkat(dir.fd(), name) + "), and pmemblk does not follow a final symbolic link: whoever"
+                    + FileCalls.readlinkat(dir.fd(), name) + "), and pmemblk does not follow a final symbolic link: whoever"
                     + " can write " + abs.getParent() + " decides where it points. Set " + setting
                     + " to the file itself (only root's links under /dev to a /dev/daxX.Y node are followed)");
         }
@@ -196,9 +196,9 @@ public final class TrustedPath {
         Path root = Path.of("/");
         Path at = root;
         List<TrustedDirectory.Made> made = new ArrayList<>();
-        int fd = Libc.open("/", DIRECTORY, 0);
+        int fd = FileCalls.open("/", DIRECTORY, 0);
         try {
-            FileStat st = Libc.fstat(fd);
+            FileStat st = FileCalls.fstat(fd);
             judgeDirectory(st, at, named, setting);
             int links = 0;
             while (!todo.isEmpty()) {
@@ -209,12 +209,12 @@ public final class TrustedPath {
                 Path next = c.equals("..") ? (at.getParent() == null ? at : at.getParent()) : at.resolve(c);
                 int child;
                 try {
-                    child = Libc.openat(fd, c, DIRECTORY, 0);
+                    child = FileCalls.openat(fd, c, DIRECTORY, 0);
                 } catch (NativeException e) {
                     if (e.errno() == Errno.ENOENT && create) {
                         if (makeDirectory(fd, c)) { // its parent held, to sync the new entry with the file
                             made.addFirst(new TrustedDirectory.Made(next,
-                                    new TrustedDirectory(Libc.openat(fd, ".", DIRECTORY, 0), at, st, List.of())));
+                                    new TrustedDirectory(FileCalls.openat(fd, ".", DIRECTORY, 0), at, st, List.of())));
                         }
                         todo.addFirst(c); // opened and judged as any directory found there, whoever made it
                         continue;
@@ -222,7 +222,7 @@ public final class TrustedPath {
                     if (e.errno() != Errno.ENOTDIR && e.errno() != Errno.ELOOP) {
                         throw e;
                     }
-                    FileStat link = Libc.fstatat(fd, c, Libc.AT_SYMLINK_NOFOLLOW);
+                    FileStat link = FileCalls.fstatat(fd, c, FileCalls.AT_SYMLINK_NOFOLLOW);
                     if (!link.isSymbolicLink()) {
                         throw new UnsafePathException(setting + " " + named + ": " + next + " is a "
                                 + link.typeName() + ", not a directory");
@@ -232,7 +232,7 @@ public final class TrustedPath {
                         throw new UnsafePathException(setting + " " + named + ": more than " + MAX_LINKS
                                 + " symbolic links on the way (a loop?) at " + next);
                     }
-                    String target = Libc.readlinkat(fd, c);
+                    String target = FileCalls.readlinkat(fd, c);
                     List<String> parts = new ArrayList<>();
                     for (Path p : Path.of(target)) {
                         parts.add(p.toString());
@@ -241,7 +241,7 @@ public final class TrustedPath {
                         todo.addFirst(parts.get(i));
                     }
                     if (target.startsWith("/")) { // root was judged first; start there again
-                        int r = Libc.open("/", DIRECTORY, 0);
+                        int r = FileCalls.open("/", DIRECTORY, 0);
                         Libc.close(fd);
                         fd = r;
                         at = root;
@@ -249,7 +249,7 @@ public final class TrustedPath {
                     continue;
                 }
                 try {
-                    st = Libc.fstat(child);
+                    st = FileCalls.fstat(child);
                     judgeDirectory(st, next, named, setting);
                 } catch (IOException | RuntimeException e) {
                     Libc.close(child);
@@ -272,7 +272,7 @@ public final class TrustedPath {
     /** @return true when this call made it; false when someone else did first (EEXIST) */
     private static boolean makeDirectory(int parent, String name) throws NativeException {
         try {
-            Libc.mkdirat(parent, name, DIRECTORY_MODE);
+            FileCalls.mkdirat(parent, name, DIRECTORY_MODE);
             return true;
         } catch (NativeException e) {
             if (e.errno() == Errno.EEXIST) {

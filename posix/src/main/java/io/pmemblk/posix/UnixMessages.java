@@ -21,7 +21,7 @@ import static java.lang.foreign.ValueLayout.JAVA_LONG;
  * For the control path: each call allocates its msghdr, iovec and control buffer in an arena of its own.
  *
  * <p>Layouts ({@code include/linux/socket.h}, x86-64 and arm64 LP64; printed against glibc 2.36): msghdr is
- * {@link Libc#MSGHDR}; {@code struct cmsghdr} is {@code size_t cmsg_len}@0, {@code int cmsg_level}@8,
+ * {@link Sockets#MSGHDR}; {@code struct cmsghdr} is {@code size_t cmsg_len}@0, {@code int cmsg_level}@8,
  * {@code int cmsg_type}@12, data@16; {@code CMSG_ALIGN(n) = (n + 7) & ~7}, {@code CMSG_LEN(n) = 16 + n},
  * {@code CMSG_SPACE(n) = 16 + CMSG_ALIGN(n)}, and the next header follows at {@code CMSG_ALIGN(cmsg_len)}.
  */
@@ -63,15 +63,15 @@ public final class UnixMessages {
         long controlBytes = cmsgSpace(room * 4L);
         Arrays.fill(fdsOut, -1);
         try (Arena a = Arena.ofConfined()) {
-            MemorySegment iov = a.allocate(Libc.IOVEC);
+            MemorySegment iov = a.allocate(Sockets.IOVEC);
             iov.set(ADDRESS, 0, buf);
             iov.set(JAVA_LONG, 8, buf.byteSize());
             MemorySegment control = a.allocate(controlBytes, 8);
-            MemorySegment msg = a.allocate(Libc.MSGHDR);
-            msg.set(ADDRESS, Libc.MSGHDR_IOV, iov);
-            msg.set(JAVA_LONG, Libc.MSGHDR_IOVLEN, 1L);
-            msg.set(ADDRESS, Libc.MSGHDR_CONTROL, control);
-            msg.set(JAVA_LONG, Libc.MSGHDR_CONTROLLEN, controlBytes);
+            MemorySegment msg = a.allocate(Sockets.MSGHDR);
+            msg.set(ADDRESS, Sockets.MSGHDR_IOV, iov);
+            msg.set(JAVA_LONG, Sockets.MSGHDR_IOVLEN, 1L);
+            msg.set(ADDRESS, Sockets.MSGHDR_CONTROL, control);
+            msg.set(JAVA_LONG, Sockets.MSGHDR_CONTROLLEN, controlBytes);
             long n;
             while (true) {
                 try {
@@ -84,8 +84,8 @@ public final class UnixMessages {
                     }
                 }
             }
-            int[] extra = collect(control, msg.get(JAVA_LONG, Libc.MSGHDR_CONTROLLEN), fdsOut);
-            boolean truncated = (msg.get(JAVA_INT, Libc.MSGHDR_FLAGS) & MSG_CTRUNC) != 0;
+            int[] extra = collect(control, msg.get(JAVA_LONG, Sockets.MSGHDR_CONTROLLEN), fdsOut);
+            boolean truncated = (msg.get(JAVA_INT, Sockets.MSGHDR_FLAGS) & MSG_CTRUNC) != 0;
             closeAll(extra);
             if (truncated) {
                 int got = 0;
@@ -112,7 +112,7 @@ public final class UnixMessages {
             if (len < CMSG_HDR || off + len > length) {
                 break; // not a header the kernel wrote
             }
-            if (control.get(JAVA_INT, off + CMSG_LEVEL) == Libc.SOL_SOCKET
+            if (control.get(JAVA_INT, off + CMSG_LEVEL) == Sockets.SOL_SOCKET
                     && control.get(JAVA_INT, off + CMSG_TYPE) == SCM_RIGHTS) {
                 for (long p = off + CMSG_HDR; p + 4 <= off + len; p += 4) {
                     int fd = control.get(JAVA_INT, p);
@@ -156,21 +156,21 @@ public final class UnixMessages {
                     + " travel with the first byte of data");
         }
         try (Arena a = Arena.ofConfined()) {
-            MemorySegment iov = a.allocate(Libc.IOVEC);
-            MemorySegment msg = a.allocate(Libc.MSGHDR);
-            msg.set(ADDRESS, Libc.MSGHDR_IOV, iov);
-            msg.set(JAVA_LONG, Libc.MSGHDR_IOVLEN, 1L);
+            MemorySegment iov = a.allocate(Sockets.IOVEC);
+            MemorySegment msg = a.allocate(Sockets.MSGHDR);
+            msg.set(ADDRESS, Sockets.MSGHDR_IOV, iov);
+            msg.set(JAVA_LONG, Sockets.MSGHDR_IOVLEN, 1L);
             if (fds.length > 0) {
                 long space = cmsgSpace(fds.length * 4L);
                 MemorySegment control = a.allocate(space, 8);
                 control.set(JAVA_LONG, 0, CMSG_HDR + fds.length * 4L); // CMSG_LEN
-                control.set(JAVA_INT, CMSG_LEVEL, Libc.SOL_SOCKET);
+                control.set(JAVA_INT, CMSG_LEVEL, Sockets.SOL_SOCKET);
                 control.set(JAVA_INT, CMSG_TYPE, SCM_RIGHTS);
                 for (int i = 0; i < fds.length; i++) {
                     control.set(JAVA_INT, CMSG_HDR + 4L * i, fds[i]);
                 }
-                msg.set(ADDRESS, Libc.MSGHDR_CONTROL, control);
-                msg.set(JAVA_LONG, Libc.MSGHDR_CONTROLLEN, space);
+                msg.set(ADDRESS, Sockets.MSGHDR_CONTROL, control);
+                msg.set(JAVA_LONG, Sockets.MSGHDR_CONTROLLEN, space);
             }
             long sent = 0;
             while (sent < buf.byteSize()) {
@@ -180,7 +180,7 @@ public final class UnixMessages {
                 long n;
                 try {
                     n = Libc.call("sendmsg", "fd " + fd + ", " + rest.byteSize() + " bytes, " + fds.length + " fds",
-                            state -> (long) Libc.SENDMSG.invokeExact(state, fd, msg, Libc.MSG_NOSIGNAL));
+                            state -> (long) Sockets.SENDMSG.invokeExact(state, fd, msg, Sockets.MSG_NOSIGNAL));
                 } catch (NativeException e) {
                     if (e.errno() == EINTR) {
                         continue;
@@ -189,8 +189,8 @@ public final class UnixMessages {
                 }
                 sent += n;
                 // the descriptors went with the first bytes: never again
-                msg.set(ADDRESS, Libc.MSGHDR_CONTROL, MemorySegment.NULL);
-                msg.set(JAVA_LONG, Libc.MSGHDR_CONTROLLEN, 0L);
+                msg.set(ADDRESS, Sockets.MSGHDR_CONTROL, MemorySegment.NULL);
+                msg.set(JAVA_LONG, Sockets.MSGHDR_CONTROLLEN, 0L);
             }
         }
     }

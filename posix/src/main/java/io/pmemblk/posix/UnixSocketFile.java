@@ -71,17 +71,17 @@ public final class UnixSocketFile {
         String name = path.getFileName().toString();
         f.removeStale(name);
         String staging = ".sock-" + Long.toHexString(java.util.concurrent.ThreadLocalRandom.current().nextLong());
-        Libc.mkdirat(dir.fd(), staging, 0700);
+        FileCalls.mkdirat(dir.fd(), staging, 0700);
         int stagingFd = -1;
         try {
-            stagingFd = Libc.openat(dir.fd(), staging, Libc.O_PATH | Libc.O_DIRECTORY | Libc.O_NOFOLLOW, 0);
+            stagingFd = FileCalls.openat(dir.fd(), staging, FileCalls.O_PATH | FileCalls.O_DIRECTORY | FileCalls.O_NOFOLLOW, 0);
             binder.bind("/proc/self/fd/" + stagingFd + "/s");
-            Libc.fchmodat(stagingFd, "s", 0600);
+            FileCalls.fchmodat(stagingFd, "s", 0600);
             if (group != null) {
                 giveToGroup(stagingFd, group, setting, path);
             }
-            FileStat st = Libc.fstatat(stagingFd, "s", Libc.AT_SYMLINK_NOFOLLOW);
-            Libc.renameat(stagingFd, "s", dir.fd(), name);
+            FileStat st = FileCalls.fstatat(stagingFd, "s", FileCalls.AT_SYMLINK_NOFOLLOW);
+            FileCalls.renameat(stagingFd, "s", dir.fd(), name);
             f.bound = st;
             if (!dir.isAt(path.getParent()) || !sameFile(path, st)) {
                 throw new IOException(setting + " " + path + ": " + path.getParent() + " is no longer the directory"
@@ -96,10 +96,10 @@ public final class UnixSocketFile {
         } finally {
             if (stagingFd >= 0) {
                 int fd = stagingFd;
-                quietly(() -> Libc.unlinkat(fd, "s", 0)); // only there when bind or rename failed
-                quietly(() -> Libc.close(fd));
+                quietly(() -> FileCalls.unlinkat(fd, "s", 0)); // only there when bind or rename failed
+                Libc.closeQuietly(fd);
             }
-            quietly(() -> Libc.unlinkat(dir.fd(), staging, Libc.AT_REMOVEDIR));
+            quietly(() -> FileCalls.unlinkat(dir.fd(), staging, FileCalls.AT_REMOVEDIR));
         }
     }
 
@@ -121,7 +121,7 @@ public final class UnixSocketFile {
                     + " use a group it is a member of. Allowed: such a group, or empty for a socket only its owner"
                     + " reaches", e);
         }
-        Libc.fchmodat(stagingFd, "s", 0660);
+        FileCalls.fchmodat(stagingFd, "s", 0660);
     }
 
     /** Removes the socket from the held directory if its name still holds the one bound here. Idempotent. */
@@ -131,9 +131,9 @@ public final class UnixSocketFile {
         }
         String name = path.getFileName().toString();
         try {
-            FileStat now = Libc.fstatat(dir.fd(), name, Libc.AT_SYMLINK_NOFOLLOW);
+            FileStat now = FileCalls.fstatat(dir.fd(), name, FileCalls.AT_SYMLINK_NOFOLLOW);
             if (now.dev() == bound.dev() && now.ino() == bound.ino()) {
-                Libc.unlinkat(dir.fd(), name, 0);
+                FileCalls.unlinkat(dir.fd(), name, 0);
             }
         } catch (NativeException e) {
             if (e.errno() != Errno.ENOENT) {
@@ -147,7 +147,7 @@ public final class UnixSocketFile {
     /** Whether {@code path}, looked up by name without following a final link, is the file of {@code st}. */
     private static boolean sameFile(Path path, FileStat st) {
         try {
-            FileStat now = Libc.lstat(path.toString());
+            FileStat now = FileCalls.lstat(path.toString());
             return now.dev() == st.dev() && now.ino() == st.ino();
         } catch (NativeException e) {
             return false;
@@ -158,7 +158,7 @@ public final class UnixSocketFile {
     private void removeStale(String name) throws IOException {
         FileStat st;
         try {
-            st = Libc.fstatat(dir.fd(), name, Libc.AT_SYMLINK_NOFOLLOW);
+            st = FileCalls.fstatat(dir.fd(), name, FileCalls.AT_SYMLINK_NOFOLLOW);
         } catch (NativeException e) {
             if (e.errno() == Errno.ENOENT) {
                 return;
@@ -176,7 +176,7 @@ public final class UnixSocketFile {
             throw new IOException("cannot listen on " + path + ": another server is accepting connections on it");
         } catch (ConnectException stale) {
             LOG.log(System.Logger.Level.INFO, "{0}: removing stale socket {1} (nobody listening)", setting, path);
-            Libc.unlinkat(dir.fd(), name, 0);
+            FileCalls.unlinkat(dir.fd(), name, 0);
         }
     }
 

@@ -78,7 +78,7 @@ class EventFdTest {
     @Test
     void aNotifierThatIsNotAnEventfdIsRefusedNamingWhatItIs() throws Exception {
         int memfd = SharedMemory.memfd("not-an-eventfd", 4096);
-        int socket = UnixStream.socket();
+        int socket = Sockets.unixStreamSocket();
         try {
             assertThatThrownBy(() -> EventFd.adoptNotifier(memfd, "vring 0 kick fd"))
                     .isInstanceOf(IllegalArgumentException.class)
@@ -108,7 +108,7 @@ class EventFdTest {
             SharedMemory.seal(fd);
             assertThat(SharedMemory.seals(fd)).isEqualTo(
                     SharedMemory.F_SEAL_GROW | SharedMemory.F_SEAL_SHRINK | SharedMemory.F_SEAL_SEAL);
-            assertThatThrownBy(() -> Libc.ftruncate(fd, page)).isInstanceOf(NativeException.class)
+            assertThatThrownBy(() -> FileCalls.ftruncate(fd, page)).isInstanceOf(NativeException.class)
                     .satisfies(x -> assertThat(((NativeException) x).errno()).isEqualTo(Errno.EPERM));
             b.close();
             assertThatThrownBy(() -> tail.get(ValueLayout.JAVA_LONG, 0)).isInstanceOf(IllegalStateException.class);

@@ -19,7 +19,7 @@ class FileIoTest {
     void preadAndPwriteMoveBytesAtAPositionAndReportErrnoNegated() throws Exception {
         Path f = dir.resolve("f");
         Files.write(f, new byte[8192]);
-        int fd = Libc.open(f.toString(), Libc.O_RDWR, 0);
+        int fd = FileCalls.open(f.toString(), FileCalls.O_RDWR, 0);
         try (Arena a = Arena.ofConfined()) {
             MemorySegment src = a.allocate(100);
             for (int i = 0; i < 100; i++) {

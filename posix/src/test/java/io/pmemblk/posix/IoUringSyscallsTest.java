@@ -24,7 +24,7 @@ class IoUringSyscallsTest {
 
     @Test
     void enterOnAnFdThatIsNoRingIsAnExceptionNotARetry() throws Exception {
-        int fd = Libc.open("/dev/null", Libc.O_RDONLY, 0);
+        int fd = FileCalls.open("/dev/null", FileCalls.O_RDONLY, 0);
         try {
             assertThatThrownBy(() -> IoUringSyscalls.enter(fd, 1, 0, 0))
                     .isInstanceOf(NativeException.class)

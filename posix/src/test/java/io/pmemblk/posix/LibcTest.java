@@ -14,7 +14,7 @@ class LibcTest {
     @Test
     void openOfMissingFileCarriesErrnoAndPath(@TempDir Path dir) {
         Path missing = dir.resolve("nope");
-        assertThatThrownBy(() -> Libc.open(missing.toString(), Libc.O_RDONLY, 0))
+        assertThatThrownBy(() -> FileCalls.open(missing.toString(), FileCalls.O_RDONLY, 0))
                 .isInstanceOf(NativeException.class)
                 .hasMessageContaining(missing.toString())
                 .hasMessageContaining("No such file or directory")
@@ -29,13 +29,13 @@ class LibcTest {
     void msyncOfAnUnalignedRangeIsAcceptedAndTheStoreIsInTheFile(@TempDir Path dir) throws Exception {
         Path f = dir.resolve("m");
         Files.write(f, new byte[8192]);
-        int fd = Libc.open(f.toString(), Libc.O_RDWR, 0);
+        int fd = FileCalls.open(f.toString(), FileCalls.O_RDWR, 0);
         try {
-            MemorySegment m = Libc.mmap(8192, Libc.PROT_READ | Libc.PROT_WRITE, Libc.MAP_SHARED, fd, 0);
+            MemorySegment m = Mman.mmap(8192, Mman.PROT_READ | Mman.PROT_WRITE, Mman.MAP_SHARED, fd, 0);
             m.set(java.lang.foreign.ValueLayout.JAVA_BYTE, 5000, (byte) 42);
-            Libc.msync(m, 5000, 1); // unaligned start: widened to the page
+            Mman.msync(m, 5000, 1); // unaligned start: widened to the page
             assertThat(Files.readAllBytes(f)[5000]).isEqualTo((byte) 42);
-            Libc.munmap(m);
+            Mman.munmap(m);
         } finally {
             Libc.close(fd);
         }

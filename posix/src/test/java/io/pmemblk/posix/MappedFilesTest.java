@@ -64,14 +64,14 @@ class MappedFilesTest {
     void theDescriptorGivenOutDoesNotShareTheMappersLock() throws Exception {
         Path file = dir.resolve("locked.img");
         Files.write(file, new byte[8192]);
-        int fd = Libc.open(file.toString(), Libc.O_RDWR, 0);
+        int fd = FileCalls.open(file.toString(), FileCalls.O_RDWR, 0);
         try (Arena arena = Arena.ofShared()) {
-            assertThat(Libc.lockExclusive(fd)).isTrue();
-            MemorySegment m = Libc.map(fd, 8192, Libc.PROT_READ | Libc.PROT_WRITE, Libc.MAP_SHARED, 0, arena);
+            assertThat(FileCalls.lockExclusive(fd)).isTrue();
+            MemorySegment m = Mman.map(fd, 8192, Mman.PROT_READ | Mman.PROT_WRITE, Mman.MAP_SHARED, 0, arena);
             MappedFiles.register(m, fd, 0, arena);
             MappedFiles.Backing b = MappedFiles.backing(m.address(), 8192);
             try {
-                assertThat(Libc.lockExclusive(b.fd())).as("another description: the mapper's lock conflicts").isFalse();
+                assertThat(FileCalls.lockExclusive(b.fd())).as("another description: the mapper's lock conflicts").isFalse();
             } finally {
                 Libc.close(b.fd());
             }

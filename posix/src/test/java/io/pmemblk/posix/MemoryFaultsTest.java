@@ -18,7 +18,7 @@ class MemoryFaultsTest {
             MemorySegment mine = a.allocate(256 << 10, 4096);
             MemoryFaults.copy(mine, 0, file, 0, mine.byteSize()); // while it is whole: fine
             assertThat(MemoryFaults.loads(file)).isTrue();
-            Libc.ftruncate(fd, 64 << 10); // the other side cuts it after its first 64 KiB
+            FileCalls.ftruncate(fd, 64 << 10); // the other side cuts it after its first 64 KiB
             assertThatThrownBy(() -> MemoryFaults.copy(file, 0, mine, 0, mine.byteSize()))
                     .isInstanceOf(InternalError.class).satisfies(e -> assertThat(MemoryFaults.isFault((InternalError) e)).isTrue());
             assertThatThrownBy(() -> MemoryFaults.copy(mine, 0, file, 0, mine.byteSize()))

@@ -64,7 +64,7 @@ class NativeTest {
      */
     @Test
     void aVariadicIoctlReachesTheKernelByValueAndByPointer() throws Exception {
-        int fd = Libc.open(Files.write(dir.resolve("seventeen"), new byte[17]).toString(), Libc.O_RDONLY, 0);
+        int fd = FileCalls.open(Files.write(dir.resolve("seventeen"), new byte[17]).toString(), FileCalls.O_RDONLY, 0);
         try (Arena arena = Arena.ofConfined()) {
             assertThat(closeOnExec(fd)).as("open adds O_CLOEXEC").isTrue();
             assertThat(Libc.ioctl(fd, FIONCLEX, 0L, "FIONCLEX")).isZero();
@@ -72,7 +72,7 @@ class NativeTest {
             assertThat(Libc.ioctl(fd, FIOCLEX, 0L, "FIOCLEX")).isZero();
             assertThat(closeOnExec(fd)).isTrue();
             MemorySegment out = arena.allocate(ValueLayout.JAVA_INT);
-            assertThat(Libc.ioctl(fd, Libc.FIONREAD, out)).isZero();
+            assertThat(Libc.ioctl(fd, Sockets.FIONREAD, out)).isZero();
             assertThat(out.get(ValueLayout.JAVA_INT, 0)).as("bytes left to read").isEqualTo(17);
             NativeException e = failure(() -> Libc.ioctl(fd, TCGETS, 0L, "TCGETS"));
             assertThat(e.errno()).isEqualTo(Errno.ENOTTY);
@@ -116,7 +116,7 @@ class NativeTest {
     private static boolean closeOnExec(int fd) throws IOException {
         for (String line : Files.readAllLines(Path.of("/proc/self/fdinfo/" + fd))) {
             if (line.startsWith("flags:")) {
-                return (Integer.parseInt(line.substring(6).trim(), 8) & Libc.O_CLOEXEC) != 0;
+                return (Integer.parseInt(line.substring(6).trim(), 8) & FileCalls.O_CLOEXEC) != 0;
             }
         }
         throw new AssertionError("/proc/self/fdinfo/" + fd + " has no flags line");

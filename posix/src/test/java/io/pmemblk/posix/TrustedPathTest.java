@@ -68,7 +68,7 @@ class TrustedPathTest {
     void statLayoutMatchesWhatTheJdkReads() throws Exception {
         Path f = Files.write(dir.resolve("f"), new byte[12345]);
         chmod(f, "rw-r-----");
-        FileStat st = Libc.lstat(f.toString());
+        FileStat st = FileCalls.lstat(f.toString());
         assertThat(st.isRegularFile()).isTrue();
         assertThat(st.size()).isEqualTo(12345);
         assertThat(st.permissions()).isEqualTo("0640");
@@ -77,9 +77,9 @@ class TrustedPathTest {
         assertThat(st.ino()).isEqualTo(Files.getAttribute(f, "unix:ino"));
         assertThat(st.dev()).isEqualTo(Files.getAttribute(f, "unix:dev"));
         Path l = Files.createSymbolicLink(dir.resolve("l"), f);
-        assertThat(Libc.lstat(l.toString()).isSymbolicLink()).isTrue();
-        assertThat(Libc.stat(l.toString()).ino()).isEqualTo(st.ino());
-        FileStat null0 = Libc.stat("/dev/null");
+        assertThat(FileCalls.lstat(l.toString()).isSymbolicLink()).isTrue();
+        assertThat(FileCalls.stat(l.toString()).ino()).isEqualTo(st.ino());
+        FileStat null0 = FileCalls.stat("/dev/null");
         assertThat(null0.isCharacterDevice()).isTrue();
         assertThat(null0.rdev()).isEqualTo(Files.getAttribute(Path.of("/dev/null"), "unix:rdev"));
     }
@@ -237,7 +237,7 @@ class TrustedPathTest {
             chown(theirs, MALLORY);
             assertThat(held.isAt(run)).as("the name leads elsewhere now").isFalse();
             assertThat(held.isAt(moved)).isTrue();
-            Libc.close(Libc.openat(held.fd(), "made", Libc.O_RDWR | Libc.O_CREAT | Libc.O_EXCL | Libc.O_NOFOLLOW, 0600));
+            Libc.close(FileCalls.openat(held.fd(), "made", FileCalls.O_RDWR | FileCalls.O_CREAT | FileCalls.O_EXCL | FileCalls.O_NOFOLLOW, 0600));
             assertThat(moved.resolve("made")).exists();
             assertThat(theirs.resolve("made")).doesNotExist();
         }
@@ -252,7 +252,7 @@ class TrustedPathTest {
             assertThat(t.stat().size()).isZero();
             assertThat(t.directory().madeDirectories()).containsExactly(dir.resolve("state/pmemblk"), dir.resolve("state"));
             t.directory().syncMadeDirectories();
-            assertThat(Libc.fstat(t.fd()).ino()).isEqualTo(Files.getAttribute(f, "unix:ino"));
+            assertThat(FileCalls.fstat(t.fd()).ino()).isEqualTo(Files.getAttribute(f, "unix:ino"));
         }
         try (TrustedFile again = check.openFile(f, "pmem.path", true)) {
             assertThat(again.created()).as("found, not made again").isFalse();
@@ -287,13 +287,13 @@ class TrustedPathTest {
     @Test
     void anOpenFileLockSurvivesClosingAnotherDescriptorAndExcludesAClassicLock() throws Exception {
         Path f = Files.write(dir.resolve("p.img"), new byte[4096]);
-        int held = Libc.open(f.toString(), Libc.O_RDWR, 0);
+        int held = FileCalls.open(f.toString(), FileCalls.O_RDWR, 0);
         try {
-            assertThat(Libc.lockExclusive(held)).isTrue();
-            Libc.close(Libc.open(f.toString(), Libc.O_RDWR, 0));
-            int other = Libc.open(f.toString(), Libc.O_RDWR, 0);
+            assertThat(FileCalls.lockExclusive(held)).isTrue();
+            Libc.close(FileCalls.open(f.toString(), FileCalls.O_RDWR, 0));
+            int other = FileCalls.open(f.toString(), FileCalls.O_RDWR, 0);
             try {
-                assertThat(Libc.lockExclusive(other)).as("a second open file of the same file").isFalse();
+                assertThat(FileCalls.lockExclusive(other)).as("a second open file of the same file").isFalse();
             } finally {
                 Libc.close(other);
             }
@@ -303,9 +303,9 @@ class TrustedPathTest {
         } finally {
             Libc.close(held);
         }
-        int after = Libc.open(f.toString(), Libc.O_RDWR, 0);
+        int after = FileCalls.open(f.toString(), FileCalls.O_RDWR, 0);
         try {
-            assertThat(Libc.lockExclusive(after)).as("free once the holder closed").isTrue();
+            assertThat(FileCalls.lockExclusive(after)).as("free once the holder closed").isTrue();
         } finally {
             Libc.close(after);
         }

@@ -27,17 +27,17 @@ class UnixDatagramTest {
     @Test
     void aDatagramSentToABoundPathArrivesWhole() throws Exception {
         try (Arena arena = Arena.ofConfined()) {
-            int rx = Libc.unixDatagramSocket();
-            int tx = Libc.unixDatagramSocket();
+            int rx = Sockets.unixDatagramSocket();
+            int tx = Sockets.unixDatagramSocket();
             try {
-                MemorySegment addr = Libc.unixAddress(dir.resolve("notify").toString(), arena);
-                Libc.bind(rx, addr);
-                Libc.sendTo(tx, arena.allocateFrom("READY=1\nSTATUS=up", StandardCharsets.UTF_8).asSlice(0, 17), addr);
+                MemorySegment addr = Sockets.unixAddress(dir.resolve("notify").toString(), arena);
+                Sockets.bind(rx, addr);
+                Sockets.sendTo(tx, arena.allocateFrom("READY=1\nSTATUS=up", StandardCharsets.UTF_8).asSlice(0, 17), addr);
                 MemorySegment buf = arena.allocate(4096);
                 // a unix datagram is in the receiver's queue when sendto returns: no wait is needed
-                int n = Libc.recv(rx, buf, Libc.MSG_DONTWAIT);
+                int n = Sockets.recv(rx, buf, Sockets.MSG_DONTWAIT);
                 assertThat(text(buf, n)).isEqualTo("READY=1\nSTATUS=up");
-                assertThatThrownBy(() -> Libc.recv(rx, buf, Libc.MSG_DONTWAIT))
+                assertThatThrownBy(() -> Sockets.recv(rx, buf, Sockets.MSG_DONTWAIT))
                         .isInstanceOf(NativeException.class)
                         .satisfies(e -> assertThat(((NativeException) e).errno()).isEqualTo(Errno.EAGAIN));
             } finally {
@@ -64,10 +64,10 @@ class UnixDatagramTest {
         try (Arena arena = Arena.ofConfined();
              BufferedReader out = new BufferedReader(new InputStreamReader(py.getInputStream(), StandardCharsets.UTF_8))) {
             assertThat(out.readLine()).isEqualTo("bound");
-            int tx = Libc.unixDatagramSocket();
+            int tx = Sockets.unixDatagramSocket();
             try {
-                Libc.sendTo(tx, arena.allocateFrom("STOPPING=1", StandardCharsets.UTF_8).asSlice(0, 10),
-                        Libc.unixAddress("@" + name, arena));
+                Sockets.sendTo(tx, arena.allocateFrom("STOPPING=1", StandardCharsets.UTF_8).asSlice(0, 10),
+                        Sockets.unixAddress("@" + name, arena));
             } finally {
                 Libc.close(tx);
             }
@@ -81,10 +81,10 @@ class UnixDatagramTest {
     @Test
     void sendingWhereNobodyListensNamesTheAddressAndErrno() throws Exception {
         try (Arena arena = Arena.ofConfined()) {
-            int tx = Libc.unixDatagramSocket();
+            int tx = Sockets.unixDatagramSocket();
             try {
                 String missing = dir.resolve("nobody").toString();
-                assertThatThrownBy(() -> Libc.sendTo(tx, arena.allocate(1), Libc.unixAddress(missing, arena)))
+                assertThatThrownBy(() -> Sockets.sendTo(tx, arena.allocate(1), Sockets.unixAddress(missing, arena)))
                         .isInstanceOf(NativeException.class)
                         .hasMessageContaining("sendto(")
                         .hasMessageContaining("'" + missing + "'")
@@ -98,12 +98,12 @@ class UnixDatagramTest {
     @Test
     void aBlockingReceiveGivesUpAtItsTimeout() throws Exception {
         try (Arena arena = Arena.ofConfined()) {
-            int rx = Libc.unixDatagramSocket();
+            int rx = Sockets.unixDatagramSocket();
             try {
-                Libc.bind(rx, Libc.unixAddress("@pmemblk-timeout-" + System.nanoTime(), arena));
-                Libc.receiveTimeout(rx, 200);
+                Sockets.bind(rx, Sockets.unixAddress("@pmemblk-timeout-" + System.nanoTime(), arena));
+                Sockets.receiveTimeout(rx, 200);
                 long t0 = System.nanoTime();
-                assertThatThrownBy(() -> Libc.recv(rx, arena.allocate(64), 0))
+                assertThatThrownBy(() -> Sockets.recv(rx, arena.allocate(64), 0))
                         .isInstanceOf(NativeException.class)
                         .satisfies(e -> assertThat(((NativeException) e).errno()).isEqualTo(Errno.EAGAIN));
                 assertThat(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0)).isBetween(150L, 10_000L);
@@ -117,13 +117,13 @@ class UnixDatagramTest {
     void anAddressThatCannotBeOneIsRefusedWithWhatIsAllowed() {
         try (Arena arena = Arena.ofConfined()) {
             for (String bad : new String[]{"", "@", "/tmp/a\0b", "/" + "x".repeat(107)}) {
-                assertThatThrownBy(() -> Libc.unixAddress(bad, arena)).as("'%s'", bad)
+                assertThatThrownBy(() -> Sockets.unixAddress(bad, arena)).as("'%s'", bad)
                         .isInstanceOf(IllegalArgumentException.class)
                         .hasMessageContaining("is not allowed; allowed: a path, or '@' and a name");
             }
             // the longest that fit: 107 bytes and the NUL; an abstract name uses all 108
-            assertThat(Libc.unixAddress("/" + "x".repeat(106), arena).byteSize()).isEqualTo(110);
-            assertThat(Libc.unixAddress("@" + "x".repeat(107), arena).byteSize()).isEqualTo(110);
+            assertThat(Sockets.unixAddress("/" + "x".repeat(106), arena).byteSize()).isEqualTo(110);
+            assertThat(Sockets.unixAddress("@" + "x".repeat(107), arena).byteSize()).isEqualTo(110);
         }
     }
 }

@@ -25,7 +25,7 @@ class UnixMessagesTest {
 
     @BeforeEach
     void connect() throws NativeException {
-        pair = UnixStream.pair();
+        pair = Sockets.unixStreamPair();
     }
 
     @AfterEach
@@ -55,7 +55,7 @@ class UnixMessagesTest {
     private int openFile(String name, String content) throws IOException {
         Path p = dir.resolve(name);
         Files.writeString(p, content);
-        return Libc.open(p.toString(), Libc.O_RDONLY, 0);
+        return FileCalls.open(p.toString(), FileCalls.O_RDONLY, 0);
     }
 
     @Test
@@ -144,7 +144,7 @@ class UnixMessagesTest {
     @Test
     void aShortMessageReturnsWhatCameAndEndOfStreamIsZero() throws IOException {
         UnixMessages.send(pair[0], bytes("12345"));
-        Libc.shutdown(pair[0], 1); // SHUT_WR: end of stream after the five bytes
+        Sockets.shutdown(pair[0], 1); // SHUT_WR: end of stream after the five bytes
         int[] fds = new int[1];
         MemorySegment header = arena.allocate(12);
         assertThat(UnixMessages.receive(pair[1], header, fds)).isEqualTo(5);
@@ -161,13 +161,13 @@ class UnixMessagesTest {
 
     @Test
     void aListeningSocketAcceptsAConnectionByPath() throws Exception {
-        int listener = UnixStream.socket();
-        int client = UnixStream.socket();
+        int listener = Sockets.unixStreamSocket();
+        int client = Sockets.unixStreamSocket();
         try {
-            Libc.bind(listener, Libc.unixAddress(dir.resolve("s").toString(), arena));
-            UnixStream.listen(listener, 1);
-            UnixStream.connect(client, dir.resolve("s").toString()); // completes into the backlog
-            int server = UnixStream.accept(listener);
+            Sockets.bind(listener, Sockets.unixAddress(dir.resolve("s").toString(), arena));
+            Sockets.listen(listener, 1);
+            Sockets.connect(client, dir.resolve("s").toString()); // completes into the backlog
+            int server = Sockets.accept(listener);
             UnixMessages.send(client, bytes("hi"));
             MemorySegment buf = arena.allocate(2);
             assertThat(UnixMessages.receive(server, buf, new int[0])).isEqualTo(2);

@@ -104,15 +104,40 @@ public final class FrontendQueue {
     }
 
     /**
+     * Like {@link #acquire} but never waits and dispatches nothing: null when no tag or chunk is free for this
+     * frontend now. For a frontend that must keep reading its input while it has no tag (an NVMe/TCP queue whose
+     * held tags wait for data still in its socket): it parks the command instead of blocking.
+     */
+    public Request tryAcquire(int dataBytes) {
+        Request r = queue.tryAcquire(share, dataBytes);
+        if (r != null) {
+            filling = r;
+        }
+        return r;
+    }
+
+    /**
      * A WRITE of {@code length} bytes at {@code offset}, ready to receive its payload into
      * {@link Request#dataBuffers()}: the device range itself when the driver receives in place
      * ({@link Request#dataInPlace} is then set), else the request's own buffers. {@code op}, {@code offset} and
      * {@code length} are set; the caller sets the rest as for {@link #acquire}.
      */
     public Request acquireWrite(long offset, int length) throws InterruptedException {
+        return write(offset, length, true);
+    }
+
+    /** {@link #acquireWrite} that never waits: null as {@link #tryAcquire}. */
+    public Request tryAcquireWrite(long offset, int length) throws InterruptedException {
+        return write(offset, length, false);
+    }
+
+    private Request write(long offset, int length, boolean wait) throws InterruptedException {
         Request r;
         if (driver.receivesInPlace(offset, length)) {
-            r = acquire(0);
+            r = wait ? acquire(0) : tryAcquire(0);
+            if (r == null) {
+                return null;
+            }
             r.op = Op.WRITE;
             r.offset = offset;
             r.length = length;
@@ -125,7 +150,10 @@ public final class FrontendQueue {
                 throw e;
             }
         } else {
-            r = acquire(length);
+            r = wait ? acquire(length) : tryAcquire(length);
+            if (r == null) {
+                return null;
+            }
             r.op = Op.WRITE;
             r.offset = offset;
         }
@@ -140,12 +168,27 @@ public final class FrontendQueue {
      * the rest as for {@link #acquire}.
      */
     public Request acquireRead(long offset, int length) throws InterruptedException {
+        return read(offset, length, true);
+    }
+
+    /** {@link #acquireRead} that never waits: null as {@link #tryAcquire}. */
+    public Request tryAcquireRead(long offset, int length) throws InterruptedException {
+        return read(offset, length, false);
+    }
+
+    private Request read(long offset, int length, boolean wait) throws InterruptedException {
         Request r;
         if (driver.sendsInPlace(offset, length)) {
-            r = acquire(0);
+            r = wait ? acquire(0) : tryAcquire(0);
+            if (r == null) {
+                return null;
+            }
             r.length = length;
         } else {
-            r = acquire(length);
+            r = wait ? acquire(length) : tryAcquire(length);
+            if (r == null) {
+                return null;
+            }
         }
         r.op = Op.READ;
         r.offset = offset;

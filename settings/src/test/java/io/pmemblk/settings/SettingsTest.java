@@ -24,20 +24,20 @@ class SettingsTest {
         Settings s = Settings.defaults();
         // auto: where the systemd unit's StateDirectory/RuntimeDirectory are as root, XDG otherwise (DefaultPathsTest)
         int euid = io.pmemblk.posix.Libc.geteuid();
-        assertThat(s.text(Settings.PMEM_PATH)).isEqualTo("auto");
-        assertThat(s.get(Settings.PMEM_PATH)).isEqualTo(DefaultPaths.pmemPath(euid, System.getenv()));
-        assertThat(s.get(Settings.NBD_SOCKET)).isEqualTo(DefaultPaths.socketPath(euid, System.getenv()));
-        assertThat(s.get(Settings.NBD_TLS)).isEqualTo(Settings.TlsMode.OFF);
-        assertThat(s.get(Settings.NBD_TLS_VERIFY_CLIENTS)).isNull();
-        assertThat(s.get(Settings.PMEM_SIZE)).isEqualTo(1L << 30);
-        assertThat(s.get(Settings.NBD_PORT)).isEqualTo(10809);
-        assertThat(s.get(Settings.NBD_BIND)).isEqualTo("127.0.0.1");
-        assertThat(s.get(Settings.NBD_EXPORT)).isEqualTo("pmem0");
-        assertThat(s.get(Settings.QUEUES)).isEqualTo(Math.min(8, Runtime.getRuntime().availableProcessors()));
-        assertThat(s.get(Settings.QUEUE_DEPTH)).isEqualTo(128);
-        assertThat(s.get(Settings.DMA_ENGINE)).isEqualTo(Settings.DmaEngineKind.NONE);
-        assertThat(s.get(Settings.METRICS_PORT)).isZero();
-        assertThat(s.get(Settings.PMEM_MAPPER)).isEqualTo(Settings.Mapper.AUTO);
+        assertThat(s.text(Keys.PMEM_PATH)).isEqualTo("auto");
+        assertThat(s.get(Keys.PMEM_PATH)).isEqualTo(DefaultPaths.pmemPath(euid, System.getenv()));
+        assertThat(s.get(Keys.NBD_SOCKET)).isEqualTo(DefaultPaths.socketPath(euid, System.getenv()));
+        assertThat(s.get(Keys.NBD_TLS)).isEqualTo(Keys.TlsMode.OFF);
+        assertThat(s.get(Keys.NBD_TLS_VERIFY_CLIENTS)).isNull();
+        assertThat(s.get(Keys.PMEM_SIZE)).isEqualTo(1L << 30);
+        assertThat(s.get(Keys.NBD_PORT)).isEqualTo(10809);
+        assertThat(s.get(Keys.NBD_BIND)).isEqualTo("127.0.0.1");
+        assertThat(s.get(Keys.NBD_EXPORT)).isEqualTo("pmem0");
+        assertThat(s.get(Keys.QUEUES)).isEqualTo(Math.min(8, Runtime.getRuntime().availableProcessors()));
+        assertThat(s.get(Keys.QUEUE_DEPTH)).isEqualTo(128);
+        assertThat(s.get(Keys.DMA_ENGINE)).isEqualTo(Keys.DmaEngineKind.NONE);
+        assertThat(s.get(Keys.METRICS_PORT)).isZero();
+        assertThat(s.get(Keys.PMEM_MAPPER)).isEqualTo(Keys.Mapper.AUTO);
     }
 
     @Test
@@ -49,14 +49,14 @@ class SettingsTest {
             assertThatThrownBy(() -> Settings.load(f, List.of())).isInstanceOf(SettingsException.class)
                     .hasMessageContaining(key);
         }
-        assertThat(Settings.KEYS.keySet()).noneMatch(k -> k.contains("fail") || k.contains("inject") || k.contains("fault"));
+        assertThat(Keys.ALL.keySet()).noneMatch(k -> k.contains("fail") || k.contains("inject") || k.contains("fault"));
     }
 
     @Test
     void vhostIsOffByDefaultCountsAsAListenerAndNeedsASocketOfItsOwn() throws Exception {
-        assertThat(Settings.defaults().get(Settings.VHOST_SOCKET)).isNull();
+        assertThat(Settings.defaults().get(Keys.VHOST_SOCKET)).isNull();
         Settings only = Settings.load(null, List.of("nbd.socket=", "nbd.port=0", "vhost.socket=/run/v.sock"));
-        assertThat(only.get(Settings.VHOST_SOCKET)).isEqualTo(Path.of("/run/v.sock"));
+        assertThat(only.get(Keys.VHOST_SOCKET)).isEqualTo(Path.of("/run/v.sock"));
         assertThatThrownBy(() -> Settings.load(null, List.of("nbd.socket=", "nbd.port=0")))
                 .hasMessageContaining("no listener would be left");
         assertThatThrownBy(() -> Settings.load(null, List.of("nbd.socket=/run/s", "vhost.socket=/run/s")))
@@ -69,13 +69,13 @@ class SettingsTest {
             assertThatThrownBy(() -> Settings.load(null, List.of("vhost.queue-size=" + tooSmall)))
                     .hasMessage("vhost.queue-size: '" + tooSmall + "' is not allowed (from --set); allowed: an integer 3..1024");
         }
-        assertThat(Settings.load(null, List.of("vhost.queue-size=3")).get(Settings.VHOST_QUEUE_SIZE)).isEqualTo(3);
+        assertThat(Settings.load(null, List.of("vhost.queue-size=3")).get(Keys.VHOST_QUEUE_SIZE)).isEqualTo(3);
     }
 
     @Test
     void pmemMapperNamesTheDevicesMappersOneForOne() {
         // serve hands the choice to PmemRegion by name: a mapper added or renamed on one side only fails here.
-        assertThat(java.util.Arrays.stream(Settings.Mapper.values()).map(Enum::name))
+        assertThat(java.util.Arrays.stream(Keys.Mapper.values()).map(Enum::name))
                 .containsExactlyElementsOf(java.util.Arrays.stream(PmemRegion.Mapper.values()).map(Enum::name).toList());
     }
 
@@ -84,12 +84,12 @@ class SettingsTest {
         Path f = dir.resolve("p.properties");
         Files.writeString(f, "# comment\npmem.size = 2G\nnbd.port=0\nqueues=3\n");
         Settings s = Settings.load(f, List.of("queues=5", "route.dma.min-bytes=64K"));
-        assertThat(s.get(Settings.PMEM_SIZE)).isEqualTo(2L << 30);
-        assertThat(s.get(Settings.NBD_PORT)).isZero();
-        assertThat(s.get(Settings.QUEUES)).isEqualTo(5);
-        assertThat(s.get(Settings.ROUTE_DMA_MIN_BYTES)).isEqualTo(65536L);
-        assertThat(s.source(Settings.PMEM_SIZE)).isEqualTo(f.toString());
-        assertThat(s.source(Settings.QUEUES)).isEqualTo("--set");
+        assertThat(s.get(Keys.PMEM_SIZE)).isEqualTo(2L << 30);
+        assertThat(s.get(Keys.NBD_PORT)).isZero();
+        assertThat(s.get(Keys.QUEUES)).isEqualTo(5);
+        assertThat(s.get(Keys.ROUTE_DMA_MIN_BYTES)).isEqualTo(65536L);
+        assertThat(s.source(Keys.PMEM_SIZE)).isEqualTo(f.toString());
+        assertThat(s.source(Keys.QUEUES)).isEqualTo("--set");
     }
 
     @ParameterizedTest
@@ -125,8 +125,8 @@ class SettingsTest {
     @Test
     void vfioUserTakesItsSocket() throws Exception {
         Settings s = Settings.load(null, List.of("dma.engine=vfio-user", "dma.vfio-user.socket=/run/pmemblk/ioat.sock"));
-        assertThat(s.get(Settings.DMA_ENGINE)).isEqualTo(Settings.DmaEngineKind.VFIO_USER);
-        assertThat(s.get(Settings.DMA_VFIO_USER_SOCKET)).isEqualTo(Path.of("/run/pmemblk/ioat.sock"));
+        assertThat(s.get(Keys.DMA_ENGINE)).isEqualTo(Keys.DmaEngineKind.VFIO_USER);
+        assertThat(s.get(Keys.DMA_VFIO_USER_SOCKET)).isEqualTo(Path.of("/run/pmemblk/ioat.sock"));
     }
 
     @Test
@@ -148,19 +148,19 @@ class SettingsTest {
         Settings s = Settings.load(null, List.of("pmem.path=/var/tmp/pmemblk/pmem0.img", "nbd.socket=/tmp/x/nbd.sock",
                 "nbd.tls=require", "nbd.tls.certificate=/etc/pmemblk/cert.pem", "nbd.tls.key=/etc/pmemblk/key.pem",
                 "nbd.tls.verify-clients=/etc/pmemblk/ca.pem"));
-        assertThat(s.get(Settings.PMEM_PATH)).isEqualTo(Path.of("/var/tmp/pmemblk/pmem0.img"));
-        assertThat(s.get(Settings.NBD_SOCKET)).isEqualTo(Path.of("/tmp/x/nbd.sock"));
-        assertThat(s.get(Settings.NBD_TLS)).isEqualTo(Settings.TlsMode.REQUIRE);
-        assertThat(s.get(Settings.NBD_TLS_VERIFY_CLIENTS)).isEqualTo(Path.of("/etc/pmemblk/ca.pem"));
+        assertThat(s.get(Keys.PMEM_PATH)).isEqualTo(Path.of("/var/tmp/pmemblk/pmem0.img"));
+        assertThat(s.get(Keys.NBD_SOCKET)).isEqualTo(Path.of("/tmp/x/nbd.sock"));
+        assertThat(s.get(Keys.NBD_TLS)).isEqualTo(Keys.TlsMode.REQUIRE);
+        assertThat(s.get(Keys.NBD_TLS_VERIFY_CLIENTS)).isEqualTo(Path.of("/etc/pmemblk/ca.pem"));
     }
 
     @Test
     void theLayoutIsRawByDefaultAndBttOnRequestWithItsSectorSize() throws Exception {
-        assertThat(Settings.defaults().get(Settings.PMEM_LAYOUT)).isEqualTo(Settings.Layout.RAW);
+        assertThat(Settings.defaults().get(Keys.PMEM_LAYOUT)).isEqualTo(Keys.Layout.RAW);
         Settings btt = Settings.load(null, List.of("pmem.layout=btt", "pmem.sector-size=512"));
-        assertThat(btt.get(Settings.PMEM_LAYOUT)).isEqualTo(Settings.Layout.BTT);
-        assertThat(btt.get(Settings.PMEM_SECTOR_SIZE)).isEqualTo(512);
-        assertThat(Settings.load(null, List.of("pmem.layout=BTT")).get(Settings.PMEM_SECTOR_SIZE)).isEqualTo(4096);
+        assertThat(btt.get(Keys.PMEM_LAYOUT)).isEqualTo(Keys.Layout.BTT);
+        assertThat(btt.get(Keys.PMEM_SECTOR_SIZE)).isEqualTo(512);
+        assertThat(Settings.load(null, List.of("pmem.layout=BTT")).get(Keys.PMEM_SECTOR_SIZE)).isEqualTo(4096);
     }
 
     @Test
@@ -194,9 +194,9 @@ class SettingsTest {
         Path example = Path.of("..", "pmemblk.properties.example");
         assertThat(Files.readString(example))
                 .as("regenerate with: ./scripts/pmemblk config-example > pmemblk.properties.example")
-                .isEqualTo(Settings.example());
+                .isEqualTo(ExampleFile.example());
         // and it loads as it is
-        assertThat(Settings.load(example, List.of()).get(Settings.PMEM_SIZE)).isEqualTo(1L << 30);
+        assertThat(Settings.load(example, List.of()).get(Keys.PMEM_SIZE)).isEqualTo(1L << 30);
     }
 
     @Test
@@ -205,33 +205,33 @@ class SettingsTest {
         assertThat(a.changed(Settings.load(null, List.of("route.dma.min-bytes=262144", "log.level=INFO")))).isEmpty();
         assertThat(a.changed(Settings.load(null, List.of("route.dma.min-bytes=64K", "pmem.size=2G", "log.level=debug"))))
                 .extracting(Key::name).containsExactly("pmem.size", "route.dma.min-bytes", "log.level");
-        assertThat(Settings.defaults().get(Settings.LOG_LEVEL)).isEqualTo(Settings.LogLevel.INFO);
+        assertThat(Settings.defaults().get(Keys.LOG_LEVEL)).isEqualTo(Keys.LogLevel.INFO);
     }
 
     @Test
     void theExampleSaysWhichKeysApplyOnReload() {
         String reload = "# A running server applies a change on reload";
-        for (Key<?> k : Settings.KEYS.values()) {
-            String doc = Settings.example().split("\n" + java.util.regex.Pattern.quote(k.name()) + "=")[0];
+        for (Key<?> k : Keys.ALL.values()) {
+            String doc = ExampleFile.example().split("\n" + java.util.regex.Pattern.quote(k.name()) + "=")[0];
             String last = doc.substring(doc.lastIndexOf("\n\n"));
-            assertThat(last.contains(reload)).as(k.name()).isEqualTo(Settings.LIVE.contains(k));
+            assertThat(last.contains(reload)).as(k.name()).isEqualTo(Keys.LIVE.contains(k));
         }
     }
 
     @Test
     void anInstallableExampleSetsItsKeysAndLeavesTheOthersAtTheirDefaults() throws Exception {
-        String text = Settings.example(Map.of("pmem.path", "/var/lib/pmemblk/pmemblk.img", "metrics.port", "9710"));
+        String text = ExampleFile.example(Map.of("pmem.path", "/var/lib/pmemblk/pmemblk.img", "metrics.port", "9710"));
         Path f = dir.resolve("installed.properties");
         Files.writeString(f, text);
         Settings s = Settings.load(f, List.of());
-        assertThat(s.get(Settings.PMEM_PATH)).isEqualTo(Path.of("/var/lib/pmemblk/pmemblk.img"));
-        assertThat(s.get(Settings.METRICS_PORT)).isEqualTo(9710);
-        assertThat(s.source(Settings.PMEM_SIZE)).as("a key left alone keeps the built-in default").isEqualTo("default");
-        for (Key<?> k : Settings.KEYS.values()) {
+        assertThat(s.get(Keys.PMEM_PATH)).isEqualTo(Path.of("/var/lib/pmemblk/pmemblk.img"));
+        assertThat(s.get(Keys.METRICS_PORT)).isEqualTo(9710);
+        assertThat(s.source(Keys.PMEM_SIZE)).as("a key left alone keeps the built-in default").isEqualTo("default");
+        for (Key<?> k : Keys.ALL.values()) {
             assertThat(text).as(k.name()).containsPattern("(?m)^#?" + java.util.regex.Pattern.quote(k.name()) + "=");
         }
         assertThat(text).contains("# Built-in default: 0\nmetrics.port=9710\n");
-        assertThatThrownBy(() -> Settings.example(Map.of("metrics.port", "99999")))
+        assertThatThrownBy(() -> ExampleFile.example(Map.of("metrics.port", "99999")))
                 .hasMessageStartingWith("metrics.port: '99999' is not allowed");
     }
 

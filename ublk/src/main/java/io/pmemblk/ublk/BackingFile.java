@@ -1,7 +1,7 @@
 package io.pmemblk.ublk;
 
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.FileStat;
-import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 
 import java.io.IOException;
@@ -36,8 +36,8 @@ public record BackingFile(String path, long dev, long ino, long rdev, long birth
      */
     public static BackingFile of(int fd, Path path) throws IOException {
         try {
-            FileStat st = Libc.fstat(fd);
-            return new BackingFile(path.toString(), st.dev(), st.ino(), st.rdev(), Libc.birthTime(fd));
+            FileStat st = FileCalls.fstat(fd);
+            return new BackingFile(path.toString(), st.dev(), st.ino(), st.rdev(), FileCalls.birthTime(fd));
         } catch (NativeException e) {
             throw new IOException("cannot identify the backing file " + path + " (fd " + fd + ") for ublk recovery: "
                     + e.getMessage(), e);

@@ -108,9 +108,28 @@ final class UblkAbi {
     static final int UBLK_IO_OP_READ = 0, UBLK_IO_OP_WRITE = 1, UBLK_IO_OP_FLUSH = 2, UBLK_IO_OP_DISCARD = 3,
             UBLK_IO_OP_WRITE_ZEROES = 5;
     static final int UBLK_IO_F_FUA = 1 << 13;
-    /** mmap offset of queue q's descriptors = q * this: UBLK_MAX_QUEUE_DEPTH (4096) x 24 rounded up to a page. */
-    static final long IO_DESC_QUEUE_STRIDE = 98304;
     static final int UBLK_MAX_QUEUE_DEPTH = 4096;
+
+    /**
+     * Bytes of queue q's descriptor array to mmap: {@code depth} descriptors rounded up to a page, as the kernel's
+     * ublk_queue_cmd_buf_size() sizes it (ublk_ch_mmap refuses any other length). The page is the kernel's own
+     * (sysconf(_SC_PAGESIZE)): 4 KiB on x86-64, up to 64 KiB on arm64.
+     */
+    static long descriptorBytes(int depth, long page) {
+        return roundUp(depth * (long) IO_DESC_SIZE, page);
+    }
+
+    /**
+     * mmap offset of queue q's descriptor array: q times UBLK_MAX_QUEUE_DEPTH descriptors rounded up to a page
+     * (ublk_ch_mmap's max_sz; ublksrv's ublk_queue_max_cmd_buf_sz), whatever the depth.
+     */
+    static long descriptorOffset(int q, long page) {
+        return q * roundUp(UBLK_MAX_QUEUE_DEPTH * (long) IO_DESC_SIZE, page);
+    }
+
+    private static long roundUp(long bytes, long page) {
+        return (bytes + page - 1) / page * page;
+    }
 
     /** CQE res of FETCH / COMMIT_AND_FETCH: a new request for the tag; or the device is stopping (-ENODEV). */
     static final int UBLK_IO_RES_OK = 0, UBLK_IO_RES_ABORT = -Errno.ENODEV;

@@ -1,5 +1,6 @@
 package io.pmemblk.ublk;
 
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.uring.IoUring;
@@ -44,7 +45,7 @@ public final class UblkControl implements AutoCloseable {
     public static UblkControl open() throws UblkException {
         int fd;
         try {
-            fd = Libc.open(CONTROL_DEVICE, Libc.O_RDWR, 0);
+            fd = FileCalls.open(CONTROL_DEVICE, FileCalls.O_RDWR, 0);
         } catch (NativeException e) {
             throw switch (e.errno()) {
                 case ENOENT, ENXIO, ENODEV -> new UblkException(CONTROL_DEVICE + " does not exist: the ublk driver is not loaded"

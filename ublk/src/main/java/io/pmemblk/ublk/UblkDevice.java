@@ -2,6 +2,7 @@ package io.pmemblk.ublk;
 
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.FrontendQueue;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 
@@ -272,7 +273,7 @@ public final class UblkDevice implements AutoCloseable {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
         for (;;) {
             try {
-                return Libc.open(path, Libc.O_RDWR, 0);
+                return FileCalls.open(path, FileCalls.O_RDWR, 0);
             } catch (NativeException e) {
                 boolean transient_ = e.errno() == EBUSY || e.errno() == ENOENT;
                 if (!transient_ || System.nanoTime() - deadline > 0) {
@@ -341,17 +342,7 @@ public final class UblkDevice implements AutoCloseable {
                 return;
             }
         }
-        closeQuietly(fd);
-    }
-
-    private static void closeQuietly(int fd) {
-        if (fd >= 0) {
-            try {
-                Libc.close(fd);
-            } catch (NativeException ignored) {
-                // a valid fd we opened
-            }
-        }
+        Libc.closeQuietly(fd);
     }
 
     public int id() {

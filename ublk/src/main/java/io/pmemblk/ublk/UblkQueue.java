@@ -3,6 +3,7 @@ package io.pmemblk.ublk;
 import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.posix.FileIo;
 import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.Mman;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.uring.CompletionHandler;
 import io.pmemblk.uring.IoUring;
@@ -29,7 +30,7 @@ import static java.lang.foreign.ValueLayout.JAVA_SHORT;
  * fetch completes with -ENODEV, and the thread exits when none is left.
  *
  * <p>What a request becomes, and how its data moves (one copy, the kernel's, with UBLK_F_USER_COPY), is
- * {@link TagRequests}'; this class is the ring, the descriptors and the threads.
+ * {@link UblkRequests}'; this class is the ring, the descriptors and the threads.
  *
  * <h2>Completions from other threads</h2>
  * CPU-route requests complete inside {@link FrontendQueue#dispatch}, on this thread. DMA-route ones complete on
@@ -55,7 +56,7 @@ final class UblkQueue implements Runnable, CompletionHandler {
     /** This queue's writers' view of {@code /dev/ublkcN}: retired before the device closes the number. */
     private final FdGuard ublkc;
     private final FrontendQueue frontend;
-    private final TagRequests requestsOf;
+    private final UblkRequests requestsOf;
     private final String name;
     private final CompletableFuture<Void> fetched = new CompletableFuture<>();
     private final Thread thread;
@@ -92,7 +93,7 @@ final class UblkQueue implements Runnable, CompletionHandler {
         this.ublkc = new FdGuard(ublkcFd);
         this.frontend = frontend;
         this.name = "ublk" + deviceId + "-q" + q;
-        this.requestsOf = new TagRequests(q, ublkc, frontend, maxIoBytes, maxDiscardBytes, this::finish, name);
+        this.requestsOf = new UblkRequests(q, ublkc, frontend, maxIoBytes, maxDiscardBytes, this::finish, name);
         this.result = new int[depth];
         this.local = new int[depth];
         this.remoteNext = new int[depth];
@@ -160,10 +161,10 @@ final class UblkQueue implements Runnable, CompletionHandler {
             sq = ring.sq();
             sqes = sq.sqes();
             ring.registerFiles(ublkcFd);
-            long bytes = (depth * (long) IO_DESC_SIZE + 4095) & ~4095L;
+            long page = Libc.pageSize();
             // Read-only (the kernel refuses PROT_WRITE), at the queue's fixed stride whatever the depth.
-            descriptors = Libc.map(ublkcFd, bytes, Libc.PROT_READ, Libc.MAP_SHARED | Libc.MAP_POPULATE,
-                    q * IO_DESC_QUEUE_STRIDE, mappings);
+            descriptors = Mman.map(ublkcFd, descriptorBytes(depth, page), Mman.PROT_READ,
+                    Mman.MAP_SHARED | Mman.MAP_POPULATE, descriptorOffset(q, page), mappings);
             eventValue = mappings.allocate(JAVA_LONG);
             event = new FdGuard(FileIo.eventfd(0, 0));
             armEvent();

@@ -1,6 +1,7 @@
 package io.pmemblk.ublk;
 
 import io.pmemblk.pmem.PmemRegion;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -29,7 +30,7 @@ class BackingFileTest {
 
     /** The identity of the file {@code path} names now, through a descriptor of its own (closed again). */
     static BackingFile identify(Path path) throws Exception {
-        int fd = Libc.open(path.toString(), Libc.O_RDONLY, 0);
+        int fd = FileCalls.open(path.toString(), FileCalls.O_RDONLY, 0);
         try {
             return BackingFile.of(fd, path);
         } finally {

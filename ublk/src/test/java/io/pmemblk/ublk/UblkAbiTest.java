@@ -21,6 +21,16 @@ class UblkAbiTest {
         assertThat(UblkAbi.userCopyPosition(3, 5, 4096)).isEqualTo(0x8000_0000L + (3L << 41) + (5L << 25) + 4096);
     }
 
+    /** ublk_ch_mmap accepts only these: the array rounded to the kernel's page, at a page-rounded maximum stride. */
+    @Test
+    void descriptorArraysAreSizedAndPlacedByTheKernelsPage() {
+        assertThat(UblkAbi.descriptorBytes(128, 4096)).isEqualTo(4096);
+        assertThat(UblkAbi.descriptorBytes(171, 4096)).as("171 x 24 = 4104 bytes").isEqualTo(8192);
+        assertThat(UblkAbi.descriptorOffset(1, 4096)).as("4096 x 24, a whole number of 4 KiB pages").isEqualTo(98304);
+        assertThat(UblkAbi.descriptorBytes(128, 65536)).isEqualTo(65536);
+        assertThat(UblkAbi.descriptorOffset(3, 65536)).as("98304 rounded up to 64 KiB pages").isEqualTo(3 * 131072L);
+    }
+
     /** struct ublk_params as ublk_cmd.h lays it out (offsets checked with gcc offsetof against the 6.12 header). */
     @Test
     void paramsAdvertiseAVolatileCacheWithFuaDiscardAndTheSize() {

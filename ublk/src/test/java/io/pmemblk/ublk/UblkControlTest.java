@@ -3,6 +3,7 @@ package io.pmemblk.ublk;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.uring.IoUring;
 import io.pmemblk.uring.IoUringAbi;
@@ -21,7 +22,7 @@ class UblkControlTest {
 
     @Test
     void commandsInARowEachTakeTheirOwnCompletion() throws Exception {
-        int fd = Libc.open("/dev/null", Libc.O_RDWR, 0);
+        int fd = FileCalls.open("/dev/null", FileCalls.O_RDWR, 0);
         try (Arena a = Arena.ofConfined(); IoUring ring = IoUring.open(4, 0, IoUringAbi.IORING_SETUP_SQE128)) {
             MemorySegment cmd = a.allocate(UblkAbi.CTRL_CMD_SIZE, 8);
             int first = UblkControl.await(ring, fd, OP, cmd, 7);
@@ -35,7 +36,7 @@ class UblkControlTest {
 
     @Test
     void anotherCompletionOnTheControlRingFailsNamingBothUserData() throws Exception {
-        int fd = Libc.open("/dev/null", Libc.O_RDWR, 0);
+        int fd = FileCalls.open("/dev/null", FileCalls.O_RDWR, 0);
         try (Arena a = Arena.ofConfined(); IoUring ring = IoUring.open(4, 0, IoUringAbi.IORING_SETUP_SQE128)) {
             MemorySegment cmd = a.allocate(UblkAbi.CTRL_CMD_SIZE, 8);
             assertThat(ring.sq().nop(99)).isTrue(); // left behind by someone else: completes with the command

@@ -1,5 +1,6 @@
 package io.pmemblk.uring;
 
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 import org.junit.jupiter.api.Test;
@@ -47,7 +48,7 @@ class IoUringTest {
     /** A descriptor a test opens on a file, closed with the try block that opened it. */
     record OpenFile(Path path, int fd) implements AutoCloseable {
         static OpenFile open(Path path, int flags) throws NativeException {
-            return new OpenFile(path, Libc.open(path.toString(), flags, 0));
+            return new OpenFile(path, FileCalls.open(path.toString(), flags, 0));
         }
 
         /** Writes {@code path} as {@code size} zero bytes, then opens it. */
@@ -106,7 +107,7 @@ class IoUringTest {
         Path dir = where.equals("tempdir") ? tmp : Path.of(where);
         Path file = Files.createTempFile(dir, "uring", ".img");
         try (Arena arena = Arena.ofConfined(); IoUring ring = IoUring.open(8);
-             OpenFile f = OpenFile.open(file, Libc.O_RDWR)) {
+             OpenFile f = OpenFile.open(file, FileCalls.O_RDWR)) {
             int fd = f.fd();
             MemorySegment out = pattern(arena, 8192, 7);
             MemorySegment in = arena.allocate(8192, 4096);
@@ -129,7 +130,7 @@ class IoUringTest {
     @Test
     void writevThenReadvGatherAndScatter(@TempDir Path dir) throws Exception {
         try (Arena arena = Arena.ofConfined(); IoUring ring = IoUring.open(4);
-             OpenFile file = OpenFile.create(dir.resolve("v"), 0, Libc.O_RDWR)) {
+             OpenFile file = OpenFile.create(dir.resolve("v"), 0, FileCalls.O_RDWR)) {
             int fd = file.fd();
             MemorySegment a = pattern(arena, 512, 1), b = pattern(arena, 1024, 2);
             MemorySegment iov = arena.allocate(2 * IOVEC_SIZE, 8);
@@ -206,8 +207,8 @@ class IoUringTest {
     void errorsArriveAsNegativeRes(@TempDir Path dir) throws Exception {
         try (Arena arena = Arena.ofConfined(); IoUring ring = IoUring.open(8)) {
             MemorySegment buf = arena.allocate(4096, 4096);
-            try (OpenFile dirFile = OpenFile.open(dir, Libc.O_RDONLY);
-                 OpenFile shortFile = OpenFile.create(dir.resolve("short"), 100, Libc.O_RDONLY)) {
+            try (OpenFile dirFile = OpenFile.open(dir, FileCalls.O_RDONLY);
+                 OpenFile shortFile = OpenFile.create(dir.resolve("short"), 100, FileCalls.O_RDONLY)) {
                 int dirFd = dirFile.fd();
                 int fileFd = shortFile.fd();
                 assertThat(ring.sq().read(1 << 20, buf, 0, 1)).isTrue();        // no such fd
@@ -233,7 +234,7 @@ class IoUringTest {
             SubmissionQueue sq = ring.sq();
             assertThat(sq.sqeSize()).isEqualTo(128);
             assertThat(sq.sqes().byteSize()).isEqualTo(4 * 128);
-            try (OpenFile file = OpenFile.create(dir.resolve("f"), 1, Libc.O_RDONLY)) {
+            try (OpenFile file = OpenFile.create(dir.resolve("f"), 1, FileCalls.O_RDONLY)) {
                 int fd = file.fd();
                 MemorySegment cmd = pattern(arena, SQE128_CMD_SIZE, 3);
                 assertThat(sq.nop(1)).isTrue();                              // slot 0: SQE at 0
@@ -267,7 +268,7 @@ class IoUringTest {
     @Test
     void registeredFileAndBuffersMoveTheBytesByIndex(@TempDir Path dir) throws Exception {
         try (Arena arena = Arena.ofConfined(); IoUring ring = IoUring.open(8);
-             OpenFile file = OpenFile.create(dir.resolve("fixed"), 16384, Libc.O_RDWR)) {
+             OpenFile file = OpenFile.create(dir.resolve("fixed"), 16384, FileCalls.O_RDWR)) {
             int fd = file.fd();
             MemorySegment out = pattern(arena, 8192, 9);
             MemorySegment in = arena.allocate(8192, 4096);
@@ -297,7 +298,7 @@ class IoUringTest {
     @Test
     void aReusedSlotCarriesNothingFromItsPreviousSqe(@TempDir Path dir) throws Exception {
         try (Arena arena = Arena.ofConfined(); IoUring ring = IoUring.open(1);
-             OpenFile file = OpenFile.create(dir.resolve("r"), 4096, Libc.O_RDONLY)) {
+             OpenFile file = OpenFile.create(dir.resolve("r"), 4096, FileCalls.O_RDONLY)) {
             assertThat(ring.sq().entries()).isEqualTo(1);
             int fd = file.fd();
             MemorySegment buf = arena.allocate(4096, 4096);

@@ -2,10 +2,10 @@ package io.pmemblk.vhost;
 
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.Sockets;
 import io.pmemblk.posix.TrustedDirectory;
 import io.pmemblk.posix.TrustedPath;
 import io.pmemblk.posix.UnixSocketFile;
-import io.pmemblk.posix.UnixStream;
 import io.pmemblk.queueing.BlockDriver;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.refusal.RefusalLog;
@@ -120,13 +120,13 @@ public final class VhostUserBlkServer implements AutoCloseable {
                 writeCache = WriteCacheMode.recorded(new WriteCacheRecord(socketDirectory,
                         path.getFileName().toString(), recordDevice));
             }
-            int fd = UnixStream.socket();
+            int fd = Sockets.unixStreamSocket();
             listenFd = fd;
             socketFile = UnixSocketFile.bind(socketDirectory, path, "vhost.socket", socketGroup, address -> {
                 try (Arena a = Arena.ofConfined()) {
-                    Libc.bind(fd, Libc.unixAddress(address, a));
+                    Sockets.bind(fd, Sockets.unixAddress(address, a));
                 }
-                UnixStream.listen(fd, 4);
+                Sockets.listen(fd, 4);
             });
         } catch (IOException | RuntimeException e) {
             close();
@@ -144,7 +144,7 @@ public final class VhostUserBlkServer implements AutoCloseable {
         while (!closing) {
             int fd;
             try {
-                fd = UnixStream.accept(listenFd);
+                fd = Sockets.accept(listenFd);
             } catch (NativeException e) {
                 if (closing) {
                     return;
@@ -234,7 +234,7 @@ public final class VhostUserBlkServer implements AutoCloseable {
             }
             if (listenFd >= 0) {
                 try {
-                    Libc.shutdown(listenFd, Libc.SHUT_RDWR); // wakes accept(2)
+                    Sockets.shutdown(listenFd, Sockets.SHUT_RDWR); // wakes accept(2)
                 } catch (NativeException ignored) {
                     // never listened: nothing to wake
                 }

@@ -1,6 +1,7 @@
 package io.pmemblk.vhost;
 
 import io.pmemblk.posix.Errno;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.FileIo;
 import io.pmemblk.posix.FileStat;
 import io.pmemblk.posix.Libc;
@@ -93,7 +94,7 @@ public final class WriteCacheRecord {
     private String read() throws IOException {
         int fd;
         try {
-            fd = Libc.openat(dir.fd(), name, Libc.O_RDONLY | Libc.O_NOFOLLOW | Libc.O_NONBLOCK, 0);
+            fd = FileCalls.openat(dir.fd(), name, FileCalls.O_RDONLY | FileCalls.O_NOFOLLOW | FileCalls.O_NONBLOCK, 0);
         } catch (NativeException e) {
             if (e.errno() == Errno.ENOENT) {
                 return null;
@@ -101,7 +102,7 @@ public final class WriteCacheRecord {
             throw e; // ELOOP: a symbolic link where the record belongs
         }
         try (Arena a = Arena.ofConfined()) {
-            FileStat st = Libc.fstat(fd);
+            FileStat st = FileCalls.fstat(fd);
             if (!st.isRegularFile()) {
                 throw new IOException("not a regular file");
             }

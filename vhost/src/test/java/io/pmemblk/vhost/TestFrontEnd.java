@@ -2,8 +2,8 @@ package io.pmemblk.vhost;
 
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.Sockets;
 import io.pmemblk.posix.UnixMessages;
-import io.pmemblk.posix.UnixStream;
 
 import java.io.IOException;
 import java.lang.foreign.Arena;
@@ -30,10 +30,10 @@ final class TestFrontEnd implements AutoCloseable {
     }
 
     static TestFrontEnd connect(Path socket) throws NativeException {
-        int fd = UnixStream.socket();
+        int fd = Sockets.unixStreamSocket();
         try {
-            UnixStream.connect(fd, socket.toString());
-            Libc.receiveTimeout(fd, TIMEOUT_MS);
+            Sockets.connect(fd, socket.toString());
+            Sockets.receiveTimeout(fd, TIMEOUT_MS);
         } catch (NativeException | RuntimeException e) {
             Libc.close(fd);
             throw e;
@@ -164,7 +164,7 @@ final class TestFrontEnd implements AutoCloseable {
      * not answer yet, e.g. GET_VRING_BASE while a request of the ring is in flight.
      */
     void assertSilentFor(int millis, String what) throws IOException {
-        Libc.receiveTimeout(fd, millis);
+        Sockets.receiveTimeout(fd, millis);
         try {
             Reply r = read(new int[MAX_FDS]);
             assertThat(r).as(what + ": the back-end closed the connection within " + millis + " ms").isNotNull();
@@ -176,7 +176,7 @@ final class TestFrontEnd implements AutoCloseable {
                 throw e;
             }
         } finally {
-            Libc.receiveTimeout(fd, TIMEOUT_MS);
+            Sockets.receiveTimeout(fd, TIMEOUT_MS);
         }
     }
 

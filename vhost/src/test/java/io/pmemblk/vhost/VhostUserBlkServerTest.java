@@ -2,6 +2,7 @@ package io.pmemblk.vhost;
 
 import io.pmemblk.vhost.testing.LogCapture;
 import io.pmemblk.posix.EventFd;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.posix.SharedMemory;
@@ -285,7 +286,7 @@ class VhostUserBlkServerTest {
             long size = inflight.payload().get(ValueLayout.JAVA_LONG_UNALIGNED, INFLIGHT_MMAP_SIZE);
             assertThat(size).as("libvhost-user's stride per queue").isEqualTo(2L * 2112);
             assertThat(inflightFd[0]).isNotNegative();
-            assertThat(Libc.fstat(inflightFd[0]).size()).isEqualTo(size);
+            assertThat(FileCalls.fstat(inflightFd[0]).size()).isEqualTo(size);
             fe.send(SET_INFLIGHT_FD, 0, inflight.payload(), inflightFd[0]);
             EventFd[][] seabios = start(fe, 0x140000046L, new int[]{0}, true);
             MemorySegment region = SharedMemory.map(inflightFd[0], 0, size, arena);
@@ -469,9 +470,9 @@ class VhostUserBlkServerTest {
     void guestRamThatCanShrinkIsRefusedNamingTheFixAndNeverMapped() throws Exception {
         int unsealed = SharedMemory.memfd("guest-ram-unsealed", RAM);
         Path shm = Files.createTempFile(Path.of("/dev/shm"), "pmemblk-guest-ram", ".img");
-        int tmpfs = Libc.open(shm.toString(), Libc.O_RDWR | Libc.O_CLOEXEC, 0);
+        int tmpfs = FileCalls.open(shm.toString(), FileCalls.O_RDWR | FileCalls.O_CLOEXEC, 0);
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
-            Libc.ftruncate(tmpfs, RAM);
+            FileCalls.ftruncate(tmpfs, RAM);
             realize(fe, false);
             assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), unsealed)).as("unsealed memfd").isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "region (guest 0x0): its file /memfd:guest-ram-unsealed",
@@ -488,7 +489,7 @@ class VhostUserBlkServerTest {
             assertThat(fe.acked(SET_MEM_TABLE, table, unsealed)).as("SET_MEM_TABLE too").isNotZero();
             assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).as("the sealed memfd").isZero();
             assertThat(fe.get(GET_QUEUE_NUM)).as("still served").isEqualTo(QUEUES);
-            assertThatThrownBy(() -> Libc.ftruncate(ram, 0)).as("a sealed memfd cannot be cut under the server")
+            assertThatThrownBy(() -> FileCalls.ftruncate(ram, 0)).as("a sealed memfd cannot be cut under the server")
                     .isInstanceOf(NativeException.class);
         } finally {
             Libc.close(unsealed);
@@ -633,7 +634,7 @@ class VhostUserBlkServerTest {
     @Test
     void aKickOrCallThatIsNotAnEventfdIsRefusedNamingWhatItIs() throws Exception {
         int file = SharedMemory.memfd("not-an-eventfd", 8);
-        int sock = io.pmemblk.posix.UnixStream.socket();
+        int sock = io.pmemblk.posix.Sockets.unixStreamSocket();
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             realize(fe, false);
             assertThat(fe.acked(SET_VRING_CALL, fe.u64(0), file)).as("a regular file as call").isNotZero();
@@ -665,11 +666,11 @@ class VhostUserBlkServerTest {
                 assertThat(SharedMemory.seals(fd[0]) & (SharedMemory.F_SEAL_SHRINK | SharedMemory.F_SEAL_GROW))
                         .isEqualTo(SharedMemory.F_SEAL_SHRINK | SharedMemory.F_SEAL_GROW);
                 for (long to : new long[]{0, size - 4096, size + 4096}) {
-                    org.assertj.core.api.Assertions.assertThatThrownBy(() -> Libc.ftruncate(fd[0], to))
+                    org.assertj.core.api.Assertions.assertThatThrownBy(() -> FileCalls.ftruncate(fd[0], to))
                             .as("ftruncate to " + to).isInstanceOf(NativeException.class)
                             .satisfies(x -> assertThat(((NativeException) x).errno()).isEqualTo(io.pmemblk.posix.Errno.EPERM));
                 }
-                assertThat(Libc.fstat(fd[0]).size()).isEqualTo(size);
+                assertThat(FileCalls.fstat(fd[0]).size()).isEqualTo(size);
             } finally {
                 Libc.close(fd[0]);
             }

@@ -403,7 +403,7 @@ final class SoftIoatChannel implements Runnable {
             WORD.setVolatile(space.translate(cmp, 8), 0L, status);
             // HotSpot posts a fault in that store to the thread's next safepoint poll (MemoryFaults): make
             // it surface here, where it means a completion address error, not later in some other step
-            io.pmemblk.posix.Libc.nativeRoundTrip(0);
+            io.pmemblk.posix.Mman.nativeRoundTrip(0);
             return true;
         } catch (IovaFault f) {
             return false;

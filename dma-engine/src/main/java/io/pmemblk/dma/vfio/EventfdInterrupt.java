@@ -4,6 +4,7 @@ import io.pmemblk.dma.Interrupt;
 import io.pmemblk.posix.FileIo;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.Sockets;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -22,7 +23,7 @@ public final class EventfdInterrupt implements Interrupt, AutoCloseable {
     private final MemorySegment readBuf = arena.allocate(ValueLayout.JAVA_LONG);
     private final MemorySegment one = arena.allocate(ValueLayout.JAVA_LONG);
     /** The struct pollfd of {@link #await}'s wait: POLLIN on {@link #fd}, reused (one waiter at a time). */
-    private final MemorySegment pollfd = arena.allocate(Libc.POLLFD);
+    private final MemorySegment pollfd = arena.allocate(Sockets.POLLFD);
     private final AtomicLong signals = new AtomicLong();
     private final AtomicLong total = new AtomicLong();
     private volatile boolean closed;
@@ -31,7 +32,7 @@ public final class EventfdInterrupt implements Interrupt, AutoCloseable {
         this.fd = FileIo.eventfd(0, FileIo.EFD_NONBLOCK);
         one.set(ValueLayout.JAVA_LONG, 0, 1L);
         pollfd.set(ValueLayout.JAVA_INT, 0, fd);
-        pollfd.set(ValueLayout.JAVA_SHORT, 4, Libc.POLLIN);
+        pollfd.set(ValueLayout.JAVA_SHORT, 4, Sockets.POLLIN);
     }
 
     /** The eventfd the kernel signals. */
@@ -69,7 +70,7 @@ public final class EventfdInterrupt implements Interrupt, AutoCloseable {
             }
             try {
                 // Slices of at most 100 ms, so that close and interruption are noticed.
-                Libc.pollOne(pollfd, (int) Math.max(1, Math.min(100, TimeUnit.NANOSECONDS.toMillis(left))));
+                Sockets.pollOne(pollfd, (int) Math.max(1, Math.min(100, TimeUnit.NANOSECONDS.toMillis(left))));
             } catch (NativeException e) {
                 throw new IllegalStateException("waiting for an interrupt: " + e.getMessage(), e);
             }

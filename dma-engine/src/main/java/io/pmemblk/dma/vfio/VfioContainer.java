@@ -7,6 +7,7 @@ import static java.lang.foreign.ValueLayout.JAVA_LONG;
 import static java.lang.foreign.ValueLayout.JAVA_SHORT;
 
 import io.pmemblk.posix.Errno;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 import java.lang.foreign.Arena;
@@ -46,7 +47,7 @@ public final class VfioContainer implements AutoCloseable {
         }
         int fd;
         try {
-            fd = Libc.open(dev.toString(), Libc.O_RDWR, 0);
+            fd = FileCalls.open(dev.toString(), FileCalls.O_RDWR, 0);
         } catch (NativeException e) {
             throw new VfioException("cannot open /dev/vfio/vfio: " + e.getMessage() + (e.errno() == EACCES || e.errno() == EPERM
                     ? " (run as root, or give this user the VFIO group's device node)" : ""), e);
@@ -83,7 +84,7 @@ public final class VfioContainer implements AutoCloseable {
         }
         int gfd;
         try {
-            gfd = Libc.open(node.toString(), Libc.O_RDWR, 0);
+            gfd = FileCalls.open(node.toString(), FileCalls.O_RDWR, 0);
         } catch (NativeException e) {
             throw new VfioException("cannot open " + node + ": " + e.getMessage() + (e.errno() == EBUSY
                     ? " (another process, e.g. another pmemblk or QEMU, holds the group)" : ""), e);

@@ -9,6 +9,7 @@ import io.pmemblk.dma.Mmio;
 import io.pmemblk.dma.SegmentMmio;
 import io.pmemblk.posix.FileIo;
 import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.Mman;
 import io.pmemblk.posix.NativeException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -91,7 +92,7 @@ public final class VfioDevice {
                     + Integer.toHexString(r.flags()) + "; need at least " + minimumSize + " bytes, mappable");
         }
         try {
-            MemorySegment window = Libc.map(fd, r.size(), Libc.PROT_READ | Libc.PROT_WRITE, Libc.MAP_SHARED, r.offset(), bars);
+            MemorySegment window = Mman.map(fd, r.size(), Mman.PROT_READ | Mman.PROT_WRITE, Mman.MAP_SHARED, r.offset(), bars);
             return new SegmentMmio(window);
         } catch (NativeException e) {
             throw new VfioException(address + ": mmap of BAR" + index + " failed: " + e.getMessage(), e);

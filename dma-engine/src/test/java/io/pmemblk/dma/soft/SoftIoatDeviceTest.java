@@ -4,6 +4,7 @@ import static io.pmemblk.dma.ioat.IoatSpec.*;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.SharedMemory;
 import java.lang.foreign.Arena;
@@ -103,7 +104,7 @@ class SoftIoatDeviceTest {
         try (Arena files = Arena.ofShared()) {
             MemorySegment file = SharedMemory.map(fd, 0, 8192, files);
             long fileIova = space.map(file);
-            Libc.ftruncate(fd, 0); // every page of the mapping now faults
+            FileCalls.ftruncate(fd, 0); // every page of the mapping now faults
             arm();
             descriptor(0, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, fileIova + 4096, bufIova + 8192);
             doorbellThenHalt(1, 0, CHANERR_READ_DATA);
@@ -137,7 +138,7 @@ class SoftIoatDeviceTest {
         try (Arena files = Arena.ofShared()) {
             MemorySegment file = SharedMemory.map(fd, 0, 8192, files);
             long fileIova = space.map(file);
-            Libc.ftruncate(fd, 0);
+            FileCalls.ftruncate(fd, 0);
             dev.write8(CH + CHANCMD, CHANCMD_RESET);
             dev.write16(CH + CHANCTRL, CHANCTRL_RUN);
             dev.write64(CH + CHANCMP, fileIova + 4096); // the completion word is in the lost file too

@@ -3,6 +3,7 @@ package io.pmemblk.pmem.btt;
 import io.pmemblk.pmem.BttRegion;
 import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.CrashModel;
+import io.pmemblk.pmem.CrashSweep;
 import io.pmemblk.pmem.Persistence;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
@@ -43,8 +44,9 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 /**
  * Crash consistency of the BTT under the project's power-failure model ({@link CrashModel}): random writes and
  * zeroings from several lanes at once, a few LBAs shared so that lanes contend for the same map entries and cache
- * lines, crashed after every durability step (each drain or msync, on whichever thread) and every write-back. Every crash image is
- * opened (recovery runs) and must be
+ * lines, crashed after every durability step (each drain or msync, on whichever thread) and every write-back: every
+ * point is reached, and a seeded sample of them judged ({@link CrashSweep}; every one under {@code ./scripts/test
+ * --long}). Every crash image judged is opened (recovery runs) and must be
  * <ul>
  *   <li>consistent: every internal block referenced exactly once by the map and the flog's free blocks;</li>
  *   <li>sector-atomic: every touched block reads wholly as one version that was written to it (or zeros);</li>
@@ -74,6 +76,7 @@ class BttCrashTest {
     static int lbaOf(int i) {
         return i < 8 ? i * 317 : 8 * 317 + (i - 8);
     }
+    /** Crash points reached (not stopped): each judged in a whole sweep, a sample of them otherwise. */
     static final AtomicInteger CHECKED = new AtomicInteger();
 
     @TempDir
@@ -146,7 +149,8 @@ class BttCrashTest {
             ConcurrentLinkedQueue<String> violations = new ConcurrentLinkedQueue<>();
             AtomicBoolean stop = new AtomicBoolean();
             int before = CHECKED.get();
-            crashAfterEveryStep(model, history, crashes, sector, lbas, violations, stop);
+            CrashSweep.Sampler sample = CrashSweep.sampler("engine, " + modelName + ", sector " + sector + ", seed " + seed);
+            crashAfterEveryStep(model, history, crashes, sector, lbas, violations, stop, sample);
             Btt btt = Btt.open(m.memory(), model, 3 * LANES); // room for groups: 3 lanes a thread
             AtomicInteger versions = new AtomicInteger();
             ConcurrentLinkedQueue<Throwable> failures = new ConcurrentLinkedQueue<>();
@@ -189,7 +193,9 @@ class BttCrashTest {
             assertThat(violations).as("crash images violating the BTT's guarantees (first of them)")
                     .isEmpty();
             int checked = CHECKED.get() - before;
-            System.out.println("BTT crash images checked (" + modelName + ", sector " + sector + "): " + checked);
+            System.out.println("BTT crash points reached (" + modelName + ", sector " + sector + "): " + checked + "; "
+                    + sample.describe());
+            assertThat(sample.judged()).as("crash images judged").isPositive();
             // A single write costs 4 durability steps on pmem, a group of up to 5 writes 4 too (more where it
             // splits), a zeroing 1 (none for a zero block): on average well over one step for every two operations.
             assertThat(checked).isGreaterThanOrEqualTo(LANES * OPS_PER_LANE / 2);
@@ -280,16 +286,18 @@ class BttCrashTest {
         ConcurrentLinkedQueue<Throwable> failures = new ConcurrentLinkedQueue<>();
         AtomicBoolean stop = new AtomicBoolean();
         int before = CHECKED.get();
+        CrashSweep.Sampler sample = CrashSweep.sampler("driver, " + mapper + ", sector " + sector);
         try {
-            crashAfterEveryStep(model, history, crashes, sector, lbas, violations, stop);
+            crashAfterEveryStep(model, history, crashes, sector, lbas, violations, stop, sample);
             AtomicInteger versions = new AtomicInteger();
             int batches = region.isPmem() ? 3 * BATCHES : BATCHES; // a drain costs less than an msync: more of them
             dispatchFromTwoQueues(batches, stop, failures, violations, driver,
                     me -> sector + 7L * me + 1000L * mapper.ordinal(),
                     (me, rnd) -> dispatchBatch(layer.queue(me), rnd, sector, versions, model, history));
             int checked = CHECKED.get() - before;
-            System.out.println("BTT crash images checked through the driver (" + mapper + ", sector " + sector
-                    + ", pmem " + region.isPmem() + "): " + checked);
+            System.out.println("BTT crash points reached through the driver (" + mapper + ", sector " + sector
+                    + ", pmem " + region.isPmem() + "): " + checked + "; " + sample.describe());
+            assertThat(sample.judged()).as("crash images judged").isPositive();
             assertThat(checked).as("every batch costs at least 4 durability steps").isGreaterThanOrEqualTo(2 * 4 * batches);
         } finally {
             stop.set(true);
@@ -318,7 +326,7 @@ class BttCrashTest {
      * 5th descriptor halts the channel: those groups are stored by the CPU. Every image must be consistent,
      * sector-atomic and true to every completed request: a device-written block is durable before the flog and
      * map entries naming it (remove the write-back and drain of the device-stored data in
-     * {@code Btt.Group.commitStored} and this fails).
+     * {@code WriteGroup.commitStored} and this fails).
      */
     @ParameterizedTest(name = "{0}, sector {1}, faults {2}")
     @MethodSource("dmaCases")
@@ -347,18 +355,20 @@ class BttCrashTest {
         AtomicBoolean stop = new AtomicBoolean();
         AtomicInteger[] routes = {new AtomicInteger(), new AtomicInteger()};
         int before = CHECKED.get();
+        CrashSweep.Sampler sample = CrashSweep.sampler("DMA, " + mapper + ", sector " + sector + ", faults " + withFaults);
         try {
-            crashAfterEveryStep(model, history, crashes, sector, lbas, violations, stop);
+            crashAfterEveryStep(model, history, crashes, sector, lbas, violations, stop, sample);
             AtomicInteger versions = new AtomicInteger();
             int batches = region.isPmem() ? 3 * BATCHES : BATCHES;
             dispatchFromTwoQueues(batches, stop, failures, violations, driver,
                     me -> sector + 11L * me + 1000L * mapper.ordinal() + (withFaults ? 77 : 0),
                     (me, rnd) -> dispatchBatch(layer.queue(me), rnd, sector, versions, model, history, routes));
             int checked = CHECKED.get() - before;
-            System.out.println("BTT crash images checked through the driver's DMA route (" + mapper + ", sector "
+            System.out.println("BTT crash points reached through the driver's DMA route (" + mapper + ", sector "
                     + sector + ", pmem " + region.isPmem() + ", faults " + withFaults + "): " + checked + "; requests by"
                     + " DMA " + routes[Route.DMA.ordinal()] + ", by CPU " + routes[Route.CPU.ordinal()] + ", DMA"
-                    + " fallbacks " + stats.dmaFallbacks());
+                    + " fallbacks " + stats.dmaFallbacks() + "; " + sample.describe());
+            assertThat(sample.judged()).as("crash images judged").isPositive();
             assertThat(checked).as("every batch costs at least 4 durability steps").isGreaterThanOrEqualTo(2 * 4 * batches);
             assertThat(stats.bytes(Route.DMA, true)).as("the DMA route was taken").isPositive();
             assertThat(stats.bytes(Route.CPU, true)).as("and the CPU route").isPositive();
@@ -542,26 +552,30 @@ class BttCrashTest {
     }
 
     /**
-     * A crash image judged after every persistence step of {@code model} and between every write-back and its
-     * drain (a missing drain shows there); the first violation is added and stops the crashes.
+     * A crash point after every persistence step of {@code model} and between every write-back and its drain (a
+     * missing drain shows there), its image judged when {@code sample} picks it; the first violation is added, with
+     * the sample's seed, and stops the crashes.
      */
     private static void crashAfterEveryStep(CrashModel model, History history, Random crashes, int sector, int[] lbas,
-            ConcurrentLinkedQueue<String> violations, AtomicBoolean stop) {
-        Runnable crash = () -> {
+            ConcurrentLinkedQueue<String> violations, AtomicBoolean stop, CrashSweep.Sampler sample) {
+        record Snap(byte[] image, List<Op> ops) {}
+        java.util.function.Consumer<CrashSweep.Point> crash = kind -> {
             if (stop.get()) {
                 return;
             }
-            record Snap(byte[] image, List<Op> ops) {}
+            CHECKED.incrementAndGet();
+            if (!sample.judge(kind)) {
+                return;
+            }
             Snap s = model.atomically(() -> new Snap(model.crashImage(crashes), history.snapshot()));
             String v = judge(s.image(), s.ops(), sector, lbas);
-            CHECKED.incrementAndGet();
             if (v != null) {
-                violations.add(v);
+                violations.add(v + "\n" + sample.describe());
                 stop.set(true);
             }
         };
-        model.afterEachStep(crash);
-        model.afterEachWriteBack(crash);
+        model.afterEachStep(() -> crash.accept(CrashSweep.Point.AFTER_STEP));
+        model.afterEachWriteBack(() -> crash.accept(CrashSweep.Point.AFTER_WRITE_BACK));
     }
 
     /** One batch of a submitter: on queue {@code queue}, drawing from its own seeded {@code rnd}. */

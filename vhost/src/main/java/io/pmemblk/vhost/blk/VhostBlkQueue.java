@@ -1,15 +1,10 @@
 package io.pmemblk.vhost.blk;
 
-import io.pmemblk.posix.MemoryFaults;
 import io.pmemblk.posix.EdgeWait;
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.HardwareQueue;
-import io.pmemblk.queueing.Op;
-import io.pmemblk.queueing.Request;
-import io.pmemblk.queueing.Status;
-import io.pmemblk.queueing.refusal.RefusalLog;
 import io.pmemblk.vhost.memory.GuestMemory;
 import io.pmemblk.vhost.virtq.BrokenRingException;
 import io.pmemblk.vhost.virtq.Chain;
@@ -19,29 +14,17 @@ import io.pmemblk.vhost.virtq.VirtioFeatures;
 import io.pmemblk.vhost.virtq.Virtqueue;
 
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
-import java.nio.charset.StandardCharsets;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Supplier;
 
 /**
  * One virtio-blk virtqueue served by its own thread, {@code vhost-blk-q<index>} (benchmarks read those threads'
  * CPU time): woken by the kick eventfd, it pops the available chains, turns each into a block-layer request on the
- * guest's own memory ({@link FrontendQueue#acquireIov}: the driver copies between guest RAM and pmem, the only
- * copy), dispatches the whole batch in one {@link FrontendQueue#dispatch} (one doorbell per batch), and completes
- * on whichever thread the driver completes on (see {@link Virtqueue} for how used entries are published from
- * there). Requests the block layer has no part in (GET_ID, refusals) are answered on the queue thread.
- *
- * <h2>Requests (virtio 1.2 section 5.2.6)</h2>
- * A 16-byte header in the first device-readable bytes (split anywhere), data, and the status in the chain's last
- * device-writable byte. IN / OUT: a non-zero multiple of blk_size at a blk_size-aligned sector, inside the
- * device, at most the block layer's maxRequestBytes (seg_max x size_max stays within it), and no more than {@link HardwareQueue#MAX_IOVS} pieces, else IOERR;
- * IN with readable data past the header, or OUT with writable bytes besides the status, IOERR; OUT on a read-only
- * device IOERR. FLUSH -> the block layer's FLUSH (durable). GET_ID -> the serial, NUL-padded, in at most 20
- * bytes. DISCARD / WRITE_ZEROES -> TRIM / WRITE_ZEROES of exactly one 16-byte segment (max_discard_seg 1, more:
- * UNSUPP, as qemu-storage-daemon), flags other than UNMAP on WRITE_ZEROES UNSUPP, a range outside the device or
- * above the advertised maximum IOERR. Anything else UNSUPP. A chain without a device-writable byte cannot be
- * answered at all: the queue breaks.
+ * guest's own memory ({@link BlkRequests}: the driver copies between guest RAM and pmem, the only copy),
+ * dispatches the whole batch in one {@link FrontendQueue#dispatch} (one doorbell per batch), and completes on
+ * whichever thread the driver completes on ({@link BlkAnswers}; see {@link Virtqueue} for how used entries are
+ * published from there). Requests the block layer has no part in (GET_ID, refusals) are answered on the queue
+ * thread.
  *
  * <h2>Polling</h2>
  * When the ring is empty the thread polls avail.idx for its {@link RingPolling} window before it re-arms kicks and
@@ -60,19 +43,13 @@ import java.util.function.Supplier;
  */
 public final class VhostBlkQueue {
     private static final System.Logger LOG = System.getLogger(VhostBlkQueue.class.getName());
-    /** A guest can refuse itself as fast as it fills the ring: its refusals are rate-limited. */
-    private static final RefusalLog REFUSALS = RefusalLog.to(LOG, System.Logger.Level.DEBUG);
-    /** A fault in guest RAM is the operator's to know (rate-limited as the refusals: a front end can repeat it). */
-    private static final RefusalLog GUEST_RAM_FAULTS = RefusalLog.withOwnLimit(LOG, System.Logger.Level.WARNING);
     public static final long DEFAULT_POLL_NANOS = 20_000;
     /**
-     * vhost.coalesce's default, the longest a completion is held back for others ({@link RingPolling}, the hold).
-     * bench-vhost, pmemblk/qsd in one guest, 4k QD32 and 64k QD16 jobs: no hold 0.76-1.01, 30 us 0.87-1.34,
-     * 80 us 0.91-1.24; the guest's interrupts per request fell from 0.42-0.78 to 0.23-0.39. Then 100 us against
-     * 50 us, pmemblk-alt/pmemblk by round (2026-12-04): 0.89-1.30 on 4k QD32, 64k QD16 and 2M QD4 jobs (median
-     * 1.14), interrupts 0.16-0.34 a 4k or 64k request from 0.21-0.49; 0.95 and 0.92 at QD1 and QD4, where a guest
-     * waiting for its answers paid 8 holds per 64 round trips (now per up to 4096:
-     * {@link RingPolling#HOLD_PROBE_MAX_PUBLISHES}).
+     * vhost.coalesce's default, the longest a completion is held back for others ({@link RingPolling}, the hold):
+     * long enough to gather a QD32 guest's next requests' completions into one interrupt (an interrupt costs the
+     * guest far more than a request costs here), short enough that a guest waiting for its answers (QD1-4) loses
+     * little, now that the hold is tried only every {@link RingPolling#HOLD_PROBE_MAX_PUBLISHES} publishes where it
+     * does not pay. The measurements behind it: docs/performance.md, "The vhost queue's constants".
      */
     public static final long DEFAULT_HOLD_NANOS = 100_000;
     /**
@@ -87,8 +64,7 @@ public final class VhostBlkQueue {
      * for the last copy before it can handle the first completion; a few at a time lets it complete and submit
      * while this thread copies the next few, as qemu-storage-daemon does completing each request on its own. Still
      * a batch: one doorbell for the DMA engine, one publish and at most one interrupt per {@code BATCH} requests.
-     * Measured (bench-vhost, pmemblk/qsd in one guest): 32 per dispatch 0.80-0.94 at 4k and 0.86-1.10 at 64k; 8 and 2
-     * both higher (0.91-1.20, 0.71-1.39) on a host too loaded to tell them apart; 4 stands between them.
+     * The measurements behind 4: docs/performance.md, "The vhost queue's constants".
      */
     static final int BATCH = 4;
     /**
@@ -96,12 +72,8 @@ public final class VhostBlkQueue {
      * quarter to a half of a QD32 guest's depth, so the guest never waits long for a whole burst.
      */
     static final int HOLD_COMPLETIONS = 16;
-    /** Pieces a chain may have besides its data: header and status, each possibly split once. */
-    private static final int CHAIN_SLACK = 4;
 
     private final int index;
-    private final int size;
-    private final EventFd call;
     /**
      * The thread's sleep: the kick and {@link #wake}, edge-triggered ({@link EdgeWait}), so a wake-up is one
      * epoll_wait and the kick's counter is never read (poll and read cost 5-8% of a DMA-route queue thread).
@@ -111,31 +83,16 @@ public final class VhostBlkQueue {
     private final EventFd wake;
     private final FrontendQueue frontend;
     private final Supplier<GuestMemory> memory;
-    private final BlkDevice device;
     private final RingPolling.Window polling;
     /** When the oldest completion held back was made (System.nanoTime), or 0 when none is held. */
     private long heldSince;
-    private final long maxDataBytes;
     private final Virtqueue vq;
-    private final Chain chain = new Chain(HardwareQueue.MAX_IOVS + CHAIN_SLACK);
+    private final Chain chain = new Chain(HardwareQueue.MAX_IOVS + BlkRequests.CHAIN_SLACK);
     private final Thread thread;
-    private final MemorySegment serialBytes;
-    /** Per head: where its status byte is and what used.len an OK answer reports. */
-    private final MemorySegment[] statusMapping;
-    private final long[] statusOffset;
-    private final int[] okLength;
+    private final BlkRequests requests;
+    private final BlkAnswers answers;
 
-    /** What the driver calls when one of this queue's requests is done (any thread). */
-    private final Request.Completion completion = this::completed;
     private volatile boolean running;
-    /**
-     * A completion on another thread (the DMA engine's completion thread, which every client shares) published
-     * used entries the guest is to be interrupted for: the queue thread writes the call eventfd
-     * ({@link #sendDueCall}), woken by {@link #wake}. The call fd is the front end's: a front end can make a write
-     * to it block (its counter full and O_NONBLOCK cleared on the description it shares with us), and then only
-     * its own queue thread waits, never the engine that serves every other client.
-     */
-    private volatile boolean callDue;
     /** The queue thread reaps its requests' DMA completions itself ({@link #startReaping}); its own field. */
     private boolean reaping;
     /** SET_VRING_ENABLE: while false the thread pops nothing ({@link #enable}). */
@@ -150,59 +107,38 @@ public final class VhostBlkQueue {
     private Runnable quietAction;
     private volatile boolean broken;
     private volatile String brokenReason;
-    private volatile boolean writeThrough;
-    private boolean signalFailed;
-
-    /** With the default polling; see {@link #VhostBlkQueue(int, int, long, long, long, int, long, EventFd, EventFd,
-     *  FrontendQueue, Supplier, MemorySegment, BlkDevice, RingPolling)}. */
-    public VhostBlkQueue(int index, int size, long descUser, long availUser, long usedUser, int baseIndex,
-                         long features, EventFd kick, EventFd call, FrontendQueue frontend,
-                         Supplier<GuestMemory> memory, MemorySegment inflight, BlkDevice device) {
-        this(index, size, descUser, availUser, usedUser, baseIndex, features, kick, call, frontend, memory, inflight,
-                device, new RingPolling(DEFAULT_POLL_NANOS, DEFAULT_HOLD_NANOS, RingPolling.defaultMaxPollers()));
-    }
 
     /**
      * Maps the rings (QEMU's addresses of SET_VRING_ADDR, through the current memory table) and, with an inflight
      * region, recovers what an earlier back-end left in flight; {@link #start} starts serving.
-     * @param features  the negotiated virtio features
-     * @param call      the call eventfd, or null when the queue has no interrupt vector
-     * @param inflight  this queue's slice of the inflight region (its desc_num written), or null
-     * @param polling   the server's polling bounds, of which this queue takes one window
+     * @param ring   where the ring lies and the avail index it starts from
+     * @param wiring what it is served with: features, eventfds, the block layer's queue, memory, device, polling
      * @throws IllegalArgumentException when a ring is outside guest memory or misaligned, or the size is not 1..32768
      * @throws IllegalStateException when the inflight region contradicts the ring
      */
-    public VhostBlkQueue(int index, int size, long descUser, long availUser, long usedUser, int baseIndex,
-                         long features, EventFd kick, EventFd call, FrontendQueue frontend,
-                         Supplier<GuestMemory> memory, MemorySegment inflight, BlkDevice device, RingPolling polling) {
+    public VhostBlkQueue(VringAddress ring, QueueWiring wiring) {
+        int index = ring.index(), size = ring.size();
         if (size < 1 || size > SplitRing.MAX_SIZE) {
             throw new IllegalArgumentException("virtqueue " + index + " size " + size + ": allowed 1.." + SplitRing.MAX_SIZE);
         }
         this.index = index;
-        this.size = size;
-        this.call = call;
-        this.frontend = frontend;
-        this.memory = memory;
-        this.device = device;
-        this.polling = polling.window();
-        this.maxDataBytes = frontend.queue().maxRequestBytes();
+        this.frontend = wiring.frontend();
+        this.memory = wiring.memory();
+        this.polling = wiring.polling().window();
         GuestMemory mem = memory.get();
+        long features = wiring.features();
         boolean eventIdx = (features & VirtioFeatures.bit(VirtioFeatures.RING_EVENT_IDX)) != 0;
-        SplitRing ring = new SplitRing(size, eventIdx, area(mem, "descriptor table", descUser, SplitRing.descBytes(size)),
-                area(mem, "avail ring", availUser, SplitRing.availBytes(size, eventIdx)),
-                area(mem, "used ring", usedUser, SplitRing.usedBytes(size, eventIdx)));
+        SplitRing split = new SplitRing(size, eventIdx, area(mem, "descriptor table", ring.desc(), SplitRing.descBytes(size)),
+                area(mem, "avail ring", ring.avail(), SplitRing.availBytes(size, eventIdx)),
+                area(mem, "used ring", ring.used(), SplitRing.usedBytes(size, eventIdx)));
         // Indirect tables: as long as the queue, or as a request of seg_max segments with header and status.
         int maxIndirect = Math.max(size, HardwareQueue.MAX_IOVS + 2);
-        this.vq = new Virtqueue(index, ring, features, baseIndex, maxIndirect,
+        MemorySegment inflight = wiring.inflight();
+        this.vq = new Virtqueue(index, split, features, ring.base(), maxIndirect,
                 inflight == null ? null : new Inflight(inflight, size));
         vq.recover();
-        byte[] serial = device.serial().getBytes(StandardCharsets.US_ASCII);
-        this.serialBytes = MemorySegment.ofArray(new byte[VirtioBlk.ID_BYTES]); // NUL-padded
-        MemorySegment.copy(MemorySegment.ofArray(serial), 0, serialBytes, 0, serial.length);
-        this.statusMapping = new MemorySegment[size];
-        this.statusOffset = new long[size];
-        this.okLength = new int[size];
         this.thread = Thread.ofPlatform().name("vhost-blk-q" + index).daemon(true).unstarted(this::run);
+        EventFd kick = wiring.kick();
         EventFd w = null;
         EdgeWait e = null;
         try {
@@ -217,6 +153,8 @@ public final class VhostBlkQueue {
         }
         this.wake = w;
         this.sleep = e;
+        this.answers = new BlkAnswers(index, size, vq, wiring.call(), wake, thread, memory, this::quietIfDone);
+        this.requests = new BlkRequests(index, vq, frontend, wiring.device(), answers);
     }
 
     private static void closeQuietly(AutoCloseable c) {
@@ -271,7 +209,7 @@ public final class VhostBlkQueue {
      * durable before it completes (FUA).
      */
     public void writeCache(boolean enabled) {
-        writeThrough = !enabled;
+        requests.writeCache(enabled);
     }
 
     /**
@@ -357,7 +295,7 @@ public final class VhostBlkQueue {
         }
         // After vq.stop() completions write nothing (nor wake the thread); what those before it left due goes now,
         // before the session closes the call fd (the thread has ended or no longer sends it).
-        sendDueCall();
+        answers.sendDueCall();
         synchronized (this) {
             quietAction = whenQuiet;
             detached = true;
@@ -420,7 +358,7 @@ public final class VhostBlkQueue {
             vq.disableKicks();
             while (running) {
                 reap();
-                sendDueCall();
+                answers.sendDueCall();
                 if (!enabled) {
                     if (heldSince != 0) {
                         publishHeld(); // what was answered before the ring was disabled
@@ -458,7 +396,7 @@ public final class VhostBlkQueue {
             }
             frontend.dispatch(); // what the batch holds still completes
             publishHeld(); // before stop() returns and QEMU unmaps the ring
-            sendDueCall();
+            answers.sendDueCall();
             frontend.releaseUndispatched(); // a request being filled when something threw
             synchronized (this) {
                 threadLive = false;
@@ -470,7 +408,7 @@ public final class VhostBlkQueue {
     /**
      * Becomes the reaper of the DMA completions of this queue's requests (BlockDriver#startReaping): their
      * interrupt wakes this thread, which completes them itself, so that neither the engine's completion thread
-     * nor a hand-off back here (callDue, the wake) is woken per completion. False when the driver has nothing to
+     * nor a hand-off back here ({@link BlkAnswers}' callDue, the wake) is woken per completion. False when the driver has nothing to
      * reap here, or the sleep cannot take its eventfd (the engine's thread then completes, as without).
      */
     private boolean startReaping() {
@@ -514,11 +452,11 @@ public final class VhostBlkQueue {
             long window = polling.nanos();
             do {
                 Thread.onSpinWait();
-                if (vq.hasAvailable()) {
+                if (workToDo()) {
                     return true;
                 }
                 reap();
-                sendDueCall(); // a DMA completion meanwhile: its interrupt is not held for the poll
+                answers.sendDueCall(); // a DMA completion meanwhile: its interrupt is not held for the poll
             } while (System.nanoTime() - from < window);
             return false;
         } finally {
@@ -538,8 +476,8 @@ public final class VhostBlkQueue {
                 while (running && System.nanoTime() - heldSince < hold) {
                     Thread.onSpinWait();
                     reap();
-                    sendDueCall(); // a DMA completion published everything held with its own
-                    if (vq.hasAvailable()) {
+                    answers.sendDueCall(); // a DMA completion published everything held with its own
+                    if (workToDo()) {
                         polling.held(true);
                         return true;
                     }
@@ -555,9 +493,14 @@ public final class VhostBlkQueue {
         return false;
     }
 
+    /** What the loop, its polls and its hold wait for: chains the guest made available. */
+    private boolean workToDo() {
+        return vq.hasAvailable();
+    }
+
     private void publishHeld() {
         heldSince = 0;
-        signal(vq.publishHeld());
+        answers.signal(vq.publishHeld());
     }
 
     /**
@@ -566,7 +509,7 @@ public final class VhostBlkQueue {
      * {@link RingPolling} hold) until {@link #HOLD_COMPLETIONS} wait or the hold is over.
      */
     private int processBatch() throws BrokenRingException, InterruptedException {
-        if (!vq.hasAvailable()) {
+        if (!workToDo()) {
             return 0;
         }
         GuestMemory mem = memory.get();
@@ -576,12 +519,12 @@ public final class VhostBlkQueue {
             // running: after halt() nothing more is taken (the thread may still be here, waiting for a tag)
             while (n < BATCH && running && !frontend.full() && vq.pop(mem, chain)) {
                 n++;
-                submit(chain);
+                requests.submit(chain);
             }
             frontend.dispatch();
         } finally {
             boolean hold = polling.holdNanos() > 0;
-            signal(vq.endBatch(hold ? HOLD_COMPLETIONS : 0));
+            answers.signal(vq.endBatch(hold ? HOLD_COMPLETIONS : 0));
             if (!hold) {
                 polling.published();
             }
@@ -592,311 +535,5 @@ public final class VhostBlkQueue {
             heldSince = System.nanoTime();
         }
         return n;
-    }
-
-    private void submit(Chain c) throws BrokenRingException, InterruptedException {
-        int head = c.head();
-        MemorySegment statusMap = c.lastWritableMapping();
-        if (statusMap == null) {
-            vq.unpop(head);
-            throw new BrokenRingException("virtqueue " + index + ": the chain of head " + head
-                    + " has no device-writable byte for its status");
-        }
-        statusMapping[head] = statusMap;
-        statusOffset[head] = c.lastWritableOffset();
-        if (c.readableBytes() < VirtioBlk.OUTHDR_BYTES) {
-            refuse(head, VirtioBlk.S_IOERR, "a header of " + c.readableBytes() + " device-readable bytes: 16 needed");
-            return;
-        }
-        if (c.overflowed()) {
-            refuse(head, VirtioBlk.S_IOERR, "a chain of more than " + (HardwareQueue.MAX_IOVS + CHAIN_SLACK)
-                    + " pieces of guest memory");
-            return;
-        }
-        int type = (int) c.readLE(VirtioBlk.OUTHDR_TYPE, 4);
-        long sector = c.readLE(VirtioBlk.OUTHDR_SECTOR, 8);
-        long readData = c.readableBytes() - VirtioBlk.OUTHDR_BYTES;
-        long writeData = c.writableBytes() - 1;
-        switch (type) {
-            case VirtioBlk.T_IN -> {
-                if (readData != 0) {
-                    refuse(head, VirtioBlk.S_IOERR, "IN with " + readData + " device-readable bytes after its header");
-                } else if (dataOk(head, "IN", sector, writeData)) {
-                    data(c, head, Op.READ, sector, writeData);
-                }
-            }
-            case VirtioBlk.T_OUT -> {
-                if (writeData != 0) {
-                    refuse(head, VirtioBlk.S_IOERR, "OUT with " + writeData + " device-writable bytes besides its status");
-                } else if (device.readOnly()) {
-                    refuse(head, VirtioBlk.S_IOERR, "OUT on a read-only device");
-                } else if (dataOk(head, "OUT", sector, readData)) {
-                    data(c, head, Op.WRITE, sector, readData);
-                }
-            }
-            case VirtioBlk.T_FLUSH -> range(head, Op.FLUSH, 0, 0);
-            case VirtioBlk.T_GET_ID -> {
-                if (writeData == 0) {
-                    refuse(head, VirtioBlk.S_IOERR, "GET_ID without a device-writable buffer for the serial");
-                    return;
-                }
-                long written = c.writeFrom(serialBytes, Math.min(writeData, VirtioBlk.ID_BYTES));
-                answer(head, VirtioBlk.S_OK, (int) written + 1);
-            }
-            case VirtioBlk.T_DISCARD, VirtioBlk.T_WRITE_ZEROES -> discardOrZero(c, head, type, readData);
-            default -> refuse(head, VirtioBlk.S_UNSUPP, "request type " + Integer.toUnsignedString(type)
-                    + ": served IN 0, OUT 1, FLUSH 4, GET_ID 8, DISCARD 11, WRITE_ZEROES 13");
-        }
-    }
-
-    /** Whether an IN / OUT of {@code bytes} at {@code sector} may be served; refused (IOERR) if not. */
-    private boolean dataOk(int head, String what, long sector, long bytes) {
-        int blk = device.blkSize();
-        String wrong = null;
-        if (bytes <= 0 || bytes % blk != 0) {
-            wrong = bytes + " data bytes: allowed a non-zero multiple of the block size " + blk;
-        } else if (bytes > maxDataBytes) {
-            wrong = bytes + " data bytes: at most " + maxDataBytes + " (the block layer's maxRequestBytes, which seg_max"
-                    + " x size_max stays within)";
-        } else if (!inDevice(sector, bytes / VirtioBlk.SECTOR)) {
-            wrong = "sector " + Long.toUnsignedString(sector) + " + " + bytes / VirtioBlk.SECTOR
-                    + " sectors: outside the device of " + device.capacitySectors() + " sectors";
-        } else if (sector % (blk / VirtioBlk.SECTOR) != 0) {
-            wrong = "sector " + sector + ": not aligned to the block size " + blk;
-        }
-        if (wrong != null) {
-            refuse(head, VirtioBlk.S_IOERR, what + " of " + wrong);
-            return false;
-        }
-        return true;
-    }
-
-    /** Unsigned: sectors [sector, sector + count) lie in the device (no overflow: sector is compared first). */
-    private boolean inDevice(long sector, long count) {
-        long cap = device.capacitySectors();
-        return Long.compareUnsigned(sector, cap) <= 0 && count <= cap - sector;
-    }
-
-    /**
-     * IN / OUT: the data are the chain's readable bytes after the header (OUT) or its writable bytes before the
-     * status byte (IN), {@code bytes} of them, in pieces as the chain has them.
-     */
-    private void data(Chain c, int head, Op op, long sector, long bytes) throws InterruptedException {
-        boolean write = op == Op.WRITE;
-        int first = write ? 0 : c.readable();
-        int end = write ? c.readable() : c.count();
-        long skip = write ? VirtioBlk.OUTHDR_BYTES : 0;
-        int pieces = dataPieces(c, first, end, skip, bytes); // counted before a request is taken for it
-        if (pieces > HardwareQueue.MAX_IOVS) {
-            refuse(head, VirtioBlk.S_IOERR, op + " in " + pieces + " pieces of guest memory: at most "
-                    + HardwareQueue.MAX_IOVS + " (seg_max segments, each split at most once between regions)");
-            return;
-        }
-        Request r;
-        try {
-            r = frontend.acquireIov(op, sector * VirtioBlk.SECTOR, bytes);
-        } catch (InterruptedException e) {
-            vq.unpop(head); // never submitted: popped again by the next pop, or not counted by GET_VRING_BASE
-            throw e;
-        }
-        long left = bytes;
-        for (int i = first; i < end && left > 0; i++) {
-            long off = c.offset(i), len = c.length(i);
-            if (skip >= len) {
-                skip -= len;
-                continue;
-            }
-            long take = Math.min(len - skip, left);
-            long iova = c.iova(i);
-            r.addIov(c.mapping(i), off + skip, take, iova == Request.NO_IOVA ? iova : iova + skip);
-            skip = 0;
-            left -= take;
-        }
-        okLength[head] = write ? 1 : (int) bytes + 1;
-        submitRequest(r, head);
-    }
-
-    /** How many pieces {@code bytes} data bytes take from pieces [first, end) after skipping {@code skip} bytes. */
-    private static int dataPieces(Chain c, int first, int end, long skip, long bytes) {
-        int n = 0;
-        for (int i = first; i < end && bytes > 0; i++) {
-            long len = c.length(i);
-            if (skip >= len) {
-                skip -= len;
-                continue;
-            }
-            bytes -= Math.min(len - skip, bytes);
-            skip = 0;
-            n++;
-        }
-        return n;
-    }
-
-    private void discardOrZero(Chain c, int head, int type, long readData) throws InterruptedException {
-        boolean zero = type == VirtioBlk.T_WRITE_ZEROES;
-        String name = zero ? "WRITE_ZEROES" : "DISCARD";
-        if (!(zero ? device.canZero() : device.canDiscard())) {
-            refuse(head, VirtioBlk.S_UNSUPP, name + ": not offered by this device");
-            return;
-        }
-        if (device.readOnly()) {
-            refuse(head, VirtioBlk.S_IOERR, name + " on a read-only device");
-            return;
-        }
-        if (readData != VirtioBlk.SEGMENT_BYTES) {
-            refuse(head, readData > 0 && readData % VirtioBlk.SEGMENT_BYTES == 0 ? VirtioBlk.S_UNSUPP : VirtioBlk.S_IOERR,
-                    name + " with " + readData + " bytes of segments: exactly one 16-byte segment (max_discard_seg 1)");
-            return;
-        }
-        long at = VirtioBlk.OUTHDR_BYTES;
-        long sector = c.readLE(at + VirtioBlk.SEGMENT_SECTOR, 8);
-        long count = c.readLE(at + VirtioBlk.SEGMENT_NUM_SECTORS, 4);
-        int flags = (int) c.readLE(at + VirtioBlk.SEGMENT_FLAGS, 4);
-        int allowed = zero ? VirtioBlk.WRITE_ZEROES_FLAG_UNMAP : 0;
-        int align = device.blkSize() / VirtioBlk.SECTOR;
-        if ((flags & ~allowed) != 0) {
-            refuse(head, VirtioBlk.S_UNSUPP, name + " with flags 0x" + Integer.toHexString(flags) + ": allowed 0x"
-                    + Integer.toHexString(allowed));
-        } else if (count == 0 || count > VirtioBlkConfig.MAX_RANGE_SECTORS) {
-            refuse(head, VirtioBlk.S_IOERR, name + " of " + count + " sectors: allowed 1.."
-                    + VirtioBlkConfig.MAX_RANGE_SECTORS);
-        } else if (!inDevice(sector, count)) {
-            refuse(head, VirtioBlk.S_IOERR, name + " of sector " + Long.toUnsignedString(sector) + " + " + count
-                    + ": outside the device of " + device.capacitySectors() + " sectors");
-        } else if (sector % align != 0 || count % align != 0) {
-            refuse(head, VirtioBlk.S_IOERR, name + " of sector " + sector + " + " + count + ": not aligned to the"
-                    + " block size " + device.blkSize());
-        } else {
-            range(head, zero ? Op.WRITE_ZEROES : Op.TRIM, sector * VirtioBlk.SECTOR, count * VirtioBlk.SECTOR);
-        }
-    }
-
-    /** A request without data (FLUSH, TRIM, WRITE_ZEROES) through the block layer. */
-    private void range(int head, Op op, long offset, long length) throws InterruptedException {
-        Request r;
-        try {
-            r = frontend.acquire(0);
-        } catch (InterruptedException e) {
-            vq.unpop(head);
-            throw e;
-        }
-        r.op = op;
-        r.offset = offset;
-        r.length = length;
-        okLength[head] = 1;
-        submitRequest(r, head);
-    }
-
-    private void submitRequest(Request r, int head) {
-        r.cookie = head;
-        r.fua = writeThrough && r.op != Op.READ && r.op != Op.FLUSH;
-        r.completion = completion;
-        frontend.add(r);
-    }
-
-    /** The driver completed a request (any thread): its status goes to the guest, its tag back to the layer. */
-    private void completed(Request r) {
-        int head = (int) r.cookie;
-        int status = r.status();
-        if (status == Status.EIO && r.callerMemory()) {
-            noteGuestRamFault(r, head); // before the release: the pieces are the request's
-        }
-        r.release(); // before the guest sees the head complete: its next request finds the tag free
-        byte s = status == Status.OK ? VirtioBlk.S_OK : status == Status.ENOTSUP ? VirtioBlk.S_UNSUPP : VirtioBlk.S_IOERR;
-        answer(head, s, s == VirtioBlk.S_OK ? okLength[head] : 1);
-    }
-
-    /**
-     * A data request failed: when one of its pieces of guest RAM no longer loads (a poisoned line; memory a front
-     * end took away), says so naming the region, so the log blames guest RAM, not the device. Failure path only,
-     * rate-limited with the refusals; the loads are checked accesses ({@link MemoryFaults}), safe on any thread.
-     */
-    private void noteGuestRamFault(Request r, int head) {
-        if (!GUEST_RAM_FAULTS.enabled()) {
-            return;
-        }
-        GuestMemory mem = memory.get();
-        for (int i = 0, n = r.iovCount(); i < n; i++) {
-            MemorySegment piece = r.iovMapping(i).asSlice(r.iovStart(i), r.iovLength(i));
-            if (!MemoryFaults.loads(piece)) {
-                String region = "at address 0x" + Long.toHexString(piece.address());
-                for (int k = 0; k < mem.regionCount(); k++) {
-                    if (mem.region(k).mapping().address() == r.iovMapping(i).address()) {
-                        region = mem.region(k) + " at offset 0x" + Long.toHexString(r.iovStart(i));
-                    }
-                }
-                GUEST_RAM_FAULTS.refused("vhost-blk-q{0} head {1}: IOERR: guest RAM {2} ({3} bytes) faulted: the front"
-                        + " end''s memory, not the device", index, head, region, Long.toString(r.iovLength(i)));
-                return;
-            }
-        }
-    }
-
-    private void refuse(int head, byte status, String why) {
-        refuseLog(head, why);
-        answer(head, status, 1);
-    }
-
-    private void refuseLog(int head, String why) {
-        if (REFUSALS.enabled()) {
-            REFUSALS.refused("vhost-blk-q{0} head {1} refused: {2}", index, head, why);
-        }
-    }
-
-    /**
-     * Writes the status byte and pushes the head; signals the call eventfd when the ring says so: on the queue
-     * thread itself, or, from another thread, by handing the signal to the queue thread ({@link #callDue}), whose
-     * wake-up is our own non-blocking eventfd, signalled under vq's monitor: after {@link #detach} stops vq no
-     * completion reaches it, so it may be closed. On a detached queue it writes nothing: the last such completion
-     * runs the quiet action.
-     */
-    private void answer(int head, byte status, int usedLen) {
-        boolean signal = false;
-        boolean lastOfDetached = false;
-        boolean queueThread = Thread.currentThread() == thread;
-        synchronized (vq) {
-            if (vq.stopped()) {
-                lastOfDetached = vq.abandon(head) == 0; // the ring is no longer ours, nor perhaps guest memory
-            } else {
-                statusMapping[head].set(ValueLayout.JAVA_BYTE, statusOffset[head], status);
-                signal = vq.push(head, usedLen);
-                if (signal && !queueThread && call != null) {
-                    callDue = true;
-                    try {
-                        wake.signal(); // never blocks: ours, non-blocking (EAGAIN, a full counter, is a wake pending)
-                    } catch (RuntimeException e) {
-                        LOG.log(System.Logger.Level.DEBUG, "vhost-blk-q" + index + ": waking the queue thread: " + e);
-                    }
-                    return;
-                }
-            }
-        }
-        if (lastOfDetached) {
-            quietIfDone();
-            return;
-        }
-        signal(signal);
-    }
-
-    /** Sends the interrupt a completion on another thread left due ({@link #callDue}): queue thread, or stop(). */
-    private void sendDueCall() {
-        if (callDue) {
-            callDue = false;
-            signal(true);
-        }
-    }
-
-    private void signal(boolean due) {
-        if (!due || call == null) {
-            return;
-        }
-        try {
-            call.signal();
-        } catch (RuntimeException e) {
-            if (!signalFailed) { // once: the session replaces or closes the call fd, the next SET_VRING_CALL fixes it
-                signalFailed = true;
-                LOG.log(System.Logger.Level.WARNING, "vhost-blk-q" + index + ": signalling the call eventfd " + e);
-            }
-        }
     }
 }

@@ -1,5 +1,7 @@
 /**
  * virtio-blk over vhost-user: the device's configuration space and features, and one thread per virtqueue
- * that turns the guest's requests into block-layer requests on guest memory (the one copy is guest RAM <-> pmem).
+ * ({@link io.pmemblk.vhost.blk.VhostBlkQueue}) that turns the guest's requests into block-layer requests on guest
+ * memory ({@link io.pmemblk.vhost.blk.BlkRequests}) and answers them ({@link io.pmemblk.vhost.blk.BlkAnswers});
+ * the one copy is guest RAM <-> pmem.
  */
 package io.pmemblk.vhost.blk;

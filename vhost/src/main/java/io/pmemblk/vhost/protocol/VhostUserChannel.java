@@ -2,6 +2,7 @@ package io.pmemblk.vhost.protocol;
 
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.Sockets;
 import io.pmemblk.posix.UnixMessages;
 
 import java.io.IOException;
@@ -33,7 +34,7 @@ public final class VhostUserChannel implements AutoCloseable {
     private final Arena arena = Arena.ofShared();
     private final MemorySegment in = arena.allocate(HEADER_SIZE + MAX_PAYLOAD, 8);
     private final MemorySegment out = arena.allocate(HEADER_SIZE + MAX_PAYLOAD, 8);
-    private final MemorySegment poll = arena.allocate(Libc.POLLFD);
+    private final MemorySegment poll = arena.allocate(Sockets.POLLFD);
     /** One more than any message may carry, so "too many" is seen rather than dropped unnoticed. */
     private final int[] fds = new int[MAX_FDS + 1];
     private final int[] stray = new int[1];
@@ -205,7 +206,7 @@ public final class VhostUserChannel implements AutoCloseable {
         poll.set(ValueLayout.JAVA_SHORT, 4, (short) 0); // POLLHUP and POLLERR are reported unasked
         poll.set(ValueLayout.JAVA_SHORT, 6, (short) 0);
         try {
-            return (Libc.pollOne(poll, 0) & (Libc.POLLHUP | Libc.POLLERR | Libc.POLLNVAL)) != 0;
+            return (Sockets.pollOne(poll, 0) & (Sockets.POLLHUP | Sockets.POLLERR | Sockets.POLLNVAL)) != 0;
         } catch (NativeException e) {
             return true; // the socket itself is broken
         }
@@ -214,7 +215,7 @@ public final class VhostUserChannel implements AutoCloseable {
     /** Wakes a thread blocked in {@link #read} (it sees the end of the stream); any thread, any time. */
     public void shutdown() {
         try {
-            Libc.shutdown(fd, Libc.SHUT_RDWR);
+            Sockets.shutdown(fd, Sockets.SHUT_RDWR);
         } catch (NativeException ignored) {
             // not connected any more: nothing to wake
         }

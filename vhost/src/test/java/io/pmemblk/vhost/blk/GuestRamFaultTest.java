@@ -6,6 +6,7 @@ import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.pmem.Routing;
 import io.pmemblk.posix.EventFd;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.SharedMemory;
 import io.pmemblk.queueing.BlockLayer;
@@ -52,12 +53,12 @@ class GuestRamFaultTest {
         try {
             GuestRam ram = new GuestRam(null, SharedMemory.map(fd, 0, bytes, arena), 0, 4 * MIB);
             GuestDriver ring = new GuestDriver(ram, 16, 0x10000);
-            queue = new VhostBlkQueue(0, 16, ring.descUser(), ring.availUser(), ring.usedUser(), 0,
-                    VirtioFeatures.bit(VirtioFeatures.VERSION_1), kick, call, new FrontendQueue(layer.queue(0)),
-                    ram::memory, null, BlkDevice.of(16 * MIB, false, true, true, "pmem0"));
+            queue = new VhostBlkQueue(new VringAddress(0, 16, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
+                    new QueueWiring(VirtioFeatures.bit(VirtioFeatures.VERSION_1), kick, call, new FrontendQueue(layer.queue(0)),
+                            ram::memory, null, BlkDevice.of(16 * MIB, false, true, true, "pmem0")));
             queue.start();
             BlkGuest guest = new BlkGuest(ring, MIB, 2 * MIB);
-            Libc.ftruncate(fd, GuestRam.GUARD + 2 * MIB); // guest RAM from gpa 2 MiB on is gone
+            FileCalls.ftruncate(fd, GuestRam.GUARD + 2 * MIB); // guest RAM from gpa 2 MiB on is gone
             long header = 0x80000, status = 0x90000, gone = 3 * MIB;
             ram.write(header, new byte[16]); // VIRTIO_BLK_T_IN of sector 0
             BlkGuest.Sent s = guest.raw(List.of(new GuestDriver.Buf(header, 16, false),

@@ -69,9 +69,9 @@ class HostileGuestRandomTest {
                 String where = "seed " + seed + " round " + round;
                 GuestDriver ring = new GuestDriver(ram, N, 0x10000);
                 BlkGuest guest = new BlkGuest(ring, 2 * MIB, 7 * MIB);
-                VhostBlkQueue q = new VhostBlkQueue(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0,
-                        FEATURES, kick, call, new FrontendQueue(layer.queue(0)), ram::memory, null,
-                        BlkDevice.of(DEVICE, false, true, true, "random"));
+                VhostBlkQueue q = new VhostBlkQueue(new VringAddress(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
+                        new QueueWiring(FEATURES, kick, call, new FrontendQueue(layer.queue(0)), ram::memory, null,
+                                BlkDevice.of(DEVICE, false, true, true, "random")));
                 q.start();
                 int count = 1 + rnd.nextInt(12);
                 int hostileAt = rnd.nextInt(3) == 0 ? rnd.nextInt(count) : -1;

@@ -40,9 +40,9 @@ final class PmemQueue implements AutoCloseable {
         ring = new GuestDriver(ram, N, 0x10000);
         kick = EventFd.create(true);
         call = EventFd.create(true);
-        queue = new VhostBlkQueue(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0,
-                GuestDriver.LINUX_FEATURES, kick, call, new FrontendQueue(layer.queue(0)), ram::memory, null,
-                BlkDevice.of(region.size(), false, true, true, "pmem0"));
+        queue = new VhostBlkQueue(new VringAddress(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
+                new QueueWiring(GuestDriver.LINUX_FEATURES, kick, call, new FrontendQueue(layer.queue(0)), ram::memory, null,
+                        BlkDevice.of(region.size(), false, true, true, "pmem0")));
     }
 
     @Override

@@ -1,7 +1,9 @@
 package io.pmemblk.vhost.blk;
 
 import io.pmemblk.posix.EventFd;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.Mman;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.testing.Closing;
@@ -43,8 +45,8 @@ class RestartTest {
     @Test
     void requestsInFlightWhenTheBackEndDiesCompleteAfterTheRestart() throws Exception {
         long bytes = GuestRam.bytesFor(LAYOUT);
-        int fd = Libc.open(dir.resolve("guest-ram").toString(), Libc.O_RDWR | Libc.O_CREAT, 0600);
-        Libc.ftruncate(fd, bytes);
+        int fd = FileCalls.open(dir.resolve("guest-ram").toString(), FileCalls.O_RDWR | FileCalls.O_CREAT, 0600);
+        FileCalls.ftruncate(fd, bytes);
         Arena guestArena = Arena.ofShared(), deadArena = Arena.ofShared(), nextArena = Arena.ofShared();
         MemoryBlockDriver dead = new MemoryBlockDriver(16 * MIB), next = new MemoryBlockDriver(16 * MIB);
         BlockLayer deadLayer = new BlockLayer(dead, 1, 32, 4 * MIB, 1 << 20);
@@ -61,8 +63,8 @@ class RestartTest {
             BlkGuest guest = new BlkGuest(ring, MIB, 8 * MIB);
             BlkDevice device = BlkDevice.of(16 * MIB, false, true, true, "restart");
             dead.hold();
-            VhostBlkQueue first = new VhostBlkQueue(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0,
-                    FEATURES, kick, call, new FrontendQueue(deadLayer.queue(0)), deadRam::memory, inflight, device);
+            VhostBlkQueue first = new VhostBlkQueue(new VringAddress(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
+                    new QueueWiring(FEATURES, kick, call, new FrontendQueue(deadLayer.queue(0)), deadRam::memory, inflight, device));
             first.start();
             assertThat(inflight.get(ValueLayout.JAVA_SHORT_UNALIGNED, 10)).as("desc_num, written at the first start")
                     .isEqualTo((short) N);
@@ -90,8 +92,8 @@ class RestartTest {
 
             // QEMU reconnects: GET_VRING_BASE failed, so last_avail_idx = used.idx; the inflight region is handed over.
             GuestRam nextRam = new GuestRam(nextArena, map(fd, bytes, nextArena), false, LAYOUT);
-            second = new VhostBlkQueue(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), ring.usedIdx(),
-                    FEATURES, kick, call, new FrontendQueue(nextLayer.queue(0)), nextRam::memory, inflight, device);
+            second = new VhostBlkQueue(new VringAddress(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), ring.usedIdx()),
+                    new QueueWiring(FEATURES, kick, call, new FrontendQueue(nextLayer.queue(0)), nextRam::memory, inflight, device));
             assertThat(second.lastAvail()).as("used.idx 0 + 6 in flight").isEqualTo(6);
             second.start(); // no kick: what was in flight is resubmitted at once
             Map<Integer, Integer> answered = new HashMap<>();
@@ -126,6 +128,6 @@ class RestartTest {
     }
 
     static MemorySegment map(int fd, long bytes, Arena owner) throws Exception {
-        return Libc.map(fd, bytes, Libc.PROT_READ | Libc.PROT_WRITE, Libc.MAP_SHARED, 0, owner);
+        return Mman.map(fd, bytes, Mman.PROT_READ | Mman.PROT_WRITE, Mman.MAP_SHARED, 0, owner);
     }
 }

@@ -83,10 +83,12 @@ class VhostBlkQueueTest {
             kick = EventFd.create(true);
             call = EventFd.create(true);
             queue = polling == null
-                    ? new VhostBlkQueue(index, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0, features, kick,
-                    call, new FrontendQueue(layer.queue(index)), ram::memory, null, device)
-                    : new VhostBlkQueue(index, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0, features, kick,
-                    call, new FrontendQueue(layer.queue(index)), ram::memory, null, device, polling);
+                    ? new VhostBlkQueue(new VringAddress(index, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
+                            new QueueWiring(features, kick, call, new FrontendQueue(layer.queue(index)), ram::memory, null,
+                                    device))
+                    : new VhostBlkQueue(new VringAddress(index, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
+                            new QueueWiring(features, kick, call, new FrontendQueue(layer.queue(index)), ram::memory, null,
+                                    device, polling));
             if (start) {
                 queue.start();
             }

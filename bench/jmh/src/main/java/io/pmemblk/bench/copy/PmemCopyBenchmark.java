@@ -2,7 +2,7 @@ package io.pmemblk.bench.copy;
 
 import io.pmemblk.pmem.Libpmem;
 import java.lang.foreign.MemorySegment;
-import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.Mman;
 import org.openjdk.jmh.annotations.Benchmark;
 import org.openjdk.jmh.annotations.Level;
 import org.openjdk.jmh.annotations.Scope;
@@ -68,7 +68,7 @@ public class PmemCopyBenchmark extends BlockWalk {
     /** glibc's memcpy (ERMS or non-temporal stores on long copies), which a fault inside kills the JVM. */
     @Benchmark
     public void libcMemcpyRead(Throughput t) {
-        Libc.memcpy(buffer, pmem.asSlice(nextOffset(), bytes));
+        Mman.memcpy(buffer, pmem.asSlice(nextOffset(), bytes));
         t.add(bytes);
     }
 

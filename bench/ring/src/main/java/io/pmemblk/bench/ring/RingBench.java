@@ -1,5 +1,6 @@
 package io.pmemblk.bench.ring;
 
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.uring.CompletionHandler;
 import io.pmemblk.uring.CompletionQueue;
@@ -60,7 +61,7 @@ public final class RingBench implements CompletionHandler {
         if (blocks == 0) {
             throw new IllegalArgumentException(file + " is smaller than one block");
         }
-        int fd = Libc.open(file.toString(), Libc.O_RDONLY, 0);
+        int fd = FileCalls.open(file.toString(), FileCalls.O_RDONLY, 0);
         try (Arena arena = Arena.ofConfined();
              IoUring ring = IoUring.open(qd, 0, IoUringAbi.IORING_SETUP_COOP_TASKRUN | IoUringAbi.IORING_SETUP_SINGLE_ISSUER)) {
             MemorySegment all = arena.allocate((long) qd * BLOCK, BLOCK);

@@ -10,8 +10,8 @@ import io.pmemblk.dma.vfio.VfioAbi;
 import io.pmemblk.posix.Errno;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.Sockets;
 import io.pmemblk.posix.UnixMessages;
-import io.pmemblk.posix.UnixStream;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -111,16 +111,16 @@ public final class VfioUserConnection implements AutoCloseable {
         for (int n = 1; n < inPayload.length; n++) {
             inPayload[n] = in.asSlice(HEADER, n);
         }
-        this.iov = arena.allocate(Libc.IOVEC);
-        this.msghdr = arena.allocate(Libc.MSGHDR);
-        msghdr.set(ValueLayout.ADDRESS, Libc.MSGHDR_IOV, iov);
-        msghdr.set(ValueLayout.JAVA_LONG, Libc.MSGHDR_IOVLEN, 1L);
-        this.pollfd = arena.allocate(Libc.POLLFD);
+        this.iov = arena.allocate(Sockets.IOVEC);
+        this.msghdr = arena.allocate(Sockets.MSGHDR);
+        msghdr.set(ValueLayout.ADDRESS, Sockets.MSGHDR_IOV, iov);
+        msghdr.set(ValueLayout.JAVA_LONG, Sockets.MSGHDR_IOVLEN, 1L);
+        this.pollfd = arena.allocate(Sockets.POLLFD);
         pollfd.set(ValueLayout.JAVA_INT, 0, fd);
-        pollfd.set(ValueLayout.JAVA_SHORT, 4, Libc.POLLIN);
-        Libc.receiveTimeout(fd, SLICE_MILLIS);
-        Libc.sendTimeout(fd, SLICE_MILLIS);
-        this.peerPid = UnixStream.peerPid(fd);
+        pollfd.set(ValueLayout.JAVA_SHORT, 4, Sockets.POLLIN);
+        Sockets.receiveTimeout(fd, SLICE_MILLIS);
+        Sockets.sendTimeout(fd, SLICE_MILLIS);
+        this.peerPid = Sockets.peerPid(fd);
     }
 
     /** The device process (SO_PEERCRED at connect). */
@@ -146,13 +146,13 @@ public final class VfioUserConnection implements AutoCloseable {
     public static VfioUserConnection connect(String path, Duration timeout, DmaTarget target) throws VfioUserException {
         int fd;
         try {
-            fd = UnixStream.socket();
+            fd = Sockets.unixStreamSocket();
         } catch (NativeException e) {
             throw new VfioUserException("vfio-user: cannot make a socket: " + e.getMessage(), e);
         }
         VfioUserConnection c = null;
         try {
-            UnixStream.connect(fd, path);
+            Sockets.connect(fd, path);
             c = new VfioUserConnection(fd, path, timeout, target);
             c.negotiate();
             return c;
@@ -172,11 +172,7 @@ public final class VfioUserConnection implements AutoCloseable {
             c.close();
             return;
         }
-        try {
-            Libc.close(fd);
-        } catch (NativeException ignored) {
-            // never used
-        }
+        Libc.closeQuietly(fd);
     }
 
     public String path() {
@@ -558,7 +554,7 @@ public final class VfioUserConnection implements AutoCloseable {
             while (sent < size) {
                 iov.set(ValueLayout.JAVA_LONG, 0, out.address() + sent);
                 iov.set(ValueLayout.JAVA_LONG, 8, size - sent);
-                long n = Libc.sendWaiting(fd, msghdr);
+                long n = Sockets.sendWaiting(fd, msghdr);
                 sent += n;
                 if (n == 0 && System.nanoTime() - deadline > 0) {
                     throw lose(what + ": the device took no data for " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
@@ -604,7 +600,7 @@ public final class VfioUserConnection implements AutoCloseable {
                 if (withFds && got == 0) {
                     n = UnixMessages.receive(fd, into, fdsIn); // descriptors travel with the first byte
                 } else {
-                    n = Libc.recv(fd, into, MSG_WAITALL);
+                    n = Sockets.recv(fd, into, MSG_WAITALL);
                 }
             } catch (NativeException e) {
                 if (e.errno() == Errno.EAGAIN || e.errno() == Errno.EINTR) {
@@ -722,7 +718,7 @@ public final class VfioUserConnection implements AutoCloseable {
             if (lostReason == null && !closed) {
                 lostReason = why;
                 try {
-                    Libc.shutdown(fd, Libc.SHUT_RDWR);
+                    Sockets.shutdown(fd, Sockets.SHUT_RDWR);
                 } catch (NativeException ignored) {
                     // the socket is broken already
                 }
@@ -759,7 +755,7 @@ public final class VfioUserConnection implements AutoCloseable {
         while (!closed && lostReason == null) {
             int revents;
             try {
-                revents = Libc.pollOne(pollfd, SLICE_MILLIS);
+                revents = Sockets.pollOne(pollfd, SLICE_MILLIS);
             } catch (NativeException e) {
                 lose("polling the socket failed: " + e.getMessage());
                 break;
@@ -778,7 +774,7 @@ public final class VfioUserConnection implements AutoCloseable {
                 if (closed || lostReason != null) {
                     break;
                 }
-                if (Libc.pollOne(pollfd, 0) == 0) {
+                if (Sockets.pollOne(pollfd, 0) == 0) {
                     continue; // a requester read it meanwhile
                 }
                 int payload = receive(System.nanoTime() + timeoutNanos, false, "the device's next message");
@@ -822,7 +818,7 @@ public final class VfioUserConnection implements AutoCloseable {
             }
             closed = true;
             try {
-                Libc.shutdown(fd, Libc.SHUT_RDWR);
+                Sockets.shutdown(fd, Sockets.SHUT_RDWR);
             } catch (NativeException ignored) {
                 // not connected any more
             }

@@ -78,7 +78,7 @@ public final class VfioUserIovaSpace extends IovaSpace {
                 d.dmaMap(iovaPage, span, r.fd(), r.offset());
             } catch (VfioUserException e) {
                 if (!e.connectionLost()) {
-                    closeQuietly(r.fd());
+                    Libc.closeQuietly(r.fd());
                     throw new IllegalStateException(e.getMessage(), e);
                 }
                 // the device just went: the region is given to the next one at attach
@@ -93,7 +93,7 @@ public final class VfioUserIovaSpace extends IovaSpace {
         if (r == null) {
             return;
         }
-        closeQuietly(r.fd());
+        Libc.closeQuietly(r.fd());
         VfioUserConnection d = device;
         if (d != null) {
             try {
@@ -133,7 +133,7 @@ public final class VfioUserIovaSpace extends IovaSpace {
     public synchronized void release() {
         device = null;
         for (Region r : regions.values()) {
-            closeQuietly(r.fd());
+            Libc.closeQuietly(r.fd());
         }
         regions.clear();
     }
@@ -141,13 +141,5 @@ public final class VfioUserIovaSpace extends IovaSpace {
     /** Regions given to the device now (or to be given at the next attach). */
     public synchronized int mappedRegions() {
         return regions.size();
-    }
-
-    private static void closeQuietly(int fd) {
-        try {
-            Libc.close(fd);
-        } catch (NativeException ignored) {
-            // ours: cannot be bad
-        }
     }
 }

@@ -9,8 +9,8 @@ import io.pmemblk.dma.soft.SoftFaults;
 import io.pmemblk.dma.soft.SoftIoatDevice;
 import io.pmemblk.posix.Errno;
 import io.pmemblk.posix.EventFd;
-import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.Sockets;
 import java.io.IOException;
 import java.lang.System.Logger.Level;
 import java.lang.foreign.Arena;
@@ -100,7 +100,7 @@ public final class IoatVfioUserDevice implements AutoCloseable {
         this.wake = EventFd.create(true);
         this.vectors = new PendingVectors(channels, wake);
         this.model = new SoftIoatDevice(space, channels, xfercapLog2, faults, vectors::vector, DMA_CAPABILITY);
-        this.pollfds = arena.allocate(Libc.POLLFD, 2);
+        this.pollfds = arena.allocate(Sockets.POLLFD, 2);
         MemorySegment c = null;
         try {
             removeStaleSocket(socket);
@@ -258,13 +258,13 @@ public final class IoatVfioUserDevice implements AutoCloseable {
             while (!closing) {
                 int fd = lib.pollFd(ctx);
                 pollfds.set(ValueLayout.JAVA_INT, 0, fd);
-                pollfds.set(ValueLayout.JAVA_SHORT, 4, Libc.POLLIN);
+                pollfds.set(ValueLayout.JAVA_SHORT, 4, Sockets.POLLIN);
                 pollfds.set(ValueLayout.JAVA_SHORT, 6, (short) 0);
-                long w = Libc.POLLFD.byteSize();
+                long w = Sockets.POLLFD.byteSize();
                 pollfds.set(ValueLayout.JAVA_INT, w, wake.fd());
-                pollfds.set(ValueLayout.JAVA_SHORT, w + 4, Libc.POLLIN);
+                pollfds.set(ValueLayout.JAVA_SHORT, w + 4, Sockets.POLLIN);
                 pollfds.set(ValueLayout.JAVA_SHORT, w + 6, (short) 0);
-                if (Libc.poll(pollfds, 2, POLL_MILLIS) == 0) {
+                if (Sockets.poll(pollfds, 2, POLL_MILLIS) == 0) {
                     continue;
                 }
                 if (pollfds.get(ValueLayout.JAVA_SHORT, w + 6) != 0) {

@@ -2,8 +2,8 @@ package io.pmemblk.dma.vfiouser.client;
 
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.Sockets;
 import io.pmemblk.posix.UnixMessages;
-import io.pmemblk.posix.UnixStream;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;
@@ -27,20 +27,20 @@ final class FreezingProxy implements AutoCloseable {
 
     FreezingProxy(Path socket, Path device) throws NativeException {
         this.device = device;
-        this.listenFd = UnixStream.socket();
+        this.listenFd = Sockets.unixStreamSocket();
         try (Arena a = Arena.ofConfined()) {
-            Libc.bind(listenFd, Libc.unixAddress(socket.toString(), a));
+            Sockets.bind(listenFd, Sockets.unixAddress(socket.toString(), a));
         }
-        UnixStream.listen(listenFd, 4);
+        Sockets.listen(listenFd, 4);
         this.acceptor = Thread.ofPlatform().daemon().name("proxy-accept").start(this::accept);
     }
 
     private void accept() {
         while (!closed) {
             try {
-                int client = UnixStream.accept(listenFd);
-                int dev = UnixStream.socket();
-                UnixStream.connect(dev, device.toString());
+                int client = Sockets.accept(listenFd);
+                int dev = Sockets.unixStreamSocket();
+                Sockets.connect(dev, device.toString());
                 synchronized (pairs) {
                     pairs.add(new int[]{client, dev});
                 }
@@ -92,7 +92,7 @@ final class FreezingProxy implements AutoCloseable {
 
     private static void shutdown(int fd) {
         try {
-            Libc.shutdown(fd, Libc.SHUT_RDWR);
+            Sockets.shutdown(fd, Sockets.SHUT_RDWR);
         } catch (NativeException ignored) {
             // closed already
         }

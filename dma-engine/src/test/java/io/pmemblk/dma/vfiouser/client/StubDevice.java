@@ -4,8 +4,8 @@ import static io.pmemblk.dma.vfiouser.client.VfioUserSpec.*;
 
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.Sockets;
 import io.pmemblk.posix.UnixMessages;
-import io.pmemblk.posix.UnixStream;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -40,17 +40,17 @@ final class StubDevice implements AutoCloseable {
 
     StubDevice(Path socket, Script script) throws NativeException {
         this.script = script;
-        this.listenFd = UnixStream.socket();
+        this.listenFd = Sockets.unixStreamSocket();
         try (Arena a = Arena.ofConfined()) {
-            Libc.bind(listenFd, Libc.unixAddress(socket.toString(), a));
+            Sockets.bind(listenFd, Sockets.unixAddress(socket.toString(), a));
         }
-        UnixStream.listen(listenFd, 1);
+        Sockets.listen(listenFd, 1);
         this.thread = Thread.ofPlatform().daemon().name("stub-vfio-user").start(this::serve);
     }
 
     private void serve() {
         try {
-            conn = UnixStream.accept(listenFd);
+            conn = Sockets.accept(listenFd);
             try (Arena a = Arena.ofConfined()) {
                 MemorySegment header = a.allocate(HEADER);
                 while (true) {
@@ -83,7 +83,7 @@ final class StubDevice implements AutoCloseable {
     private boolean readFully(MemorySegment into) throws NativeException {
         long got = 0;
         while (got < into.byteSize()) {
-            int n = Libc.recv(conn, into.asSlice(got), 0);
+            int n = Sockets.recv(conn, into.asSlice(got), 0);
             if (n == 0) {
                 return false;
             }
@@ -137,7 +137,7 @@ final class StubDevice implements AutoCloseable {
 
     /** Closes the connection from the server's side (a device process that died). */
     void hangUp() throws NativeException {
-        Libc.shutdown(conn, Libc.SHUT_RDWR);
+        Sockets.shutdown(conn, Sockets.SHUT_RDWR);
     }
 
     Message next(long millis) throws InterruptedException {
@@ -147,14 +147,14 @@ final class StubDevice implements AutoCloseable {
     @Override
     public void close() throws Exception {
         try {
-            Libc.shutdown(listenFd, Libc.SHUT_RDWR);
+            Sockets.shutdown(listenFd, Sockets.SHUT_RDWR);
         } catch (NativeException ignored) {
             // not listening
         }
         int c = conn;
         if (c >= 0) {
             try {
-                Libc.shutdown(c, Libc.SHUT_RDWR);
+                Sockets.shutdown(c, Sockets.SHUT_RDWR);
             } catch (NativeException ignored) {
                 // gone already
             }

@@ -1,0 +1,59 @@
+package io.pmemblk.pmem.btt;
+
+import io.pmemblk.pmem.MappingHold;
+import io.pmemblk.pmem.Persistence;
+
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.util.concurrent.atomic.AtomicReference;
+
+/**
+ * What the parts of one open BTT share ({@link Btt}, its {@link Lanes}, {@link LaneHandle}s, {@link ReadTracking}
+ * and {@link WriteGroup}s), made once at open and handed to each by its constructor. None of them owns the mapping.
+ *
+ * @param pool         the whole pool file, mapped
+ * @param hold         held by a group for its copies and write-backs ({@link WriteGroup}): one acquire of the
+ *                     mapping a group, not two a native call, which on x86 would wait for every write-back before it
+ *                     and undo their overlap
+ * @param pmem         whether the persistence port writes back caches (pmem), or msyncs (elsewhere)
+ * @param blocks       external blocks over all arenas: the device's capacity in blocks
+ * @param lanes        callers that may run at once, each on a lane of its own
+ * @param writeFailure set when a persistence step of a write failed: its lane's state on the media is unknown, so
+ *                     writes stop
+ */
+record BttState(MemorySegment pool, MappingHold hold, Persistence persistence, Btt.Media media, boolean pmem,
+                int blockSize, long blocks, int lanes, Arena[] arenas, AtomicReference<String> writeFailure) {
+    /** The int arrays the parts share between threads: RTT slots, lane busy flags, device-read buckets, map locks. */
+    static final VarHandle ARRAY = MethodHandles.arrayElementVarHandle(int[].class);
+
+    Arena arenaOf(long lba) {
+        if (lba < 0 || lba >= blocks) {
+            throw new IllegalArgumentException("block " + lba + " is out of range: 0.." + (blocks - 1));
+        }
+        for (Arena a : arenas) {
+            if (lba < a.firstLba + a.externalNlba) {
+                return a;
+            }
+        }
+        throw new AssertionError("unreachable: " + lba + " < " + blocks);
+    }
+
+    /** A read of a block whose map entry has the ERROR flag. */
+    static IOException markedBad(long lba) {
+        return new IOException("block " + lba + " is marked bad (its map entry has the ERROR flag): EIO until it is"
+                + " written again");
+    }
+
+    void refuseIfReadOnly(Arena a, long lba) throws IOException {
+        String failed = writeFailure.get();
+        if (failed != null) {
+            throw new IOException("writes are refused: " + failed);
+        }
+        String why = a.error;
+        if (why != null) {
+            throw new IOException("block " + lba + " is in arena " + a.index + ", which is read-only: " + why);
+        }
+    }
+}

@@ -1,0 +1,91 @@
+package io.pmemblk.pmem.bitmap;
+
+import io.pmemblk.pmem.CopyStats;
+import io.pmemblk.pmem.PmemBlockDriver;
+import io.pmemblk.pmem.PmemRegion;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.HardwareQueue;
+import io.pmemblk.queueing.Op;
+import io.pmemblk.queueing.Request;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.file.Path;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * The real stack the server builds, for the bitmap tests: a region, the pmem driver (no DMA engine: the CPU
+ * route, completing on the caller's stack), the tracking layer with its bitmaps, and the block layer.
+ */
+final class TrackedDevice implements AutoCloseable {
+    final PmemRegion region;
+    final DirtyBitmaps bitmaps;
+    final TrackingDriver driver;
+    final BlockLayer layer;
+
+    TrackedDevice(PmemRegion region, BitmapDirectory dir, long granularity, List<String> names, int queues)
+            throws IOException {
+        this.region = region;
+        this.bitmaps = DirtyBitmaps.open(dir, region.size(), granularity, names, queues);
+        this.driver = new TrackingDriver(new PmemBlockDriver(region, new CopyStats()), bitmaps);
+        this.layer = new BlockLayer(driver, queues, 64, 8 << 20, 1 << 20);
+    }
+
+    static TrackedDevice open(Path dir, long size, long granularity, List<String> names, int queues)
+            throws IOException {
+        PmemRegion region = PmemRegion.open(dir.resolve("d.img"), size, false, PmemRegion.Mapper.JAVA);
+        return new TrackedDevice(region, BitmapDirectory.open(dir.resolve("d.img.bitmaps"), "bitmap.dir",
+                PmemRegion.Mapper.JAVA), granularity, names, queues);
+    }
+
+    /**
+     * Dispatches one batch on queue {@code q}: {@code ops[i]} at {@code offsets[i]} of {@code length} bytes (a
+     * WRITE's data is {@code fill}), and checks that each completed OK.
+     */
+    void batch(int q, Op[] ops, long[] offsets, int length, byte fill) throws InterruptedException {
+        HardwareQueue hq = layer.queue(q);
+        Request[] batch = new Request[ops.length];
+        AtomicInteger failed = new AtomicInteger();
+        AtomicInteger done = new AtomicInteger();
+        for (int i = 0; i < ops.length; i++) {
+            Request r = hq.acquire(ops[i].carriesData() ? length : 0);
+            r.op = ops[i];
+            r.offset = offsets[i];
+            r.length = length;
+            if (ops[i] == Op.WRITE) {
+                for (ByteBuffer b : r.buffers()) {
+                    if (b == null) break;
+                    while (b.hasRemaining()) b.put(fill);
+                }
+            }
+            r.completion = req -> {
+                if (req.status() != 0) failed.incrementAndGet();
+                done.incrementAndGet();
+            };
+            batch[i] = r;
+        }
+        hq.dispatch(batch, batch.length);
+        if (done.get() != batch.length || failed.get() != 0) {
+            throw new AssertionError("batch on queue " + q + ": " + done.get() + " of " + batch.length
+                    + " completed inline, " + failed.get() + " failed");
+        }
+        for (Request r : batch) {
+            r.release();
+        }
+    }
+
+    void write(long offset, int length) throws InterruptedException {
+        batch(0, new Op[] {Op.WRITE}, new long[] {offset}, length, (byte) 0x5a);
+    }
+
+    @Override
+    public void close() throws IOException {
+        try {
+            driver.close(); // the device's region with it
+            layer.close();
+        } finally {
+            bitmaps.close();
+        }
+    }
+}

@@ -1,0 +1,86 @@
+package io.pmemblk.settings;
+
+import io.pmemblk.settings.Keys.DmaEngineKind;
+import io.pmemblk.settings.Keys.Layout;
+import io.pmemblk.settings.Keys.TlsMode;
+
+import static io.pmemblk.settings.Keys.DMA_ENGINE;
+import static io.pmemblk.settings.Keys.DMA_VFIO_USER_SOCKET;
+import static io.pmemblk.settings.Keys.METRICS_PORT;
+import static io.pmemblk.settings.Keys.NBD_PORT;
+import static io.pmemblk.settings.Keys.NBD_SOCKET;
+import static io.pmemblk.settings.Keys.NBD_TLS;
+import static io.pmemblk.settings.Keys.NBD_TLS_CERTIFICATE;
+import static io.pmemblk.settings.Keys.NBD_TLS_KEY;
+import static io.pmemblk.settings.Keys.NBD_TLS_VERIFY_CLIENTS;
+import static io.pmemblk.settings.Keys.NVME_LISTEN;
+import static io.pmemblk.settings.Keys.PMEM_LAYOUT;
+import static io.pmemblk.settings.Keys.PMEM_SECTOR_SIZE;
+import static io.pmemblk.settings.Keys.QUEUES;
+import static io.pmemblk.settings.Keys.QUEUE_DEPTH;
+import static io.pmemblk.settings.Keys.UBLK_BLOCK_SIZE;
+import static io.pmemblk.settings.Keys.UBLK_DEPTH;
+import static io.pmemblk.settings.Keys.UBLK_QUEUES;
+import static io.pmemblk.settings.Keys.VHOST_SOCKET;
+
+/**
+ * The checks of keys against each other, after each key's own value was found allowed: a combination that
+ * could not serve (no listener, one socket for two servers, TLS without a certificate, ...) is refused with what
+ * was set, why it cannot be, and what is allowed.
+ */
+final class CrossChecks {
+    private CrossChecks() {}
+
+    static void check(Settings s) throws SettingsException {
+        if (s.get(NBD_SOCKET) == null && s.get(NBD_PORT) == 0 && s.get(VHOST_SOCKET) == null && s.get(NVME_LISTEN) == null) {
+            throw new SettingsException("nbd.socket is empty and nbd.port=0: no listener would be left;"
+                    + " allowed: a socket path, a TCP port, or both (or a vhost.socket, or nvme.listen)");
+        }
+        if (s.get(VHOST_SOCKET) != null && s.get(VHOST_SOCKET).equals(s.get(NBD_SOCKET))) {
+            throw new SettingsException("vhost.socket: '" + s.text(VHOST_SOCKET) + "' is not allowed: it is also"
+                    + " nbd.socket; allowed: another path, or empty (off)");
+        }
+        if (s.get(NBD_TLS) != TlsMode.OFF && (s.get(NBD_TLS_CERTIFICATE) == null || s.get(NBD_TLS_KEY) == null)) {
+            throw new SettingsException("nbd.tls: '" + s.text(NBD_TLS) + "' needs nbd.tls.certificate and nbd.tls.key;"
+                    + " allowed: PEM files (e.g. made with openssl or certtool), or nbd.tls=off");
+        }
+        if (s.get(NBD_TLS) == TlsMode.OFF && s.get(NBD_TLS_VERIFY_CLIENTS) != null) {
+            throw new SettingsException("nbd.tls.verify-clients: '" + s.text(NBD_TLS_VERIFY_CLIENTS) + "' is not allowed"
+                    + " with nbd.tls=off: no client would ever be asked for a certificate; allowed: off, or set"
+                    + " nbd.tls=require");
+        }
+        if (s.get(UBLK_QUEUES) > s.get(QUEUES)) {
+            throw new SettingsException("ublk.queues: '" + s.text(UBLK_QUEUES) + "' is not allowed with queues="
+                    + s.get(QUEUES) + ": ublk queue i is served on hardware queue i; allowed: auto or 1.." + s.get(QUEUES));
+        }
+        if (s.get(UBLK_DEPTH) > s.get(QUEUE_DEPTH)) {
+            throw new SettingsException("ublk.depth: '" + s.text(UBLK_DEPTH) + "' is not allowed with queue.depth="
+                    + s.get(QUEUE_DEPTH) + ": each ublk tag needs a tag of its hardware queue; allowed: auto or 1.."
+                    + s.get(QUEUE_DEPTH));
+        }
+        if (s.get(PMEM_LAYOUT) == Layout.RAW && s.get(PMEM_SECTOR_SIZE) != 4096) {
+            throw new SettingsException("pmem.sector-size: '" + s.text(PMEM_SECTOR_SIZE) + "' is not allowed with"
+                    + " pmem.layout=raw: a raw device has no sector of its own; allowed: 4096 (the default), or set"
+                    + " pmem.layout=btt");
+        }
+        if (s.get(PMEM_LAYOUT) == Layout.BTT && s.get(UBLK_BLOCK_SIZE) < s.get(PMEM_SECTOR_SIZE)) {
+            throw new SettingsException("ublk.block-size: '" + s.text(UBLK_BLOCK_SIZE) + "' is not allowed with"
+                    + " pmem.layout=btt and pmem.sector-size=" + s.get(PMEM_SECTOR_SIZE) + ": the BTT writes whole"
+                    + " sectors; allowed: a ublk.block-size of at least pmem.sector-size");
+        }
+        if (s.get(DMA_ENGINE) == DmaEngineKind.VFIO_USER && s.get(DMA_VFIO_USER_SOCKET) == null) {
+            throw new SettingsException("dma.engine=vfio-user needs dma.vfio-user.socket: the socket of the device"
+                    + " process (pmemblk dma-device --socket PATH); allowed: its path, or another dma.engine");
+        }
+        if (s.get(DMA_ENGINE) != DmaEngineKind.VFIO_USER && s.get(DMA_VFIO_USER_SOCKET) != null) {
+            throw new SettingsException("dma.vfio-user.socket: '" + s.text(DMA_VFIO_USER_SOCKET) + "' is not allowed with"
+                    + " dma.engine=" + s.text(DMA_ENGINE) + ": nothing would use it; allowed: empty, or set"
+                    + " dma.engine=vfio-user");
+        }
+        int metrics = s.get(METRICS_PORT);
+        if (metrics != 0 && metrics == s.get(NBD_PORT)) {
+            throw new SettingsException("metrics.port: '" + metrics + "' is not allowed: it is also nbd.port;"
+                    + " allowed: another port, or 0 (off)");
+        }
+    }
+}
