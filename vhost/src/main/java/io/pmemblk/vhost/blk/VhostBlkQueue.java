@@ -9,7 +9,7 @@ import io.pmemblk.queueing.HardwareQueue;
 import io.pmemblk.queueing.Op;
 import io.pmemblk.queueing.Request;
 import io.pmemblk.queueing.Status;
-import io.pmemblk.queueing.refusal.RefusalLog;
+import io.pmemblk.queueing.log.RateLimitedLog;
 import io.pmemblk.vhost.memory.GuestMemory;
 import io.pmemblk.vhost.virtq.BrokenRingException;
 import io.pmemblk.vhost.virtq.Chain;
@@ -61,9 +61,9 @@ import java.util.function.Supplier;
 public final class VhostBlkQueue {
     private static final System.Logger LOG = System.getLogger(VhostBlkQueue.class.getName());
     /** A guest can refuse itself as fast as it fills the ring: its refusals are rate-limited. */
-    private static final RefusalLog REFUSALS = RefusalLog.to(LOG, System.Logger.Level.DEBUG);
+    private static final RateLimitedLog REFUSALS = RateLimitedLog.to(LOG, System.Logger.Level.DEBUG);
     /** A fault in guest RAM is the operator's to know (rate-limited as the refusals: a front end can repeat it). */
-    private static final RefusalLog GUEST_RAM_FAULTS = RefusalLog.withOwnLimit(LOG, System.Logger.Level.WARNING);
+    private static final RateLimitedLog GUEST_RAM_FAULTS = RateLimitedLog.withOwnLimit(LOG, System.Logger.Level.WARNING);
     public static final long DEFAULT_POLL_NANOS = 20_000;
     /**
      * vhost.coalesce's default, the longest a completion is held back for others ({@link RingPolling}, the hold).
