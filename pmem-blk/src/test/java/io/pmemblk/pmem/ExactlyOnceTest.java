@@ -20,6 +20,7 @@ import org.junit.jupiter.api.io.TempDir;
 
 import java.io.IOException;
 import java.nio.file.Path;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
@@ -105,9 +106,11 @@ class ExactlyOnceTest {
     final InjectedFaults faults = new InjectedFaults();
 
     void open(Routing routing) throws IOException {
-        engine = DmaEngine.soft(new IovaSpace(), 1, 256, 16, faults);
-        faults.attach(engine.softDevice().orElseThrow());
-        engine.interpose(c -> channel = new ThrowingChannel(c));
+        DmaEngine soft = DmaEngine.soft(new IovaSpace(), 1, 256, 16, faults);
+        faults.attach(soft.softDevice().orElseThrow());
+        // The driver's engine places through the throwing wrapper; closing it closes the wrapped engine after.
+        channel = new ThrowingChannel(soft.channel(0));
+        engine = DmaEngine.of(soft.iovaSpace(), List.of(channel), soft);
         driver = new PmemBlockDriver(PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.AUTO),
                 stats, engine, routing);
         layer = new BlockLayer(driver, 1, 64, 32 << 20, 4 << 20);
