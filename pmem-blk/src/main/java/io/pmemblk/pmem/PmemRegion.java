@@ -13,7 +13,6 @@ import java.lang.foreign.Arena;
 import io.pmemblk.queueing.Request;
 
 import java.lang.foreign.MemorySegment;
-import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
@@ -572,47 +571,6 @@ public final class PmemRegion implements AutoCloseable {
         } else {
             dirty = true; // after the stores: a FLUSH that finds it set syncs pages that already hold them
         }
-    }
-
-    /** NIO views of the mapping are made per 1 GiB window (a ByteBuffer holds at most 2 GiB); tests shrink it. */
-    private int windowShift = 30;
-
-    void windowShiftForTests(int shift) {
-        windowShift = shift;
-    }
-
-    /**
-     * Points {@code r}'s data at [offset, offset+length) of the mapping ({@link Request#dataFromDevice}), for a
-     * frontend that sends it itself. {@code windows} is the caller's per-request cache of NIO views, one per
-     * window, made on first use ({@link #newWindowCache()}): in steady state nothing is allocated.
-     */
-    void views(Request r, ByteBuffer[] windows, long offset, int length) {
-        int w = (int) (offset >>> windowShift);
-        long inWindow = offset - ((long) w << windowShift);
-        ByteBuffer a = window(windows, w);
-        int first = (int) Math.min(length, a.capacity() - inWindow);
-        a.limit((int) inWindow + first).position((int) inWindow);
-        ByteBuffer b = null;
-        if (first < length) { // crosses into the next window (at most one: requests are far below a window)
-            b = window(windows, w + 1);
-            b.limit(length - first).position(0);
-        }
-        r.dataFromDevice(a, b);
-    }
-
-    /** An empty per-request cache of window views for {@link #views}. */
-    ByteBuffer[] newWindowCache() {
-        return new ByteBuffer[(int) ((memory.byteSize() + (1L << windowShift) - 1) >>> windowShift)];
-    }
-
-    private ByteBuffer window(ByteBuffer[] windows, int w) {
-        ByteBuffer b = windows[w];
-        if (b == null) {
-            long start = (long) w << windowShift;
-            b = memory.asSlice(start, Math.min(1L << windowShift, memory.byteSize() - start)).asByteBuffer();
-            windows[w] = b;
-        }
-        return b;
     }
 
     /**
