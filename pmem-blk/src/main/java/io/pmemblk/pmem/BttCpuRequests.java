@@ -69,8 +69,8 @@ final class BttCpuRequests {
     int execute(Request r) throws IOException {
         Op op = r.op;
         if (op != Op.READ && ((r.offset | r.length) & (sector - 1)) != 0) {
-            completions.bttRefused(r, "is not aligned to the BTT's " + sector + "-byte sectors; allowed: offset and length multiples of "
-                    + sector + " (pmem.sector-size)");
+            completions.bttRefused(r, "is not aligned to the BTT's " + sector + "-byte sectors; allowed: offset and"
+                    + " length multiples of " + sector + " (pmem.sector-size)");
             return Status.EINVAL;
         }
         try (Btt.Lane lane = btt.claim(preferredLane())) {

@@ -17,7 +17,7 @@ import java.io.IOException;
  * ({@link BttDmaWrites}, {@link BttDmaReads}) where the raw layout's routing rule sends a request there.
  */
 final class BttExecutor implements Executor {
-    private static final System.Logger LOG = System.getLogger(PmemBlockDriver.class.getName());
+    private static final System.Logger LOG = Completions.LOG;
 
     private final PmemRegion region;
     private final int sector;

@@ -14,7 +14,7 @@ import java.lang.System.Logger.Level;
  */
 final class Completions {
     /** The driver's lines keep its logger's name, whichever of its parts writes them: operators filter by it. */
-    private static final System.Logger LOG = System.getLogger(PmemBlockDriver.class.getName());
+    static final System.Logger LOG = System.getLogger(PmemBlockDriver.class.getName());
 
     private final PmemRegion region;
     private final CopyStats stats;
@@ -109,7 +109,8 @@ final class Completions {
     /** The BTT refused r ({@code why}): once a second, not a stack per request. */
     void bttRefused(Request r, String why) {
         if (bttRefusals.due()) {
-            bttRefusals.write(Level.WARNING, r.op + " of " + r.length + " bytes at offset " + r.offset + " " + why, null);
+            bttRefusals.write(Level.WARNING, r.op + " of " + r.length + " bytes at offset " + r.offset + " " + why,
+                    null);
         }
     }
 }

@@ -18,7 +18,7 @@ import java.util.Arrays;
  * there are fewer channels than queues. Without an engine there are no channels and nothing is mapped.
  */
 final class DmaRoute {
-    private static final System.Logger LOG = System.getLogger(PmemBlockDriver.class.getName());
+    private static final System.Logger LOG = Completions.LOG;
     static final int MAX_QUEUES = 4096;
 
     /** {@link #place} outcomes; CPU: not offered to the channel at all. */
@@ -37,7 +37,7 @@ final class DmaRoute {
     private final CopyStats stats;
     private final Completions completions;
 
-    /** The route over {@code engine} (null: none, every request by the CPU), the region mapped in its IOVA space now. */
+    /** The route over {@code engine} (null: none, all by the CPU), the region mapped in its IOVA space now. */
     DmaRoute(DmaEngine engine, PmemRegion region, CopyStats stats, Completions completions) {
         this.engine = engine;
         this.stats = stats;

@@ -5,7 +5,10 @@ import io.pmemblk.queueing.Request;
 
 import java.io.IOException;
 
-/** How the driver executes requests on one layout of the region: raw ({@link RawExecutor}) or a BTT ({@link BttExecutor}). */
+/**
+ * How the driver executes requests on one layout of the region: raw ({@link RawExecutor}) or a BTT
+ * ({@link BttExecutor}).
+ */
 interface Executor {
     /** As {@link BlockDriver#queueRequests}: every request completed exactly once, a batch's Error rethrown after. */
     void queueRequests(int hwq, Request[] batch, int count);

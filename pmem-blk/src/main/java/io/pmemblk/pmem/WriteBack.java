@@ -198,7 +198,8 @@ final class WriteBack {
      * by a fence on the issuing logical processor (Intel SDM vol. 2, SFENCE: "serializes all store operations
      * that occurred prior to the SFENCE instruction in the program instruction stream"; pmem_drain(3) waits for
      * "any PM stores" of the calling thread). So the design does not depend on it: every writer drains its own
-     * stores before its request completes ({@link PmemRegion#write}, {@link PmemRegion#zero}, {@link #deviceWrote}), and a write
+     * stores before its request completes ({@link PmemRegion#write}, {@link PmemRegion#zero},
+     * {@link #deviceWrote}), and a write
      * that has completed is therefore already in the persistence domain (ADR). FLUSH has nothing left to do
      * but its own drain. Cost: one SFENCE per write, which a FUA write paid anyway (measured in the note).
      * Where this argument is not established (not x86-64), is_pmem is refused at open.

@@ -111,15 +111,16 @@ class ExactlyOnceTest {
         // The driver's engine places through the throwing wrapper; closing it closes the wrapped engine after.
         channel = new ThrowingChannel(soft.channel(0));
         engine = DmaEngine.of(soft.iovaSpace(), List.of(channel), soft);
-        driver = new PmemBlockDriver(PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.AUTO),
-                stats, engine, routing);
-        layer = new BlockLayer(driver, 1, 64, 32 << 20, 4 << 20);
+        PmemDevices device = PmemDevices.on(dir.resolve("d.img"), SIZE).stats(stats).dma(engine, routing)
+                .layer(1, 64, 32 << 20, 4 << 20).open();
+        driver = device.driver();
+        layer = device.layer();
         q = layer.queue(0);
     }
 
     @AfterEach
     void close() throws Exception {
-        Closing.closeAll(driver, layer);
+        Closing.closeAll(driver, layer); // the driver may be closed by the test already
     }
 
     private Request prepare(Op op, long off, int len, int seed) throws InterruptedException {

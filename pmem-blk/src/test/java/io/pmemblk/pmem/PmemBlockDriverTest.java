@@ -21,31 +21,32 @@ class PmemBlockDriverTest {
     static final int SIZE = 4 << 20;
     @TempDir
     Path dir;
+    PmemDevices device;
     PmemBlockDriver driver;
     BlockLayer layer;
     HardwareQueue q;
 
     @BeforeEach
     void setUp() throws IOException {
-        driver = new PmemBlockDriver(PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.AUTO), new CopyStats());
-        layer = new BlockLayer(driver, 1, 8, 4 << 20, 1 << 20);
-        q = layer.queue(0);
+        use(PmemDevices.on(dir.resolve("d.img"), SIZE).open());
     }
 
-    /** The driver again over the same file, its in-place views made in windows of {@code 1 << shift} bytes. */
-    private void openWithWindows(int shift) throws IOException {
-        layer.close();
-        driver.close();
-        driver = new PmemBlockDriver(PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.AUTO),
-                new CopyStats(), null, Routing.CPU_ONLY, shift);
-        layer = new BlockLayer(driver, 1, 8, 4 << 20, 1 << 20);
-        q = layer.queue(0);
+    private void use(PmemDevices d) {
+        device = d;
+        driver = d.driver();
+        layer = d.layer();
+        q = d.queue(0);
+    }
+
+    /** The device again over the same file, its in-place views made in windows of {@code 1 << shift} bytes. */
+    private void openWithWindows(int shift) throws Exception {
+        device.close();
+        use(PmemDevices.on(dir.resolve("d.img"), SIZE).windowShift(shift).open());
     }
 
     @AfterEach
-    void tearDown() throws IOException {
-        layer.close();
-        driver.close();
+    void tearDown() throws Exception {
+        device.close();
     }
 
     private int run(Op op, long off, int len, byte fill, byte[] out) throws InterruptedException {
