@@ -52,6 +52,17 @@ final class Completions {
         }
     }
 
+    /** Executes r by the CPU on {@code layout} and completes it: EIO when that throws. */
+    Throwable completeByCpu(Request r, Executor layout, Throwable error) {
+        int status;
+        try {
+            status = layout.execute(r);
+        } catch (Throwable t) {
+            return completeFailed(r, t, error);
+        }
+        return complete(r, status, error);
+    }
+
     /**
      * Completes r with EIO for {@code t}, what executing it threw: logged as its kind asks (the BTT's grouped
      * writes answer their failures here too, as they would have been answered executed alone).

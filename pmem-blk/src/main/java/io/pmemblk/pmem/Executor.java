@@ -19,6 +19,9 @@ interface Executor {
      */
     void dmaCompleted(Object ctx, int status);
 
+    /** Executes r by the CPU: the status to complete it with (what it throws: EIO, {@link Completions#completeFailed}). */
+    int execute(Request r) throws IOException;
+
     /** After the DMA engine is closed (every copy reported), before the region is unmapped. */
     void engineClosed() throws IOException;
 }

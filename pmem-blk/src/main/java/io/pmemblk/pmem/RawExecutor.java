@@ -133,16 +133,11 @@ final class RawExecutor implements Executor {
 
     /** Executes r by the CPU and completes it: EIO when that throws. */
     private Throwable completeByCpu(Request r, Throwable error) {
-        int status;
-        try {
-            status = execute(r);
-        } catch (Throwable t) {
-            return completions.completeFailed(r, t, error);
-        }
-        return Completions.complete(r, status, error);
+        return completions.completeByCpu(r, this, error);
     }
 
-    private int execute(Request r) throws IOException {
+    @Override
+    public int execute(Request r) throws IOException {
         int answer = router.answerAtOnce(r);
         if (answer != Router.EXECUTE) {
             return answer;
