@@ -105,7 +105,7 @@ final class BttExecutor implements Executor {
                 }
             }
             if (!groupable(r)) {
-                error = completeByCpu(r, error);
+                error = completions.completeByCpu(r, this, error);
                 i++;
                 continue;
             }
@@ -123,7 +123,7 @@ final class BttExecutor implements Executor {
                 error = cpu.writes(batch, i, j, error);
                 i = j;
             } else {
-                error = completeByCpu(batch[i], error);
+                error = completions.completeByCpu(batch[i], this, error);
                 i++;
             }
         }
@@ -147,7 +147,7 @@ final class BttExecutor implements Executor {
 
     /**
      * Whether r is a WRITE that {@link #execute} would hand to the BTT whole: in bounds, not empty, of whole
-     * sectors, write-back not failed. Anything else takes {@link #completeByCpu}, which answers it as before.
+     * sectors, write-back not failed. Anything else takes {@link Completions#completeByCpu}, which answers it as before.
      */
     private boolean groupable(Request r) {
         return r.op == Op.WRITE && r.length > 0 && router.inBounds(r)
@@ -170,11 +170,6 @@ final class BttExecutor implements Executor {
         if (error != null) {
             throw (Error) error;
         }
-    }
-
-    /** Executes r by the CPU and completes it: EIO when that throws. */
-    private Throwable completeByCpu(Request r, Throwable error) {
-        return completions.completeByCpu(r, this, error);
     }
 
     @Override

@@ -72,7 +72,7 @@ final class RawExecutor implements Executor {
                 error = dma.submit(channel, error);
                 unsubmitted = false;
             }
-            error = completeByCpu(r, error);
+            error = completions.completeByCpu(r, this, error);
         }
         if (unsubmitted) {
             error = dma.submit(channel, error);
@@ -128,11 +128,6 @@ final class RawExecutor implements Executor {
         if (!dma.cpuMayRedo(r, status)) {
             return Completions.complete(r, Status.EIO, error);
         }
-        return completeByCpu(r, error);
-    }
-
-    /** Executes r by the CPU and completes it: EIO when that throws. */
-    private Throwable completeByCpu(Request r, Throwable error) {
         return completions.completeByCpu(r, this, error);
     }
 
