@@ -6,7 +6,8 @@
 # "end JOB TARGET ok|failed" (the host reads the server's CPU time around it: scripts/bench-vhost), and leaves fio's
 # JSON in $HOST_REQUESTS/out/JOB.TARGET.json and the disk's interrupts during the run in JOB.TARGET.irqs. A failed
 # run is reported to the host and the plan goes on.
-# Environment: RUNTIME (seconds per run), JOBFILE (bench/fio/vhost/job.fio as the guest sees it).
+# Environment: RUNTIME (seconds per run), WARMUP (seconds of the same job, unmeasured, before a job's first run on a
+# disk; 0: none), JOBFILE (bench/fio/vhost/job.fio as the guest sees it).
 set -u
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -44,6 +45,14 @@ while read -r job target disk; do
         *[!a-z0-9:]*|*::*|:*|*:) fail "job name '$job' is not RW-BS-qdQD-Nj" ;;
     esac
     span=$((100 / nj))%
+    # Warm-up: the first run of a job on a disk is preceded by the same job, unmeasured, for WARMUP seconds, on
+    # every disk alike, so that the measured run finds the server's code compiled (a JVM's JIT threads would
+    # otherwise be a good part of a short run's CPU) and the server in the state the job leaves it in.
+    if [ "${WARMUP:-0}" -gt 0 ] && ! grep -qx "$job $disk" /tmp/warm 2>/dev/null; then
+        echo "$job $disk" >>/tmp/warm
+        DISK=$dev RW=$rw BS=$bs QD=$qd NUMJOBS=$nj SPAN=$span RUNTIME=$WARMUP timeout -k 10 $((WARMUP + 120)) \
+            fio --output=/tmp/warmup.out "$JOBFILE" </dev/null >/dev/null 2>&1 || say "warm-up of $job on $disk failed (the measured run reports it)"
+    fi
     host_request 60 begin "$job" "$target" >/dev/null || fail "the host did not take 'begin $job $target'"
     status=ok
     irq0=$(disk_irqs "$dev")

@@ -74,6 +74,7 @@ def main(argv):
     vr.add_argument("--stem", required=True)
     vr.add_argument("--jobs", required=True, help="comma list, in table order")
     vr.add_argument("--runtime", required=True)
+    vr.add_argument("--warmup", default="0", help="seconds of each job run unmeasured before its first run on a disk")
     vr.add_argument("--size", required=True)
     vr.add_argument("--repeat", type=int, default=1)
     vr.add_argument("--guest", default="", help="the guest, as the report's heading describes it")
@@ -116,6 +117,7 @@ def main(argv):
         rounds = read_vhost_rounds(a.results)
         write_report(a.out, a.stem, *vhost_report(read_vhost_results(a.results), a.targets, jobs,
                                                   runtime=a.runtime, size=a.size, repeat=a.repeat, guest=a.guest,
+                                                  warmup=a.warmup,
                                                   paired=vhost_paired(rounds, jobs, ("qsd", "nbd", "qsd-threads")),
                                                   chart_paired=vhost_chart_paired(rounds, jobs, a.targets),
                                                   alt=vhost_paired(rounds, jobs, ("pmemblk",), ours="pmemblk-alt"),

@@ -111,7 +111,7 @@ def vhost_value(cells, job, target):
 
 
 def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", paired=None, chart_paired=None,
-                 alt=None, alt_sets="", alt_base="", vfio_user=None, now=None):
+                 alt=None, alt_sets="", alt_base="", vfio_user=None, now=None, warmup=0):
     """The Markdown report of bench-vhost and the chart's data rows (throughput relative to qemu-storage-daemon).
     targets: the names run, in bench-vhost's order (pmemblk, qsd, qsd-threads, nbd, pmemblk-dma, ...). paired:
     vhost_paired's ratios; with more than one round they get their own columns and the bar reads them, and the chart
@@ -130,7 +130,9 @@ def vhost_report(cells, targets, jobs, *, runtime, size, repeat=1, guest="", pai
         "# vhost-user-blk: pmemblk vs qemu-storage-daemon and pmemblk's NBD export (one guest, one run)",
         "",
         machine_line(now) + f"{guest}fio libaio direct=1 in the guest, the same jobs on each disk in turn (the order "
-        f"rotated per job and round), {runtime} s each, no ramp, {repeat} round(s), the median shown; {size} disks on "
+        f"rotated per job and round), {runtime} s each, "
+        + (f"after an unmeasured {warmup} s warm-up of each job on each disk alike" if int(warmup) else "no ramp")
+        + f", {repeat} round(s), the median shown; {size} disks on "
         "/dev/shm. The guest is emulated (TCG): "
         "compare ratios, not figures." + (" paired = the median over rounds of pmemblk's figure over the other's in"
                                           " the same round (they ran one after the other); the bar reads it, the ratio"

@@ -56,6 +56,24 @@ public interface DmaChannel extends AutoCloseable {
     /** Reaps completions now (poll mode); returns how many contexts were reported. */
     int poll();
 
+    /**
+     * The eventfd this channel's interrupt signals, for a thread that reaps the completions itself ({@link #poll})
+     * and sleeps on it beside its own input, as SPDK reaps on the thread that submits; -1 when the channel has
+     * none (its completions are reported on its own thread only). Owned by the channel: never closed by its users.
+     */
+    default int completionFd() {
+        return -1;
+    }
+
+    /**
+     * A thread starts ({@code true}) or stops ({@code false}) reaping this channel's completions itself: it calls
+     * {@link #poll} whenever it wakes or loops, and sleeps on {@link #completionFd}. While at least one does, the
+     * channel's completion thread stands by: it no longer takes the interrupt (that wake-up per completion is what
+     * the poller saves) and reaps only what the pollers leave, tens of milliseconds late (a poller blocked
+     * elsewhere). Counted: every start has its stop. Ignored by a channel without a {@link #completionFd}.
+     */
+    default void pollers(boolean start) {}
+
     /** Waits for outstanding copies (bounded), reports what remains with STATUS_CLOSED, stops the channel. Idempotent. */
     @Override
     void close();

@@ -7,7 +7,6 @@ import java.util.List;
 import java.util.Optional;
 import java.util.function.IntFunction;
 import java.util.function.LongSupplier;
-import java.util.function.UnaryOperator;
 
 /**
  * A DMA device and its started channels, owned together. {@link #soft} runs the I/OAT driver against the software
@@ -17,8 +16,6 @@ import java.util.function.UnaryOperator;
  */
 public final class DmaEngine implements AutoCloseable {
     private final List<? extends DmaChannel> channels;
-    /** The channels as users see them: the started ones, or what {@link #interpose} put in front of them. */
-    private volatile List<DmaChannel> view;
     private final SoftIoatDevice softDevice;
     private final AutoCloseable device;
     private final IovaSpace space;
@@ -31,7 +28,6 @@ public final class DmaEngine implements AutoCloseable {
         this.channels = channels;
         this.softDevice = softDevice;
         this.device = device;
-        this.view = List.<DmaChannel>copyOf(channels);
         DmaCompletionListener dispatch = (ctx, status) -> listener.completed(ctx, status);
         for (DmaChannel c : channels) {
             c.listener(dispatch);
@@ -113,21 +109,11 @@ public final class DmaEngine implements AutoCloseable {
     }
 
     public DmaChannel channel(int i) {
-        return view.get(i);
+        return channels.get(i);
     }
 
     public List<? extends DmaChannel> channels() {
-        return view;
-    }
-
-    /**
-     * Puts {@code wrap(channel)} in front of every channel, for users that take the channels after this call
-     * (fault injection in tests: a channel that throws where the device model cannot make one throw on cue).
-     * The wrapper forwards to the channel it was given; completions still come from the started channels, and
-     * {@link #close} closes those.
-     */
-    public void interpose(UnaryOperator<DmaChannel> wrap) {
-        view = view.stream().map(wrap).toList();
+        return channels;
     }
 
     public int channelCount() {

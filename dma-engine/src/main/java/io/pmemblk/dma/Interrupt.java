@@ -14,4 +14,9 @@ public interface Interrupt {
 
     /** Waits until signalled (consuming the latched signal); false on timeout. */
     boolean await(long timeout, TimeUnit unit) throws InterruptedException;
+
+    /** The eventfd the vector signals, which another thread may sleep on (edge-triggered); -1 when it has none. */
+    default int fd() {
+        return -1;
+    }
 }

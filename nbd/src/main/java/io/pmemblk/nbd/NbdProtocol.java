@@ -12,7 +12,7 @@ final class NbdProtocol {
      * Refused requests and options, at DEBUG by command or option name (as nbdkit logs them), within the
      * process's refusal-log limit: a hostile client cannot flood the log.
      */
-    static final io.pmemblk.queueing.refusal.RefusalLog REFUSALS = io.pmemblk.queueing.refusal.RefusalLog.to(
+    static final io.pmemblk.queueing.log.RateLimitedLog REFUSALS = io.pmemblk.queueing.log.RateLimitedLog.to(
             System.getLogger("io.pmemblk.nbd.refusals"), System.Logger.Level.DEBUG);
 
     private NbdProtocol() {}

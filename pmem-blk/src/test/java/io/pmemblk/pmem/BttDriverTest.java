@@ -224,7 +224,7 @@ class BttDriverTest {
     }
 
     /**
-     * A batch of READs runs on one lane with its map entries loaded ahead (BttRequests.reads): each READ is still
+     * A batch of READs runs on one lane with its map entries loaded ahead (BttCpuRequests.reads): each READ is still
      * answered as alone, a partial sector, several sectors and a never-written one among them, and one out of
      * bounds ends the run without disturbing the others.
      */

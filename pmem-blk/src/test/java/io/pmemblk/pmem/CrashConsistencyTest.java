@@ -147,7 +147,7 @@ class CrashConsistencyTest {
 
         Optional<String> call() throws Exception {
             Files.createDirectories(dir);
-            PmemRegion region = PmemRegion.open(dir.resolve("d.img"), SIZE, false, mapper, true, p -> model = new CrashModel(p));
+            PmemRegion region = RegionFile.open(dir.resolve("d.img"), SIZE, false, mapper, true, p -> model = new CrashModel(p));
             model.attach(region.memory());
             assertThat(region.isPmem()).isEqualTo(mapper == PmemRegion.Mapper.LIBPMEM && FORCED);
             InjectedFaults faults = new InjectedFaults();

@@ -90,7 +90,7 @@ public final class CrashModel implements Persistence {
     /** As {@link #open(Path, long, PmemRegion.Mapper)} with a pmem unit of {@code pmemUnit} bytes ({@link #CrashModel(Persistence, int)}). */
     public static Modelled open(Path file, long size, PmemRegion.Mapper mapper, int pmemUnit) throws IOException {
         CrashModel[] model = new CrashModel[1];
-        PmemRegion region = PmemRegion.open(file, size, false, mapper, true, p -> model[0] = new CrashModel(p, pmemUnit));
+        PmemRegion region = RegionFile.open(file, size, false, mapper, true, p -> model[0] = new CrashModel(p, pmemUnit));
         model[0].attach(region.memory());
         return new Modelled(region, model[0]);
     }

@@ -34,6 +34,7 @@ class DmaRoutingTest {
     @TempDir
     Path dir;
     DmaEngine engine;
+    PmemDevices device;
     PmemBlockDriver driver;
     BlockLayer layer;
     CopyStats stats = new CopyStats();
@@ -43,14 +44,15 @@ class DmaRoutingTest {
     void open(int queues, int channels, int ringSize, Routing routing) throws IOException {
         engine = DmaEngine.soft(new IovaSpace(), channels, ringSize, 16, faults); // 64 KiB descriptors: splits happen
         faults.attach(engine.softDevice().orElseThrow());
-        driver = new PmemBlockDriver(PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.AUTO),
-                stats, engine, routing);
-        layer = new BlockLayer(driver, queues, 32, 32 << 20, 4 << 20);
+        device = PmemDevices.on(dir.resolve("d.img"), SIZE).stats(stats).dma(engine, routing)
+                .layer(queues, 32, 32 << 20, 4 << 20).open();
+        driver = device.driver();
+        layer = device.layer();
     }
 
     @AfterEach
     void close() throws Exception {
-        Closing.closeAll(driver, layer);
+        Closing.closeAll(device);
     }
 
     private Request prepare(HardwareQueue q, Op op, long off, int len, int seed) throws InterruptedException {

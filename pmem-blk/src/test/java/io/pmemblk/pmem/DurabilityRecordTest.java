@@ -55,7 +55,7 @@ class DurabilityRecordTest {
 
     void open(PmemRegion.Mapper mapper, int queues, DmaEngine engine, Routing routing) throws IOException {
         EachMapper.Assume.available(mapper);
-        PmemRegion region = PmemRegion.open(dir.resolve("d.img"), SIZE, false, mapper, true,
+        PmemRegion region = RegionFile.open(dir.resolve("d.img"), SIZE, false, mapper, true,
                 p -> rec = new RecordingPersistence(p));
         base = region.memory().address();
         driver = new PmemBlockDriver(region, new CopyStats(), engine, routing);
@@ -397,7 +397,7 @@ class DurabilityRecordTest {
     @EachMapper
     void aFailedStartUpSyncStartsTheRegionFailed(PmemRegion.Mapper mapper) throws Exception {
         EachMapper.Assume.available(mapper);
-        PmemRegion region = PmemRegion.open(dir.resolve("d.img"), SIZE, false, mapper, true, p -> {
+        PmemRegion region = RegionFile.open(dir.resolve("d.img"), SIZE, false, mapper, true, p -> {
             rec = new RecordingPersistence(p);
             rec.failSyncs.set(1);
             return rec;
@@ -433,7 +433,7 @@ class DurabilityRecordTest {
     void directoriesCreatedForTheFileAreSyncedToo(PmemRegion.Mapper mapper) throws Exception {
         EachMapper.Assume.available(mapper);
         Path f = dir.resolve("a/b/d.img");
-        try (PmemRegion r = PmemRegion.open(f, 1 << 20, false, mapper, true, p -> rec = new RecordingPersistence(p))) {
+        try (PmemRegion r = RegionFile.open(f, 1 << 20, false, mapper, true, p -> rec = new RecordingPersistence(p))) {
             assertThat(rec.events()).filteredOn(e -> e.kind() == RecordingPersistence.Kind.SYNC_CREATED)
                     .extracting(RecordingPersistence.Event::what).containsExactly(f.toString(), dir.resolve("a/b").toString(), dir.resolve("a").toString());
         }
@@ -441,9 +441,9 @@ class DurabilityRecordTest {
 
     @Test
     void isPmemIsAcceptedOnlyWhereTheDrainArgumentIsEstablished() {
-        assertThat(PmemRegion.drainCoversOwnStores("amd64")).isTrue();
-        assertThat(PmemRegion.drainCoversOwnStores("aarch64")).isFalse();
-        assertThat(PmemRegion.drainCoversOwnStores("ppc64le")).isFalse();
+        assertThat(RegionFile.drainCoversOwnStores("amd64")).isTrue();
+        assertThat(RegionFile.drainCoversOwnStores("aarch64")).isFalse();
+        assertThat(RegionFile.drainCoversOwnStores("ppc64le")).isFalse();
     }
 
     /** The judge itself can say no: a drain on another thread, or none, or a sync before the store. */

@@ -20,6 +20,7 @@ import org.junit.jupiter.api.io.TempDir;
 
 import java.io.IOException;
 import java.nio.file.Path;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
@@ -105,18 +106,21 @@ class ExactlyOnceTest {
     final InjectedFaults faults = new InjectedFaults();
 
     void open(Routing routing) throws IOException {
-        engine = DmaEngine.soft(new IovaSpace(), 1, 256, 16, faults);
-        faults.attach(engine.softDevice().orElseThrow());
-        engine.interpose(c -> channel = new ThrowingChannel(c));
-        driver = new PmemBlockDriver(PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.AUTO),
-                stats, engine, routing);
-        layer = new BlockLayer(driver, 1, 64, 32 << 20, 4 << 20);
+        DmaEngine soft = DmaEngine.soft(new IovaSpace(), 1, 256, 16, faults);
+        faults.attach(soft.softDevice().orElseThrow());
+        // The driver's engine places through the throwing wrapper; closing it closes the wrapped engine after.
+        channel = new ThrowingChannel(soft.channel(0));
+        engine = DmaEngine.of(soft.iovaSpace(), List.of(channel), soft);
+        PmemDevices device = PmemDevices.on(dir.resolve("d.img"), SIZE).stats(stats).dma(engine, routing)
+                .layer(1, 64, 32 << 20, 4 << 20).open();
+        driver = device.driver();
+        layer = device.layer();
         q = layer.queue(0);
     }
 
     @AfterEach
     void close() throws Exception {
-        Closing.closeAll(driver, layer);
+        Closing.closeAll(driver, layer); // the driver may be closed by the test already
     }
 
     private Request prepare(Op op, long off, int len, int seed) throws InterruptedException {

@@ -23,7 +23,7 @@ public final class PersistenceRecorder {
 
     public static PersistenceRecorder open(Path file, long size, PmemRegion.Mapper mapper) throws IOException {
         RecordingPersistence[] rec = new RecordingPersistence[1];
-        PmemRegion region = PmemRegion.open(file, size, false, mapper, true, p -> rec[0] = new RecordingPersistence(p));
+        PmemRegion region = RegionFile.open(file, size, false, mapper, true, p -> rec[0] = new RecordingPersistence(p));
         return new PersistenceRecorder(region, rec[0]);
     }
 

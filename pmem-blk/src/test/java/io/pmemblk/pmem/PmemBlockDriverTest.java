@@ -21,21 +21,32 @@ class PmemBlockDriverTest {
     static final int SIZE = 4 << 20;
     @TempDir
     Path dir;
+    PmemDevices device;
     PmemBlockDriver driver;
     BlockLayer layer;
     HardwareQueue q;
 
     @BeforeEach
     void setUp() throws IOException {
-        driver = new PmemBlockDriver(PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.AUTO), new CopyStats());
-        layer = new BlockLayer(driver, 1, 8, 4 << 20, 1 << 20);
-        q = layer.queue(0);
+        use(PmemDevices.on(dir.resolve("d.img"), SIZE).open());
+    }
+
+    private void use(PmemDevices d) {
+        device = d;
+        driver = d.driver();
+        layer = d.layer();
+        q = d.queue(0);
+    }
+
+    /** The device again over the same file, its in-place views made in windows of {@code 1 << shift} bytes. */
+    private void openWithWindows(int shift) throws Exception {
+        device.close();
+        use(PmemDevices.on(dir.resolve("d.img"), SIZE).windowShift(shift).open());
     }
 
     @AfterEach
-    void tearDown() throws IOException {
-        layer.close();
-        driver.close();
+    void tearDown() throws Exception {
+        device.close();
     }
 
     private int run(Op op, long off, int len, byte fill, byte[] out) throws InterruptedException {
@@ -78,7 +89,7 @@ class PmemBlockDriverTest {
 
     @Test
     void aFrontendThatSendsItselfGetsViewsOfTheMappingInsteadOfACopy() throws Exception {
-        driver.region().windowShiftForTests(16); // 64 KiB windows, so a request can straddle two
+        openWithWindows(16); // 64 KiB windows, so a request can straddle two
         run(Op.WRITE, 0, 262144, (byte) 0x11, null);
         run(Op.WRITE, 65536 - 100, 300, (byte) 0x22, null);
         for (long off : new long[]{0, 65536 - 100, 65536 + 5}) {
@@ -116,7 +127,7 @@ class PmemBlockDriverTest {
 
     @Test
     void aWriteReceivedInPlaceLandsWithoutBuffersAndOutOfRangeOnesAreNotOffered() throws Exception {
-        driver.region().windowShiftForTests(16);
+        openWithWindows(16);
         assertThat(driver.receivesInPlace(SIZE - 100, 200)).as("past the end: the normal path answers ENOSPC").isFalse();
         assertThat(driver.receivesInPlace(65536 - 10, 300)).isTrue();
         int freeBefore = q.pool().freeChunks();

@@ -170,7 +170,7 @@ class PmemRegionTest {
             @Override public void drain() { real.drain(); }
             @Override public void sync(MemorySegment range) throws IOException { real.sync(range); }
         };
-        try (PmemRegion r = PmemRegion.open(f, 1 << 20, false, PmemRegion.Mapper.valueOf(mapper.name()), true,
+        try (PmemRegion r = RegionFile.open(f, 1 << 20, false, PmemRegion.Mapper.valueOf(mapper.name()), true,
                 replaceTheNameOnSync)) {
             r.memory().set(ValueLayout.JAVA_BYTE, 7, (byte) 42);
             r.persistAll();

@@ -17,7 +17,7 @@ public final class RegionPorts {
 
     public static Opened open(Path file, long size, PmemRegion.Mapper mapper) throws IOException {
         AtomicReference<Persistence> port = new AtomicReference<>();
-        PmemRegion region = PmemRegion.open(file, size, false, mapper, true, p -> {
+        PmemRegion region = RegionFile.open(file, size, false, mapper, true, p -> {
             port.set(p);
             return p;
         });

@@ -93,6 +93,25 @@ public interface BlockDriver extends AutoCloseable {
     void queueRequests(int hwq, Request[] batch, int count);
 
     /**
+     * Makes the calling thread, which dispatches hwq's batches and sleeps on eventfds of its own, a reaper of
+     * hwq's DMA completions: it sleeps on the returned eventfd too (edge-triggered, never reading it or closing
+     * it) and calls {@link #reapCompletions} whenever it wakes or loops, until {@link #stopReaping}. Saves a
+     * thread wake-up per completion (SPDK's pollers reap on the thread that submits). -1: nothing to reap here
+     * (no engine, or one whose completions come only on its own thread); then no stopReaping is due.
+     */
+    default int startReaping(int hwq) {
+        return -1;
+    }
+
+    /** Reports hwq's finished DMA copies on the calling thread (their requests complete here); how many. */
+    default int reapCompletions(int hwq) {
+        return 0;
+    }
+
+    /** The thread {@link #startReaping} made a reaper stops being one (before it leaves its loop). */
+    default void stopReaping(int hwq) {}
+
+    /**
      * Whether a WRITE of {@code length} bytes at {@code offset} would take the CPU route and can be received
      * straight into the device: the frontend then acquires the request without buffers ({@code acquire(0)}),
      * sets op, offset and length, calls {@link #receiveInPlace(Request)}, receives the payload into

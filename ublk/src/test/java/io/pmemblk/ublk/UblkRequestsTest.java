@@ -337,9 +337,9 @@ class UblkRequestsTest {
     void anErrorFromTheDriverFailsItsRequestNotTheQueue() throws Exception {
         // The real driver with a DMA channel that throws OutOfMemoryError on placing: the driver answers the
         // batch (on the CPU) and rethrows the Error to its caller, the ublk queue thread, which must go on.
-        DmaEngine engine = DmaEngine.soft(new IovaSpace(), 1, 64, 16);
+        DmaEngine soft = DmaEngine.soft(new IovaSpace(), 1, 64, 16);
         AtomicInteger oomsLeft = new AtomicInteger(2);
-        engine.interpose(c -> new OomChannel(c, oomsLeft));
+        DmaEngine engine = DmaEngine.of(soft.iovaSpace(), List.of(new OomChannel(soft.channel(0), oomsLeft)), soft);
         open(PmemRegion.Mapper.JAVA, engine, new Routing(65536, Integer.MAX_VALUE, true), FileCalls.O_RDWR, 2);
         byte[] a = kernelHasWrite(0, 256 << 10, 1);
         serve(0, UBLK_IO_OP_WRITE, false, 0, 256 << 10);

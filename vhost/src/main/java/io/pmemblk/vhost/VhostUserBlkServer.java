@@ -8,7 +8,7 @@ import io.pmemblk.posix.TrustedPath;
 import io.pmemblk.posix.UnixSocketFile;
 import io.pmemblk.queueing.BlockDriver;
 import io.pmemblk.queueing.BlockLayer;
-import io.pmemblk.queueing.refusal.RefusalLog;
+import io.pmemblk.queueing.log.RateLimitedLog;
 import io.pmemblk.vhost.blk.BlkDevice;
 import io.pmemblk.vhost.protocol.VhostUserChannel;
 import io.pmemblk.vhost.session.VhostUserSession;
@@ -35,7 +35,7 @@ public final class VhostUserBlkServer implements AutoCloseable {
      * Refused connections and messages, WARNING, limited per server: a front-end that reconnects to send bad
      * messages again cannot flood the log, and another server's refusals do not use this one's lines.
      */
-    private final RefusalLog refusals = RefusalLog.withOwnLimit(LOG, System.Logger.Level.WARNING);
+    private final RateLimitedLog refusals = RateLimitedLog.withOwnLimit(LOG, System.Logger.Level.WARNING);
     /** How long {@link #close} waits for the session's rings to drain and its thread to end. */
     static final Duration SHUTDOWN_WAIT = Duration.ofSeconds(10);
 

@@ -731,7 +731,7 @@ class VhostUserBlkServerTest {
         }
         long lines = log.stream().filter(l -> l.contains("SET_CONFIG(25) refused")).count();
         assertThat(lines).as("log lines for 500 refusals").isBetween(1L,
-                2L * io.pmemblk.queueing.refusal.RefusalLog.LINES_PER_SECOND); // a second may turn over once
+                2L * io.pmemblk.queueing.log.RateLimitedLog.LINES_PER_SECOND); // a second may turn over once
     }
 
     @Test

@@ -2,6 +2,7 @@ package io.pmemblk.dma.edu;
 
 import io.pmemblk.dma.DmaChannel;
 import io.pmemblk.dma.DmaCompletionListener;
+import io.pmemblk.dma.RingPlacement;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
@@ -27,6 +28,7 @@ public final class EduChannel implements DmaChannel {
     private final long[] len;
     private final Object[] ctx;
     private final ReentrantLock submitLock = new ReentrantLock();
+    private final RingPlacement placement = new RingPlacement(submitLock, new Slots());
     private volatile long head;
     private volatile long submitted;
     private volatile long tail;
@@ -72,42 +74,34 @@ public final class EduChannel implements DmaChannel {
 
     @Override
     public boolean place(long srcIova, long dstIova, long length, Object c) {
-        if (length < 1) {
-            throw new IllegalArgumentException("copy length " + length + " must be at least 1");
-        }
-        submitLock.lock();
-        try {
-            checkOpen();
-            if (head - tail >= size) {
-                return false;
-            }
-            put(srcIova, dstIova, length, c);
-            return true;
-        } finally {
-            submitLock.unlock();
-        }
+        return placement.place(srcIova, dstIova, length, c);
     }
 
     @Override
     public boolean placeAll(Copies copies, Object c) {
-        int n = copies.count();
-        for (int i = 0; i < n; i++) {
-            if (copies.length(i) < 1) {
-                throw new IllegalArgumentException("copy " + i + " has length " + copies.length(i) + ", must be at least 1");
-            }
+        return placement.placeAll(copies, c);
+    }
+
+    /** The ring as {@link RingPlacement} fills it: one slot per copy, all {@code size} of them usable. */
+    private final class Slots implements RingPlacement.Ring {
+        @Override
+        public void checkOpen() {
+            EduChannel.this.checkOpen();
         }
-        submitLock.lock();
-        try {
-            checkOpen();
-            if (size - (head - tail) < n) {
-                return false;
-            }
-            for (int i = 0; i < n; i++) {
-                put(copies.srcIova(i), copies.dstIova(i), copies.length(i), c);
-            }
-            return true;
-        } finally {
-            submitLock.unlock();
+
+        @Override
+        public long room() {
+            return size - (head - tail);
+        }
+
+        @Override
+        public int slotsFor(long length) {
+            return 1;
+        }
+
+        @Override
+        public void put(long srcIova, long dstIova, long length, Object ctx) {
+            EduChannel.this.put(srcIova, dstIova, length, ctx);
         }
     }
 

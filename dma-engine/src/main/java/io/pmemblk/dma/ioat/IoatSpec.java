@@ -19,8 +19,28 @@ public final class IoatSpec {
     // ---- BAR0 global registers (spdk_ioat_registers; registers.h IOAT_*_OFFSET) ----
     /** u8: number of channels. */
     public static final int CHANCNT = 0x00;
-    /** u8: log2 of the maximum bytes one descriptor transfers. */
+    /** u8: log2 of the maximum bytes one descriptor transfers, in bits 4:0 ({@link #maxTransfer}). */
     public static final int XFERCAP = 0x01;
+    /** XFERCAP's valid bits (SPDK lib/ioat/ioat.c: "Only bits [4:0] are valid"). */
+    public static final int XFERCAP_MASK = 0x1f;
+    /**
+     * The largest transfer of one descriptor for an XFERCAP register value: bits 4:0 are the log2, the rest
+     * ignored (SPDK masks them; a device may set them); 0 means the largest (SPDK reads it as 4 GiB), here 2^31,
+     * the largest power of two the descriptor's 32-bit size field holds.
+     */
+    public static long maxTransfer(int xfercapRegister) {
+        int log2 = xfercapRegister & XFERCAP_MASK;
+        return 1L << (log2 == 0 ? 31 : log2);
+    }
+
+    /** Descriptors a copy of {@code length} bytes takes, split at {@code maxTransfer} (1 for a length below 1). */
+    public static int descriptorsFor(long length, long maxTransfer) {
+        if (length <= 0) {
+            return 1;
+        }
+        long n = (length + maxTransfer - 1) / maxTransfer;
+        return n > Integer.MAX_VALUE ? Integer.MAX_VALUE : (int) n;
+    }
     /** u8 */
     public static final int GENCTRL = 0x02;
     /** u8: INTRCTRL_MASTER_INT_EN 0x01. */

@@ -36,6 +36,7 @@ public final class EventfdInterrupt implements Interrupt, AutoCloseable {
     }
 
     /** The eventfd the kernel signals. */
+    @Override
     public int fd() {
         return fd;
     }

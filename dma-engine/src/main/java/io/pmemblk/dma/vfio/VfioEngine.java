@@ -116,9 +116,9 @@ public final class VfioEngine {
             throw new IllegalStateException("CBVER 0x" + Integer.toHexString(version) + ": not an I/OAT v3 device (needs 0x30 or later)");
         }
         int n = bar.read8(IoatSpec.CHANCNT) & 0x1f;
-        if (n == 0 || (bar.read8(IoatSpec.XFERCAP) & 0x1f) == 0) {
+        if (n == 0 || (bar.read8(IoatSpec.XFERCAP) & IoatSpec.XFERCAP_MASK) == 0) {
             throw new IllegalStateException("I/OAT device reports CHANCNT " + n + ", XFERCAP "
-                    + (bar.read8(IoatSpec.XFERCAP) & 0x1f) + ": no usable channel (Linux's ioatdma refuses it too)");
+                    + (bar.read8(IoatSpec.XFERCAP) & IoatSpec.XFERCAP_MASK) + ": no usable channel (Linux's ioatdma refuses it too)");
         }
         bar.write8(IoatSpec.INTRCTRL, IoatSpec.INTRCTRL_MASTER_INT_EN);
         List<IoatChannel> out = new ArrayList<>();

@@ -129,6 +129,25 @@ public final class TrackingDriver implements BlockDriver {
         device.receiveInPlace(r);
     }
 
+    /**
+     * The device's DMA completions, reaped on the queue thread that asks: a layer that kept these to itself would
+     * leave every completion to the engine's own thread. What is reaped still completes through this layer's own.
+     */
+    @Override
+    public int startReaping(int hwq) {
+        return device.startReaping(hwq);
+    }
+
+    @Override
+    public int reapCompletions(int hwq) {
+        return device.reapCompletions(hwq);
+    }
+
+    @Override
+    public void stopReaping(int hwq) {
+        device.stopReaping(hwq);
+    }
+
     @Override
     public long size() {
         return device.size();

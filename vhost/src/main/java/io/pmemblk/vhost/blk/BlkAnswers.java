@@ -4,7 +4,7 @@ import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.MemoryFaults;
 import io.pmemblk.queueing.Request;
 import io.pmemblk.queueing.Status;
-import io.pmemblk.queueing.refusal.RefusalLog;
+import io.pmemblk.queueing.log.RateLimitedLog;
 import io.pmemblk.vhost.memory.GuestMemory;
 import io.pmemblk.vhost.virtq.Virtqueue;
 
@@ -22,7 +22,7 @@ final class BlkAnswers {
     /** Logged as the queue's: one logger for everything a ring's thread refuses or breaks on. */
     private static final System.Logger LOG = System.getLogger(VhostBlkQueue.class.getName());
     /** A fault in guest RAM is the operator's to know (rate-limited as the refusals: a front end can repeat it). */
-    private static final RefusalLog GUEST_RAM_FAULTS = RefusalLog.withOwnLimit(LOG, System.Logger.Level.WARNING);
+    private static final RateLimitedLog GUEST_RAM_FAULTS = RateLimitedLog.withOwnLimit(LOG, System.Logger.Level.WARNING);
 
     private final int index;
     private final Virtqueue vq;

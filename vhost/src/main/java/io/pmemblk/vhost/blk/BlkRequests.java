@@ -4,7 +4,7 @@ import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.HardwareQueue;
 import io.pmemblk.queueing.Op;
 import io.pmemblk.queueing.Request;
-import io.pmemblk.queueing.refusal.RefusalLog;
+import io.pmemblk.queueing.log.RateLimitedLog;
 import io.pmemblk.vhost.virtq.BrokenRingException;
 import io.pmemblk.vhost.virtq.Chain;
 import io.pmemblk.vhost.virtq.Virtqueue;
@@ -32,7 +32,7 @@ final class BlkRequests {
     /** Logged as the queue's: one logger for everything a ring's thread refuses or breaks on. */
     private static final System.Logger LOG = System.getLogger(VhostBlkQueue.class.getName());
     /** A guest can refuse itself as fast as it fills the ring: its refusals are rate-limited. */
-    private static final RefusalLog REFUSALS = RefusalLog.to(LOG, System.Logger.Level.DEBUG);
+    private static final RateLimitedLog REFUSALS = RateLimitedLog.to(LOG, System.Logger.Level.DEBUG);
     /** Pieces a chain may have besides its data: header and status, each possibly split once. */
     static final int CHAIN_SLACK = 4;
 

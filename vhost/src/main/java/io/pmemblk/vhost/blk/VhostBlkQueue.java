@@ -93,6 +93,8 @@ public final class VhostBlkQueue {
     private final BlkAnswers answers;
 
     private volatile boolean running;
+    /** The queue thread reaps its requests' DMA completions itself ({@link #startReaping}); its own field. */
+    private boolean reaping;
     /** SET_VRING_ENABLE: while false the thread pops nothing ({@link #enable}). */
     private volatile boolean enabled = true;
     /** When {@link #halt} was called (System.nanoTime), and whether {@link #awaitQuiet} interrupted the thread. */
@@ -141,7 +143,7 @@ public final class VhostBlkQueue {
         EdgeWait e = null;
         try {
             w = EventFd.create(true);
-            e = EdgeWait.create(2);
+            e = EdgeWait.create(3); // the kick, the wake, and the DMA completions this thread reaps (startReaping)
             e.add(kick);
             e.add(w);
         } catch (NativeException x) {
@@ -351,9 +353,11 @@ public final class VhostBlkQueue {
     }
 
     private void run() {
+        reaping = startReaping();
         try {
             vq.disableKicks();
             while (running) {
+                reap();
                 answers.sendDueCall();
                 if (!enabled) {
                     if (heldSince != 0) {
@@ -387,6 +391,9 @@ public final class VhostBlkQueue {
             // A region unmapped under the ring, an eventfd gone: nothing the guest can be told through this queue.
             breaks("stopped by " + e, e);
         } finally {
+            if (reaping) {
+                frontend.queue().driver().stopReaping(frontend.queue().index());
+            }
             frontend.dispatch(); // what the batch holds still completes
             publishHeld(); // before stop() returns and QEMU unmaps the ring
             answers.sendDueCall();
@@ -395,6 +402,34 @@ public final class VhostBlkQueue {
                 threadLive = false;
             }
             quietIfDone(); // a detached queue whose requests all completed while this thread was still busy
+        }
+    }
+
+    /**
+     * Becomes the reaper of the DMA completions of this queue's requests (BlockDriver#startReaping): their
+     * interrupt wakes this thread, which completes them itself, so that neither the engine's completion thread
+     * nor a hand-off back here ({@link BlkAnswers}' callDue, the wake) is woken per completion. False when the driver has nothing to
+     * reap here, or the sleep cannot take its eventfd (the engine's thread then completes, as without).
+     */
+    private boolean startReaping() {
+        int hwq = frontend.queue().index();
+        int fd = frontend.queue().driver().startReaping(hwq);
+        if (fd < 0) {
+            return false;
+        }
+        try {
+            sleep.add(EventFd.adopt(fd)); // the engine's eventfd: only slept on here, never closed or read
+            return true;
+        } catch (NativeException | RuntimeException e) {
+            frontend.queue().driver().stopReaping(hwq);
+            LOG.log(System.Logger.Level.DEBUG, "vhost-blk-q" + index + ": DMA completions stay on the engine's thread: " + e);
+            return false;
+        }
+    }
+
+    private void reap() {
+        if (reaping) {
+            frontend.queue().driver().reapCompletions(frontend.queue().index());
         }
     }
 
@@ -420,6 +455,7 @@ public final class VhostBlkQueue {
                 if (workToDo()) {
                     return true;
                 }
+                reap();
                 answers.sendDueCall(); // a DMA completion meanwhile: its interrupt is not held for the poll
             } while (System.nanoTime() - from < window);
             return false;
@@ -439,6 +475,7 @@ public final class VhostBlkQueue {
                 long hold = polling.holdNanos();
                 while (running && System.nanoTime() - heldSince < hold) {
                     Thread.onSpinWait();
+                    reap();
                     answers.sendDueCall(); // a DMA completion published everything held with its own
                     if (workToDo()) {
                         polling.held(true);

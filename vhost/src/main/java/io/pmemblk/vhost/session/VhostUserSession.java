@@ -1,7 +1,7 @@
 package io.pmemblk.vhost.session;
 
 import io.pmemblk.queueing.BlockLayer;
-import io.pmemblk.queueing.refusal.RefusalLog;
+import io.pmemblk.queueing.log.RateLimitedLog;
 import io.pmemblk.vhost.VhostUserBlkConfig;
 import io.pmemblk.vhost.WriteCacheMode;
 import io.pmemblk.vhost.blk.BlkConfigSpace;
@@ -40,7 +40,7 @@ import static java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED;
 public final class VhostUserSession implements Runnable {
     private static final System.Logger LOG = System.getLogger("io.pmemblk.vhost");
     /** The server's: a front-end that sends bad messages (or reconnects to send more) cannot flood the log. */
-    private final RefusalLog refusals;
+    private final RateLimitedLog refusals;
     /** Memory slots a front-end may fill with ADD_MEM_REG: libvhost-user 7.2's VHOST_USER_MAX_RAM_SLOTS. */
     public static final int MAX_MEM_SLOTS = 32;
     /** Ring features this back-end serves on top of the device's (split ring only: no RING_PACKED). */
@@ -71,7 +71,7 @@ public final class VhostUserSession implements Runnable {
      * @param refusals   where refused messages are logged (the server's limit, shared by its connections)
      */
     public VhostUserSession(VhostUserChannel channel, VhostUserBlkConfig config, BlockLayer layer, BlkDevice device,
-                            WriteCacheMode writeCache, String name, RefusalLog refusals) {
+                            WriteCacheMode writeCache, String name, RateLimitedLog refusals) {
         this.channel = channel;
         this.refusals = refusals;
         this.config = config;

@@ -164,7 +164,7 @@ class VhostBlkQueueTest {
             jul.setLevel(null);
         }
         assertThat(lines.stream().filter(l -> l.contains("refused")).count()).as("log lines for 400 refusals")
-                .isLessThanOrEqualTo(2L * io.pmemblk.queueing.refusal.RefusalLog.LINES_PER_SECOND);
+                .isLessThanOrEqualTo(2L * io.pmemblk.queueing.log.RateLimitedLog.LINES_PER_SECOND);
     }
 
     @Test

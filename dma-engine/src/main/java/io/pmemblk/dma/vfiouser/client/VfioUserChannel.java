@@ -3,6 +3,7 @@ package io.pmemblk.dma.vfiouser.client;
 import io.pmemblk.dma.DmaChannel;
 import io.pmemblk.dma.DmaCompletionListener;
 import io.pmemblk.dma.ioat.IoatChannel;
+import io.pmemblk.dma.ioat.IoatSpec;
 
 /**
  * One DMA channel of a vfio-user device, as the engine's users hold it across the device's comings and goings:
@@ -17,16 +18,24 @@ final class VfioUserChannel implements DmaChannel {
     private volatile DmaCompletionListener listener = (ctx, status) -> { };
     private volatile long maxTransfer;
     private volatile boolean closed;
+    /** The interrupt's eventfd: the engine keeps its vectors across devices, so every channel put behind has it. */
+    private final int completionFd;
+    /** Threads reaping on their own ({@link #pollers}), handed on to every channel put behind this one. */
+    private int pollers;
 
     VfioUserChannel(int index, IoatChannel first) {
         this.index = index;
+        this.completionFd = first.completionFd();
         attach(first);
     }
 
     /** Puts {@code channel} (started on the device just attached) behind this one. */
-    void attach(IoatChannel channel) {
+    synchronized void attach(IoatChannel channel) {
         channel.listener(listener);
         maxTransfer = channel.maxTransfer();
+        for (int i = 0; i < pollers; i++) {
+            channel.pollers(true);
+        }
         current = channel;
     }
 
@@ -59,11 +68,7 @@ final class VfioUserChannel implements DmaChannel {
 
     @Override
     public int slotsFor(long length) {
-        if (length <= 0) {
-            return 1;
-        }
-        long n = (length + maxTransfer - 1) / maxTransfer;
-        return n > Integer.MAX_VALUE ? Integer.MAX_VALUE : (int) n;
+        return IoatSpec.descriptorsFor(length, maxTransfer);
     }
 
     @Override
@@ -117,6 +122,23 @@ final class VfioUserChannel implements DmaChannel {
     public int poll() {
         IoatChannel c = current;
         return c == null ? 0 : c.poll();
+    }
+
+    @Override
+    public int completionFd() {
+        return completionFd;
+    }
+
+    @Override
+    public synchronized void pollers(boolean start) {
+        if (!start && pollers == 0) {
+            return;
+        }
+        pollers += start ? 1 : -1;
+        IoatChannel c = current;
+        if (c != null) {
+            c.pollers(start);
+        }
     }
 
     @Override

@@ -279,10 +279,11 @@ public final class LibVfioUser {
                         Bound.LOG_FN, arena);
                 MethodType access = MethodType.methodType(long.class, MemorySegment.class, MemorySegment.class,
                         long.class, long.class, boolean.class);
-                bar0 = linker.upcallStub(l.findVirtual(Stubs.class, "onBar0", access).bindTo(this),
-                        Bound.REGION_ACCESS_CB, arena);
-                config = linker.upcallStub(l.findVirtual(Stubs.class, "onConfig", access).bindTo(this),
-                        Bound.REGION_ACCESS_CB, arena);
+                // One upcall for both regions, told apart by the leading argument bound here.
+                MethodHandle region = l.findVirtual(Stubs.class, "onRegion", access.insertParameterTypes(0, boolean.class))
+                        .bindTo(this);
+                bar0 = linker.upcallStub(MethodHandles.insertArguments(region, 0, true), Bound.REGION_ACCESS_CB, arena);
+                config = linker.upcallStub(MethodHandles.insertArguments(region, 0, false), Bound.REGION_ACCESS_CB, arena);
                 MethodType dma = MethodType.methodType(void.class, MemorySegment.class, MemorySegment.class);
                 dmaRegister = linker.upcallStub(l.findVirtual(Stubs.class, "onDmaRegister", dma).bindTo(this),
                         Bound.DMA_CB, arena);
@@ -305,23 +306,14 @@ public final class LibVfioUser {
             }
         }
 
+        /** BAR0's ({@code isBar0}) or configuration space's access callback. */
         @SuppressWarnings("restricted")
-        private long onBar0(MemorySegment ctx, MemorySegment buf, long count, long offset, boolean write) {
+        private long onRegion(boolean isBar0, MemorySegment ctx, MemorySegment buf, long count, long offset, boolean write) {
             try {
-                return cb.bar0(buf.reinterpret(count), offset, write);
+                MemorySegment b = buf.reinterpret(count);
+                return isBar0 ? cb.bar0(b, offset, write) : cb.config(b, offset, write);
             } catch (Throwable t) {
-                cb.log(LOG_ERR, "BAR0 " + (write ? "write" : "read") + " of " + count + " at 0x"
-                        + Long.toHexString(offset) + " failed: " + t);
-                return -1;
-            }
-        }
-
-        @SuppressWarnings("restricted")
-        private long onConfig(MemorySegment ctx, MemorySegment buf, long count, long offset, boolean write) {
-            try {
-                return cb.config(buf.reinterpret(count), offset, write);
-            } catch (Throwable t) {
-                cb.log(LOG_ERR, "config " + (write ? "write" : "read") + " of " + count + " at 0x"
+                cb.log(LOG_ERR, (isBar0 ? "BAR0 " : "config ") + (write ? "write" : "read") + " of " + count + " at 0x"
                         + Long.toHexString(offset) + " failed: " + t);
                 return -1;
             }

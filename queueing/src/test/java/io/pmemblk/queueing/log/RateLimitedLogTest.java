@@ -1,4 +1,4 @@
-package io.pmemblk.queueing.refusal;
+package io.pmemblk.queueing.log;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -13,12 +13,12 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 /** Refusals are logged at their level with their words, and a flood of them is cut to a few lines a second. */
-class RefusalLogTest {
-    static final String NAME = "io.pmemblk.queueing.refusal.test";
+class RateLimitedLogTest {
+    static final String NAME = "io.pmemblk.queueing.log.test";
     final Logger jul = Logger.getLogger(NAME);
     final List<LogRecord> records = new CopyOnWriteArrayList<>();
     /** Its own limit: what other tests in this JVM refused does not count against it. */
-    final RefusalLog log = RefusalLog.withOwnLimit(System.getLogger(NAME), System.Logger.Level.DEBUG);
+    final RateLimitedLog log = RateLimitedLog.withOwnLimit(System.getLogger(NAME), System.Logger.Level.DEBUG);
     final Handler handler = new Handler() {
         @Override public void publish(LogRecord r) { records.add(r); }
         @Override public void flush() { }
@@ -55,7 +55,7 @@ class RefusalLogTest {
         for (int i = 0; i < 10_000; i++) {
             log.refused("refused {0}", "NBD_CMD_WRITE");
         }
-        assertThat(records.size()).isBetween(1, 2 * RefusalLog.LINES_PER_SECOND); // a second may turn over once
+        assertThat(records.size()).isBetween(1, 2 * RateLimitedLog.LINES_PER_SECOND); // a second may turn over once
         // Refusing on until the second turns over: its first line says how many were cut, so the cut is not silent.
         org.assertj.core.api.Assertions.assertThatCode(() -> io.pmemblk.queueing.testing.Waits.await(
                 "a line saying how many refusals were left out", () -> {
@@ -70,5 +70,31 @@ class RefusalLogTest {
         assertThat(log.enabled()).isFalse();
         log.refused("refused {0}", "NBD_CMD_TRIM");
         assertThat(records).isEmpty();
+    }
+
+    @Test
+    void aBuiltLineIsWrittenOnlyWhenDueAtItsOwnLevelWithItsStack() {
+        jul.setLevel(Level.FINE);
+        RateLimitedLog once = RateLimitedLog.withOwnLimit(System.getLogger(NAME), System.Logger.Level.WARNING, 1);
+        IllegalStateException cause = new IllegalStateException("channel closed");
+        int written = 0;
+        for (int i = 0; i < 1000; i++) {
+            if (once.due()) {
+                once.write(System.Logger.Level.ERROR, "copy " + i + " failed", cause);
+                written++;
+            }
+        }
+        assertThat(written).as("lines a limit of one a second let through").isBetween(1, 2);
+        assertThat(records).hasSize(written);
+        assertThat(records.get(0).getMessage()).isEqualTo("copy 0 failed");
+        assertThat(records.get(0).getLevel()).isEqualTo(Level.SEVERE);
+        assertThat(records.get(0).getThrown()).isSameAs(cause);
+    }
+
+    @Test
+    void aLimitBelowOneLineASecondIsRefusedByName() {
+        org.assertj.core.api.Assertions.assertThatThrownBy(() -> RateLimitedLog.withOwnLimit(
+                System.getLogger(NAME), System.Logger.Level.WARNING, 0))
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("linesPerSecond is 0");
     }
 }
