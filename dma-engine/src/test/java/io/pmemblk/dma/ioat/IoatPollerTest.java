@@ -94,10 +94,12 @@ class IoatPollerTest {
             assertThat(r.dst.asSlice(0, 32L * COPY).mismatch(r.src.asSlice(0, 32L * COPY))).as("the data copied").isEqualTo(-1);
             assertThat(wakes).as("the device's interrupt woke the poller's sleep").isPositive();
             assertThat(r.reportedOn.values()).as("reported on the poller's thread").contains(me);
-            // Nobody read the eventfd: its counter holds every copy's interrupt (the last may still be on its way
-            // when its completion word was seen). A completion thread still taking the interrupt would have read it.
+            // Nobody read the eventfd: its counter holds every copy's interrupt but two at most. The completion
+            // thread may already be blocked in its read of the eventfd when the poller attaches (a read in progress
+            // cannot be called back), so it may take the first interrupt once; and the last may still be on its way
+            // when its completion word was seen. A completion thread still taking the interrupts would leave ~0.
             long unread = EventFd.adopt(r.ch.completionFd()).drain(); // non-blocking (EventfdInterrupt's): 0 if none
-            assertThat(unread).as("interrupts left unread on the eventfd while the poller reaps").isGreaterThanOrEqualTo(31);
+            assertThat(unread).as("interrupts left unread on the eventfd while the poller reaps").isGreaterThanOrEqualTo(30);
 
             r.ch.pollers(false);
             r.copy(40);
