@@ -44,8 +44,10 @@ class LibpmemGrantTest {
                     }
                 }
                 """);
+        // The reactor's own modules as the test sees them: target/classes under `mvn test`, but the packaged
+        // target/*.jar of the modules already built under `mvn verify` (CI's run); never their test-jars.
         List<String> modules = Arrays.stream(System.getProperty("java.class.path").split(File.pathSeparator))
-                .filter(e -> e.endsWith(File.separator + "target" + File.separator + "classes")).toList();
+                .filter(LibpmemGrantTest::reactorModule).toList();
         assertThat(modules).as("the reactor's module directories").anyMatch(e -> e.contains("pmem-blk"));
         List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "--illegal-native-access=deny", grant, "--module-path", String.join(File.pathSeparator, modules),
@@ -55,5 +57,13 @@ class LibpmemGrantTest {
         assertThat(p.waitFor(60, TimeUnit.SECONDS)).as("the probe JVM ended").isTrue();
         assertThat(p.exitValue()).as(out).isZero();
         return out.lines().filter(l -> l.startsWith("reason=")).findFirst().orElseThrow(() -> new AssertionError(out));
+    }
+
+    private static boolean reactorModule(String entry) {
+        Path p = Path.of(entry);
+        Path parent = p.getParent();
+        boolean inTarget = parent != null && parent.getFileName() != null && parent.getFileName().toString().equals("target");
+        String name = p.getFileName().toString();
+        return inTarget && (name.equals("classes") || name.endsWith(".jar") && !name.endsWith("-tests.jar"));
     }
 }
