@@ -463,7 +463,7 @@ class AdversarialClientsIT {
     }
 
     /**
-     * issue 22 item 4: a half-duplex client, [READ 4 MiB, WRITE 4 MiB] x 4 all sent before it reads a reply (x 4:
+     * A half-duplex client must not stall its own connection: [READ 4 MiB, WRITE 4 MiB] x 4 all sent before it reads a reply (x 4:
      * the DEPTH tags of this server; a client with more unanswered requests than tags waits for a tag whatever
      * the server does, as on any server that bounds what is in flight). The
      * reader must keep reading the WRITE payloads while replies wait (it replies inline only what the socket

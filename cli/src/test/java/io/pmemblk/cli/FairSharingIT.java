@@ -22,7 +22,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
- * Issue 22 item 2 against the real {@code serve}: one client that stops reading its replies must not stall
+ * Fair sharing of a hardware queue against the real {@code serve}: one client that stops reading its replies must not stall
  * another on the same hardware queue (queues=1, the smallest pool, queue.buffer-bytes=32M). An ordering
  * property, not a timing: client B's requests complete while client A is still stalled, its connection open
  * (A then reads every reply it was owed, intact). The stall timeout is 60 s and B's bound 20 s, so the watchdog
@@ -86,7 +86,7 @@ class FairSharingIT {
             a.write(32L * MIB, second, 0);
             // Two largest READs: each reply is 32 MiB, far more than the socket holds, and A reads none of it.
             // In one write, so the server reads both headers at once: the reader writes a READ's reply itself and
-            // blocks on it (issue 22 item 4), and a second header still in the socket would never be read.
+            // blocks on it, and a second header still in the socket would never be read.
             a.send(ByteBuffer.allocate(56).put(header(0, READ, 11, 0, 32 * MIB))
                     .put(header(0, READ, 12, 32L * MIB, 32 * MIB)).flip());
             awaitInflight(port, 2, "both of A's READs taken in");
@@ -112,7 +112,7 @@ class FairSharingIT {
      * (4 MiB at most): the sender blocks on it for good, so no later reply goes out and every tag A takes stays
      * taken, whatever the socket buffers hold. The WRITEs are 32 KiB on the DMA route, so the reader leaves the
      * replies to the sender and goes on reading (it writes the replies of in-place WRITEs itself, and would
-     * block there after one batch: issue 22 item 4). Before the fix A took every tag of the queue.
+     * block there after one batch). A reader that blocked there let A take every tag of the queue.
      */
     @Test
     void aFloodOfWritesWhoseRepliesNobodyReadsStallsNoOtherClient() throws Exception {

@@ -17,7 +17,7 @@ import java.util.Random;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
- * TLS with the real clients (issue 15): libnbd's nbdinfo and nbdcopy and QEMU's qemu-io and qemu-img, all on
+ * TLS with the real clients: libnbd's nbdinfo and nbdcopy and QEMU's qemu-io and qemu-img, all on
  * GnuTLS, against {@code serve --set nbd.tls=require}, with certificates made by scripts/lib/test-pki (openssl).
  * Each case is one cell of the interop matrix (client x certificate case -> result); the cells are printed as
  * {@code MATRIX ...} lines. Client directories: {@code client} (certificate from the server's CA), {@code nocert},

@@ -16,7 +16,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /**
- * Write-back that really fails, and a server that really dies (issue 22 item 1), with the real {@code serve}:
+ * Write-back that really fails, and a server that really dies, with the real {@code serve}:
  * the backing file lives on ext4 on a loop device whose backing file sits on a small tmpfs, sparse and larger
  * than it. ext4 accepts the writes into the page cache; when they are written back the loop device's writes hit
  * ENOSPC on the tmpfs and the kernel reports the failure, once, to the next msync. Clients are libnbd's Python

@@ -19,7 +19,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
- * Which layout a device is served with (issue 42 item 3): the operator's pmem.layout and pmemblk's
+ * Which layout a device is served with: the operator's pmem.layout and pmemblk's
  * {@link LayoutRecord}, never the device's bytes alone. A raw image holding what a client wrote (a pool
  * signature, a whole valid pool header) stays raw and is never laid out over; a recorded BTT is never served raw;
  * an unrecorded device is taken for a BTT (on the operator's word) only when it is wholly one. Real files, real

@@ -461,7 +461,7 @@ class VhostUserBlkServerTest {
     }
 
     /**
-     * Guest RAM that can shrink under the server is refused, naming the fix (issue 42 item 4: a front end that
+     * Guest RAM that can shrink under the server is refused, naming the fix (a front end that
      * truncated it killed the JVM with SIGBUS in libc's memcpy): a memfd without F_SEAL_SHRINK (QEMU's seal=off)
      * and a file on tmpfs (memory-backend-file mem-path=/dev/shm/...), neither mapped; the connection and the
      * server serve on. The sealed memfd every other test uses (QEMU's default) is served, and cannot be truncated.
@@ -539,7 +539,7 @@ class VhostUserBlkServerTest {
     }
 
     /**
-     * A front end that fills its call eventfd's counter (issue 42 item 5: the queue thread then blocked for good
+     * A front end that fills its call eventfd's counter (a queue thread that wrote blocking would block for good
      * in write(2), serving nothing more): the ring keeps serving, the stop answers, the next front end is served.
      */
     @Test
@@ -571,9 +571,9 @@ class VhostUserBlkServerTest {
 
     /**
      * The DMA route (the real pmem driver and the software I/OAT engine, one channel, whose completion thread every
-     * client shares) with a front end whose call eventfd's counter is full (issue 42 item 5: the engine's
-     * completion thread blocked in write(2); a later NBD 1 MiB write on the DMA route never completed and SIGTERM
-     * hung): the ring serves on; then with O_NONBLOCK cleared again by the front end, another client's 1 MiB
+     * client shares) with a front end whose call eventfd's counter is full (an engine
+     * completion thread blocked in write(2) would leave a later NBD 1 MiB write on the DMA route never completed and
+     * SIGTERM hung): the ring serves on; then with O_NONBLOCK cleared again by the front end, another client's 1 MiB
      * write on the DMA route completes, and the server closes within a bound.
      */
     @Test

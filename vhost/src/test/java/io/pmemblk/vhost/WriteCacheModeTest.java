@@ -39,7 +39,7 @@ import static io.pmemblk.vhost.protocol.VhostUserSpec.*;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
- * The guest's write cache mode is the server's (issue 42, items 1 and 2): the real server and its real sessions over
+ * The guest's write cache mode is the server's: the real server and its real sessions over
  * the real pmem driver on a page-cache file, driven by a front-end that replays QEMU 7.2's sequences (realize with one
  * GET_CONFIG, SET_CONFIG when the guest changes its cache, a reconnect with neither) and a guest that writes through a
  * split ring. Persistence is counted where it happens (each msync of the mapping, {@link CrashModel}'s steps), and a
