@@ -463,12 +463,12 @@ class AdversarialClientsIT {
     }
 
     /**
-     * A half-duplex client must not stall its own connection: [READ 4 MiB, WRITE 4 MiB] x 4 all sent before it reads a reply (x 4:
-     * the DEPTH tags of this server; a client with more unanswered requests than tags waits for a tag whatever
-     * the server does, as on any server that bounds what is in flight). The
-     * reader must keep reading the WRITE payloads while replies wait (it replies inline only what the socket
-     * takes at once); before, it blocked writing a READ reply that did not fit, the client blocked writing the
-     * next payload, and the stall watchdog cut the connection (EPIPE here).
+     * A half-duplex client must not stall its own connection: [READ 4 MiB, WRITE 4 MiB] x 4 all sent before it reads a
+     * reply (x 4: the DEPTH tags of this server; a client with more unanswered requests than tags waits for a tag
+     * whatever the server does, as on any server that bounds what is in flight). The reader must keep reading the WRITE
+     * payloads while replies wait (it replies inline only what the socket takes at once); before, it blocked writing a
+     * READ reply that did not fit, the client blocked writing the next payload, and the stall watchdog cut the
+     * connection (EPIPE here).
      */
     @Test
     @Order(32)

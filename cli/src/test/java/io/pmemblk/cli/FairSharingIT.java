@@ -22,11 +22,11 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
- * Fair sharing of a hardware queue against the real {@code serve}: one client that stops reading its replies must not stall
- * another on the same hardware queue (queues=1, the smallest pool, queue.buffer-bytes=32M). An ordering
- * property, not a timing: client B's requests complete while client A is still stalled, its connection open
- * (A then reads every reply it was owed, intact). The stall timeout is 60 s and B's bound 20 s, so the watchdog
- * cutting A off can never be what lets B through (before the fix, that was the only way).
+ * Fair sharing of a hardware queue against the real {@code serve}: one client that stops reading its replies must not
+ * stall another on the same hardware queue (queues=1, the smallest pool, queue.buffer-bytes=32M). An ordering property,
+ * not a timing: client B's requests complete while client A is still stalled, its connection open (A then reads every
+ * reply it was owed, intact). The stall timeout is 60 s and B's bound 20 s, so the watchdog cutting A off can never be
+ * what lets B through (before the fix, that was the only way).
  */
 class FairSharingIT {
     static final int MIB = 1 << 20;

@@ -16,9 +16,9 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
- * Who decides a device's layout, against the real {@code pmemblk serve} and {@code pmemblk format}: a raw device's client cannot
- * decide the layout. NBD clients (nbdcopy, qemu-io) write a whole valid pmemblk pool header at LBA 0 of a raw
- * device; the next serve still serves it raw with those bytes intact, and serve with pmem.layout=btt refuses it
+ * Who decides a device's layout, against the real {@code pmemblk serve} and {@code pmemblk format}: a raw device's
+ * client cannot decide the layout. NBD clients (nbdcopy, qemu-io) write a whole valid pmemblk pool header at LBA 0 of a
+ * raw device; the next serve still serves it raw with those bytes intact, and serve with pmem.layout=btt refuses it
  * without changing a byte. {@code pmemblk format} finds data anywhere in the device, not only in its first MiB.
  */
 class LayoutServeIT {

@@ -154,10 +154,10 @@ class PathSafetyIT {
     }
 
     /**
-     * Directories made after the check are checked too: once they were never checked, and Files.createDirectories made them with
-     * whatever the umask allowed: under umask 000, world-writable directories above the device and the socket.
-     * Now each is made 0755 (less the umask) in its checked parent and judged after it is made. serve stops at a
-     * TCP port already taken, after both have been created.
+     * Directories made after the check are checked too: once they were never checked, and Files.createDirectories made
+     * them with whatever the umask allowed: under umask 000, world-writable directories above the device and the
+     * socket. Now each is made 0755 (less the umask) in its checked parent and judged after it is made. serve stops at
+     * a TCP port already taken, after both have been created.
      */
     @Test
     void directoriesServeMakesAreCheckedAndNeverWritableByOthersWhateverTheUmask() throws Exception {
@@ -179,9 +179,9 @@ class PathSafetyIT {
     }
 
     /**
-     * The lock holds on an existing file: a server that opens one (every restart) once lost its lock on it when the mapper closed
-     * its own descriptor, so a second server on the same file started too, and its pmem.resize could truncate the
-     * file under the first (SIGBUS). Now the second is refused as long as the first runs.
+     * The lock holds on an existing file: a server that opens one (every restart) once lost its lock on it when the
+     * mapper closed its own descriptor, so a second server on the same file started too, and its pmem.resize could
+     * truncate the file under the first (SIGBUS). Now the second is refused as long as the first runs.
      */
     @Test
     void aRestartedServerKeepsItsFileLockedAgainstASecondServer() throws Exception {
@@ -202,9 +202,10 @@ class PathSafetyIT {
     }
 
     /**
-     * A device under PrivateTmp is refused: under the unit's PrivateTmp=yes, /tmp and /var/tmp are systemd's private directories, deleted when
-     * the service stops; a device there is empty at the next start. Set up as systemd does it: a mount namespace
-     * with {@code <dir>/systemd-private-...-pmemblk@t.service-.../tmp} bound over /tmp, and $INVOCATION_ID set.
+     * A device under PrivateTmp is refused: under the unit's PrivateTmp=yes, /tmp and /var/tmp are systemd's private
+     * directories, deleted when the service stops; a device there is empty at the next start. Set up as systemd does
+     * it: a mount namespace with {@code <dir>/systemd-private-...-pmemblk@t.service-.../tmp} bound over /tmp, and
+     * $INVOCATION_ID set.
      */
     @Test
     void aPmemPathInSystemdsPrivateTmpIsRefused() throws Exception {

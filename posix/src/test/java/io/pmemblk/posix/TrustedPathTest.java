@@ -14,8 +14,9 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /**
- * Two attacks on trusted paths (another user's directory, link or socket directory), set up for real: as root, with files and directories chowned to another uid (no such
- * user needs to exist), then checked with the real lstat/open/fstat.
+ * Two attacks on trusted paths (another user's directory, link or socket directory), set up for real: as root, with
+ * files and directories chowned to another uid (no such user needs to exist), then checked with the real
+ * lstat/open/fstat.
  */
 class TrustedPathTest {
     /** Another user: anyone but root. */
@@ -226,7 +227,7 @@ class TrustedPathTest {
                 .hasMessageContaining("is a directory; allowed: a regular file, or a device-DAX node");
     }
 
-    /** What is made through a held directory lands in the directory that was checked, whatever its name leads to by then. */
+    /** What is made through a held directory lands in the checked directory, whatever its name leads to by then. */
     @Test
     void whatIsMadeThroughAHeldDirectoryLandsInItEvenIfItsNameIsGivenToAnother() throws Exception {
         Path run = dir.resolve("run");
