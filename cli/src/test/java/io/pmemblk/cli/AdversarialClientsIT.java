@@ -1,5 +1,6 @@
 package io.pmemblk.cli;
 
+import static io.pmemblk.queueing.testing.Digests.sha256;
 import static io.pmemblk.posix.Errno.EINVAL;
 import static io.pmemblk.posix.Errno.ENOSPC;
 import static io.pmemblk.posix.Errno.ENOTSUP;
@@ -20,7 +21,6 @@ import java.nio.ByteBuffer;
 import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
-import java.security.MessageDigest;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -949,10 +949,6 @@ class AdversarialClientsIT {
                 chunk[(int) (p - base)] = data[i];
             }
         }
-    }
-
-    static String sha256(byte[] b) throws Exception {
-        return java.util.HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(b));
     }
 
     record Reply(int error, long cookie) {}

@@ -5,13 +5,12 @@ import org.junit.jupiter.api.io.TempDir;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.security.MessageDigest;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.HexFormat;
 import java.util.List;
 import java.util.Random;
 
+import static io.pmemblk.queueing.testing.Digests.sha256;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
@@ -158,9 +157,5 @@ class BttServeIT {
     private static void nbdcopy(String from, String to) throws Exception {
         ServerProcess.Run c = ServerProcess.run(List.of("nbdcopy", from, to), 120);
         assertThat(c.exit()).as(c.out()).isZero();
-    }
-
-    private static String sha256(Path p) throws Exception {
-        return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(Files.readAllBytes(p)));
     }
 }

@@ -14,6 +14,7 @@ import java.util.List;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
@@ -23,10 +24,6 @@ import static org.assertj.core.api.Assertions.assertThat;
 class DmaServeIT {
     @TempDir
     Path dir;
-
-    private static int freePort() throws Exception {
-        return ServerProcess.freePort();
-    }
 
     private ServerProcess.Run fio(ServerProcess s, String name) throws Exception {
         return ServerProcess.run(List.of("fio", "--name=" + name, "--ioengine=nbd", "--uri=" + s.unixUri(),
@@ -65,7 +62,7 @@ class DmaServeIT {
 
     @Test
     void mixedSizesVerifyWithBothRoutesInTheMetrics() throws Exception {
-        int port = freePort();
+        int port = freeTcpPort();
         try (ServerProcess s = ServerProcess.start(dir, softDma(dir, port))) {
             assertThat(s.stdout).contains("metrics: http://127.0.0.1:" + port + "/metrics");
             ServerProcess.Run r = fio(s, "mixed");
@@ -83,7 +80,7 @@ class DmaServeIT {
 
     @Test
     void aFlakyChannelDuringTheRunLosesNothing() throws Exception {
-        int port = freePort();
+        int port = freeTcpPort();
         // Every 40th descriptor of each channel halts it: a provider of faults on serve's class path (test code).
         try (ServerProcess s = startWithFaults(dir, "fail-every=40", port)) {
             ServerProcess.Run r = fio(s, "faults");

@@ -1,5 +1,6 @@
 package io.pmemblk.cli;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static io.pmemblk.cli.AdversarialClientsIT.READ;
 import static io.pmemblk.cli.AdversarialClientsIT.WRITE;
 import static io.pmemblk.cli.AdversarialClientsIT.concat;
@@ -79,7 +80,7 @@ class FairSharingIT {
 
     @Test
     void twoLargeReadsWhoseRepliesNobodyReadsStallNoOtherClient() throws Exception {
-        int port = ServerProcess.freePort();
+        int port = freeTcpPort();
         try (ServerProcess s = start(port); Raw a = Raw.connectGo(dir.resolve("s"))) {
             byte[] first = pattern(1, 32 * MIB), second = pattern(2, 32 * MIB);
             a.write(0, first, 0);
@@ -116,7 +117,7 @@ class FairSharingIT {
      */
     @Test
     void aFloodOfWritesWhoseRepliesNobodyReadsStallsNoOtherClient() throws Exception {
-        int port = ServerProcess.freePort();
+        int port = freeTcpPort();
         int n = 4_000; // more than the queue's 128 tags; all but those wait in the sockets
         int len = 32 * 1024;
         try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",

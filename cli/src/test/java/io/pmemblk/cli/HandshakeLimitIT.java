@@ -1,5 +1,6 @@
 package io.pmemblk.cli;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import java.io.DataInputStream;
@@ -68,7 +69,7 @@ class HandshakeLimitIT {
     @Test
     void aClientStallingItsTlsHandshakesCannotTakeEverySlot() throws Exception {
         Path pki = ServerProcess.testPki(dir);
-        int port = ServerProcess.freePort();
+        int port = freeTcpPort();
         Path sock = dir.resolve("nbd.sock");
         List<Socket> stalled = new ArrayList<>();
         try (ServerProcess server = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=64M",

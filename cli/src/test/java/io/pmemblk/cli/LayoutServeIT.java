@@ -6,12 +6,11 @@ import org.junit.jupiter.api.io.TempDir;
 import java.io.RandomAccessFile;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.security.MessageDigest;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.HexFormat;
 import java.util.List;
 
+import static io.pmemblk.queueing.testing.Digests.sha256;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
@@ -44,10 +43,6 @@ class LayoutServeIT {
         ServerProcess.Run r = ServerProcess.run(List.of(cmd), 60);
         assertThat(r.exit()).as(r.out()).isZero();
         assertThat(r.out()).doesNotContain("failed", "error");
-    }
-
-    private static String sha256(Path p) throws Exception {
-        return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(Files.readAllBytes(p)));
     }
 
     @Test

@@ -15,6 +15,7 @@ import java.util.concurrent.locks.LockSupport;
 import java.util.function.BooleanSupplier;
 
 import io.pmemblk.cli.AdversarialClientsIT.Raw;
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
@@ -74,7 +75,7 @@ class LiveReloadIT {
 
     @Test
     void sighupUnderFioVerifyLoadShiftsTheRoutesBothWaysAndDropsNothing() throws Exception {
-        int port = ServeNotifyIT.freePort();
+        int port = freeTcpPort();
         Path sock = dir.resolve("nbd.sock");
         Path config = dir.resolve("live.properties");
         String base = "pmem.path=" + dir.resolve("p.img") + "\npmem.size=256M\nnbd.socket=" + sock + "\nnbd.port=0\n"

@@ -11,6 +11,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static io.pmemblk.cli.DmaServeIT.value;
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -19,10 +20,6 @@ class MultiQueueServeIT {
     @TempDir
     Path dir;
 
-    private static int freePort() throws Exception {
-        return ServerProcess.freePort();
-    }
-
     private static String metrics(int port) throws Exception {
         return HttpClient.newHttpClient().send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/metrics"))
                 .timeout(Duration.ofSeconds(10)).build(), HttpResponse.BodyHandlers.ofString()).body();
@@ -30,7 +27,7 @@ class MultiQueueServeIT {
 
     @Test
     void twoFioJobsOnTwoQueuesVerifyAndBothQueuesAreBusy() throws Exception {
-        int port = freePort();
+        int port = freeTcpPort();
         try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",
                 "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "queues=2", "metrics.port=" + port,
                 "queue.buffer-bytes=32M")) {

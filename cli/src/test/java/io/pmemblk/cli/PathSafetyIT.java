@@ -13,6 +13,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
@@ -139,7 +140,7 @@ class PathSafetyIT {
 
     @Test
     void aTcpBindBeyondLoopbackWithoutTlsWarnsAndNamesTheRisk() throws Exception {
-        int port = ServerProcess.freePort();
+        int port = freeTcpPort();
         try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=8M",
                 "nbd.socket=", "nbd.port=" + port, "nbd.bind=0.0.0.0", "queue.buffer-bytes=32M")) {
             assertThat(s.stderr()).contains("pmemblk: warning: nbd.bind=0.0.0.0 serves the device beyond this machine"

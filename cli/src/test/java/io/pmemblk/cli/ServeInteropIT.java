@@ -5,11 +5,10 @@ import org.junit.jupiter.api.io.TempDir;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.security.MessageDigest;
-import java.util.HexFormat;
 import java.util.List;
 import java.util.Random;
 
+import static io.pmemblk.queueing.testing.Digests.sha256;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
@@ -216,9 +215,5 @@ class ServeInteropIT {
      */
     private static List<String> nbdsh(String uri, String script) {
         return List.of("/usr/bin/python3", "-m", "nbd", "-u", uri, "-c", script);
-    }
-
-    private static String sha256(Path p) throws Exception {
-        return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(Files.readAllBytes(p)));
     }
 }

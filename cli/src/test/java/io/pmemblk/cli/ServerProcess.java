@@ -176,13 +176,6 @@ final class ServerProcess implements AutoCloseable {
         }
     }
 
-    /** A TCP port free right now (the server binds it a moment later). */
-    static int freePort() throws IOException {
-        try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
-            return s.getLocalPort();
-        }
-    }
-
     /** A throwaway PKI made by scripts/lib/test-pki (Debian's openssl) in {@code dir}; see that script for the layout. */
     static Path testPki(Path dir) throws IOException, InterruptedException {
         Path pki = dir.resolve("pki");

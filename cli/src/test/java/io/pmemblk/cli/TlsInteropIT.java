@@ -14,6 +14,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Random;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
@@ -40,7 +41,7 @@ class TlsInteropIT {
     @BeforeAll
     static void start() throws Exception {
         pki = ServerProcess.testPki(dir);
-        port = ServerProcess.freePort();
+        port = freeTcpPort();
         sock = dir.resolve("nbd.sock");
         server = ServerProcess.start(dir, tlsSettings(dir, "p.img", sock, port, true));
     }
@@ -193,7 +194,7 @@ class TlsInteropIT {
     @Order(5)
     void withoutVerifyClientsCertificatelessClientsAreServed() throws Exception {
         Path sock2 = dir.resolve("nbd2.sock");
-        int port2 = ServerProcess.freePort();
+        int port2 = freeTcpPort();
         try (ServerProcess s = ServerProcess.start(dir, tlsSettings(dir, "p2.img", sock2, port2, false))) {
             cell("nbdinfo (unix)", "no client certificate, no verify", List.of("nbdinfo", "--size",
                     unixUri(sock2, "nocert")), true, "67108864");

@@ -1,5 +1,6 @@
 package io.pmemblk.cli;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import java.nio.file.Files;
@@ -78,7 +79,7 @@ class VfioUserServeIT {
         Path socket = dir.resolve("ioat.sock");
         Path deviceLog = dir.resolve("dma-device.log");
         Process device = startDevice(socket, deviceLog);
-        int port = ServerProcess.freePort();
+        int port = freeTcpPort();
         try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",
                 "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "dma.engine=vfio-user", "dma.vfio-user.socket=" + socket,
                 "route.dma.bounce=true", "route.dma.min-bytes=65536", "metrics.port=" + port, "queue.buffer-bytes=32M")) {

@@ -12,6 +12,7 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
@@ -54,7 +55,7 @@ class WriteBackFailureIT {
     @ValueSource(strings = {"java", "auto"})
     void afterAFailedWriteBackEveryFlushAnswersEioAndTheStopSaysNotPersisted(String mapper) throws Exception {
         fs = LoopFs.mount(dir, 64);
-        int port = ServerProcess.freePort();
+        int port = freeTcpPort();
         ServerProcess s = serve(mapper, port);
         String out = nbd(s, """
                 for i in range(80):

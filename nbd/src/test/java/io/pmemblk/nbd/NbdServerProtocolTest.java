@@ -1,5 +1,6 @@
 package io.pmemblk.nbd;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static io.pmemblk.queueing.testing.Waits.await;
 import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.*;
@@ -115,10 +116,7 @@ class NbdServerProtocolTest extends ServedExportTest {
 
     @Test
     void tcpListenerWithNoDelay() throws IOException {
-        int port;
-        try (var probe = new java.net.ServerSocket(0)) {
-            port = probe.getLocalPort();
-        }
+        int port = freeTcpPort();
         try (NbdServer tcp = new NbdServer(new NbdConfig(EXPORT, null, "127.0.0.1", port, MAX, 4, ""), layer)) {
             List<URI> u = tcp.start();
             assertEquals(URI.create("nbd://127.0.0.1:" + port + "/pmem0"), u.get(0));

@@ -10,11 +10,10 @@ import java.io.RandomAccessFile;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.security.MessageDigest;
-import java.util.HexFormat;
 import java.util.Random;
 import java.util.UUID;
 
+import static io.pmemblk.queueing.testing.Digests.sha256;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
@@ -31,10 +30,6 @@ class LayoutDecisionTest {
 
     @TempDir
     Path dir;
-
-    private static String sha256(Path p) throws Exception {
-        return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(Files.readAllBytes(p)));
-    }
 
     private static PmemRegion open(Path p) throws IOException {
         return PmemRegion.open(p, SIZE, false, PmemRegion.Mapper.AUTO);
