@@ -4,16 +4,11 @@ import io.pmemblk.cli.faults.FaultJar;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
-import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
 import java.nio.file.Path;
-import java.time.Duration;
 import java.util.List;
-import java.util.regex.Matcher;
-import java.util.regex.Pattern;
 
+import static io.pmemblk.cli.ServerProcess.metrics;
+import static io.pmemblk.cli.ServerProcess.metric;
 import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -46,20 +41,6 @@ class DmaServeIT {
         return ServerProcess.start(dir, FaultJar.environment(dir, spec), ServerProcess.sets(softDma(dir, metricsPort)), 1);
     }
 
-    static String metrics(int port) throws Exception {
-        HttpResponse<String> r = HttpClient.newHttpClient().send(HttpRequest.newBuilder(
-                URI.create("http://127.0.0.1:" + port + "/metrics")).timeout(Duration.ofSeconds(10)).build(),
-                HttpResponse.BodyHandlers.ofString());
-        assertThat(r.statusCode()).isEqualTo(200);
-        return r.body();
-    }
-
-    static double value(String metrics, String series) {
-        Matcher m = Pattern.compile("(?m)^" + Pattern.quote(series) + " (\\S+)$").matcher(metrics);
-        assertThat(m.find()).as("series %s in:%n%s", series, metrics).isTrue();
-        return Double.parseDouble(m.group(1));
-    }
-
     @Test
     void mixedSizesVerifyWithBothRoutesInTheMetrics() throws Exception {
         int port = freeTcpPort();
@@ -69,11 +50,11 @@ class DmaServeIT {
             assertThat(r.exit()).as(r.out()).isZero();
             assertThat(r.out()).contains("err= 0").doesNotContain("verify failed", "bad magic");
             String m = metrics(port);
-            assertThat(value(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"cpu\"}")).isPositive();
-            assertThat(value(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"dma\"}")).isPositive();
-            assertThat(value(m, "pmemblk_copy_bytes_total{dir=\"read\",route=\"cpu\"}")).isPositive();
-            assertThat(value(m, "pmemblk_copy_bytes_total{dir=\"read\",route=\"dma\"}")).isPositive();
-            assertThat(value(m, "pmemblk_dma_errors_total")).isZero();
+            assertThat(metric(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"cpu\"}")).isPositive();
+            assertThat(metric(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"dma\"}")).isPositive();
+            assertThat(metric(m, "pmemblk_copy_bytes_total{dir=\"read\",route=\"cpu\"}")).isPositive();
+            assertThat(metric(m, "pmemblk_copy_bytes_total{dir=\"read\",route=\"dma\"}")).isPositive();
+            assertThat(metric(m, "pmemblk_dma_errors_total")).isZero();
             assertThat(s.terminate()).isZero();
         }
     }
@@ -87,9 +68,9 @@ class DmaServeIT {
             assertThat(r.exit()).as(r.out()).isZero();
             assertThat(r.out()).contains("err= 0").doesNotContain("verify failed", "bad magic");
             String m = metrics(port);
-            assertThat(value(m, "pmemblk_dma_errors_total")).as("faults were injected").isPositive();
-            assertThat(value(m, "pmemblk_dma_fallbacks_total")).isPositive();
-            assertThat(value(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"dma\"}")).as("the channel recovered").isPositive();
+            assertThat(metric(m, "pmemblk_dma_errors_total")).as("faults were injected").isPositive();
+            assertThat(metric(m, "pmemblk_dma_fallbacks_total")).isPositive();
+            assertThat(metric(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"dma\"}")).as("the channel recovered").isPositive();
             assertThat(s.terminate()).isZero();
         }
     }

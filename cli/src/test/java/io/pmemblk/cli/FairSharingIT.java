@@ -1,20 +1,16 @@
 package io.pmemblk.cli;
 
+import static io.pmemblk.cli.ServerProcess.metric;
 import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static io.pmemblk.cli.AdversarialClientsIT.READ;
 import static io.pmemblk.cli.AdversarialClientsIT.WRITE;
 import static io.pmemblk.cli.AdversarialClientsIT.concat;
 import static io.pmemblk.cli.AdversarialClientsIT.header;
 import static io.pmemblk.cli.AdversarialClientsIT.pattern;
-import static io.pmemblk.cli.DmaServeIT.value;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.pmemblk.cli.AdversarialClientsIT.Raw;
 import io.pmemblk.cli.AdversarialClientsIT.Reply;
-import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -44,9 +40,7 @@ class FairSharingIT {
     }
 
     static double inflight(int port) throws Exception {
-        String m = HttpClient.newHttpClient().send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port
-                + "/metrics")).timeout(Duration.ofSeconds(10)).build(), HttpResponse.BodyHandlers.ofString()).body();
-        return value(m, "pmemblk_queue_inflight{queue=\"0\"}");
+        return metric(port, "pmemblk_queue_inflight{queue=\"0\"}");
     }
 
     /** Waits (bounded) until queue 0 has at least {@code n} tags in use. */

@@ -15,6 +15,7 @@ import java.util.concurrent.locks.LockSupport;
 import java.util.function.BooleanSupplier;
 
 import io.pmemblk.cli.AdversarialClientsIT.Raw;
+import static io.pmemblk.cli.ServerProcess.metric;
 import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -29,10 +30,6 @@ class LiveReloadIT {
 
     @TempDir
     Path dir;
-
-    private static double metric(int port, String series) throws Exception {
-        return DmaServeIT.value(DmaServeIT.metrics(port), series);
-    }
 
     private static final String CPU_W = "pmemblk_copy_bytes_total{dir=\"write\",route=\"cpu\"}";
     private static final String DMA_W = "pmemblk_copy_bytes_total{dir=\"write\",route=\"dma\"}";

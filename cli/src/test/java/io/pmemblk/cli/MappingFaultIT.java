@@ -13,6 +13,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.stream.Stream;
 
+import static io.pmemblk.cli.ServerProcess.metric;
 import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -85,7 +86,7 @@ class MappingFaultIT {
                     """);
             assertThat(second).as(second).contains("second True True");
             assertThat(s.process.isAlive()).as("the server process lives; stderr:%n%s", s.stderr()).isTrue();
-            assertThat(DmaServeIT.value(DmaServeIT.metrics(metricsPort), "pmemblk_mapping_faults_total"))
+            assertThat(metric(metricsPort, "pmemblk_mapping_faults_total"))
                     .as("one counted fault per failed request").isEqualTo(6.0);
             assertThat(s.stderr()).contains("answered EIO").contains("at offset");
             s.terminate();

@@ -12,6 +12,8 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 
+import static io.pmemblk.cli.ServerProcess.metrics;
+import static io.pmemblk.cli.ServerProcess.metric;
 import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
@@ -72,9 +74,9 @@ class WriteBackFailureIT {
         assertThat(lines(out, "WRITE")).containsExactly("EIO");
         assertThat(lines(out, "FUA")).containsExactly("EIO");
         assertThat(lines(out, "READ")).as("reads keep working").containsExactly("ok");
-        String metrics = DmaServeIT.metrics(port);
-        assertThat(DmaServeIT.value(metrics, "pmemblk_writeback_failed")).isEqualTo(1.0);
-        assertThat(DmaServeIT.value(metrics, "pmemblk_writeback_refused_requests_total")).isEqualTo(5.0);
+        String metrics = metrics(port);
+        assertThat(metric(metrics, "pmemblk_writeback_failed")).isEqualTo(1.0);
+        assertThat(metric(metrics, "pmemblk_writeback_refused_requests_total")).isEqualTo(5.0);
         assertThat(s.terminate()).as("exit code of a stop that persisted nothing").isEqualTo(ServeCommand.EXIT_NOT_PERSISTED);
         String err = s.stderr();
         assertThat(err).contains("; data NOT persisted: ").doesNotContain("data persisted");
