@@ -2,15 +2,15 @@ package io.pmemblk.cli;
 
 import static io.pmemblk.cli.ServerProcess.metric;
 import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
-import static io.pmemblk.cli.AdversarialClientsIT.READ;
-import static io.pmemblk.cli.AdversarialClientsIT.WRITE;
-import static io.pmemblk.cli.AdversarialClientsIT.concat;
-import static io.pmemblk.cli.AdversarialClientsIT.header;
+import static io.pmemblk.nbd.testing.NbdTestClient.READ;
+import static io.pmemblk.nbd.testing.NbdTestClient.WRITE;
+import static io.pmemblk.nbd.testing.NbdTestClient.concat;
+import static io.pmemblk.nbd.testing.NbdTestClient.header;
 import static io.pmemblk.cli.AdversarialClientsIT.pattern;
 import static org.assertj.core.api.Assertions.assertThat;
 
-import io.pmemblk.cli.AdversarialClientsIT.Raw;
-import io.pmemblk.cli.AdversarialClientsIT.Reply;
+import io.pmemblk.nbd.testing.NbdTestClient;
+import io.pmemblk.nbd.testing.NbdTestClient.Reply;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -55,7 +55,7 @@ class FairSharingIT {
 
     /** B: a 4 KiB READ and a 4 KiB WRITE, each answered within the bound. */
     void clientBIsServed(Path sock, long offset) throws Exception {
-        try (Raw b = Raw.connectGo(sock)) {
+        try (NbdTestClient b = NbdTestClient.connectGo(sock)) {
             b.send(header(0, READ, 1, offset, 4096));
             Reply r = b.simpleReplyOrNull(B_BOUND_SECONDS);
             assertThat(r).as("B's 4 KiB READ answered within %d s while A stalls", B_BOUND_SECONDS).isNotNull();
@@ -75,7 +75,7 @@ class FairSharingIT {
     @Test
     void twoLargeReadsWhoseRepliesNobodyReadsStallNoOtherClient() throws Exception {
         int port = freeTcpPort();
-        try (ServerProcess s = start(port); Raw a = Raw.connectGo(dir.resolve("s"))) {
+        try (ServerProcess s = start(port); NbdTestClient a = NbdTestClient.connectGo(dir.resolve("s"))) {
             byte[] first = pattern(1, 32 * MIB), second = pattern(2, 32 * MIB);
             a.write(0, first, 0);
             a.write(32L * MIB, second, 0);
@@ -117,7 +117,7 @@ class FairSharingIT {
         try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",
                 "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "queues=1", "queue.buffer-bytes=32M",
                 "nbd.stall-timeout=60", "metrics.port=" + port, "dma.engine=soft", "route.dma.bounce=true", "route.dma.min-bytes=" + len);
-             Raw a = Raw.connectGo(dir.resolve("s"))) {
+             NbdTestClient a = NbdTestClient.connectGo(dir.resolve("s"))) {
             byte[] big = pattern(4, 8 * MIB);
             a.write(64L * MIB, big, 0);
             AtomicLong sent = new AtomicLong();

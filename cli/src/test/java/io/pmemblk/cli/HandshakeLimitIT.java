@@ -4,7 +4,6 @@ import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import java.io.DataInputStream;
-import java.io.DataOutputStream;
 import java.io.EOFException;
 import java.io.IOException;
 import java.net.InetSocketAddress;
@@ -13,6 +12,7 @@ import java.net.SocketException;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import io.pmemblk.nbd.testing.NbdTestClient;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -24,9 +24,6 @@ import org.junit.jupiter.api.io.TempDir;
  * client certificate on the unix socket (another peer: the socket's user) are still served.
  */
 class HandshakeLimitIT {
-    private static final long IHAVEOPT = 0x49484156454F5054L;
-    private static final long OPTION_REPLY_MAGIC = 0x3e889045565a9L;
-    private static final int OPT_STARTTLS = 5;
     private static final int SLOTS = 16;
 
     @TempDir
@@ -35,7 +32,7 @@ class HandshakeLimitIT {
     /** Connects from {@code source}; true when the server greeted it (NBDMAGIC), false when it closed at once. */
     private static boolean greeted(Socket s) throws IOException {
         try {
-            return new DataInputStream(s.getInputStream()).readLong() == 0x4e42444d41474943L;
+            return new DataInputStream(s.getInputStream()).readLong() == NbdTestClient.NBDMAGIC;
         } catch (EOFException | SocketException refused) {
             return false;
         }
@@ -51,19 +48,15 @@ class HandshakeLimitIT {
 
     /** Finishes the greeting, asks for STARTTLS, reads its ACK, then stalls: the server waits for a ClientHello. */
     private static void stallInTls(Socket s) throws IOException {
-        DataInputStream in = new DataInputStream(s.getInputStream());
-        DataOutputStream out = new DataOutputStream(s.getOutputStream());
-        in.readLong(); // IHAVEOPT
-        in.readUnsignedShort(); // handshake flags
-        out.writeInt(3); // FIXED_NEWSTYLE | NO_ZEROES
-        out.writeLong(IHAVEOPT);
-        out.writeInt(OPT_STARTTLS);
-        out.writeInt(0);
-        out.flush();
-        assertThat(in.readLong()).isEqualTo(OPTION_REPLY_MAGIC);
-        assertThat(in.readInt()).isEqualTo(OPT_STARTTLS);
-        assertThat(in.readInt()).as("STARTTLS acknowledged").isEqualTo(1);
-        assertThat(in.readInt()).isZero();
+        NbdTestClient c = new NbdTestClient(s);
+        c.in.readLong(); // IHAVEOPT
+        c.in.readUnsignedShort(); // handshake flags
+        c.out.writeInt(NbdTestClient.FIXED_NEWSTYLE_NO_ZEROES);
+        c.option(NbdTestClient.OPT_STARTTLS, new byte[0]);
+        NbdTestClient.OptionReply r = c.optionReply();
+        assertThat(r.option()).isEqualTo(NbdTestClient.OPT_STARTTLS);
+        assertThat(r.type()).as("STARTTLS acknowledged").isEqualTo(NbdTestClient.REP_ACK);
+        assertThat(r.data()).isEmpty();
     }
 
     @Test

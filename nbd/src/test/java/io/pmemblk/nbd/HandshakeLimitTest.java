@@ -5,6 +5,7 @@ import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.pmemblk.nbd.testing.NbdTestClient;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.queueing.testing.Waits;

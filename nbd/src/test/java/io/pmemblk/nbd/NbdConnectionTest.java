@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertDoesNotThrow;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.pmemblk.nbd.testing.NbdTestClient;
 import io.pmemblk.queueing.testing.Waits;
 import java.io.IOException;
 import java.nio.channels.SocketChannel;

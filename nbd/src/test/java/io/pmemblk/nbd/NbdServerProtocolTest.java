@@ -5,6 +5,7 @@ import static io.pmemblk.queueing.testing.Waits.await;
 import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.*;
 
+import io.pmemblk.nbd.testing.NbdTestClient;
 import io.pmemblk.queueing.Status;
 import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import java.io.IOException;

@@ -1,5 +1,6 @@
 package io.pmemblk.nbd;
 
+import io.pmemblk.nbd.testing.NbdTestClient;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.posix.TrustedDirectory;
