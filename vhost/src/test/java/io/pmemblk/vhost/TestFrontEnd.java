@@ -82,6 +82,26 @@ final class TestFrontEnd implements AutoCloseable {
         return payload(0);
     }
 
+    /** ADD_MEM_REG's payload: one region, {@code size} bytes of guest-physical {@code gpa} at {@code user} in the fd. */
+    MemorySegment memRegion(long gpa, long size, long user, long mmapOffset) {
+        MemorySegment p = payload(MEM_REG_SIZE);
+        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_GPA, gpa);
+        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_SIZE_FIELD, size);
+        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_UADDR, user);
+        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_MMAP_OFFSET, mmapOffset);
+        return p;
+    }
+
+    /** SET_VRING_ADDR's payload: vring {@code index}'s three areas at these user addresses. */
+    MemorySegment vringAddr(int index, long desc, long avail, long used) {
+        MemorySegment p = payload(ADDR_SIZE);
+        p.set(ValueLayout.JAVA_INT, ADDR_INDEX, index);
+        p.set(ValueLayout.JAVA_LONG, ADDR_DESC, desc);
+        p.set(ValueLayout.JAVA_LONG, ADDR_AVAIL, avail);
+        p.set(ValueLayout.JAVA_LONG, ADDR_USED, used);
+        return p;
+    }
+
     /** A reply: its request id, flags and payload (copied out); null when the back-end closed the connection. */
     record Reply(int request, int flags, MemorySegment payload) {
         long u64() {

@@ -89,27 +89,13 @@ class VhostUserBlkServerTest {
         return e;
     }
 
-    private MemorySegment region(TestFrontEnd fe, long gpa, long size, long user, long offset) {
-        MemorySegment p = fe.payload(MEM_REG_SIZE);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_GPA, gpa);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_SIZE_FIELD, size);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_UADDR, user);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_MMAP_OFFSET, offset);
-        return p;
-    }
-
     /** Where vring {@code i}'s rings lie in guest RAM (user addresses), in the high region. */
     private long ringBase(int i) {
         return uaddr + 0xd0000 + 0x10000L * i;
     }
 
     private MemorySegment addr(TestFrontEnd fe, int i, long desc) {
-        MemorySegment p = fe.payload(ADDR_SIZE);
-        p.set(ValueLayout.JAVA_INT, ADDR_INDEX, i);
-        p.set(ValueLayout.JAVA_LONG, ADDR_DESC, desc);
-        p.set(ValueLayout.JAVA_LONG, ADDR_AVAIL, ringBase(i) + 0x1000);
-        p.set(ValueLayout.JAVA_LONG, ADDR_USED, ringBase(i) + 0x2000);
-        return p;
+        return fe.vringAddr(i, desc, ringBase(i) + 0x1000, ringBase(i) + 0x2000);
     }
 
     /** Realize (note section 3A): features, protocol features, queue count, slots, owner, call/err per queue. */
@@ -158,8 +144,8 @@ class VhostUserBlkServerTest {
         }
         fe.set(SET_FEATURES, features);
         if (sendMemory) {
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).isZero();
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, HIGH, RAM - HIGH, uaddr + HIGH, HIGH), ram)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(HIGH, RAM - HIGH, uaddr + HIGH, HIGH), ram)).isZero();
         }
         for (int i = 0; i < bases.length; i++) {
             // the guest's rings as a driver left them: avail and used idx at the base QEMU restores
@@ -378,7 +364,7 @@ class VhostUserBlkServerTest {
     void aMissingRegionFdIsAnErrorReply() throws Exception {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             realize(fe, false);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0))).as("REPLY_ACK failure").isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0))).as("REPLY_ACK failure").isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "0 file descriptors", "exactly 1");
             assertThat(fe.get(GET_QUEUE_NUM)).as("the connection goes on").isEqualTo(QUEUES);
         }
@@ -420,7 +406,7 @@ class VhostUserBlkServerTest {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             long features = realize(fe, false);
             fe.set(SET_FEATURES, 0x170007e46L & features);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).isZero();
             fe.send(SET_VRING_NUM, 0, fe.state(0, RING));
             // in the hole between the regions: guest RAM QEMU never announced
             fe.send(SET_VRING_ADDR, 0, addr(fe, 0, uaddr + LOW + 0x1000));
@@ -434,10 +420,10 @@ class VhostUserBlkServerTest {
     void aRegionPastTheEndOfItsFileIsRefused() throws Exception {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             realize(fe, false);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, RAM, uaddr, HIGH), ram)).isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, RAM, uaddr, HIGH), ram)).isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "passes the end of its file");
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).isZero();
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0x1000, LOW, uaddr + LOW, 0), ram)).as("overlap").isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0x1000, LOW, uaddr + LOW, 0), ram)).as("overlap").isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "overlaps a region already added in guest memory");
         }
         assertNextFrontEndServed();
@@ -448,11 +434,11 @@ class VhostUserBlkServerTest {
         int shortFd = SharedMemory.memfd("guest-ram", LOW / 2); // QEMU says LOW bytes; the file holds half
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             realize(fe, false);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), shortFd)).isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), shortFd)).isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "region (guest 0x0)", "memory_size 0x" + Long.toHexString(LOW),
                     "passes the end of its file (0x" + Long.toHexString(LOW / 2) + " bytes)");
             assertThat(ramMappings()).as("the short file is never mapped").isEqualTo(1);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).as("a whole one is").isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).as("a whole one is").isZero();
             assertThat(fe.get(GET_QUEUE_NUM)).as("still served").isEqualTo(QUEUES);
         } finally {
             Libc.close(shortFd);
@@ -474,10 +460,10 @@ class VhostUserBlkServerTest {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             FileCalls.ftruncate(tmpfs, RAM);
             realize(fe, false);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), unsealed)).as("unsealed memfd").isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), unsealed)).as("unsealed memfd").isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "region (guest 0x0): its file /memfd:guest-ram-unsealed",
                     "is not sealed with F_SEAL_SHRINK", "SIGBUS", "memory-backend-memfd", "seal=on");
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), tmpfs)).as("tmpfs file").isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), tmpfs)).as("tmpfs file").isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "its file " + shm, "is not sealed with F_SEAL_SHRINK",
                     "memory-backend-memfd");
             assertThat(Files.readAllLines(Path.of("/proc/self/maps"))).as("neither is mapped")
@@ -487,7 +473,7 @@ class VhostUserBlkServerTest {
             table.set(ValueLayout.JAVA_LONG, MEMORY_REGIONS + REGION_SIZE_FIELD, LOW);
             table.set(ValueLayout.JAVA_LONG, MEMORY_REGIONS + REGION_UADDR, uaddr);
             assertThat(fe.acked(SET_MEM_TABLE, table, unsealed)).as("SET_MEM_TABLE too").isNotZero();
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).as("the sealed memfd").isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).as("the sealed memfd").isZero();
             assertThat(fe.get(GET_QUEUE_NUM)).as("still served").isEqualTo(QUEUES);
             assertThatThrownBy(() -> FileCalls.ftruncate(ram, 0)).as("a sealed memfd cannot be cut under the server")
                     .isInstanceOf(NativeException.class);
@@ -681,11 +667,11 @@ class VhostUserBlkServerTest {
     void removingAnUnknownRegionIsAnErrorReplyAndAKnownOneIsUnmapped() throws Exception {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             realize(fe, false);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).isZero();
-            assertThat(fe.acked(REM_MEM_REG, region(fe, 0, LOW + 4096, uaddr, 0))).isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).isZero();
+            assertThat(fe.acked(REM_MEM_REG, fe.memRegion(0, LOW + 4096, uaddr, 0))).isNotZero();
             assertLogged("REM_MEM_REG(38) refused", "no region at guest 0x0", "size 0xa1000");
             assertThat(ramMappings()).isEqualTo(2);
-            assertThat(fe.acked(REM_MEM_REG, region(fe, 0, LOW, uaddr, 0))).isZero();
+            assertThat(fe.acked(REM_MEM_REG, fe.memRegion(0, LOW, uaddr, 0))).isZero();
             assertThat(ramMappings()).as("unmapped at once").isEqualTo(1);
         }
         assertNextFrontEndServed();

@@ -111,11 +111,7 @@ class VringStopTest {
         fe.set(SET_PROTOCOL_FEATURES, fe.get(GET_PROTOCOL_FEATURES) & 0x1ffff);
         fe.send(SET_OWNER, 0, fe.empty());
         fe.set(SET_FEATURES, LINUX_ACK & offered);
-        MemorySegment p = fe.payload(MEM_REG_SIZE);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_GPA, 0);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_SIZE_FIELD, MIB);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_UADDR, ram.user(0));
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_MMAP_OFFSET, GuestRam.GUARD); // where GuestRam put gpa 0
+        MemorySegment p = fe.memRegion(0, MIB, ram.user(0), GuestRam.GUARD); // GUARD: where GuestRam put gpa 0
         assertThat(fe.acked(ADD_MEM_REG, p, ramFd)).isZero();
         return fe;
     }
@@ -125,12 +121,7 @@ class VringStopTest {
             throws IOException {
         fe.send(SET_VRING_NUM, 0, fe.state(0, RING));
         fe.send(SET_VRING_BASE, 0, fe.state(0, base));
-        MemorySegment a = fe.payload(ADDR_SIZE);
-        a.set(ValueLayout.JAVA_INT, ADDR_INDEX, 0);
-        a.set(ValueLayout.JAVA_LONG, ADDR_DESC, ring.descUser());
-        a.set(ValueLayout.JAVA_LONG, ADDR_AVAIL, ring.availUser());
-        a.set(ValueLayout.JAVA_LONG, ADDR_USED, ring.usedUser());
-        fe.send(SET_VRING_ADDR, 0, a);
+        fe.send(SET_VRING_ADDR, 0, fe.vringAddr(0, ring.descUser(), ring.availUser(), ring.usedUser()));
         fe.set(SET_VRING_CALL, 0, call.fd());
         EventFd kick = eventFd();
         fe.set(SET_VRING_KICK, 0, kick.fd());

@@ -156,11 +156,7 @@ class WriteCacheModeTest {
                 return;
             }
             memory = true;
-            MemorySegment reg = fe.payload(MEM_REG_SIZE);
-            reg.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_GPA, 0);
-            reg.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_SIZE_FIELD, RAM);
-            reg.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_UADDR, ram.user(0));
-            reg.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_MMAP_OFFSET, GuestRam.GUARD);
+            MemorySegment reg = fe.memRegion(0, RAM, ram.user(0), GuestRam.GUARD);
             assertThat(fe.acked(ADD_MEM_REG, reg, ramFd)).as("ADD_MEM_REG").isZero();
             startRing();
         }
@@ -168,12 +164,7 @@ class WriteCacheModeTest {
         private void startRing() throws Exception {
             fe.send(SET_VRING_NUM, 0, fe.state(0, RING));
             fe.send(SET_VRING_BASE, 0, fe.state(0, ring.availIdx()));
-            MemorySegment a = fe.payload(ADDR_SIZE);
-            a.set(ValueLayout.JAVA_INT, ADDR_INDEX, 0);
-            a.set(ValueLayout.JAVA_LONG, ADDR_DESC, ring.descUser());
-            a.set(ValueLayout.JAVA_LONG, ADDR_AVAIL, ring.availUser());
-            a.set(ValueLayout.JAVA_LONG, ADDR_USED, ring.usedUser());
-            fe.send(SET_VRING_ADDR, 0, a);
+            fe.send(SET_VRING_ADDR, 0, fe.vringAddr(0, ring.descUser(), ring.availUser(), ring.usedUser()));
             fe.set(SET_VRING_CALL, 0, eventFd().fd());
             kick = eventFd();
             fe.set(SET_VRING_KICK, 0, kick.fd());
