@@ -162,14 +162,13 @@ class ServeInteropIT {
 
     @Test
     void aBadSettingStopsStartUpWithExitTwoAndOneLine() throws Exception {
-        ServerProcess.Run r = ServerProcess.run(ServerProcess.command("serve",
-                List.of("--set", "pmem.size=12X", "--set", "pmem.path=" + dir.resolve("x.img"))), 60);
+        ServerProcess.Run r = ServerProcess.serveToExit("pmem.size=12X", "pmem.path=" + dir.resolve("x.img"));
         assertThat(r.exit()).isEqualTo(2);
         assertThat(r.out().strip()).startsWith("pmemblk: pmem.size: '12X' is not allowed").doesNotContain("\n")
                 .contains("allowed: a size");
         assertThat(dir.resolve("x.img")).doesNotExist();
 
-        ServerProcess.Run u = ServerProcess.run(ServerProcess.command("serve", List.of("--set", "nbd.prt=1")), 60);
+        ServerProcess.Run u = ServerProcess.serveToExit("nbd.prt=1");
         assertThat(u.exit()).isEqualTo(2);
         assertThat(u.out()).contains("unknown setting 'nbd.prt'");
     }
@@ -177,9 +176,8 @@ class ServeInteropIT {
     @Test
     void anExistingFileOfAnotherSizeIsRefusedAndLeftAlone() throws Exception {
         Files.write(dir.resolve("pmem.img"), new byte[1 << 20]);
-        ServerProcess.Run r = ServerProcess.run(ServerProcess.command("serve", List.of(
-                "--set", "pmem.path=" + dir.resolve("pmem.img"), "--set", "pmem.size=2M", "--set", "nbd.port=0",
-                "--set", "nbd.socket=" + dir.resolve("s"))), 60);
+        ServerProcess.Run r = ServerProcess.serveToExit("pmem.path=" + dir.resolve("pmem.img"), "pmem.size=2M", "nbd.port=0",
+                "nbd.socket=" + dir.resolve("s"));
         assertThat(r.exit()).isEqualTo(1);
         assertThat(r.out()).contains("holds 1048576 bytes but pmem.size is 2097152");
         assertThat(Files.size(dir.resolve("pmem.img"))).isEqualTo(1 << 20);
@@ -188,9 +186,8 @@ class ServeInteropIT {
     @Test
     void aSecondServerOnTheSameFileIsRefusedAndTheFirstKeepsServing() throws Exception {
         try (ServerProcess s = ServerProcess.start(dir, settings("32M"))) {
-            ServerProcess.Run second = ServerProcess.run(ServerProcess.command("serve", List.of(
-                    "--set", "pmem.path=" + dir.resolve("pmem.img"), "--set", "pmem.size=64M", "--set", "pmem.resize=true",
-                    "--set", "nbd.port=0", "--set", "nbd.socket=" + dir.resolve("other.sock"))), 60);
+            ServerProcess.Run second = ServerProcess.serveToExit("pmem.path=" + dir.resolve("pmem.img"), "pmem.size=64M",
+                    "pmem.resize=true", "nbd.port=0", "nbd.socket=" + dir.resolve("other.sock"));
             assertThat(second.exit()).isEqualTo(1);
             assertThat(second.out()).contains("is in use by another process");
             assertThat(Files.size(dir.resolve("pmem.img"))).isEqualTo(32 << 20);

@@ -75,6 +75,11 @@ final class ServerProcess implements AutoCloseable {
         return args;
     }
 
+    /** Runs serve with {@code --set} for each of {@code sets} to its exit (within 60 s): a refusal's exit and output. */
+    static Run serveToExit(String... sets) throws IOException, InterruptedException {
+        return run(command("serve", sets(sets)), 60);
+    }
+
     /**
      * Starts serve with {@code args} as given (e.g. {@code --config FILE}) and {@code env} added to the
      * environment; waits for {@code listeners} ready lines (0: returns at once, the caller waits its own way).
