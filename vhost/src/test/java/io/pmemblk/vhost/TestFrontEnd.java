@@ -82,7 +82,7 @@ final class TestFrontEnd implements AutoCloseable {
         return payload(0);
     }
 
-    /** ADD_MEM_REG's payload: one region, {@code size} bytes of guest-physical {@code gpa} at {@code user} in the fd. */
+    /** ADD_MEM_REG's or REM_MEM_REG's payload: one region, {@code size} bytes of guest-physical {@code gpa}. */
     MemorySegment memRegion(long gpa, long size, long user, long mmapOffset) {
         MemorySegment p = payload(MEM_REG_SIZE);
         p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_GPA, gpa);
