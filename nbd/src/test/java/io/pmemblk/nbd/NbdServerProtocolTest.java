@@ -121,9 +121,8 @@ class NbdServerProtocolTest extends ServedExportTest {
         try (NbdServer tcp = new NbdServer(new NbdConfig(EXPORT, null, "127.0.0.1", port, MAX, 4, ""), layer)) {
             List<URI> u = tcp.start();
             assertEquals(URI.create("nbd://127.0.0.1:" + port + "/pmem0"), u.get(0));
-            try (var s = new java.net.Socket("127.0.0.1", port)) {
-                var in = new java.io.DataInputStream(s.getInputStream());
-                assertEquals(NBDMAGIC, in.readLong());
+            try (NbdTestClient c = new NbdTestClient(new java.net.Socket("127.0.0.1", port))) {
+                assertEquals(NBDMAGIC, c.in.readLong());
             }
         }
     }
