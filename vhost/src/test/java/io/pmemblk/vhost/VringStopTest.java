@@ -119,15 +119,8 @@ class VringStopTest {
     /** Starts vring 0 at {@code base} (NUM, BASE, ADDR, CALL, KICK, and ENABLE(1) when asked); its kick fd. */
     private EventFd startRing(TestFrontEnd fe, GuestDriver ring, int base, EventFd call, boolean enable)
             throws IOException {
-        fe.send(SET_VRING_NUM, 0, fe.state(0, RING));
-        fe.send(SET_VRING_BASE, 0, fe.state(0, base));
-        fe.send(SET_VRING_ADDR, 0, fe.vringAddr(0, ring.descUser(), ring.availUser(), ring.usedUser()));
-        fe.set(SET_VRING_CALL, 0, call.fd());
         EventFd kick = eventFd();
-        fe.set(SET_VRING_KICK, 0, kick.fd());
-        if (enable) {
-            fe.send(SET_VRING_ENABLE, 0, fe.state(0, 1));
-        }
+        fe.startVring(ring, base, call.fd(), kick.fd(), enable);
         assertThat(fe.get(GET_QUEUE_NUM)).as("every message before it handled").isEqualTo(1);
         return kick;
     }

@@ -162,13 +162,9 @@ class WriteCacheModeTest {
         }
 
         private void startRing() throws Exception {
-            fe.send(SET_VRING_NUM, 0, fe.state(0, RING));
-            fe.send(SET_VRING_BASE, 0, fe.state(0, ring.availIdx()));
-            fe.send(SET_VRING_ADDR, 0, fe.vringAddr(0, ring.descUser(), ring.availUser(), ring.usedUser()));
-            fe.set(SET_VRING_CALL, 0, eventFd().fd());
+            EventFd call = eventFd();
             kick = eventFd();
-            fe.set(SET_VRING_KICK, 0, kick.fd());
-            fe.send(SET_VRING_ENABLE, 0, fe.state(0, 1));
+            fe.startVring(ring, ring.availIdx(), call.fd(), kick.fd(), true);
         }
 
         /** The stop before a disconnect: GET_VRING_BASE answers where the ring is. */
