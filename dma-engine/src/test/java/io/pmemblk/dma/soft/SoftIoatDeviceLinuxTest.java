@@ -4,13 +4,13 @@ import static io.pmemblk.dma.ioat.IoatSpec.*;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.dma.testing.Futures;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.concurrent.locks.LockSupport;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -210,13 +210,7 @@ class SoftIoatDeviceLinuxTest {
         dev.write16(CH + DMACOUNT, 1);
         assertThat(inFlight.await(10, TimeUnit.SECONDS)).as("the engine took the descriptor").isTrue();
         CompletableFuture<Void> fence = CompletableFuture.runAsync(dev::fence);
-        boolean early;
-        try {
-            fence.get(300, TimeUnit.MILLISECONDS);
-            early = true;
-        } catch (TimeoutException e) {
-            early = false;
-        }
+        boolean early = Futures.doneWithin(fence, 300);
         assertThat(early).as("fence returned while a descriptor was in flight").isFalse();
         release.countDown();
         fence.get(10, TimeUnit.SECONDS);
