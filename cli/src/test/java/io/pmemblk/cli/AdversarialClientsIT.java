@@ -905,18 +905,6 @@ class AdversarialClientsIT {
         });
     }
 
-    static byte[] fill(int n, byte b) {
-        byte[] a = new byte[n];
-        Arrays.fill(a, b);
-        return a;
-    }
-
-    static byte[] pattern(int seed, int n) {
-        byte[] a = new byte[n];
-        new Random(1000 + seed).nextBytes(a);
-        return a;
-    }
-
     static byte[] maskOut(byte[] data, byte[] ignored, long base, long off, long len) {
         byte[] d = data.clone();
         long s = Math.max(base, off), e = Math.min(base + d.length, off + len);

@@ -6,7 +6,7 @@ import static io.pmemblk.nbd.testing.NbdTestClient.READ;
 import static io.pmemblk.nbd.testing.NbdTestClient.WRITE;
 import static io.pmemblk.nbd.testing.NbdTestClient.concat;
 import static io.pmemblk.nbd.testing.NbdTestClient.header;
-import static io.pmemblk.cli.AdversarialClientsIT.pattern;
+import static io.pmemblk.nbd.testing.NbdTestClient.pattern;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.pmemblk.nbd.testing.NbdTestClient;

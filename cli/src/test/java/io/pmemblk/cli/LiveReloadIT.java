@@ -154,7 +154,7 @@ class LiveReloadIT {
                             && stderr(s).contains("transmission ("));
                     // half a WRITE payload, then nothing: cut off after about 1 s instead of an hour
                     stalled.send(NbdTestClient.header(0, NbdTestClient.WRITE, 7, 0, MIB));
-                    stalled.send(ByteBuffer.wrap(AdversarialClientsIT.fill((int) MIB / 2, (byte) 0x5a)));
+                    stalled.send(ByteBuffer.wrap(NbdTestClient.fill((int) MIB / 2, (byte) 0x5a)));
                     long t0 = System.nanoTime();
                     stalled.drainToEof(15);
                     assertThat(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0)).isBetween(500L, 15_000L);

@@ -21,8 +21,10 @@ import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
+import java.util.Random;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
@@ -311,6 +313,20 @@ public final class NbdTestClient implements AutoCloseable {
         return ByteBuffer.allocate(h.remaining() + payload.length).put(h).put(payload).flip();
     }
 
+    /** {@code n} bytes of {@code b}: a payload. */
+    public static byte[] fill(int n, byte b) {
+        byte[] a = new byte[n];
+        Arrays.fill(a, b);
+        return a;
+    }
+
+    /** {@code n} pseudo-random bytes, the same for the same {@code seed}: a payload to read back and compare. */
+    public static byte[] pattern(int seed, int n) {
+        byte[] a = new byte[n];
+        new Random(1000 + seed).nextBytes(a);
+        return a;
+    }
+
     /** Writes one request (unflushed: see {@link #flush}); a READ's length is remembered to parse its reply. */
     public void request(int flags, int type, long cookie, long offset, long length, byte[] payload) throws IOException {
         out.write(header(flags, type, cookie, offset, length).array());
@@ -409,6 +425,15 @@ public final class NbdTestClient implements AutoCloseable {
         byte[] d = new byte[len];
         recv(len, 15).get(d);
         return d;
+    }
+
+    /** A 64 KiB FUA WRITE at {@code offset} read back equal, then DISC: the server closes within 10 s. */
+    public void roundTrip(long offset) throws Exception {
+        byte[] data = pattern((int) (offset >>> 12) ^ (int) System.nanoTime(), 65536);
+        write(offset, data, FUA);
+        assertThat(read(offset, data.length)).isEqualTo(data);
+        send(header(0, DISC, 0, 0, 0));
+        assertThat(eofWithin(10)).as("server closes after DISC").isTrue();
     }
 
     public void disconnect() throws IOException {
