@@ -138,7 +138,8 @@ class BttServeIT {
         ServerProcess.Run servedRaw = ServerProcess.serveToExit(asRaw.toArray(String[]::new));
         assertThat(servedRaw.exit()).isNotZero();
         assertThat(servedRaw.out()).contains("is recorded as a BTT", "serve it with --set pmem.layout=btt");
-        ServerProcess.Run wrongSector = ServerProcess.serveToExit(settings(btt, "pmem.sector-size=4096").toArray(String[]::new));
+        ServerProcess.Run wrongSector =
+                ServerProcess.serveToExit(settings(btt, "pmem.sector-size=4096").toArray(String[]::new));
         assertThat(wrongSector.out()).contains("is a BTT of 512-byte sectors, but pmem.sector-size is 4096");
         ServerProcess.Run forced = pmemblk("format", "--layout", "btt", "--force", raw.toString());
         assertThat(forced.exit()).as(forced.out()).isZero();

@@ -70,7 +70,8 @@ class DmaServeIT {
             String m = metrics(port);
             assertThat(metric(m, "pmemblk_dma_errors_total")).as("faults were injected").isPositive();
             assertThat(metric(m, "pmemblk_dma_fallbacks_total")).isPositive();
-            assertThat(metric(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"dma\"}")).as("the channel recovered").isPositive();
+            assertThat(metric(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"dma\"}")).as("the channel recovered")
+                    .isPositive();
             assertThat(s.terminate()).isZero();
         }
     }

@@ -176,8 +176,8 @@ class ServeInteropIT {
     @Test
     void anExistingFileOfAnotherSizeIsRefusedAndLeftAlone() throws Exception {
         Files.write(dir.resolve("pmem.img"), new byte[1 << 20]);
-        ServerProcess.Run r = ServerProcess.serveToExit("pmem.path=" + dir.resolve("pmem.img"), "pmem.size=2M", "nbd.port=0",
-                "nbd.socket=" + dir.resolve("s"));
+        ServerProcess.Run r = ServerProcess.serveToExit("pmem.path=" + dir.resolve("pmem.img"), "pmem.size=2M",
+                "nbd.port=0", "nbd.socket=" + dir.resolve("s"));
         assertThat(r.exit()).isEqualTo(1);
         assertThat(r.out()).contains("holds 1048576 bytes but pmem.size is 2097152");
         assertThat(Files.size(dir.resolve("pmem.img"))).isEqualTo(1 << 20);
@@ -186,8 +186,8 @@ class ServeInteropIT {
     @Test
     void aSecondServerOnTheSameFileIsRefusedAndTheFirstKeepsServing() throws Exception {
         try (ServerProcess s = ServerProcess.start(dir, settings("32M"))) {
-            ServerProcess.Run second = ServerProcess.serveToExit("pmem.path=" + dir.resolve("pmem.img"), "pmem.size=64M",
-                    "pmem.resize=true", "nbd.port=0", "nbd.socket=" + dir.resolve("other.sock"));
+            ServerProcess.Run second = ServerProcess.serveToExit("pmem.path=" + dir.resolve("pmem.img"),
+                    "pmem.size=64M", "pmem.resize=true", "nbd.port=0", "nbd.socket=" + dir.resolve("other.sock"));
             assertThat(second.exit()).isEqualTo(1);
             assertThat(second.out()).contains("is in use by another process");
             assertThat(Files.size(dir.resolve("pmem.img"))).isEqualTo(32 << 20);

@@ -75,7 +75,7 @@ final class ServerProcess implements AutoCloseable {
         return args;
     }
 
-    /** Runs serve with {@code --set} for each of {@code sets} to its exit (within 60 s): a refusal's exit and output. */
+    /** Runs serve with {@code --set} for each of {@code sets} to its exit (within 60 s): a refusal's code and text. */
     static Run serveToExit(String... sets) throws IOException, InterruptedException {
         return run(command("serve", sets(sets)), 60);
     }

@@ -22,8 +22,8 @@ class VfioServeIT {
     void serveWithVfioAndNoDeviceSaysWhatIsMissing() throws Exception {
         assumeFalse(Files.exists(Path.of("/dev/vfio/vfio")), "this machine has VFIO");
         Path sock = dir.resolve("nbd.sock");
-        ServerProcess.Run r = ServerProcess.serveToExit("dma.engine=vfio", "pmem.path=" + dir.resolve("p.img"), "pmem.size=8M",
-                "nbd.socket=" + sock, "nbd.port=0");
+        ServerProcess.Run r = ServerProcess.serveToExit("dma.engine=vfio", "pmem.path=" + dir.resolve("p.img"),
+                "pmem.size=8M", "nbd.socket=" + sock, "nbd.port=0");
         assertThat(r.exit()).as(r.out()).isEqualTo(1);
         assertThat(r.out()).contains("dma.engine=vfio").contains("nothing to use").contains("/dev/vfio does not exist")
                 .contains("modprobe vfio-pci").doesNotContain("ready:").doesNotContain("Exception");

@@ -460,7 +460,8 @@ class VhostUserBlkServerTest {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             FileCalls.ftruncate(tmpfs, RAM);
             realize(fe, false);
-            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), unsealed)).as("unsealed memfd").isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), unsealed)).as("unsealed memfd")
+                    .isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "region (guest 0x0): its file /memfd:guest-ram-unsealed",
                     "is not sealed with F_SEAL_SHRINK", "SIGBUS", "memory-backend-memfd", "seal=on");
             assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), tmpfs)).as("tmpfs file").isNotZero();

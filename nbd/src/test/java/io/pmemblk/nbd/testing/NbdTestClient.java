@@ -484,7 +484,8 @@ public final class NbdTestClient implements AutoCloseable {
             r = f.get(seconds, TimeUnit.SECONDS);
         } catch (TimeoutException e) {
             close();
-            throw new AssertionError("no " + n + " bytes from the server within " + seconds + " s (got " + got[0] + ")");
+            throw new AssertionError("no " + n + " bytes from the server within " + seconds + " s (got " + got[0]
+                    + ")");
         } catch (ExecutionException e) {
             if (e.getCause() instanceof IOException io) {
                 throw new EOFException("read failed: " + io);

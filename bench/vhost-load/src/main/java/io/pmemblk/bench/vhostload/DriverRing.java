@@ -8,12 +8,13 @@ import java.lang.invoke.VarHandle;
 import java.nio.ByteOrder;
 
 /**
- * The driver's side of one split virtqueue with EVENT_IDX, as Linux's {@code drivers/virtio/virtio_ring.c} keeps
- * it: descriptors, the avail ring it publishes (a kick only when {@code vring_need_event} says the device asked for
- * one), the used ring it reads back and the used_event it moves to ask for the next interrupt. Layout: the
- * back-end's own, {@link SplitRing}'s (virtio 1.2 section 2.7, {@code include/uapi/linux/virtio_ring.h}), read from
- * vhost's virtq package as the protocol constants are. The fences are Linux's: {@code virtio_wmb} before the index is published, {@code virtio_mb} between a
- * publish and the read of the other side's event index, {@code virtio_rmb} after reading used.idx.
+ * The driver's side of one split virtqueue with EVENT_IDX, as Linux's {@code drivers/virtio/virtio_ring.c} keeps it:
+ * descriptors, the avail ring it publishes (a kick only when {@code vring_need_event} says the device asked for one),
+ * the used ring it reads back and the used_event it moves to ask for the next interrupt. Layout: the back-end's own,
+ * {@link SplitRing}'s (virtio 1.2 section 2.7, {@code include/uapi/linux/virtio_ring.h}), read from vhost's virtq
+ * package as the protocol constants are. The fences are Linux's: {@code virtio_wmb} before the index is published,
+ * {@code virtio_mb} between a publish and the read of the other side's event index, {@code virtio_rmb} after reading
+ * used.idx.
  */
 final class DriverRing {
     static final ValueLayout.OfShort U16 = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
