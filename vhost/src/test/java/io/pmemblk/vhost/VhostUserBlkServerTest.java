@@ -1,5 +1,6 @@
 package io.pmemblk.vhost;
 
+import io.pmemblk.vhost.testing.EventFds;
 import io.pmemblk.vhost.testing.LogCapture;
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.FileCalls;
@@ -54,7 +55,7 @@ class VhostUserBlkServerTest {
     long uaddr;
     final LogCapture logs = new LogCapture("io.pmemblk.vhost");
     final List<String> log = logs.lines();
-    final List<EventFd> eventFds = new ArrayList<>();
+    final EventFds eventFds = new EventFds();
 
     @BeforeEach
     void start() throws IOException {
@@ -73,20 +74,12 @@ class VhostUserBlkServerTest {
     @AfterEach
     void stop() throws Exception {
         server.close();
-        for (EventFd e : eventFds) {
-            e.close();
-        }
+        eventFds.close();
         Libc.close(ram);
         arena.close();
         layer.close();
         driver.close();
         logs.stop();
-    }
-
-    private EventFd eventFd() throws NativeException {
-        EventFd e = EventFd.create(true);
-        eventFds.add(e);
-        return e;
     }
 
     /** Where vring {@code i}'s rings lie in guest RAM (user addresses), in the high region. */
@@ -114,8 +107,8 @@ class VhostUserBlkServerTest {
         fe.send(SET_OWNER, 0, fe.empty());
         assertThat(fe.get(GET_FEATURES)).isEqualTo(features);
         for (int i = 0; i < QUEUES; i++) {
-            fe.set(SET_VRING_CALL, i, eventFd().fd());
-            fe.set(SET_VRING_ERR, i, eventFd().fd());
+            fe.set(SET_VRING_CALL, i, eventFds.create().fd());
+            fe.set(SET_VRING_ERR, i, eventFds.create().fd());
         }
         if (getConfig) {
             MemorySegment p = fe.payload(CONFIG_REGION + 57);
@@ -139,7 +132,7 @@ class VhostUserBlkServerTest {
         EventFd[][] notifiers = new EventFd[bases.length][2];
         fe.set(SET_FEATURES, features);
         for (int i = 0; i < bases.length; i++) {
-            notifiers[i][1] = eventFd();
+            notifiers[i][1] = eventFds.create();
             fe.set(SET_VRING_CALL, i, notifiers[i][1].fd());
         }
         fe.set(SET_FEATURES, features);
@@ -155,7 +148,7 @@ class VhostUserBlkServerTest {
             fe.send(SET_VRING_NUM, 0, fe.state(i, RING));
             fe.send(SET_VRING_BASE, 0, fe.state(i, bases[i]));
             fe.send(SET_VRING_ADDR, 0, addr(fe, i, ringBase(i)));
-            notifiers[i][0] = eventFd();
+            notifiers[i][0] = eventFds.create();
             fe.set(SET_VRING_KICK, i, notifiers[i][0].fd());
         }
         for (int i = 0; i < QUEUES; i++) {
@@ -293,10 +286,7 @@ class VhostUserBlkServerTest {
         }
         assertThat(server.awaitDisconnected(Duration.ofSeconds(10))).as("session ended").isTrue();
         assertThat(ramMappings()).as("the server unmapped guest RAM").isEqualTo(1);
-        for (EventFd e : eventFds) {
-            e.close();
-        }
-        eventFds.clear();
+        eventFds.close();
         assertThat(openEventFds()).as("every kick, call and err fd the server got is closed").isEqualTo(before);
         // reconnect=1: realize again without GET_CONFIG, then at once the start, every region re-sent
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
@@ -629,7 +619,7 @@ class VhostUserBlkServerTest {
                     "not an eventfd; allowed: an eventfd(2)");
             assertThat(fe.acked(SET_VRING_KICK, fe.u64(1), sock)).as("a socket as kick").isNotZero();
             assertLogged("SET_VRING_KICK", "refused", "vring 1 kick fd is socket:[", "not an eventfd");
-            assertThat(fe.acked(SET_VRING_CALL, fe.u64(1), eventFd().fd())).as("an eventfd is taken").isZero();
+            assertThat(fe.acked(SET_VRING_CALL, fe.u64(1), eventFds.create().fd())).as("an eventfd is taken").isZero();
             assertThat(fe.get(GET_QUEUE_NUM)).as("still served").isEqualTo(QUEUES);
         } finally {
             Libc.close(file);

@@ -1,5 +1,6 @@
 package io.pmemblk.vhost;
 
+import io.pmemblk.vhost.testing.EventFds;
 import io.pmemblk.vhost.testing.LogCapture;
 import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.CrashModel;
@@ -66,7 +67,7 @@ class WriteCacheModeTest {
     GuestRam ram;
     GuestDriver ring;
     BlkGuest guest;
-    final List<EventFd> eventFds = new ArrayList<>();
+    final EventFds eventFds = new EventFds();
     final Random rnd = new Random(42);
     final LogCapture logs = new LogCapture("io.pmemblk.vhost");
     final List<String> log = logs.lines();
@@ -95,9 +96,7 @@ class WriteCacheModeTest {
         if (server != null) {
             server.close();
         }
-        for (EventFd e : eventFds) {
-            e.close();
-        }
+        eventFds.close();
         Libc.close(ramFd);
         arena.close();
         Closing.closeAll(layer, driver);
@@ -108,12 +107,6 @@ class WriteCacheModeTest {
         server = new VhostUserBlkServer(new VhostUserBlkConfig(socket, 1, 256), layer).recordWriteCache(image.toString());
         server.start();
         return server;
-    }
-
-    private EventFd eventFd() throws Exception {
-        EventFd e = EventFd.create(true);
-        eventFds.add(e);
-        return e;
     }
 
     /** One front-end connection as QEMU 7.2 makes it, with one ring (vring 0) started from where the last stopped. */
@@ -162,8 +155,8 @@ class WriteCacheModeTest {
         }
 
         private void startRing() throws Exception {
-            EventFd call = eventFd();
-            kick = eventFd();
+            EventFd call = eventFds.create();
+            kick = eventFds.create();
             fe.startVring(ring, ring.availIdx(), call.fd(), kick.fd(), true);
         }
 
