@@ -198,10 +198,14 @@ class Host:
         return ptype, flags, spec, data
 
     # -- connection ------------------------------------------------------------------------------------------
+    @staticmethod
+    def icreq_spec(pfv=0, hpda=0, digest=0, maxr2t=0):
+        """ICReq's PDU-specific header: PFV, HPDA, DGST, MAXR2T, then 112 reserved bytes (struct nvme_tcp_icreq_pdu)."""
+        return struct.pack("<HBBI", pfv, hpda, digest, maxr2t) + b"\0" * 112
+
     def icreq(self, pfv=0, hpda=0, maxr2t=0, hlen=None, plen=None):
         digest = (1 if self.hdgst else 0) | (2 if self.ddgst else 0)
-        spec = struct.pack("<HBBI", pfv, hpda, digest, maxr2t) + b"\0" * 112
-        self.send(self.pdu(ICREQ, 0, spec, hlen=hlen, plen=plen))
+        self.send(self.pdu(ICREQ, 0, Host.icreq_spec(pfv, hpda, digest, maxr2t), hlen=hlen, plen=plen))
         ptype, _, spec, _ = self.read_pdu()
         if ptype != ICRESP:
             raise AssertionError("ICReq answered by PDU type %d, not ICResp" % ptype)
@@ -538,22 +542,19 @@ def main():
     @case
     def icreq_bad_hlen():
         h = fresh(args)
-        spec = struct.pack("<HBBI", 0, 0, 0, 0) + b"\0" * 112
-        h.send(h.pdu(ICREQ, 0, spec, hlen=0x20))
+        h.send(h.pdu(ICREQ, 0, Host.icreq_spec(), hlen=0x20))
         expect_fatal(run, "icreq_bad_hlen", h, B)
 
     @case
     def icreq_bad_plen():
         h = fresh(args)
-        spec = struct.pack("<HBBI", 0, 0, 0, 0) + b"\0" * 112
-        h.send(h.pdu(ICREQ, 0, spec, plen=0x7FFFFFF0))
+        h.send(h.pdu(ICREQ, 0, Host.icreq_spec(), plen=0x7FFFFFF0))
         expect_fatal(run, "icreq_bad_plen", h, B)
 
     @case
     def icreq_pfv1():
         h = fresh(args)
-        spec = struct.pack("<HBBI", 1, 0, 0, 0) + b"\0" * 112
-        h.send(h.pdu(ICREQ, 0, spec))
+        h.send(h.pdu(ICREQ, 0, Host.icreq_spec(pfv=1)))
         expect_fatal(run, "icreq_pfv1", h, B)
 
     @case
@@ -565,8 +566,7 @@ def main():
     @case
     def second_icreq():
         h = admin_ready(args)
-        spec = struct.pack("<HBBI", 0, 0, 0, 0) + b"\0" * 112
-        h.send(h.pdu(ICREQ, 0, spec))
+        h.send(h.pdu(ICREQ, 0, Host.icreq_spec()))
         expect_fatal(run, "second_icreq", h, B)
 
     @case
@@ -792,8 +792,7 @@ def main():
     def stall_before_connect():
         # half an ICReq, then nothing: other hosts served meanwhile; closed within --stall-bound if given
         h = fresh(args)
-        spec = struct.pack("<HBBI", 0, 0, 0, 0) + b"\0" * 112
-        h.send(h.pdu(ICREQ, 0, spec)[:60])
+        h.send(h.pdu(ICREQ, 0, Host.icreq_spec())[:60])
         ok = good_io("stall_before_connect")
         bound = args.stall_bound or 3   # not asserted without --stall-bound: a short look
         kind, val = outcome(h, bound)

@@ -1,9 +1,14 @@
 package io.pmemblk.cli;
 
+import static io.pmemblk.nbd.testing.NbdTestClient.*;
+import static io.pmemblk.queueing.testing.Digests.sha256;
 import static io.pmemblk.posix.Errno.EINVAL;
 import static io.pmemblk.posix.Errno.ENOSPC;
 import static io.pmemblk.posix.Errno.ENOTSUP;
 
+import io.pmemblk.nbd.testing.NbdTestClient;
+import io.pmemblk.nbd.testing.NbdTestClient.OptionReply;
+import io.pmemblk.nbd.testing.NbdTestClient.Reply;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.MethodOrderer;
@@ -14,13 +19,9 @@ import org.junit.jupiter.api.io.TempDir;
 
 import java.io.EOFException;
 import java.io.IOException;
-import java.net.StandardProtocolFamily;
-import java.net.UnixDomainSocketAddress;
 import java.nio.ByteBuffer;
-import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
-import java.security.MessageDigest;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -47,14 +48,6 @@ class AdversarialClientsIT {
     static final long SIZE = 64L << 20;
     static final int DEPTH = 8;
     static final int QUEUES = 2;
-    static final long NBDMAGIC = 0x4e42444d41474943L;
-    static final long IHAVEOPT = 0x49484156454F5054L;
-    static final long OPT_REPLY_MAGIC = 0x3e889045565a9L;
-    static final int REQ_MAGIC = 0x25609513;
-    static final int SIMPLE_MAGIC = 0x67446698;
-    static final int STRUCT_MAGIC = 0x668e33ef;
-    static final int READ = 0, WRITE = 1, DISC = 2, FLUSH = 3, TRIM = 4, CACHE = 5, ZEROES = 6, BSTATUS = 7;
-    static final int FUA = 1, NO_HOLE = 2, DF = 4, REQ_ONE = 8, FAST_ZERO = 16;
 
     @TempDir
     static Path dir;
@@ -75,8 +68,8 @@ class AdversarialClientsIT {
         if (server != null) {
             server.close();
         }
-        // EXEC is not shut down: Raw reads through it and other ITs (LiveReloadIT) use Raw in the same JVM. What
-        // is still running here ends now, its server gone: every read and write on its sockets fails.
+        // EXEC is not shut down: what is still running in it ends now, its server gone: every read and write on
+        // its sockets fails.
     }
 
     // ================================================================ 1. garbage and broken requests
@@ -84,7 +77,7 @@ class AdversarialClientsIT {
     @Test
     @Order(10)
     void garbageRightAfterConnectIsDroppedAndTheServerKeepsServing() throws Exception {
-        try (Raw c = Raw.connect()) {
+        try (NbdTestClient c = connect()) {
             c.greeting();
             byte[] junk = new byte[4096];
             new Random(1).nextBytes(junk);
@@ -92,7 +85,7 @@ class AdversarialClientsIT {
             c.send(ByteBuffer.wrap(junk));
             assertThat(c.eofWithin(10)).as("server hangs up on garbage client flags").isTrue();
         }
-        try (Raw c = Raw.connect()) { // garbage without even reading the greeting
+        try (NbdTestClient c = connect()) { // garbage without even reading the greeting
             byte[] junk = new byte[100_000];
             new Random(2).nextBytes(junk);
             c.sendIgnoringErrors(junk);
@@ -104,19 +97,19 @@ class AdversarialClientsIT {
     @Test
     @Order(11)
     void validHandshakeThenGarbageOrBadMagicIsDropped() throws Exception {
-        try (Raw c = Raw.connectGo()) {
+        try (NbdTestClient c = connectGo()) {
             byte[] junk = new byte[10_000];
             new Random(3).nextBytes(junk);
             c.sendIgnoringErrors(junk);
             assertThat(c.eofWithin(10)).as("garbage in transmission ends the connection").isTrue();
         }
-        try (Raw c = Raw.connectGo()) {
+        try (NbdTestClient c = connectGo()) {
             ByteBuffer h = header(FUA, READ, 7, 0, 4096);
             h.putInt(0, 0x25609514); // bad magic
             c.send(h);
             assertThat(c.eofWithin(10)).isTrue();
         }
-        try (Raw c = Raw.connectGo()) { // a good request, then a bad magic: the good one may still be answered
+        try (NbdTestClient c = connectGo()) { // a good request, then a bad magic: the good one may still be answered
             c.send(header(0, READ, 8, 0, 4096));
             ByteBuffer h = header(0, READ, 9, 0, 4096);
             h.putInt(0, 0xdeadbeef);
@@ -130,19 +123,19 @@ class AdversarialClientsIT {
     @Test
     @Order(12)
     void truncatedHeaderAndHugeWriteHeaderThenClose() throws Exception {
-        try (Raw c = Raw.connectGo()) {
+        try (NbdTestClient c = connectGo()) {
             ByteBuffer h = header(0, WRITE, 1, 0, 4096);
             h.limit(13);
             c.send(h);
         } // close mid-header
-        try (Raw c = Raw.connectGo()) {
+        try (NbdTestClient c = connectGo()) {
             c.send(header(0, WRITE, 2, 0, 0xFFFF_FFFFL)); // a 4 GiB WRITE announced
             Reply r = c.simpleReply(10);
-            assertThat(r.cookie).isEqualTo(2);
-            assertThat(r.error).isEqualTo(EINVAL);
+            assertThat(r.cookie()).isEqualTo(2);
+            assertThat(r.error()).isEqualTo(EINVAL);
             assertThat(c.eofWithin(10)).as("server hangs up rather than reading 4 GiB").isTrue();
         }
-        try (Raw c = Raw.connectGo()) { // announced and closed at once, without reading anything
+        try (NbdTestClient c = connectGo()) { // announced and closed at once, without reading anything
             c.send(header(0, WRITE, 3, 4096, 0xFFFF_FFFFL));
         }
         assertWellBehavedClientWorks(3 << 20);
@@ -154,11 +147,11 @@ class AdversarialClientsIT {
         long a = 5L << 20, b = 6L << 20;
         assertWellBehavedClientWorks(a); // known content at both offsets
         assertWellBehavedClientWorks(b);
-        try (Raw c = Raw.connectGo()) {
+        try (NbdTestClient c = connectGo()) {
             c.send(header(0, WRITE, 1, a, 65536));
             c.send(ByteBuffer.wrap(fill(32768, (byte) 0x77)));
         } // closed with half the payload
-        Raw idle = Raw.connectGo();
+        NbdTestClient idle = connectGo();
         try {
             idle.send(header(0, WRITE, 2, b, 1 << 20));
             idle.send(ByteBuffer.wrap(fill(512 << 10, (byte) 0x66)));
@@ -183,26 +176,26 @@ class AdversarialClientsIT {
     @Test
     @Order(14)
     void stalledWritersMustNotStarveOtherClients() throws Exception {
-        List<Raw> stalled = new ArrayList<>();
+        List<NbdTestClient> stalled = new ArrayList<>();
         try {
             for (int i = 0; i < DEPTH * QUEUES; i++) {
-                Raw c = Raw.connectGo();
+                NbdTestClient c = connectGo();
                 stalled.add(c);
                 c.send(header(0, WRITE, i, (20L << 20) + i * 65536L, 65536));
                 c.send(ByteBuffer.wrap(fill(100, (byte) 1)));
             }
-            Raw good = Raw.connectGo();
+            NbdTestClient good = connectGo();
             try {
                 good.send(header(0, READ, 42, 0, 4096));
                 Reply r = good.simpleReplyOrNull(10);
                 assertThat(r).as("a well-behaved client is answered while %d clients stall mid-WRITE",
                         stalled.size()).isNotNull();
-                assertThat(r.error).isZero();
+                assertThat(r.error()).isZero();
             } finally {
                 good.close();
             }
         } finally {
-            for (Raw c : stalled) {
+            for (NbdTestClient c : stalled) {
                 c.close();
             }
         }
@@ -212,30 +205,30 @@ class AdversarialClientsIT {
     @Order(15)
     void optionHaggling() throws Exception {
         // huge option length: TOO_BIG, then a hang-up (the server does not read 4 GiB)
-        try (Raw c = Raw.connect()) {
+        try (NbdTestClient c = connect()) {
             c.greetAsFixedNewstyleClient();
             c.send(ByteBuffer.allocate(16).putLong(IHAVEOPT).putInt(6).putInt(0xFFFF_FFF0).flip());
-            OptReply r = c.optReply(10);
-            assertThat(r.type).isEqualTo(0x80000009);
+            OptionReply r = c.optReply(10);
+            assertThat(r.type()).isEqualTo(0x80000009);
             assertThat(c.eofWithin(10)).isTrue();
         }
         // huge length on a known option with the data never sent: same
-        try (Raw c = Raw.connect()) {
+        try (NbdTestClient c = connect()) {
             c.greetAsFixedNewstyleClient();
             c.send(ByteBuffer.allocate(16).putLong(IHAVEOPT).putInt(7).putInt(65537).flip());
-            assertThat(c.optReply(10).type).isEqualTo(0x80000009);
+            assertThat(c.optReply(10).type()).isEqualTo(0x80000009);
             assertThat(c.eofWithin(10)).isTrue();
         }
         // many options: each unknown one answered UNSUP, the server gives up after its limit
-        try (Raw c = Raw.connect()) {
+        try (NbdTestClient c = connect()) {
             c.greetAsFixedNewstyleClient();
             int n = 3000;
             Future<Integer> replies = EXEC.submit(() -> {
                 int k = 0;
                 try {
                     while (true) {
-                        OptReply r = c.optReply(15);
-                        assertThat(r.type).isEqualTo(0x80000001);
+                        OptionReply r = c.optReply(15);
+                        assertThat(r.type()).isEqualTo(0x80000001);
                         k++;
                     }
                 } catch (EOFException e) {
@@ -251,31 +244,31 @@ class AdversarialClientsIT {
             assertThat(k).as("options answered before the hang-up").isBetween(1, n - 1);
         }
         // GO for unknown export names: UNKNOWN, and haggling goes on; then GO for the real one works
-        try (Raw c = Raw.connect()) {
+        try (NbdTestClient c = connect()) {
             c.greetAsFixedNewstyleClient();
             for (String name : List.of("nope", "pmem0/", "x".repeat(60_000), "pmem0\u0000")) {
                 c.sendGo(name);
-                OptReply r = c.optReply(10);
-                assertThat(r.type).as("GO '%s'", name.length() > 20 ? name.length() + " chars" : name)
+                OptionReply r = c.optReply(10);
+                assertThat(r.type()).as("GO '%s'", name.length() > 20 ? name.length() + " chars" : name)
                         .isEqualTo(0x80000006);
             }
             // INFO whose name length overruns the option
             c.send(ByteBuffer.allocate(16 + 6).putLong(IHAVEOPT).putInt(6).putInt(6).putInt(0x7FFFFFFF)
                     .putShort((short) 0).flip());
-            assertThat(c.optReply(10).type).isEqualTo(0x80000003);
+            assertThat(c.optReply(10).type()).isEqualTo(0x80000003);
             c.sendGo("");
             c.goReplies(10);
             c.roundTrip(4 << 20);
         }
         // EXPORT_NAME with a 5000-byte name: a hard disconnect, no export data
-        try (Raw c = Raw.connect()) {
+        try (NbdTestClient c = connect()) {
             c.greetAsFixedNewstyleClient();
             byte[] name = "n".repeat(5000).getBytes(StandardCharsets.UTF_8);
             c.send(ByteBuffer.allocate(16 + name.length).putLong(IHAVEOPT).putInt(1).putInt(name.length).put(name).flip());
             assertThat(c.eofWithin(10)).as("EXPORT_NAME for an unknown export disconnects").isTrue();
         }
         // EXPORT_NAME with the empty (default) name still works
-        try (Raw c = Raw.connect()) {
+        try (NbdTestClient c = connect()) {
             c.greetAsFixedNewstyleClient();
             c.send(ByteBuffer.allocate(16).putLong(IHAVEOPT).putInt(1).putInt(0).flip());
             ByteBuffer r = c.recv(10, 10);
@@ -293,7 +286,7 @@ class AdversarialClientsIT {
     @Order(16)
     void clientExportNamesCannotForgeLogLines() throws Exception {
         String forged = "2026-01-01 00:00:00 SEVERE io.pmemblk.nbd.NbdServer: FORGED-BY-CLIENT";
-        try (Raw c = Raw.connect()) {
+        try (NbdTestClient c = connect()) {
             c.greetAsFixedNewstyleClient();
             byte[] name = ("x\n" + forged + "\n").getBytes(StandardCharsets.UTF_8);
             c.send(ByteBuffer.allocate(16 + name.length).putLong(IHAVEOPT).putInt(1).putInt(name.length).put(name).flip());
@@ -319,17 +312,17 @@ class AdversarialClientsIT {
         int n = 200;
         // all 200 connect first (the server sends each its greeting and waits), then all talk at once:
         // exactly max-connections (128) are taken, the rest refused
-        List<Raw> sockets = new ArrayList<>();
+        List<NbdTestClient> sockets = new ArrayList<>();
         for (int i = 0; i < n; i++) {
             try {
-                sockets.add(Raw.connect());
+                sockets.add(connect());
             } catch (IOException e) {
                 sockets.add(null);
             }
         }
         // every one of them gets its greeting or a hang-up before any goes on (no slot frees up meanwhile)
         List<Future<Boolean>> greeted = new ArrayList<>();
-        for (Raw c : sockets) {
+        for (NbdTestClient c : sockets) {
             greeted.add(EXEC.submit(() -> {
                 if (c == null) {
                     return false;
@@ -351,9 +344,9 @@ class AdversarialClientsIT {
         List<Future<String>> results = new ArrayList<>();
         for (int i = 0; i < n; i++) {
             int id = i;
-            Raw pre = sockets.get(i);
+            NbdTestClient pre = sockets.get(i);
             results.add(EXEC.submit(() -> {
-                Raw c = pre;
+                NbdTestClient c = pre;
                 if (c == null) {
                     return "refused-connect";
                 }
@@ -372,12 +365,12 @@ class AdversarialClientsIT {
                     c.send(header(0, WRITE, id, off, 4096));
                     c.send(ByteBuffer.wrap(data));
                     Reply w = c.simpleReply(15);
-                    if (w.error != 0 || w.cookie != id) return "write error " + w.error;
+                    if (w.error() != 0 || w.cookie() != id) return "write error " + w.error();
                     c.send(header(0, READ, id + 1000, off, 4096));
                     Reply r = c.simpleReply(15);
                     byte[] got = new byte[4096];
                     c.recv(4096, 15).get(got);
-                    if (r.error != 0 || !Arrays.equals(got, data)) return "read mismatch";
+                    if (r.error() != 0 || !Arrays.equals(got, data)) return "read mismatch";
                     if (id % 2 == 0) {
                         c.send(header(0, DISC, 0, 0, 0));
                     }
@@ -403,7 +396,7 @@ class AdversarialClientsIT {
         assertThat(counts.get("refused")).as("outcomes %s", counts).isEqualTo(n - 128);
         assertThat(server.stderr()).contains("128 connections already (maxConnections)");
         // the data every successful client wrote is there
-        try (Raw c = Raw.connectGo()) {
+        try (NbdTestClient c = connectGo()) {
             for (int id = 0; id < n; id += 37) {
                 byte[] got = c.read((32L << 20) + id * 4096L, 4096);
                 // a refused client wrote nothing: either its pattern or what was there before
@@ -420,7 +413,7 @@ class AdversarialClientsIT {
     @Test
     @Order(30)
     void pipelinedReadsNeverReadThenDisconnectLeakNothing() throws Exception {
-        try (Raw c = Raw.connectGo()) {
+        try (NbdTestClient c = connectGo()) {
             Future<?> sent = pipelineReads(c, 500);
             try {
                 sent.get(3, TimeUnit.SECONDS);
@@ -438,14 +431,14 @@ class AdversarialClientsIT {
     @Test
     @Order(31)
     void aClientThatNeverReadsRepliesMustNotStarveOthersOnItsQueue() throws Exception {
-        List<Raw> hogs = new ArrayList<>();
+        List<NbdTestClient> hogs = new ArrayList<>();
         try {
             for (int q = 0; q < QUEUES; q++) {
-                Raw c = Raw.connectGo();
+                NbdTestClient c = connectGo();
                 hogs.add(c);
                 pipelineReads(c, 200);
             }
-            Raw good = Raw.connectGo();
+            NbdTestClient good = connectGo();
             try {
                 good.send(header(0, READ, 42, 0, 4096));
                 Reply r = good.simpleReplyOrNull(10);
@@ -455,7 +448,7 @@ class AdversarialClientsIT {
                 good.close();
             }
         } finally {
-            for (Raw c : hogs) {
+            for (NbdTestClient c : hogs) {
                 c.close();
             }
         }
@@ -463,12 +456,12 @@ class AdversarialClientsIT {
     }
 
     /**
-     * issue 22 item 4: a half-duplex client, [READ 4 MiB, WRITE 4 MiB] x 4 all sent before it reads a reply (x 4:
-     * the DEPTH tags of this server; a client with more unanswered requests than tags waits for a tag whatever
-     * the server does, as on any server that bounds what is in flight). The
-     * reader must keep reading the WRITE payloads while replies wait (it replies inline only what the socket
-     * takes at once); before, it blocked writing a READ reply that did not fit, the client blocked writing the
-     * next payload, and the stall watchdog cut the connection (EPIPE here).
+     * A half-duplex client must not stall its own connection: [READ 4 MiB, WRITE 4 MiB] x 4 all sent before it reads a
+     * reply (x 4: the DEPTH tags of this server; a client with more unanswered requests than tags waits for a tag
+     * whatever the server does, as on any server that bounds what is in flight). The reader must keep reading the WRITE
+     * payloads while replies wait (it replies inline only what the socket takes at once); before, it blocked writing a
+     * READ reply that did not fit, the client blocked writing the next payload, and the stall watchdog cut the
+     * connection (EPIPE here).
      */
     @Test
     @Order(32)
@@ -477,7 +470,7 @@ class AdversarialClientsIT {
         // unanswered than that, a half-duplex client waits for a tag whatever the reader does.
         int len = 4 << 20, pairs = DEPTH / 4;
         long writes = 32L << 20;
-        try (Raw c = Raw.connectGo()) {
+        try (NbdTestClient c = connectGo()) {
             for (int i = 0; i < pairs; i++) {
                 c.write(i * (long) len, pattern(i, len), 0); // what the READs will return
             }
@@ -491,11 +484,11 @@ class AdversarialClientsIT {
             }
             for (int i = 0; i < 2 * pairs; i++) {
                 Reply r = c.simpleReply(30);
-                assertThat(r.error).as("reply to %d", r.cookie).isZero();
-                if (r.cookie < 100) {
+                assertThat(r.error()).as("reply to %d", r.cookie()).isZero();
+                if (r.cookie() < 100) {
                     byte[] got = new byte[len];
                     c.recv(len, 30).get(got);
-                    assertThat(got).as("READ %d", r.cookie).isEqualTo(pattern((int) r.cookie, len));
+                    assertThat(got).as("READ %d", r.cookie()).isEqualTo(pattern((int) r.cookie(), len));
                 }
             }
             for (int i = 0; i < pairs; i++) {
@@ -508,43 +501,43 @@ class AdversarialClientsIT {
     @Test
     @Order(33)
     void theExportDescriptionDoesNotLeakTheBackingPath() throws Exception {
-        try (Raw c = Raw.connect()) {
+        try (NbdTestClient c = connect()) {
             c.greetAsFixedNewstyleClient();
             c.send(ByteBuffer.allocate(16).putLong(IHAVEOPT).putInt(3).putInt(0).flip()); // NBD_OPT_LIST
-            OptReply server = c.optReply(10);
-            assertThat(server.type).as("NBD_REP_SERVER").isEqualTo(2);
-            String text = new String(server.data, StandardCharsets.UTF_8);
+            OptionReply server = c.optReply(10);
+            assertThat(server.type()).as("NBD_REP_SERVER").isEqualTo(2);
+            String text = new String(server.data(), StandardCharsets.UTF_8);
             assertThat(text).as("export list entry").contains("pmemblk").doesNotContain(dir.toString())
                     .doesNotContain("pmem.img");
-            assertThat(c.optReply(10).type).as("NBD_REP_ACK").isEqualTo(1);
+            assertThat(c.optReply(10).type()).as("NBD_REP_ACK").isEqualTo(1);
         }
     }
 
     /** New clients (one per queue, round-robin) each get DEPTH requests in flight at once answered. */
     private static void assertFullDepthOnEveryQueue() throws Exception {
-        List<Raw> clients = new ArrayList<>();
+        List<NbdTestClient> clients = new ArrayList<>();
         try {
             for (int q = 0; q < QUEUES; q++) {
-                clients.add(Raw.connectGo());
+                clients.add(connectGo());
             }
-            for (Raw c : clients) {
+            for (NbdTestClient c : clients) {
                 for (int i = 0; i < DEPTH; i++) {
                     c.send(header(0, READ, 100 + i, i * 65536L, 65536));
                 }
             }
-            for (Raw c : clients) {
+            for (NbdTestClient c : clients) {
                 boolean[] seen = new boolean[DEPTH];
                 for (int i = 0; i < DEPTH; i++) {
                     Reply r = c.simpleReplyOrNull(15);
                     assertThat(r).as("reply %d of %d in flight (tags leaked?)", i, DEPTH).isNotNull();
-                    assertThat(r.error).isZero();
+                    assertThat(r.error()).isZero();
                     c.recv(65536, 15);
-                    seen[(int) r.cookie - 100] = true;
+                    seen[(int) r.cookie() - 100] = true;
                 }
                 assertThat(seen).containsOnly(true);
             }
         } finally {
-            for (Raw c : clients) {
+            for (NbdTestClient c : clients) {
                 c.close();
             }
         }
@@ -557,7 +550,7 @@ class AdversarialClientsIT {
     void abusiveCommandsGetTheRightErrorsAndTouchNothingElse() throws Exception {
         int chunk = 1 << 20;
         byte[][] expected = new byte[(int) (SIZE / chunk)][];
-        try (Raw c = Raw.connectGo()) {
+        try (NbdTestClient c = connectGo()) {
             for (int i = 0; i < expected.length; i++) {
                 expected[i] = pattern(i, chunk);
                 c.write((long) i * chunk, expected[i], 0);
@@ -574,7 +567,7 @@ class AdversarialClientsIT {
 
         Map<Long, Integer> want = new HashMap<>(); // cookie -> expected error
         int fast;
-        try (Raw c = Raw.connectGo()) {
+        try (NbdTestClient c = connectGo()) {
             long k = 1;
             List<ByteBuffer> reqs = new ArrayList<>();
             // FLUSH: with FUA fine, with offset/length EINVAL
@@ -625,7 +618,7 @@ class AdversarialClientsIT {
             Map<Long, Integer> got = new HashMap<>();
             for (int i = 0; i < reqs.size(); i++) {
                 Reply r = c.simpleReply(15);
-                assertThat(got.put(r.cookie, r.error)).as("one reply per cookie %d", r.cookie).isNull();
+                assertThat(got.put(r.cookie(), r.error())).as("one reply per cookie %d", r.cookie()).isNull();
             }
             fast = got.remove(fastCookie);
             want.remove(fastCookie);
@@ -644,7 +637,7 @@ class AdversarialClientsIT {
         }
 
         // BLOCK_STATUS with structured replies and base:allocation
-        try (Raw c = Raw.connectStructured()) {
+        try (NbdTestClient c = connectStructured()) {
             c.send(header(REQ_ONE, BSTATUS, 1, 4096, 8192));
             c.send(header(0, BSTATUS, 2, SIZE - 4096, 8192));
             c.send(header(0x40, BSTATUS, 3, 0, 4096));
@@ -668,7 +661,7 @@ class AdversarialClientsIT {
         }
 
         // everything outside the ranges touched on purpose is what was written
-        try (Raw c = Raw.connectGo()) {
+        try (NbdTestClient c = connectGo()) {
             for (int i = 0; i < expected.length; i++) {
                 long base = (long) i * chunk;
                 byte[] now = c.read(base, chunk);
@@ -688,7 +681,7 @@ class AdversarialClientsIT {
     @Test
     @Order(41)
     void discWithRequestsInFlightStillAnswersThemAll() throws Exception {
-        try (Raw c = Raw.connectGo()) {
+        try (NbdTestClient c = connectGo()) {
             ByteBuffer all = ByteBuffer.allocate(21 * 28 + 3 * 4096);
             for (int i = 0; i < 20; i++) {
                 if (i % 7 == 3) {
@@ -702,8 +695,8 @@ class AdversarialClientsIT {
             boolean[] seen = new boolean[20];
             for (int i = 0; i < 20; i++) {
                 Reply r = c.simpleReply(10);
-                assertThat(r.error).isZero();
-                int k = (int) r.cookie - 500;
+                assertThat(r.error()).isZero();
+                int k = (int) r.cookie() - 500;
                 assertThat(seen[k]).as("one reply per cookie").isFalse();
                 seen[k] = true;
                 if (k % 7 != 3) {
@@ -712,7 +705,7 @@ class AdversarialClientsIT {
             }
             assertThat(c.eofWithin(10)).as("closed after the last reply").isTrue();
         }
-        try (Raw c = Raw.connectGo()) {
+        try (NbdTestClient c = connectGo()) {
             for (int i : new int[]{3, 10, 17}) {
                 assertThat(c.read((44L << 20) + i * 4096L, 4096)).isEqualTo(fill(4096, (byte) i));
             }
@@ -722,7 +715,7 @@ class AdversarialClientsIT {
     @Test
     @Order(42)
     void structuredRepliesForReadsAndErrors() throws Exception {
-        try (Raw c = Raw.connectStructured()) {
+        try (NbdTestClient c = connectStructured()) {
             c.send(header(DF, READ, 1, 44L << 20, 4096));
             c.send(header(0, READ, 2, SIZE - 512, 1024));
             c.send(concat(header(0, WRITE, 3, SIZE, 512), new byte[512]));
@@ -765,7 +758,7 @@ class AdversarialClientsIT {
     void maximumSizeRequestsPipelined() throws Exception {
         int max = 32 << 20;
         byte[] big = pattern(77, max);
-        try (Raw c = Raw.connectGo()) {
+        try (NbdTestClient c = connectGo()) {
             // two maximum WRITEs back to back (the second overlapping the first), then 4 maximum READs pipelined
             ByteBuffer w = ByteBuffer.allocate(2 * (28 + max));
             w.put(header(0, WRITE, 1, 0, max)).put(big).put(header(FUA, WRITE, 2, 16L << 20, max)).put(big).flip();
@@ -774,7 +767,7 @@ class AdversarialClientsIT {
                 return null;
             });
             for (int i = 0; i < 2; i++) {
-                assertThat(c.simpleReply(20).error).isZero();
+                assertThat(c.simpleReply(20).error()).isZero();
             }
             sending.get(10, TimeUnit.SECONDS);
             for (int i = 0; i < 4; i++) {
@@ -782,17 +775,17 @@ class AdversarialClientsIT {
             }
             for (int i = 0; i < 4; i++) {
                 Reply r = c.simpleReply(20);
-                assertThat(r.error).isZero();
+                assertThat(r.error()).isZero();
                 byte[] got = new byte[max];
                 c.recv(max, 20).get(got);
                 byte[] exp = new byte[max];
-                if (r.cookie % 2 == 0) { // offset 0: first 16 MiB of big, then the second write's first 16 MiB
+                if (r.cookie() % 2 == 0) { // offset 0: first 16 MiB of big, then the second write's first 16 MiB
                     System.arraycopy(big, 0, exp, 0, 16 << 20);
                     System.arraycopy(big, 0, exp, 16 << 20, 16 << 20);
                 } else {
                     exp = big;
                 }
-                assertThat(sha256(got)).as("READ %d", r.cookie).isEqualTo(sha256(exp));
+                assertThat(sha256(got)).as("READ %d", r.cookie()).isEqualTo(sha256(exp));
             }
         }
     }
@@ -858,20 +851,20 @@ class AdversarialClientsIT {
                 "queues=1")) {
             Path saved = sock;
             sock = ownSock;
-            List<Raw> open = new ArrayList<>();
+            List<NbdTestClient> open = new ArrayList<>();
             try {
-                Raw writer = Raw.connectGo();
+                NbdTestClient writer = connectGo();
                 open.add(writer);
                 writer.send(header(0, WRITE, 1, 0, 1 << 20));
                 writer.send(ByteBuffer.wrap(fill(4096, (byte) 9)));
-                Raw hog = Raw.connectGo();
+                NbdTestClient hog = connectGo();
                 open.add(hog);
                 pipelineReads(hog, 300);
-                Raw handshaking = Raw.connect(); // greeting never answered
+                NbdTestClient handshaking = connect(); // greeting never answered
                 open.add(handshaking);
                 // a probe with a request in flight too (whether the hog has wedged the queue by now is a race;
                 // what is asserted is the shutdown below)
-                Raw probe = Raw.connectGo();
+                NbdTestClient probe = connectGo();
                 open.add(probe);
                 probe.send(header(0, READ, 7, 0, 4096));
                 long t0 = System.nanoTime();
@@ -882,7 +875,7 @@ class AdversarialClientsIT {
                 return s.stderr();
             } finally {
                 sock = saved;
-                for (Raw c : open) {
+                for (NbdTestClient c : open) {
                     c.close();
                 }
             }
@@ -892,7 +885,7 @@ class AdversarialClientsIT {
     // ================================================================ helpers
 
     static void assertWellBehavedClientWorks(long offset) throws Exception {
-        try (Raw c = Raw.connectGo()) {
+        try (NbdTestClient c = connectGo()) {
             c.roundTrip(offset);
         }
     }
@@ -901,7 +894,7 @@ class AdversarialClientsIT {
      * Sends {@code n} pipelined 64 KiB READs (cookie i at offset i * 64 KiB) from another thread: a client that
      * does not read the replies is not read either once its replies are stuck, so the send may never finish.
      */
-    static Future<?> pipelineReads(Raw c, int n) {
+    static Future<?> pipelineReads(NbdTestClient c, int n) {
         ByteBuffer all = ByteBuffer.allocate(n * 28);
         for (int i = 0; i < n; i++) {
             all.put(header(0, READ, i, i * 65536L, 65536));
@@ -910,27 +903,6 @@ class AdversarialClientsIT {
             c.sendIgnoringErrors(all.array());
             return null;
         });
-    }
-
-    static ByteBuffer header(int flags, int type, long cookie, long offset, long length) {
-        return ByteBuffer.allocate(28).putInt(REQ_MAGIC).putShort((short) flags).putShort((short) type)
-                .putLong(cookie).putLong(offset).putInt((int) length).flip();
-    }
-
-    static ByteBuffer concat(ByteBuffer h, byte[] payload) {
-        return ByteBuffer.allocate(h.remaining() + payload.length).put(h).put(payload).flip();
-    }
-
-    static byte[] fill(int n, byte b) {
-        byte[] a = new byte[n];
-        Arrays.fill(a, b);
-        return a;
-    }
-
-    static byte[] pattern(int seed, int n) {
-        byte[] a = new byte[n];
-        new Random(1000 + seed).nextBytes(a);
-        return a;
     }
 
     static byte[] maskOut(byte[] data, byte[] ignored, long base, long off, long len) {
@@ -951,233 +923,15 @@ class AdversarialClientsIT {
         }
     }
 
-    static String sha256(byte[] b) throws Exception {
-        return java.util.HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(b));
+    static NbdTestClient connect() throws IOException {
+        return NbdTestClient.connect(sock);
     }
 
-    record Reply(int error, long cookie) {}
+    static NbdTestClient connectGo() throws Exception {
+        return NbdTestClient.connectGo(sock);
+    }
 
-    record OptReply(int option, int type, byte[] data) {}
-
-    /** A raw NBD client; every blocking read is bounded (the channel is closed on timeout). */
-    static final class Raw implements AutoCloseable {
-        final SocketChannel ch;
-
-        Raw(SocketChannel ch) {
-            this.ch = ch;
-        }
-
-        static Raw connect() throws IOException {
-            return connect(sock);
-        }
-
-        static Raw connect(Path socket) throws IOException {
-            SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
-            ch.connect(UnixDomainSocketAddress.of(socket));
-            return new Raw(ch);
-        }
-
-        static Raw connectGo() throws Exception {
-            return connectGo(sock);
-        }
-
-        /** Connected to {@code socket} and through the handshake to transmission (export ""). */
-        static Raw connectGo(Path socket) throws Exception {
-            Raw c = connect(socket);
-            c.greetAsFixedNewstyleClient();
-            c.sendGo("");
-            c.goReplies(10);
-            return c;
-        }
-
-        static Raw connectStructured() throws Exception {
-            Raw c = connect();
-            c.greetAsFixedNewstyleClient();
-            c.send(ByteBuffer.allocate(16).putLong(IHAVEOPT).putInt(8).putInt(0).flip());
-            assertThat(c.optReply(10).type).isEqualTo(1);
-            byte[] ctx = "base:allocation".getBytes(StandardCharsets.UTF_8);
-            c.send(ByteBuffer.allocate(16 + 12 + ctx.length).putLong(IHAVEOPT).putInt(10).putInt(12 + ctx.length)
-                    .putInt(0).putInt(1).putInt(ctx.length).put(ctx).flip());
-            assertThat(c.optReply(10).type).isEqualTo(4);
-            assertThat(c.optReply(10).type).isEqualTo(1);
-            c.sendGo("");
-            c.goReplies(10);
-            return c;
-        }
-
-        void greeting() throws Exception {
-            ByteBuffer g = recv(18, 10);
-            assertThat(g.getLong()).isEqualTo(NBDMAGIC);
-            assertThat(g.getLong()).isEqualTo(IHAVEOPT);
-        }
-
-        /** The greeting, answered with the client flags FIXED_NEWSTYLE | NO_ZEROES (3): options may follow. */
-        void greetAsFixedNewstyleClient() throws Exception {
-            greeting();
-            send(ByteBuffer.allocate(4).putInt(0, 3));
-        }
-
-        void sendGo(String name) throws IOException {
-            byte[] n = name.getBytes(StandardCharsets.UTF_8);
-            send(ByteBuffer.allocate(16 + 6 + n.length).putLong(IHAVEOPT).putInt(7).putInt(6 + n.length)
-                    .putInt(n.length).put(n).putShort((short) 0).flip());
-        }
-
-        void goReplies(int seconds) throws Exception {
-            while (true) {
-                OptReply r = optReply(seconds);
-                assertThat(r.option).isEqualTo(7);
-                if (r.type == 1) {
-                    return;
-                }
-                assertThat(r.type).as("GO reply type").isEqualTo(3);
-            }
-        }
-
-        OptReply optReply(int seconds) throws Exception {
-            ByteBuffer h = recv(20, seconds);
-            assertThat(h.getLong()).isEqualTo(OPT_REPLY_MAGIC);
-            int option = h.getInt(), type = h.getInt(), len = h.getInt();
-            byte[] d = new byte[len];
-            recv(len, seconds).get(d);
-            return new OptReply(option, type, d);
-        }
-
-        void send(ByteBuffer b) throws IOException {
-            while (b.hasRemaining()) {
-                ch.write(b);
-            }
-        }
-
-        void sendIgnoringErrors(byte[] b) {
-            try {
-                send(ByteBuffer.wrap(b));
-            } catch (IOException e) {
-                // the server hung up first: fine
-            }
-        }
-
-        /** Reads exactly n bytes within the bound; EOFException on a hang-up, AssertionError on a timeout. */
-        ByteBuffer recv(int n, int seconds) throws Exception {
-            ByteBuffer b = ByteBuffer.allocate(n);
-            Future<Integer> f = EXEC.submit(() -> {
-                while (b.hasRemaining()) {
-                    if (ch.read(b) < 0) {
-                        return -1;
-                    }
-                }
-                return n;
-            });
-            int r;
-            try {
-                r = f.get(seconds, TimeUnit.SECONDS);
-            } catch (TimeoutException e) {
-                ch.close();
-                throw new AssertionError("no " + n + " bytes from the server within " + seconds + " s (got "
-                        + b.position() + ")");
-            } catch (java.util.concurrent.ExecutionException e) {
-                if (e.getCause() instanceof IOException io) {
-                    throw new EOFException("read failed: " + io);
-                }
-                throw e;
-            }
-            if (r < 0) {
-                throw new EOFException("server closed the connection after " + b.position() + " of " + n + " bytes");
-            }
-            return b.flip();
-        }
-
-        Reply simpleReply(int seconds) throws Exception {
-            ByteBuffer h = recv(16, seconds);
-            assertThat(h.getInt()).as("simple reply magic").isEqualTo(SIMPLE_MAGIC);
-            return new Reply(h.getInt(), h.getLong());
-        }
-
-        /** Null when no reply arrives within the bound (the connection is closed then). */
-        Reply simpleReplyOrNull(int seconds) throws Exception {
-            try {
-                return simpleReply(seconds);
-            } catch (AssertionError e) {
-                if (e.getMessage() != null && e.getMessage().startsWith("no ")) {
-                    return null;
-                }
-                throw e;
-            }
-        }
-
-        /** True when the server closes (or resets) the connection within the bound; data before that is skipped. */
-        boolean eofWithin(int seconds) throws Exception {
-            Future<Boolean> f = EXEC.submit(() -> {
-                ByteBuffer b = ByteBuffer.allocate(65536);
-                try {
-                    while (ch.read(b) >= 0) {
-                        b.clear();
-                    }
-                } catch (IOException e) {
-                    return true;
-                }
-                return true;
-            });
-            try {
-                return f.get(seconds, TimeUnit.SECONDS);
-            } catch (TimeoutException e) {
-                ch.close();
-                return false;
-            }
-        }
-
-        void drainToEof(int seconds) throws Exception {
-            assertThat(eofWithin(seconds)).as("server hangs up").isTrue();
-        }
-
-        /** Whether at least one byte is readable within the bound (a selector wait; nothing is consumed). */
-        boolean readableWithin(int seconds) throws Exception {
-            try (java.nio.channels.Selector sel = java.nio.channels.Selector.open()) {
-                ch.configureBlocking(false);
-                try {
-                    var key = ch.register(sel, java.nio.channels.SelectionKey.OP_READ);
-                    int n = sel.select(seconds * 1000L);
-                    key.cancel();
-                    sel.selectNow();
-                    return n > 0;
-                } finally {
-                    ch.configureBlocking(true);
-                }
-            }
-        }
-
-        void write(long off, byte[] data, int flags) throws Exception {
-            send(concat(header(flags, WRITE, off, off, data.length), data));
-            Reply r = simpleReply(15);
-            assertThat(r.cookie).isEqualTo(off);
-            assertThat(r.error).as("WRITE at %d", off).isZero();
-        }
-
-        byte[] read(long off, int len) throws Exception {
-            send(header(0, READ, off + 1, off, len));
-            Reply r = simpleReply(15);
-            assertThat(r.cookie).isEqualTo(off + 1);
-            assertThat(r.error).as("READ at %d", off).isZero();
-            byte[] d = new byte[len];
-            recv(len, 15).get(d);
-            return d;
-        }
-
-        void roundTrip(long offset) throws Exception {
-            byte[] data = pattern((int) (offset >>> 12) ^ (int) System.nanoTime(), 65536);
-            write(offset, data, FUA);
-            assertThat(read(offset, data.length)).isEqualTo(data);
-            send(header(0, DISC, 0, 0, 0));
-            assertThat(eofWithin(10)).as("server closes after DISC").isTrue();
-        }
-
-        @Override
-        public void close() {
-            try {
-                ch.close();
-            } catch (IOException ignored) {
-                // closing
-            }
-        }
+    static NbdTestClient connectStructured() throws Exception {
+        return NbdTestClient.connectStructured(sock);
     }
 }

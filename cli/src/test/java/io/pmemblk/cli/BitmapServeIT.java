@@ -8,13 +8,12 @@ import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.security.MessageDigest;
 import java.util.ArrayList;
-import java.util.HexFormat;
 import java.util.List;
 import java.util.Random;
 import java.util.concurrent.TimeUnit;
 
+import static io.pmemblk.queueing.testing.Digests.sha256;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
@@ -112,10 +111,6 @@ class BitmapServeIT {
         } finally {
             ServerProcess.run(List.of("kill", Files.readString(pid).trim()), 10);
         }
-    }
-
-    private static String sha256(Path f) throws Exception {
-        return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(Files.readAllBytes(f)));
     }
 
     @Test

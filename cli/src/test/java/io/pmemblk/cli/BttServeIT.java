@@ -5,13 +5,12 @@ import org.junit.jupiter.api.io.TempDir;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.security.MessageDigest;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.HexFormat;
 import java.util.List;
 import java.util.Random;
 
+import static io.pmemblk.queueing.testing.Digests.sha256;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
@@ -115,8 +114,7 @@ class BttServeIT {
         assertThat(f.out()).contains(raw + " holds data (a non-zero byte at offset 1024 of " + data.length + ")", "--force");
         assertThat(Files.readAllBytes(raw)).as("refused: untouched").isEqualTo(data);
 
-        ServerProcess.Run serveRaw = ServerProcess.run(ServerProcess.command("serve",
-                ServerProcess.sets(settings(raw).toArray(String[]::new))), 60);
+        ServerProcess.Run serveRaw = ServerProcess.serveToExit(settings(raw).toArray(String[]::new));
         assertThat(serveRaw.exit()).isNotZero();
         assertThat(serveRaw.out()).contains("is not recorded as a BTT", "pmemblk format --layout btt");
         assertThat(Files.readAllBytes(raw)).isEqualTo(data);
@@ -137,12 +135,11 @@ class BttServeIT {
         List<String> asRaw = new ArrayList<>(settings(btt));
         asRaw.set(1, "pmem.layout=raw");
         asRaw.add("pmem.size=" + Files.size(btt));
-        ServerProcess.Run servedRaw = ServerProcess.run(ServerProcess.command("serve",
-                ServerProcess.sets(asRaw.toArray(String[]::new))), 60);
+        ServerProcess.Run servedRaw = ServerProcess.serveToExit(asRaw.toArray(String[]::new));
         assertThat(servedRaw.exit()).isNotZero();
         assertThat(servedRaw.out()).contains("is recorded as a BTT", "serve it with --set pmem.layout=btt");
-        ServerProcess.Run wrongSector = ServerProcess.run(ServerProcess.command("serve",
-                ServerProcess.sets(settings(btt, "pmem.sector-size=4096").toArray(String[]::new))), 60);
+        ServerProcess.Run wrongSector =
+                ServerProcess.serveToExit(settings(btt, "pmem.sector-size=4096").toArray(String[]::new));
         assertThat(wrongSector.out()).contains("is a BTT of 512-byte sectors, but pmem.sector-size is 4096");
         ServerProcess.Run forced = pmemblk("format", "--layout", "btt", "--force", raw.toString());
         assertThat(forced.exit()).as(forced.out()).isZero();
@@ -158,9 +155,5 @@ class BttServeIT {
     private static void nbdcopy(String from, String to) throws Exception {
         ServerProcess.Run c = ServerProcess.run(List.of("nbdcopy", from, to), 120);
         assertThat(c.exit()).as(c.out()).isZero();
-    }
-
-    private static String sha256(Path p) throws Exception {
-        return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(Files.readAllBytes(p)));
     }
 }

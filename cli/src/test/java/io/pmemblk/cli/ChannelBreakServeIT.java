@@ -8,6 +8,7 @@ import java.nio.file.Path;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.fail;
 
@@ -22,10 +23,6 @@ class ChannelBreakServeIT {
 
     @TempDir
     Path dir;
-
-    private static int freePort() throws Exception {
-        return ServerProcess.freePort();
-    }
 
     /** Waits (bounded) until serve's stderr contains {@code text}. */
     private static void awaitLog(ServerProcess s, String text, Process fio) throws Exception {
@@ -43,7 +40,7 @@ class ChannelBreakServeIT {
 
     @Test
     void sigtermAfterTheChannelBreaksMidBatchExitsZeroWithinTheDeadline() throws Exception {
-        int port = freePort();
+        int port = freeTcpPort();
         // The 300th descriptor of each channel breaks it for good: a provider of faults on serve's class path.
         try (ServerProcess s = DmaServeIT.startWithFaults(dir, "break-after=300", port)) {
             Path fioLog = Files.createTempFile(dir, "fio", ".log");

@@ -4,16 +4,12 @@ import io.pmemblk.cli.faults.FaultJar;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
-import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
 import java.nio.file.Path;
-import java.time.Duration;
 import java.util.List;
-import java.util.regex.Matcher;
-import java.util.regex.Pattern;
 
+import static io.pmemblk.cli.ServerProcess.metrics;
+import static io.pmemblk.cli.ServerProcess.metric;
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
@@ -23,10 +19,6 @@ import static org.assertj.core.api.Assertions.assertThat;
 class DmaServeIT {
     @TempDir
     Path dir;
-
-    private static int freePort() throws Exception {
-        return ServerProcess.freePort();
-    }
 
     private ServerProcess.Run fio(ServerProcess s, String name) throws Exception {
         return ServerProcess.run(List.of("fio", "--name=" + name, "--ioengine=nbd", "--uri=" + s.unixUri(),
@@ -49,50 +41,37 @@ class DmaServeIT {
         return ServerProcess.start(dir, FaultJar.environment(dir, spec), ServerProcess.sets(softDma(dir, metricsPort)), 1);
     }
 
-    static String metrics(int port) throws Exception {
-        HttpResponse<String> r = HttpClient.newHttpClient().send(HttpRequest.newBuilder(
-                URI.create("http://127.0.0.1:" + port + "/metrics")).timeout(Duration.ofSeconds(10)).build(),
-                HttpResponse.BodyHandlers.ofString());
-        assertThat(r.statusCode()).isEqualTo(200);
-        return r.body();
-    }
-
-    static double value(String metrics, String series) {
-        Matcher m = Pattern.compile("(?m)^" + Pattern.quote(series) + " (\\S+)$").matcher(metrics);
-        assertThat(m.find()).as("series %s in:%n%s", series, metrics).isTrue();
-        return Double.parseDouble(m.group(1));
-    }
-
     @Test
     void mixedSizesVerifyWithBothRoutesInTheMetrics() throws Exception {
-        int port = freePort();
+        int port = freeTcpPort();
         try (ServerProcess s = ServerProcess.start(dir, softDma(dir, port))) {
             assertThat(s.stdout).contains("metrics: http://127.0.0.1:" + port + "/metrics");
             ServerProcess.Run r = fio(s, "mixed");
             assertThat(r.exit()).as(r.out()).isZero();
             assertThat(r.out()).contains("err= 0").doesNotContain("verify failed", "bad magic");
             String m = metrics(port);
-            assertThat(value(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"cpu\"}")).isPositive();
-            assertThat(value(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"dma\"}")).isPositive();
-            assertThat(value(m, "pmemblk_copy_bytes_total{dir=\"read\",route=\"cpu\"}")).isPositive();
-            assertThat(value(m, "pmemblk_copy_bytes_total{dir=\"read\",route=\"dma\"}")).isPositive();
-            assertThat(value(m, "pmemblk_dma_errors_total")).isZero();
+            assertThat(metric(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"cpu\"}")).isPositive();
+            assertThat(metric(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"dma\"}")).isPositive();
+            assertThat(metric(m, "pmemblk_copy_bytes_total{dir=\"read\",route=\"cpu\"}")).isPositive();
+            assertThat(metric(m, "pmemblk_copy_bytes_total{dir=\"read\",route=\"dma\"}")).isPositive();
+            assertThat(metric(m, "pmemblk_dma_errors_total")).isZero();
             assertThat(s.terminate()).isZero();
         }
     }
 
     @Test
     void aFlakyChannelDuringTheRunLosesNothing() throws Exception {
-        int port = freePort();
+        int port = freeTcpPort();
         // Every 40th descriptor of each channel halts it: a provider of faults on serve's class path (test code).
         try (ServerProcess s = startWithFaults(dir, "fail-every=40", port)) {
             ServerProcess.Run r = fio(s, "faults");
             assertThat(r.exit()).as(r.out()).isZero();
             assertThat(r.out()).contains("err= 0").doesNotContain("verify failed", "bad magic");
             String m = metrics(port);
-            assertThat(value(m, "pmemblk_dma_errors_total")).as("faults were injected").isPositive();
-            assertThat(value(m, "pmemblk_dma_fallbacks_total")).isPositive();
-            assertThat(value(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"dma\"}")).as("the channel recovered").isPositive();
+            assertThat(metric(m, "pmemblk_dma_errors_total")).as("faults were injected").isPositive();
+            assertThat(metric(m, "pmemblk_dma_fallbacks_total")).isPositive();
+            assertThat(metric(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"dma\"}")).as("the channel recovered")
+                    .isPositive();
             assertThat(s.terminate()).isZero();
         }
     }

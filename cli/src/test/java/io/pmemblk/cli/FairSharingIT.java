@@ -1,19 +1,16 @@
 package io.pmemblk.cli;
 
-import static io.pmemblk.cli.AdversarialClientsIT.READ;
-import static io.pmemblk.cli.AdversarialClientsIT.WRITE;
-import static io.pmemblk.cli.AdversarialClientsIT.concat;
-import static io.pmemblk.cli.AdversarialClientsIT.header;
-import static io.pmemblk.cli.AdversarialClientsIT.pattern;
-import static io.pmemblk.cli.DmaServeIT.value;
+import static io.pmemblk.cli.ServerProcess.metric;
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
+import static io.pmemblk.nbd.testing.NbdTestClient.READ;
+import static io.pmemblk.nbd.testing.NbdTestClient.WRITE;
+import static io.pmemblk.nbd.testing.NbdTestClient.concat;
+import static io.pmemblk.nbd.testing.NbdTestClient.header;
+import static io.pmemblk.nbd.testing.NbdTestClient.pattern;
 import static org.assertj.core.api.Assertions.assertThat;
 
-import io.pmemblk.cli.AdversarialClientsIT.Raw;
-import io.pmemblk.cli.AdversarialClientsIT.Reply;
-import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
+import io.pmemblk.nbd.testing.NbdTestClient;
+import io.pmemblk.nbd.testing.NbdTestClient.Reply;
 import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -22,11 +19,11 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
- * Issue 22 item 2 against the real {@code serve}: one client that stops reading its replies must not stall
- * another on the same hardware queue (queues=1, the smallest pool, queue.buffer-bytes=32M). An ordering
- * property, not a timing: client B's requests complete while client A is still stalled, its connection open
- * (A then reads every reply it was owed, intact). The stall timeout is 60 s and B's bound 20 s, so the watchdog
- * cutting A off can never be what lets B through (before the fix, that was the only way).
+ * Fair sharing of a hardware queue against the real {@code serve}: one client that stops reading its replies must not
+ * stall another on the same hardware queue (queues=1, the smallest pool, queue.buffer-bytes=32M). An ordering property,
+ * not a timing: client B's requests complete while client A is still stalled, its connection open (A then reads every
+ * reply it was owed, intact). The stall timeout is 60 s and B's bound 20 s, so the watchdog cutting A off can never be
+ * what lets B through (before the fix, that was the only way).
  */
 class FairSharingIT {
     static final int MIB = 1 << 20;
@@ -43,9 +40,7 @@ class FairSharingIT {
     }
 
     static double inflight(int port) throws Exception {
-        String m = HttpClient.newHttpClient().send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port
-                + "/metrics")).timeout(Duration.ofSeconds(10)).build(), HttpResponse.BodyHandlers.ofString()).body();
-        return value(m, "pmemblk_queue_inflight{queue=\"0\"}");
+        return metric(port, "pmemblk_queue_inflight{queue=\"0\"}");
     }
 
     /** Waits (bounded) until queue 0 has at least {@code n} tags in use. */
@@ -60,7 +55,7 @@ class FairSharingIT {
 
     /** B: a 4 KiB READ and a 4 KiB WRITE, each answered within the bound. */
     void clientBIsServed(Path sock, long offset) throws Exception {
-        try (Raw b = Raw.connectGo(sock)) {
+        try (NbdTestClient b = NbdTestClient.connectGo(sock)) {
             b.send(header(0, READ, 1, offset, 4096));
             Reply r = b.simpleReplyOrNull(B_BOUND_SECONDS);
             assertThat(r).as("B's 4 KiB READ answered within %d s while A stalls", B_BOUND_SECONDS).isNotNull();
@@ -79,14 +74,14 @@ class FairSharingIT {
 
     @Test
     void twoLargeReadsWhoseRepliesNobodyReadsStallNoOtherClient() throws Exception {
-        int port = ServerProcess.freePort();
-        try (ServerProcess s = start(port); Raw a = Raw.connectGo(dir.resolve("s"))) {
+        int port = freeTcpPort();
+        try (ServerProcess s = start(port); NbdTestClient a = NbdTestClient.connectGo(dir.resolve("s"))) {
             byte[] first = pattern(1, 32 * MIB), second = pattern(2, 32 * MIB);
             a.write(0, first, 0);
             a.write(32L * MIB, second, 0);
             // Two largest READs: each reply is 32 MiB, far more than the socket holds, and A reads none of it.
             // In one write, so the server reads both headers at once: the reader writes a READ's reply itself and
-            // blocks on it (issue 22 item 4), and a second header still in the socket would never be read.
+            // blocks on it, and a second header still in the socket would never be read.
             a.send(ByteBuffer.allocate(56).put(header(0, READ, 11, 0, 32 * MIB))
                     .put(header(0, READ, 12, 32L * MIB, 32 * MIB)).flip());
             awaitInflight(port, 2, "both of A's READs taken in");
@@ -112,17 +107,17 @@ class FairSharingIT {
      * (4 MiB at most): the sender blocks on it for good, so no later reply goes out and every tag A takes stays
      * taken, whatever the socket buffers hold. The WRITEs are 32 KiB on the DMA route, so the reader leaves the
      * replies to the sender and goes on reading (it writes the replies of in-place WRITEs itself, and would
-     * block there after one batch: issue 22 item 4). Before the fix A took every tag of the queue.
+     * block there after one batch). A reader that blocked there let A take every tag of the queue.
      */
     @Test
     void aFloodOfWritesWhoseRepliesNobodyReadsStallsNoOtherClient() throws Exception {
-        int port = ServerProcess.freePort();
+        int port = freeTcpPort();
         int n = 4_000; // more than the queue's 128 tags; all but those wait in the sockets
         int len = 32 * 1024;
         try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",
                 "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "queues=1", "queue.buffer-bytes=32M",
                 "nbd.stall-timeout=60", "metrics.port=" + port, "dma.engine=soft", "route.dma.bounce=true", "route.dma.min-bytes=" + len);
-             Raw a = Raw.connectGo(dir.resolve("s"))) {
+             NbdTestClient a = NbdTestClient.connectGo(dir.resolve("s"))) {
             byte[] big = pattern(4, 8 * MIB);
             a.write(64L * MIB, big, 0);
             AtomicLong sent = new AtomicLong();

@@ -24,6 +24,7 @@ import java.util.concurrent.locks.LockSupport;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
@@ -71,7 +72,7 @@ class GrafanaDashboardIT {
 
     @Test
     void everyQueryNamesWhatTheServerExportsAndPrometheusEvaluatesIt() throws Exception {
-        int metricsPort = ServeNotifyIT.freePort(), promPort = ServeNotifyIT.freePort();
+        int metricsPort = freeTcpPort(), promPort = freeTcpPort();
         try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",
                 "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "dma.engine=soft", "route.dma.bounce=true", "route.dma.min-bytes=64K",
                 "metrics.port=" + metricsPort, "queue.buffer-bytes=32M")) {

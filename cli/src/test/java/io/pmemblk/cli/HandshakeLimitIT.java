@@ -1,9 +1,8 @@
 package io.pmemblk.cli;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
-import java.io.DataInputStream;
-import java.io.DataOutputStream;
 import java.io.EOFException;
 import java.io.IOException;
 import java.net.InetSocketAddress;
@@ -12,6 +11,7 @@ import java.net.SocketException;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import io.pmemblk.nbd.testing.NbdTestClient;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -23,54 +23,46 @@ import org.junit.jupiter.api.io.TempDir;
  * client certificate on the unix socket (another peer: the socket's user) are still served.
  */
 class HandshakeLimitIT {
-    private static final long IHAVEOPT = 0x49484156454F5054L;
-    private static final long OPTION_REPLY_MAGIC = 0x3e889045565a9L;
-    private static final int OPT_STARTTLS = 5;
     private static final int SLOTS = 16;
 
     @TempDir
     Path dir;
 
     /** Connects from {@code source}; true when the server greeted it (NBDMAGIC), false when it closed at once. */
-    private static boolean greeted(Socket s) throws IOException {
+    private static boolean greeted(NbdTestClient c) throws IOException {
         try {
-            return new DataInputStream(s.getInputStream()).readLong() == 0x4e42444d41474943L;
+            return c.in.readLong() == NbdTestClient.NBDMAGIC;
         } catch (EOFException | SocketException refused) {
             return false;
         }
     }
 
-    private static Socket connect(String source, int port) throws IOException {
+    private static NbdTestClient connect(String source, int port) throws IOException {
         Socket s = new Socket();
         s.setSoTimeout(30_000);
         s.bind(new InetSocketAddress(source, 0));
         s.connect(new InetSocketAddress("127.0.0.1", port));
-        return s;
+        return new NbdTestClient(s);
     }
 
     /** Finishes the greeting, asks for STARTTLS, reads its ACK, then stalls: the server waits for a ClientHello. */
-    private static void stallInTls(Socket s) throws IOException {
-        DataInputStream in = new DataInputStream(s.getInputStream());
-        DataOutputStream out = new DataOutputStream(s.getOutputStream());
-        in.readLong(); // IHAVEOPT
-        in.readUnsignedShort(); // handshake flags
-        out.writeInt(3); // FIXED_NEWSTYLE | NO_ZEROES
-        out.writeLong(IHAVEOPT);
-        out.writeInt(OPT_STARTTLS);
-        out.writeInt(0);
-        out.flush();
-        assertThat(in.readLong()).isEqualTo(OPTION_REPLY_MAGIC);
-        assertThat(in.readInt()).isEqualTo(OPT_STARTTLS);
-        assertThat(in.readInt()).as("STARTTLS acknowledged").isEqualTo(1);
-        assertThat(in.readInt()).isZero();
+    private static void stallInTls(NbdTestClient c) throws IOException {
+        c.in.readLong(); // IHAVEOPT
+        c.in.readUnsignedShort(); // handshake flags
+        c.out.writeInt(NbdTestClient.FIXED_NEWSTYLE_NO_ZEROES);
+        c.option(NbdTestClient.OPT_STARTTLS, new byte[0]);
+        NbdTestClient.OptionReply r = c.optionReply();
+        assertThat(r.option()).isEqualTo(NbdTestClient.OPT_STARTTLS);
+        assertThat(r.type()).as("STARTTLS acknowledged").isEqualTo(NbdTestClient.REP_ACK);
+        assertThat(r.data()).isEmpty();
     }
 
     @Test
     void aClientStallingItsTlsHandshakesCannotTakeEverySlot() throws Exception {
         Path pki = ServerProcess.testPki(dir);
-        int port = ServerProcess.freePort();
+        int port = freeTcpPort();
         Path sock = dir.resolve("nbd.sock");
-        List<Socket> stalled = new ArrayList<>();
+        List<NbdTestClient> stalled = new ArrayList<>();
         try (ServerProcess server = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=64M",
                 "nbd.socket=" + sock, "nbd.port=" + port, "nbd.max-connections=" + SLOTS, "nbd.handshake-timeout=60",
                 "nbd.tls=require", "nbd.tls.certificate=" + pki.resolve("server-cert.pem"),
@@ -79,14 +71,14 @@ class HandshakeLimitIT {
             try {
                 int admitted = 0;
                 for (int i = 0; i < SLOTS + 4; i++) {
-                    Socket s = connect("127.0.0.1", port);
-                    stalled.add(s);
-                    if (greeted(s)) {
-                        stallInTls(s);
+                    NbdTestClient c = connect("127.0.0.1", port);
+                    stalled.add(c);
+                    if (greeted(c)) {
+                        stallInTls(c);
                         admitted++;
                     }
                 }
-                Socket other = connect("127.0.0.2", port);
+                NbdTestClient other = connect("127.0.0.2", port);
                 stalled.add(other);
                 assertThat(greeted(other)).as("127.0.0.2 is greeted while 127.0.0.1 holds %d stalled TLS handshakes;"
                         + " stderr:\n%s", admitted, server.stderr()).isTrue();
@@ -97,8 +89,8 @@ class HandshakeLimitIT {
                 assertThat(admitted).as("connections of 127.0.0.1 admitted while their handshakes stall").isEqualTo(8);
                 assertThat(server.stderr()).contains("are still in their handshake (nbd.max-handshakes-per-peer=8)");
             } finally {
-                for (Socket s : stalled) {
-                    s.close();
+                for (NbdTestClient c : stalled) {
+                    c.close();
                 }
             }
             assertThat(server.terminate()).as("SIGTERM exits 0; stderr:\n%s", server.stderr()).isZero();

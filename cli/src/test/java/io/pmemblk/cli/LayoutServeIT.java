@@ -6,19 +6,18 @@ import org.junit.jupiter.api.io.TempDir;
 import java.io.RandomAccessFile;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.security.MessageDigest;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.HexFormat;
 import java.util.List;
 
+import static io.pmemblk.queueing.testing.Digests.sha256;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
- * Issue 42 item 3 against the real {@code pmemblk serve} and {@code pmemblk format}: a raw device's client cannot
- * decide the layout. NBD clients (nbdcopy, qemu-io) write a whole valid pmemblk pool header at LBA 0 of a raw
- * device; the next serve still serves it raw with those bytes intact, and serve with pmem.layout=btt refuses it
+ * Who decides a device's layout, against the real {@code pmemblk serve} and {@code pmemblk format}: a raw device's
+ * client cannot decide the layout. NBD clients (nbdcopy, qemu-io) write a whole valid pmemblk pool header at LBA 0 of a
+ * raw device; the next serve still serves it raw with those bytes intact, and serve with pmem.layout=btt refuses it
  * without changing a byte. {@code pmemblk format} finds data anywhere in the device, not only in its first MiB.
  */
 class LayoutServeIT {
@@ -44,10 +43,6 @@ class LayoutServeIT {
         ServerProcess.Run r = ServerProcess.run(List.of(cmd), 60);
         assertThat(r.exit()).as(r.out()).isZero();
         assertThat(r.out()).doesNotContain("failed", "error");
-    }
-
-    private static String sha256(Path p) throws Exception {
-        return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(Files.readAllBytes(p)));
     }
 
     @Test

@@ -14,7 +14,9 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.LockSupport;
 import java.util.function.BooleanSupplier;
 
-import io.pmemblk.cli.AdversarialClientsIT.Raw;
+import io.pmemblk.nbd.testing.NbdTestClient;
+import static io.pmemblk.cli.ServerProcess.metric;
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
@@ -28,10 +30,6 @@ class LiveReloadIT {
 
     @TempDir
     Path dir;
-
-    private static double metric(int port, String series) throws Exception {
-        return DmaServeIT.value(DmaServeIT.metrics(port), series);
-    }
 
     private static final String CPU_W = "pmemblk_copy_bytes_total{dir=\"write\",route=\"cpu\"}";
     private static final String DMA_W = "pmemblk_copy_bytes_total{dir=\"write\",route=\"dma\"}";
@@ -74,7 +72,7 @@ class LiveReloadIT {
 
     @Test
     void sighupUnderFioVerifyLoadShiftsTheRoutesBothWaysAndDropsNothing() throws Exception {
-        int port = ServeNotifyIT.freePort();
+        int port = freeTcpPort();
         Path sock = dir.resolve("nbd.sock");
         Path config = dir.resolve("live.properties");
         String base = "pmem.path=" + dir.resolve("p.img") + "\npmem.size=256M\nnbd.socket=" + sock + "\nnbd.port=0\n"
@@ -143,7 +141,7 @@ class LiveReloadIT {
              ServerProcess s = ServerProcess.start(dir, Map.of("NOTIFY_SOCKET", systemd.address),
                      List.of("--config", config.toString()), 1)) {
             assertThat(systemd.next(WAIT)).startsWith("READY=1\n");
-            try (Raw before = Raw.connectGo(sock)) {
+            try (NbdTestClient before = NbdTestClient.connectGo(sock)) {
                 assertThat(s.stderr()).contains("nbd connection 1 from").doesNotContain("transmission (");
 
                 Files.writeString(config, base + "nbd.stall-timeout=1\nlog.level=debug\n");
@@ -151,12 +149,12 @@ class LiveReloadIT {
                 // the connection made before the reload goes on
                 before.roundTrip(1 << 20);
                 // debug: the handshake's outcome is logged for a new connection
-                try (Raw stalled = Raw.connectGo(sock)) {
+                try (NbdTestClient stalled = NbdTestClient.connectGo(sock)) {
                     await("the debug line of connection 2", WAIT, null, () -> stderr(s).contains("nbd connection 2 from")
                             && stderr(s).contains("transmission ("));
                     // half a WRITE payload, then nothing: cut off after about 1 s instead of an hour
-                    stalled.send(AdversarialClientsIT.header(0, AdversarialClientsIT.WRITE, 7, 0, MIB));
-                    stalled.send(ByteBuffer.wrap(AdversarialClientsIT.fill((int) MIB / 2, (byte) 0x5a)));
+                    stalled.send(NbdTestClient.header(0, NbdTestClient.WRITE, 7, 0, MIB));
+                    stalled.send(ByteBuffer.wrap(NbdTestClient.fill((int) MIB / 2, (byte) 0x5a)));
                     long t0 = System.nanoTime();
                     stalled.drainToEof(15);
                     assertThat(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0)).isBetween(500L, 15_000L);
@@ -168,7 +166,7 @@ class LiveReloadIT {
                 Files.writeString(config, base + "nbd.stall-timeout=1\nlog.level=warning\n");
                 reload(s, systemd, "log.level=warning");
                 long opened = stderr(s).lines().filter(l -> l.contains(" opened")).count();
-                try (Raw quiet = Raw.connectGo(sock)) {
+                try (NbdTestClient quiet = NbdTestClient.connectGo(sock)) {
                     quiet.roundTrip(2 << 20);
                 }
                 // the "opened" line is logged at accept, before the handshake that connectGo waited for

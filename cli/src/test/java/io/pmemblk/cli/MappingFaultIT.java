@@ -13,7 +13,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.stream.Stream;
 
-import static io.pmemblk.cli.ServerProcess.freePort;
+import static io.pmemblk.cli.ServerProcess.metric;
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
@@ -32,7 +33,7 @@ class MappingFaultIT {
     @ValueSource(strings = {"0", "1"})
     void requestsIntoATruncatedFileAnswerEioAndTheServerServesTheRest(String forcePmem) throws Exception {
         Path img = dir.resolve("pmem.img");
-        int metricsPort = freePort();
+        int metricsPort = freeTcpPort();
         List<String> args = new ArrayList<>();
         for (String s : List.of("pmem.path=" + img, "pmem.size=64M", "nbd.socket=" + dir.resolve("nbd.sock"),
                 "nbd.port=0", "queue.buffer-bytes=32M", "metrics.port=" + metricsPort)) {
@@ -85,7 +86,7 @@ class MappingFaultIT {
                     """);
             assertThat(second).as(second).contains("second True True");
             assertThat(s.process.isAlive()).as("the server process lives; stderr:%n%s", s.stderr()).isTrue();
-            assertThat(DmaServeIT.value(DmaServeIT.metrics(metricsPort), "pmemblk_mapping_faults_total"))
+            assertThat(metric(metricsPort, "pmemblk_mapping_faults_total"))
                     .as("one counted fault per failed request").isEqualTo(6.0);
             assertThat(s.stderr()).contains("answered EIO").contains("at offset");
             s.terminate();

@@ -3,15 +3,12 @@ package io.pmemblk.cli;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
-import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
 import java.nio.file.Path;
-import java.time.Duration;
 import java.util.List;
 
-import static io.pmemblk.cli.DmaServeIT.value;
+import static io.pmemblk.cli.ServerProcess.metrics;
+import static io.pmemblk.cli.ServerProcess.metric;
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /** The multi-queue block layer through the real serve: connections spread over queues, FLUSH across queues. */
@@ -19,18 +16,9 @@ class MultiQueueServeIT {
     @TempDir
     Path dir;
 
-    private static int freePort() throws Exception {
-        return ServerProcess.freePort();
-    }
-
-    private static String metrics(int port) throws Exception {
-        return HttpClient.newHttpClient().send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/metrics"))
-                .timeout(Duration.ofSeconds(10)).build(), HttpResponse.BodyHandlers.ofString()).body();
-    }
-
     @Test
     void twoFioJobsOnTwoQueuesVerifyAndBothQueuesAreBusy() throws Exception {
-        int port = freePort();
+        int port = freeTcpPort();
         try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",
                 "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "queues=2", "metrics.port=" + port,
                 "queue.buffer-bytes=32M")) {
@@ -41,11 +29,11 @@ class MultiQueueServeIT {
             assertThat(r.exit()).as(r.out()).isZero();
             assertThat(r.out()).doesNotContain("verify failed", "bad magic");
             String m = metrics(port);
-            assertThat(value(m, "pmemblk_queue_requests_total{queue=\"0\"}")).isGreaterThan(100);
-            assertThat(value(m, "pmemblk_queue_requests_total{queue=\"1\"}")).isGreaterThan(100);
-            assertThat(value(m, "pmemblk_queue_inflight{queue=\"0\"}")).isZero();
-            assertThat(value(m, "pmemblk_request_duration_seconds_count{op=\"write\"}")).isGreaterThan(100);
-            assertThat(value(m, "pmemblk_request_duration_seconds_count{op=\"read\"}")).isGreaterThan(100);
+            assertThat(metric(m, "pmemblk_queue_requests_total{queue=\"0\"}")).isGreaterThan(100);
+            assertThat(metric(m, "pmemblk_queue_requests_total{queue=\"1\"}")).isGreaterThan(100);
+            assertThat(metric(m, "pmemblk_queue_inflight{queue=\"0\"}")).isZero();
+            assertThat(metric(m, "pmemblk_request_duration_seconds_count{op=\"write\"}")).isGreaterThan(100);
+            assertThat(metric(m, "pmemblk_request_duration_seconds_count{op=\"read\"}")).isGreaterThan(100);
             assertThat(s.terminate()).isZero();
         }
     }

@@ -1,5 +1,6 @@
 package io.pmemblk.cli;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.pmemblk.nvme.Nvme;
@@ -32,7 +33,7 @@ class NvmeServeIT {
     @Test
     void aHostConnectsIdentifiesWritesReadsFlushesAndSigtermStopsCleanly() throws Exception {
         Path file = dir.resolve("nvme.img");
-        int port = ServerProcess.freePort();
+        int port = freeTcpPort();
         String nqn = "nqn.2026-12.io.pmemblk:serve-it";
         try (ServerProcess serve = ServerProcess.start(dir, Map.of(), ServerProcess.sets("pmem.path=" + file,
                 "pmem.size=16M", "nbd.socket=", "nbd.port=0", "nvme.listen=127.0.0.1:" + port,

@@ -13,11 +13,12 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /**
- * Issue 15's two attacks, for real, against the real serve run as root: another user (a uid that owns no
+ * Two attacks on the paths serve opens, for real, against the real serve run as root: another user (a uid that owns no
  * account: files are chowned to it) prepares a world-writable directory with {@code p.img} linked to its own file,
  * or owns the socket's directory. serve must refuse both with exit 1, a message saying what is wrong and how to
  * fix it, and nothing created or touched. Also: TLS settings that cannot work, and the warning for a TCP bind
@@ -139,7 +140,7 @@ class PathSafetyIT {
 
     @Test
     void aTcpBindBeyondLoopbackWithoutTlsWarnsAndNamesTheRisk() throws Exception {
-        int port = ServerProcess.freePort();
+        int port = freeTcpPort();
         try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=8M",
                 "nbd.socket=", "nbd.port=" + port, "nbd.bind=0.0.0.0", "queue.buffer-bytes=32M")) {
             assertThat(s.stderr()).contains("pmemblk: warning: nbd.bind=0.0.0.0 serves the device beyond this machine"
@@ -154,10 +155,10 @@ class PathSafetyIT {
     }
 
     /**
-     * Issue 22: directories made after the check were never checked, and Files.createDirectories made them with
-     * whatever the umask allowed: under umask 000, world-writable directories above the device and the socket.
-     * Now each is made 0755 (less the umask) in its checked parent and judged after it is made. serve stops at a
-     * TCP port already taken, after both have been created.
+     * Directories made after the check are checked too: once they were never checked, and Files.createDirectories made
+     * them with whatever the umask allowed: under umask 000, world-writable directories above the device and the
+     * socket. Now each is made 0755 (less the umask) in its checked parent and judged after it is made. serve stops at
+     * a TCP port already taken, after both have been created.
      */
     @Test
     void directoriesServeMakesAreCheckedAndNeverWritableByOthersWhateverTheUmask() throws Exception {
@@ -179,9 +180,9 @@ class PathSafetyIT {
     }
 
     /**
-     * Issue 22: a server that opens an existing file (every restart) lost its lock on it when the mapper closed
-     * its own descriptor, so a second server on the same file started too, and its pmem.resize could truncate the
-     * file under the first (SIGBUS). Now the second is refused as long as the first runs.
+     * The lock holds on an existing file: a server that opens one (every restart) once lost its lock on it when the
+     * mapper closed its own descriptor, so a second server on the same file started too, and its pmem.resize could
+     * truncate the file under the first (SIGBUS). Now the second is refused as long as the first runs.
      */
     @Test
     void aRestartedServerKeepsItsFileLockedAgainstASecondServer() throws Exception {
@@ -202,9 +203,10 @@ class PathSafetyIT {
     }
 
     /**
-     * Issue 22: under the unit's PrivateTmp=yes, /tmp and /var/tmp are systemd's private directories, deleted when
-     * the service stops; a device there is empty at the next start. Set up as systemd does it: a mount namespace
-     * with {@code <dir>/systemd-private-...-pmemblk@t.service-.../tmp} bound over /tmp, and $INVOCATION_ID set.
+     * A device under PrivateTmp is refused: under the unit's PrivateTmp=yes, /tmp and /var/tmp are systemd's private
+     * directories, deleted when the service stops; a device there is empty at the next start. Set up as systemd does
+     * it: a mount namespace with {@code <dir>/systemd-private-...-pmemblk@t.service-.../tmp} bound over /tmp, and
+     * $INVOCATION_ID set.
      */
     @Test
     void aPmemPathInSystemdsPrivateTmpIsRefused() throws Exception {

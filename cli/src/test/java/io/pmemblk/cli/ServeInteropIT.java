@@ -5,11 +5,10 @@ import org.junit.jupiter.api.io.TempDir;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.security.MessageDigest;
-import java.util.HexFormat;
 import java.util.List;
 import java.util.Random;
 
+import static io.pmemblk.queueing.testing.Digests.sha256;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
@@ -163,14 +162,13 @@ class ServeInteropIT {
 
     @Test
     void aBadSettingStopsStartUpWithExitTwoAndOneLine() throws Exception {
-        ServerProcess.Run r = ServerProcess.run(ServerProcess.command("serve",
-                List.of("--set", "pmem.size=12X", "--set", "pmem.path=" + dir.resolve("x.img"))), 60);
+        ServerProcess.Run r = ServerProcess.serveToExit("pmem.size=12X", "pmem.path=" + dir.resolve("x.img"));
         assertThat(r.exit()).isEqualTo(2);
         assertThat(r.out().strip()).startsWith("pmemblk: pmem.size: '12X' is not allowed").doesNotContain("\n")
                 .contains("allowed: a size");
         assertThat(dir.resolve("x.img")).doesNotExist();
 
-        ServerProcess.Run u = ServerProcess.run(ServerProcess.command("serve", List.of("--set", "nbd.prt=1")), 60);
+        ServerProcess.Run u = ServerProcess.serveToExit("nbd.prt=1");
         assertThat(u.exit()).isEqualTo(2);
         assertThat(u.out()).contains("unknown setting 'nbd.prt'");
     }
@@ -178,9 +176,8 @@ class ServeInteropIT {
     @Test
     void anExistingFileOfAnotherSizeIsRefusedAndLeftAlone() throws Exception {
         Files.write(dir.resolve("pmem.img"), new byte[1 << 20]);
-        ServerProcess.Run r = ServerProcess.run(ServerProcess.command("serve", List.of(
-                "--set", "pmem.path=" + dir.resolve("pmem.img"), "--set", "pmem.size=2M", "--set", "nbd.port=0",
-                "--set", "nbd.socket=" + dir.resolve("s"))), 60);
+        ServerProcess.Run r = ServerProcess.serveToExit("pmem.path=" + dir.resolve("pmem.img"), "pmem.size=2M",
+                "nbd.port=0", "nbd.socket=" + dir.resolve("s"));
         assertThat(r.exit()).isEqualTo(1);
         assertThat(r.out()).contains("holds 1048576 bytes but pmem.size is 2097152");
         assertThat(Files.size(dir.resolve("pmem.img"))).isEqualTo(1 << 20);
@@ -189,9 +186,8 @@ class ServeInteropIT {
     @Test
     void aSecondServerOnTheSameFileIsRefusedAndTheFirstKeepsServing() throws Exception {
         try (ServerProcess s = ServerProcess.start(dir, settings("32M"))) {
-            ServerProcess.Run second = ServerProcess.run(ServerProcess.command("serve", List.of(
-                    "--set", "pmem.path=" + dir.resolve("pmem.img"), "--set", "pmem.size=64M", "--set", "pmem.resize=true",
-                    "--set", "nbd.port=0", "--set", "nbd.socket=" + dir.resolve("other.sock"))), 60);
+            ServerProcess.Run second = ServerProcess.serveToExit("pmem.path=" + dir.resolve("pmem.img"),
+                    "pmem.size=64M", "pmem.resize=true", "nbd.port=0", "nbd.socket=" + dir.resolve("other.sock"));
             assertThat(second.exit()).isEqualTo(1);
             assertThat(second.out()).contains("is in use by another process");
             assertThat(Files.size(dir.resolve("pmem.img"))).isEqualTo(32 << 20);
@@ -216,9 +212,5 @@ class ServeInteropIT {
      */
     private static List<String> nbdsh(String uri, String script) {
         return List.of("/usr/bin/python3", "-m", "nbd", "-u", uri, "-c", script);
-    }
-
-    private static String sha256(Path p) throws Exception {
-        return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(Files.readAllBytes(p)));
     }
 }

@@ -4,7 +4,6 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
 import java.net.InetSocketAddress;
-import java.net.ServerSocket;
 import java.net.StandardProtocolFamily;
 import java.net.UnixDomainSocketAddress;
 import java.nio.channels.SocketChannel;
@@ -14,6 +13,7 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
@@ -27,15 +27,9 @@ class ServeNotifyIT {
     @TempDir
     Path dir;
 
-    static int freePort() throws Exception {
-        try (ServerSocket s = new ServerSocket(0)) {
-            return s.getLocalPort();
-        }
-    }
-
     @Test
     void readyWhenEveryListenerIsUpThenReloadingReadyAroundSighupThenStopping() throws Exception {
-        int nbdPort = freePort(), metricsPort = freePort();
+        int nbdPort = freeTcpPort(), metricsPort = freeTcpPort();
         Path sock = dir.resolve("nbd.sock");
         Path config = dir.resolve("pmemblk.properties");
         String base = "pmem.path=" + dir.resolve("p.img") + "\nnbd.socket=" + sock + "\nnbd.port=" + nbdPort

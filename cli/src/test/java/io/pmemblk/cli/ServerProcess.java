@@ -75,6 +75,11 @@ final class ServerProcess implements AutoCloseable {
         return args;
     }
 
+    /** Runs serve with {@code --set} for each of {@code sets} to its exit (within 60 s): a refusal's code and text. */
+    static Run serveToExit(String... sets) throws IOException, InterruptedException {
+        return run(command("serve", sets(sets)), 60);
+    }
+
     /**
      * Starts serve with {@code args} as given (e.g. {@code --config FILE}) and {@code env} added to the
      * environment; waits for {@code listeners} ready lines (0: returns at once, the caller waits its own way).
@@ -176,11 +181,27 @@ final class ServerProcess implements AutoCloseable {
         }
     }
 
-    /** A TCP port free right now (the server binds it a moment later). */
-    static int freePort() throws IOException {
-        try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
-            return s.getLocalPort();
-        }
+    /** The Prometheus text a server with {@code metrics.port=port} serves now (HTTP 200 asserted). */
+    static String metrics(int port) throws IOException, InterruptedException {
+        java.net.http.HttpResponse<String> r = java.net.http.HttpClient.newHttpClient().send(
+                java.net.http.HttpRequest.newBuilder(java.net.URI.create("http://127.0.0.1:" + port + "/metrics"))
+                        .timeout(java.time.Duration.ofSeconds(10)).build(),
+                java.net.http.HttpResponse.BodyHandlers.ofString());
+        org.assertj.core.api.Assertions.assertThat(r.statusCode()).isEqualTo(200);
+        return r.body();
+    }
+
+    /** The value of {@code series} (name and labels, as written in the text) in {@code metrics}; fails if absent. */
+    static double metric(String metrics, String series) {
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile(
+                "(?m)^" + java.util.regex.Pattern.quote(series) + " (\\S+)$").matcher(metrics);
+        org.assertj.core.api.Assertions.assertThat(m.find()).as("series %s in:%n%s", series, metrics).isTrue();
+        return Double.parseDouble(m.group(1));
+    }
+
+    /** The value of {@code series} on the server with {@code metrics.port=port}, read now. */
+    static double metric(int port, String series) throws IOException, InterruptedException {
+        return metric(metrics(port), series);
     }
 
     /** A throwaway PKI made by scripts/lib/test-pki (Debian's openssl) in {@code dir}; see that script for the layout. */

@@ -14,10 +14,11 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Random;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
- * TLS with the real clients (issue 15): libnbd's nbdinfo and nbdcopy and QEMU's qemu-io and qemu-img, all on
+ * TLS with the real clients: libnbd's nbdinfo and nbdcopy and QEMU's qemu-io and qemu-img, all on
  * GnuTLS, against {@code serve --set nbd.tls=require}, with certificates made by scripts/lib/test-pki (openssl).
  * Each case is one cell of the interop matrix (client x certificate case -> result); the cells are printed as
  * {@code MATRIX ...} lines. Client directories: {@code client} (certificate from the server's CA), {@code nocert},
@@ -40,7 +41,7 @@ class TlsInteropIT {
     @BeforeAll
     static void start() throws Exception {
         pki = ServerProcess.testPki(dir);
-        port = ServerProcess.freePort();
+        port = freeTcpPort();
         sock = dir.resolve("nbd.sock");
         server = ServerProcess.start(dir, tlsSettings(dir, "p.img", sock, port, true));
     }
@@ -193,7 +194,7 @@ class TlsInteropIT {
     @Order(5)
     void withoutVerifyClientsCertificatelessClientsAreServed() throws Exception {
         Path sock2 = dir.resolve("nbd2.sock");
-        int port2 = ServerProcess.freePort();
+        int port2 = freeTcpPort();
         try (ServerProcess s = ServerProcess.start(dir, tlsSettings(dir, "p2.img", sock2, port2, false))) {
             cell("nbdinfo (unix)", "no client certificate, no verify", List.of("nbdinfo", "--size",
                     unixUri(sock2, "nocert")), true, "67108864");

@@ -5,7 +5,6 @@ import static org.junit.jupiter.api.Assumptions.assumeFalse;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.List;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -24,9 +23,8 @@ class UblkServeIT {
         assumeFalse(Files.exists(Path.of("/dev/ublk-control")), "this kernel has ublk_drv loaded");
         Path file = dir.resolve("p.img");
         Path sock = dir.resolve("nbd.sock");
-        ServerProcess.Run r = ServerProcess.run(ServerProcess.command("serve", List.of("--set", "ublk.enabled=true",
-                "--set", "pmem.path=" + file, "--set", "pmem.size=8M", "--set", "nbd.socket=" + sock,
-                "--set", "nbd.port=0")), 60);
+        ServerProcess.Run r = ServerProcess.serveToExit("ublk.enabled=true", "pmem.path=" + file, "pmem.size=8M",
+                "nbd.socket=" + sock, "nbd.port=0");
         assertThat(r.exit()).as(r.out()).isEqualTo(1);
         assertThat(r.out()).contains("modprobe ublk_drv").doesNotContain("ready:").doesNotContain("Exception");
         assertThat(file).doesNotExist();
@@ -35,8 +33,8 @@ class UblkServeIT {
 
     @Test
     void ublkSettingsThatCannotWorkTogetherAreRefusedAsSettings() throws Exception {
-        ServerProcess.Run r = ServerProcess.run(ServerProcess.command("serve", List.of("--set", "ublk.enabled=true",
-                "--set", "queue.depth=64", "--set", "ublk.depth=128", "--set", "pmem.path=" + dir.resolve("q.img"))), 60);
+        ServerProcess.Run r = ServerProcess.serveToExit("ublk.enabled=true", "queue.depth=64", "ublk.depth=128",
+                "pmem.path=" + dir.resolve("q.img"));
         assertThat(r.exit()).as(r.out()).isEqualTo(2);
         assertThat(r.out()).contains("ublk.depth").contains("queue.depth=64");
     }

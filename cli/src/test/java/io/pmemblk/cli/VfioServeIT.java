@@ -22,18 +22,16 @@ class VfioServeIT {
     void serveWithVfioAndNoDeviceSaysWhatIsMissing() throws Exception {
         assumeFalse(Files.exists(Path.of("/dev/vfio/vfio")), "this machine has VFIO");
         Path sock = dir.resolve("nbd.sock");
-        ServerProcess.Run r = ServerProcess.run(ServerProcess.command("serve", List.of("--set", "dma.engine=vfio",
-                "--set", "pmem.path=" + dir.resolve("p.img"), "--set", "pmem.size=8M", "--set", "nbd.socket=" + sock,
-                "--set", "nbd.port=0")), 60);
+        ServerProcess.Run r = ServerProcess.serveToExit("dma.engine=vfio", "pmem.path=" + dir.resolve("p.img"),
+                "pmem.size=8M", "nbd.socket=" + sock, "nbd.port=0");
         assertThat(r.exit()).as(r.out()).isEqualTo(1);
         assertThat(r.out()).contains("dma.engine=vfio").contains("nothing to use").contains("/dev/vfio does not exist")
                 .contains("modprobe vfio-pci").doesNotContain("ready:").doesNotContain("Exception");
         assertThat(sock).doesNotExist();
         assertThat(dir.resolve("p.img")).as("refused before the backing file is created").doesNotExist();
 
-        ServerProcess.Run named = ServerProcess.run(ServerProcess.command("serve", List.of("--set", "dma.engine=vfio",
-                "--set", "dma.vfio.devices=0000:00:04.0", "--set", "pmem.path=" + dir.resolve("p.img"),
-                "--set", "pmem.size=8M", "--set", "nbd.socket=" + sock, "--set", "nbd.port=0")), 60);
+        ServerProcess.Run named = ServerProcess.serveToExit("dma.engine=vfio", "dma.vfio.devices=0000:00:04.0",
+                "pmem.path=" + dir.resolve("p.img"), "pmem.size=8M", "nbd.socket=" + sock, "nbd.port=0");
         assertThat(named.exit()).as(named.out()).isEqualTo(1);
         assertThat(named.out()).contains("no I/OAT or edu PCI device at 0000:00:04.0").doesNotContain("Exception");
     }
@@ -48,8 +46,8 @@ class VfioServeIT {
 
     @Test
     void aMalformedDeviceAddressIsASettingsError() throws Exception {
-        ServerProcess.Run r = ServerProcess.run(ServerProcess.command("serve", List.of("--set", "dma.engine=vfio",
-                "--set", "dma.vfio.devices=00:02.0", "--set", "pmem.path=" + dir.resolve("q.img"))), 60);
+        ServerProcess.Run r = ServerProcess.serveToExit("dma.engine=vfio", "dma.vfio.devices=00:02.0",
+                "pmem.path=" + dir.resolve("q.img"));
         assertThat(r.exit()).as(r.out()).isEqualTo(2);
         assertThat(r.out()).contains("dma.vfio.devices: '00:02.0' is not allowed").contains("dddd:bb:dd.f");
     }

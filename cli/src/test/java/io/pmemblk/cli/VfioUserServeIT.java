@@ -1,5 +1,8 @@
 package io.pmemblk.cli;
 
+import static io.pmemblk.cli.ServerProcess.metrics;
+import static io.pmemblk.cli.ServerProcess.metric;
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import java.nio.file.Files;
@@ -52,7 +55,7 @@ class VfioUserServeIT {
     private static double awaitMetric(int port, String series, double above, String what) throws Exception {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
         while (true) {
-            double v = DmaServeIT.value(DmaServeIT.metrics(port), series);
+            double v = metric(port, series);
             if (v > above) {
                 return v;
             }
@@ -78,7 +81,7 @@ class VfioUserServeIT {
         Path socket = dir.resolve("ioat.sock");
         Path deviceLog = dir.resolve("dma-device.log");
         Process device = startDevice(socket, deviceLog);
-        int port = ServerProcess.freePort();
+        int port = freeTcpPort();
         try (ServerProcess s = ServerProcess.start(dir, "pmem.path=" + dir.resolve("p.img"), "pmem.size=128M",
                 "nbd.socket=" + dir.resolve("s"), "nbd.port=0", "dma.engine=vfio-user", "dma.vfio-user.socket=" + socket,
                 "route.dma.bounce=true", "route.dma.min-bytes=65536", "metrics.port=" + port, "queue.buffer-bytes=32M")) {
@@ -103,10 +106,10 @@ class VfioUserServeIT {
             ServerProcess.Run r = run.get();
             assertThat(r.exit()).as(r.out()).isZero();
             assertThat(r.out()).contains("err= 0").doesNotContain("verify failed", "bad magic");
-            String m = DmaServeIT.metrics(port);
-            double writesAtKill = DmaServeIT.value(m, DMA_WRITES);
-            double readsAtKill = DmaServeIT.value(m, DMA_READS);
-            assertThat(DmaServeIT.value(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"cpu\"}"))
+            String m = metrics(port);
+            double writesAtKill = metric(m, DMA_WRITES);
+            double readsAtKill = metric(m, DMA_READS);
+            assertThat(metric(m, "pmemblk_copy_bytes_total{dir=\"write\",route=\"cpu\"}"))
                     .as("the CPU took the copies while the device was gone").isPositive();
             assertThat(s.stderr()).contains("new copies go to the CPU until it is back");
 
@@ -116,9 +119,9 @@ class VfioUserServeIT {
             ServerProcess.Run again = fio(s, "after-the-return", "64m", 1);
             assertThat(again.exit()).as(again.out()).isZero();
             assertThat(again.out()).contains("err= 0").doesNotContain("verify failed", "bad magic");
-            m = DmaServeIT.metrics(port);
-            assertThat(DmaServeIT.value(m, DMA_WRITES)).as("DMA writes after the return").isGreaterThan(writesAtKill);
-            assertThat(DmaServeIT.value(m, DMA_READS)).as("DMA reads after the return").isGreaterThan(readsAtKill);
+            m = metrics(port);
+            assertThat(metric(m, DMA_WRITES)).as("DMA writes after the return").isGreaterThan(writesAtKill);
+            assertThat(metric(m, DMA_READS)).as("DMA reads after the return").isGreaterThan(readsAtKill);
             // what an operator sees: the transitions, once each
             s.stderr().lines().filter(l -> l.contains("vfio-user:")).forEach(l -> System.out.println("serve: " + l));
             System.out.println("metrics: " + m.lines().filter(l -> l.startsWith("pmemblk_copy_bytes_total")

@@ -23,9 +23,9 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 /**
  * A real {@code pmemblk serve} (vhost-user and NBD, copies of 64 KiB and more by the software DMA engine) against
- * a vhost-user front end of our own that does what QEMU never does (issue 42): fill its call eventfd's counter
- * (item 5), hand over guest RAM it can truncate (item 4). Every other client is served on, and SIGTERM ends the
- * server within a bound. And a driver that acks neither FLUSH nor CONFIG_WCE, as SeaBIOS does (item 2), gets
+ * a vhost-user front end of our own that does what QEMU never does: fill its call eventfd's counter,
+ * hand over guest RAM it can truncate. Every other client is served on, and SIGTERM ends the
+ * server within a bound. And a driver that acks neither FLUSH nor CONFIG_WCE, as SeaBIOS does, gets
  * every write durable when it completes.
  */
 class VhostHostileFrontEndIT {

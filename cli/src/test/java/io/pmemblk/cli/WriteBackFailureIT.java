@@ -12,11 +12,14 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 
+import static io.pmemblk.cli.ServerProcess.metrics;
+import static io.pmemblk.cli.ServerProcess.metric;
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /**
- * Write-back that really fails, and a server that really dies (issue 22 item 1), with the real {@code serve}:
+ * Write-back that really fails, and a server that really dies, with the real {@code serve}:
  * the backing file lives on ext4 on a loop device whose backing file sits on a small tmpfs, sparse and larger
  * than it. ext4 accepts the writes into the page cache; when they are written back the loop device's writes hit
  * ENOSPC on the tmpfs and the kernel reports the failure, once, to the next msync. Clients are libnbd's Python
@@ -54,7 +57,7 @@ class WriteBackFailureIT {
     @ValueSource(strings = {"java", "auto"})
     void afterAFailedWriteBackEveryFlushAnswersEioAndTheStopSaysNotPersisted(String mapper) throws Exception {
         fs = LoopFs.mount(dir, 64);
-        int port = ServerProcess.freePort();
+        int port = freeTcpPort();
         ServerProcess s = serve(mapper, port);
         String out = nbd(s, """
                 for i in range(80):
@@ -71,9 +74,9 @@ class WriteBackFailureIT {
         assertThat(lines(out, "WRITE")).containsExactly("EIO");
         assertThat(lines(out, "FUA")).containsExactly("EIO");
         assertThat(lines(out, "READ")).as("reads keep working").containsExactly("ok");
-        String metrics = DmaServeIT.metrics(port);
-        assertThat(DmaServeIT.value(metrics, "pmemblk_writeback_failed")).isEqualTo(1.0);
-        assertThat(DmaServeIT.value(metrics, "pmemblk_writeback_refused_requests_total")).isEqualTo(5.0);
+        String metrics = metrics(port);
+        assertThat(metric(metrics, "pmemblk_writeback_failed")).isEqualTo(1.0);
+        assertThat(metric(metrics, "pmemblk_writeback_refused_requests_total")).isEqualTo(5.0);
         assertThat(s.terminate()).as("exit code of a stop that persisted nothing").isEqualTo(ServeCommand.EXIT_NOT_PERSISTED);
         String err = s.stderr();
         assertThat(err).contains("; data NOT persisted: ").doesNotContain("data persisted");

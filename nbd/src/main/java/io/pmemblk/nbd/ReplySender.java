@@ -60,7 +60,7 @@ final class ReplySender {
     private final ReplyEncoder encoder;
     private final CloseState state;
     /** Serialises reply writing between the sender thread and the reader's inline replies: guards the encoder. */
-    private final ReentrantLock sendLock = new ReentrantLock();
+    final ReentrantLock sendLock = new ReentrantLock();
     /** Drain arrays: the sender thread's, and the reader's for inline replies. */
     private final Request[] done;
     private final Request[] inlineDone;
@@ -69,7 +69,7 @@ final class ReplySender {
      * the encoder's iov entries {@code [pendingFirst, pendingIovs)} (the first one partly sent) its unsent
      * {@code pendingBytes}. The sender thread writes it before anything else. Guarded by sendLock.
      */
-    private int pendingCount;
+    int pendingCount;
     private int pendingFirst;
     private int pendingIovs;
     private long pendingBytes;
@@ -85,7 +85,7 @@ final class ReplySender {
     static final int BULK_REPLY_BYTES = 1 << 20;
     private final int bulkReplyBytes;
     private int defaultSendBuffer = -1;
-    private boolean bulkSendBuffer;
+    boolean bulkSendBuffer;
     /**
      * Since when the sender has waited for the client without seeing it take a byte; 0 = not waiting. Read by
      * the stall watchdog, which also moves it on when it sees the client read ({@link #clientProgressed}).
@@ -164,16 +164,6 @@ final class ReplySender {
             } finally {
                 sendLock.unlock();
             }
-        }
-    }
-
-    /** Whether an inline batch waits for the sender thread to finish it (tests). */
-    boolean handedOver() {
-        sendLock.lock();
-        try {
-            return pendingCount > 0;
-        } finally {
-            sendLock.unlock();
         }
     }
 
@@ -326,11 +316,6 @@ final class ReplySender {
         }
         channel.setOption(StandardSocketOptions.SO_SNDBUF, bulk ? BULK_SEND_BUFFER : defaultSendBuffer);
         bulkSendBuffer = bulk;
-    }
-
-    /** The socket's send buffer is the bulk one now (tests). */
-    boolean bulkSendBuffer() {
-        return bulkSendBuffer;
     }
 
     /** Sender thread: writes iov entries {@code [first, iovs)}, {@code total} bytes, waiting for the client as long as it reads. */

@@ -1,9 +1,11 @@
 package io.pmemblk.nbd;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.pmemblk.nbd.testing.NbdTestClient;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.queueing.testing.Waits;
@@ -42,9 +44,7 @@ class HandshakeLimitTest {
 
     @BeforeEach
     void start() throws IOException {
-        try (java.net.ServerSocket probe = new java.net.ServerSocket(0)) {
-            port = probe.getLocalPort();
-        }
+        port = freeTcpPort();
         driver = new MemoryBlockDriver(16L << 20);
         layer = new BlockLayer(driver, 1, 8, 2L * MAX, MAX);
         server = new NbdServer(new NbdConfig("pmem0", dir.resolve("nbd.sock"), "127.0.0.1", port, MAX, SLOTS, ""), layer)

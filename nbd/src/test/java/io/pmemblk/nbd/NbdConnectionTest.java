@@ -1,10 +1,12 @@
 package io.pmemblk.nbd;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.assertDoesNotThrow;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.pmemblk.nbd.testing.NbdTestClient;
 import io.pmemblk.queueing.testing.Waits;
 import java.io.IOException;
 import java.nio.channels.SocketChannel;
@@ -187,10 +189,7 @@ class NbdConnectionTest extends ServedExportTest {
      */
     @Test
     void theConnectionLimitHoldsExactlyAcrossListenersAndASlotIsFreeWhenItsClientSeesTheClose() throws Exception {
-        int port;
-        try (java.net.ServerSocket probe = new java.net.ServerSocket(0)) {
-            port = probe.getLocalPort();
-        }
+        int port = freeTcpPort();
         int max = 4;
         Path sock = dir.resolve("limit.sock");
         try (NbdServer limited = new NbdServer(new NbdConfig(EXPORT, sock, "127.0.0.1", port, MAX, max, ""), layer)) {

@@ -3,6 +3,7 @@ package io.pmemblk.nbd;
 import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.*;
 
+import io.pmemblk.nbd.testing.NbdTestClient;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.BufferPool;
 import io.pmemblk.queueing.testing.MemoryBlockDriver;

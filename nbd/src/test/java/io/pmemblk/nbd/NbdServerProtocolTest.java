@@ -1,9 +1,11 @@
 package io.pmemblk.nbd;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static io.pmemblk.queueing.testing.Waits.await;
 import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.*;
 
+import io.pmemblk.nbd.testing.NbdTestClient;
 import io.pmemblk.queueing.Status;
 import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import java.io.IOException;
@@ -115,16 +117,12 @@ class NbdServerProtocolTest extends ServedExportTest {
 
     @Test
     void tcpListenerWithNoDelay() throws IOException {
-        int port;
-        try (var probe = new java.net.ServerSocket(0)) {
-            port = probe.getLocalPort();
-        }
+        int port = freeTcpPort();
         try (NbdServer tcp = new NbdServer(new NbdConfig(EXPORT, null, "127.0.0.1", port, MAX, 4, ""), layer)) {
             List<URI> u = tcp.start();
             assertEquals(URI.create("nbd://127.0.0.1:" + port + "/pmem0"), u.get(0));
-            try (var s = new java.net.Socket("127.0.0.1", port)) {
-                var in = new java.io.DataInputStream(s.getInputStream());
-                assertEquals(NBDMAGIC, in.readLong());
+            try (NbdTestClient c = new NbdTestClient(new java.net.Socket("127.0.0.1", port))) {
+                assertEquals(NBDMAGIC, c.in.readLong());
             }
         }
     }

@@ -1,5 +1,6 @@
 package io.pmemblk.nbd;
 
+import io.pmemblk.nbd.testing.NbdTestClient;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.posix.TrustedDirectory;
@@ -18,10 +19,10 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
- * Issue 22: the unix socket's directory was checked at start-up and the socket bound by name after the device had
- * opened, so a directory put in its place meanwhile got the socket. Now the directory is held open from the check
- * and the socket bound through it; a directory swapped under its name fails the start, nothing goes into the
- * replacement. Real sockets, real renames.
+ * The unix socket is bound in the directory that was checked: once the directory was checked at start-up and the socket
+ * bound by name after the device had opened, so a directory put in its place meanwhile got the socket. Now the
+ * directory is held open from the check and the socket bound through it; a directory swapped under its name fails the
+ * start, nothing goes into the replacement. Real sockets, real renames.
  */
 class NbdSocketDirectoryTest {
     static final int SIZE = 1 << 20, MAX = 1 << 17;

@@ -1,11 +1,13 @@
 package io.pmemblk.nbd;
 
+import static io.pmemblk.queueing.testing.Ports.freeTcpPort;
 import static io.pmemblk.nbd.NbdProtocol.*;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.pmemblk.nbd.testing.NbdTestClient;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.queueing.testing.Waits;
@@ -63,9 +65,7 @@ class NbdTlsTest {
     void start(boolean required, boolean verifyClients) throws IOException {
         driver = new MemoryBlockDriver(SIZE);
         layer = new BlockLayer(driver, 1, 8, 2L * MAX, MAX);
-        try (var probe = new java.net.ServerSocket(0)) {
-            port = probe.getLocalPort();
-        }
+        port = freeTcpPort();
         server = new NbdServer(new NbdConfig("pmem0", null, "127.0.0.1", port, MAX, 16, ""), layer)
                 .tls(TlsServer.load(required, pki.resolve("server-cert.pem"), pki.resolve("server-key.pem"),
                         verifyClients ? pki.resolve("ca-cert.pem") : null));
@@ -99,9 +99,7 @@ class NbdTlsTest {
     void offRefusesStartTlsWithPolicyAndServesInPlaintext() throws Exception {
         driver = new MemoryBlockDriver(SIZE);
         layer = new BlockLayer(driver, 1, 8, 2L * MAX, MAX);
-        try (var probe = new java.net.ServerSocket(0)) {
-            port = probe.getLocalPort();
-        }
+        port = freeTcpPort();
         server = new NbdServer(new NbdConfig("pmem0", null, "127.0.0.1", port, MAX, 16, ""), layer);
         server.start();
         try (NbdTestClient c = client()) {

@@ -13,8 +13,8 @@ import org.junit.jupiter.api.Timeout;
 class ReplyRingTest {
     /**
      * An open connection's in-flight count touches 0 whenever its client's queue drains for an instant. Waking the
-     * sender there cost a futex wake and a context switch per request, and made two connections slower than one
-     * (issue 13). Only a closing connection's sender waits for that count.
+     * sender there cost a futex wake and a context switch per request, and made two connections slower than one.
+     * Only a closing connection's sender waits for that count.
      */
     @Test
     void anOpenConnectionsIdleMomentsDoNotWakeItsSender() throws Exception {

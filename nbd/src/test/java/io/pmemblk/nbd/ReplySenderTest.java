@@ -80,13 +80,13 @@ class ReplySenderTest extends ConnectionPartsTest {
                 ConnectionParts.MAX);
         complete(CMD_READ, ConnectionParts.MAX, 1, Status.OK);
         sender.replyInlineIfIdle();
-        assertTrue(sender.bulkSendBuffer());
+        assertTrue(sender.bulkSendBuffer);
         int bulk = c.server.getOption(StandardSocketOptions.SO_SNDBUF);
         assertTrue(bulk > before, "send buffer " + bulk + " after a large reply, " + before + " before");
         simpleReply(c.receive(16 + ConnectionParts.MAX), 0, 1);
         complete(CMD_READ, 4096, 2, Status.OK);
         sender.replyInlineIfIdle();
-        assertFalse(sender.bulkSendBuffer());
+        assertFalse(sender.bulkSendBuffer);
         assertEquals(before, c.server.getOption(StandardSocketOptions.SO_SNDBUF), "the socket's own size again");
         simpleReply(c.receive(16 + 4096), 0, 2);
     }
@@ -176,7 +176,7 @@ class ReplySenderTest extends ConnectionPartsTest {
         c.client.write(ConnectionParts.request(0, CMD_WRITE, 3, 0, 4096)); // the next request arrives
         Waits.join("the reader, once input waits", inline);
         assertEquals(null, failed.get());
-        assertTrue(c.sender.handedOver(), "what did not fit is left for the sender thread");
+        assertTrue(handedOver(c.sender), "what did not fit is left for the sender thread");
         assertEquals(2, c.queue.inflight(), "nothing released before its reply is written whole");
         Thread t = senderThread(failed);
         ByteBuffer w = c.receive(16 + ConnectionParts.MAX + 16);
@@ -201,7 +201,7 @@ class ReplySenderTest extends ConnectionPartsTest {
         Thread client = ConnectionParts.thread("client", failed,
                 () -> got.set(c.receive(2 * (16 + ConnectionParts.MAX))));
         c.sender.replyInlineIfIdle();
-        assertFalse(c.sender.handedOver(), "the reader sent the whole batch itself");
+        assertFalse(handedOver(c.sender), "the reader sent the whole batch itself");
         assertEquals(0, c.queue.inflight(), "both requests released by the reader");
         Waits.join("the client", client);
         assertEquals(null, failed.get());
@@ -240,5 +240,15 @@ class ReplySenderTest extends ConnectionPartsTest {
         simpleReply(w, 0, 1);
         simpleReply(w, 0, 2);
         assertEquals(0, c.queue.inflight());
+    }
+
+    /** Whether an inline batch waits for the sender thread to finish it: its state, read under its lock. */
+    private static boolean handedOver(ReplySender sender) {
+        sender.sendLock.lock();
+        try {
+            return sender.pendingCount > 0;
+        } finally {
+            sender.sendLock.unlock();
+        }
     }
 }

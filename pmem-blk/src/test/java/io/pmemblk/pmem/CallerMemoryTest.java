@@ -209,11 +209,11 @@ class CallerMemoryTest {
     }
 
     /**
-     * Caller memory truncated under the requests (issue 42 item 4: a front end that truncated guest RAM killed the
-     * soft engine's thread, and DMA-routed I/O hung; a CPU copy's fault was logged as the pmem file's): each DMA copy
-     * halts the channel with a data error (READ_DATA out of it, WRITE_DATA into it), the driver redoes the request
-     * by the CPU, whose copy faults too, and the request alone answers EIO, the fault the request's own memory's,
-     * not the pmem file's; the device is untouched, and the next request goes by DMA.
+     * Caller memory truncated under the requests (a front end that truncates guest RAM must neither kill the soft
+     * engine's thread, hanging DMA-routed I/O, nor have a CPU copy's fault taken for the pmem file's): each DMA copy
+     * halts the channel with a data error (READ_DATA out of it, WRITE_DATA into it), the driver redoes the request by
+     * the CPU, whose copy faults too, and the request alone answers EIO, the fault the request's own memory's, not the
+     * pmem file's; the device is untouched, and the next request goes by DMA.
      */
     @Test
     void callerMemoryTruncatedUnderItsRequestsFailsThemAloneNamingTheirMemoryNotThePmemFile() throws Exception {

@@ -10,16 +10,15 @@ import java.io.RandomAccessFile;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.security.MessageDigest;
-import java.util.HexFormat;
 import java.util.Random;
 import java.util.UUID;
 
+import static io.pmemblk.queueing.testing.Digests.sha256;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
- * Which layout a device is served with (issue 42 item 3): the operator's pmem.layout and pmemblk's
+ * Which layout a device is served with: the operator's pmem.layout and pmemblk's
  * {@link LayoutRecord}, never the device's bytes alone. A raw image holding what a client wrote (a pool
  * signature, a whole valid pool header) stays raw and is never laid out over; a recorded BTT is never served raw;
  * an unrecorded device is taken for a BTT (on the operator's word) only when it is wholly one. Real files, real
@@ -31,10 +30,6 @@ class LayoutDecisionTest {
 
     @TempDir
     Path dir;
-
-    private static String sha256(Path p) throws Exception {
-        return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(Files.readAllBytes(p)));
-    }
 
     private static PmemRegion open(Path p) throws IOException {
         return PmemRegion.open(p, SIZE, false, PmemRegion.Mapper.AUTO);

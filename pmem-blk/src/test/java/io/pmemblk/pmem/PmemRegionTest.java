@@ -112,9 +112,9 @@ class PmemRegionTest {
     }
 
     /**
-     * Issue 22: on an existing file, the mapper's own channel (java) or libpmem's own descriptor was closed after
-     * mapping, and with it went the classic POSIX lock lock() had taken: any other process could then lock and
-     * open the same file. Checked from another process, as a second server would.
+     * The lock outlives the mapper: on an existing file, the mapper's own channel (java) or libpmem's own descriptor
+     * was closed after mapping, and with it went the classic POSIX lock lock() had taken: any other process could then
+     * lock and open the same file. Checked from another process, as a second server would.
      */
     @EachMapper
     void anotherProcessCannotLockAFileTheRegionReopened(PmemRegion.Mapper mapper) throws Exception {
@@ -146,9 +146,10 @@ class PmemRegionTest {
     }
 
     /**
-     * Issue 22: lock and fsync reopened the new file by name after mapping it. Between the mapping and the sync (the
-     * persistence port's syncCreated, wrapped here) the file's name is given to another file: the lock must still
-     * be on the file that was mapped, and the region must serve that file.
+     * The lock and the sync hold the mapped file, not its name: lock and fsync once reopened the new file by name after
+     * mapping it. Between the mapping and the sync (the persistence port's syncCreated, wrapped here) the file's name
+     * is given to another file: the lock must still be on the file that was mapped, and the region must serve that
+     * file.
      */
     @EachMapper
     void theFileIsLockedAndSyncedAsMappedEvenIfItsNameIsReplacedMeanwhile(PmemRegion.Mapper mapper) throws Exception {
@@ -181,10 +182,10 @@ class PmemRegionTest {
     }
 
     /**
-     * Issue 22: the path was checked before the region created what was missing (Files.createDirectories accepted
-     * any directory found there), so a directory another user made after the check was used. Now the region checks
-     * as it creates: a directory of another user on the way, there before the file is created, is refused and
-     * nothing is created in it.
+     * Directories are checked as they are created: the path was once checked before the region created what was missing
+     * (Files.createDirectories accepted any directory found there), so a directory another user made after the check
+     * was used. Now the region checks as it creates: a directory of another user on the way, there before the file is
+     * created, is refused and nothing is created in it.
      */
     @Test
     void aDirectoryAnotherUserMadeWhereTheRegionCreatesItsFileIsRefused() throws Exception {

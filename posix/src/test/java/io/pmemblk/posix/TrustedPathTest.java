@@ -14,8 +14,9 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /**
- * The attacks of issue 15, set up for real: as root, with files and directories chowned to another uid (no such
- * user needs to exist), then checked with the real lstat/open/fstat.
+ * Two attacks on trusted paths (another user's directory, link or socket directory), set up for real: as root, with
+ * files and directories chowned to another uid (no such user needs to exist), then checked with the real
+ * lstat/open/fstat.
  */
 class TrustedPathTest {
     /** Another user: anyone but root. */
@@ -84,7 +85,7 @@ class TrustedPathTest {
         assertThat(null0.rdev()).isEqualTo(Files.getAttribute(Path.of("/dev/null"), "unix:rdev"));
     }
 
-    /** Issue 15, first attack: a world-writable directory of another user, p.img a link to that user's file. */
+    /** The first attack: a world-writable directory of another user, p.img a link to that user's file. */
     @Test
     void anotherUsersWorldWritableDirectoryWithALinkIsRefused() throws Exception {
         Path evil = Files.createDirectory(dir.resolve("pm-evil"));
@@ -133,7 +134,7 @@ class TrustedPathTest {
                 .hasMessageContaining("chown 0 " + theirs);
     }
 
-    /** Issue 15, second attack: the socket's directory belongs to another user (mode 777). */
+    /** The second attack: the socket's directory belongs to another user (mode 777). */
     @Test
     void aSocketDirectoryOfAnotherUserIsRefused() throws Exception {
         Path evil = Files.createDirectory(dir.resolve("pm-evil"));
@@ -226,7 +227,7 @@ class TrustedPathTest {
                 .hasMessageContaining("is a directory; allowed: a regular file, or a device-DAX node");
     }
 
-    /** Issue 22: what is made through a held directory lands in the directory that was checked, whatever its name leads to by then. */
+    /** What is made through a held directory lands in the checked directory, whatever its name leads to by then. */
     @Test
     void whatIsMadeThroughAHeldDirectoryLandsInItEvenIfItsNameIsGivenToAnother() throws Exception {
         Path run = dir.resolve("run");

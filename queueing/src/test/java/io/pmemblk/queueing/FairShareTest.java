@@ -141,7 +141,7 @@ class FairShareTest {
 
     @Test
     void twoLargeReadsOfAStalledClientSentFromTheDeviceHoldNoBuffers() throws Exception {
-        // The reproduction of issue 22 item 2 in small: a pool that holds one largest request; A sends two of
+        // A stalled client's large READs, in small: a pool that holds one largest request; A sends two of
         // them and does not read the replies; B's 4 KiB READ and WRITE need a chunk each on the old route.
         HardwareQueue q = queue(16, 1);
         driver.sendInPlace(true);

@@ -53,7 +53,7 @@ public final class CrossoverChart {
 
     private CrossoverChart() {}
 
-    /** What was drawn where, for tests: each panel's data area, and the crossover's x in it in pixels (-1: none). */
+    /** What was drawn where: the image, each panel's data area, and the crossover's x in it in pixels (-1: none). */
     record Drawn(BufferedImage image, List<Rectangle2D> dataAreas, List<Integer> crossoverX) {}
 
     /** Draws {@code report} into {@code png}; {@code about} is a line under the title (engine, date, repeats). */

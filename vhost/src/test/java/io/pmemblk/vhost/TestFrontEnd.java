@@ -4,6 +4,7 @@ import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.posix.Sockets;
 import io.pmemblk.posix.UnixMessages;
+import io.pmemblk.vhost.testing.GuestDriver;
 
 import java.io.IOException;
 import java.lang.foreign.Arena;
@@ -80,6 +81,41 @@ final class TestFrontEnd implements AutoCloseable {
 
     MemorySegment empty() {
         return payload(0);
+    }
+
+    /** ADD_MEM_REG's or REM_MEM_REG's payload: one region, {@code size} bytes of guest-physical {@code gpa}. */
+    MemorySegment memRegion(long gpa, long size, long user, long mmapOffset) {
+        MemorySegment p = payload(MEM_REG_SIZE);
+        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_GPA, gpa);
+        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_SIZE_FIELD, size);
+        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_UADDR, user);
+        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_MMAP_OFFSET, mmapOffset);
+        return p;
+    }
+
+    /** SET_VRING_ADDR's payload: vring {@code index}'s three areas at these user addresses. */
+    MemorySegment vringAddr(int index, long desc, long avail, long used) {
+        MemorySegment p = payload(ADDR_SIZE);
+        p.set(ValueLayout.JAVA_INT, ADDR_INDEX, index);
+        p.set(ValueLayout.JAVA_LONG, ADDR_DESC, desc);
+        p.set(ValueLayout.JAVA_LONG, ADDR_AVAIL, avail);
+        p.set(ValueLayout.JAVA_LONG, ADDR_USED, used);
+        return p;
+    }
+
+    /**
+     * Starts vring 0 over {@code ring} as QEMU does: NUM (the ring's size), BASE {@code base}, ADDR (the ring's
+     * areas), CALL and KICK with these eventfds, then ENABLE(1) when {@code enable}.
+     */
+    void startVring(GuestDriver ring, int base, int callFd, int kickFd, boolean enable) throws NativeException {
+        send(SET_VRING_NUM, 0, state(0, ring.size));
+        send(SET_VRING_BASE, 0, state(0, base));
+        send(SET_VRING_ADDR, 0, vringAddr(0, ring.descUser(), ring.availUser(), ring.usedUser()));
+        set(SET_VRING_CALL, 0, callFd);
+        set(SET_VRING_KICK, 0, kickFd);
+        if (enable) {
+            send(SET_VRING_ENABLE, 0, state(0, 1));
+        }
     }
 
     /** A reply: its request id, flags and payload (copied out); null when the back-end closed the connection. */

@@ -1,5 +1,6 @@
 package io.pmemblk.vhost;
 
+import io.pmemblk.vhost.testing.EventFds;
 import io.pmemblk.vhost.testing.LogCapture;
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.FileCalls;
@@ -54,7 +55,7 @@ class VhostUserBlkServerTest {
     long uaddr;
     final LogCapture logs = new LogCapture("io.pmemblk.vhost");
     final List<String> log = logs.lines();
-    final List<EventFd> eventFds = new ArrayList<>();
+    final EventFds eventFds = new EventFds();
 
     @BeforeEach
     void start() throws IOException {
@@ -73,29 +74,12 @@ class VhostUserBlkServerTest {
     @AfterEach
     void stop() throws Exception {
         server.close();
-        for (EventFd e : eventFds) {
-            e.close();
-        }
+        eventFds.close();
         Libc.close(ram);
         arena.close();
         layer.close();
         driver.close();
         logs.stop();
-    }
-
-    private EventFd eventFd() throws NativeException {
-        EventFd e = EventFd.create(true);
-        eventFds.add(e);
-        return e;
-    }
-
-    private MemorySegment region(TestFrontEnd fe, long gpa, long size, long user, long offset) {
-        MemorySegment p = fe.payload(MEM_REG_SIZE);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_GPA, gpa);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_SIZE_FIELD, size);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_UADDR, user);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_MMAP_OFFSET, offset);
-        return p;
     }
 
     /** Where vring {@code i}'s rings lie in guest RAM (user addresses), in the high region. */
@@ -104,12 +88,7 @@ class VhostUserBlkServerTest {
     }
 
     private MemorySegment addr(TestFrontEnd fe, int i, long desc) {
-        MemorySegment p = fe.payload(ADDR_SIZE);
-        p.set(ValueLayout.JAVA_INT, ADDR_INDEX, i);
-        p.set(ValueLayout.JAVA_LONG, ADDR_DESC, desc);
-        p.set(ValueLayout.JAVA_LONG, ADDR_AVAIL, ringBase(i) + 0x1000);
-        p.set(ValueLayout.JAVA_LONG, ADDR_USED, ringBase(i) + 0x2000);
-        return p;
+        return fe.vringAddr(i, desc, ringBase(i) + 0x1000, ringBase(i) + 0x2000);
     }
 
     /** Realize (note section 3A): features, protocol features, queue count, slots, owner, call/err per queue. */
@@ -128,8 +107,8 @@ class VhostUserBlkServerTest {
         fe.send(SET_OWNER, 0, fe.empty());
         assertThat(fe.get(GET_FEATURES)).isEqualTo(features);
         for (int i = 0; i < QUEUES; i++) {
-            fe.set(SET_VRING_CALL, i, eventFd().fd());
-            fe.set(SET_VRING_ERR, i, eventFd().fd());
+            fe.set(SET_VRING_CALL, i, eventFds.create().fd());
+            fe.set(SET_VRING_ERR, i, eventFds.create().fd());
         }
         if (getConfig) {
             MemorySegment p = fe.payload(CONFIG_REGION + 57);
@@ -153,13 +132,13 @@ class VhostUserBlkServerTest {
         EventFd[][] notifiers = new EventFd[bases.length][2];
         fe.set(SET_FEATURES, features);
         for (int i = 0; i < bases.length; i++) {
-            notifiers[i][1] = eventFd();
+            notifiers[i][1] = eventFds.create();
             fe.set(SET_VRING_CALL, i, notifiers[i][1].fd());
         }
         fe.set(SET_FEATURES, features);
         if (sendMemory) {
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).isZero();
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, HIGH, RAM - HIGH, uaddr + HIGH, HIGH), ram)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(HIGH, RAM - HIGH, uaddr + HIGH, HIGH), ram)).isZero();
         }
         for (int i = 0; i < bases.length; i++) {
             // the guest's rings as a driver left them: avail and used idx at the base QEMU restores
@@ -169,7 +148,7 @@ class VhostUserBlkServerTest {
             fe.send(SET_VRING_NUM, 0, fe.state(i, RING));
             fe.send(SET_VRING_BASE, 0, fe.state(i, bases[i]));
             fe.send(SET_VRING_ADDR, 0, addr(fe, i, ringBase(i)));
-            notifiers[i][0] = eventFd();
+            notifiers[i][0] = eventFds.create();
             fe.set(SET_VRING_KICK, i, notifiers[i][0].fd());
         }
         for (int i = 0; i < QUEUES; i++) {
@@ -307,10 +286,7 @@ class VhostUserBlkServerTest {
         }
         assertThat(server.awaitDisconnected(Duration.ofSeconds(10))).as("session ended").isTrue();
         assertThat(ramMappings()).as("the server unmapped guest RAM").isEqualTo(1);
-        for (EventFd e : eventFds) {
-            e.close();
-        }
-        eventFds.clear();
+        eventFds.close();
         assertThat(openEventFds()).as("every kick, call and err fd the server got is closed").isEqualTo(before);
         // reconnect=1: realize again without GET_CONFIG, then at once the start, every region re-sent
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
@@ -378,7 +354,7 @@ class VhostUserBlkServerTest {
     void aMissingRegionFdIsAnErrorReply() throws Exception {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             realize(fe, false);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0))).as("REPLY_ACK failure").isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0))).as("REPLY_ACK failure").isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "0 file descriptors", "exactly 1");
             assertThat(fe.get(GET_QUEUE_NUM)).as("the connection goes on").isEqualTo(QUEUES);
         }
@@ -420,7 +396,7 @@ class VhostUserBlkServerTest {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             long features = realize(fe, false);
             fe.set(SET_FEATURES, 0x170007e46L & features);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).isZero();
             fe.send(SET_VRING_NUM, 0, fe.state(0, RING));
             // in the hole between the regions: guest RAM QEMU never announced
             fe.send(SET_VRING_ADDR, 0, addr(fe, 0, uaddr + LOW + 0x1000));
@@ -434,10 +410,10 @@ class VhostUserBlkServerTest {
     void aRegionPastTheEndOfItsFileIsRefused() throws Exception {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             realize(fe, false);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, RAM, uaddr, HIGH), ram)).isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, RAM, uaddr, HIGH), ram)).isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "passes the end of its file");
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).isZero();
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0x1000, LOW, uaddr + LOW, 0), ram)).as("overlap").isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0x1000, LOW, uaddr + LOW, 0), ram)).as("overlap").isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "overlaps a region already added in guest memory");
         }
         assertNextFrontEndServed();
@@ -448,11 +424,11 @@ class VhostUserBlkServerTest {
         int shortFd = SharedMemory.memfd("guest-ram", LOW / 2); // QEMU says LOW bytes; the file holds half
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             realize(fe, false);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), shortFd)).isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), shortFd)).isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "region (guest 0x0)", "memory_size 0x" + Long.toHexString(LOW),
                     "passes the end of its file (0x" + Long.toHexString(LOW / 2) + " bytes)");
             assertThat(ramMappings()).as("the short file is never mapped").isEqualTo(1);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).as("a whole one is").isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).as("a whole one is").isZero();
             assertThat(fe.get(GET_QUEUE_NUM)).as("still served").isEqualTo(QUEUES);
         } finally {
             Libc.close(shortFd);
@@ -461,7 +437,7 @@ class VhostUserBlkServerTest {
     }
 
     /**
-     * Guest RAM that can shrink under the server is refused, naming the fix (issue 42 item 4: a front end that
+     * Guest RAM that can shrink under the server is refused, naming the fix (a front end that
      * truncated it killed the JVM with SIGBUS in libc's memcpy): a memfd without F_SEAL_SHRINK (QEMU's seal=off)
      * and a file on tmpfs (memory-backend-file mem-path=/dev/shm/...), neither mapped; the connection and the
      * server serve on. The sealed memfd every other test uses (QEMU's default) is served, and cannot be truncated.
@@ -474,10 +450,11 @@ class VhostUserBlkServerTest {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             FileCalls.ftruncate(tmpfs, RAM);
             realize(fe, false);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), unsealed)).as("unsealed memfd").isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), unsealed)).as("unsealed memfd")
+                    .isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "region (guest 0x0): its file /memfd:guest-ram-unsealed",
                     "is not sealed with F_SEAL_SHRINK", "SIGBUS", "memory-backend-memfd", "seal=on");
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), tmpfs)).as("tmpfs file").isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), tmpfs)).as("tmpfs file").isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "its file " + shm, "is not sealed with F_SEAL_SHRINK",
                     "memory-backend-memfd");
             assertThat(Files.readAllLines(Path.of("/proc/self/maps"))).as("neither is mapped")
@@ -487,7 +464,7 @@ class VhostUserBlkServerTest {
             table.set(ValueLayout.JAVA_LONG, MEMORY_REGIONS + REGION_SIZE_FIELD, LOW);
             table.set(ValueLayout.JAVA_LONG, MEMORY_REGIONS + REGION_UADDR, uaddr);
             assertThat(fe.acked(SET_MEM_TABLE, table, unsealed)).as("SET_MEM_TABLE too").isNotZero();
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).as("the sealed memfd").isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).as("the sealed memfd").isZero();
             assertThat(fe.get(GET_QUEUE_NUM)).as("still served").isEqualTo(QUEUES);
             assertThatThrownBy(() -> FileCalls.ftruncate(ram, 0)).as("a sealed memfd cannot be cut under the server")
                     .isInstanceOf(NativeException.class);
@@ -539,7 +516,7 @@ class VhostUserBlkServerTest {
     }
 
     /**
-     * A front end that fills its call eventfd's counter (issue 42 item 5: the queue thread then blocked for good
+     * A front end that fills its call eventfd's counter (a queue thread that wrote blocking would block for good
      * in write(2), serving nothing more): the ring keeps serving, the stop answers, the next front end is served.
      */
     @Test
@@ -571,9 +548,9 @@ class VhostUserBlkServerTest {
 
     /**
      * The DMA route (the real pmem driver and the software I/OAT engine, one channel, whose completion thread every
-     * client shares) with a front end whose call eventfd's counter is full (issue 42 item 5: the engine's
-     * completion thread blocked in write(2); a later NBD 1 MiB write on the DMA route never completed and SIGTERM
-     * hung): the ring serves on; then with O_NONBLOCK cleared again by the front end, another client's 1 MiB
+     * client shares) with a front end whose call eventfd's counter is full (an engine
+     * completion thread blocked in write(2) would leave a later NBD 1 MiB write on the DMA route never completed and
+     * SIGTERM hung): the ring serves on; then with O_NONBLOCK cleared again by the front end, another client's 1 MiB
      * write on the DMA route completes, and the server closes within a bound.
      */
     @Test
@@ -642,7 +619,7 @@ class VhostUserBlkServerTest {
                     "not an eventfd; allowed: an eventfd(2)");
             assertThat(fe.acked(SET_VRING_KICK, fe.u64(1), sock)).as("a socket as kick").isNotZero();
             assertLogged("SET_VRING_KICK", "refused", "vring 1 kick fd is socket:[", "not an eventfd");
-            assertThat(fe.acked(SET_VRING_CALL, fe.u64(1), eventFd().fd())).as("an eventfd is taken").isZero();
+            assertThat(fe.acked(SET_VRING_CALL, fe.u64(1), eventFds.create().fd())).as("an eventfd is taken").isZero();
             assertThat(fe.get(GET_QUEUE_NUM)).as("still served").isEqualTo(QUEUES);
         } finally {
             Libc.close(file);
@@ -681,11 +658,11 @@ class VhostUserBlkServerTest {
     void removingAnUnknownRegionIsAnErrorReplyAndAKnownOneIsUnmapped() throws Exception {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             realize(fe, false);
-            assertThat(fe.acked(ADD_MEM_REG, region(fe, 0, LOW, uaddr, 0), ram)).isZero();
-            assertThat(fe.acked(REM_MEM_REG, region(fe, 0, LOW + 4096, uaddr, 0))).isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).isZero();
+            assertThat(fe.acked(REM_MEM_REG, fe.memRegion(0, LOW + 4096, uaddr, 0))).isNotZero();
             assertLogged("REM_MEM_REG(38) refused", "no region at guest 0x0", "size 0xa1000");
             assertThat(ramMappings()).isEqualTo(2);
-            assertThat(fe.acked(REM_MEM_REG, region(fe, 0, LOW, uaddr, 0))).isZero();
+            assertThat(fe.acked(REM_MEM_REG, fe.memRegion(0, LOW, uaddr, 0))).isZero();
             assertThat(ramMappings()).as("unmapped at once").isEqualTo(1);
         }
         assertNextFrontEndServed();

@@ -1,5 +1,6 @@
 package io.pmemblk.vhost;
 
+import io.pmemblk.vhost.testing.EventFds;
 import io.pmemblk.vhost.testing.LogCapture;
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.Libc;
@@ -63,7 +64,7 @@ class VringStopTest {
     GuestRam ram;
     final LogCapture logs = new LogCapture("io.pmemblk.vhost");
     final List<String> log = logs.lines();
-    final List<EventFd> eventFds = new ArrayList<>();
+    final EventFds eventFds = new EventFds();
 
     @BeforeEach
     void start() throws IOException {
@@ -83,20 +84,12 @@ class VringStopTest {
     void stop() throws Exception {
         driver.releaseHeld();
         server.close();
-        for (EventFd e : eventFds) {
-            e.close();
-        }
+        eventFds.close();
         Libc.close(ramFd);
         arena.close();
         layer.close();
         driver.close();
         logs.stop();
-    }
-
-    private EventFd eventFd() throws NativeException {
-        EventFd e = EventFd.create(true);
-        eventFds.add(e);
-        return e;
     }
 
     /** /proc/self/maps lines of the guest RAM memfd: the test's own mapping, plus the server's while it has one. */
@@ -111,11 +104,7 @@ class VringStopTest {
         fe.set(SET_PROTOCOL_FEATURES, fe.get(GET_PROTOCOL_FEATURES) & 0x1ffff);
         fe.send(SET_OWNER, 0, fe.empty());
         fe.set(SET_FEATURES, LINUX_ACK & offered);
-        MemorySegment p = fe.payload(MEM_REG_SIZE);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_GPA, 0);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_SIZE_FIELD, MIB);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_UADDR, ram.user(0));
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_MMAP_OFFSET, GuestRam.GUARD); // where GuestRam put gpa 0
+        MemorySegment p = fe.memRegion(0, MIB, ram.user(0), GuestRam.GUARD); // GUARD: where GuestRam put gpa 0
         assertThat(fe.acked(ADD_MEM_REG, p, ramFd)).isZero();
         return fe;
     }
@@ -123,20 +112,8 @@ class VringStopTest {
     /** Starts vring 0 at {@code base} (NUM, BASE, ADDR, CALL, KICK, and ENABLE(1) when asked); its kick fd. */
     private EventFd startRing(TestFrontEnd fe, GuestDriver ring, int base, EventFd call, boolean enable)
             throws IOException {
-        fe.send(SET_VRING_NUM, 0, fe.state(0, RING));
-        fe.send(SET_VRING_BASE, 0, fe.state(0, base));
-        MemorySegment a = fe.payload(ADDR_SIZE);
-        a.set(ValueLayout.JAVA_INT, ADDR_INDEX, 0);
-        a.set(ValueLayout.JAVA_LONG, ADDR_DESC, ring.descUser());
-        a.set(ValueLayout.JAVA_LONG, ADDR_AVAIL, ring.availUser());
-        a.set(ValueLayout.JAVA_LONG, ADDR_USED, ring.usedUser());
-        fe.send(SET_VRING_ADDR, 0, a);
-        fe.set(SET_VRING_CALL, 0, call.fd());
-        EventFd kick = eventFd();
-        fe.set(SET_VRING_KICK, 0, kick.fd());
-        if (enable) {
-            fe.send(SET_VRING_ENABLE, 0, fe.state(0, 1));
-        }
+        EventFd kick = eventFds.create();
+        fe.startVring(ring, base, call.fd(), kick.fd(), enable);
         assertThat(fe.get(GET_QUEUE_NUM)).as("every message before it handled").isEqualTo(1);
         return kick;
     }
@@ -167,7 +144,7 @@ class VringStopTest {
     void getVringBaseWaitsForAFlushSlowerThanTheOldStopBoundAndTheRestartRunsNothingTwice() throws Exception {
         GuestDriver ring = new GuestDriver(ram, RING, 0x10000);
         BlkGuest guest = new BlkGuest(ring, 0x40000, MIB);
-        EventFd call = eventFd();
+        EventFd call = eventFds.create();
         try (TestFrontEnd fe = connect()) {
             EventFd kick = startRing(fe, ring, 0, call, true);
             byte[] first = pattern(1);
@@ -224,7 +201,7 @@ class VringStopTest {
             BlkGuest guest = new BlkGuest(ring, 0x40000, MIB);
             driver.hold();
             try (TestFrontEnd fe = connect()) {
-                EventFd kick = startRing(fe, ring, 0, eventFd(), true);
+                EventFd kick = startRing(fe, ring, 0, eventFds.create(), true);
                 guest.send(BlkGuest.FLUSH, 0, null, 0, 1, false);
                 kick.signal();
                 assertThat(driver.awaitHeld(1, Waits.BOUND.toMillis())).isTrue();
@@ -261,7 +238,7 @@ class VringStopTest {
     void aFlushLeftInFlightByAGoneFrontEndIsResubmittedFromTheInflightRegionAndAnsweredOnce() throws Exception {
         GuestDriver ring = new GuestDriver(ram, RING, 0x10000);
         BlkGuest guest = new BlkGuest(ring, 0x40000, MIB);
-        EventFd call = eventFd();
+        EventFd call = eventFds.create();
         int[] inflightFd = new int[1];
         MemorySegment inflight;
         driver.hold();
@@ -312,7 +289,7 @@ class VringStopTest {
         BlkGuest guest = new BlkGuest(ring, 0x40000, MIB);
         driver.hold();
         try (TestFrontEnd fe = connect()) {
-            EventFd kick = startRing(fe, ring, 0, eventFd(), true);
+            EventFd kick = startRing(fe, ring, 0, eventFds.create(), true);
             guest.send(BlkGuest.FLUSH, 0, null, 0, 1, false);
             kick.signal();
             assertThat(driver.awaitHeld(1, Waits.BOUND.toMillis())).isTrue();
@@ -336,7 +313,7 @@ class VringStopTest {
     void aDisabledRingIsNotProcessedUntilItIsEnabled() throws Exception {
         GuestDriver ring = new GuestDriver(ram, RING, 0x10000);
         BlkGuest guest = new BlkGuest(ring, 0x40000, MIB);
-        EventFd call = eventFd();
+        EventFd call = eventFds.create();
         try (TestFrontEnd fe = connect()) {
             EventFd kick = startRing(fe, ring, 0, call, false);
             guest.read(0, 4096, 1, false);

@@ -1,5 +1,6 @@
 package io.pmemblk.vhost;
 
+import io.pmemblk.vhost.testing.EventFds;
 import io.pmemblk.vhost.testing.LogCapture;
 import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.CrashModel;
@@ -39,7 +40,7 @@ import static io.pmemblk.vhost.protocol.VhostUserSpec.*;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
- * The guest's write cache mode is the server's (issue 42, items 1 and 2): the real server and its real sessions over
+ * The guest's write cache mode is the server's: the real server and its real sessions over
  * the real pmem driver on a page-cache file, driven by a front-end that replays QEMU 7.2's sequences (realize with one
  * GET_CONFIG, SET_CONFIG when the guest changes its cache, a reconnect with neither) and a guest that writes through a
  * split ring. Persistence is counted where it happens (each msync of the mapping, {@link CrashModel}'s steps), and a
@@ -66,7 +67,7 @@ class WriteCacheModeTest {
     GuestRam ram;
     GuestDriver ring;
     BlkGuest guest;
-    final List<EventFd> eventFds = new ArrayList<>();
+    final EventFds eventFds = new EventFds();
     final Random rnd = new Random(42);
     final LogCapture logs = new LogCapture("io.pmemblk.vhost");
     final List<String> log = logs.lines();
@@ -95,9 +96,7 @@ class WriteCacheModeTest {
         if (server != null) {
             server.close();
         }
-        for (EventFd e : eventFds) {
-            e.close();
-        }
+        eventFds.close();
         Libc.close(ramFd);
         arena.close();
         Closing.closeAll(layer, driver);
@@ -108,12 +107,6 @@ class WriteCacheModeTest {
         server = new VhostUserBlkServer(new VhostUserBlkConfig(socket, 1, 256), layer).recordWriteCache(image.toString());
         server.start();
         return server;
-    }
-
-    private EventFd eventFd() throws Exception {
-        EventFd e = EventFd.create(true);
-        eventFds.add(e);
-        return e;
     }
 
     /** One front-end connection as QEMU 7.2 makes it, with one ring (vring 0) started from where the last stopped. */
@@ -156,28 +149,15 @@ class WriteCacheModeTest {
                 return;
             }
             memory = true;
-            MemorySegment reg = fe.payload(MEM_REG_SIZE);
-            reg.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_GPA, 0);
-            reg.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_SIZE_FIELD, RAM);
-            reg.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_UADDR, ram.user(0));
-            reg.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_MMAP_OFFSET, GuestRam.GUARD);
+            MemorySegment reg = fe.memRegion(0, RAM, ram.user(0), GuestRam.GUARD);
             assertThat(fe.acked(ADD_MEM_REG, reg, ramFd)).as("ADD_MEM_REG").isZero();
             startRing();
         }
 
         private void startRing() throws Exception {
-            fe.send(SET_VRING_NUM, 0, fe.state(0, RING));
-            fe.send(SET_VRING_BASE, 0, fe.state(0, ring.availIdx()));
-            MemorySegment a = fe.payload(ADDR_SIZE);
-            a.set(ValueLayout.JAVA_INT, ADDR_INDEX, 0);
-            a.set(ValueLayout.JAVA_LONG, ADDR_DESC, ring.descUser());
-            a.set(ValueLayout.JAVA_LONG, ADDR_AVAIL, ring.availUser());
-            a.set(ValueLayout.JAVA_LONG, ADDR_USED, ring.usedUser());
-            fe.send(SET_VRING_ADDR, 0, a);
-            fe.set(SET_VRING_CALL, 0, eventFd().fd());
-            kick = eventFd();
-            fe.set(SET_VRING_KICK, 0, kick.fd());
-            fe.send(SET_VRING_ENABLE, 0, fe.state(0, 1));
+            EventFd call = eventFds.create();
+            kick = eventFds.create();
+            fe.startVring(ring, ring.availIdx(), call.fd(), kick.fd(), true);
         }
 
         /** The stop before a disconnect: GET_VRING_BASE answers where the ring is. */

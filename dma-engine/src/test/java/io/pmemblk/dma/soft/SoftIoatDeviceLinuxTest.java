@@ -4,13 +4,13 @@ import static io.pmemblk.dma.ioat.IoatSpec.*;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.dma.testing.Futures;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.concurrent.locks.LockSupport;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -50,6 +50,14 @@ class SoftIoatDeviceLinuxTest {
         ring.set(FIELD_U32, d + DESC_CONTROL, control);
         ring.set(FIELD_U64, d + DESC_SRC, src);
         ring.set(FIELD_U64, d + DESC_DST, dst);
+    }
+
+    /** Channel 0 started as a driver starts it: reset, RUN, completion word {@code wordIova}, chain {@code chain}. */
+    private void arm(long wordIova, long chain) {
+        dev.write8(CH + CHANCMD, CHANCMD_RESET);
+        dev.write16(CH + CHANCTRL, CHANCTRL_RUN);
+        dev.write64(CH + CHANCMP, wordIova);
+        dev.write64(CH + CHAINADDR, chain);
     }
 
     private static void awaitWord(MemorySegment word, long expected, SoftIoatDevice dev) {
@@ -121,10 +129,7 @@ class SoftIoatDeviceLinuxTest {
         MemorySegment word = arena.allocate(8, 8);
         long ringIova = ring(space, ring, 2);
         long wordIova = space.map(word);
-        dev.write8(CH + CHANCMD, CHANCMD_RESET);
-        dev.write16(CH + CHANCTRL, CHANCTRL_RUN);
-        dev.write64(CH + CHANCMP, wordIova);
-        dev.write64(CH + CHAINADDR, ringIova);
+        arm(wordIova, ringIova);
         assertThat(dev.read64(CH + CHANSTS) & CHANSTS_STATUS_MASK).isEqualTo(CHANSTS_ARMED);
         descriptor(ring, 0, NULL_DESC_SIZE, CTRL_NULL | CTRL_COMPLETION_UPDATE, 0, 0);
         dev.write16(CH + DMACOUNT, 1);
@@ -151,10 +156,7 @@ class SoftIoatDeviceLinuxTest {
         long ringIova = ring(space, ring, 2);
         long wordIova = space.map(word);
         dev.write8(INTRCTRL, INTRCTRL_MASTER_INT_EN);
-        dev.write8(CH + CHANCMD, CHANCMD_RESET);
-        dev.write16(CH + CHANCTRL, CHANCTRL_RUN);
-        dev.write64(CH + CHANCMP, wordIova);
-        dev.write64(CH + CHAINADDR, 0x40); // not memory
+        arm(wordIova, 0x40); // not memory
         dev.write16(CH + DMACOUNT, 1);
         awaitWord(word, CHANSTS_HALTED, dev);
         assertThat(dev.read32(CH + CHANERR)).isEqualTo(CHANERR_CHAIN_ADDR_VALUE);
@@ -202,21 +204,12 @@ class SoftIoatDeviceLinuxTest {
         MemorySegment word = arena.allocate(8, 8);
         long ringIova = ring(space, ring, 2);
         long wordIova = space.map(word);
-        dev.write8(CH + CHANCMD, CHANCMD_RESET);
-        dev.write16(CH + CHANCTRL, CHANCTRL_RUN);
-        dev.write64(CH + CHANCMP, wordIova);
-        dev.write64(CH + CHAINADDR, ringIova);
+        arm(wordIova, ringIova);
         descriptor(ring, 0, NULL_DESC_SIZE, CTRL_NULL | CTRL_COMPLETION_UPDATE, 0, 0);
         dev.write16(CH + DMACOUNT, 1);
         assertThat(inFlight.await(10, TimeUnit.SECONDS)).as("the engine took the descriptor").isTrue();
         CompletableFuture<Void> fence = CompletableFuture.runAsync(dev::fence);
-        boolean early;
-        try {
-            fence.get(300, TimeUnit.MILLISECONDS);
-            early = true;
-        } catch (TimeoutException e) {
-            early = false;
-        }
+        boolean early = Futures.doneWithin(fence, 300);
         assertThat(early).as("fence returned while a descriptor was in flight").isFalse();
         release.countDown();
         fence.get(10, TimeUnit.SECONDS);
@@ -241,10 +234,7 @@ class SoftIoatDeviceLinuxTest {
             for (long i = 0; i < buf.byteSize(); i++) {
                 buf.set(ValueLayout.JAVA_BYTE, i, (byte) r.nextInt());
             }
-            dev.write8(CH + CHANCMD, CHANCMD_RESET);
-            dev.write16(CH + CHANCTRL, CHANCTRL_RUN);
-            dev.write64(CH + CHANCMP, wordIova);
-            dev.write64(CH + CHAINADDR, ringIova);
+            arm(wordIova, ringIova);
         }
 
         long at(int page) {
@@ -375,10 +365,7 @@ class SoftIoatDeviceLinuxTest {
         long ringIova = ring(space, ring, 2);
         long wordIova = space.map(word);
         assertThat(dev.read32(DMACAPABILITY)).isZero();
-        dev.write8(CH + CHANCMD, CHANCMD_RESET);
-        dev.write16(CH + CHANCTRL, CHANCTRL_RUN);
-        dev.write64(CH + CHANCMP, wordIova);
-        dev.write64(CH + CHAINADDR, ringIova);
+        arm(wordIova, ringIova);
         descriptor(ring, 0, 64, OP_XOR << CTRL_OP_SHIFT, 0, 0);
         dev.write16(CH + DMACOUNT, 1);
         awaitWord(word, CHANSTS_HALTED, dev);

@@ -93,8 +93,8 @@ class SoftIoatDeviceTest {
     }
 
     /**
-     * A copy out of or into a mapped file truncated under it (issue 42 item 4: the engine thread died of the fault,
-     * and DMA-routed I/O and SIGTERM hung): the channel halts with READ_DATA (source) or WRITE_DATA (destination),
+     * A copy out of or into a mapped file truncated under it (an engine thread that died of the fault would leave
+     * DMA-routed I/O and SIGTERM hung): the channel halts with READ_DATA (source) or WRITE_DATA (destination),
      * nothing completed, as hardware halts on a failed memory access; the engine thread lives, and after the
      * driver's reset the next copy runs.
      */

@@ -16,6 +16,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 
+import static io.pmemblk.queueing.testing.Digests.sha256;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
@@ -144,11 +145,6 @@ class BttInteropTest {
         }
         assertThat(sha256(bare)).isEqualTo(before);
         assertThat(dir.resolve("bare.blk" + io.pmemblk.pmem.LayoutRecord.SUFFIX)).doesNotExist();
-    }
-
-    private static String sha256(Path p) throws Exception {
-        return java.util.HexFormat.of().formatHex(java.security.MessageDigest.getInstance("SHA-256")
-                .digest(Files.readAllBytes(p)));
     }
 
     @ParameterizedTest(name = "bsize {0}")

@@ -1,5 +1,7 @@
 package io.pmemblk.vhost.testing;
 
+import io.pmemblk.vhost.virtq.SplitRing;
+
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.VarHandle;
@@ -9,8 +11,8 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * The guest's side of one split virtqueue, as a virtio driver keeps it (virtio 1.2 section 2.7.13; the layout of
- * torvalds/linux {@code include/uapi/linux/virtio_ring.h}, written here independently of the code under test):
+ * The guest's side of one split virtqueue, as a virtio driver keeps it (virtio 1.2 section 2.7.13), at the offsets
+ * of {@link SplitRing}'s layout (virtio 1.2 section 2.7, torvalds/linux {@code include/uapi/linux/virtio_ring.h}):
  * descriptors, the avail ring it publishes, the used ring it reads back. Raw access to every field lets hostile
  * tests write what no well-behaved driver would.
  */
@@ -18,7 +20,7 @@ public final class GuestDriver {
     static final ValueLayout.OfShort U16 = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     static final ValueLayout.OfInt U32 = ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     static final ValueLayout.OfLong U64 = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
-    public static final int NEXT = 1, WRITE = 2, INDIRECT = 4;
+    public static final int NEXT = SplitRing.F_NEXT, WRITE = SplitRing.F_WRITE, INDIRECT = SplitRing.F_INDIRECT;
     /** What a Linux guest negotiates for its rings: EVENT_IDX (29), INDIRECT_DESC (28), VERSION_1 (32). */
     public static final long LINUX_FEATURES = 1L << 29 | 1L << 28 | 1L << 32;
 
@@ -37,11 +39,11 @@ public final class GuestDriver {
         this.ram = ram;
         this.size = size;
         this.descGpa = ringGpa;
-        this.availGpa = ringGpa + align(16L * size);
-        this.usedGpa = availGpa + align(6 + 2L * size);
-        this.desc = ram.at(descGpa, 16L * size);
-        this.avail = ram.at(availGpa, 6 + 2L * size);
-        this.used = ram.at(usedGpa, 6 + 8L * size);
+        this.availGpa = ringGpa + align(SplitRing.descBytes(size));
+        this.usedGpa = availGpa + align(SplitRing.availBytes(size, true));
+        this.desc = ram.at(descGpa, SplitRing.descBytes(size));
+        this.avail = ram.at(availGpa, SplitRing.availBytes(size, true));
+        this.used = ram.at(usedGpa, SplitRing.usedBytes(size, true));
         desc.fill((byte) 0); // a driver initialises its rings (a reused ring starts over)
         avail.fill((byte) 0);
         used.fill((byte) 0);
@@ -77,11 +79,11 @@ public final class GuestDriver {
 
     /** Descriptor i of a table at {@code table}. */
     public static void desc(MemorySegment table, int i, long addr, long len, int flags, int next) {
-        long at = 16L * i;
-        table.set(U64, at, addr);
-        table.set(U32, at + 8, (int) len);
-        table.set(U16, at + 12, (short) flags);
-        table.set(U16, at + 14, (short) next);
+        long at = (long) SplitRing.DESC_BYTES * i;
+        table.set(U64, at + SplitRing.DESC_ADDR, addr);
+        table.set(U32, at + SplitRing.DESC_LEN, (int) len);
+        table.set(U16, at + SplitRing.DESC_FLAGS, (short) flags);
+        table.set(U16, at + SplitRing.DESC_NEXT, (short) next);
     }
 
     public int freeDescriptors() {
@@ -112,12 +114,12 @@ public final class GuestDriver {
         for (int i = 0; i < bufs.size(); i++) {
             Buf b = bufs.get(i);
             boolean last = i == bufs.size() - 1;
-            byte[] d = new byte[16];
+            byte[] d = new byte[SplitRing.DESC_BYTES];
             MemorySegment s = MemorySegment.ofArray(d);
             desc(s, 0, b.gpa(), b.len(), (b.writable() ? WRITE : 0) | (last ? 0 : NEXT), last ? 0 : i + 1);
-            ram.write(tableGpa + 16L * i, d); // a table may run across two adjacent regions
+            ram.write(tableGpa + (long) SplitRing.DESC_BYTES * i, d); // a table may run across two adjacent regions
         }
-        desc(head, tableGpa, 16L * bufs.size(), INDIRECT, 0);
+        desc(head, tableGpa, SplitRing.descBytes(bufs.size()), INDIRECT, 0);
         taken.set(head, List.of(head));
         return head;
     }
@@ -145,22 +147,22 @@ public final class GuestDriver {
 
     /** Offers a head: avail.ring[idx % size] = head, then (release) avail.idx + 1. */
     public void offer(int head) {
-        avail.set(U16, 4 + 2L * (availIdx % size), (short) head);
+        avail.set(U16, SplitRing.AVAIL_RING + 2L * (availIdx % size), (short) head);
         VarHandle.releaseFence();
         availIdx = (availIdx + 1) & 0xffff;
-        avail.set(U16, 2, (short) availIdx);
+        avail.set(U16, SplitRing.AVAIL_IDX, (short) availIdx);
     }
 
     /** Writes avail.ring[slot] without publishing. */
     public void availRing(int slot, int head) {
-        avail.set(U16, 4 + 2L * slot, (short) head);
+        avail.set(U16, SplitRing.AVAIL_RING + 2L * slot, (short) head);
     }
 
     /** Publishes avail.idx = {@code idx} as is (a hostile jump). */
     public void availIdx(int idx) {
         VarHandle.releaseFence();
         availIdx = idx & 0xffff;
-        avail.set(U16, 2, (short) idx);
+        avail.set(U16, SplitRing.AVAIL_IDX, (short) idx);
     }
 
     public int availIdx() {
@@ -168,26 +170,26 @@ public final class GuestDriver {
     }
 
     public void availFlags(int flags) {
-        avail.set(U16, 0, (short) flags);
+        avail.set(U16, SplitRing.AVAIL_FLAGS, (short) flags);
     }
 
     /** EVENT_IDX: interrupt me when used.idx passes {@code idx}. */
     public void usedEvent(int idx) {
-        avail.set(U16, 4 + 2L * size, (short) idx);
+        avail.set(U16, SplitRing.usedEventOffset(size), (short) idx);
     }
 
     public int usedIdx() {
-        int v = Short.toUnsignedInt(used.get(U16, 2));
+        int v = Short.toUnsignedInt(used.get(U16, SplitRing.USED_IDX));
         VarHandle.acquireFence();
         return v;
     }
 
     public int usedFlags() {
-        return Short.toUnsignedInt(used.get(U16, 0));
+        return Short.toUnsignedInt(used.get(U16, SplitRing.USED_FLAGS));
     }
 
     public int availEvent() {
-        return Short.toUnsignedInt(used.get(U16, 4 + 8L * size));
+        return Short.toUnsignedInt(used.get(U16, SplitRing.availEventOffset(size)));
     }
 
     /** A used entry: the head and the bytes written. */
@@ -198,7 +200,7 @@ public final class GuestDriver {
         int idx = usedIdx();
         List<Used> out = new ArrayList<>();
         while (lastUsed != idx) {
-            long at = 4 + 8L * (lastUsed % size);
+            long at = SplitRing.USED_RING + SplitRing.USED_ELEM_BYTES * (lastUsed % size);
             Used u = new Used(used.get(U32, at), used.get(U32, at + 4));
             out.add(u);
             List<Integer> ids = u.id() >= 0 && u.id() < size ? taken.get(u.id()) : null;
@@ -213,11 +215,12 @@ public final class GuestDriver {
 
     /** used.ring[slot] raw (a restart test writes what a dead back-end left). */
     public void usedElem(int slot, int id, int len) {
-        used.set(U32, 4 + 8L * slot, id);
-        used.set(U32, 8 + 8L * slot, len);
+        long at = SplitRing.USED_RING + SplitRing.USED_ELEM_BYTES * slot;
+        used.set(U32, at, id);
+        used.set(U32, at + 4, len);
     }
 
     public void usedIdxRaw(int idx) {
-        used.set(U16, 2, (short) idx);
+        used.set(U16, SplitRing.USED_IDX, (short) idx);
     }
 }

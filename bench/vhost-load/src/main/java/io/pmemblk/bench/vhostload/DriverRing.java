@@ -1,28 +1,28 @@
 package io.pmemblk.bench.vhostload;
 
+import io.pmemblk.vhost.virtq.SplitRing;
+
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteOrder;
 
 /**
- * The driver's side of one split virtqueue with EVENT_IDX, as Linux's {@code drivers/virtio/virtio_ring.c} keeps
- * it: descriptors, the avail ring it publishes (a kick only when {@code vring_need_event} says the device asked for
- * one), the used ring it reads back and the used_event it moves to ask for the next interrupt. Layout: virtio 1.2
- * section 2.7 ({@code include/uapi/linux/virtio_ring.h}); the back-end's own copy of it is package-private to
- * vhost. The fences are Linux's: {@code virtio_wmb} before the index is published, {@code virtio_mb} between a
- * publish and the read of the other side's event index, {@code virtio_rmb} after reading used.idx.
+ * The driver's side of one split virtqueue with EVENT_IDX, as Linux's {@code drivers/virtio/virtio_ring.c} keeps it:
+ * descriptors, the avail ring it publishes (a kick only when {@code vring_need_event} says the device asked for one),
+ * the used ring it reads back and the used_event it moves to ask for the next interrupt. Layout: the back-end's own,
+ * {@link SplitRing}'s (virtio 1.2 section 2.7, {@code include/uapi/linux/virtio_ring.h}), read from vhost's virtq
+ * package as the protocol constants are. The fences are Linux's: {@code virtio_wmb} before the index is published,
+ * {@code virtio_mb} between a publish and the read of the other side's event index, {@code virtio_rmb} after reading
+ * used.idx.
  */
 final class DriverRing {
     static final ValueLayout.OfShort U16 = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     static final ValueLayout.OfInt U32 = ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     static final ValueLayout.OfLong U64 = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
-    /** virtq_desc: u64 addr, u32 len, u16 flags @12, u16 next; flags NEXT 1, WRITE 2, INDIRECT 4. */
-    static final int DESC_BYTES = 16, DESC_FLAGS = 12, F_NEXT = 1, F_WRITE = 2, F_INDIRECT = 4;
-    /** virtq_avail: u16 flags, u16 idx, u16 ring[size], u16 used_event. */
-    private static final long AVAIL_IDX = 2, AVAIL_RING = 4;
-    /** virtq_used: u16 flags, u16 idx, {u32 id, u32 len} ring[size], u16 avail_event. */
-    private static final long USED_IDX = 2, USED_RING = 4, USED_ELEM = 8;
+    /** virtq_desc's size, its flags' offset and the flags the load's chains use. */
+    static final int DESC_BYTES = SplitRing.DESC_BYTES, DESC_FLAGS = (int) SplitRing.DESC_FLAGS;
+    static final int F_NEXT = SplitRing.F_NEXT, F_WRITE = SplitRing.F_WRITE, F_INDIRECT = SplitRing.F_INDIRECT;
 
     final int size;
     final long descGpa, availGpa, usedGpa;
@@ -35,15 +35,16 @@ final class DriverRing {
     DriverRing(GuestRam ram, long gpa, int size) {
         this.size = size;
         descGpa = gpa;
-        availGpa = descGpa + pages(16L * size);
-        usedGpa = availGpa + pages(6 + 2L * size);
-        desc = ram.at(descGpa, 16L * size);
-        avail = ram.at(availGpa, 6 + 2L * size);
-        used = ram.at(usedGpa, 6 + 8L * size);
+        availGpa = descGpa + pages(SplitRing.descBytes(size));
+        usedGpa = availGpa + pages(SplitRing.availBytes(size, true));
+        desc = ram.at(descGpa, SplitRing.descBytes(size));
+        avail = ram.at(availGpa, SplitRing.availBytes(size, true));
+        used = ram.at(usedGpa, SplitRing.usedBytes(size, true));
     }
 
     static long bytes(int size) {
-        return pages(16L * size) + pages(6 + 2L * size) + pages(6 + 8L * size);
+        return pages(SplitRing.descBytes(size)) + pages(SplitRing.availBytes(size, true))
+                + pages(SplitRing.usedBytes(size, true));
     }
 
     private static long pages(long n) {
@@ -52,10 +53,10 @@ final class DriverRing {
 
     /** The descriptor at byte {@code at} of {@code mem}. */
     static void desc(MemorySegment mem, long at, long addr, long len, int flags, int next) {
-        mem.set(U64, at, addr);
-        mem.set(U32, at + 8, (int) len);
-        mem.set(U16, at + 12, (short) flags);
-        mem.set(U16, at + 14, (short) next);
+        mem.set(U64, at + SplitRing.DESC_ADDR, addr);
+        mem.set(U32, at + SplitRing.DESC_LEN, (int) len);
+        mem.set(U16, at + SplitRing.DESC_FLAGS, (short) flags);
+        mem.set(U16, at + SplitRing.DESC_NEXT, (short) next);
     }
 
     /** Ring descriptor {@code head}: an indirect table of {@code entries} at {@code tableGpa}. */
@@ -65,16 +66,16 @@ final class DriverRing {
 
     /** Puts {@code head} in the avail ring; seen by the device at the next {@link #publish}. */
     void add(int head) {
-        avail.set(U16, AVAIL_RING + 2L * (availIdx % size), (short) head);
+        avail.set(U16, SplitRing.AVAIL_RING + 2L * (availIdx % size), (short) head);
         availIdx = (availIdx + 1) & 0xffff;
     }
 
     /** Publishes what was added; whether the device must be kicked (virtqueue_kick_prepare with EVENT_IDX). */
     boolean publish() {
         VarHandle.releaseFence();
-        avail.set(U16, AVAIL_IDX, (short) availIdx);
+        avail.set(U16, SplitRing.AVAIL_IDX, (short) availIdx);
         VarHandle.fullFence();
-        int event = Short.toUnsignedInt(used.get(U16, USED_RING + USED_ELEM * size));
+        int event = Short.toUnsignedInt(used.get(U16, SplitRing.availEventOffset(size)));
         int old = kickedIdx;
         kickedIdx = availIdx;
         return needEvent(event, availIdx, old);
@@ -87,14 +88,14 @@ final class DriverRing {
 
     /** Whether the device has used entries not taken yet. */
     boolean hasUsed() {
-        int idx = Short.toUnsignedInt(used.get(U16, USED_IDX));
+        int idx = Short.toUnsignedInt(used.get(U16, SplitRing.USED_IDX));
         VarHandle.acquireFence();
         return idx != lastUsed;
     }
 
     /** The id (head) of the next used entry; call only when {@link #hasUsed}; then {@link #next}. */
     int usedId() {
-        return used.get(U32, USED_RING + USED_ELEM * (lastUsed % size));
+        return used.get(U32, SplitRing.USED_RING + SplitRing.USED_ELEM_BYTES * (lastUsed % size));
     }
 
     void next() {
@@ -106,7 +107,7 @@ final class DriverRing {
      * passes it; then (full fence) whether entries came meanwhile, which the caller takes before it waits.
      */
     boolean armInterrupt() {
-        avail.set(U16, AVAIL_RING + 2L * size, (short) lastUsed);
+        avail.set(U16, SplitRing.usedEventOffset(size), (short) lastUsed);
         VarHandle.fullFence();
         return hasUsed();
     }

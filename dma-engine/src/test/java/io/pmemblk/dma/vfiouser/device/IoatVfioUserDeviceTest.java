@@ -11,6 +11,7 @@ import io.pmemblk.dma.vfiouser.client.VfioUserConnection;
 import io.pmemblk.dma.vfiouser.client.VfioUserEngine;
 import io.pmemblk.dma.vfiouser.client.VfioUserIovaSpace;
 import io.pmemblk.dma.vfiouser.client.VfioUserMmio;
+import io.pmemblk.dma.testing.Futures;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -23,7 +24,6 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.concurrent.locks.LockSupport;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -339,13 +339,7 @@ class IoatVfioUserDeviceTest {
             drv.bar.write16(CH + DMACOUNT, 1);
             assertThat(inFlight.await(10, TimeUnit.SECONDS)).as("the engine took the descriptor").isTrue();
             CompletableFuture<Void> unmap = CompletableFuture.runAsync(() -> drv.space.unmap(dataIova));
-            boolean early;
-            try {
-                unmap.get(300, TimeUnit.MILLISECONDS);
-                early = true;
-            } catch (TimeoutException e) {
-                early = false;
-            }
+            boolean early = Futures.doneWithin(unmap, 300);
             assertThat(early).as("the unmap waited for the descriptor in flight").isFalse();
             release.countDown();
             unmap.get(10, TimeUnit.SECONDS);

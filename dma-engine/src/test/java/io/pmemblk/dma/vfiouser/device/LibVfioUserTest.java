@@ -11,7 +11,7 @@ import org.junit.jupiter.api.io.TempDir;
 
 /**
  * Where libvfio-user is looked for. (That `pmemblk dma-device` without it exits 1 naming the build script and the
- * settings is seen from the command: see the report of issue 43's device side.) Seen failing with the existence
+ * settings is seen from the command itself, not here.) Seen failing with the existence
  * check taken out of locate(): "Expecting code to raise a throwable" (the loader would have been handed a path
  * that is not there, and said only that).
  */
