@@ -11,11 +11,30 @@ NVME_NQN=nqn.2026-12.io.pmemblk:test
 NVME_ARGS=${PMEMBLK_NVME_ARGS:-"--set nvme.listen=127.0.0.1:$NVME_PORT --set nvme.subsystem-nqn=$NVME_NQN"}
 NVME_READY=${PMEMBLK_NVME_READY:-"^ready: nvme-tcp 127.0.0.1:$NVME_PORT $NVME_NQN"}
 
+# guest_aot_cache: the AOT cache of serve the guest JVMs start from (made on the host once per build)
+# shellcheck source=../lib/guest-aot.sh
+. "$REPO_ROOT/scripts/lib/guest-aot.sh"
+
 # nvme_packages LOG: nvme-cli on the host (the guest's root), ensure_packages' way; false, naming it, when missing.
 nvme_packages() {
     # shellcheck disable=SC2094  # the log is read only after the install wrote it and ended
     ( . "$REPO_ROOT/scripts/lib/common.sh" && ensure_packages nvme-cli fio ) >>"$1" 2>&1 \
         || { echo "nvme-cli missing and not installed (apt-get install nvme-cli): $(tail -n 1 "$1")"; return 1; }
+}
+
+# nvme_guest_jvm LOG: sets NVME_GUEST_ENV, the guest script's settings for its JVMs: the AOT cache among them when the
+# host has or can make one (the two server starts are most of the scenario's time under TCG; PMEMBLK_NVME_AOT=0
+# starts them without it), and NVME_AOT_NOTE, what the report says of it.
+nvme_guest_jvm() {
+    local opts cache t
+    NVME_GUEST_ENV='' NVME_AOT_NOTE="no AOT cache (PMEMBLK_NVME_AOT=0)"
+    [ "${PMEMBLK_NVME_AOT:-1}" = 1 ] || return 0
+    opts=$(JAVA_HOME=${JAVA_HOME:-} && . "$REPO_ROOT/scripts/vm-guest/guest-java.sh" && echo "$PMEMBLK_GUEST_JAVA_OPTS")
+    t=$(now_ms)
+    cache=$(guest_aot_cache "$REPO_ROOT" "$opts" "$1")
+    [ -n "$cache" ] || { NVME_AOT_NOTE="no AOT cache: $(grep 'no cache' "$1" | tail -n 1)"; return 0; }
+    NVME_AOT_NOTE="AOT cache of $(du -h "$cache" | cut -f1), ready on the host in $(secs_since "$t")"
+    NVME_GUEST_ENV="AOT_CACHE=/mnt/pmemblk/${cache#"$REPO_ROOT"/} PMEMBLK_GUEST_JAVA_OPTS='$opts -XX:AOTCache=/tmp/pmemblk-guest.aot'"
 }
 
 scenario_nvme_tcp() {
@@ -24,8 +43,9 @@ scenario_nvme_tcp() {
     [ "$SERVER" = pmemblk ] || { report SKIP nvme-tcp "needs the pmemblk server (scripts/pmemblk)"; return; }
     why=$(nvme_packages "$LOGS/nvme-packages.log") || { report FAIL nvme-tcp "$why"; return; }
     marker="NVME-POWER-CUT-$RANDOM$RANDOM"
+    nvme_guest_jvm "$LOGS/nvme-aot.log"
     run_vm --nvdimm "$nv" --nvdimm-size 256M --timeout 1200 --kill-after-marker "$marker" --log "$LOGS/nvme-tcp.console.log" \
-        -- "TARGET=pmemblk PORT=$NVME_PORT NQN=$NVME_NQN NVME_ARGS='$NVME_ARGS' READY_RE='$NVME_READY' MARKER=$marker RATE_SECS=${PMEMBLK_NVME_RATE_SECS:-0} sh \
+        -- "$NVME_GUEST_ENV TARGET=pmemblk PORT=$NVME_PORT NQN=$NVME_NQN NVME_ARGS='$NVME_ARGS' READY_RE='$NVME_READY' MARKER=$marker RATE_SECS=${PMEMBLK_NVME_RATE_SECS:-0} sh \
 $GUEST_DIR/nvme-tcp-check.sh" >"$out" 2>&1
     rc=$?
     why=$(result "$out" why)
@@ -53,7 +73,8 @@ specified, fio verify on /dev/nvmeXn1 and io_uring_cmd on /dev/ngXn1, ext4 + e2f
 fio clean across kill -9 and a new server (reconnected after $(result "$out" reconnected_after)), a FUA'd and a flushed write read back after the power cut (a never-flushed one: $unflushed) ($(secs_since "$t0"))" \
         "id-ctrl: $(result "$out" id_ctrl); id-ns: $(result "$out" id_ns); $(result "$out" ns_descs); vwc: $(result "$out" vwc); dsm: $(result "$out" dsm); hostile: \
 $(grep '^RESULT hostile\.' "$out" | sed 's/^RESULT hostile\.//' | tr '\n' ';'); rate (IOPS MB/s err) libaio $(result "$out" rate_libaio), io_uring_cmd \
-$(result "$out" rate_io_uring_cmd); $(result "$out" region)"
+$(result "$out" rate_io_uring_cmd); $(result "$out" region); JVM starts: $NVME_AOT_NOTE ($(result "$out" aot)), $(grep -o 'server ready after [0-9]* s' "$out" | tr '\n' ';'); \
+steps (guest uptime): $(sed -n 's/^nvme-tcp-check: \[\([0-9.]*\)s\] == \(.*\)/\2 \1/p' "$out" | tr '\n' ';')"
 }
 
 scenario_nvme_tcp_nvmet() {
