@@ -7,7 +7,7 @@ import java.util.Arrays;
 /**
  * NQN fields as Connect's data carries them (NVMe-oF 1.1 3.3 figure 20: SUBNQN and HOSTNQN, 256 bytes each, UTF-8,
  * NUL terminated), compared where they lie against names encoded once: a Connect decodes no string. A field with
- * no NUL is its whole width, as the decoding it replaces read it.
+ * no NUL counts whole.
  */
 final class Nqn {
     private Nqn() {}
