@@ -2,8 +2,9 @@
 # NVMe/TCP: the target and the kernel's host (nvme-tcp) in ONE guest over 127.0.0.1, nvme-cli 2.3 (Debian's
 # nvme-cli, installed on the host when missing: the guest runs the host's root). scripts/vm-guest/nvme-tcp-check.sh has
 # the steps; scripts/vm-guest/nvme-hostile.py the hostile peers. nvme-tcp runs pmemblk's target on a pool on the
-# emulated NVDIMM (ext4 -o dax) and ends with a FUA'd and a flushed write and a power cut: the host reads both back
-# from the pool in the NVDIMM file. nvme-tcp-nvmet (not in the default list) runs the same steps against the kernel's
+# emulated NVDIMM (ext4 without DAX) and ends with a FUA'd, a flushed and a never-flushed write and a power cut: the
+# host reads them back from the pool in the NVDIMM file. Its server JVMs start from an AOT cache made on the host
+# (scripts/lib/guest-aot.sh). nvme-tcp-nvmet (not in the default list) runs the same steps against the kernel's
 # nvmet-tcp over brd, the peer baseline: its hostile answers and fio figures are reported, not asserted.
 NVME_PORT=4420
 NVME_NQN=nqn.2026-12.io.pmemblk:test
