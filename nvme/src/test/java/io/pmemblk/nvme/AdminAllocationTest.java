@@ -106,6 +106,7 @@ class AdminAllocationTest {
                 commands += round(a);
             }
             long bytes = allocatedBytes(reader) - before;
+            System.out.println("admin reader: " + bytes + " bytes allocated over " + commands + " admin commands");
             assertThat(bytes).as("bytes the admin reader allocated answering %d admin commands (Identify, log pages,"
                     + " features, Keep Alive): fewer than one per command", commands).isLessThan(commands);
         }
