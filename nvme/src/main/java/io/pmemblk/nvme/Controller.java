@@ -1,7 +1,6 @@
 package io.pmemblk.nvme;
 
 import java.nio.ByteBuffer;
-import java.util.ArrayDeque;
 
 /**
  * One host's controller (NVMe-oF 1.1 3.3: created by Connect on an admin queue, with a controller ID; I/O queues
@@ -15,7 +14,8 @@ final class Controller {
     final NvmeTcpServer server;
     final int cntlid;
     final boolean discovery;
-    final String hostNqn;
+    /** The host's NQN and host ID as its admin Connect carried them (the admin queue's own fields, set once). */
+    final byte[] hostNqn;
     final byte[] hostId;
     final TcpQueue admin;
     /** I/O queues by qid (index 0 unused). */
@@ -29,12 +29,14 @@ final class Controller {
     private int aenConfig;
     /** Volatile write cache enabled (WCE); off means every write is made durable before it completes. */
     volatile boolean writeCacheEnabled;
-    private final ArrayDeque<Integer> aers = new ArrayDeque<>();
+    /** The command IDs of parked Asynchronous Event Requests, oldest first (AERL + 1 at most): no boxing. */
+    private final int[] aers = new int[IdentifyPages.AERL + 1];
+    private int aerCount;
     /** The one page admin answers are built in (admin commands run one at a time, on the admin queue's reader). */
     private final ByteBuffer page = IdentifyPages.newPage();
     private volatile boolean torn;
 
-    Controller(NvmeTcpServer server, int cntlid, boolean discovery, String hostNqn, byte[] hostId, TcpQueue admin,
+    Controller(NvmeTcpServer server, int cntlid, boolean discovery, byte[] hostNqn, byte[] hostId, TcpQueue admin,
                long katoMillis) {
         this.server = server;
         this.cntlid = cntlid;
@@ -84,7 +86,8 @@ final class Controller {
             torn = true;
             queues = io.clone();
         }
-        LOG.log(System.Logger.Level.INFO, "nvme: controller {0} ({1}) torn down: {2}", cntlid, hostNqn, why);
+        LOG.log(System.Logger.Level.INFO, "nvme: controller {0} ({1}) torn down: {2}", cntlid, Nqn.text(hostNqn),
+                why);
         server.remove(this);
         // Parked AERs go back before the admin queue closes (a host still reading sees them answered)
         completeAers(Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_ABORT_REQUESTED, false));
@@ -98,12 +101,13 @@ final class Controller {
 
     private void completeAers(short status) {
         while (true) {
-            Integer cid;
+            int cid;
             synchronized (this) {
-                cid = aers.poll();
-            }
-            if (cid == null) {
-                return;
+                if (aerCount == 0) {
+                    return;
+                }
+                cid = aers[0];
+                System.arraycopy(aers, 1, aers, 0, --aerCount);
             }
             admin.respond(cid, status, 0);
         }
@@ -174,9 +178,9 @@ final class Controller {
             case Nvme.ADMIN_AER -> {
                 boolean parked;
                 synchronized (this) {
-                    parked = aers.size() <= IdentifyPages.AERL;
+                    parked = aerCount < aers.length;
                     if (parked) {
-                        aers.add(cid); // answered when an event happens (none yet) or at teardown
+                        aers[aerCount++] = cid; // answered when an event happens (none yet) or at teardown
                     }
                 }
                 if (!parked) {
@@ -190,23 +194,23 @@ final class Controller {
     }
 
     private void identify(TcpQueue q, ByteBuffer sqe, int cid, int cns) {
-        Namespace ns = server.namespace;
+        IdentifyPages pages = server.pages;
         int nsid = sqe.getInt(Nvme.SQE_NSID);
         if (discovery && cns != Nvme.CNS_CONTROLLER) {
             q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), 0);
             return;
         }
         switch (cns) {
-            case Nvme.CNS_CONTROLLER -> IdentifyPages.controller(page, server.config, ns, cntlid, discovery);
+            case Nvme.CNS_CONTROLLER -> pages.controller(page, cntlid, discovery);
             case Nvme.CNS_NAMESPACE, Nvme.CNS_NS_DESCRIPTORS -> {
                 if (nsid != 1) {
                     q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_NS, true), 0);
                     return;
                 }
                 if (cns == Nvme.CNS_NAMESPACE) {
-                    IdentifyPages.namespace(page, ns);
+                    pages.namespace(page);
                 } else {
-                    IdentifyPages.descriptors(page, ns);
+                    pages.descriptors(page);
                 }
             }
             case Nvme.CNS_ACTIVE_NS_LIST -> IdentifyPages.activeNamespaces(page, nsid);
@@ -230,7 +234,7 @@ final class Controller {
                 q.respond(cid, Nvme.status(Nvme.SCT_COMMAND, Nvme.SC_INVALID_LOG_PAGE, true), 0);
                 return;
             }
-            server.discoveryLog(page);
+            server.pages.discoveryLog(page);
         } else {
             switch (lid) {
                 case Nvme.LID_ERROR -> IdentifyPages.page(page, 64); // no error entries kept: one zero entry

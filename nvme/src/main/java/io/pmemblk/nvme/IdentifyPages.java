@@ -1,16 +1,18 @@
 package io.pmemblk.nvme;
 
+import java.net.Inet6Address;
+import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 
 /**
  * The data pages admin commands return (Identify, log pages), each built into the controller's one page buffer
- * (admin commands run one at a time on the admin queue's reader): cleared, filled, its limit the page's size.
+ * (admin commands run one at a time on the admin queue's reader): cleared, filled, its limit the page's size. One
+ * per server: the text the pages carry (serial, model, firmware, NQNs, the listener's address) is encoded once
+ * here, so that building a page allocates nothing.
  */
 final class IdentifyPages {
-    private IdentifyPages() {}
-
     static final String MODEL = "pmemblk";
     static final String FIRMWARE = "0.1.0";
     /** KAS: keep-alive granularity in 100 ms units (nvmet says 10: one second). */
@@ -19,9 +21,27 @@ final class IdentifyPages {
     static final int AERL = 3;
     /** Command set identifier 0: the NVM command set. */
     private static final byte[] CSI_NVM = {0};
+    private static final byte[] MODEL_ASCII = ascii(MODEL), FIRMWARE_ASCII = ascii(FIRMWARE);
+    private static final byte[] DISCOVERY_NQN = Nqn.encode(Nvme.DISCOVERY_NQN);
 
     /** The largest page: Identify's 4 KiB (the discovery log's two entries take 3 KiB). */
     static final int PAGE_SIZE = Nvme.IDENTIFY_SIZE;
+
+    private final NvmeTcpConfig cfg;
+    private final Namespace ns;
+    private final byte[] serial, subsystemNqn, traddr, trsvcid;
+    private final boolean ipv6;
+
+    /** @param listening the address the listener is bound to: the discovery log's entries name it */
+    IdentifyPages(NvmeTcpConfig cfg, Namespace ns, InetSocketAddress listening) {
+        this.cfg = cfg;
+        this.ns = ns;
+        this.serial = ascii(cfg.serial());
+        this.subsystemNqn = Nqn.encode(cfg.subsystemNqn());
+        this.traddr = ascii(listening.getAddress().getHostAddress());
+        this.trsvcid = ascii(Integer.toString(listening.getPort()));
+        this.ipv6 = listening.getAddress() instanceof Inet6Address;
+    }
 
     static ByteBuffer newPage() {
         return ByteBuffer.allocate(PAGE_SIZE).order(ByteOrder.LITTLE_ENDIAN);
@@ -34,19 +54,25 @@ final class IdentifyPages {
         return b.limit(size);
     }
 
-    /** ASCII, space padded, as SN/MN/FR are (NVMe base 1.3 5.15 figure 109); NQNs are NUL padded instead. */
-    static void ascii(ByteBuffer b, int at, int width, String s, boolean spacePad) {
-        byte[] v = s.getBytes(StandardCharsets.US_ASCII);
+    private static byte[] ascii(String s) {
+        return s.getBytes(StandardCharsets.US_ASCII);
+    }
+
+    /**
+     * {@code v} in a field of {@code width} bytes, space padded as SN/MN/FR are (NVMe base 1.3 5.15 figure 109);
+     * NQNs are NUL padded instead.
+     */
+    static void put(ByteBuffer b, int at, int width, byte[] v, boolean spacePad) {
         for (int i = 0; i < width; i++) {
             b.put(at + i, i < v.length ? v[i] : (byte) (spacePad ? ' ' : 0));
         }
     }
 
-    static ByteBuffer controller(ByteBuffer b, NvmeTcpConfig cfg, Namespace ns, int cntlid, boolean discovery) {
+    ByteBuffer controller(ByteBuffer b, int cntlid, boolean discovery) {
         page(b, Nvme.IDENTIFY_SIZE);
-        ascii(b, Nvme.IC_SN, 20, cfg.serial(), true);
-        ascii(b, Nvme.IC_MN, 40, MODEL, true);
-        ascii(b, Nvme.IC_FR, 8, FIRMWARE, true);
+        put(b, Nvme.IC_SN, 20, serial, true);
+        put(b, Nvme.IC_MN, 40, MODEL_ASCII, true);
+        put(b, Nvme.IC_FR, 8, FIRMWARE_ASCII, true);
         b.put(Nvme.IC_RAB, (byte) 6);
         b.putShort(Nvme.IC_CNTLID, (short) cntlid);
         b.putInt(Nvme.IC_VER, Nvme.VERSION_1_3);
@@ -57,7 +83,7 @@ final class IdentifyPages {
         b.put(Nvme.IC_LPA, (byte) Nvme.LPA_EXTENDED);
         b.putShort(Nvme.IC_KAS, (short) KAS);
         b.putInt(Nvme.IC_SGLS, Nvme.SGLS_SUPPORTED | Nvme.SGLS_OFFSET);
-        ascii(b, Nvme.IC_SUBNQN, Nvme.NQN_FIELD, discovery ? Nvme.DISCOVERY_NQN : cfg.subsystemNqn(), false);
+        put(b, Nvme.IC_SUBNQN, Nvme.NQN_FIELD, discovery ? DISCOVERY_NQN : subsystemNqn, false);
         b.putInt(Nvme.IC_IORCSZ, Nvme.CQE_SIZE / 16);
         if (discovery) {
             b.putShort(Nvme.IC_MAXCMD, (short) Nvme.ADMIN_QUEUE_DEPTH);
@@ -79,7 +105,7 @@ final class IdentifyPages {
         return b;
     }
 
-    static ByteBuffer namespace(ByteBuffer b, Namespace ns) {
+    ByteBuffer namespace(ByteBuffer b) {
         page(b, Nvme.IDENTIFY_SIZE);
         b.putLong(Nvme.IN_NSZE, ns.blocks()).putLong(Nvme.IN_NCAP, ns.blocks()).putLong(Nvme.IN_NUSE, ns.blocks());
         b.put(Nvme.IN_NLBAF, (byte) 0).put(Nvme.IN_FLBAS, (byte) 0);
@@ -97,7 +123,7 @@ final class IdentifyPages {
         return b;
     }
 
-    static ByteBuffer descriptors(ByteBuffer b, Namespace ns) {
+    ByteBuffer descriptors(ByteBuffer b) {
         page(b, Nvme.IDENTIFY_SIZE);
         int at = 0;
         at = descriptor(b, at, Nvme.NIDT_EUI64, ns.eui64());
@@ -116,21 +142,21 @@ final class IdentifyPages {
     static ByteBuffer firmwareSlots(ByteBuffer b) {
         page(b, 512);
         b.put(0, (byte) 1);
-        ascii(b, 8, 8, FIRMWARE, true);
+        put(b, 8, 8, FIRMWARE_ASCII, true);
         return b;
     }
 
     /** Discovery log page (NVMe-oF 1.1 5.3): this subsystem and the discovery subsystem, on the listener's address. */
-    static ByteBuffer discoveryLog(ByteBuffer b, NvmeTcpConfig cfg, String traddr, boolean ipv6, int port) {
+    ByteBuffer discoveryLog(ByteBuffer b) {
         int records = 2;
         page(b, Nvme.DISC_HEADER + records * Nvme.DISC_ENTRY);
         b.putLong(Nvme.DISC_GENCTR, 1).putLong(Nvme.DISC_NUMREC, records).putShort(Nvme.DISC_RECFMT, (short) 0);
-        entry(b, Nvme.DISC_HEADER, Nvme.SUBTYPE_NVME, cfg.subsystemNqn(), traddr, ipv6, port);
-        entry(b, Nvme.DISC_HEADER + Nvme.DISC_ENTRY, Nvme.SUBTYPE_DISCOVERY, Nvme.DISCOVERY_NQN, traddr, ipv6, port);
+        entry(b, Nvme.DISC_HEADER, Nvme.SUBTYPE_NVME, subsystemNqn);
+        entry(b, Nvme.DISC_HEADER + Nvme.DISC_ENTRY, Nvme.SUBTYPE_DISCOVERY, DISCOVERY_NQN);
         return b;
     }
 
-    private static void entry(ByteBuffer b, int at, int subtype, String nqn, String traddr, boolean ipv6, int port) {
+    private void entry(ByteBuffer b, int at, int subtype, byte[] nqn) {
         b.put(at + Nvme.DE_TRTYPE, (byte) Nvme.TRTYPE_TCP);
         b.put(at + Nvme.DE_ADRFAM, (byte) (ipv6 ? Nvme.ADRFAM_IPV6 : Nvme.ADRFAM_IPV4));
         b.put(at + Nvme.DE_SUBTYPE, (byte) subtype);
@@ -138,9 +164,9 @@ final class IdentifyPages {
         b.putShort(at + Nvme.DE_PORTID, (short) 1);
         b.putShort(at + Nvme.DE_CNTLID, (short) Nvme.DYNAMIC_CNTLID);
         b.putShort(at + Nvme.DE_ASQSZ, (short) Nvme.ADMIN_QUEUE_DEPTH);
-        ascii(b, at + Nvme.DE_TRSVCID, 32, Integer.toString(port), true);
-        ascii(b, at + Nvme.DE_TRADDR, 256, traddr, true);
-        ascii(b, at + Nvme.DE_SUBNQN, 256, nqn, false);
+        put(b, at + Nvme.DE_TRSVCID, 32, trsvcid, true);
+        put(b, at + Nvme.DE_TRADDR, 256, traddr, true);
+        put(b, at + Nvme.DE_SUBNQN, 256, nqn, false);
         // TSAS for TCP: SECTYPE 0 (no security), zeros
     }
 }

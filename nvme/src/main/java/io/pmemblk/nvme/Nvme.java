@@ -59,6 +59,7 @@ public final class Nvme {
     public static final int CATTR_DISABLE_SQFLOW = 1 << 2;
     public static final int CONNECT_DATA_SIZE = 1024;
     public static final int CD_HOSTID = 0, CD_CNTLID = 16, CD_SUBNQN = 256, CD_HOSTNQN = 512, NQN_FIELD = 256;
+    public static final int HOST_ID_SIZE = 16;
     /** IATTR/IPO of a Connect Invalid Parameters result (IPO_IATTR_CONNECT_DATA / _SQE). */
     public static int ipoData(int offset) {
         return (1 << 16) | offset;

@@ -2,9 +2,7 @@ package io.pmemblk.nvme;
 
 import io.pmemblk.queueing.BlockLayer;
 import java.io.IOException;
-import java.net.Inet6Address;
 import java.net.InetSocketAddress;
-import java.nio.ByteBuffer;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.time.Duration;
@@ -28,6 +26,11 @@ public final class NvmeTcpServer implements AutoCloseable {
     final NvmeTcpConfig config;
     final BlockLayer layer;
     final Namespace namespace;
+    /** The admin pages, their text encoded once for this subsystem and listener. */
+    final IdentifyPages pages;
+    /** The subsystem NQN and the allowed host NQNs, encoded once: a Connect compares them in place. */
+    final byte[] subsystemNqn;
+    private final byte[][] allowedHosts;
     private final ServerSocketChannel listener;
     private final Map<Integer, Controller> controllers = new ConcurrentHashMap<>();
     private final Set<TcpQueue> queues = ConcurrentHashMap.newKeySet();
@@ -62,6 +65,9 @@ public final class NvmeTcpServer implements AutoCloseable {
             listener.close();
             throw new IOException("nvme: cannot listen on " + config.bind() + ":" + config.port() + ": " + e.getMessage(), e);
         }
+        this.pages = new IdentifyPages(config, namespace, (InetSocketAddress) listener.getLocalAddress());
+        this.subsystemNqn = Nqn.encode(config.subsystemNqn());
+        this.allowedHosts = config.allowedHosts().stream().map(Nqn::encode).toArray(byte[][]::new);
     }
 
     /** Starts accepting; returns the address it listens on. */
@@ -156,7 +162,20 @@ public final class NvmeTcpServer implements AutoCloseable {
         }
     }
 
-    synchronized Controller newController(boolean discovery, String hostNqn, byte[] hostId, TcpQueue admin, long kato) {
+    /** Whether the host NQN in {@code field} (a Connect's, copied whole) is in nvme.allowed-hosts (empty: any). */
+    boolean hostAllowed(byte[] field) {
+        if (allowedHosts.length == 0) {
+            return true;
+        }
+        for (byte[] h : allowedHosts) {
+            if (Nqn.holds(field, h)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    synchronized Controller newController(boolean discovery, byte[] hostNqn, byte[] hostId, TcpQueue admin, long kato) {
         int id;
         do {
             id = nextCntlid;
@@ -164,8 +183,8 @@ public final class NvmeTcpServer implements AutoCloseable {
         } while (controllers.containsKey(id));
         Controller c = new Controller(this, id, discovery, hostNqn, hostId, admin, kato);
         controllers.put(id, c);
-        LOG.log(System.Logger.Level.INFO, "nvme: controller {0} for {1} from {2}{3}", id, hostNqn, admin.peer,
-                discovery ? " (discovery)" : "");
+        LOG.log(System.Logger.Level.INFO, "nvme: controller {0} for {1} from {2}{3}", id, Nqn.text(hostNqn),
+                admin.peer, discovery ? " (discovery)" : "");
         return c;
     }
 
@@ -179,18 +198,6 @@ public final class NvmeTcpServer implements AutoCloseable {
 
     void removed(TcpQueue q) {
         queues.remove(q);
-    }
-
-    /** Builds the discovery log page into {@code page}. */
-    void discoveryLog(ByteBuffer page) {
-        InetSocketAddress at;
-        try {
-            at = address();
-        } catch (IOException e) {
-            at = new InetSocketAddress(config.bind(), config.port());
-        }
-        String traddr = at.getAddress().getHostAddress();
-        IdentifyPages.discoveryLog(page, config, traddr, at.getAddress() instanceof Inet6Address, at.getPort());
     }
 
     void persistQuietly() {

@@ -6,7 +6,6 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.SocketChannel;
-import java.nio.charset.StandardCharsets;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.zip.CRC32C;
 
@@ -41,6 +40,12 @@ final class TcpQueue {
     private final CRC32C rxCrc = new CRC32C();
     /** Connect's data. */
     private final ByteBuffer scratch = ByteBuffer.allocate(Nvme.CONNECT_DATA_SIZE).order(ByteOrder.LITTLE_ENDIAN);
+    /**
+     * The host NQN and host ID of this queue's Connect, copied whole: a Connect allocates nothing to read them. An
+     * admin queue's become its controller's (set once: a queue takes one Connect).
+     */
+    private final byte[] hostNqn = new byte[Nvme.NQN_FIELD];
+    private final byte[] hostId = new byte[Nvme.HOST_ID_SIZE];
     /** An admin command's C2HData header and data digest, and zeros for a log read past its page's end. */
     private final ByteBuffer dataHead = ByteBuffer.allocateDirect(Pdu.DATA_HLEN + Pdu.DIGEST + 128)
             .order(ByteOrder.LITTLE_ENDIAN);
@@ -321,24 +326,23 @@ final class TcpQueue {
         int cattr = sqe.get(Nvme.CONNECT_CATTR) & 0xFF;
         long kato = sqe.getInt(Nvme.CONNECT_KATO) & 0xFFFFFFFFL;
         int wantCntlid = d.getShort(Nvme.CD_CNTLID) & 0xFFFF;
-        String subnqn = nqn(d, Nvme.CD_SUBNQN);
-        String hostnqn = nqn(d, Nvme.CD_HOSTNQN);
-        byte[] hostId = new byte[16];
+        d.get(Nvme.CD_HOSTNQN, hostNqn);
         d.get(Nvme.CD_HOSTID, hostId);
         NvmeTcpConfig cfg = server.config;
         if (recfmt != 0) {
             respond(cid, Nvme.status(Nvme.SCT_COMMAND, Nvme.SC_CONNECT_FORMAT, true), Nvme.CONNECT_RECFMT);
             return;
         }
-        boolean discovery = subnqn.equals(Nvme.DISCOVERY_NQN);
-        if (!discovery && !subnqn.equals(cfg.subsystemNqn())) {
+        boolean discovery = Nqn.isDiscovery(d, Nvme.CD_SUBNQN);
+        if (!discovery && !Nqn.equals(d, Nvme.CD_SUBNQN, server.subsystemNqn)) {
             LOG.log(System.Logger.Level.WARNING, "nvme: {0} asked for subsystem {1}; this target serves {2}", peer,
-                    subnqn, cfg.subsystemNqn());
+                    Nqn.text(d, Nvme.CD_SUBNQN), cfg.subsystemNqn());
             respond(cid, bad, Nvme.ipoData(Nvme.CD_SUBNQN));
             return;
         }
-        if (!discovery && !cfg.allowedHosts().isEmpty() && !cfg.allowedHosts().contains(hostnqn)) {
-            LOG.log(System.Logger.Level.WARNING, "nvme: host {0} from {1} is not in nvme.allowed-hosts", hostnqn, peer);
+        if (!discovery && !server.hostAllowed(hostNqn)) {
+            LOG.log(System.Logger.Level.WARNING, "nvme: host {0} from {1} is not in nvme.allowed-hosts",
+                    Nqn.text(hostNqn), peer);
             respond(cid, Nvme.status(Nvme.SCT_COMMAND, Nvme.SC_CONNECT_INVALID_HOST, true), 0);
             return;
         }
@@ -353,13 +357,13 @@ final class TcpQueue {
                 respond(cid, bad, Nvme.ipoData(Nvme.CD_CNTLID));
                 return;
             }
-            Controller c = server.newController(discovery, hostnqn, hostId, this, kato);
+            Controller c = server.newController(discovery, hostNqn, hostId, this, kato);
             bind(c, 0, sqsize, cattr);
             respond(cid, Nvme.OK, c.cntlid);
             return;
         }
         Controller c = server.controller(wantCntlid);
-        if (discovery || c == null || c.discovery || !c.hostNqn.equals(hostnqn)) {
+        if (discovery || c == null || c.discovery || !Nqn.same(c.hostNqn, hostNqn)) {
             respond(cid, bad, Nvme.ipoData(Nvme.CD_CNTLID));
             return;
         }
@@ -373,14 +377,6 @@ final class TcpQueue {
         }
         bindIo(c, q, sqsize, cattr);
         respond(cid, Nvme.OK, c.cntlid);
-    }
-
-    private static String nqn(ByteBuffer d, int at) {
-        int n = 0;
-        while (n < Nvme.NQN_FIELD && d.get(at + n) != 0) {
-            n++;
-        }
-        return new String(d.array(), d.arrayOffset() + at, n, StandardCharsets.UTF_8);
     }
 
     private void bind(Controller c, int q, int sqsize, int cattr) {

@@ -1,0 +1,43 @@
+#!/bin/sh
+# How long the nvme-tcp scenario's server takes to be ready in the guest, without and with the host's AOT cache
+# (scripts/lib/guest-aot.sh), in ONE boot, alternately, ROUNDS times each: the A/B behind the cache, under the same
+# load. The server is started as nvme-tcp-check.sh starts it (a pool in /tmp, the NVMe/TCP listener), stopped with
+# SIGTERM once ready.
+# Run (the cache made first, e.g. by a `scripts/vm-test nvme-tcp` of this build):
+#   scripts/vm -- "AOT_CACHE=/mnt/pmemblk/cli/target/pmemblk-guest.aot sh /mnt/pmemblk/scripts/vm-guest/nvme-jvm-starts.sh 1"
+# Output: "start plain|aot N: ready after S s" lines, then RESULT starts.plain= and starts.aot= (the seconds, each
+# start's); a JVM that cannot use the cache it was given says so in its log, and those lines are printed.
+set -u
+ROUNDS=${1:-1}
+AOT_CACHE=${AOT_CACHE:?the host cache as the guest sees it, e.g. /mnt/pmemblk/cli/target/pmemblk-guest.aot}
+# shellcheck source=guest-java.sh
+. "$(dirname "$0")/guest-java.sh" # PMEMBLK_GUEST_JAVA_OPTS, PMEMBLK_GUEST_PIN, PMEMBLK_GUEST_HOME, CRASH_OPTS
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh" # serve_start, serve_ready, serve_stop, now
+cd /tmp || exit 1
+ip link set lo up
+cp "$AOT_CACHE" /tmp/pmemblk-guest.aot || { echo "cannot copy $AOT_CACHE"; exit 1; }
+PLAIN_CMD=$PMEMBLK_GUEST_CMD
+AOT_CMD="$PMEMBLK_GUEST_PIN $JAVA_HOME/bin/java $CRASH_OPTS $PMEMBLK_GUEST_JAVA_OPTS -XX:AOTCache=/tmp/pmemblk-guest.aot \
+--module-path $PMEMBLK_GUEST_HOME/pmemblk.jar:$PMEMBLK_GUEST_HOME/modules @$PMEMBLK_GUEST_HOME/pmemblk.args"
+plain='' aot='' r=1
+one() {   # one plain|aot ROUND
+    if [ "$1" = aot ]; then PMEMBLK_GUEST_CMD=$AOT_CMD; else PMEMBLK_GUEST_CMD=$PLAIN_CMD; fi
+    rm -f /tmp/starts.pool /tmp/starts.log
+    _t0=$(cut -d' ' -f1 /proc/uptime)
+    serve_start /tmp/starts.log --set pmem.path=/tmp/starts.pool --set pmem.size=64M --set nbd.socket=/tmp/starts.sock \
+        --set nbd.port=0 --set nvme.listen=127.0.0.1:4420 --set nvme.subsystem-nqn=nqn.2026-12.io.pmemblk:starts
+    serve_ready /tmp/starts.log 600 '^ready: nvme-tcp ' || exit 1
+    _s=$(echo "$(cut -d' ' -f1 /proc/uptime) $_t0" | awk '{ printf "%.1f", $1 - $2 }')
+    echo "start $1 $2: ready after $_s s"
+    grep -i -E '\[(aot|cds)\]|AOT cache' /tmp/starts.log | head -n 4 | sed "s/^/$1 jvm| /"
+    serve_stop 120 || exit 1
+    if [ "$1" = aot ]; then aot="$aot $_s"; else plain="$plain $_s"; fi
+}
+while [ "$r" -le "$ROUNDS" ]; do
+    one plain "$r"
+    one aot "$r"
+    r=$((r + 1))
+done
+echo "RESULT starts.plain=${plain# }"
+echo "RESULT starts.aot=${aot# }"
