@@ -342,7 +342,8 @@ public final class PmemBlockDriver implements BlockDriver {
 
     /**
      * Closes the DMA engine (its copies drain or fall back to the CPU; on the BTT every group in flight commits),
-     * then persists and unmaps the region.
+     * then persists and unmaps the region. Idempotent: each of those is released once, so a second close (a
+     * caller's, after a layer over this driver closed it already) finds nothing left to release.
      */
     @Override
     public void close() throws IOException {
