@@ -102,10 +102,10 @@ public final class Metrics implements AutoCloseable {
         GaugeWithCallback.builder().name("pmemblk_writeback_failed")
                 .help("1 once a write-back of the backing file failed: FLUSH, FUA and writes answer EIO until the"
                         + " server is restarted after the storage is fixed (the log says what failed)")
-                .callback(cb -> cb.call(region.writeBackFailed() ? 1 : 0)).register(registry);
+                .callback(cb -> cb.call(region.writeBack().writeBackFailed() ? 1 : 0)).register(registry);
         CounterWithCallback.builder().name("pmemblk_writeback_refused_requests_total")
                 .help("FLUSH, FUA and write requests answered EIO because a write-back failed")
-                .callback(cb -> cb.call(region.refusedRequests())).register(registry);
+                .callback(cb -> cb.call(region.writeBack().refusedRequests())).register(registry);
         GaugeWithCallback.builder().name("pmemblk_device_bytes")
                 .help("Size of the exported device")
                 .callback(cb -> cb.call(device.region().size())).register(registry);

@@ -69,7 +69,7 @@ final class Completions {
      */
     Throwable completeFailed(Request r, Throwable t, Throwable error) {
         if (t instanceof WriteBackFailedException) {
-            region.countRefused(); // the region has said why, once: one line, not one per request
+            region.writeBack().countRefused(); // the region has said why, once: one line, not one per request
         } else if (t instanceof MappingFault f) {
             mappingFault(r, f);
         } else if (t instanceof CallerMemoryFault f) {

@@ -35,8 +35,8 @@ import java.util.Map;
  *
  * <p>Durability: a WRITE/TRIM/WRITE_ZEROES with FUA is persistent before it completes; a FLUSH makes every
  * write completed before it, on any queue and by either route, persistent. A DMA write is made persistent
- * by the CPU after the device reports it ({@link PmemRegion#deviceWrote}): with DDIO the device's writes sit
- * in the CPU cache until flushed. Once the region's write-back has failed ({@link PmemRegion#writeBackFailed})
+ * by the CPU after the device reports it ({@link WriteBack#deviceWrote}): with DDIO the device's writes sit
+ * in the CPU cache until flushed. Once the region's write-back has failed ({@link WriteBack#writeBackFailed})
  * every FLUSH, FUA and plain write answers EIO without touching the mapping, reads are served as before; the
  * region logs the failure once, so these refusals log nothing.
  *
@@ -337,7 +337,7 @@ public final class PmemBlockDriver implements BlockDriver {
 
     @Override
     public void persistAll() throws IOException {
-        region.persistAll();
+        region.writeBack().persistAll();
     }
 
     /**

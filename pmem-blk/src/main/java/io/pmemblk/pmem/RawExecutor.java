@@ -15,6 +15,8 @@ import java.lang.foreign.MemorySegment;
  */
 final class RawExecutor implements Executor {
     private final PmemRegion region;
+    /** The region's write-back: FUA, a device's stores made durable, and the refusals once it has failed. */
+    private final WriteBack writeBack;
     private final DeviceViews views;
     private final CopyStats stats;
     private final Router router;
@@ -24,6 +26,7 @@ final class RawExecutor implements Executor {
     RawExecutor(PmemRegion region, DeviceViews views, CopyStats stats, Router router, DmaRoute dma,
                 Completions completions) {
         this.region = region;
+        this.writeBack = region.writeBack();
         this.views = views;
         this.stats = stats;
         this.router = router;
@@ -107,17 +110,17 @@ final class RawExecutor implements Executor {
             boolean write = r.op == Op.WRITE;
             try {
                 if (write) {
-                    if (region.writeBackFailed()) {
+                    if (writeBack.writeBackFailed()) {
                         // placed before the failure, landed after it: refused like those the CPU refuses
-                        region.countRefused();
+                        writeBack.countRefused();
                         return Completions.complete(r, Status.EIO, error);
                     }
-                    region.deviceWrote(r.offset, r.length, r.fua);
+                    writeBack.deviceWrote(r.offset, r.length, r.fua);
                 }
                 stats.count(Route.DMA, write, r.length);
                 r.route = Route.DMA;
             } catch (WriteBackFailedException e) {
-                region.countRefused();
+                writeBack.countRefused();
                 result = Status.EIO; // the region has said why, once
             } catch (Throwable t) {
                 error = Completions.failed(r, "persisting its DMA write", t, error);
@@ -157,13 +160,13 @@ final class RawExecutor implements Executor {
                 if (r.dataInPlace) {
                     // received straight into the mapping by the kernel: cache lines to write back on real
                     // pmem (as for a device's writes), dirty pages elsewhere
-                    region.deviceWrote(off, len, r.fua);
+                    writeBack.deviceWrote(off, len, r.fua);
                 } else {
                     if (!copyIn(r)) {
                         return Status.EINVAL;
                     }
                     if (r.fua) {
-                        region.persistWritten(off, len);
+                        writeBack.persistWritten(off, len);
                     }
                 }
                 stats.count(Route.CPU, true, len);
@@ -174,7 +177,7 @@ final class RawExecutor implements Executor {
                 // nbdkit's memory plugin does too.
                 region.zero(off, len);
                 if (r.fua) {
-                    region.persistWritten(off, len);
+                    writeBack.persistWritten(off, len);
                 }
             }
             case CACHE -> { } // the mapping is already memory: nothing to prefetch
