@@ -2,6 +2,7 @@ package io.pmemblk.pmem;
 
 import io.pmemblk.dma.DmaChannel;
 import io.pmemblk.pmem.btt.Btt;
+import io.pmemblk.pmem.btt.LaneHandle;
 import io.pmemblk.queueing.Request;
 import io.pmemblk.queueing.Route;
 import io.pmemblk.queueing.Status;
@@ -169,7 +170,7 @@ final class BttDmaWrites {
      * (the lanes held are those of groups in flight, given back once their copies are reported).
      */
     private Flight flight(DmaChannel channel) {
-        Btt.Lane lane = btt.claimNow(BttCpuRequests.preferredLane());
+        LaneHandle lane = btt.claimNow(BttCpuRequests.preferredLane());
         if (lane == null) {
             dma.submit(channel, null); // an Error here shows again at the run's own doorbell
             lane = btt.claim(BttCpuRequests.preferredLane());
@@ -273,7 +274,7 @@ final class BttDmaWrites {
                 ready = r;
             }
         }
-        Btt.Lane lane = f.lane;
+        LaneHandle lane = f.lane;
         f.lane = null;
         lane.close(); // the group's lanes too; f may be another thread's from here on
         try {
@@ -367,7 +368,7 @@ final class BttDmaWrites {
 
         private final long regionIova;
         private final int sector;
-        private Btt.Lane lane;
+        private LaneHandle lane;
         private final Request[] request = new Request[Btt.GROUP_BLOCKS];
         private final long[] srcIova = new long[Btt.GROUP_BLOCKS];
         /** The slots placed as copies, in order: copy i is slot live[i]'s. */
