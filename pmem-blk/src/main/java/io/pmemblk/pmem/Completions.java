@@ -18,6 +18,11 @@ final class Completions {
 
     private final PmemRegion region;
     private final CopyStats stats;
+    // Four limits, one per kind of line, not one shared: each kind keeps its line a second whatever the others do.
+    // A halted channel fails every copy behind it, and a client can send refused requests as fast as it likes;
+    // with one limit either flood would hide the first mapping fault (a truncated file, a bad block), the line an
+    // operator has to act on. All four are RateLimitedLog: the limiting is written once, only the budgets are apart.
+
     /** A DMA copy that failed or a channel that threw: the CPU redoes it. */
     private final RateLimitedLog faults = RateLimitedLog.withOwnLimit(LOG, Level.WARNING, 1);
     private final RateLimitedLog mappingFaults = RateLimitedLog.withOwnLimit(LOG, Level.ERROR, 1);
