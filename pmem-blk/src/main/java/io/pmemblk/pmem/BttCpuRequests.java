@@ -275,7 +275,7 @@ final class BttCpuRequests {
             }
         }
         for (int i = from; i < to; i++) {
-            error = finish(batch[i], ((PerRequest) batch[i].driverData).btt(), error);
+            error = completions.completeBttWrite(batch[i], ((PerRequest) batch[i].driverData).btt(), Route.CPU, error);
         }
         return error;
     }
@@ -297,24 +297,5 @@ final class BttCpuRequests {
             }
         }
         g.clear();
-    }
-
-    /** Completes a request of {@link #writes} as {@link #execute} and its caller would answer it. */
-    private Throwable finish(Request r, BttPerRequest st, Throwable error) {
-        Throwable f = st.failure;
-        st.failure = null;
-        if (st.invalid) {
-            return Completions.complete(r, Status.EINVAL, error);
-        }
-        if (f == null) {
-            stats.count(Route.CPU, true, r.length);
-            r.route = Route.CPU;
-            return Completions.complete(r, Status.OK, error);
-        }
-        if (f instanceof IOException e) {
-            completions.bttRefused(r, "failed: " + e.getMessage());
-            return Completions.complete(r, Status.EIO, error);
-        }
-        return completions.completeFailed(r, f, error);
     }
 }

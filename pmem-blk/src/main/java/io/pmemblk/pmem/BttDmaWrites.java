@@ -5,9 +5,7 @@ import io.pmemblk.pmem.btt.Btt;
 import io.pmemblk.pmem.btt.LaneHandle;
 import io.pmemblk.queueing.Request;
 import io.pmemblk.queueing.Route;
-import io.pmemblk.queueing.Status;
 
-import java.io.IOException;
 import java.lang.System.Logger.Level;
 import java.lang.foreign.MemorySegment;
 import java.lang.invoke.MethodHandles;
@@ -159,7 +157,7 @@ final class BttDmaWrites {
             PerRequest st = (PerRequest) r.driverData;
             BttPerRequest bst = st.btt();
             if (st.drop(1 + (int) (r.length >>> shift) - bst.added) == 0) {
-                error = finishWrite(r, bst, error);
+                error = completeWrite(r, bst, error);
             }
         }
         return error;
@@ -284,7 +282,7 @@ final class BttDmaWrites {
                 BttPerRequest bst = st.btt();
                 ready = bst.next;
                 bst.next = null;
-                error = finishWrite(r, bst, error);
+                error = completeWrite(r, bst, error);
             }
         } finally {
             flying.decrementAndGet();
@@ -306,27 +304,12 @@ final class BttDmaWrites {
             Thread.sleep(1);
         }
         return true;
+       /** Completes a WRITE of {@link #dmaWrites}: by DMA unless a sector's group went to the CPU. */
+    private Throwable completeWrite(Request r, BttPerRequest st, Throwable error) {
+        return completions.completeBttWrite(r, st, st.redone ? Route.CPU : Route.DMA, error);
     }
 
-    /** Completes a WRITE of {@link #dmaWrites}: by DMA unless a sector's group went to the CPU. */
-    private Throwable finishWrite(Request r, BttPerRequest st, Throwable error) {
-        Throwable f = st.failure;
-        st.failure = null;
-        if (st.invalid) {
-            return Completions.complete(r, Status.EINVAL, error);
-        }
-        if (f == null) {
-            Route route = st.redone ? Route.CPU : Route.DMA;
-            stats.count(route, true, r.length);
-            r.route = route;
-            return Completions.complete(r, Status.OK, error);
-        }
-        if (f instanceof IOException e) {
-            completions.bttRefused(r, "failed: " + e.getMessage());
-            return Completions.complete(r, Status.EIO, error);
-        }
-        return completions.completeFailed(r, f, error);
-    }
+ }
 
     /** The channel threw placing a BTT group (nothing placed; the CPU takes it): logged, once a second unless an Error. */
     private Throwable placeFailed(DmaChannel channel, Throwable t, Throwable error) {

@@ -1,9 +1,11 @@
 package io.pmemblk.pmem;
 
 import io.pmemblk.queueing.Request;
+import io.pmemblk.queueing.Route;
 import io.pmemblk.queueing.Status;
 import io.pmemblk.queueing.log.RateLimitedLog;
 
+import java.io.IOException;
 import java.lang.System.Logger.Level;
 
 /**
@@ -120,6 +122,29 @@ final class Completions {
             callerFaults.write(Level.ERROR, r + " answered EIO: " + f.getMessage() + "; the pmem file is intact;"
                     + " the frontend that owns this memory took it away while the request used it", null);
         }
+    }
+
+    /**
+     * Completes a BTT WRITE whose sectors have all been written or failed ({@code st}), as the BTT's own write
+     * answers: EINVAL when it was refused whole, OK counted on {@code route} when every sector is durable, EIO when
+     * the BTT refused a sector (its reason logged once a second), else as {@link #completeFailed}.
+     */
+    Throwable completeBttWrite(Request r, BttPerRequest st, Route route, Throwable error) {
+        Throwable f = st.failure;
+        st.failure = null;
+        if (st.invalid) {
+            return complete(r, Status.EINVAL, error);
+        }
+        if (f == null) {
+            stats.count(route, true, r.length);
+            r.route = route;
+            return complete(r, Status.OK, error);
+        }
+        if (f instanceof IOException e) {
+            bttRefused(r, "failed: " + e.getMessage());
+            return complete(r, Status.EIO, error);
+        }
+        return completeFailed(r, f, error);
     }
 
     /** The BTT refused r ({@code why}): once a second, not a stack per request. */
