@@ -36,24 +36,10 @@ public final class Metrics implements AutoCloseable {
         PrometheusRegistry registry = new PrometheusRegistry();
         CopyStats stats = device.stats();
         BlockLayer layer = device.layer();
-        CounterWithCallback.builder().name("pmemblk_copy_bytes_total")
-                .help("Bytes copied into (write) or out of (read) persistent memory, by route")
-                .labelNames("route", "dir")
-                .callback(cb -> {
-                    for (Route r : Route.values()) {
-                        cb.call(stats.bytes(r, false), r.label(), "read");
-                        cb.call(stats.bytes(r, true), r.label(), "write");
-                    }
-                }).register(registry);
-        CounterWithCallback.builder().name("pmemblk_copy_ops_total")
-                .help("Requests whose data was copied, by route and direction")
-                .labelNames("route", "dir")
-                .callback(cb -> {
-                    for (Route r : Route.values()) {
-                        cb.call(stats.ops(r, false), r.label(), "read");
-                        cb.call(stats.ops(r, true), r.label(), "write");
-                    }
-                }).register(registry);
+        byRouteAndDirection(registry, "pmemblk_copy_bytes_total",
+                "Bytes copied into (write) or out of (read) persistent memory, by route", stats::bytes);
+        byRouteAndDirection(registry, "pmemblk_copy_ops_total",
+                "Requests whose data was copied, by route and direction", stats::ops);
         if (device.driver().engine() != null && device.driver().engine().deviceTransfers() >= 0) {
             io.pmemblk.dma.DmaEngine engine = device.driver().engine();
             CounterWithCallback.builder().name("pmemblk_dma_device_transfers_total")
@@ -110,6 +96,23 @@ public final class Metrics implements AutoCloseable {
                 .help("Size of the exported device")
                 .callback(cb -> cb.call(device.region().size())).register(registry);
         return registry;
+    }
+
+    /** A count of {@link CopyStats} by route and direction, as {@code bytes} and {@code ops} keep theirs. */
+    private interface ByRoute {
+        long count(Route route, boolean write);
+    }
+
+    /** A counter labelled by route and direction (read, write), read from {@code count} at each scrape. */
+    private static void byRouteAndDirection(PrometheusRegistry registry, String name, String help, ByRoute count) {
+        CounterWithCallback.builder().name(name).help(help)
+                .labelNames("route", "dir")
+                .callback(cb -> {
+                    for (Route r : Route.values()) {
+                        cb.call(count.count(r, false), r.label(), "read");
+                        cb.call(count.count(r, true), r.label(), "write");
+                    }
+                }).register(registry);
     }
 
     /**
