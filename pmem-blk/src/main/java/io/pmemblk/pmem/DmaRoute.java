@@ -138,15 +138,10 @@ final class DmaRoute {
         int chunks = r.segments();
         int n = chunks > 0 ? chunks : r.iovCount(); // wantsDma: no chunks here means caller memory
         PerRequest st = PerRequest.of(r);
-        // Set before the copies are placed: a report (on the completion thread) may come before placeAll returns.
         // Every segment's copy reports to the request, not just the last: the device may halt on any descriptor,
         // failing that copy and every one after it, so some segments may succeed and others fail. The request
         // completes when all have reported, and goes to the CPU if any failed.
-        st.failedStatus = 0;
-        st.placed = 0;
-        st.placeError = null;
-        st.outstanding = n + 1;
-        st.count = n;
+        st.beginCopies(n);
         boolean write = r.op == Op.WRITE;
         DmaChannel.Copies copies = chunks > 0 ? st.copies(r, poolIova[hwq], regionIova + r.offset, write)
                 : st.iovCopies(r, regionIova + r.offset, write);
