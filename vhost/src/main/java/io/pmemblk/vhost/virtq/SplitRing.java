@@ -24,13 +24,13 @@ import static io.pmemblk.vhost.virtq.Le.U64_UNALIGNED;
  */
 public final class SplitRing {
     public static final int DESC_BYTES = 16;
-    static final long DESC_ADDR = 0, DESC_LEN = 8, DESC_FLAGS = 12, DESC_NEXT = 14;
+    public static final long DESC_ADDR = 0, DESC_LEN = 8, DESC_FLAGS = 12, DESC_NEXT = 14;
     /** virtq_desc.flags */
     public static final int F_NEXT = 1, F_WRITE = 2, F_INDIRECT = 4;
-    static final long AVAIL_FLAGS = 0, AVAIL_IDX = 2, AVAIL_RING = 4;
+    public static final long AVAIL_FLAGS = 0, AVAIL_IDX = 2, AVAIL_RING = 4;
     /** virtq_avail.flags: the driver asks for no interrupt (ignored with EVENT_IDX). */
     public static final int AVAIL_F_NO_INTERRUPT = 1;
-    static final long USED_FLAGS = 0, USED_IDX = 2, USED_RING = 4, USED_ELEM_BYTES = 8;
+    public static final long USED_FLAGS = 0, USED_IDX = 2, USED_RING = 4, USED_ELEM_BYTES = 8;
     /** virtq_used.flags: the device asks for no kick (ignored with EVENT_IDX). */
     public static final int USED_F_NO_NOTIFY = 1;
     /** The largest queue a split ring can have (virtio 1.2 2.7: Queue Size is at most 32768). */

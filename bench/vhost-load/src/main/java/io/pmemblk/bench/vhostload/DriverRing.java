@@ -1,28 +1,26 @@
 package io.pmemblk.bench.vhostload;
 
+import io.pmemblk.vhost.virtq.SplitRing;
+
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteOrder;
 
+import static io.pmemblk.vhost.virtq.SplitRing.*;
+
 /**
  * The driver's side of one split virtqueue with EVENT_IDX, as Linux's {@code drivers/virtio/virtio_ring.c} keeps
  * it: descriptors, the avail ring it publishes (a kick only when {@code vring_need_event} says the device asked for
  * one), the used ring it reads back and the used_event it moves to ask for the next interrupt. Layout: virtio 1.2
- * section 2.7 ({@code include/uapi/linux/virtio_ring.h}); the back-end's own copy of it is package-private to
- * vhost. The fences are Linux's: {@code virtio_wmb} before the index is published, {@code virtio_mb} between a
- * publish and the read of the other side's event index, {@code virtio_rmb} after reading used.idx.
+ * section 2.7 ({@code include/uapi/linux/virtio_ring.h}), written once, in vhost's {@link SplitRing}. The fences
+ * are Linux's: {@code virtio_wmb} before the index is published, {@code virtio_mb} between a publish and the read of
+ * the other side's event index, {@code virtio_rmb} after reading used.idx.
  */
 final class DriverRing {
     static final ValueLayout.OfShort U16 = ValueLayout.JAVA_SHORT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     static final ValueLayout.OfInt U32 = ValueLayout.JAVA_INT_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
     static final ValueLayout.OfLong U64 = ValueLayout.JAVA_LONG_UNALIGNED.withOrder(ByteOrder.LITTLE_ENDIAN);
-    /** virtq_desc: u64 addr, u32 len, u16 flags @12, u16 next; flags NEXT 1, WRITE 2, INDIRECT 4. */
-    static final int DESC_BYTES = 16, DESC_FLAGS = 12, F_NEXT = 1, F_WRITE = 2, F_INDIRECT = 4;
-    /** virtq_avail: u16 flags, u16 idx, u16 ring[size], u16 used_event. */
-    private static final long AVAIL_IDX = 2, AVAIL_RING = 4;
-    /** virtq_used: u16 flags, u16 idx, {u32 id, u32 len} ring[size], u16 avail_event. */
-    private static final long USED_IDX = 2, USED_RING = 4, USED_ELEM = 8;
 
     final int size;
     final long descGpa, availGpa, usedGpa;
@@ -35,15 +33,15 @@ final class DriverRing {
     DriverRing(GuestRam ram, long gpa, int size) {
         this.size = size;
         descGpa = gpa;
-        availGpa = descGpa + pages(16L * size);
-        usedGpa = availGpa + pages(6 + 2L * size);
-        desc = ram.at(descGpa, 16L * size);
-        avail = ram.at(availGpa, 6 + 2L * size);
-        used = ram.at(usedGpa, 6 + 8L * size);
+        availGpa = descGpa + pages(descBytes(size));
+        usedGpa = availGpa + pages(availBytes(size, true));
+        desc = ram.at(descGpa, descBytes(size));
+        avail = ram.at(availGpa, availBytes(size, true));
+        used = ram.at(usedGpa, usedBytes(size, true));
     }
 
     static long bytes(int size) {
-        return pages(16L * size) + pages(6 + 2L * size) + pages(6 + 8L * size);
+        return pages(descBytes(size)) + pages(availBytes(size, true)) + pages(usedBytes(size, true));
     }
 
     private static long pages(long n) {
@@ -52,10 +50,10 @@ final class DriverRing {
 
     /** The descriptor at byte {@code at} of {@code mem}. */
     static void desc(MemorySegment mem, long at, long addr, long len, int flags, int next) {
-        mem.set(U64, at, addr);
-        mem.set(U32, at + 8, (int) len);
-        mem.set(U16, at + 12, (short) flags);
-        mem.set(U16, at + 14, (short) next);
+        mem.set(U64, at + DESC_ADDR, addr);
+        mem.set(U32, at + DESC_LEN, (int) len);
+        mem.set(U16, at + DESC_FLAGS, (short) flags);
+        mem.set(U16, at + DESC_NEXT, (short) next);
     }
 
     /** Ring descriptor {@code head}: an indirect table of {@code entries} at {@code tableGpa}. */
@@ -74,7 +72,7 @@ final class DriverRing {
         VarHandle.releaseFence();
         avail.set(U16, AVAIL_IDX, (short) availIdx);
         VarHandle.fullFence();
-        int event = Short.toUnsignedInt(used.get(U16, USED_RING + USED_ELEM * size));
+        int event = Short.toUnsignedInt(used.get(U16, USED_RING + USED_ELEM_BYTES * size));
         int old = kickedIdx;
         kickedIdx = availIdx;
         return needEvent(event, availIdx, old);
@@ -94,7 +92,7 @@ final class DriverRing {
 
     /** The id (head) of the next used entry; call only when {@link #hasUsed}; then {@link #next}. */
     int usedId() {
-        return used.get(U32, USED_RING + USED_ELEM * (lastUsed % size));
+        return used.get(U32, USED_RING + USED_ELEM_BYTES * (lastUsed % size));
     }
 
     void next() {
