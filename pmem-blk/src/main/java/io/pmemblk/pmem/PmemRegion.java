@@ -175,8 +175,8 @@ public final class PmemRegion implements AutoCloseable {
 
     /**
      * Stores {@code length} bytes from {@code src} at {@code srcOffset} into the region at {@code offset}.
-     * On real pmem the copy is non-temporal and drained before this returns (see {@link WriteBack#persistAll()} for why
-     * the writer drains, not the FLUSH); elsewhere the pages are dirty until msync.
+     * On real pmem the copy is non-temporal and drained before this returns (see {@link WriteBack#persistAll()} for
+     * why the writer drains, not the FLUSH); elsewhere the pages are dirty until msync.
      */
     public void write(MemorySegment src, long srcOffset, long offset, long length) {
         MemorySegment dst = memory.asSlice(offset, length);
