@@ -304,12 +304,12 @@ final class BttDmaWrites {
             Thread.sleep(1);
         }
         return true;
-       /** Completes a WRITE of {@link #dmaWrites}: by DMA unless a sector's group went to the CPU. */
+    }
+
+    /** Completes a WRITE of {@link #dmaWrites}: by DMA unless a sector's group went to the CPU. */
     private Throwable completeWrite(Request r, BttPerRequest st, Throwable error) {
         return completions.completeBttWrite(r, st, st.redone ? Route.CPU : Route.DMA, error);
     }
-
- }
 
     /** The channel threw placing a BTT group (nothing placed; the CPU takes it): logged, once a second unless an Error. */
     private Throwable placeFailed(DmaChannel channel, Throwable t, Throwable error) {
