@@ -15,8 +15,6 @@ import java.lang.foreign.MemorySegment;
  */
 final class RawExecutor implements Executor {
     private final PmemRegion region;
-    /** The region's write-back: FUA, a device's stores made durable, and the refusals once it has failed. */
-    private final WriteBack writeBack;
     private final DeviceViews views;
     private final CopyStats stats;
     private final Router router;
@@ -26,7 +24,6 @@ final class RawExecutor implements Executor {
     RawExecutor(PmemRegion region, DeviceViews views, CopyStats stats, Router router, DmaRoute dma,
                 Completions completions) {
         this.region = region;
-        this.writeBack = region.writeBack();
         this.views = views;
         this.stats = stats;
         this.router = router;
@@ -110,17 +107,17 @@ final class RawExecutor implements Executor {
             boolean write = r.op == Op.WRITE;
             try {
                 if (write) {
-                    if (writeBack.writeBackFailed()) {
+                    if (region.writeBack().writeBackFailed()) {
                         // placed before the failure, landed after it: refused like those the CPU refuses
-                        writeBack.countRefused();
+                        region.writeBack().countRefused();
                         return Completions.complete(r, Status.EIO, error);
                     }
-                    writeBack.deviceWrote(r.offset, r.length, r.fua);
+                    region.writeBack().deviceWrote(r.offset, r.length, r.fua);
                 }
                 stats.count(Route.DMA, write, r.length);
                 r.route = Route.DMA;
             } catch (WriteBackFailedException e) {
-                writeBack.countRefused();
+                region.writeBack().countRefused();
                 result = Status.EIO; // the region has said why, once
             } catch (Throwable t) {
                 error = Completions.failed(r, "persisting its DMA write", t, error);
@@ -160,13 +157,13 @@ final class RawExecutor implements Executor {
                 if (r.dataInPlace) {
                     // received straight into the mapping by the kernel: cache lines to write back on real
                     // pmem (as for a device's writes), dirty pages elsewhere
-                    writeBack.deviceWrote(off, len, r.fua);
+                    region.writeBack().deviceWrote(off, len, r.fua);
                 } else {
                     if (!copyIn(r)) {
                         return Status.EINVAL;
                     }
                     if (r.fua) {
-                        writeBack.persistWritten(off, len);
+                        region.writeBack().persistWritten(off, len);
                     }
                 }
                 stats.count(Route.CPU, true, len);
@@ -177,7 +174,7 @@ final class RawExecutor implements Executor {
                 // nbdkit's memory plugin does too.
                 region.zero(off, len);
                 if (r.fua) {
-                    writeBack.persistWritten(off, len);
+                    region.writeBack().persistWritten(off, len);
                 }
             }
             case CACHE -> { } // the mapping is already memory: nothing to prefetch

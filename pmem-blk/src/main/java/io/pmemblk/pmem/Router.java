@@ -15,8 +15,6 @@ import java.io.IOException;
  */
 final class Router {
     private final PmemRegion region;
-    /** The region's write-back: FUA, a device's stores made durable, and the refusals once it has failed. */
-    private final WriteBack writeBack;
     private final long size;
     private final boolean hasEngine;
     /**
@@ -30,7 +28,6 @@ final class Router {
 
     Router(PmemRegion region, long size, boolean hasEngine, boolean inPlace, Routing routing) {
         this.region = region;
-        this.writeBack = region.writeBack();
         this.size = size;
         this.hasEngine = hasEngine;
         this.inPlace = inPlace;
@@ -56,7 +53,7 @@ final class Router {
 
     boolean receivesInPlace(long offset, long length) {
         // After a failed write-back the normal path answers it, with EIO.
-        return inPlace && !writeBack.writeBackFailed() && byCpu(offset, length) && loadable(offset, length);
+        return inPlace && !region.writeBack().writeBackFailed() && byCpu(offset, length) && loadable(offset, length);
     }
 
     /**
@@ -111,7 +108,8 @@ final class Router {
     /** Whether r, at dispatch, goes to a DMA channel. */
     boolean wantsDma(Request r) {
         // A request acquired without buffers (in place) stays on the CPU even if the route changed since.
-        if (!r.op.carriesData() || r.dataInPlace || !inBounds(r) || (r.op == Op.WRITE && writeBack.writeBackFailed())) {
+        if (!r.op.carriesData() || r.dataInPlace || !inBounds(r)
+                || (r.op == Op.WRITE && region.writeBack().writeBackFailed())) {
             return false; // refused writes are answered by execute, before any copy
         }
         int n = r.segments();
@@ -141,17 +139,17 @@ final class Router {
     int answerAtOnce(Request r) throws IOException {
         Op op = r.op;
         if (op == Op.FLUSH) {
-            writeBack.persistAll();
+            region.writeBack().persistAll();
             return Status.OK;
         }
         if (!inBounds(r)) {
             return op == Op.WRITE || op == Op.WRITE_ZEROES ? Status.ENOSPC : Status.EINVAL;
         }
-        if (op != Op.READ && op != Op.CACHE && writeBack.writeBackFailed()) {
+        if (op != Op.READ && op != Op.CACHE && region.writeBack().writeBackFailed()) {
             // Stored now, the bytes could never be made durable (the failed pages are clean to the kernel):
             // refused before they reach the mapping. A payload the kernel received in place has landed already,
             // as a write answered with an error may have.
-            writeBack.countRefused();
+            region.writeBack().countRefused();
             return Status.EIO;
         }
         return EXECUTE;
