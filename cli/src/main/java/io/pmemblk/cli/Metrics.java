@@ -36,24 +36,10 @@ public final class Metrics implements AutoCloseable {
         PrometheusRegistry registry = new PrometheusRegistry();
         CopyStats stats = device.stats();
         BlockLayer layer = device.layer();
-        CounterWithCallback.builder().name("pmemblk_copy_bytes_total")
-                .help("Bytes copied into (write) or out of (read) persistent memory, by route")
-                .labelNames("route", "dir")
-                .callback(cb -> {
-                    for (Route r : Route.values()) {
-                        cb.call(stats.bytes(r, false), r.label(), "read");
-                        cb.call(stats.bytes(r, true), r.label(), "write");
-                    }
-                }).register(registry);
-        CounterWithCallback.builder().name("pmemblk_copy_ops_total")
-                .help("Requests whose data was copied, by route and direction")
-                .labelNames("route", "dir")
-                .callback(cb -> {
-                    for (Route r : Route.values()) {
-                        cb.call(stats.ops(r, false), r.label(), "read");
-                        cb.call(stats.ops(r, true), r.label(), "write");
-                    }
-                }).register(registry);
+        byRouteAndDirection(registry, "pmemblk_copy_bytes_total",
+                "Bytes copied into (write) or out of (read) persistent memory, by route", stats::bytes);
+        byRouteAndDirection(registry, "pmemblk_copy_ops_total",
+                "Requests whose data was copied, by route and direction", stats::ops);
         if (device.driver().engine() != null && device.driver().engine().deviceTransfers() >= 0) {
             io.pmemblk.dma.DmaEngine engine = device.driver().engine();
             CounterWithCallback.builder().name("pmemblk_dma_device_transfers_total")
@@ -102,14 +88,31 @@ public final class Metrics implements AutoCloseable {
         GaugeWithCallback.builder().name("pmemblk_writeback_failed")
                 .help("1 once a write-back of the backing file failed: FLUSH, FUA and writes answer EIO until the"
                         + " server is restarted after the storage is fixed (the log says what failed)")
-                .callback(cb -> cb.call(region.writeBackFailed() ? 1 : 0)).register(registry);
+                .callback(cb -> cb.call(region.writeBack().writeBackFailed() ? 1 : 0)).register(registry);
         CounterWithCallback.builder().name("pmemblk_writeback_refused_requests_total")
                 .help("FLUSH, FUA and write requests answered EIO because a write-back failed")
-                .callback(cb -> cb.call(region.refusedRequests())).register(registry);
+                .callback(cb -> cb.call(region.writeBack().refusedRequests())).register(registry);
         GaugeWithCallback.builder().name("pmemblk_device_bytes")
                 .help("Size of the exported device")
                 .callback(cb -> cb.call(device.region().size())).register(registry);
         return registry;
+    }
+
+    /** A count of {@link CopyStats} by route and direction, as {@code bytes} and {@code ops} keep theirs. */
+    private interface ByRoute {
+        long count(Route route, boolean write);
+    }
+
+    /** A counter labelled by route and direction (read, write), read from {@code count} at each scrape. */
+    private static void byRouteAndDirection(PrometheusRegistry registry, String name, String help, ByRoute count) {
+        CounterWithCallback.builder().name(name).help(help)
+                .labelNames("route", "dir")
+                .callback(cb -> {
+                    for (Route r : Route.values()) {
+                        cb.call(count.count(r, false), r.label(), "read");
+                        cb.call(count.count(r, true), r.label(), "write");
+                    }
+                }).register(registry);
     }
 
     /**

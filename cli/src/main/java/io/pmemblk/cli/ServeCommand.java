@@ -218,19 +218,7 @@ final class ServeCommand implements Callable<Integer> {
             systemd.status("cannot start: " + e.getMessage());
             systemd.close();
             // ublk's own failures undo themselves; a device that started is stopped here
-            closeUblk(ublk);
-            if (vhost != null) {
-                vhost.close();
-            }
-            if (nvme != null) {
-                nvme.close();
-            }
-            if (server != null) {
-                server.close();
-            }
-            if (bitmapControl != null) {
-                bitmapControl.close();
-            }
+            stopFrontends(ublk, vhost, nvme, server, bitmapControl);
             if (socketDirectory != null) {
                 socketDirectory.close();
             }
@@ -260,21 +248,7 @@ final class ServeCommand implements Callable<Integer> {
         }
         systemd.stopping("stopping: finishing in-flight requests");
         System.err.println("pmemblk: stopping: finishing in-flight requests");
-        // ublk first: STOP_DEV drains the disk through its queues, which need the block layer still open.
-        closeUblk(ublk);
-        // vhost next: its rings drain through the block layer, and the guest's memory is unmapped before it closes
-        if (vhost != null) {
-            vhost.close();
-        }
-        if (nvme != null) {
-            nvme.close();
-        }
-        if (server != null) {
-            server.close();
-        }
-        if (bitmapControl != null) {
-            bitmapControl.close();
-        }
+        stopFrontends(ublk, vhost, nvme, server, bitmapControl);
         boolean idle;
         String notPersisted = null;
         try {
@@ -332,6 +306,29 @@ final class ServeCommand implements Callable<Integer> {
                 + " route.dma.min-segments=" + s.text(Keys.ROUTE_DMA_MIN_SEGMENTS)
                 + " route.dma.bounce=" + s.get(Keys.ROUTE_DMA_BOUNCE)
                 + " nbd.stall-timeout=" + s.text(Keys.NBD_STALL_TIMEOUT) + "s log.level=" + s.text(Keys.LOG_LEVEL);
+    }
+
+    /**
+     * Stops what serves the device (those not started are null), in the order that drains them: ublk first
+     * (STOP_DEV drains the disk through its queues, which need the block layer still open), vhost next (its rings
+     * drain through the block layer, and the guest's memory is unmapped before it closes), then NVMe/TCP, NBD and
+     * the bitmap control socket. The same on a failed start as on a stop.
+     */
+    private static void stopFrontends(UblkDevice ublk, VhostUserBlkServer vhost, io.pmemblk.nvme.NvmeTcpServer nvme,
+                                      NbdServer server, BitmapControl bitmapControl) {
+        closeUblk(ublk);
+        if (vhost != null) {
+            vhost.close();
+        }
+        if (nvme != null) {
+            nvme.close();
+        }
+        if (server != null) {
+            server.close();
+        }
+        if (bitmapControl != null) {
+            bitmapControl.close();
+        }
     }
 
     private static void closeUblk(UblkDevice ublk) {

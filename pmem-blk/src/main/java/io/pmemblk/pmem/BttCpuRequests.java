@@ -1,6 +1,7 @@
 package io.pmemblk.pmem;
 
 import io.pmemblk.pmem.btt.Btt;
+import io.pmemblk.pmem.btt.LaneHandle;
 import io.pmemblk.queueing.Op;
 import io.pmemblk.queueing.Request;
 import io.pmemblk.queueing.Route;
@@ -12,7 +13,7 @@ import java.lang.foreign.MemorySegment;
 
 /**
  * A request on the BTT layout ({@code pmem.layout=btt}) executed by the CPU ({@link BttExecutor} routes it there):
- * sector by sector through a {@link Btt.Lane} the request holds from its first sector to its last.
+ * sector by sector through a {@link LaneHandle} the request holds from its first sector to its last.
  *
  * <ul>
  *   <li>Lanes: dispatch on one hardware queue is concurrent (each NBD connection dispatches from its own thread),
@@ -73,7 +74,7 @@ final class BttCpuRequests {
                     + " length multiples of " + sector + " (pmem.sector-size)");
             return Status.EINVAL;
         }
-        try (Btt.Lane lane = btt.claim(preferredLane())) {
+        try (LaneHandle lane = btt.claim(preferredLane())) {
             switch (op) {
                 case READ, WRITE -> {
                     if (!transfer(r, lane, op == Op.WRITE)) {
@@ -110,7 +111,7 @@ final class BttCpuRequests {
      * @return {@code error}, or the first Error thrown while executing or completing (the driver rethrows it)
      */
     Throwable reads(Request[] batch, int from, int to, Throwable error) {
-        try (Btt.Lane lane = btt.claim(preferredLane())) {
+        try (LaneHandle lane = btt.claim(preferredLane())) {
             int touched = 0;
             for (int i = from; i < to; i++) {
                 touched += lane.touchMap(batch[i].offset >>> shift);
@@ -138,7 +139,7 @@ final class BttCpuRequests {
     }
 
     /** One READ on a held lane: the status {@link #execute} answers it with. */
-    private int readOn(Btt.Lane lane, Request r) {
+    private int readOn(LaneHandle lane, Request r) {
         try {
             if (!transfer(r, lane, false)) {
                 return Status.EINVAL;
@@ -153,7 +154,7 @@ final class BttCpuRequests {
     }
 
     /** Copies r's data between its pieces and the BTT, sector by sector; false when its pieces do not cover its length. */
-    private boolean transfer(Request r, Btt.Lane lane, boolean write) throws IOException {
+    private boolean transfer(Request r, LaneHandle lane, boolean write) throws IOException {
         BttCursor c = cursors[lane.index()];
         if (!c.start(r)) {
             return false;
@@ -218,7 +219,7 @@ final class BttCpuRequests {
             st.invalid = false;
         }
         try {
-            Btt.Lane lane = btt.claim(preferredLane());
+            LaneHandle lane = btt.claim(preferredLane());
             try {
                 Btt.Group g = lane.group();
                 BttCursor c = cursors[lane.index()];
@@ -274,7 +275,7 @@ final class BttCpuRequests {
             }
         }
         for (int i = from; i < to; i++) {
-            error = finish(batch[i], ((PerRequest) batch[i].driverData).btt(), error);
+            error = completions.completeBttWrite(batch[i], ((PerRequest) batch[i].driverData).btt(), Route.CPU, error);
         }
         return error;
     }
@@ -296,24 +297,5 @@ final class BttCpuRequests {
             }
         }
         g.clear();
-    }
-
-    /** Completes a request of {@link #writes} as {@link #execute} and its caller would answer it. */
-    private Throwable finish(Request r, BttPerRequest st, Throwable error) {
-        Throwable f = st.failure;
-        st.failure = null;
-        if (st.invalid) {
-            return Completions.complete(r, Status.EINVAL, error);
-        }
-        if (f == null) {
-            stats.count(Route.CPU, true, r.length);
-            r.route = Route.CPU;
-            return Completions.complete(r, Status.OK, error);
-        }
-        if (f instanceof IOException e) {
-            completions.bttRefused(r, "failed: " + e.getMessage());
-            return Completions.complete(r, Status.EIO, error);
-        }
-        return completions.completeFailed(r, f, error);
     }
 }

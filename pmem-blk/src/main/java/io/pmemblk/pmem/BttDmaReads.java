@@ -52,11 +52,7 @@ final class BttDmaReads {
         if (n == 0) {
             return ZEROS;
         }
-        st.failedStatus = 0;
-        st.placed = 0;
-        st.placeError = null;
-        st.outstanding = n + 1;
-        st.count = n;
+        st.beginCopies(n);
         try {
             if (!channel.placeAll(st.btt().reads(), r)) {
                 end(st.btt());

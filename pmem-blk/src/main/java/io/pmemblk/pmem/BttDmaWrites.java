@@ -2,11 +2,10 @@ package io.pmemblk.pmem;
 
 import io.pmemblk.dma.DmaChannel;
 import io.pmemblk.pmem.btt.Btt;
+import io.pmemblk.pmem.btt.LaneHandle;
 import io.pmemblk.queueing.Request;
 import io.pmemblk.queueing.Route;
-import io.pmemblk.queueing.Status;
 
-import java.io.IOException;
 import java.lang.System.Logger.Level;
 import java.lang.foreign.MemorySegment;
 import java.lang.invoke.MethodHandles;
@@ -158,7 +157,7 @@ final class BttDmaWrites {
             PerRequest st = (PerRequest) r.driverData;
             BttPerRequest bst = st.btt();
             if (st.drop(1 + (int) (r.length >>> shift) - bst.added) == 0) {
-                error = finishWrite(r, bst, error);
+                error = completeWrite(r, bst, error);
             }
         }
         return error;
@@ -169,7 +168,7 @@ final class BttDmaWrites {
      * (the lanes held are those of groups in flight, given back once their copies are reported).
      */
     private Flight flight(DmaChannel channel) {
-        Btt.Lane lane = btt.claimNow(BttCpuRequests.preferredLane());
+        LaneHandle lane = btt.claimNow(BttCpuRequests.preferredLane());
         if (lane == null) {
             dma.submit(channel, null); // an Error here shows again at the run's own doorbell
             lane = btt.claim(BttCpuRequests.preferredLane());
@@ -273,7 +272,7 @@ final class BttDmaWrites {
                 ready = r;
             }
         }
-        Btt.Lane lane = f.lane;
+        LaneHandle lane = f.lane;
         f.lane = null;
         lane.close(); // the group's lanes too; f may be another thread's from here on
         try {
@@ -283,7 +282,7 @@ final class BttDmaWrites {
                 BttPerRequest bst = st.btt();
                 ready = bst.next;
                 bst.next = null;
-                error = finishWrite(r, bst, error);
+                error = completeWrite(r, bst, error);
             }
         } finally {
             flying.decrementAndGet();
@@ -308,23 +307,8 @@ final class BttDmaWrites {
     }
 
     /** Completes a WRITE of {@link #dmaWrites}: by DMA unless a sector's group went to the CPU. */
-    private Throwable finishWrite(Request r, BttPerRequest st, Throwable error) {
-        Throwable f = st.failure;
-        st.failure = null;
-        if (st.invalid) {
-            return Completions.complete(r, Status.EINVAL, error);
-        }
-        if (f == null) {
-            Route route = st.redone ? Route.CPU : Route.DMA;
-            stats.count(route, true, r.length);
-            r.route = route;
-            return Completions.complete(r, Status.OK, error);
-        }
-        if (f instanceof IOException e) {
-            completions.bttRefused(r, "failed: " + e.getMessage());
-            return Completions.complete(r, Status.EIO, error);
-        }
-        return completions.completeFailed(r, f, error);
+    private Throwable completeWrite(Request r, BttPerRequest st, Throwable error) {
+        return completions.completeBttWrite(r, st, st.redone ? Route.CPU : Route.DMA, error);
     }
 
     /** The channel threw placing a BTT group (nothing placed; the CPU takes it): logged, once a second unless an Error. */
@@ -367,7 +351,7 @@ final class BttDmaWrites {
 
         private final long regionIova;
         private final int sector;
-        private Btt.Lane lane;
+        private LaneHandle lane;
         private final Request[] request = new Request[Btt.GROUP_BLOCKS];
         private final long[] srcIova = new long[Btt.GROUP_BLOCKS];
         /** The slots placed as copies, in order: copy i is slot live[i]'s. */

@@ -151,7 +151,7 @@ final class BttExecutor implements Executor {
      */
     private boolean groupable(Request r) {
         return r.op == Op.WRITE && r.length > 0 && router.inBounds(r)
-                && ((r.offset | r.length) & (sector - 1)) == 0 && !region.writeBackFailed();
+                && ((r.offset | r.length) & (sector - 1)) == 0 && !region.writeBack().writeBackFailed();
     }
 
     /** A group's data copy ({@link BttDmaWrites.Flight}), or one of a READ's ({@link BttDmaReads}). */

@@ -1,9 +1,11 @@
 package io.pmemblk.pmem;
 
 import io.pmemblk.queueing.Request;
+import io.pmemblk.queueing.Route;
 import io.pmemblk.queueing.Status;
 import io.pmemblk.queueing.log.RateLimitedLog;
 
+import java.io.IOException;
 import java.lang.System.Logger.Level;
 
 /**
@@ -18,6 +20,11 @@ final class Completions {
 
     private final PmemRegion region;
     private final CopyStats stats;
+    // Four limits, one per kind of line, not one shared: each kind keeps its line a second whatever the others do.
+    // A halted channel fails every copy behind it, and a client can send refused requests as fast as it likes;
+    // with one limit either flood would hide the first mapping fault (a truncated file, a bad block), the line an
+    // operator has to act on. All four are RateLimitedLog: the limiting is written once, only the budgets are apart.
+
     /** A DMA copy that failed or a channel that threw: the CPU redoes it. */
     private final RateLimitedLog faults = RateLimitedLog.withOwnLimit(LOG, Level.WARNING, 1);
     private final RateLimitedLog mappingFaults = RateLimitedLog.withOwnLimit(LOG, Level.ERROR, 1);
@@ -69,7 +76,7 @@ final class Completions {
      */
     Throwable completeFailed(Request r, Throwable t, Throwable error) {
         if (t instanceof WriteBackFailedException) {
-            region.countRefused(); // the region has said why, once: one line, not one per request
+            region.writeBack().countRefused(); // the region has said why, once: one line, not one per request
         } else if (t instanceof MappingFault f) {
             mappingFault(r, f);
         } else if (t instanceof CallerMemoryFault f) {
@@ -115,6 +122,29 @@ final class Completions {
             callerFaults.write(Level.ERROR, r + " answered EIO: " + f.getMessage() + "; the pmem file is intact;"
                     + " the frontend that owns this memory took it away while the request used it", null);
         }
+    }
+
+    /**
+     * Completes a BTT WRITE whose sectors have all been written or failed ({@code st}), as the BTT's own write
+     * answers: EINVAL when it was refused whole, OK counted on {@code route} when every sector is durable, EIO when
+     * the BTT refused a sector (its reason logged once a second), else as {@link #completeFailed}.
+     */
+    Throwable completeBttWrite(Request r, BttPerRequest st, Route route, Throwable error) {
+        Throwable f = st.failure;
+        st.failure = null;
+        if (st.invalid) {
+            return complete(r, Status.EINVAL, error);
+        }
+        if (f == null) {
+            stats.count(route, true, r.length);
+            r.route = route;
+            return complete(r, Status.OK, error);
+        }
+        if (f instanceof IOException e) {
+            bttRefused(r, "failed: " + e.getMessage());
+            return complete(r, Status.EIO, error);
+        }
+        return completeFailed(r, f, error);
     }
 
     /** The BTT refused r ({@code why}): once a second, not a stack per request. */

@@ -34,6 +34,8 @@ final class DmaRoute {
     private final DmaChannel[] channels;
     private final long regionIova;
     private final long[] poolIova = new long[MAX_QUEUES];
+    /** Whether the region is still in the engine's IOVA space ({@link #unmapAll} withdraws it once). */
+    private boolean regionMapped;
     private final CopyStats stats;
     private final Completions completions;
 
@@ -46,6 +48,7 @@ final class DmaRoute {
         if (engine != null) {
             this.channels = engine.channels().toArray(new DmaChannel[0]);
             this.regionIova = engine.iovaSpace().map(region.memory());
+            this.regionMapped = true;
         } else {
             this.channels = new DmaChannel[0];
             this.regionIova = -1;
@@ -105,14 +108,22 @@ final class DmaRoute {
         }
     }
 
-    /** After the engine's close: the pools and the region leave its IOVA space. */
-    void unmapAll(IovaSpace space) {
-        for (long iova : poolIova) {
-            if (iova >= 0) {
-                space.unmap(iova);
+    /**
+     * After the engine's close: the pools and the region leave its IOVA space, once. Each mapping is forgotten as
+     * it is withdrawn, so a second close of the driver (or one after a close that threw half way) withdraws only
+     * what is still mapped: the space refuses an IOVA it no longer holds.
+     */
+    synchronized void unmapAll(IovaSpace space) {
+        for (int q = 0; q < poolIova.length; q++) {
+            if (poolIova[q] >= 0) {
+                space.unmap(poolIova[q]);
+                poolIova[q] = -1;
             }
         }
-        space.unmap(regionIova);
+        if (regionMapped) {
+            space.unmap(regionIova);
+            regionMapped = false;
+        }
     }
 
     /**
@@ -127,15 +138,10 @@ final class DmaRoute {
         int chunks = r.segments();
         int n = chunks > 0 ? chunks : r.iovCount(); // wantsDma: no chunks here means caller memory
         PerRequest st = PerRequest.of(r);
-        // Set before the copies are placed: a report (on the completion thread) may come before placeAll returns.
         // Every segment's copy reports to the request, not just the last: the device may halt on any descriptor,
         // failing that copy and every one after it, so some segments may succeed and others fail. The request
         // completes when all have reported, and goes to the CPU if any failed.
-        st.failedStatus = 0;
-        st.placed = 0;
-        st.placeError = null;
-        st.outstanding = n + 1;
-        st.count = n;
+        st.beginCopies(n);
         boolean write = r.op == Op.WRITE;
         DmaChannel.Copies copies = chunks > 0 ? st.copies(r, poolIova[hwq], regionIova + r.offset, write)
                 : st.iovCopies(r, regionIova + r.offset, write);

@@ -67,6 +67,19 @@ final class PerRequest implements DmaChannel.Copies {
         return b;
     }
 
+    /**
+     * Before the request's {@code n} copies are placed as one unit: nothing failed, placed or thrown yet, and its
+     * count one per copy plus the placer's share, which the placer drops once it is done ({@link #drop}). Set
+     * before placing, not after: a report (on the completion thread) may come before placeAll returns.
+     */
+    void beginCopies(int n) {
+        failedStatus = 0;
+        placed = 0;
+        placeError = null;
+        outstanding = n + 1;
+        count = n;
+    }
+
     /** Points the copy list at r: its segments in the pool at poolIova, its range at deviceIova. */
     DmaChannel.Copies copies(Request r, long poolIova, long deviceIova, boolean write) {
         this.request = r;

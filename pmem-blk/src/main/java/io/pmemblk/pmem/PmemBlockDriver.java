@@ -35,8 +35,8 @@ import java.util.Map;
  *
  * <p>Durability: a WRITE/TRIM/WRITE_ZEROES with FUA is persistent before it completes; a FLUSH makes every
  * write completed before it, on any queue and by either route, persistent. A DMA write is made persistent
- * by the CPU after the device reports it ({@link PmemRegion#deviceWrote}): with DDIO the device's writes sit
- * in the CPU cache until flushed. Once the region's write-back has failed ({@link PmemRegion#writeBackFailed})
+ * by the CPU after the device reports it ({@link WriteBack#deviceWrote}): with DDIO the device's writes sit
+ * in the CPU cache until flushed. Once the region's write-back has failed ({@link WriteBack#writeBackFailed})
  * every FLUSH, FUA and plain write answers EIO without touching the mapping, reads are served as before; the
  * region logs the failure once, so these refusals log nothing.
  *
@@ -337,12 +337,13 @@ public final class PmemBlockDriver implements BlockDriver {
 
     @Override
     public void persistAll() throws IOException {
-        region.persistAll();
+        region.writeBack().persistAll();
     }
 
     /**
      * Closes the DMA engine (its copies drain or fall back to the CPU; on the BTT every group in flight commits),
-     * then persists and unmaps the region.
+     * then persists and unmaps the region. Idempotent: each of those is released once, so a second close (a
+     * caller's, after a layer over this driver closed it already) finds nothing left to release.
      */
     @Override
     public void close() throws IOException {

@@ -175,8 +175,8 @@ public final class PmemRegion implements AutoCloseable {
 
     /**
      * Stores {@code length} bytes from {@code src} at {@code srcOffset} into the region at {@code offset}.
-     * On real pmem the copy is non-temporal and drained before this returns (see {@link #persistAll()} for why
-     * the writer drains, not the FLUSH); elsewhere the pages are dirty until msync.
+     * On real pmem the copy is non-temporal and drained before this returns (see {@link WriteBack#persistAll()} for
+     * why the writer drains, not the FLUSH); elsewhere the pages are dirty until msync.
      */
     public void write(MemorySegment src, long srcOffset, long offset, long length) {
         MemorySegment dst = memory.asSlice(offset, length);
@@ -389,54 +389,13 @@ public final class PmemRegion implements AutoCloseable {
         writeBack.stored();
     }
 
-    /** The write-back state and steps, for the region's own open and for whoever stores past its accessors. */
-    WriteBack writeBack() {
+    /**
+     * How the region's stores become durable and whether they still can ({@link WriteBack}): FUA and FLUSH, a
+     * range a device stored into, the write-back failure and the requests refused for it. Its owner's, one per
+     * region.
+     */
+    public WriteBack writeBack() {
         return writeBack;
-    }
-
-    /** {@link WriteBack#deviceWrote}: a range a DMA engine or the kernel stored into, made persistent as FUA asks. */
-    public void deviceWrote(long offset, long length, boolean fua) throws IOException {
-        writeBack.deviceWrote(offset, length, fua);
-    }
-
-    /** {@link WriteBack#persistWritten}: FUA for what this thread stored with {@link #write}/{@link #zero}. */
-    public void persistWritten(long offset, long length) throws IOException {
-        writeBack.persistWritten(offset, length);
-    }
-
-    /** {@link WriteBack#persistRange}: a range persistent whoever wrote it. */
-    public void persistRange(long offset, long length) throws IOException {
-        writeBack.persistRange(offset, length);
-    }
-
-    /** Why write-back failed, if it has in this process (then writes, FUA and FLUSH fail); null while it has not. */
-    public String writeBackFailure() {
-        return writeBack.writeBackFailure();
-    }
-
-    /** True once a write-back has failed: the driver refuses writes, FUA and FLUSH with EIO. */
-    public boolean writeBackFailed() {
-        return writeBack.writeBackFailed();
-    }
-
-    /** Counts a request the driver refused because write-back has failed ({@link #refusedRequests()}). */
-    void countRefused() {
-        writeBack.countRefused();
-    }
-
-    /** Requests (FLUSH, FUA and plain writes) answered EIO because write-back has failed, the failing ones included. */
-    public long refusedRequests() {
-        return writeBack.refusedRequests();
-    }
-
-    /** Waits for this thread's earlier non-temporal stores and write-backs to reach persistence (real pmem); no-op elsewhere. */
-    public void drain() {
-        writeBack.drain();
-    }
-
-    /** FLUSH: every store completed before this call persistent, whichever thread made it ({@link WriteBack#persistAll}). */
-    public void persistAll() throws IOException {
-        writeBack.persistAll();
     }
 
     /**
@@ -451,7 +410,7 @@ public final class PmemRegion implements AutoCloseable {
             return;
         }
         try {
-            persistAll();
+            writeBack.persistAll();
         } finally {
             hold.close(TimeUnit.SECONDS.toNanos(1)); // a run holding it past that: kept mapped, as below
             try {

@@ -107,17 +107,17 @@ final class RawExecutor implements Executor {
             boolean write = r.op == Op.WRITE;
             try {
                 if (write) {
-                    if (region.writeBackFailed()) {
+                    if (region.writeBack().writeBackFailed()) {
                         // placed before the failure, landed after it: refused like those the CPU refuses
-                        region.countRefused();
+                        region.writeBack().countRefused();
                         return Completions.complete(r, Status.EIO, error);
                     }
-                    region.deviceWrote(r.offset, r.length, r.fua);
+                    region.writeBack().deviceWrote(r.offset, r.length, r.fua);
                 }
                 stats.count(Route.DMA, write, r.length);
                 r.route = Route.DMA;
             } catch (WriteBackFailedException e) {
-                region.countRefused();
+                region.writeBack().countRefused();
                 result = Status.EIO; // the region has said why, once
             } catch (Throwable t) {
                 error = Completions.failed(r, "persisting its DMA write", t, error);
@@ -157,13 +157,13 @@ final class RawExecutor implements Executor {
                 if (r.dataInPlace) {
                     // received straight into the mapping by the kernel: cache lines to write back on real
                     // pmem (as for a device's writes), dirty pages elsewhere
-                    region.deviceWrote(off, len, r.fua);
+                    region.writeBack().deviceWrote(off, len, r.fua);
                 } else {
                     if (!copyIn(r)) {
                         return Status.EINVAL;
                     }
                     if (r.fua) {
-                        region.persistWritten(off, len);
+                        region.writeBack().persistWritten(off, len);
                     }
                 }
                 stats.count(Route.CPU, true, len);
@@ -174,7 +174,7 @@ final class RawExecutor implements Executor {
                 // nbdkit's memory plugin does too.
                 region.zero(off, len);
                 if (r.fua) {
-                    region.persistWritten(off, len);
+                    region.writeBack().persistWritten(off, len);
                 }
             }
             case CACHE -> { } // the mapping is already memory: nothing to prefetch

@@ -177,7 +177,7 @@ final class RegionFile {
         if (m.isPmem() && !drainCoversOwnStores(System.getProperty("os.arch"))) {
             arena.close();
             throw new IOException(path + " is pmem (is_pmem=1) but pmemblk's flush/drain reasoning is established"
-                    + " only for x86-64 (see PmemRegion.persistAll), not for " + System.getProperty("os.arch")
+                    + " only for x86-64 (see WriteBack.persistAll), not for " + System.getProperty("os.arch")
                     + "; use a file that is not pmem (msync path) or run on x86-64");
         }
         return new Mapped(arena, seg, wrap.apply(new LibpmemPersistence(lib, m.isPmem(), seg)), "libpmem");

@@ -53,7 +53,7 @@ final class Router {
 
     boolean receivesInPlace(long offset, long length) {
         // After a failed write-back the normal path answers it, with EIO.
-        return inPlace && !region.writeBackFailed() && byCpu(offset, length) && loadable(offset, length);
+        return inPlace && !region.writeBack().writeBackFailed() && byCpu(offset, length) && loadable(offset, length);
     }
 
     /**
@@ -108,7 +108,8 @@ final class Router {
     /** Whether r, at dispatch, goes to a DMA channel. */
     boolean wantsDma(Request r) {
         // A request acquired without buffers (in place) stays on the CPU even if the route changed since.
-        if (!r.op.carriesData() || r.dataInPlace || !inBounds(r) || (r.op == Op.WRITE && region.writeBackFailed())) {
+        if (!r.op.carriesData() || r.dataInPlace || !inBounds(r)
+                || (r.op == Op.WRITE && region.writeBack().writeBackFailed())) {
             return false; // refused writes are answered by execute, before any copy
         }
         int n = r.segments();
@@ -138,17 +139,17 @@ final class Router {
     int answerAtOnce(Request r) throws IOException {
         Op op = r.op;
         if (op == Op.FLUSH) {
-            region.persistAll();
+            region.writeBack().persistAll();
             return Status.OK;
         }
         if (!inBounds(r)) {
             return op == Op.WRITE || op == Op.WRITE_ZEROES ? Status.ENOSPC : Status.EINVAL;
         }
-        if (op != Op.READ && op != Op.CACHE && region.writeBackFailed()) {
+        if (op != Op.READ && op != Op.CACHE && region.writeBack().writeBackFailed()) {
             // Stored now, the bytes could never be made durable (the failed pages are clean to the kernel):
             // refused before they reach the mapping. A payload the kernel received in place has landed already,
             // as a write answered with an error may have.
-            region.countRefused();
+            region.writeBack().countRefused();
             return Status.EIO;
         }
         return EXECUTE;

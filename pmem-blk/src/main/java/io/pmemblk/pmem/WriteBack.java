@@ -11,7 +11,7 @@ import java.util.concurrent.atomic.LongAdder;
  * writer drains its own stores; elsewhere msync of the touched pages. Every step goes through the
  * {@link Persistence} port.
  */
-final class WriteBack {
+public final class WriteBack {
     private final Path path;
     private final MemorySegment memory;
     private final boolean isPmem;
@@ -79,7 +79,7 @@ final class WriteBack {
      * thread (CLWB works on lines held by any cache, so it covers stores made elsewhere once they are visible);
      * on an ordinary file the pages are dirty until msync, done here for FUA.
      */
-    void deviceWrote(long offset, long length, boolean fua) throws IOException {
+    public void deviceWrote(long offset, long length, boolean fua) throws IOException {
         MemorySegment range = memory.asSlice(offset, length);
         if (isPmem) {
             persistence.writeBack(range);
@@ -96,7 +96,7 @@ final class WriteBack {
      * Makes what this thread stored with {@link PmemRegion#write}/{@link PmemRegion#zero} at [offset, offset+length) persistent
      * (FUA). On real pmem those already drained; elsewhere msync of the range.
      */
-    void persistWritten(long offset, long length) throws IOException {
+    public void persistWritten(long offset, long length) throws IOException {
         if (!isPmem) {
             sync(offset, length);
         }
@@ -106,7 +106,7 @@ final class WriteBack {
      * Makes a range persistent whoever wrote it, a DMA engine included: cache-line write-backs and a drain on
      * real pmem (with DDIO a device's writes can sit in the CPU cache), msync otherwise.
      */
-    void persistRange(long offset, long length) throws IOException {
+    public void persistRange(long offset, long length) throws IOException {
         if (isPmem) {
             MemorySegment range = memory.asSlice(offset, length);
             persistence.writeBack(range);
@@ -164,12 +164,12 @@ final class WriteBack {
     }
 
     /** Why write-back failed, if it has in this process (then writes, FUA and FLUSH fail); null while it has not. */
-    String writeBackFailure() {
+    public String writeBackFailure() {
         return writeBackFailure;
     }
 
     /** True once a write-back has failed: the driver refuses writes, FUA and FLUSH with EIO. */
-    boolean writeBackFailed() {
+    public boolean writeBackFailed() {
         return writeBackFailure != null;
     }
 
@@ -179,12 +179,12 @@ final class WriteBack {
     }
 
     /** Requests (FLUSH, FUA and plain writes) answered EIO because write-back has failed, the failing ones included. */
-    long refusedRequests() {
+    public long refusedRequests() {
         return refused.sum();
     }
 
     /** Waits for this thread's earlier non-temporal stores and write-backs to reach persistence (real pmem); no-op elsewhere. */
-    void drain() {
+    public void drain() {
         if (isPmem) {
             persistence.drain();
         }
@@ -211,7 +211,7 @@ final class WriteBack {
      * a write-back error once and leaves the pages clean, so a second msync would find nothing to write and
      * answer OK for data that never reached the storage. This FLUSH and every later one fail instead.
      */
-    void persistAll() throws IOException {
+    public void persistAll() throws IOException {
         if (isPmem) {
             persistence.drain();
             refuseIfFailed();

@@ -27,6 +27,7 @@ import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.TimeUnit;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatCode;
 
 /** The driver's CPU/DMA routing against the software I/OAT device, including device faults. */
 class DmaRoutingTest {
@@ -73,6 +74,17 @@ class DmaRoutingTest {
 
     private void assertRegionHolds(long off, int len, int seed) {
         SeededBytes.assertRegionHolds(driver.region(), off, len, seed, "the write at " + off);
+    }
+
+    @Test
+    void aSecondCloseOfTheDriverReleasesNothingTwice() throws Exception {
+        open(2, 1, 64, new Routing(65536, Integer.MAX_VALUE, true));
+        IovaSpace space = engine.iovaSpace();
+        driver.close();
+        int left = space.regions();
+        assertThatCode(driver::close).as("closing the driver again").doesNotThrowAnyException();
+        assertThat(space.regions()).as("IOVA regions after the second close").isEqualTo(left);
+        assertThat(driver.region().memory().scope().isAlive()).as("the region's mapping").isFalse();
     }
 
     @Test

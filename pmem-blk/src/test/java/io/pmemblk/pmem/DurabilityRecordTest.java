@@ -293,8 +293,8 @@ class DurabilityRecordTest {
         submit(q, Op.TRIM, 8192, 4096, true, 0);
         assertThat(await(4)).as("FUA write, plain write, WRITE_ZEROES, TRIM").containsOnly(Status.EIO);
         assertThat(readBack(q, 1 << 20, 5000)).as("a refused write does not reach the mapping").isEqualTo(before);
-        assertThat(driver.region().writeBackFailure()).contains("injected msync failure").contains("restart the server");
-        assertThat(driver.region().refusedRequests()).as("3 FLUSHes and 4 writes refused").isEqualTo(7);
+        assertThat(driver.region().writeBack().writeBackFailure()).contains("injected msync failure").contains("restart the server");
+        assertThat(driver.region().writeBack().refusedRequests()).as("3 FLUSHes and 4 writes refused").isEqualTo(7);
         assertThat(verify().writesCoveredByFlushes()).as("an EIO promises nothing").isZero();
         assertClosingSaysNothingWasPersisted();
     }
@@ -310,7 +310,7 @@ class DurabilityRecordTest {
         submit(q, Op.FLUSH, 0, 0, false, 0);
         submit(q, Op.FLUSH, 0, 0, false, 0);
         assertThat(await(2)).containsExactly(Status.EIO, Status.EIO);
-        assertThat(driver.region().writeBackFailure()).contains("bytes " + (1 << 20) + " to ");
+        assertThat(driver.region().writeBack().writeBackFailure()).contains("bytes " + (1 << 20) + " to ");
         assertClosingSaysNothingWasPersisted();
     }
 
@@ -405,13 +405,13 @@ class DurabilityRecordTest {
         base = region.memory().address();
         driver = new PmemBlockDriver(region, new CopyStats(), null, Routing.CPU_ONLY);
         layer = new BlockLayer(driver, 1, 16, 8 << 20, 1 << 20);
-        assertThat(region.writeBackFailure()).startsWith("write-back at start-up");
-        assertThat(region.refusedRequests()).as("no request refused yet").isZero();
+        assertThat(region.writeBack().writeBackFailure()).startsWith("write-back at start-up");
+        assertThat(region.writeBack().refusedRequests()).as("no request refused yet").isZero();
         HardwareQueue q = layer.queue(0);
         submit(q, Op.FLUSH, 0, 0, false, 0);
         submit(q, Op.WRITE, 0, 4096, false, 1);
         assertThat(await(2)).containsExactly(Status.EIO, Status.EIO);
-        assertThat(region.refusedRequests()).isEqualTo(2);
+        assertThat(region.writeBack().refusedRequests()).isEqualTo(2);
         readBack(q, 0, 4096);
         assertClosingSaysNothingWasPersisted();
     }

@@ -62,7 +62,7 @@ class LayoutDecisionTest {
             MemorySegment.copy(MemorySegment.ofArray(header), 0, m, 0, header.length);
             m.asSlice(BttLayout.BTT_OFFSET, BttLayout.INFO_SIZE).fill((byte) 0);
             m.asSlice(SIZE - BttLayout.INFO_SIZE, BttLayout.INFO_SIZE).fill((byte) 0); // the backup: the last 4 KiB
-            r.persistAll();
+            r.writeBack().persistAll();
         }
         return raw;
     }
@@ -136,7 +136,7 @@ class LayoutDecisionTest {
         try (PmemRegion r = open(img)) {
             Btt.format(r.memory(), r.persistence(), 4096, 1);
             r.memory().set(java.lang.foreign.ValueLayout.JAVA_BYTE, BttLayout.BTT_OFFSET + 200, (byte) 1);
-            r.persistAll();
+            r.writeBack().persistAll();
         }
         String before = sha256(img);
         try (PmemRegion r = open(img)) {
@@ -229,7 +229,7 @@ class LayoutDecisionTest {
         try (PmemRegion r = open(img)) {
             assertThat(DataScan.firstNonZero(r)).as("a new file: reserved, never written").isEqualTo(-1);
             r.memory().set(java.lang.foreign.ValueLayout.JAVA_BYTE, (3L << 20) + 5, (byte) 1);
-            r.persistAll();
+            r.writeBack().persistAll();
             assertThat(DataScan.firstNonZero(r)).isEqualTo((3L << 20) + 5);
             r.memory().set(java.lang.foreign.ValueLayout.JAVA_BYTE, SIZE - 1, (byte) 1);
             r.memory().set(java.lang.foreign.ValueLayout.JAVA_BYTE, (3L << 20) + 5, (byte) 0);

@@ -1,6 +1,7 @@
 package io.pmemblk.pmem;
 
 import io.pmemblk.pmem.btt.Btt;
+import io.pmemblk.pmem.btt.LaneHandle;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -84,7 +85,7 @@ class MappingHoldTest {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment buf = arena.allocate(4096, 4096);
             buf.fill((byte) 7);
-            try (Btt.Lane lane = btt.claim(0)) {
+            try (LaneHandle lane = btt.claim(0)) {
                 Btt.Group g = lane.group();
                 int a = g.add(1, 0), b = g.add(2, 1);
                 g.source(a, buf, 0);

@@ -31,7 +31,7 @@ class PmemRegionTest {
                 src.set(ValueLayout.JAVA_BYTE, i, (byte) (i * 7));
             }
             r.write(src, 0, 4096 * 3 + 100, 8192);
-            r.persistWritten(4096 * 3 + 100, 8192);
+            r.writeBack().persistWritten(4096 * 3 + 100, 8192);
         }
         assertThat(Files.size(f)).isEqualTo(1 << 20);
         // The file's pages, read back. This goes through the same page cache as the mapping, so it shows the bytes
@@ -174,7 +174,7 @@ class PmemRegionTest {
         try (PmemRegion r = RegionFile.open(f, 1 << 20, false, PmemRegion.Mapper.valueOf(mapper.name()), true,
                 replaceTheNameOnSync)) {
             r.memory().set(ValueLayout.JAVA_BYTE, 7, (byte) 42);
-            r.persistAll();
+            r.writeBack().persistAll();
             assertThat(Files.readAllBytes(moved)[7]).as("the region maps the file it created").isEqualTo((byte) 42);
             assertThat(otherProcessLocks(moved)).as("the mapped file is locked").isEqualTo("refused");
             assertThat(otherProcessLocks(f)).as("the file that took its name is not").isEqualTo("locked");

@@ -41,8 +41,8 @@ class SafetyNetTest {
             assertThatThrownBy(() -> r.read(0, buf, 60000, 8192)).as("past the destination").isInstanceOf(IndexOutOfBoundsException.class);
             assertThatThrownBy(() -> r.zero(SIZE, 1)).isInstanceOf(IndexOutOfBoundsException.class);
             assertThatThrownBy(() -> r.zero(-1, 10)).isInstanceOf(IndexOutOfBoundsException.class);
-            assertThatThrownBy(() -> r.deviceWrote(SIZE - 1, 2, true)).isInstanceOf(IndexOutOfBoundsException.class);
-            assertThatThrownBy(() -> r.persistRange(SIZE - 1, 2)).isInstanceOf(IndexOutOfBoundsException.class);
+            assertThatThrownBy(() -> r.writeBack().deviceWrote(SIZE - 1, 2, true)).isInstanceOf(IndexOutOfBoundsException.class);
+            assertThatThrownBy(() -> r.writeBack().persistRange(SIZE - 1, 2)).isInstanceOf(IndexOutOfBoundsException.class);
         }
     }
 
@@ -58,8 +58,8 @@ class SafetyNetTest {
             assertThatThrownBy(() -> r.read(0, buf, 0, 65536)).as("libc memcpy path").isInstanceOf(IllegalStateException.class);
             assertThatThrownBy(() -> r.read(0, buf, 0, 100)).isInstanceOf(IllegalStateException.class);
             assertThatThrownBy(() -> r.zero(0, 3 << 20)).isInstanceOf(IllegalStateException.class);
-            assertThatThrownBy(() -> r.deviceWrote(0, 4096, true)).isInstanceOf(IllegalStateException.class);
-            assertThatThrownBy(() -> r.persistRange(0, 4096)).isInstanceOf(IllegalStateException.class);
+            assertThatThrownBy(() -> r.writeBack().deviceWrote(0, 4096, true)).isInstanceOf(IllegalStateException.class);
+            assertThatThrownBy(() -> r.writeBack().persistRange(0, 4096)).isInstanceOf(IllegalStateException.class);
         }
     }
 

@@ -8,6 +8,7 @@ import java.lang.invoke.MethodHandle;
 import static io.pmemblk.posix.Errno.EAGAIN;
 import static io.pmemblk.posix.Errno.EBUSY;
 import static io.pmemblk.posix.Errno.EINTR;
+import static io.pmemblk.posix.Libc.call;
 import static io.pmemblk.posix.Native.ERRNO;
 import static io.pmemblk.posix.Native.libc;
 import static io.pmemblk.posix.Native.variadicFrom;
@@ -48,18 +49,9 @@ public final class IoUringSyscalls {
      * (flags, cq_entries) and by the kernel (offsets, features). Returns the ring's fd.
      */
     public static int setup(int entries, MemorySegment params) throws NativeException {
-        MemorySegment state = Native.callState();
-        long rc;
-        try {
-            rc = (long) SETUP.invokeExact(state, SYS_IO_URING_SETUP, (long) entries, params);
-        } catch (Throwable t) {
-            throw Native.unexpected(t);
-        }
-        if (rc < 0) {
-            throw NativeException.of("io_uring_setup", Native.errno(state), "entries " + entries + ", flags 0x"
-                    + Integer.toHexString(params.get(java.lang.foreign.ValueLayout.JAVA_INT, 8)));
-        }
-        return (int) rc;
+        return (int) call("io_uring_setup", "entries " + entries + ", flags 0x"
+                        + Integer.toHexString(params.get(java.lang.foreign.ValueLayout.JAVA_INT, 8)),
+                state -> (long) SETUP.invokeExact(state, SYS_IO_URING_SETUP, (long) entries, params));
     }
 
     /**
@@ -89,19 +81,9 @@ public final class IoUringSyscalls {
 
     /** io_uring_register(2); returns the (non-negative) result. */
     public static int register(int ringFd, int opcode, MemorySegment arg, int nrArgs) throws NativeException {
-        MemorySegment state = Native.callState();
-        long rc;
-        try {
-            rc = (long) REGISTER.invokeExact(state, SYS_IO_URING_REGISTER, (long) ringFd, (long) opcode, arg,
-                    nrArgs & 0xFFFF_FFFFL);
-        } catch (Throwable t) {
-            throw Native.unexpected(t);
-        }
-        if (rc < 0) {
-            throw NativeException.of("io_uring_register", Native.errno(state),
-                    "fd " + ringFd + ", opcode " + opcode + ", nr_args " + nrArgs);
-        }
-        return (int) rc;
+        return (int) call("io_uring_register", "fd " + ringFd + ", opcode " + opcode + ", nr_args " + nrArgs,
+                state -> (long) REGISTER.invokeExact(state, SYS_IO_URING_REGISTER, (long) ringFd, (long) opcode, arg,
+                        nrArgs & 0xFFFF_FFFFL));
     }
 
     /**

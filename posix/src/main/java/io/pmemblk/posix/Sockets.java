@@ -94,6 +94,7 @@ public final class Sockets {
     /** {@code <sys/poll.h>} struct pollfd: fd, events, revents. */
     public static final StructLayout POLLFD = MemoryLayout.structLayout(JAVA_INT.withName("fd"),
             ValueLayout.JAVA_SHORT.withName("events"), ValueLayout.JAVA_SHORT.withName("revents"));
+    private static final long POLLFD_REVENTS = POLLFD.byteOffset(MemoryLayout.PathElement.groupElement("revents"));
     public static final short POLLIN = 0x1, POLLOUT = 0x4, POLLERR = 0x8, POLLHUP = 0x10, POLLNVAL = 0x20;
     public static final int SHUT_RDWR = 2;
 
@@ -255,21 +256,8 @@ public final class Sockets {
      * @return the revents (POLLERR and POLLHUP included whether asked for or not); 0 on timeout or a signal
      */
     public static int pollOne(MemorySegment pollfd, int millis) throws NativeException {
-        MemorySegment state = Native.callState();
-        int rc;
-        try {
-            rc = (int) POLL.invokeExact(state, pollfd, 1L, millis);
-        } catch (Throwable t) {
-            throw Native.unexpected(t);
-        }
-        if (rc < 0) {
-            int errno = Native.errno(state);
-            if (errno == EINTR) {
-                return 0;
-            }
-            throw NativeException.of("poll", errno, "fd " + pollfd.get(JAVA_INT, 0));
-        }
-        return rc == 0 ? 0 : Short.toUnsignedInt(pollfd.get(ValueLayout.JAVA_SHORT, 6));
+        return poll(pollfd, 1, millis) == 0 ? 0
+                : Short.toUnsignedInt(pollfd.get(ValueLayout.JAVA_SHORT, POLLFD_REVENTS));
     }
 
     /**
@@ -290,7 +278,8 @@ public final class Sockets {
             if (errno == EINTR) {
                 return 0;
             }
-            throw NativeException.of("poll", errno, count + " fds, the first " + pollfds.get(JAVA_INT, 0));
+            throw NativeException.of("poll", errno, count == 1 ? "fd " + pollfds.get(JAVA_INT, 0)
+                    : count + " fds, the first " + pollfds.get(JAVA_INT, 0));
         }
         return rc;
     }

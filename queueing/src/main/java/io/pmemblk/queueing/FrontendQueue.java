@@ -132,14 +132,14 @@ public final class FrontendQueue {
     }
 
     private Request write(long offset, int length, boolean wait) throws InterruptedException {
-        Request r;
-        if (driver.receivesInPlace(offset, length)) {
-            r = wait ? acquire(0) : tryAcquire(0);
-            if (r == null) {
-                return null;
-            }
-            r.op = Op.WRITE;
-            r.offset = offset;
+        boolean inPlace = driver.receivesInPlace(offset, length);
+        Request r = take(inPlace ? 0 : length, wait);
+        if (r == null) {
+            return null;
+        }
+        r.op = Op.WRITE;
+        r.offset = offset;
+        if (inPlace) {
             r.length = length;
             try {
                 driver.receiveInPlace(r);
@@ -149,13 +149,6 @@ public final class FrontendQueue {
                 r.release();
                 throw e;
             }
-        } else {
-            r = wait ? acquire(length) : tryAcquire(length);
-            if (r == null) {
-                return null;
-            }
-            r.op = Op.WRITE;
-            r.offset = offset;
         }
         return r;
     }
@@ -177,23 +170,23 @@ public final class FrontendQueue {
     }
 
     private Request read(long offset, int length, boolean wait) throws InterruptedException {
-        Request r;
-        if (driver.sendsInPlace(offset, length)) {
-            r = wait ? acquire(0) : tryAcquire(0);
-            if (r == null) {
-                return null;
-            }
+        boolean inPlace = driver.sendsInPlace(offset, length);
+        Request r = take(inPlace ? 0 : length, wait);
+        if (r == null) {
+            return null;
+        }
+        if (inPlace) {
             r.length = length;
-        } else {
-            r = wait ? acquire(length) : tryAcquire(length);
-            if (r == null) {
-                return null;
-            }
         }
         r.op = Op.READ;
         r.offset = offset;
         r.sinkReadsDevice = true;
         return r;
+    }
+
+    /** A request with buffers for {@code dataBytes}: {@link #acquire}, or {@link #tryAcquire} without {@code wait}. */
+    private Request take(int dataBytes, boolean wait) throws InterruptedException {
+        return wait ? acquire(dataBytes) : tryAcquire(dataBytes);
     }
 
     /**

@@ -21,7 +21,7 @@ import java.util.concurrent.locks.LockSupport;
  * {@code segments} equal segments or as one, by the driver's own primitives: on the CPU route one region copy
  * per segment ({@link PmemRegion#write}, {@link PmemRegion#read}, as the driver copies a request's chunks); on
  * the DMA route one channel copy per segment placed as a unit, one doorbell, and a DMA write written back
- * ({@link PmemRegion#deviceWrote}) as the driver does. A request's segments are its 128 KiB pool chunks, so the
+ * ({@link WriteBack#deviceWrote}) as the driver does. A request's segments are its 128 KiB pool chunks, so the
  * block layer cannot make one segment of a larger size: this is where the two forms can be compared alike.
  * One copy at a time, so what differs is the per-segment cost alone.
  *
@@ -138,7 +138,7 @@ public final class SegmentCopyProbe implements Autotuner.SegmentProbe, AutoClose
         }
         if (write) {
             try {
-                region.deviceWrote(offset, size, false);
+                region.writeBack().deviceWrote(offset, size, false);
             } catch (IOException e) {
                 throw new UncheckedIOException(e);
             }

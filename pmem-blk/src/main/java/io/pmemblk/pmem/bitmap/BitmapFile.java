@@ -53,7 +53,7 @@ public final class BitmapFile implements AutoCloseable {
                     + header + " needs " + header.fileBytes());
         }
         header.write(region.memory().asSlice(0, BitmapHeader.HEADER_BYTES));
-        region.persistRange(0, BitmapHeader.HEADER_BYTES);
+        region.writeBack().persistRange(0, BitmapHeader.HEADER_BYTES);
         return new BitmapFile(region, header);
     }
 
@@ -111,7 +111,7 @@ public final class BitmapFile implements AutoCloseable {
     void persist(long offset, long end) throws IOException {
         long firstWord = (offset >>> shift) >>> 6;
         long lastWord = ((end - 1) >>> shift) >>> 6;
-        region.persistRange(BitmapHeader.HEADER_BYTES + 8 * firstWord, 8 * (lastWord - firstWord + 1));
+        region.writeBack().persistRange(BitmapHeader.HEADER_BYTES + 8 * firstWord, 8 * (lastWord - firstWord + 1));
     }
 
     /** Records the bits of [offset, offset + length), set and persisted, in the shadow that {@link #durablySet} reads. */
@@ -183,7 +183,7 @@ public final class BitmapFile implements AutoCloseable {
                 MAPPED_WORD.getAndBitwiseOr(bits, at, w);
             }
         }
-        region.persistRange(BitmapHeader.HEADER_BYTES, bits.byteSize());
+        region.writeBack().persistRange(BitmapHeader.HEADER_BYTES, bits.byteSize());
         for (int i = 0; i < shadow.length; i++) {
             shadow[i] = bits.get(WORD, 8L * i);
         }

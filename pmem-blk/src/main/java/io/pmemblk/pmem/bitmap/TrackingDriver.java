@@ -1,14 +1,13 @@
 package io.pmemblk.pmem.bitmap;
 
 import io.pmemblk.queueing.BlockDriver;
+import io.pmemblk.queueing.ForwardingBlockDriver;
 import io.pmemblk.queueing.HardwareQueue;
 import io.pmemblk.queueing.Request;
 import io.pmemblk.queueing.Status;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
-import java.lang.foreign.Arena;
-import java.lang.foreign.MemorySegment;
 import java.util.Arrays;
 
 /**
@@ -21,10 +20,10 @@ import java.util.Arrays;
  * <p>Each write is counted in flight from its marking to its completion ({@link DirtyBitmaps#mark}), through a
  * completion of this layer's own per tag (made at {@link #attachQueue}) that hands the request back to the
  * frontend's: a checkpoint waits for those, so a frozen bitmap's writes have all reached the device when a
- * backup reads it. Everything else is the device's, passed through.
+ * backup reads it. Everything else is the device's, passed through ({@link ForwardingBlockDriver}); closing closes
+ * the device, not the bitmaps, which are their owner's.
  */
-public final class TrackingDriver implements BlockDriver {
-    private final BlockDriver device;
+public final class TrackingDriver extends ForwardingBlockDriver {
     private final DirtyBitmaps bitmaps;
     /** Per hardware queue, per tag: the completion that ends the write's count and calls the frontend's. */
     private InFlight[][] inFlight = new InFlight[0][];
@@ -34,13 +33,8 @@ public final class TrackingDriver implements BlockDriver {
             throw new IllegalArgumentException("bitmaps of a " + bitmaps.deviceSize() + "-byte device over one of "
                     + device.size() + " bytes");
         }
-        this.device = device;
+        super(device);
         this.bitmaps = bitmaps;
-    }
-
-    /** The device under this layer. */
-    public BlockDriver device() {
-        return device;
     }
 
     public DirtyBitmaps bitmaps() {
@@ -127,115 +121,5 @@ public final class TrackingDriver implements BlockDriver {
             throw new UncheckedIOException(new IOException(refused));
         }
         device.receiveInPlace(r);
-    }
-
-    /**
-     * The device's DMA completions, reaped on the queue thread that asks: a layer that kept these to itself would
-     * leave every completion to the engine's own thread. What is reaped still completes through this layer's own.
-     */
-    @Override
-    public int startReaping(int hwq) {
-        return device.startReaping(hwq);
-    }
-
-    @Override
-    public int reapCompletions(int hwq) {
-        return device.reapCompletions(hwq);
-    }
-
-    @Override
-    public void stopReaping(int hwq) {
-        device.stopReaping(hwq);
-    }
-
-    @Override
-    public long size() {
-        return device.size();
-    }
-
-    @Override
-    public boolean isPmem() {
-        return device.isPmem();
-    }
-
-    @Override
-    public boolean isReadOnly() {
-        return device.isReadOnly();
-    }
-
-    @Override
-    public boolean canFlush() {
-        return device.canFlush();
-    }
-
-    @Override
-    public boolean canFua() {
-        return device.canFua();
-    }
-
-    @Override
-    public boolean canTrim() {
-        return device.canTrim();
-    }
-
-    @Override
-    public boolean canZero() {
-        return device.canZero();
-    }
-
-    @Override
-    public boolean canFastZero() {
-        return device.canFastZero();
-    }
-
-    @Override
-    public boolean canCache() {
-        return device.canCache();
-    }
-
-    @Override
-    public boolean isRotational() {
-        return device.isRotational();
-    }
-
-    @Override
-    public boolean canMultiConn() {
-        return device.canMultiConn();
-    }
-
-    @Override
-    public int minimumBlockSize() {
-        return device.minimumBlockSize();
-    }
-
-    @Override
-    public boolean sendsInPlace(long offset, long length) {
-        return device.sendsInPlace(offset, length);
-    }
-
-    @Override
-    public long registerMemory(MemorySegment region) {
-        return device.registerMemory(region);
-    }
-
-    @Override
-    public void unregisterMemory(MemorySegment region) {
-        device.unregisterMemory(region);
-    }
-
-    @Override
-    public MemorySegment allocateBuffers(long bytes, Arena owner) {
-        return device.allocateBuffers(bytes, owner);
-    }
-
-    @Override
-    public void persistAll() throws IOException {
-        device.persistAll();
-    }
-
-    /** Closes the device; the bitmaps are their owner's. */
-    @Override
-    public void close() throws IOException {
-        device.close();
     }
 }

@@ -42,7 +42,7 @@ import static io.pmemblk.pmem.btt.BttLayout.*;
  * <p>The hot path (read, write, zero of one block, a group's commit) allocates nothing; this object does not own the mapping.
  *
  * <p>The parts, in this package: {@link BttFormat} lays a pool out, {@link BttOpen} opens, recovers and checks it,
- * {@link Lanes} holds the lanes and their {@link LaneHandle}s (one-block I/O), {@link ReadTracking} the RTT, the
+ * {@link Lanes} holds the lanes and their {@link LaneHandle}s (one-block I/O, a lane a caller holds), {@link ReadTracking} the RTT, the
  * device-read table and the map locks, {@link WriteGroup} the lockstep commit; they share one {@link BttState}.
  * The engine reaches the media only through {@link Persistence}, {@link Media} and {@link MappingHold}: it imports
  * nothing of the queueing or DMA layers (BttPackageRuleTest holds it to that).
@@ -73,37 +73,6 @@ public final class Btt {
     }
 
     /**
-     * A lane held by one caller ({@link #claim}) until {@link Lane#close}: its reads, writes and zeroings, as the
-     * methods of the same names on {@link Btt} without entering the lane for each block.
-     */
-    public sealed interface Lane extends AutoCloseable permits LaneHandle {
-        /**
-         * This lane's group: block writes run in lockstep on this lane and on lanes the group claims as it grows
-         * ({@link Group#add}), given back when this lane is closed.
-         */
-        Group group();
-
-        int index();
-
-        void read(long lba, MemorySegment dst) throws IOException;
-
-        /**
-         * Loads block {@code lba}'s map entry with a plain load and returns it (meaningless, but the caller keeps
-         * it so the load stays): a caller about to read several random blocks loads all their entries first, so
-         * that their cache misses overlap instead of each stalling its own read. Out of range: 0, nothing loaded.
-         */
-        int touchMap(long lba);
-
-        void write(long lba, MemorySegment src) throws IOException;
-
-        void zero(long lba) throws IOException;
-
-        /** Gives the lane back, and the lanes its group claimed; blocks added to the group and not committed are dropped. */
-        @Override
-        void close();
-    }
-
-    /**
      * Block writes run in lockstep, each on a lane of its own (the class comment of {@link Btt}): a lane's holder adds blocks
      * ({@link #add}, {@link #source}), then {@link #commit}s them, reads what became of each ({@link #failure}) and
      * {@link #clear}s the group for the next ones. Per block the steps and their order are exactly those of
@@ -129,7 +98,12 @@ public final class Btt {
      * the group still releases its locks, and nothing is thrown: each block's fate is its {@link #failure}.
      *
      * <p>Nothing is allocated: the arrays are made with the lane at open; the lanes claimed as the group grows
-     * stay held across commits until the lane's {@link Lane#close}.
+     * stay held across commits until the lane's {@link LaneHandle#close}.
+     *
+     * <p>Sealed over its one class, {@link WriteGroup}, on purpose: the request side that drives groups (CPU and
+     * DMA writes) programs against this contract, the stages' order and each block's fate, which stays readable
+     * here beside the class comment it refines, apart from the lockstep implementation that fills a file of its
+     * own. The call costs nothing: with one implementation it is bound statically.
      */
     public sealed interface Group permits WriteGroup {
         /** Blocks a group holds at most. */
@@ -364,7 +338,7 @@ public final class Btt {
 
     /** Copies external block {@code lba} into {@code dst} ({@link #blockSize()} bytes); a ZERO or initial block reads as zeros. */
     public void read(int lane, long lba, MemorySegment dst) throws IOException {
-        try (Lane l = laneSet.entered(lane)) {
+        try (LaneHandle l = laneSet.entered(lane)) {
             l.read(lba, dst);
         }
     }
@@ -374,7 +348,7 @@ public final class Btt {
      * point the block reads wholly as before or wholly as {@code src}; once this returns, {@code src} is durable.
      */
     public void write(int lane, long lba, MemorySegment src) throws IOException {
-        try (Lane l = laneSet.entered(lane)) {
+        try (LaneHandle l = laneSet.entered(lane)) {
             l.write(lba, src);
         }
     }
@@ -384,7 +358,7 @@ public final class Btt {
      * store; the block stays mapped, so no flog entry is needed. An already zero (or initial) block is left alone.
      */
     public void zero(int lane, long lba) throws IOException {
-        try (Lane l = laneSet.entered(lane)) {
+        try (LaneHandle l = laneSet.entered(lane)) {
             l.zero(lba);
         }
     }
@@ -395,7 +369,7 @@ public final class Btt {
      * each get a lane of their own without a lock, and a caller that keeps its preferred lane (one per thread)
      * finds it free. Never returns a lane another caller holds.
      */
-    public Lane claim(int preferred) {
+    public LaneHandle claim(int preferred) {
         return laneSet.claim(preferred);
     }
 
@@ -404,7 +378,7 @@ public final class Btt {
      * is held. For a caller that must do something before it may wait (ring a DMA doorbell for copies whose
      * completion gives lanes back).
      */
-    public Lane claimNow(int preferred) {
+    public LaneHandle claimNow(int preferred) {
         return laneSet.claimNow(preferred);
     }
 

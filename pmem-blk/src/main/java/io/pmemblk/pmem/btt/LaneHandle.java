@@ -12,13 +12,15 @@ import static io.pmemblk.pmem.btt.ReadTracking.RTT_EMPTY;
 import static io.pmemblk.pmem.btt.ReadTracking.lockMap;
 
 /**
- * One lane ({@link Btt.Lane}), made at open: the one-block read, write and zero on the lane's free block and flog
- * pair, each step of a write durable before the next (the class comment of {@link Btt}), and the lane's group.
+ * A lane held by one caller ({@link Btt#claim}) until {@link #close}: its reads, writes and zeroings, as the
+ * methods of the same names on {@link Btt} without entering the lane for each block. Made at open, one per lane:
+ * the one-block read, write and zero on the lane's free block and flog pair, each step of a write durable before
+ * the next (the class comment of {@link Btt}), and the lane's group.
  */
-final class LaneHandle implements Btt.Lane {
+public final class LaneHandle implements AutoCloseable {
     private final int index;
-        /** Made with the lane at open, so a caller's group allocates nothing: only the lane's holder uses it. */
-        private final WriteGroup group;
+    /** Made with the lane at open, so a caller's group allocates nothing: only the lane's holder uses it. */
+    private final WriteGroup group;
     private final BttState state;
     private final ReadTracking tracking;
     private final Lanes laneSet;
@@ -43,23 +45,28 @@ final class LaneHandle implements Btt.Lane {
         this.group = new WriteGroup(index, state, tracking, laneSet);
     }
 
-    @Override
+    /**
+     * This lane's group: block writes run in lockstep on this lane and on lanes the group claims as it grows
+     * ({@link Btt.Group#add}), given back when this lane is closed.
+     */
     public Btt.Group group() {
         return group;
     }
 
-    @Override
     public int index() {
         return index;
     }
 
-    @Override
     public void read(long lba, MemorySegment dst) throws IOException {
         checkBuffer(dst);
         readOn(index, lba, dst);
     }
 
-    @Override
+    /**
+     * Loads block {@code lba}'s map entry with a plain load and returns it (meaningless, but the caller keeps
+     * it so the load stays): a caller about to read several random blocks loads all their entries first, so
+     * that their cache misses overlap instead of each stalling its own read. Out of range: 0, nothing loaded.
+     */
     public int touchMap(long lba) {
         if (lba < 0 || lba >= blocks) {
             return 0;
@@ -68,17 +75,16 @@ final class LaneHandle implements Btt.Lane {
         return (int) INT.get(pool, a.mapOff + (lba - a.firstLba) * MAP_ENTRY_SIZE);
     }
 
-    @Override
     public void write(long lba, MemorySegment src) throws IOException {
         checkBuffer(src);
         writeOn(index, lba, src);
     }
 
-    @Override
     public void zero(long lba) throws IOException {
         zeroOn(index, lba);
     }
 
+    /** Gives the lane back, and the lanes its group claimed; blocks added to the group and not committed are dropped. */
     @Override
     public void close() {
         group.clear();

@@ -163,7 +163,7 @@ class BttCrashTest {
                     Random rnd = new Random(seed * 1000 + me);
                     for (int i = 0; i < OPS_PER_LANE && !stop.get(); ) {
                         int kind = rnd.nextInt(5); // 0 zero, 1-2 one write, 3-4 a group
-                        try (Btt.Lane held = btt.claim(3 * me)) {
+                        try (LaneHandle held = btt.claim(3 * me)) {
                             if (kind >= 3) {
                                 i += groupOfWrites(held, bufs, rnd, versions, model, history);
                                 continue;
@@ -207,7 +207,7 @@ class BttCrashTest {
      * (full, no lane, its LBA already in it) is written in the next one, as a driver does. Each write starts
      * before it is added and ends when its group has committed. How many were written.
      */
-    static int groupOfWrites(Btt.Lane lane, MemorySegment[] bufs, Random rnd, AtomicInteger versions, CrashModel model,
+    static int groupOfWrites(LaneHandle lane, MemorySegment[] bufs, Random rnd, AtomicInteger versions, CrashModel model,
                              History history) {
         Btt.Group g = lane.group();
         int n = 2 + rnd.nextInt(GROUP - 1);

@@ -162,7 +162,7 @@ class BttInteropTest {
             }
             btt.zero(1, 9);
             // grouped writes (both lanes in lockstep), 10 twice: the group splits before the second
-            try (Btt.Lane lane = btt.claim(0)) {
+            try (LaneHandle lane = btt.claim(0)) {
                 Btt.Group g = lane.group();
                 MemorySegment[] bufs = {arena.allocate(bsize, 4096), arena.allocate(bsize, 4096)};
                 long[][] writes = {{10, 1}, {11, 1}, {10, 2}, {12, 3}};

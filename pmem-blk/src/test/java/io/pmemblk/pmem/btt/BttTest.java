@@ -384,9 +384,9 @@ class BttTest {
             for (int i = 0; i < bufs.length; i++) {
                 bufs[i] = arena.allocate(4096, 4096);
             }
-            Btt.Lane other = btt.claim(2); // another caller's
+            LaneHandle other = btt.claim(2); // another caller's
             assertThat(other.index()).isEqualTo(2);
-            try (Btt.Lane lane = btt.claim(0)) {
+            try (LaneHandle lane = btt.claim(0)) {
                 Btt.Group g = lane.group();
                 assertThat(g.capacity()).isEqualTo(4);
                 int s0 = g.add(7, 70), s1 = g.add(8, 80);
@@ -416,12 +416,12 @@ class BttTest {
             }
             other.close();
             // every lane is free again: four callers each get one
-            List<Btt.Lane> all = new ArrayList<>();
+            List<LaneHandle> all = new ArrayList<>();
             for (int i = 0; i < 4; i++) {
                 all.add(btt.claim(0));
             }
-            assertThat(all).extracting(Btt.Lane::index).containsExactlyInAnyOrder(0, 1, 2, 3);
-            all.forEach(Btt.Lane::close);
+            assertThat(all).extracting(LaneHandle::index).containsExactlyInAnyOrder(0, 1, 2, 3);
+            all.forEach(LaneHandle::close);
             MemorySegment out = arena.allocate(4096, 4096);
             for (long[] expect : new long[][]{{7, 2}, {8, 1}, {9, 1}, {11, 0}}) {
                 btt.read(0, expect[0], out);
@@ -440,7 +440,7 @@ class BttTest {
     void callersPreferringOneLaneStartAGroupApart() throws Exception {
         try (Pools.Mapped m = Pools.map(dir.resolve("p.blk"), Pools.MIN_POOL); Arena arena = Arena.ofConfined()) {
             Btt btt = Btt.format(m.memory(), Pools.none(), 4096, 3 * Btt.GROUP_BLOCKS);
-            try (Btt.Lane a = btt.claim(5); Btt.Lane b = btt.claim(5); Btt.Lane c = btt.claimNow(5)) {
+            try (LaneHandle a = btt.claim(5); LaneHandle b = btt.claim(5); LaneHandle c = btt.claimNow(5)) {
                 assertThat(new int[]{a.index(), b.index(), c.index()})
                         .containsExactly(5, 5 + Btt.GROUP_BLOCKS, 5 + 2 * Btt.GROUP_BLOCKS);
                 Btt.Group g = a.group();
@@ -479,7 +479,7 @@ class BttTest {
             for (int i = 0; i < 16; i++) {
                 fill(buf.asSlice(4096L * i, 4096), i, 1);
             }
-            try (Btt.Lane lane = btt.claim(0)) {
+            try (LaneHandle lane = btt.claim(0)) {
                 Btt.Group g = lane.group();
                 for (int i = 0; i < 16; i++) {
                     g.source(g.add(i, i), buf, 4096L * i);
@@ -494,7 +494,7 @@ class BttTest {
             assertThat(writeBacks.get()).as("one of the neighbouring lanes' flog range per flog stage, one a map entry")
                     .isEqualTo(2 + 16);
             drains.set(0);
-            try (Btt.Lane lane = btt.claim(0)) {
+            try (LaneHandle lane = btt.claim(0)) {
                 for (int i = 0; i < 16; i++) {
                     lane.write(i, buf.asSlice(4096L * i, 4096));
                 }

@@ -13,7 +13,7 @@ import java.nio.file.Path;
 
 /**
  * The region's own copies, the ones the driver's CPU route makes: {@link PmemRegion#write} (fault-safe, and on
- * real pmem non-temporal and drained), a FUA write ({@code write} + {@link PmemRegion#persistWritten}),
+ * real pmem non-temporal and drained), a FUA write ({@code write} + {@link WriteBack#persistWritten}),
  * {@link PmemRegion#read} (fault-safe {@code MemorySegment.copy}) and {@link PmemRegion#zero}, by mapper. Set
  * beside {@link PmemCopyBenchmark}'s bare copies they are what the fault barrier and persistence cost. Allocation
  * per write: run with {@code -prof gc} and read {@code gc.alloc.rate.norm} (0 B/op is the goal on every path):
@@ -53,7 +53,7 @@ public class RegionCopyBenchmark extends BlockWalk {
     public void fuaWrite(Throughput t) throws IOException {
         long off = nextOffset();
         region.write(buffer, 0, off, bytes);
-        region.persistWritten(off, bytes);
+        region.writeBack().persistWritten(off, bytes);
         t.add(bytes);
     }
 

@@ -2,6 +2,7 @@ package io.pmemblk.bench.vhostload;
 
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.vhost.virtq.SplitRing;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -61,7 +62,7 @@ final class QueueLoad implements Runnable {
             int pieces = (job.bytes() + piece - 1) / piece;
             int chains = (pieces + segMax - 1) / segMax;
             int perChain = (pieces + chains - 1) / chains;
-            return new Shape(piece, pieces, perChain, chains, (DriverRing.DESC_BYTES * (2L + perChain) + 63) & ~63L);
+            return new Shape(piece, pieces, perChain, chains, (SplitRing.DESC_BYTES * (2L + perChain) + 63) & ~63L);
         }
 
         int piecesOf(int chain) {
@@ -133,13 +134,13 @@ final class QueueLoad implements Runnable {
         for (int k = 0; k < shape.chains(); k++) {
             int h = s * shape.chains() + k, n = shape.piecesOf(k);
             long meta = metaGpa + (long) META * h, t = table(h);
-            DriverRing.desc(mem, t, meta, HEADER_BYTES, DriverRing.F_NEXT, 1);
+            DriverRing.desc(mem, t, meta, HEADER_BYTES, SplitRing.F_NEXT, 1);
             for (int p = 0; p < n; p++) {
                 long off = (long) (k * shape.perChain() + p) * shape.piece();
-                DriverRing.desc(mem, t + (long) DriverRing.DESC_BYTES * (1 + p), dataGpa + s * dataStride + off,
-                        Math.min(shape.piece(), job.bytes() - off), DriverRing.F_NEXT, 2 + p);
+                DriverRing.desc(mem, t + (long) SplitRing.DESC_BYTES * (1 + p), dataGpa + s * dataStride + off,
+                        Math.min(shape.piece(), job.bytes() - off), SplitRing.F_NEXT, 2 + p);
             }
-            DriverRing.desc(mem, t + (long) DriverRing.DESC_BYTES * (1 + n), meta + STATUS_AT, 1, DriverRing.F_WRITE, 0);
+            DriverRing.desc(mem, t + (long) SplitRing.DESC_BYTES * (1 + n), meta + STATUS_AT, 1, SplitRing.F_WRITE, 0);
             ring.indirect(h, t, n + 2);
         }
         laidOutFor[s] = -1;
@@ -152,11 +153,11 @@ final class QueueLoad implements Runnable {
             return;
         }
         laidOutFor[s] = want;
-        short flags = (short) (DriverRing.F_NEXT | (write ? 0 : DriverRing.F_WRITE));
+        short flags = (short) (SplitRing.F_NEXT | (write ? 0 : SplitRing.F_WRITE));
         for (int k = 0; k < shape.chains(); k++) {
             long t = table(s * shape.chains() + k);
             for (int p = 1; p <= shape.piecesOf(k); p++) {
-                mem.set(DriverRing.U16, t + (long) DriverRing.DESC_BYTES * p + DriverRing.DESC_FLAGS, flags);
+                mem.set(DriverRing.U16, t + (long) SplitRing.DESC_BYTES * p + SplitRing.DESC_FLAGS, flags);
             }
         }
     }
