@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The report of bench-vhost's host mode (scripts/bench-vhost-host): from the rounds file (one line per run:
 round, job, target, ios, bytes, nanos, server_ticks, load_ticks, and where measured queue_ticks (the server's
-vhost-blk-qN threads) and device_ticks (a DMA device's own process)), a markdown table per target of the medians, and,
+vhost-blk-qN threads), device_ticks (a DMA device's own process) and queue_sleeps (the queue threads' voluntary
+context switches)), a markdown table per target of the medians, and,
 when pmemblk-alt ran, per job the paired ratios pmemblk-alt/pmemblk of each round with their median and spread, and
 whether the spread lets a 5% bar be read."""
 import argparse
@@ -39,12 +40,13 @@ def load(path):
                 "server_gib": ticks(row, "server_ticks", gib),
                 "queue_gib": ticks(row, "queue_ticks", gib),
                 "device_gib": ticks(row, "device_ticks", gib),
+                "sleeps": ticks(row, "queue_sleeps", ios),
             }
     return runs
 
 
 def ticks(row, column, per):
-    """Ticks of a column over `per` (requests, GiB), or None where it was not measured ("-", or an older file)."""
+    """A count (ticks, sleeps) over `per` (requests, GiB), or None where not measured ("-", or an older file)."""
     v = row.get(column)
     return None if v in (None, "", "-") or per <= 0 else int(v) / per
 
@@ -117,21 +119,21 @@ def main():
     out += ["", "Medians over the rounds; CPU per request is utime+stime of the process over the requests it "
             "completed (server: around the generator's run; load: the generator's own JVM); per GiB, CPU seconds "
             "over the bytes moved: the server's process, its queue threads (vhost-blk-qN) alone, and a DMA device's "
-            "own process (vfio-user route).", ""]
+            "own process (vfio-user route); the queue threads' sleeps (voluntary context switches) per request.", ""]
     out.append("| job | target | IOPS | MiB/s | server CPU us/req | load CPU us/req | server s/GiB | queue threads "
-               "s/GiB | device s/GiB | runs |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+               "s/GiB | device s/GiB | queue sleeps/req | runs |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for j in jobs:
         for t in a.targets:
             r = runs.get((j, t))
             if not r:
-                out.append(f"| {j} | {t} | FAIL | | | | | | | 0 |")
+                out.append(f"| {j} | {t} | FAIL | | | | | | | | 0 |")
                 continue
             sec = 1.0 / a.hz
             out.append(f"| {j} | {t} | {fmt(med(r, 'iops'), 0)} | {fmt(med(r, 'mibs'))} | "
                        f"{fmt(med(r, 'server', us), 2)} | {fmt(med(r, 'load', us), 2)} | "
                        f"{fmt(med(r, 'server_gib', sec), 4)} | {fmt(med(r, 'queue_gib', sec), 4)} | "
-                       f"{fmt(med(r, 'device_gib', sec), 4)} | {len(r)} |")
+                       f"{fmt(med(r, 'device_gib', sec), 4)} | {fmt(med(r, 'sleeps'), 2)} | {len(r)} |")
     if "pmemblk-alt" in a.targets:
         out += ["", "## pmemblk-alt / pmemblk, paired by round", "",
                 "Each round's ratio of its two back-to-back runs; the median and the spread of those ratios "

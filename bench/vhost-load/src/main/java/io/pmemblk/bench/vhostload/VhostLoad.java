@@ -15,11 +15,13 @@ import java.util.List;
 /**
  * A vhost-user-blk front end on the host as a load generator: it connects to a back-end's socket as QEMU does,
  * runs one of bench-vhost's fio jobs on its virtqueues with no guest in between, and prints one result line:
- * <pre>job ios bytes nanos server-ticks generator-ticks queue-ticks device-ticks</pre>
+ * <pre>job ios bytes nanos server-ticks generator-ticks queue-ticks device-ticks queue-sleeps</pre>
  * (tab-separated; ticks are utime+stime from /proc/PID/stat in clock ticks, the server's around the run when
  * {@code --server-pid} is given, else -; queue-ticks: the server's {@code vhost-blk-q} threads' alone, the
  * threads serving this run's rings, where the loop's own cost shows apart from the engine's and the JVM's;
- * device-ticks: the process of {@code --device-pid}, a DMA device out of the server's process, else -). Exit 1
+ * device-ticks: the process of {@code --device-pid}, a DMA device out of the server's process, else -;
+ * queue-sleeps: the queue threads' voluntary context switches, /proc/PID/task/TID/status, each a sleep and its
+ * wake-up). Exit 1
  * when any request failed, was answered wrongly or (with {@code --verify}) read back other data than was written:
  * no throughput is reported for such a run.
  * <pre>
@@ -36,10 +38,10 @@ public final class VhostLoad {
     private VhostLoad() {}
 
     record Result(Job job, long ios, long bytes, long nanos, long serverTicks, long ownTicks, long queueTicks,
-                  long deviceTicks, long errors, String firstError) {
+                  long deviceTicks, long queueSleeps, long errors, String firstError) {
         String line() {
             return job.name() + "\t" + ios + "\t" + bytes + "\t" + nanos + "\t" + orDash(serverTicks) + "\t" + ownTicks
-                    + "\t" + orDash(queueTicks) + "\t" + orDash(deviceTicks);
+                    + "\t" + orDash(queueTicks) + "\t" + orDash(deviceTicks) + "\t" + orDash(queueSleeps);
         }
 
         private static String orDash(long ticks) {
@@ -148,7 +150,7 @@ public final class VhostLoad {
                 }
                 long server0 = o.serverPid() > 0 ? ticks(o.serverPid()) : -1, own0 = ticks(ProcessHandle.current().pid());
                 // After link.start: the queue threads serving this run's rings are running, and live until it ends.
-                long queue0 = o.serverPid() > 0 ? queueTicks(o.serverPid()) : -1;
+                QueueThreads queue0 = o.serverPid() > 0 ? QueueThreads.of(o.serverPid()) : null;
                 long device0 = o.devicePid() > 0 ? ticks(o.devicePid()) : -1;
                 long t0 = System.nanoTime();
                 for (int q = 0; q < job.jobs(); q++) {
@@ -161,7 +163,9 @@ public final class VhostLoad {
                 long nanos = System.nanoTime() - t0;
                 long server = o.serverPid() > 0 ? ticks(o.serverPid()) - server0 : -1;
                 long own = ticks(ProcessHandle.current().pid()) - own0;
-                long queue = o.serverPid() > 0 ? queueTicks(o.serverPid()) - queue0 : -1;
+                QueueThreads queue1 = queue0 != null ? QueueThreads.of(o.serverPid()) : null;
+                long queue = queue1 != null ? queue1.ticks() - queue0.ticks() : -1;
+                long sleeps = queue1 != null ? queue1.sleeps() - queue0.sleeps() : -1;
                 long device = o.devicePid() > 0 ? ticks(o.devicePid()) - device0 : -1;
                 long ios = 0, bytes = 0, errors = 0;
                 String first = null;
@@ -171,7 +175,7 @@ public final class VhostLoad {
                     errors += l.errors;
                     first = first != null ? first : l.firstError;
                 }
-                return new Result(job, ios, bytes, nanos, server, own, queue, device, errors, first);
+                return new Result(job, ios, bytes, nanos, server, own, queue, device, sleeps, errors, first);
             } finally {
                 for (EventFd e : fds) {
                     e.close();
@@ -211,22 +215,35 @@ public final class VhostLoad {
     }
 
     /**
-     * utime + stime of process {@code pid}'s threads named {@code vhost-blk-q<N>} (/proc/PID/task/TID/comm and
-     * stat), the vhost queue threads; a thread gone between the listing and the read counts nothing.
+     * What process {@code pid}'s threads named {@code vhost-blk-q<N>} (the vhost queue threads) have spent so far:
+     * utime + stime in clock ticks (/proc/PID/task/TID/stat) and voluntary context switches, each a sleep
+     * (/proc/PID/task/TID/status); a thread gone between the listing and the read counts nothing.
      */
-    static long queueTicks(long pid) throws IOException {
-        long sum = 0;
-        try (DirectoryStream<Path> tasks = Files.newDirectoryStream(Path.of("/proc/" + pid + "/task"))) {
-            for (Path task : tasks) {
-                try {
-                    if (Files.readString(task.resolve("comm")).strip().matches("vhost-blk-q[0-9]+")) {
-                        sum += statTicks(Files.readString(task.resolve("stat")));
+    record QueueThreads(long ticks, long sleeps) {
+        static QueueThreads of(long pid) throws IOException {
+            long ticks = 0, sleeps = 0;
+            try (DirectoryStream<Path> tasks = Files.newDirectoryStream(Path.of("/proc/" + pid + "/task"))) {
+                for (Path task : tasks) {
+                    try {
+                        if (Files.readString(task.resolve("comm")).strip().matches("vhost-blk-q[0-9]+")) {
+                            ticks += statTicks(Files.readString(task.resolve("stat")));
+                            sleeps += voluntarySwitches(Files.readString(task.resolve("status")));
+                        }
+                    } catch (NoSuchFileException e) {
+                        // the thread ended meanwhile: not one of this run's (they live until the link closes)
                     }
-                } catch (NoSuchFileException e) {
-                    // the thread ended meanwhile: not one of this run's (they live until the link closes)
                 }
             }
+            return new QueueThreads(ticks, sleeps);
         }
-        return sum;
+
+        private static long voluntarySwitches(String status) {
+            for (String line : status.split("\n")) {
+                if (line.startsWith("voluntary_ctxt_switches:")) {
+                    return Long.parseLong(line.substring(line.indexOf(':') + 1).strip());
+                }
+            }
+            return 0;
+        }
     }
 }
