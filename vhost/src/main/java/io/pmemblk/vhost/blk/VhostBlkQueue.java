@@ -34,10 +34,10 @@ import java.util.function.Supplier;
  * threads of the server poll at once, so that on a host whose few CPUs the guest's vCPUs share, polling does not
  * take their CPU when it cannot catch anything. Not while requests of the queue are in flight on a DMA engine and
  * the ring is empty: their completion wakes the thread (its interrupt's eventfd, or the hand-off of the guest's
- * interrupt), and a guest whose requests are all in flight sends its next one only after it has seen one complete,
- * so a poll then catches nothing and costs as much CPU as the copies' doorbell and reaping together; the thread
- * sleeps on the kick, its wake and the completions at once and is woken by whichever comes first, as SPDK's poller
- * in interrupt mode. Those sleeps do not adapt the window: they measure the device, not the guest.
+ * interrupt), and a guest at its queue depth sends its next request only once it has seen one complete, so a poll
+ * then mostly catches nothing while costing the CPU the offload is meant to save; the thread sleeps on the kick,
+ * its wake and the completions at once and is woken by whichever comes first, as SPDK's poller in interrupt mode.
+ * Those sleeps do not adapt the window: they measure the device, not the guest.
  *
  * <h2>Completions</h2>
  * Published (the used index, and the call eventfd when the guest asked for it) at the end of each dispatch, or,
