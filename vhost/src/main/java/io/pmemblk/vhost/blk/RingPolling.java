@@ -12,7 +12,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  * poll is CPU taken from the guest's vCPUs for nothing (on a host whose few CPUs the vCPUs share, throughput
  * falls), so each queue's window starts at zero, grows (4 us, doubling) while the measured idle gaps are longer
  * than the window but shorter than the maximum, and drops to zero after a gap longer than the maximum, as QEMU's
- * window does with its default {@code poll-shrink=0}.
+ * window does with its default {@code poll-shrink=0}. A queue whose requests are in flight on a DMA engine takes
+ * neither a window nor a hold until one completes ({@link VhostBlkQueue}, Polling): it sleeps, and such sleeps are
+ * not gaps of the guest's and leave the window as it was.
  *
  * <p>Why bounded: at most {@code maxPollers} threads of the server poll at once (by default one fewer than the
  * CPUs, as NBD's readers), the others sleep at once; polling never takes every CPU.

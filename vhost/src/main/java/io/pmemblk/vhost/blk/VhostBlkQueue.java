@@ -32,14 +32,20 @@ import java.util.function.Supplier;
  * guest's requests come close together the next one is caught without either. The window adapts to the gaps it
  * sees (0 up to {@code vhost.busy-poll}, {@link #DEFAULT_POLL_NANOS} by default) and at most cores - 1 queue
  * threads of the server poll at once, so that on a host whose few CPUs the guest's vCPUs share, polling does not
- * take their CPU when it cannot catch anything.
+ * take their CPU when it cannot catch anything. Not while requests of the queue are in flight on a DMA engine and
+ * the ring is empty: their completion wakes the thread (its interrupt's eventfd, or the hand-off of the guest's
+ * interrupt), and a guest at its queue depth sends its next request only once it has seen one complete, so a poll
+ * then mostly catches nothing while costing the CPU the offload is meant to save; the thread sleeps on the kick,
+ * its wake and the completions at once and is woken by whichever comes first, as SPDK's poller in interrupt mode.
+ * Those sleeps do not adapt the window: they measure the device, not the guest.
  *
  * <h2>Completions</h2>
  * Published (the used index, and the call eventfd when the guest asked for it) at the end of each dispatch, or,
  * with {@code vhost.coalesce}, held back while the thread polls for the guest's next requests and published
  * together: one interrupt for several ({@link RingPolling}, the hold). A DMA route's completions, on the engine's
  * completion thread, are published at once, with whatever is held; their interrupt is sent by the queue thread
- * (the engine's thread, which every client shares, never writes a front end's descriptor).
+ * (the engine's thread, which every client shares, never writes a front end's descriptor). With requests in flight
+ * on a DMA engine the hold is not spent: what is held is published at once, as the loop sleeps instead of polling.
  */
 public final class VhostBlkQueue {
     private static final System.Logger LOG = System.getLogger(VhostBlkQueue.class.getName());
@@ -369,19 +375,28 @@ public final class VhostBlkQueue {
                 if (processBatch() > 0) {
                     continue;
                 }
-                if (heldSince != 0 && holdForRequests()) {
-                    continue; // a request came: its completion joins the ones held
+                // Requests in flight after a dispatch whose completions were not made here (a DMA engine's): their
+                // completion wakes this thread, so it neither polls nor holds until then (class comment, Polling).
+                boolean awaitingCompletions = vq.inFlight() > 0;
+                if (heldSince != 0) {
+                    if (awaitingCompletions) {
+                        publishHeld();
+                    } else if (holdForRequests()) {
+                        continue; // a request came: its completion joins the ones held
+                    }
                 }
                 long idleFrom = System.nanoTime();
-                if (!pollRing(idleFrom)) {
+                if (awaitingCompletions || !pollRing(idleFrom)) {
                     if (vq.enableKicks()) { // a request came as the kick was re-armed: no kick will say so
                         vq.disableKicks();
                     } else {
-                        sleep.await(-1); // a kick, or stop()'s wake
+                        sleep.await(-1); // a kick, stop()'s wake, or (reaping) the completions' interrupt
                         vq.disableKicks();
                     }
                 }
-                polling.idled(System.nanoTime() - idleFrom);
+                if (!awaitingCompletions) {
+                    polling.idled(System.nanoTime() - idleFrom);
+                }
             }
         } catch (BrokenRingException e) {
             breaks(e.getMessage(), null);

@@ -5,7 +5,9 @@ import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.NativeException;
 
 import java.io.IOException;
+import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -13,13 +15,18 @@ import java.util.List;
 /**
  * A vhost-user-blk front end on the host as a load generator: it connects to a back-end's socket as QEMU does,
  * runs one of bench-vhost's fio jobs on its virtqueues with no guest in between, and prints one result line:
- * <pre>job ios bytes nanos server-ticks generator-ticks</pre>
+ * <pre>job ios bytes nanos server-ticks generator-ticks queue-ticks device-ticks queue-sleeps</pre>
  * (tab-separated; ticks are utime+stime from /proc/PID/stat in clock ticks, the server's around the run when
- * {@code --server-pid} is given, else -). Exit 1 when any request failed, was answered wrongly or (with
- * {@code --verify}) read back other data than was written: no throughput is reported for such a run.
+ * {@code --server-pid} is given, else -; queue-ticks: the server's {@code vhost-blk-q} threads' alone, the
+ * threads serving this run's rings, where the loop's own cost shows apart from the engine's and the JVM's;
+ * device-ticks: the process of {@code --device-pid}, a DMA device out of the server's process, else -;
+ * queue-sleeps: the queue threads' voluntary context switches, /proc/PID/task/TID/status, each a sleep and its
+ * wake-up). Exit 1
+ * when any request failed, was answered wrongly or (with {@code --verify}) read back other data than was written:
+ * no throughput is reported for such a run.
  * <pre>
  *   java -cp vhost-load.jar io.pmemblk.bench.vhostload.VhostLoad --socket S --job randread-4k-qd32-2j
- *        [--runtime SECONDS] [--server-pid PID] [--verify] [--prefill] [--ring N]
+ *        [--runtime SECONDS] [--server-pid PID] [--device-pid PID] [--verify] [--prefill] [--ring N]
  * </pre>
  * {@code --prefill}: one sequential pass of 2 MiB writes over the disk (2 queues), each sector stamped as verify
  * mode checks; the job's name then only gives the queue count.
@@ -30,10 +37,15 @@ public final class VhostLoad {
 
     private VhostLoad() {}
 
-    record Result(Job job, long ios, long bytes, long nanos, long serverTicks, long ownTicks, long errors, String firstError) {
+    record Result(Job job, long ios, long bytes, long nanos, long serverTicks, long ownTicks, long queueTicks,
+                  long deviceTicks, long queueSleeps, long errors, String firstError) {
         String line() {
-            return job.name() + "\t" + ios + "\t" + bytes + "\t" + nanos + "\t" + (serverTicks < 0 ? "-" : serverTicks)
-                    + "\t" + ownTicks;
+            return job.name() + "\t" + ios + "\t" + bytes + "\t" + nanos + "\t" + orDash(serverTicks) + "\t" + ownTicks
+                    + "\t" + orDash(queueTicks) + "\t" + orDash(deviceTicks) + "\t" + orDash(queueSleeps);
+        }
+
+        private static String orDash(long ticks) {
+            return ticks < 0 ? "-" : Long.toString(ticks);
         }
     }
 
@@ -54,12 +66,13 @@ public final class VhostLoad {
         }
     }
 
-    record Options(Path socket, Job job, int runtime, long serverPid, boolean verify, boolean prefill, int ring) {
+    record Options(Path socket, Job job, int runtime, long serverPid, long devicePid, boolean verify, boolean prefill,
+                   int ring) {
         static Options parse(String[] args) {
             Path socket = null;
             String job = null;
             int runtime = 5, ring = RING;
-            long pid = -1;
+            long pid = -1, device = -1;
             boolean verify = false, prefill = false;
             for (int i = 0; i < args.length; i++) {
                 String a = args[i];
@@ -68,11 +81,12 @@ public final class VhostLoad {
                     case "--job" -> job = value(args, ++i, a);
                     case "--runtime" -> runtime = number(value(args, ++i, a), a, 1, 3600);
                     case "--server-pid" -> pid = number(value(args, ++i, a), a, 1, Integer.MAX_VALUE);
+                    case "--device-pid" -> device = number(value(args, ++i, a), a, 1, Integer.MAX_VALUE);
                     case "--ring" -> ring = number(value(args, ++i, a), a, 2, 32768);
                     case "--verify" -> verify = true;
                     case "--prefill" -> prefill = true;
                     default -> throw new IllegalArgumentException("unknown option '" + a + "' (known: --socket, --job,"
-                            + " --runtime, --server-pid, --verify, --prefill, --ring)");
+                            + " --runtime, --server-pid, --device-pid, --verify, --prefill, --ring)");
                 }
             }
             if (socket == null || job == null) {
@@ -85,7 +99,7 @@ public final class VhostLoad {
             if (prefill) {
                 j = Job.parse("write-2m-qd4-" + j.jobs() + "j");
             }
-            return new Options(socket, j, runtime, pid, verify, prefill, ring);
+            return new Options(socket, j, runtime, pid, device, verify, prefill, ring);
         }
 
         private static String value(String[] args, int i, String option) {
@@ -135,6 +149,9 @@ public final class VhostLoad {
                     threads[q] = Thread.ofPlatform().name("vhost-load-q" + q).unstarted(loads[q]);
                 }
                 long server0 = o.serverPid() > 0 ? ticks(o.serverPid()) : -1, own0 = ticks(ProcessHandle.current().pid());
+                // After link.start: the queue threads serving this run's rings are running, and live until it ends.
+                QueueThreads queue0 = o.serverPid() > 0 ? QueueThreads.of(o.serverPid()) : null;
+                long device0 = o.devicePid() > 0 ? ticks(o.devicePid()) : -1;
                 long t0 = System.nanoTime();
                 for (int q = 0; q < job.jobs(); q++) {
                     loads[q].until(t0 + o.runtime() * 1_000_000_000L);
@@ -146,6 +163,10 @@ public final class VhostLoad {
                 long nanos = System.nanoTime() - t0;
                 long server = o.serverPid() > 0 ? ticks(o.serverPid()) - server0 : -1;
                 long own = ticks(ProcessHandle.current().pid()) - own0;
+                QueueThreads queue1 = queue0 != null ? QueueThreads.of(o.serverPid()) : null;
+                long queue = queue1 != null ? queue1.ticks() - queue0.ticks() : -1;
+                long sleeps = queue1 != null ? queue1.sleeps() - queue0.sleeps() : -1;
+                long device = o.devicePid() > 0 ? ticks(o.devicePid()) - device0 : -1;
                 long ios = 0, bytes = 0, errors = 0;
                 String first = null;
                 for (QueueLoad l : loads) {
@@ -154,7 +175,7 @@ public final class VhostLoad {
                     errors += l.errors;
                     first = first != null ? first : l.firstError;
                 }
-                return new Result(job, ios, bytes, nanos, server, own, errors, first);
+                return new Result(job, ios, bytes, nanos, server, own, queue, device, sleeps, errors, first);
             } finally {
                 for (EventFd e : fds) {
                     e.close();
@@ -184,8 +205,45 @@ public final class VhostLoad {
 
     /** utime + stime of process {@code pid} in clock ticks (/proc/PID/stat fields 14 and 15, proc(5)). */
     static long ticks(long pid) throws IOException {
-        String stat = Files.readString(Path.of("/proc/" + pid + "/stat"));
+        return statTicks(Files.readString(Path.of("/proc/" + pid + "/stat")));
+    }
+
+    /** utime + stime of a stat line: fields 14 and 15, counted after the command name (which may hold spaces). */
+    private static long statTicks(String stat) {
         String[] f = stat.substring(stat.lastIndexOf(')') + 2).split(" ");
         return Long.parseLong(f[11]) + Long.parseLong(f[12]);
+    }
+
+    /**
+     * What process {@code pid}'s threads named {@code vhost-blk-q<N>} (the vhost queue threads) have spent so far:
+     * utime + stime in clock ticks (/proc/PID/task/TID/stat) and voluntary context switches, each a sleep
+     * (/proc/PID/task/TID/status); a thread gone between the listing and the read counts nothing.
+     */
+    record QueueThreads(long ticks, long sleeps) {
+        static QueueThreads of(long pid) throws IOException {
+            long ticks = 0, sleeps = 0;
+            try (DirectoryStream<Path> tasks = Files.newDirectoryStream(Path.of("/proc/" + pid + "/task"))) {
+                for (Path task : tasks) {
+                    try {
+                        if (Files.readString(task.resolve("comm")).strip().matches("vhost-blk-q[0-9]+")) {
+                            ticks += statTicks(Files.readString(task.resolve("stat")));
+                            sleeps += voluntarySwitches(Files.readString(task.resolve("status")));
+                        }
+                    } catch (NoSuchFileException e) {
+                        // the thread ended meanwhile: not one of this run's (they live until the link closes)
+                    }
+                }
+            }
+            return new QueueThreads(ticks, sleeps);
+        }
+
+        private static long voluntarySwitches(String status) {
+            for (String line : status.split("\n")) {
+                if (line.startsWith("voluntary_ctxt_switches:")) {
+                    return Long.parseLong(line.substring(line.indexOf(':') + 1).strip());
+                }
+            }
+            return 0;
+        }
     }
 }

@@ -58,7 +58,7 @@ class VhostLoadTest {
     }
 
     private static VhostLoad.Result run(Path socket, String job, boolean verify, boolean prefill) throws Exception {
-        return VhostLoad.run(new VhostLoad.Options(socket, Job.parse(job), 1, -1, verify, prefill, VhostLoad.RING));
+        return VhostLoad.run(new VhostLoad.Options(socket, Job.parse(job), 1, -1, -1, verify, prefill, VhostLoad.RING));
     }
 
     @Test

@@ -1,0 +1,217 @@
+package io.pmemblk.vhost.blk;
+
+import io.pmemblk.dma.DmaEngine;
+import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.dma.soft.SoftFaults;
+import io.pmemblk.dma.soft.SoftIoatDevice;
+import io.pmemblk.dma.vfio.EventfdInterrupt;
+import io.pmemblk.pmem.CopyStats;
+import io.pmemblk.pmem.PmemBlockDriver;
+import io.pmemblk.pmem.PmemRegion;
+import io.pmemblk.pmem.Routing;
+import io.pmemblk.posix.EventFd;
+import io.pmemblk.queueing.BlockDriver;
+import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.FrontendQueue;
+import io.pmemblk.queueing.HardwareQueue;
+import io.pmemblk.queueing.Request;
+import io.pmemblk.queueing.testing.Closing;
+import io.pmemblk.queueing.testing.Waits;
+import io.pmemblk.vhost.testing.BlkGuest;
+import io.pmemblk.vhost.testing.BlkGuest.Sent;
+import io.pmemblk.vhost.testing.GuestDriver;
+import io.pmemblk.vhost.testing.GuestRam;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.file.Path;
+import java.util.Arrays;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * A queue thread whose only pending work is DMA copies sleeps until their interrupt wakes it (SPDK's poller in
+ * interrupt mode): it does not poll the ring, nor reap in a loop, while a copy is in flight, however wide its
+ * polling window has grown. The real stack: the pmem driver's DMA route, the I/OAT driver and the software I/OAT
+ * device, whose interrupt is an eventfd as on the vfio-user route (so the queue thread reaps the completions
+ * itself), stalled by the test while each copy is to stay in flight. What is counted is work, not time: the
+ * driver's reapCompletions calls while a copy is stalled (each turn of a poll loop makes one).
+ */
+class CopiesInFlightTest {
+    private static final long MIB = 1 << 20;
+    private static final int N = 128;
+    private static final int WRITE = 64 << 10;
+    /** How long each stalled copy stays in flight; the polling window may grow to 500 ms, well past it. */
+    private static final long STALL_NANOS = TimeUnit.MILLISECONDS.toNanos(20);
+    private static final int STALLED = 12;
+    /**
+     * reapCompletions calls a sleeping queue thread may make per stalled copy: its loop's turn after the dispatch,
+     * and one more for a wake-up with nothing new (an edge already reaped); a poll loop makes thousands.
+     */
+    private static final int REAPS_PER_STALL = 3;
+
+    @TempDir
+    Path dir;
+
+    @Test
+    void aQueueWhoseRequestsAreAllOnTheEngineSleepsUntilTheirInterrupt() throws Exception {
+        IovaSpace space = new IovaSpace();
+        EventfdInterrupt vector = new EventfdInterrupt();
+        Stall stall = new Stall();
+        SoftIoatDevice device = new SoftIoatDevice(space, 1, 20, stall, n -> vector);
+        stall.device = device;
+        DmaEngine engine = DmaEngine.ioat(device, space, device::interrupt, 1, 512, device);
+        PmemRegion region = PmemRegion.open(dir.resolve("d.img"), 8 * MIB, false, PmemRegion.Mapper.AUTO);
+        PmemBlockDriver pmem = new PmemBlockDriver(region, new CopyStats(), engine, new Routing(0, 1));
+        CountingReaps driver = new CountingReaps(pmem);
+        BlockLayer layer = new BlockLayer(driver, 1, 64, 4 * MIB, 1 << 20);
+        GuestRam ram = GuestRam.of(0, 4 * MIB, 4 * MIB, 4 * MIB);
+        ram.register(pmem::registerMemory);
+        GuestDriver ring = new GuestDriver(ram, N, 0x10000);
+        BlkGuest guest = new BlkGuest(ring, MIB, 7 * MIB);
+        EventFd kick = EventFd.create(true);
+        EventFd call = EventFd.create(true);
+        // A window that may grow past a stalled copy (500 ms), one polling place, no hold.
+        RingPolling polling = new RingPolling(TimeUnit.MILLISECONDS.toNanos(500), 0, 1);
+        VhostBlkQueue queue = new VhostBlkQueue(new VringAddress(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
+                new QueueWiring(GuestDriver.LINUX_FEATURES, kick, call, new FrontendQueue(layer.queue(0)), ram::memory,
+                        null, BlkDevice.of(region.size(), false, true, true, "pmem0"), polling));
+        queue.start();
+        try {
+            // Writes answered as fast as the device goes: a guest at this pace opens the polling window.
+            for (int i = 0; i < 40; i++) {
+                writeAndAwait(queue, guest, kick, driver, i, null);
+            }
+            long reapsWhileStalled = 0;
+            for (int i = 0; i < STALLED; i++) {
+                reapsWhileStalled += writeAndAwait(queue, guest, kick, driver, 40 + i, stall);
+            }
+            assertThat(reapsWhileStalled).as("reapCompletions calls on the queue thread while " + STALLED
+                    + " copies were each in flight for " + TimeUnit.NANOSECONDS.toMillis(STALL_NANOS) + " ms")
+                    .isLessThanOrEqualTo((long) REAPS_PER_STALL * STALLED);
+            assertThat(driver.onQueueThread.get()).as("reapCompletions calls on the queue thread: it reaps itself")
+                    .isPositive();
+            int last = 40 + STALLED - 1;
+            assertThat(region.memory().asSlice((long) last * WRITE, WRITE).toArray(ValueLayout.JAVA_BYTE))
+                    .as("the last stalled write's data in the region").isEqualTo(filled(last));
+        } finally {
+            try {
+                queue.stop();
+                for (int i = 0; i < 2; i++) {
+                    pmem.unregisterMemory(ram.region(i).mapping());
+                }
+                Closing.closeAll(kick, call, driver, layer);
+            } finally {
+                vector.close();
+                ram.assertGuardsIntact();
+                ram.close();
+            }
+        }
+    }
+
+    /**
+     * Writes {@code WRITE} bytes of value n + 1 at block n and waits (bounded) for the answer. With a {@code stall}
+     * the copy is stalled: held in flight for {@link #STALL_NANOS} from when the queue has taken the request (and
+     * so left any poll of the ring it was in), then released; the reapCompletions calls made meanwhile are returned.
+     */
+    private long writeAndAwait(VhostBlkQueue queue, BlkGuest guest, EventFd kick, CountingReaps driver, int n,
+                               Stall stall) throws InterruptedException {
+        if (stall != null) {
+            stall.on = true;
+        }
+        Sent w = guest.write((long) n * WRITE / 512, filled(n), 4, false);
+        kick.signal();
+        long reaps = 0;
+        if (stall != null) {
+            Waits.await("write " + n + " taken by the queue", () -> queue.inFlight() == 1);
+            long from = driver.calls.get();
+            long until = System.nanoTime() + STALL_NANOS;
+            for (long left; (left = until - System.nanoTime()) > 0; ) {
+                LockSupport.parkNanos(left); // the copy's time in flight, not a synchronisation
+            }
+            reaps = driver.calls.get() - from;
+            stall.release();
+        }
+        Waits.await("the answer to write " + n, () -> {
+            guest.answered();
+            return guest.inFlight() == 0;
+        });
+        assertThat(guest.status(w)).as("write " + n).isZero();
+        return reaps;
+    }
+
+    private static byte[] filled(int n) {
+        byte[] b = new byte[WRITE];
+        Arrays.fill(b, (byte) (n + 1));
+        return b;
+    }
+
+    /** The channel's engine processes nothing while {@link #on} (doorbells are remembered). */
+    private static final class Stall implements SoftFaults {
+        volatile boolean on;
+        volatile SoftIoatDevice device;
+
+        @Override
+        public boolean stalled(int channel) {
+            return on;
+        }
+
+        /** Ends the stall and wakes the engine, which runs what was rung meanwhile. */
+        void release() {
+            on = false;
+            device.wake(0);
+        }
+    }
+
+    /** The pmem driver, its reapCompletions calls counted: the work a queue thread does per turn of its loop. */
+    private static final class CountingReaps implements BlockDriver {
+        final AtomicLong calls = new AtomicLong();
+        final AtomicLong onQueueThread = new AtomicLong();
+        private final BlockDriver d;
+
+        CountingReaps(BlockDriver d) {
+            this.d = d;
+        }
+
+        @Override public long size() { return d.size(); }
+        @Override public boolean isPmem() { return d.isPmem(); }
+        @Override public boolean isReadOnly() { return d.isReadOnly(); }
+        @Override public boolean canFlush() { return d.canFlush(); }
+        @Override public boolean canFua() { return d.canFua(); }
+        @Override public boolean canTrim() { return d.canTrim(); }
+        @Override public boolean canZero() { return d.canZero(); }
+        @Override public boolean canFastZero() { return d.canFastZero(); }
+        @Override public boolean canCache() { return d.canCache(); }
+        @Override public boolean isRotational() { return d.isRotational(); }
+        @Override public boolean canMultiConn() { return d.canMultiConn(); }
+        @Override public int minimumBlockSize() { return d.minimumBlockSize(); }
+        @Override public void attachQueue(HardwareQueue queue) { d.attachQueue(queue); }
+        @Override public void queueRequests(int hwq, Request[] batch, int count) { d.queueRequests(hwq, batch, count); }
+        @Override public int startReaping(int hwq) { return d.startReaping(hwq); }
+        @Override public void stopReaping(int hwq) { d.stopReaping(hwq); }
+        @Override public boolean receivesInPlace(long offset, long length) { return d.receivesInPlace(offset, length); }
+        @Override public boolean sendsInPlace(long offset, long length) { return d.sendsInPlace(offset, length); }
+        @Override public void receiveInPlace(Request r) { d.receiveInPlace(r); }
+        @Override public long registerMemory(MemorySegment region) { return d.registerMemory(region); }
+        @Override public void unregisterMemory(MemorySegment region) { d.unregisterMemory(region); }
+        @Override public MemorySegment allocateBuffers(long bytes, Arena owner) { return d.allocateBuffers(bytes, owner); }
+        @Override public void persistAll() throws IOException { d.persistAll(); }
+        @Override public void close() throws IOException { d.close(); }
+
+        @Override
+        public int reapCompletions(int hwq) {
+            calls.incrementAndGet();
+            if (Thread.currentThread().getName().startsWith("vhost-blk-q")) {
+                onQueueThread.incrementAndGet();
+            }
+            return d.reapCompletions(hwq);
+        }
+    }
+}
