@@ -32,6 +32,8 @@ nvme_guest_jvm() {
     local opts cache t
     NVME_GUEST_ENV='' NVME_AOT_NOTE="no AOT cache (PMEMBLK_NVME_AOT=1 to use one)"
     [ "${PMEMBLK_NVME_AOT:-0}" = 1 ] || return 0
+    # In a subshell on purpose: the guest's JVM options as guest-java.sh makes them, without its settings here.
+    # shellcheck disable=SC2031
     opts=$(JAVA_HOME=${JAVA_HOME:-} && . "$REPO_ROOT/scripts/vm-guest/guest-java.sh" && echo "$PMEMBLK_GUEST_JAVA_OPTS")
     t=$(now_ms)
     cache=$(guest_aot_cache "$REPO_ROOT" "$opts" "$1")
