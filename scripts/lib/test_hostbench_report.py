@@ -49,7 +49,7 @@ class PairedRatios(unittest.TestCase):
             with open(out) as f:
                 md = f.read()
         self.assertIn("| randread-4k-qd32-1j | 0.980 | 0.980-0.980 | 0.980-0.980 | within 5% (+2.0% worse) |", md)
-        self.assertIn("| randread-4k-qd32-1j | pmemblk | 1,000 | 3.9 | 1,000.00 | 100.00 | 3 |", md)
+        self.assertIn("| randread-4k-qd32-1j | pmemblk | 1,000 | 3.9 | 1,000.00 | 100.00 | 262.1440 | - | - | - | 3 |", md)
 
 
 if __name__ == "__main__":
