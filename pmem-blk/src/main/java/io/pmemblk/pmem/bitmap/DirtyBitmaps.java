@@ -242,7 +242,7 @@ public final class DirtyBitmaps implements AutoCloseable {
                     + " checkpoint); allowed here: an active bitmap, " + active.keySet() : unknown(name));
         }
         if (unmerged.contains(name)) {
-            throw new IllegalStateException(what + ": " + name + NEXT + " holds bits of an undone swap not yet merged"
+            throw new IOException(what + ": " + name + NEXT + " holds bits of an undone swap not yet merged"
                     + " back (its markers were stuck); restart pmemblk, which merges them, then retry");
         }
         if (dir.exists(name + NEXT)) {
