@@ -103,14 +103,14 @@ final class WriteMarker {
             frontend = null;
             r.completion = c;
             // the write has reached the device: a swap waiting for it may go on before the reply is sent
-            MARKED.setRelease(this, null);
+            MARKED.setRelease(this, (BitmapFile[]) null);
             c.completed(r);
         }
 
         /** A write received in place that will never be dispatched (its payload cut short, a refused digest). */
         void abandoned() {
             if (frontend == null) {
-                MARKED.setRelease(this, null);
+                MARKED.setRelease(this, (BitmapFile[]) null);
             }
         }
 
