@@ -2,12 +2,14 @@ package io.pmemblk.pmem.bitmap;
 
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.pmem.SyncFaults;
+import io.pmemblk.pmem.WriteBackFailedException;
 import io.pmemblk.queueing.Op;
 import io.pmemblk.queueing.Status;
 import io.pmemblk.queueing.testing.Waits;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
+import java.io.IOException;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
@@ -53,7 +55,8 @@ class BitmapWriteBackTest {
 
     @Test
     void aFailedWriteBackOfTheBitsFailsTheWriteAndEveryOneAfterIt() throws Exception {
-        try (TrackedDevice d = open(1)) {
+        TrackedDevice d = open(1);
+        try {
             assertThat(d.status(0, Op.WRITE, 1L * BLOCK, BLOCK)).isEqualTo(Status.OK);
             bitmapFile().failNext(1);
             assertThat(d.status(0, Op.WRITE, 2L * BLOCK, BLOCK)).as("the write whose bit's msync failed")
@@ -68,6 +71,17 @@ class BitmapWriteBackTest {
             assertThat(d.driver.receivesInPlace(5L * BLOCK, BLOCK)).as("nothing received in place").isFalse();
             assertThat(d.bitmaps.failure()).contains("could not be made durable", "writes are refused (EIO)",
                     "d.img.bitmaps");
+        } finally {
+            closeAfterFailure(d);
+        }
+    }
+
+    /** Closes {@code d}; the bitmap's region says at its close that its write-back failed, as it should. */
+    private static void closeAfterFailure(TrackedDevice d) throws IOException {
+        try {
+            d.close();
+        } catch (WriteBackFailedException expected) {
+            assertThat(expected).hasMessageContaining("b.pbm");
         }
     }
 
@@ -77,7 +91,8 @@ class BitmapWriteBackTest {
      */
     @Test
     void aPersistBesideTheOneThatFailedIsRefusedToo() throws Exception {
-        try (TrackedDevice d = open(2)) {
+        TrackedDevice d = open(2);
+        try {
             SyncFaults f = bitmapFile();
             CountDownLatch inSync = new CountDownLatch(1), release = new CountDownLatch(1);
             AtomicBoolean armed = new AtomicBoolean(true);
@@ -117,6 +132,8 @@ class BitmapWriteBackTest {
             assertThat(first.get()).isEqualTo(Status.EIO);
             assertThat(second.get()).as("a write whose bit's msync ran beside the one that failed").isEqualTo(Status.EIO);
             assertThat(at(d, 900L * BLOCK)).as("its data reached the device").isZero();
+        } finally {
+            closeAfterFailure(d);
         }
     }
 }
