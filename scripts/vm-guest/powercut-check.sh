@@ -11,6 +11,8 @@
 #                                                   cuts the power; the FLUSH promised every write the killed
 #                                                   server acknowledged
 #   powercut-check.sh dump K                        read region K back (after the last cut) and stop cleanly
+# The server keeps the dirty bitmap "b" (4 KiB granularity) beside the pool: each load checkpoints it once its region is
+# zeroed, and each read-back lists its dirty blocks, which powercut-verify.py checks against the writes.
 # Region K is K mod 8 (2048 blocks of 4 KiB each; the 64 MiB pool holds eight); each load zeroes its region first. Lines "W/A/F ..." and "B/T ..." are read by
 # scripts/vm-guest/powercut-verify.py on the host.
 set -eu
@@ -30,9 +32,12 @@ fi
 mount -t ext4 /dev/vda "$MNT"   # journal replay after a cut; no dax: the page cache is in play
 grep " $MNT " /proc/mounts | grep -q dax && { say "unexpected dax mount"; exit 1; }
 
-# pool_server LOG: serve on the pool (lib.sh start_server); sets SERVER_PID.
+# pool_server LOG: serve on the pool (lib.sh start_server), with the dirty bitmap "b" at the writes' 4 KiB granularity
+# (docs/bitmaps.md): each load checkpoints it once its region is zeroed, and the read-back checks it; sets SERVER_PID.
+export PMEMBLK_BITMAP_CTL="$MNT/pool.bitmaps/control.sock"
 pool_server() {
-    start_server "$1" --set "pmem.path=$MNT/pool" --set pmem.size=64M
+    start_server "$1" --set "pmem.path=$MNT/pool" --set pmem.size=64M --set bitmap.dir=auto --set bitmap.names=b \
+        --set bitmap.granularity=4K
     say "server ready: $(grep -m1 'PmemRegion' "$1" || true)"
 }
 pool_server /tmp/server.log

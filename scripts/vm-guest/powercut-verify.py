@@ -8,7 +8,9 @@
                  only makes the check stricter.)
       DUMP_LOG:  the console of the next boot (B/T lines of powercut.py dump).
 Every block must hold its last promised write (a FUA write acknowledged, or a write acknowledged before a
-FLUSH that returned) or a write submitted after it; with no promise, zeros or any write submitted to it.
+FLUSH that returned) or a write submitted after it; with no promise, zeros or any write submitted to it. When the
+read-back has the server's dirty bitmap ("BITMAP b", "D block" lines), every block with a promised write, and every
+block holding one of the load's writes (it reached the image), must be dirty in it.
 Prints RESULT lines and one "lost ..." line per violation; exits 1 on any.
 """
 import re
@@ -40,8 +42,17 @@ def main(write_log, dump_log):
         by_block.setdefault(writes[seq][0], []).append(seq)
     got = {}
     torn = []
+    bitmap = False
+    dirty = set()
     with open(dump_log, errors="replace") as f:
         for line in f:
+            if re.search(r"(?:^|\s)BITMAP b\s*$", line):
+                bitmap = True
+                continue
+            m = re.search(r"(?:^|\s)D (\d+)\s*$", line)
+            if m:
+                dirty.add(int(m.group(1)))
+                continue
             m = re.search(r"(?:^|\s)B (\d+) (-?\d+)\s*$", line)
             if m:
                 got[int(m.group(1))] = int(m.group(2))
@@ -66,7 +77,19 @@ def main(write_log, dump_log):
         if got[block] not in allowed:
             bad.append(f"lost: block {block} reads write {got[block]}, but write {last} to it was acknowledged as"
                        f" durable ({'FUA' if writes[last][1] else 'flushed'}); allowed {sorted(allowed)}")
-    untouched = [b for b, s in got.items() if b not in by_block and s != -1]
+    bitmap_checked = 0
+    if bitmap:
+        for block, seqs in sorted(by_block.items()):
+            prom = [s for s in seqs if s in promised]
+            landed = got.get(block, -1) != -1 or block in torn
+            if not prom and not landed:
+                continue
+            bitmap_checked += 1
+            if block not in dirty:
+                why = (f"write {max(prom)} to it was acknowledged as durable" if prom
+                       else f"it holds {'torn data' if block in torn else 'write ' + str(got[block])}")
+                bad.append(f"lost: block {block} is clean in dirty bitmap b, but {why}")
+        untouched = [b for b, s in got.items() if b not in by_block and s != -1]
     for b in untouched:
         bad.append(f"lost: block {b} was never written but reads write {got[b]}")
     print(f"RESULT submitted={len(writes)}")
@@ -74,6 +97,7 @@ def main(write_log, dump_log):
     print(f"RESULT promised={len(promised)}")
     print(f"RESULT flushes={flushes}")
     print(f"RESULT blocks_checked={checked}")
+    print(f"RESULT bitmap_checked={bitmap_checked if bitmap else 'no-bitmap'}")
     print(f"RESULT lost={len(bad)}")
     for b in bad[:20]:
         print(b)

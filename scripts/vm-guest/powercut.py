@@ -17,11 +17,17 @@
       killed server acknowledged) and MARKER, and waits for the power to go (nothing else may write back).
   powercut.py dump URI FIRST BLOCKS
       Reads every block of [FIRST, FIRST+BLOCKS) and prints "B block seq" (seq -1: never written, all zeros) or "T block" when the
-      block is neither zeros nor one whole write (torn, or foreign data).
+      block is neither zeros nor one whole write (torn, or foreign data). When the server offers the dirty bitmap
+      "b" (qemu:dirty-bitmap:b, 4 KiB granularity), also "BITMAP b" and "D block" for each block of the region it
+      marks dirty.
+
+With PMEMBLK_BITMAP_CTL set (the server's bitmap control socket), write and plain checkpoint bitmap "b" once the
+region is zeroed and drop the frozen half: b then holds this load's writes alone.
 
 A block's content is a pure function of (block, seq): a 16-byte header (magic, block, seq) and a body of
 8-byte words derived from both, so a block read back names the write it came from.
 """
+import os
 import random
 import struct
 import sys
@@ -29,8 +35,11 @@ import time
 
 import nbd
 
+import bitmapctl
+
 BS = 4096
 MAGIC = 0x70636B54  # "pckT"
+BITMAP = "qemu:dirty-bitmap:b"
 
 
 def content(block, seq):
@@ -57,6 +66,40 @@ def zero_region(h, first, blocks):
         for b in range(first, first + blocks):
             h.pwrite(bytes(BS), b * BS)
     h.flush()
+    checkpoint()
+
+
+def checkpoint():
+    """The load's boundary in bitmap b: its writes until now (the zeroing) go to the frozen half, dropped."""
+    ctl = os.environ.get("PMEMBLK_BITMAP_CTL")
+    if ctl:
+        frozen = bitmapctl.request(ctl, "checkpoint b").strip()
+        bitmapctl.request(ctl, "remove " + frozen)
+        print(f"bitmap b checkpointed ({frozen} dropped)", flush=True)
+
+
+def dirty_blocks(h, first, blocks):
+    """The blocks of [first, first+blocks) that bitmap b marks dirty (its granularity is one block)."""
+    dirty = []
+    pos, end = first * BS, (first + blocks) * BS
+    while pos < end:
+        seen = []
+
+        def extents(context, offset, entries, err):
+            if context == BITMAP:
+                for i in range(0, len(entries), 2):
+                    seen.append((offset, entries[i], entries[i + 1]))
+                    offset += entries[i]
+            return 0
+
+        h.block_status(end - pos, pos, extents)
+        if not seen:
+            raise SystemExit(f"powercut: block status of {BITMAP} described nothing at {pos}")
+        for offset, length, flags in seen:
+            if flags & 1:
+                dirty.extend(range(offset // BS, min(offset + length, end) // BS))
+        pos = seen[-1][0] + seen[-1][1]
+    return dirty
 
 
 def write(uri, first, blocks, marker_at, maximum, marker, seed):
@@ -104,6 +147,7 @@ def flush(uri, seq, marker):
 
 def dump(uri, first, blocks):
     h = nbd.NBD()
+    h.add_meta_context(BITMAP)
     h.connect_uri(uri)
     zeros = bytes(BS)
     for block in range(first, first + blocks):
@@ -116,6 +160,10 @@ def dump(uri, first, blocks):
             print(f"B {block} {seq}")
         else:
             print(f"T {block}")
+    if h.can_meta_context(BITMAP):
+        print("BITMAP b")
+        for block in dirty_blocks(h, first, blocks):
+            print(f"D {block}")
     h.shutdown()
 
 

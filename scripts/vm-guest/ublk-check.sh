@@ -13,8 +13,9 @@
 #   ublk           the server on a tmpfs file: no /dev/ublk-control -> exit 1 naming modprobe ublk_drv; block
 #                  size and capacity; blkdiscard and blkdiscard -z on the raw device; mkfs.ext4, files with
 #                  fsync and sha256 sums, fio verify (bssplit 4k..1m) on the filesystem, fstrim, e2fsck -fn;
-#                  SIGTERM (exit 0, /dev/ublkbN and /dev/ublkcN gone), serve again, e2fsck, sums verified,
-#                  SIGTERM again; no I/O error in the kernel log
+#                  SIGTERM (exit 0, /dev/ublkbN and /dev/ublkcN gone), serve again (now with the dirty bitmap b),
+#                  e2fsck, sums verified; an incremental backup of this guest's writes to /dev/ublkbN over the
+#                  server's NBD socket (bitmap_backup); SIGTERM again; no I/O error in the kernel log
 #   ublk-recovery  first ublk.recovery=false (ublk.id=7): kill -9 removes /dev/ublkb7 and ends the I/O waiting
 #                  on it, and the next serve with ublk.id=7 makes a new device and serves: the recovery part's, with
 #                  ublk.recovery=true: fio verify on /dev/ublkb7, the server kill -9'ed mid-run, the device stays,
@@ -271,14 +272,41 @@ part_ublk() {
     timeout 120 e2fsck -fn "$DEV" >/tmp/fsck1.out 2>&1 || { cat /tmp/fsck1.out; fail "e2fsck -fn not clean before the restart"; }
     stop_server
 
-    ublk_server fs2 --set "pmem.path=$POOL" --set pmem.size=256M
+    ublk_server fs2 --set "pmem.path=$POOL" --set pmem.size=256M --set bitmap.dir=auto --set bitmap.names=b
     timeout 120 e2fsck -fn "$DEV" >/tmp/fsck2.out 2>&1 || { cat /tmp/fsck2.out; fail "e2fsck -fn not clean after the restart"; }
     mount "$DEV" "$FS"
     (cd "$FS" && sha256sum -c --quiet /tmp/ublk.sums) || fail "sha256 sums differ after the server restart"
     result verified "$(wc -l </tmp/ublk.sums)"
     umount "$FS"
+    bitmap_backup "$DEV"
     stop_server
     check_dmesg
+}
+
+# bitmap_backup DEV: an incremental backup of what this guest writes to DEV (the ublk device of a server with the
+# dirty bitmap b, its pool POOL), over the server's NBD socket (docs/bitmaps.md): a checkpoint (the full copy's
+# boundary; its frozen half dropped), a full copy with nbdcopy, random 4 KiB writes and a discard on DEV, a
+# checkpoint, the dirty blocks copied onto the full copy with scripts/pmemblk-backup: its sha256 must be DEV's.
+# The control socket is asked with bitmapctl.py: no JVM start in the guest.
+bitmap_backup() {
+    _ctl="$POOL.bitmaps/control.sock" _uri="nbd+unix:///pmem0?socket=$SOCK" _copy=/tmp/backup.img
+    _f=$(/usr/bin/python3 "$HERE/bitmapctl.py" "$_ctl" checkpoint b) || fail "bitmap checkpoint b: $_f"
+    /usr/bin/python3 "$HERE/bitmapctl.py" "$_ctl" remove "$_f" >/dev/null || fail "bitmap remove $_f failed"
+    timeout 300 nbdcopy "$_uri" "$_copy" || fail "nbdcopy $_uri $_copy failed"
+    timeout 300 fio --name=backup --filename="$1" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --size=256M \
+        --io_size=1M --iodepth=16 --randrepeat=0 --norandommap --output=/tmp/fio-backup.out >/dev/null 2>&1 \
+        || { cat /tmp/fio-backup.out; fail "fio's random writes to $1 failed"; }
+    blkdiscard -o $((200 << 20)) -l $((1 << 20)) "$1" || fail "blkdiscard of 1 MiB of $1 failed"
+    _f=$(/usr/bin/python3 "$HERE/bitmapctl.py" "$_ctl" checkpoint b) || fail "bitmap checkpoint b: $_f"
+    _n=$(timeout 300 /usr/bin/python3 "$HERE/../pmemblk-backup" "$_uri" "$_f" "$_copy") \
+        || fail "pmemblk-backup $_uri $_f failed: $_n"
+    _a=$(sha256sum <"$_copy" | cut -d' ' -f1)
+    _b=$(dd if="$1" iflag=direct bs=1M 2>/dev/null | sha256sum | cut -d' ' -f1)
+    rm -f "$_copy"
+    [ "$_a" = "$_b" ] || fail "after pmemblk-backup copied $_n bytes from $_f: sha256 of the copy $_a, of $1 $_b"
+    if [ "$_n" -le 0 ] || [ "$_n" -ge 268435456 ]; then fail "the increment from $_f is $_n bytes: not a part of $1"; fi
+    result backup "$_n"
+    say "incremental backup from $_f: $_n bytes copied onto the full copy, sha256 equal to $1's"
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -21,6 +21,10 @@
 #                              verify in 2 MiB requests; once the DMA route carried 16 MiB the host SIGKILLs the
 #                              device and starts it again, fio still running: fio ends clean, and the DMA route grows
 #                              again after the return
+#   vhost-check.sh backup      (after functional, pmemblk with the dirty bitmap b) the host takes a full copy over the
+#                              server's NBD socket, this guest writes at random (4 KiB, direct) and discards 1 MiB on
+#                              the raw disk, the host copies the dirty blocks of a checkpoint onto the full copy: its
+#                              sha256 must equal the disk's
 #   Modes may be given together (vhost-check.sh wcache restart): one boot runs each in turn; a wcache failure is its
 #   own result (RESULT wcache_why=...) and the next mode still runs.
 # Output: RESULT lines (the host's scripts/vm-test reads them), "RESULT why=..." when a step failed.
@@ -118,6 +122,19 @@ functional() {
     umount "$MNT"
     check_dmesg
     result dmesg clean
+}
+
+backup() {
+    _ans=$(host_request 300 backup full) || fail "the host's full copy: $_ans"
+    say "host: $_ans"
+    timeout 300 fio --name=backup --filename="$DEV" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --size=256M \
+        --io_size=1M --iodepth=16 --randrepeat=0 --norandommap --output=/tmp/fio-backup.out >/dev/null 2>&1 \
+        || { cat /tmp/fio-backup.out; fail "fio's random writes to $DEV failed"; }
+    blkdiscard -o $((300 << 20)) -l $((1 << 20)) "$DEV" || fail "blkdiscard of 1 MiB of $DEV failed"
+    _ans=$(host_request 300 backup increment) || fail "the host's incremental copy: $_ans"
+    say "host: $_ans"
+    result backup_detail "$_ans"
+    result backup equal
 }
 
 restart() {
@@ -236,13 +253,14 @@ dmakill() {
     result dmesg clean
 }
 
-[ $# -gt 0 ] || { echo "usage: vhost-check.sh functional|restart|wcache|dmakill..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: vhost-check.sh functional|backup|restart|wcache|dmakill..." >&2; exit 2; }
 for _mode in "$@"; do
     case "$_mode" in
         functional) functional ;;
+        backup) backup ;;
         restart) restart ;;
         wcache) wcache || true ;;
         dmakill) dmakill ;;
-        *) echo "usage: vhost-check.sh functional|restart|wcache|dmakill..." >&2; exit 2 ;;
+        *) echo "usage: vhost-check.sh functional|backup|restart|wcache|dmakill..." >&2; exit 2 ;;
     esac
 done

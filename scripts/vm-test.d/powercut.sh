@@ -8,10 +8,11 @@
 # scripts/test --long: 50). The last cut is the restart case instead of a random one: the FLUSH a client sends
 # to a new server after the old one was killed must cover what the old one acknowledged (a new server whose dirty
 # flag started false would cover nothing), and the cut comes right after that FLUSH, before anything else could
-# write the pages back.
+# write the pages back. The server keeps a dirty bitmap (docs/bitmaps.md) checkpointed at each load's start: after
+# each cut, every block acknowledged durable and every block holding a write of the load must be dirty in it.
 scenario_powercut() {
     local d="$WORK/powercut" t0 cuts=${PMEMBLK_POWERCUT_CUTS:-2} k marker at out next
-    local promised=0 submitted=0 flushes=0 lost=0 checked=0 ats=""
+    local promised=0 submitted=0 flushes=0 lost=0 checked=0 bitmap=0 k_bitmap ats=""
     t0=$(now_ms)
     if [ "$SERVER" != pmemblk ]; then
         report SKIP powercut "needs the pmemblk server (scripts/pmemblk)"; return
@@ -48,13 +49,15 @@ $(grep -m1 -E '^vm: |not ready|exited' "$LOGS/powercut-$k.out") ($(secs_since "$
         promised=$((promised + $(result "$out" promised))) submitted=$((submitted + $(result "$out" submitted)))
         flushes=$((flushes + $(result "$out" flushes))) checked=$((checked + $(result "$out" blocks_checked)))
         lost=$((lost + $(result "$out" lost)))
+        k_bitmap=$(result "$out" bitmap_checked | tr -cd 0-9) bitmap=$((bitmap + ${k_bitmap:-0}))
         if [ "$(result "$out" lost)" != 0 ] || [ "$(result "$out" promised)" = 0 ]; then
             report FAIL powercut "cut $((k + 1)) of $cuts$([ "$k" = $((cuts - 1)) ] && echo ' (restart case: plain writes, kill -9, new server, FLUSH)'): $(result "$out" lost) \
 acknowledged blocks lost of $(result "$out" promised) promised; $(grep -m1 '^lost' "$out") ($(secs_since "$t0"); logs: $LOGS/powercut-*)"
             return
         fi
     done
-    report PASS powercut "$cuts power cuts, the last after kill -9 and a new server's FLUSH: $promised durable writes acknowledged, 0 lost ($(secs_since "$t0"))" \
+    [ "$bitmap" -gt 0 ] || { report FAIL powercut "no block was checked against the dirty bitmap (no 'BITMAP b' in the read-backs) ($(secs_since "$t0"); logs: $LOGS/powercut-*)"; return; }
+    report PASS powercut "$cuts power cuts, the last after kill -9 and a new server's FLUSH: $promised durable writes acknowledged, 0 lost; $bitmap written blocks all dirty in the bitmap ($(secs_since "$t0"))" \
         "QEMU SIGKILLed after writes $ats; server on ext4 without DAX; $submitted writes, $promised acknowledged durable (FUA, or before one of $flushes FLUSHes), $checked blocks \
 read back after the cuts"
 }

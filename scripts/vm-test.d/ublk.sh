@@ -10,7 +10,7 @@ UBLK_BOOTED=0 UBLK_RC=0 UBLK_NOTE='' UBLK_TIMEOUT=0
 # 2-core host busy with other builds (ublk-nbd 77, ublk-pmem 125, ublk 94, ublk-recovery 170; the JVM
 # starts dominate; with four guests on the 2 cores: each serve 100-165 s to ready, ublk-recovery
 # 822 s with its two extra serves). Every wait inside the guest has its own bound; these only catch a wedged kernel.
-ublk_budget() { case "$1" in ublk-nbd) echo 240 ;; ublk-pmem) echo 900 ;; ublk) echo 300 ;; ublk-recovery) echo 1500 ;; esac; }
+ublk_budget() { case "$1" in ublk-nbd) echo 240 ;; ublk-pmem) echo 900 ;; ublk) echo 400 ;; ublk-recovery) echo 1500 ;; esac; }
 
 # uresult NAME.KEY: the value of "RESULT NAME.KEY=" in the shared guest's output (fixed string, last one).
 uresult() { keyresult "$LOGS/ublk.out" "$1"; }
@@ -40,7 +40,8 @@ ublk_guest() {
 # The PASS line of each ublk scenario, from its RESULT lines, and the figures behind it (the run's log).
 ublk_pass_text() {
     case "$1" in
-        ublk) echo "ext4 on /dev/ublkbN: discard, fio verify, fstrim, e2fsck clean; $(uresult ublk.verified) files verified across a SIGTERM restart" ;;
+        ublk) echo "ext4 on /dev/ublkbN: discard, fio verify, fstrim, e2fsck clean; $(uresult ublk.verified) files verified across a SIGTERM restart; \
+incremental backup of the guest's writes from dirty bitmap b: $(uresult ublk.backup) bytes, sha256 equal" ;;
         ublk-recovery) echo "fio verify clean across kill -9 and recovery (ublk.id=7); another file refused, its own resumed; recovery=false removes the device" ;;
         ublk-pmem) echo "ublk on ext4 -o dax (is_pmem=$(uresult ublk-pmem.is_pmem)): fio verify clean; with dma.engine=soft both copy routes used" ;;
         ublk-nbd) echo "4k randrw QD32: ublk/nbd $(uresult ublk-nbd.ublk_vs_nbd), ublk/pmem0 $(uresult ublk-nbd.ublk_vs_pmem0) (TCG: compare ratios, not figures)" ;;

@@ -72,8 +72,36 @@ vhost_request() {
             vhost_dirty ;;
         dma-cycle)
             vhost_dma_request "$@" ;;
+        backup)
+            vhost_backup "$2" ;;
         *)
-            echo "unknown request '$*' (known: restart, kill, metrics, dirty, dma-cycle BYTES)"; return 1 ;;
+            echo "unknown request '$*' (known: restart, kill, metrics, dirty, dma-cycle BYTES, backup full|increment)"; return 1 ;;
+    esac
+}
+
+# vhost_backup full|increment: an incremental backup of the disk from the host, over the server's NBD socket and its
+# dirty bitmap b (docs/bitmaps.md), while the guest waits: full: the full copy's boundary (a checkpoint, its frozen
+# half dropped) and the full copy (nbdcopy); increment: a checkpoint, the dirty blocks copied onto the full copy
+# (scripts/pmemblk-backup), and the copy's sha256 must equal the disk's as the server serves it.
+vhost_backup() {
+    local uri="nbd+unix:///pmem0?socket=$VHOST_SOCK.nbd" ctl="$VHOST_FILE.bitmaps/control.sock" copy="${VHOST_FILE%.img}-backup.img"
+    local f n a b
+    f=$(/usr/bin/python3 "$REPO_ROOT/scripts/vm-guest/bitmapctl.py" "$ctl" checkpoint b 2>&1) || { echo "$f"; return 1; }
+    case "$1" in
+        full)
+            n=$(/usr/bin/python3 "$REPO_ROOT/scripts/vm-guest/bitmapctl.py" "$ctl" remove "$f" 2>&1) || { echo "$n"; return 1; }
+            timeout 300 nbdcopy "$uri" "$copy" 2>&1 || { echo "nbdcopy $uri $copy failed"; return 1; }
+            echo "full copy of $(stat -c %s "$copy") bytes after the checkpoint that froze $f" ;;
+        increment)
+            n=$(timeout 300 /usr/bin/python3 "$REPO_ROOT/scripts/pmemblk-backup" "$uri" "$f" "$copy" 2>&1) \
+                || { echo "pmemblk-backup $f: $n"; return 1; }
+            a=$(sha256sum <"$copy") b=$(timeout 300 nbdcopy "$uri" - | sha256sum)
+            rm -f "$copy"
+            [ "$a" = "$b" ] || { echo "after $n bytes copied from $f: sha256 of the copy ${a%% *}, of the disk ${b%% *}"; return 1; }
+            [ "$n" -gt 0 ] && [ "$n" -lt "$VHOST_BYTES" ] || { echo "the increment from $f is $n bytes: not a part of the disk"; return 1; }
+            echo "equal: $n bytes copied from $f onto the full copy, sha256 ${a:0:16} as the disk's" ;;
+        *)
+            echo "backup $1: allowed full, increment"; return 1 ;;
     esac
 }
 
@@ -85,9 +113,10 @@ vhost_boot() {
     VHOST_WHY='' VHOST_OUT="$LOGS/$name.out"
     mkdir -p "$d/ctl"
     VHOST_FILE="$d/disk.img" VHOST_SOCK="$d/vhost.sock" VHOST_LOGS="$LOGS/$name" VHOST_STARTS=0
-    if [ "$mode" = functional ] && [ "$VHOST_BACKEND" = pmemblk ]; then
+    if [ "${mode%% *}" = functional ] && [ "$VHOST_BACKEND" = pmemblk ]; then
         VHOST_PORT=$(free_port)
-        VHOST_SETS=(--set dma.engine=soft --set route.dma.min-bytes=65536 --set "metrics.port=$VHOST_PORT")
+        VHOST_SETS=(--set dma.engine=soft --set route.dma.min-bytes=65536 --set "metrics.port=$VHOST_PORT"
+            --set bitmap.dir=auto --set bitmap.names=b)
     elif [ "$mode" = dmakill ]; then
         # the device process (started by the scenario) does the copies of requests of 64 KiB and more
         VHOST_PORT=$(free_port)
@@ -114,6 +143,7 @@ vhost_boot() {
     local r absent='' want=()
     case " $mode " in *" functional "*|*" restart "*|*" dmakill "*) want+=(fio=verified dmesg=clean) ;; esac
     case " $mode " in *" functional "*) want+=(discard=ok fsck=clean verified=5) ;; esac
+    case " $mode " in *" backup "*) want+=(backup=equal) ;; esac
     for r in "${want[@]}"; do
         [ "$(result "$VHOST_OUT" "${r%%=*}")" = "${r#*=}" ] || absent="$absent ${r%%=*}=$(result "$VHOST_OUT" "${r%%=*}") (want ${r#*=})"
     done
@@ -238,10 +268,12 @@ scenario_vhost() {
     t0=$(now_ms)
     why=$(vhost_missing)
     [ -z "$why" ] || { report SKIP vhost "$why"; return; }
-    vhost_boot vhost functional
+    # pmemblk also keeps a dirty bitmap: after the functional steps, an incremental backup of the guest's writes
+    if [ "$VHOST_BACKEND" = pmemblk ]; then vhost_boot vhost "functional backup"; else vhost_boot vhost functional; fi
     [ -z "$VHOST_WHY" ] || { report FAIL vhost "$VHOST_WHY ($(secs_since "$t0"); logs: $LOGS/vhost*)"; return; }
     if [ "$VHOST_BACKEND" = pmemblk ]; then
-        routes="both copy routes used (dma=$(result "$VHOST_OUT" dma_bytes) cpu=$(result "$VHOST_OUT" cpu_bytes) bytes)"
+        routes="both copy routes used (dma=$(result "$VHOST_OUT" dma_bytes) cpu=$(result "$VHOST_OUT" cpu_bytes) bytes), incremental backup of the guest's \
+writes from dirty bitmap b ($(result "$VHOST_OUT" backup_detail))"
     else
         routes="copy routes not checked (qemu-storage-daemon has none)"
     fi

@@ -140,6 +140,13 @@ public interface BlockDriver extends AutoCloseable {
     }
 
     /**
+     * A request received in place ({@link #receiveInPlace}) is being released: after its completion, or without
+     * ever being dispatched (a payload cut short, a refused digest, a frontend's teardown). A driver that holds
+     * something for it from {@link #receiveInPlace} to its completion lets go of it here in the second case.
+     */
+    default void releasedInPlace(Request r) {}
+
+    /**
      * Makes {@code region} (native memory a frontend holds, e.g. a vhost-user guest's RAM) reachable by the
      * driver's DMA engine, once, when the frontend maps it, never per request; returns the iova of its byte 0 for
      * {@link Request#addIov} (the iova of a piece is that plus its offset in the region), or

@@ -129,6 +129,11 @@ public abstract class ForwardingBlockDriver implements BlockDriver {
     }
 
     @Override
+    public void releasedInPlace(Request r) {
+        device.releasedInPlace(r);
+    }
+
+    @Override
     public long registerMemory(MemorySegment region) {
         return device.registerMemory(region);
     }

@@ -347,6 +347,9 @@ public final class HardwareQueue implements AutoCloseable {
     }
 
     void release(Request r) {
+        if (r.dataInPlace) {
+            driver.releasedInPlace(r); // it may never have reached the driver's queueRequests
+        }
         int n = r.segments();
         if (n > 0) {
             pool.give(n, r.chunks());

@@ -27,6 +27,7 @@ public final class BitmapFile implements AutoCloseable {
     private final BitmapHeader header;
     private final MemorySegment bits;
     private final long[] shadow;
+    private final Object persistLock = new Object();
     private final int shift;
     private final long blocks;
 
@@ -111,7 +112,13 @@ public final class BitmapFile implements AutoCloseable {
     void persist(long offset, long end) throws IOException {
         long firstWord = (offset >>> shift) >>> 6;
         long lastWord = ((end - 1) >>> shift) >>> 6;
-        region.writeBack().persistRange(BitmapHeader.HEADER_BYTES + 8 * firstWord, 8 * (lastWord - firstWord + 1));
+        // One persist at a time: Linux reports a failed write-back to one msync only and marks the pages clean. A
+        // second msync running beside the one that gets the error could return 0 for bits in those lost pages,
+        // before the first has recorded the failure; serialised, the region has recorded it (it does so before
+        // throwing) when the next one starts, and refuses that one too. Only bits going 0 to 1 come here.
+        synchronized (persistLock) {
+            region.writeBack().persistRange(BitmapHeader.HEADER_BYTES + 8 * firstWord, 8 * (lastWord - firstWord + 1));
+        }
     }
 
     /** Records the bits of [offset, offset + length), set and persisted, in the shadow that {@link #durablySet} reads. */
@@ -175,7 +182,10 @@ public final class BitmapFile implements AutoCloseable {
         return n;
     }
 
-    /** ORs every bit of {@code other} (same device and granularity) into this one and persists them all. */
+    /**
+     * ORs every bit of {@code other} (same device and granularity) into this one and persists them all; markers
+     * may be marking this one meanwhile, not {@code other}.
+     */
     void absorb(BitmapFile other) throws IOException {
         for (long at = 0; at < bits.byteSize(); at += 8) {
             long w = other.bits.get(WORD, at);
@@ -183,9 +193,15 @@ public final class BitmapFile implements AutoCloseable {
                 MAPPED_WORD.getAndBitwiseOr(bits, at, w);
             }
         }
-        region.writeBack().persistRange(BitmapHeader.HEADER_BYTES, bits.byteSize());
+        synchronized (persistLock) {
+            region.writeBack().persistRange(BitmapHeader.HEADER_BYTES, bits.byteSize());
+        }
+        // only what was persisted here: a marker may be storing bits it has not persisted yet
         for (int i = 0; i < shadow.length; i++) {
-            shadow[i] = bits.get(WORD, 8L * i);
+            long w = other.bits.get(WORD, 8L * i);
+            if (w != 0) {
+                SHADOW_WORD.getAndBitwiseOr(shadow, i, w);
+            }
         }
     }
 

@@ -1,13 +1,11 @@
 package io.pmemblk.pmem.bitmap;
 
-import io.pmemblk.queueing.Op;
-import io.pmemblk.queueing.Request;
-
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
 import java.util.regex.Pattern;
 
 /**
@@ -18,15 +16,17 @@ import java.util.regex.Pattern;
  *   <li>{@code NAME@G.pbm}: NAME as a checkpoint froze it, generation G (read-only, until removed);</li>
  *   <li>{@code NAME.next}: NAME's successor while a checkpoint or clear is under way.</li>
  * </ul>
- * A checkpoint creates the successor, swaps it in for the markers and waits for a grace period ({@link Grace}:
- * every batch that marked the old bitmap has persisted its bits and every write it marked has completed), then
- * renames old to frozen and successor to active, a directory sync between the two renames. A crash before the
+ * A checkpoint creates the successor, swaps it in for the markers ({@link WriteMarker}) and waits until every
+ * marker that read the old set is done and every write that marked it has completed, then renames old to frozen
+ * and successor to active, a directory sync between the two renames. That wait is bounded ({@link #SETTLE}): when
+ * a write never completes, the successor's bits are merged back into the bitmap, which stays active as it was, and
+ * the checkpoint fails naming the write. A crash before the
  * first rename leaves {@code NAME.next} beside {@code NAME.pbm}: {@link #open} ORs the successor into NAME (the
  * checkpoint did not happen; nothing is lost, a block may be dirty in NAME that a finished checkpoint would have
  * left in the frozen one). A crash between the renames leaves {@code NAME@G.pbm} and {@code NAME.next}: the
  * checkpoint happened, and {@link #open} finishes it.
  *
- * <p>Management calls are serialised on this object; markers never take its lock.
+ * <p>Management calls are serialised on this object; markers never take its lock. Marking is {@link WriteMarker}'s.
  */
 public final class DirtyBitmaps implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger(DirtyBitmaps.class.getName());
@@ -38,22 +38,30 @@ public final class DirtyBitmaps implements AutoCloseable {
     /** What {@link #list} reports of one bitmap. */
     public record Info(String name, boolean frozen, long generation, long granularity, long dirtyBlocks) {}
 
+    /** How long a swap waits for the markers and the writes of the old set before it gives up. */
+    static final long SETTLE = TimeUnit.SECONDS.toNanos(30);
+
     private final BitmapDirectory dir;
     private final long deviceSize;
-    private final Grace grace;
-    /** Active bitmaps, as the markers see them: replaced whole (copy on write), never changed in place. */
-    private volatile BitmapFile[] marking = new BitmapFile[0];
+    private final WriteMarker marker;
+    private final long settleNanos;
     private final Map<String, BitmapFile> active = new LinkedHashMap<>();
     private final Map<String, BitmapFile> frozen = new LinkedHashMap<>();
     /** Every bitmap by name, for readers (NBD block status): replaced whole at each change, read without a lock. */
     private volatile Map<String, BitmapFile> byName = Map.of();
-    /** Set once a bit could not be made durable; from then on every marked write fails (EIO), as the region does. */
-    private volatile String failure;
+    /**
+     * Bitmaps swapped out whose markers did not finish within the wait: still mapped (a marker may store into
+     * them), closed with the rest. Their names' successors were not merged back: see {@link #unmerged}.
+     */
+    private final List<BitmapFile> retired = new ArrayList<>();
+    /** Names whose {@code NAME.next} holds bits not merged back (a failed swap's undo): the next start merges them. */
+    private final List<String> unmerged = new ArrayList<>();
 
-    private DirtyBitmaps(BitmapDirectory dir, long deviceSize, int stripes) {
+    private DirtyBitmaps(BitmapDirectory dir, long deviceSize, int stripes, long settleNanos) {
         this.dir = dir;
         this.deviceSize = deviceSize;
-        this.grace = new Grace(stripes);
+        this.marker = new WriteMarker(stripes, deviceSize, dir.path().toString());
+        this.settleNanos = settleNanos;
     }
 
     /**
@@ -64,7 +72,13 @@ public final class DirtyBitmaps implements AutoCloseable {
      */
     public static DirtyBitmaps open(BitmapDirectory dir, long deviceSize, long granularity, List<String> ensure,
                                     int stripes) throws IOException {
-        DirtyBitmaps b = new DirtyBitmaps(dir, deviceSize, stripes);
+        return open(dir, deviceSize, granularity, ensure, stripes, SETTLE);
+    }
+
+    /** As {@link #open(BitmapDirectory, long, long, List, int)}; a swap waits at most {@code settleNanos}. */
+    static DirtyBitmaps open(BitmapDirectory dir, long deviceSize, long granularity, List<String> ensure,
+                             int stripes, long settleNanos) throws IOException {
+        DirtyBitmaps b = new DirtyBitmaps(dir, deviceSize, stripes, settleNanos);
         try {
             b.recover();
             for (String f : dir.list(ACTIVE)) {
@@ -153,9 +167,18 @@ public final class DirtyBitmaps implements AutoCloseable {
                 generation = Math.max(generation, Long.parseLong(f.substring(name.length() + 1)) + 1);
             }
         }
-        active.put(name, dir.create(name + ACTIVE, new BitmapHeader(deviceSize, granularity, generation)));
+        BitmapFile f = dir.create(name + ACTIVE, new BitmapHeader(deviceSize, granularity, generation));
+        active.put(name, f);
         publish();
-        grace.await(); // a write still in flight that did not mark it has completed: a backup after this sees it
+        try {
+            // a write still in flight that did not mark it has completed: a backup after this sees it
+            settle("add '" + name + "'");
+        } catch (IOException stuck) {
+            active.remove(name);
+            publish();
+            drop(f, name + ACTIVE, stuck);
+            throw stuck;
+        }
     }
 
     /** Removes an active bitmap (no write marks it from then on) or a frozen one ({@code NAME@G}). */
@@ -167,7 +190,13 @@ public final class DirtyBitmaps implements AutoCloseable {
                 throw new IllegalArgumentException(unknown(name));
             }
             publish();
-            grace.await();
+            try {
+                marker.awaitMarkers("remove '" + name + "'", System.nanoTime() + settleNanos);
+            } catch (IOException stuck) {
+                active.put(name, f); // a marker may still store into it: it stays, as it was
+                publish();
+                throw stuck;
+            }
         }
         publish();
         f.close();
@@ -177,7 +206,7 @@ public final class DirtyBitmaps implements AutoCloseable {
 
     /** Empties the active bitmap {@code name} atomically: each write is in the old one (dropped) or the new one. */
     public synchronized void clear(String name) throws IOException {
-        BitmapFile old = swap(name);
+        BitmapFile old = swap(name, "clear '" + name + "'");
         old.close();
         dir.rename(name + NEXT, name + ACTIVE);
         dir.sync();
@@ -186,9 +215,11 @@ public final class DirtyBitmaps implements AutoCloseable {
     /**
      * Freezes the active bitmap {@code name} and starts its successor: every write is in exactly one of them,
      * and every write in the frozen one has completed. Returns the frozen bitmap's name, {@code NAME@G}.
+     * @throws IOException when a write that marked it does not complete within the wait: the bitmap is then
+     *         active as before (the message names the write)
      */
     public synchronized String checkpoint(String name) throws IOException {
-        BitmapFile old = swap(name);
+        BitmapFile old = swap(name, "checkpoint '" + name + "'");
         String frozenName = name + FROZEN_MARK + old.header().generation();
         dir.rename(name + ACTIVE, frozenName + ACTIVE);
         dir.sync(); // frozen before the successor takes the name: never two files at NAME.pbm's place in a crash
@@ -199,21 +230,73 @@ public final class DirtyBitmaps implements AutoCloseable {
         return frozenName;
     }
 
-    /** Creates {@code name}'s successor, swaps it in for the markers and waits out the grace period; returns the old. */
-    private BitmapFile swap(String name) throws IOException {
+    /**
+     * Creates {@code name}'s successor, swaps it in for the markers and waits until the old one's markers are done
+     * and its writes have completed; returns the old. When they do not within the wait, undoes the swap: the
+     * successor's bits are merged back into the old bitmap, active again, and the successor is removed.
+     */
+    private BitmapFile swap(String name, String what) throws IOException {
         BitmapFile old = active.get(name);
         if (old == null) {
             throw new IllegalArgumentException(frozen.containsKey(name) ? "bitmap '" + name + "' is frozen (a"
                     + " checkpoint); allowed here: an active bitmap, " + active.keySet() : unknown(name));
         }
+        if (unmerged.contains(name)) {
+            throw new IOException(what + ": " + name + NEXT + " holds bits of an undone swap not yet merged"
+                    + " back (its markers were stuck); restart pmemblk, which merges them, then retry");
+        }
         if (dir.exists(name + NEXT)) {
-            dir.remove(name + NEXT); // a successor this process failed to finish (ours alone: the directory is)
+            dir.remove(name + NEXT); // a successor this process failed to create (ours alone: the directory is)
         }
         BitmapFile next = dir.create(name + NEXT, old.header().next());
         active.put(name, next);
         publish();
-        grace.await();
-        return old;
+        try {
+            settle(what);
+            return old;
+        } catch (IOException stuck) {
+            active.put(name, old);
+            publish();
+            try {
+                marker.awaitMarkers(what + ", undoing it", System.nanoTime() + settleNanos);
+                old.absorb(next); // every write that marked the successor is then in the bitmap: none in neither
+            } catch (IOException e) {
+                stuck.addSuppressed(e);
+                retired.add(next);
+                unmerged.add(name);
+                throw stuck;
+            }
+            drop(next, name + NEXT, stuck);
+            throw stuck;
+        }
+    }
+
+    /** Waits until the markers of the set before the last {@link #publish} are done and its writes have completed. */
+    private void settle(String what) throws IOException {
+        long deadline = System.nanoTime() + settleNanos;
+        marker.awaitMarkers(what, deadline);
+        marker.awaitWrites(what, deadline);
+    }
+
+    /**
+     * Removes a bitmap no longer published, once no marker can store into it (else it stays mapped, retired);
+     * a failure is added to {@code cause}.
+     */
+    private void drop(BitmapFile f, String file, IOException cause) {
+        try {
+            marker.awaitMarkers("removing " + file, System.nanoTime() + settleNanos);
+        } catch (IOException e) {
+            cause.addSuppressed(e);
+            retired.add(f);
+            return;
+        }
+        try {
+            f.close();
+            dir.remove(file);
+            dir.sync();
+        } catch (IOException e) {
+            cause.addSuppressed(e);
+        }
     }
 
     private String unknown(String name) {
@@ -222,7 +305,7 @@ public final class DirtyBitmaps implements AutoCloseable {
 
     /** Hands the markers the active set and the readers every name; called after each change. */
     private void publish() {
-        marking = active.values().toArray(new BitmapFile[0]);
+        marker.publish(active.values().toArray(new BitmapFile[0]));
         Map<String, BitmapFile> all = new LinkedHashMap<>(active);
         all.putAll(frozen);
         byName = java.util.Collections.unmodifiableMap(all);
@@ -253,110 +336,14 @@ public final class DirtyBitmaps implements AutoCloseable {
         return byName.get(name);
     }
 
-    /** Whether an op changes data, so its blocks are dirty. */
-    static boolean changes(Op op) {
-        return op == Op.WRITE || op == Op.WRITE_ZEROES || op == Op.TRIM;
+    /** Marks the writes: the tracking layer's side. */
+    WriteMarker marker() {
+        return marker;
     }
 
-    /** Whether a request's range is on the device: others are refused by the driver, and never marked. */
-    private boolean onDevice(Request r) {
-        return r.offset >= 0 && r.length > 0 && r.length <= deviceSize - r.offset;
-    }
-
-    /**
-     * Marks the writes of {@code batch[0..count)} in every active bitmap, durably, and counts each in flight on
-     * {@code stripe} until {@link #completed} with the token returned.
-     * @return the token of the batch's writes, or -1 when the bits could not be made durable ({@link #failure()}):
-     *         the writes must then not be passed on
-     */
-    int mark(int stripe, Request[] batch, int count) {
-        int token = grace.enter(stripe);
-        try {
-            BitmapFile[] set = marking;
-            for (BitmapFile b : set) {
-                long lo = Long.MAX_VALUE, hi = -1;
-                for (int i = 0; i < count; i++) {
-                    Request r = batch[i];
-                    if (changes(r.op) && onDevice(r) && !b.durablySet(r.offset, r.length)) {
-                        b.set(r.offset, r.length);
-                        lo = Math.min(lo, r.offset);
-                        hi = Math.max(hi, r.offset + r.length);
-                    }
-                }
-                if (hi >= 0) {
-                    b.persist(lo, hi);
-                    for (int i = 0; i < count; i++) {
-                        Request r = batch[i];
-                        if (changes(r.op) && onDevice(r)) {
-                            b.published(r.offset, r.length);
-                        }
-                    }
-                }
-            }
-            if (failure != null) {
-                return -1;
-            }
-            int writes = 0;
-            for (int i = 0; i < count; i++) {
-                writes += changes(batch[i].op) ? 1 : 0;
-            }
-            grace.hold(token, writes);
-            return token;
-        } catch (IOException | RuntimeException e) {
-            fail(e);
-            return -1;
-        } finally {
-            grace.exit(token);
-        }
-    }
-
-    /**
-     * Marks one write about to be received straight into the device, durably, before its payload can reach it.
-     * Not counted in flight: a checkpoint that runs before its dispatch finds it marked again in the successor
-     * by {@link #mark} (in both bitmaps, never in neither).
-     */
-    String markInPlace(int stripe, long offset, long length) {
-        int token = grace.enter(stripe);
-        try {
-            for (BitmapFile b : marking) {
-                if (!b.durablySet(offset, length)) {
-                    b.set(offset, length);
-                    b.persist(offset, offset + length);
-                    b.published(offset, length);
-                }
-            }
-            return failure;
-        } catch (IOException | RuntimeException e) {
-            return fail(e);
-        } finally {
-            grace.exit(token);
-        }
-    }
-
-    /** A write {@link #mark} counted in flight has completed. */
-    void completed(int token) {
-        grace.exit(token);
-    }
-
-    private String fail(Exception e) {
-        String f = failure;
-        if (f == null) {
-            synchronized (grace) {
-                if (failure == null) {
-                    failure = "a dirty bitmap's bits could not be made durable (" + e + "): writes are refused (EIO)"
-                            + " so that none reaches the device untracked; fix the storage under "
-                            + dir.path() + " and restart";
-                    LOG.log(System.Logger.Level.ERROR, failure);
-                }
-                f = failure;
-            }
-        }
-        return f;
-    }
-
-    /** Why writes are refused, or null. */
+    /** Why writes are refused (a bit could not be made durable), or null. */
     public String failure() {
-        return failure;
+        return marker.failure();
     }
 
     @Override
@@ -368,9 +355,11 @@ public final class DirtyBitmaps implements AutoCloseable {
         IOException first = null;
         List<BitmapFile> all = new ArrayList<>(active.values());
         all.addAll(frozen.values());
+        all.addAll(retired);
         active.clear();
         frozen.clear();
-        marking = new BitmapFile[0];
+        retired.clear();
+        marker.publish(new BitmapFile[0]);
         byName = Map.of();
         for (BitmapFile f : all) {
             try {

@@ -8,7 +8,6 @@ import io.pmemblk.queueing.Status;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
-import java.util.Arrays;
 
 /**
  * A block device over another that marks every WRITE, WRITE_ZEROES and TRIM in the active dirty bitmaps before
@@ -17,16 +16,14 @@ import java.util.Arrays;
  * persisted once if any went from 0 to 1, and only then is the batch passed on, since a page-cache mapping may
  * write a request's data back at any time after that. A bit already durable costs a load; nothing is allocated.
  *
- * <p>Each write is counted in flight from its marking to its completion ({@link DirtyBitmaps#mark}), through a
- * completion of this layer's own per tag (made at {@link #attachQueue}) that hands the request back to the
- * frontend's: a checkpoint waits for those, so a frozen bitmap's writes have all reached the device when a
- * backup reads it. Everything else is the device's, passed through ({@link ForwardingBlockDriver}); closing closes
- * the device, not the bitmaps, which are their owner's.
+ * <p>Marking, and the record of each write in flight that a checkpoint waits for, are the {@link WriteMarker}'s
+ * (one set of bitmaps per write, at dispatch, or when a write is received straight into the device). Everything
+ * else is the device's, passed through ({@link ForwardingBlockDriver}); closing closes the device, not the bitmaps,
+ * which are their owner's.
  */
 public final class TrackingDriver extends ForwardingBlockDriver {
     private final DirtyBitmaps bitmaps;
-    /** Per hardware queue, per tag: the completion that ends the write's count and calls the frontend's. */
-    private InFlight[][] inFlight = new InFlight[0][];
+    private final WriteMarker marker;
 
     public TrackingDriver(BlockDriver device, DirtyBitmaps bitmaps) {
         if (device.size() != bitmaps.deviceSize()) {
@@ -35,58 +32,24 @@ public final class TrackingDriver extends ForwardingBlockDriver {
         }
         super(device);
         this.bitmaps = bitmaps;
+        this.marker = bitmaps.marker();
     }
 
     public DirtyBitmaps bitmaps() {
         return bitmaps;
     }
 
-    /** The frontend's completion of one tag, restored on the request before it runs. */
-    private final class InFlight implements Request.Completion {
-        Request.Completion frontend;
-        int token;
-
-        @Override
-        public void completed(Request r) {
-            Request.Completion c = frontend;
-            frontend = null;
-            r.completion = c;
-            // the write has reached the device: a checkpoint waiting for it may go on before the reply is sent
-            bitmaps.completed(token);
-            c.completed(r);
-        }
-    }
-
     @Override
     public void attachQueue(HardwareQueue queue) {
-        int q = queue.index();
-        if (q >= inFlight.length) {
-            inFlight = Arrays.copyOf(inFlight, q + 1);
-        }
-        InFlight[] perTag = new InFlight[queue.depth()];
-        for (int t = 0; t < perTag.length; t++) {
-            perTag[t] = new InFlight();
-        }
-        inFlight[q] = perTag;
+        marker.attach(queue.index(), queue.depth());
         device.attachQueue(queue);
     }
 
     @Override
     public void queueRequests(int hwq, Request[] batch, int count) {
-        int token = bitmaps.mark(hwq, batch, count);
-        if (token < 0) {
+        if (!marker.mark(hwq, batch, count)) {
             refuseWrites(hwq, batch, count);
             return;
-        }
-        InFlight[] perTag = inFlight[hwq];
-        for (int i = 0; i < count; i++) {
-            Request r = batch[i];
-            if (DirtyBitmaps.changes(r.op)) {
-                InFlight f = perTag[r.tag()];
-                f.frontend = r.completion;
-                f.token = token;
-                r.completion = f;
-            }
         }
         device.queueRequests(hwq, batch, count);
     }
@@ -97,7 +60,7 @@ public final class TrackingDriver extends ForwardingBlockDriver {
         int n = 0;
         for (int i = 0; i < count; i++) {
             Request r = batch[i];
-            if (DirtyBitmaps.changes(r.op)) {
+            if (WriteMarker.changes(r.op)) {
                 r.complete(Status.EIO);
             } else {
                 rest[n++] = r;
@@ -113,13 +76,23 @@ public final class TrackingDriver extends ForwardingBlockDriver {
         return bitmaps.failure() == null && device.receivesInPlace(offset, length);
     }
 
-    /** The bits first, durably: the payload lands in the device as it is received. */
+    /**
+     * The bits first, durably: the payload lands in the device as it is received, once this returns (the device
+     * only points the request's buffers at the range). The write is marked here, not again at dispatch.
+     */
     @Override
     public void receiveInPlace(Request r) {
-        String refused = bitmaps.markInPlace(r.queue().index(), r.offset, r.length);
+        device.receiveInPlace(r);
+        String refused = marker.markInPlace(r.queue().index(), r);
         if (refused != null) {
             throw new UncheckedIOException(new IOException(refused));
         }
-        device.receiveInPlace(r);
+    }
+
+    /** A write received in place and never dispatched no longer holds a checkpoint back. */
+    @Override
+    public void releasedInPlace(Request r) {
+        marker.abandoned(r);
+        device.releasedInPlace(r);
     }
 }

@@ -1,6 +1,8 @@
 package io.pmemblk.pmem.bitmap;
 
+import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.Op;
+import io.pmemblk.queueing.Request;
 import io.pmemblk.queueing.testing.Waits;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -8,6 +10,7 @@ import org.junit.jupiter.api.io.TempDir;
 import io.pmemblk.pmem.CrashModel;
 import io.pmemblk.pmem.PmemRegion;
 
+import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -19,12 +22,13 @@ import java.util.Collections;
 import java.util.List;
 import java.util.Random;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.UnaryOperator;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
- * Writers on every queue race checkpoints: each block is written once, so each must be in exactly one bitmap of
- * the chain (the frozen ones as they were when their checkpoint returned, and the active one at the end), and a
+ * Writers on every queue race checkpoints, half their writes received straight into the device: each block is
+ * written once, so each must be in exactly one bitmap of the chain (the frozen ones as they were when their checkpoint returned, and the active one at the end), and a
  * frozen bitmap never changes after its checkpoint returned.
  */
 class CheckpointRaceTest {
@@ -57,10 +61,15 @@ class CheckpointRaceTest {
                     Op[] ops = new Op[BATCH];
                     java.util.Arrays.fill(ops, Op.WRITE);
                     long[] offsets = new long[BATCH];
+                    FrontendQueue frontend = new FrontendQueue(d.layer.queue(queue));
                     try {
                         for (int i = 0; i < mine.size(); i += BATCH) {
                             for (int k = 0; k < BATCH; k++) offsets[k] = (long) mine.get(i + k) * BLOCK;
-                            d.batch(queue, ops, offsets, BLOCK, (byte) 7);
+                            if ((i / BATCH) % 2 == 0) {
+                                d.batch(queue, ops, offsets, BLOCK, (byte) 7);
+                            } else {
+                                inPlace(frontend, offsets); // marked when received, not at dispatch
+                            }
                         }
                     } catch (Throwable t) {
                         failed.compareAndSet(null, t);
@@ -96,6 +105,165 @@ class CheckpointRaceTest {
             missing.set(0, BLOCKS);
             missing.andNot(seen);
             assertThat(missing).as("blocks written but in no bitmap").isEqualTo(new BitSet());
+        }
+    }
+
+    /** Writes of BLOCK bytes at {@code offsets}, received straight into the device, as one batch; completed inline. */
+    private static void inPlace(FrontendQueue frontend, long[] offsets) throws InterruptedException {
+        Request[] rs = new Request[offsets.length];
+        AtomicInteger ok = new AtomicInteger();
+        for (int k = 0; k < offsets.length; k++) {
+            Request r = frontend.acquireWrite(offsets[k], BLOCK);
+            if (!r.dataInPlace) throw new AssertionError(r + " was not received in place");
+            receive(r);
+            r.completion = req -> {
+                if (req.status() == 0) ok.incrementAndGet();
+            };
+            frontend.add(r);
+            rs[k] = r;
+        }
+        frontend.dispatch();
+        if (ok.get() != offsets.length) {
+            throw new AssertionError(ok.get() + " of " + offsets.length + " in-place writes completed inline with OK");
+        }
+        for (Request r : rs) r.release();
+    }
+
+    /** The payload, as a frontend's read from its socket puts it: straight into the device range. */
+    private static void receive(Request r) {
+        ByteBuffer[] bufs = r.dataBuffers();
+        for (int i = 0; i < r.dataBufferCount(); i++) {
+            while (bufs[i].hasRemaining()) bufs[i].put((byte) 7);
+        }
+    }
+
+    private static boolean waitingIn(Thread t, Class<?> c, String method) {
+        return java.util.Arrays.stream(t.getStackTrace())
+                .anyMatch(f -> f.getClassName().equals(c.getName()) && f.getMethodName().equals(method));
+    }
+
+    /** Runs {@code checkpoint} of "b" on a thread of its own; its result or failure lands in the references. */
+    private static Thread checkpoint(TrackedDevice d, AtomicReference<String> frozen, AtomicReference<Throwable> failed) {
+        return Thread.ofPlatform().name("checkpoint").start(() -> {
+            try {
+                frozen.set(d.bitmaps.checkpoint("b"));
+            } catch (Throwable t) {
+                failed.set(t);
+            }
+        });
+    }
+
+    /**
+     * A write whose payload is being received straight into the device when a checkpoint starts was marked in
+     * the bitmap the checkpoint freezes: it must be in that one alone (not marked again in the successor at its
+     * dispatch), and the checkpoint must wait for it, since its data lands after the freeze.
+     */
+    @Test
+    void aWriteReceivedInPlaceAcrossACheckpointIsInTheFrozenBitmapAlone() throws Exception {
+        try (TrackedDevice d = TrackedDevice.open(dir, SIZE, BLOCK, List.of("b"), 1)) {
+            FrontendQueue frontend = new FrontendQueue(d.layer.queue(0));
+            Request r = frontend.acquireWrite(5L * BLOCK, BLOCK);
+            assertThat(r.dataInPlace).as("the CPU route receives in place").isTrue();
+            AtomicReference<String> frozen = new AtomicReference<>();
+            AtomicReference<Throwable> failed = new AtomicReference<>();
+            Thread checkpoint = checkpoint(d, frozen, failed);
+            Waits.await("the checkpoint to wait for the write or return", () -> frozen.get() != null
+                    || failed.get() != null || waitingIn(checkpoint, WriteMarker.class, "awaitWrites"));
+            assertThat(frozen.get()).as("checkpoint returned while a write received in place was in flight").isNull();
+            receive(r);
+            AtomicInteger status = new AtomicInteger(-1);
+            r.completion = req -> status.set(req.status());
+            frontend.add(r);
+            frontend.dispatch();
+            Waits.join("checkpoint", checkpoint);
+            assertThat(failed.get()).isNull();
+            assertThat(status.get()).isZero();
+            r.release();
+            assertThat(d.bitmaps.find(frozen.get()).dirty(5)).as("in the bitmap it marked, now frozen").isTrue();
+            assertThat(d.bitmaps.find("b").dirty(5)).as("a write received in place across a checkpoint is in its"
+                    + " successor too").isFalse();
+        }
+    }
+
+    /** A write received in place whose payload never came (the client vanished) holds no checkpoint back. */
+    @Test
+    void aWriteReceivedInPlaceButNeverDispatchedDoesNotHoldACheckpoint() throws Exception {
+        PmemRegion region = PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.JAVA);
+        BitmapDirectory files = BitmapDirectory.open(dir.resolve("d.img.bitmaps"), "bitmap.dir", PmemRegion.Mapper.JAVA);
+        try (TrackedDevice d = new TrackedDevice(region, files, BLOCK, List.of("b"), 1, UnaryOperator.identity(),
+                TimeUnit.SECONDS.toNanos(2))) {
+            FrontendQueue frontend = new FrontendQueue(d.layer.queue(0));
+            frontend.acquireWrite(5L * BLOCK, BLOCK);
+            assertThat(frontend.releaseUndispatched()).isEqualTo(1); // the reader's teardown
+            assertThat(d.bitmaps.checkpoint("b")).isEqualTo("b@1");
+            assertThat(d.bitmaps.find("b@1").dirty(5)).as("marked when received: part of it may have landed").isTrue();
+            assertThat(d.bitmaps.find("b").dirty(5)).isFalse();
+        }
+    }
+
+    /**
+     * A write the device has not completed when a checkpoint starts: the checkpoint returns only after it, and
+     * the write is in the frozen bitmap alone.
+     */
+    @Test
+    void aCheckpointWaitsForTheDevicesCompletionOfTheWritesItFroze() throws Exception {
+        PmemRegion region = PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.JAVA);
+        BitmapDirectory files = BitmapDirectory.open(dir.resolve("d.img.bitmaps"), "bitmap.dir", PmemRegion.Mapper.JAVA);
+        HeldCompletions[] device = new HeldCompletions[1];
+        try (TrackedDevice d = new TrackedDevice(region, files, BLOCK, List.of("b"), 1,
+                pmem -> device[0] = new HeldCompletions(pmem, r -> r.offset == 7L * BLOCK), DirtyBitmaps.SETTLE)) {
+            AtomicInteger status = new AtomicInteger(-1);
+            d.start(0, Op.WRITE, 7L * BLOCK, BLOCK, (byte) 1, r -> status.set(r.status()));
+            assertThat(device[0].held()).isEqualTo(1);
+            AtomicReference<String> frozen = new AtomicReference<>();
+            AtomicReference<Throwable> failed = new AtomicReference<>();
+            Thread checkpoint = checkpoint(d, frozen, failed);
+            Waits.await("the checkpoint to wait for the write or return", () -> frozen.get() != null
+                    || failed.get() != null || waitingIn(checkpoint, WriteMarker.class, "awaitWrites"));
+            assertThat(frozen.get()).as("checkpoint returned while the device had not completed a write it froze")
+                    .isNull();
+            device[0].release();
+            Waits.join("checkpoint", checkpoint);
+            assertThat(failed.get()).isNull();
+            assertThat(status.get()).isZero();
+            assertThat(d.bitmaps.find(frozen.get()).dirty(7)).isTrue();
+            assertThat(d.bitmaps.find("b").dirty(7)).isFalse();
+        }
+    }
+
+    /**
+     * A device that never completes a write: the checkpoint gives up within its bound, naming the write, and
+     * leaves the bitmap as it was: active, nothing frozen, and holding the writes that marked the successor
+     * meanwhile (merged back). Once the write completes, a checkpoint goes through.
+     */
+    @Test
+    void aCheckpointGivesUpOnAWriteTheDeviceNeverCompletesAndUndoesItself() throws Exception {
+        PmemRegion region = PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.JAVA);
+        BitmapDirectory files = BitmapDirectory.open(dir.resolve("d.img.bitmaps"), "bitmap.dir", PmemRegion.Mapper.JAVA);
+        HeldCompletions[] device = new HeldCompletions[1];
+        try (TrackedDevice d = new TrackedDevice(region, files, BLOCK, List.of("b"), 1,
+                pmem -> device[0] = new HeldCompletions(pmem, r -> r.offset == 7L * BLOCK), TimeUnit.SECONDS.toNanos(3))) {
+            d.start(0, Op.WRITE, 7L * BLOCK, BLOCK, (byte) 1, r -> {});
+            d.write(3L * BLOCK, BLOCK);
+            AtomicReference<String> frozen = new AtomicReference<>();
+            AtomicReference<Throwable> failed = new AtomicReference<>();
+            Thread checkpoint = checkpoint(d, frozen, failed);
+            Waits.await("the checkpoint to wait for the write or return", () -> frozen.get() != null
+                    || failed.get() != null || waitingIn(checkpoint, WriteMarker.class, "awaitWrites"));
+            d.write(9L * BLOCK, BLOCK); // marks the successor
+            Waits.join("checkpoint", checkpoint);
+            assertThat(frozen.get()).as("a checkpoint with a write stuck on the device").isNull();
+            assertThat(failed.get()).isInstanceOf(java.io.IOException.class).hasMessageStartingWith(
+                    "checkpoint 'b' gave up: 1 write marked before it still in flight (queue 0 tag ")
+                    .hasMessageContaining(": WRITE of 4096 bytes at 28672 (on the device))");
+            assertThat(d.bitmaps.names()).as("nothing frozen").containsExactly("b");
+            BitSet b = bits(d.bitmaps.find("b"));
+            assertThat(b.stream().boxed().toList()).as("the bitmap as it was, with the successor's writes merged back")
+                    .containsExactly(3, 7, 9);
+            assertThat(dir.resolve("d.img.bitmaps/b.next")).as("the successor removed").doesNotExist();
+            device[0].release();
+            assertThat(d.bitmaps.checkpoint("b")).isEqualTo("b@1");
+            assertThat(bits(d.bitmaps.find("b@1")).stream().boxed().toList()).containsExactly(3, 7, 9);
         }
     }
 

@@ -3,6 +3,7 @@ package io.pmemblk.pmem.bitmap;
 import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
+import io.pmemblk.queueing.BlockDriver;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.HardwareQueue;
 import io.pmemblk.queueing.Op;
@@ -13,6 +14,7 @@ import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.UnaryOperator;
 
 /**
  * The real stack the server builds, for the bitmap tests: a region, the pmem driver (no DMA engine: the CPU
@@ -26,9 +28,18 @@ final class TrackedDevice implements AutoCloseable {
 
     TrackedDevice(PmemRegion region, BitmapDirectory dir, long granularity, List<String> names, int queues)
             throws IOException {
+        this(region, dir, granularity, names, queues, UnaryOperator.identity(), DirtyBitmaps.SETTLE);
+    }
+
+    /**
+     * As {@link #TrackedDevice(PmemRegion, BitmapDirectory, long, List, int)}, with {@code under} put between the
+     * tracking layer and the pmem driver (a test device), and swaps waiting at most {@code settleNanos}.
+     */
+    TrackedDevice(PmemRegion region, BitmapDirectory dir, long granularity, List<String> names, int queues,
+                  UnaryOperator<BlockDriver> under, long settleNanos) throws IOException {
         this.region = region;
-        this.bitmaps = DirtyBitmaps.open(dir, region.size(), granularity, names, queues);
-        this.driver = new TrackingDriver(new PmemBlockDriver(region, new CopyStats()), bitmaps);
+        this.bitmaps = DirtyBitmaps.open(dir, region.size(), granularity, names, queues, settleNanos);
+        this.driver = new TrackingDriver(under.apply(new PmemBlockDriver(region, new CopyStats())), bitmaps);
         this.layer = new BlockLayer(driver, queues, 64, 8 << 20, 1 << 20);
     }
 
@@ -73,6 +84,38 @@ final class TrackedDevice implements AutoCloseable {
         for (Request r : batch) {
             r.release();
         }
+    }
+
+    /**
+     * Dispatches one request on queue {@code q} without waiting for it ({@code done} runs at its completion, and
+     * releases it after); a WRITE's data is {@code fill}.
+     */
+    void start(int q, Op op, long offset, int length, byte fill, Request.Completion done) throws InterruptedException {
+        Request r = layer.queue(q).acquire(op.carriesData() ? length : 0);
+        r.op = op;
+        r.offset = offset;
+        r.length = length;
+        if (op == Op.WRITE) {
+            for (ByteBuffer b : r.buffers()) {
+                if (b == null) break;
+                while (b.hasRemaining()) b.put(fill);
+            }
+        }
+        r.completion = req -> {
+            done.completed(req);
+            req.release();
+        };
+        layer.queue(q).dispatch(new Request[] {r}, 1);
+    }
+
+    /** One request on queue {@code q}, completed inline (the CPU route): its status. */
+    int status(int q, Op op, long offset, int length) throws InterruptedException {
+        AtomicInteger status = new AtomicInteger(Integer.MIN_VALUE);
+        start(q, op, offset, length, (byte) 0x5a, r -> status.set(r.status()));
+        if (status.get() == Integer.MIN_VALUE) {
+            throw new AssertionError(op + " at " + offset + " on queue " + q + " did not complete inline");
+        }
+        return status.get();
     }
 
     void write(long offset, int length) throws InterruptedException {
