@@ -98,7 +98,9 @@ vhost_backup() {
             a=$(sha256sum <"$copy") b=$(timeout 300 nbdcopy "$uri" - | sha256sum)
             rm -f "$copy"
             [ "$a" = "$b" ] || { echo "after $n bytes copied from $f: sha256 of the copy ${a%% *}, of the disk ${b%% *}"; return 1; }
-            [ "$n" -gt 0 ] && [ "$n" -lt "$VHOST_BYTES" ] || { echo "the increment from $f is $n bytes: not a part of the disk"; return 1; }
+            if [ "$n" -le 0 ] || [ "$n" -ge "$VHOST_BYTES" ]; then
+                echo "the increment from $f is $n bytes: not a part of the disk"; return 1
+            fi
             echo "equal: $n bytes copied from $f onto the full copy, sha256 ${a:0:16} as the disk's" ;;
         *)
             echo "backup $1: allowed full, increment"; return 1 ;;
