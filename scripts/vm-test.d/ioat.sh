@@ -21,7 +21,7 @@ vfio_user_peers() {
         echo "QEMU >= 10.1 with vfio-user-pci missing: no $VFIO_USER_QEMU (../shared/peers/qemu beside the checkout, built by ../shared/peers/build-qemu.sh; or PMEMBLK_PEERS, \
 PMEMBLK_QEMU_VFIO_USER)"; return 1
     fi
-    "$VFIO_USER_QEMU" -device help 2>/dev/null | grep -q '"vfio-user-pci"' \
+    grep -q '"vfio-user-pci"' <<<"$("$VFIO_USER_QEMU" -device help 2>/dev/null)" \
         || { echo "$VFIO_USER_QEMU has no vfio-user-pci (-device help): QEMU >= 10.1 needed (../shared/peers/build-qemu.sh)"; return 1; }
     vfio_user_library "$1"
 }
