@@ -1,6 +1,7 @@
 package io.pmemblk.pmem;
 
 import io.pmemblk.posix.Errno;
+import io.pmemblk.posix.LibraryProbe;
 import io.pmemblk.posix.Native;
 import io.pmemblk.posix.NativeException;
 
@@ -39,7 +40,7 @@ public final class Libpmem {
     public static final int PMEM_F_MEM_NODRAIN = 1;
     public static final int PMEM_F_MEM_NONTEMPORAL = 2;
 
-    private static volatile Optional<Libpmem> instance;
+    private static final LibraryProbe<Libpmem> LOADED = new LibraryProbe<>(Libpmem::probe);
     private static volatile String unavailableReason = "not probed";
 
     /**
@@ -105,17 +106,7 @@ public final class Libpmem {
 
     /** libpmem if it loads and is compatible (major 1, minor >= 1); empty otherwise, see {@link #unavailableReason()}. */
     public static Optional<Libpmem> load() {
-        Optional<Libpmem> l = instance;
-        if (l == null) {
-            synchronized (Libpmem.class) {
-                l = instance;
-                if (l == null) {
-                    l = probe();
-                    instance = l;
-                }
-            }
-        }
-        return l;
+        return LOADED.get();
     }
 
     private static Optional<Libpmem> probe() {

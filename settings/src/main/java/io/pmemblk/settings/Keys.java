@@ -19,6 +19,7 @@ import static io.pmemblk.settings.ValueParsers.intRange;
 import static io.pmemblk.settings.ValueParsers.listen;
 import static io.pmemblk.settings.ValueParsers.nqn;
 import static io.pmemblk.settings.ValueParsers.path;
+import static io.pmemblk.settings.ValueParsers.powerOfTwo;
 import static io.pmemblk.settings.ValueParsers.range;
 
 /**
@@ -97,13 +98,8 @@ public final class Keys {
             t -> choice(t, Layout.class));
     public static final Key<Integer> PMEM_SECTOR_SIZE = PMEM.key("pmem.sector-size", "4096", "512 or 4096 (512 only with pmem.layout=btt)",
             "The BTT's sector (logical block) size, the unit written atomically, for a BTT serve creates; an existing"
-                    + " BTT keeps the size it was formatted with, and serving it with another one set here is refused.", t -> {
-                int v = Integer.parseInt(t);
-                if (v != 512 && v != 4096) {
-                    throw new IllegalArgumentException();
-                }
-                return v;
-            });
+                    + " BTT keeps the size it was formatted with, and serving it with another one set here is refused.",
+            ValueParsers::blockSize);
 
     // ---- nbd ----
     public static final Key<Path> NBD_SOCKET = NBD.key("nbd.socket", "auto",
@@ -202,13 +198,7 @@ public final class Keys {
     public static final Key<Integer> DMA_CHANNELS = DMA.key("dma.channels", "1", "an integer 1..64",
             "DMA channels; hardware queue i uses channel i mod dma.channels.", t -> intRange(t, 1, 64));
     public static final Key<Integer> DMA_RING_SIZE = DMA.key("dma.ring-size", "512", "a power of two 16..32768",
-            "Descriptors per DMA channel ring.", t -> {
-                int v = intRange(t, 16, 32768);
-                if (Integer.bitCount(v) != 1) {
-                    throw new IllegalArgumentException();
-                }
-                return v;
-            });
+            "Descriptors per DMA channel ring.", t -> powerOfTwo(intRange(t, 16, 32768)));
 
     // ---- route ----
     public static final Key<Long> ROUTE_DMA_MIN_BYTES = ROUTE.key("route.dma.min-bytes", "256K",
@@ -241,13 +231,7 @@ public final class Keys {
             "Requests in flight per ublk queue; at most queue.depth (each needs a tag of its hardware queue).",
             t -> t.equalsIgnoreCase("auto") ? 0 : intRange(t, 1, 4096));
     public static final Key<Integer> UBLK_BLOCK_SIZE = UBLK.key("ublk.block-size", "4096", "512 or 4096",
-            "Logical block size of /dev/ublkbN (the physical block size is 4096 either way).", t -> {
-                int v = Integer.parseInt(t);
-                if (v != 512 && v != 4096) {
-                    throw new IllegalArgumentException();
-                }
-                return v;
-            });
+            "Logical block size of /dev/ublkbN (the physical block size is 4096 either way).", ValueParsers::blockSize);
     public static final Key<Boolean> UBLK_RECOVERY = UBLK.key("ublk.recovery", "true", "true or false",
             "When the server is killed, keep /dev/ublkbN with its I/O waiting (a mounted filesystem does not fail)"
                     + " until a server with the same ublk.id resumes it; false: the device goes away with the server.",
@@ -324,13 +308,8 @@ public final class Keys {
     public static final Key<Integer> NVME_IN_CAPSULE_BYTES = NVME.key("nvme.in-capsule-bytes", "8192",
             "bytes 4096..131072, a multiple of 16",
             "Write data a host may send inside the command capsule (IOCCSZ); longer writes go by R2T/H2CData. At"
-                    + " least 4 KiB: a Dataset Management command's 256 ranges come in the capsule.", t -> {
-                int v = intRange(t, 4096, 131072);
-                if (v % 16 != 0) {
-                    throw new IllegalArgumentException();
-                }
-                return v;
-            });
+                    + " least 4 KiB: a Dataset Management command's 256 ranges come in the capsule.",
+            t -> intRange(t, 4096, 131072, 16));
     public static final Key<Boolean> NVME_DIGESTS = NVME.key("nvme.digests", "true", "true or false",
             "Whether a host may turn on the CRC32C header and data digests (nvme connect -g -G); false answers"
                     + " ICReq with them off.", ValueParsers::bool);
@@ -352,13 +331,8 @@ public final class Keys {
     public static final Key<Long> BITMAP_GRANULARITY = BITMAP.key("bitmap.granularity", "64K",
             "a power of two from 512 to 1G (suffixes K, M, G)",
             "Bytes each bit of a bitmap made from bitmap.names covers (QEMU's default: 64K). An existing bitmap of"
-                    + " another granularity is refused at start.", t -> {
-                long v = Sizes.parse(t);
-                if (v < 512 || v > 1L << 30 || Long.bitCount(v) != 1) {
-                    throw new IllegalArgumentException();
-                }
-                return v;
-            });
+                    + " another granularity is refused at start.",
+            t -> powerOfTwo(range(Sizes.parse(t), 512, 1L << 30, 1)));
 
     // ---- log ----
     public static final Key<LogLevel> LOG_LEVEL = LOG.key("log.level", "info", "error, warning, info, debug or trace",

@@ -84,6 +84,38 @@ final class ValueParsers {
         return (int) v;
     }
 
+    /** {@link #intRange} that also takes only multiples of {@code multiple}. */
+    static int intRange(String t, int min, int max, int multiple) {
+        int v = intRange(t, min, max);
+        if (v % multiple != 0) {
+            throw new IllegalArgumentException();
+        }
+        return v;
+    }
+
+    /** A logical block size, the unit a device writes atomically: 512 or 4096. */
+    static int blockSize(String t) {
+        int v = Integer.parseInt(t);
+        if (v != 512 && v != 4096) {
+            throw new IllegalArgumentException();
+        }
+        return v;
+    }
+
+    static int powerOfTwo(int v) {
+        if (Integer.bitCount(v) != 1) {
+            throw new IllegalArgumentException();
+        }
+        return v;
+    }
+
+    static long powerOfTwo(long v) {
+        if (Long.bitCount(v) != 1) {
+            throw new IllegalArgumentException();
+        }
+        return v;
+    }
+
     static long range(long v, long min, long max, long multiple) {
         if (v < min || v > max || v % multiple != 0) {
             throw new IllegalArgumentException();

@@ -1,15 +1,14 @@
 package io.pmemblk.bench.copy;
 
+import io.pmemblk.bench.MeasuredRun;
+
 import org.openjdk.jmh.annotations.AuxCounters;
 import org.openjdk.jmh.annotations.BenchmarkMode;
-import org.openjdk.jmh.annotations.Fork;
-import org.openjdk.jmh.annotations.Measurement;
 import org.openjdk.jmh.annotations.Mode;
 import org.openjdk.jmh.annotations.OutputTimeUnit;
 import org.openjdk.jmh.annotations.Param;
 import org.openjdk.jmh.annotations.Scope;
 import org.openjdk.jmh.annotations.State;
-import org.openjdk.jmh.annotations.Warmup;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -22,13 +21,9 @@ import java.util.concurrent.TimeUnit;
  * device). The {@code mib} counter is the copy throughput in MiB/s. Subclasses map the region in their
  * {@code @Setup} and call {@link #buffer()}.
  */
-@State(Scope.Thread)
 @BenchmarkMode(Mode.Throughput)
 @OutputTimeUnit(TimeUnit.SECONDS)
-@Warmup(iterations = 3, time = 1)
-@Measurement(iterations = 5, time = 1)
-@Fork(value = 1, jvmArgsAppend = "--enable-native-access=ALL-UNNAMED")
-public abstract class BlockWalk {
+public abstract class BlockWalk extends MeasuredRun {
     @Param({"4096", "65536", "2097152"})
     public int bytes;
 

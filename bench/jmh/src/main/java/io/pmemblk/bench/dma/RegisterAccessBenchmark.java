@@ -1,5 +1,6 @@
 package io.pmemblk.bench.dma;
 
+import io.pmemblk.bench.MeasuredRun;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.Mmio;
 import io.pmemblk.dma.ioat.IoatSpec;
@@ -15,16 +16,11 @@ import java.time.Duration;
 import java.util.concurrent.TimeUnit;
 import org.openjdk.jmh.annotations.Benchmark;
 import org.openjdk.jmh.annotations.BenchmarkMode;
-import org.openjdk.jmh.annotations.Fork;
 import org.openjdk.jmh.annotations.Level;
-import org.openjdk.jmh.annotations.Measurement;
 import org.openjdk.jmh.annotations.Mode;
 import org.openjdk.jmh.annotations.OutputTimeUnit;
-import org.openjdk.jmh.annotations.Scope;
 import org.openjdk.jmh.annotations.Setup;
-import org.openjdk.jmh.annotations.State;
 import org.openjdk.jmh.annotations.TearDown;
-import org.openjdk.jmh.annotations.Warmup;
 
 /**
  * What one I/OAT register access costs the driver: against the software device in this process (a method call on
@@ -41,13 +37,9 @@ import org.openjdk.jmh.annotations.Warmup;
  * </ul>
  * Needs libvfio-user (../shared/peers/build-libvfio-user.sh, or -Dpmemblk.libvfio-user=PATH).
  */
-@State(Scope.Thread)
 @BenchmarkMode(Mode.AverageTime)
 @OutputTimeUnit(TimeUnit.NANOSECONDS)
-@Warmup(iterations = 3, time = 1)
-@Measurement(iterations = 5, time = 1)
-@Fork(value = 1, jvmArgsAppend = "--enable-native-access=ALL-UNNAMED")
-public class RegisterAccessBenchmark {
+public class RegisterAccessBenchmark extends MeasuredRun {
     private static final long CHANERR = IoatSpec.channelBase(0) + IoatSpec.CHANERR;
 
     private Path dir;

@@ -1,5 +1,6 @@
 package io.pmemblk.bench.dma;
 
+import io.pmemblk.bench.MeasuredRun;
 import io.pmemblk.bench.copy.MappedFile;
 import io.pmemblk.dma.DmaChannel;
 import io.pmemblk.dma.DmaEngine;
@@ -15,9 +16,7 @@ import java.util.concurrent.locks.LockSupport;
 import org.openjdk.jmh.annotations.AuxCounters;
 import org.openjdk.jmh.annotations.Benchmark;
 import org.openjdk.jmh.annotations.BenchmarkMode;
-import org.openjdk.jmh.annotations.Fork;
 import org.openjdk.jmh.annotations.Level;
-import org.openjdk.jmh.annotations.Measurement;
 import org.openjdk.jmh.annotations.Mode;
 import org.openjdk.jmh.annotations.OutputTimeUnit;
 import org.openjdk.jmh.annotations.Param;
@@ -25,7 +24,6 @@ import org.openjdk.jmh.annotations.Scope;
 import org.openjdk.jmh.annotations.Setup;
 import org.openjdk.jmh.annotations.State;
 import org.openjdk.jmh.annotations.TearDown;
-import org.openjdk.jmh.annotations.Warmup;
 import org.openjdk.jmh.infra.BenchmarkParams;
 
 /**
@@ -46,14 +44,10 @@ import org.openjdk.jmh.infra.BenchmarkParams;
  * under 100%: compare {@code dmaBatch} with {@code cpuCopy}'s {@code submitterCpuPct} in the same run, not with 100.
  * Region mapping, IOVA mapping and engine start happen in {@code @Setup}, outside the measurement.
  */
-@State(Scope.Thread)
 @AuxCounters(AuxCounters.Type.EVENTS)
 @BenchmarkMode(Mode.Throughput)
 @OutputTimeUnit(TimeUnit.SECONDS)
-@Warmup(iterations = 3, time = 1)
-@Measurement(iterations = 5, time = 1)
-@Fork(value = 1, jvmArgsAppend = "--enable-native-access=ALL-UNNAMED")
-public class SoftDmaCopyBenchmark {
+public class SoftDmaCopyBenchmark extends MeasuredRun {
     private static final ThreadMXBean THREADS = ManagementFactory.getThreadMXBean();
 
     @Param({"4096", "65536", "2097152"})

@@ -1,6 +1,7 @@
 package io.pmemblk.dma.vfiouser.device;
 
 import io.pmemblk.posix.Errno;
+import io.pmemblk.posix.LibraryProbe;
 import io.pmemblk.posix.Native;
 import io.pmemblk.posix.NativeException;
 
@@ -117,7 +118,7 @@ public final class LibVfioUser {
         int reset(int type);
     }
 
-    private static volatile Optional<LibVfioUser> instance;
+    private static final LibraryProbe<LibVfioUser> LOADED = new LibraryProbe<>(LibVfioUser::probe);
     private static volatile String unavailableReason = "not probed";
 
     private static final class Bound {
@@ -187,17 +188,7 @@ public final class LibVfioUser {
 
     /** libvfio-user if it loads; empty otherwise, see {@link #unavailableReason()}. */
     public static Optional<LibVfioUser> load() {
-        Optional<LibVfioUser> l = instance;
-        if (l == null) {
-            synchronized (LibVfioUser.class) {
-                l = instance;
-                if (l == null) {
-                    l = probe();
-                    instance = l;
-                }
-            }
-        }
-        return l;
+        return LOADED.get();
     }
 
     private static Optional<LibVfioUser> probe() {
