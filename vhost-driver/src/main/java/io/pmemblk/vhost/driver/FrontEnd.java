@@ -85,22 +85,22 @@ public class FrontEnd implements AutoCloseable {
 
     /** ADD_MEM_REG's or REM_MEM_REG's payload: one region, {@code size} bytes of guest-physical {@code gpa}. */
     public MemorySegment memRegion(long gpa, long size, long user, long mmapOffset) {
-        MemorySegment p = payload(MEM_REG_SIZE);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_GPA, gpa);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_SIZE_FIELD, size);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_UADDR, user);
-        p.set(ValueLayout.JAVA_LONG, MEM_REG_REGION + REGION_MMAP_OFFSET, mmapOffset);
-        return p;
+        return region(payload(MEM_REG_SIZE), MEM_REG_REGION, gpa, size, user, mmapOffset);
     }
 
     /** SET_MEM_TABLE's payload with one region: {@code size} bytes of guest-physical {@code gpa}. */
     public MemorySegment memTable(long gpa, long size, long user, long mmapOffset) {
         MemorySegment p = payload(MEMORY_REGIONS + REGION_SIZE);
         p.set(ValueLayout.JAVA_INT, MEMORY_NREGIONS, 1);
-        p.set(ValueLayout.JAVA_LONG, MEMORY_REGIONS + REGION_GPA, gpa);
-        p.set(ValueLayout.JAVA_LONG, MEMORY_REGIONS + REGION_SIZE_FIELD, size);
-        p.set(ValueLayout.JAVA_LONG, MEMORY_REGIONS + REGION_UADDR, user);
-        p.set(ValueLayout.JAVA_LONG, MEMORY_REGIONS + REGION_MMAP_OFFSET, mmapOffset);
+        return region(p, MEMORY_REGIONS, gpa, size, user, mmapOffset);
+    }
+
+    /** {@code VhostUserMemoryRegion} at byte {@code at} of {@code p}; {@code p}. */
+    private static MemorySegment region(MemorySegment p, long at, long gpa, long size, long user, long mmapOffset) {
+        p.set(ValueLayout.JAVA_LONG, at + REGION_GPA, gpa);
+        p.set(ValueLayout.JAVA_LONG, at + REGION_SIZE_FIELD, size);
+        p.set(ValueLayout.JAVA_LONG, at + REGION_UADDR, user);
+        p.set(ValueLayout.JAVA_LONG, at + REGION_MMAP_OFFSET, mmapOffset);
         return p;
     }
 
