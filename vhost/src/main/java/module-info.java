@@ -5,6 +5,7 @@
 module io.pmemblk.vhost {
     requires transitive io.pmemblk.queueing;
     requires transitive io.pmemblk.posix; // SCM_RIGHTS, eventfd, MAP_SHARED mappings; TrustedDirectory in the API
+    requires io.pmemblk.vhost.driver; // the split ring's and vhost-user's layouts (io.pmemblk.vhost.spec)
 
     exports io.pmemblk.vhost;
 }

@@ -3,14 +3,13 @@ package io.pmemblk.cli;
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.FileIo;
-import io.pmemblk.posix.Libc;
-import io.pmemblk.posix.NativeException;
-import io.pmemblk.posix.SharedMemory;
-import io.pmemblk.posix.Sockets;
-import io.pmemblk.posix.UnixMessages;
+import io.pmemblk.vhost.driver.DriverRing;
+import io.pmemblk.vhost.driver.FrontEnd;
+import io.pmemblk.vhost.driver.MemfdGuestRam;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
+import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -19,6 +18,9 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.LockSupport;
 
+import static io.pmemblk.vhost.spec.SplitRingLayout.F_NEXT;
+import static io.pmemblk.vhost.spec.SplitRingLayout.F_WRITE;
+import static io.pmemblk.vhost.spec.VhostUserSpec.*;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
@@ -29,10 +31,7 @@ import static org.assertj.core.api.Assertions.assertThat;
  * every write durable when it completes.
  */
 class VhostHostileFrontEndIT {
-    // vhost-user request ids and layouts (qemu/qemu docs/interop/vhost-user.rst): the protocol package is not exported
-    static final int GET_FEATURES = 1, SET_FEATURES = 2, SET_OWNER = 3, SET_MEM_TABLE = 5, SET_VRING_NUM = 8,
-            SET_VRING_ADDR = 9, SET_VRING_BASE = 10, SET_VRING_KICK = 12, SET_VRING_CALL = 13;
-    static final long VERSION_1 = 1L << 32;
+    static final long VERSION_1 = bit(F_VERSION_1);
     static final long RAM = 4 << 20, DESC = 0x10000, AVAIL = 0x11000, USED = 0x12000, HEADER = 0x20000,
             STATUS = 0x30000, DATA = 0x100000;
     static final int RING = 16, DATA_BYTES = 64 << 10;
@@ -71,7 +70,7 @@ class VhostHostileFrontEndIT {
     @Test
     void aFullCallEventfdStallsNeitherItsRingNorAnNbdClientNorSigterm() throws Exception {
         Path dir = tmp.toRealPath();
-        try (ServerProcess s = serve(dir); FrontEnd fe = new FrontEnd(dir.resolve("v"), true)) {
+        try (ServerProcess s = serve(dir); HostileFrontEnd fe = new HostileFrontEnd(dir.resolve("v"), true)) {
             EventFd call = EventFd.create(false); // blocking, as a hostile front end may make it
             try {
                 try (Arena a = Arena.ofConfined()) {
@@ -104,13 +103,13 @@ class VhostHostileFrontEndIT {
     void unsealedGuestRamIsRefusedAndTheServerServesOn() throws Exception {
         Path dir = tmp.toRealPath();
         try (ServerProcess s = serve(dir)) {
-            FrontEnd fe = new FrontEnd(dir.resolve("v"), false);
+            HostileFrontEnd fe = new HostileFrontEnd(dir.resolve("v"), false);
             EventFd call = EventFd.create(true);
             try {
                 fe.startRing(call);
-                FileCalls.ftruncate(fe.ram, DATA); // the front end takes away its memory from the data buffer on
+                FileCalls.ftruncate(fe.ram.fd(), DATA); // the front end takes away its memory from the data buffer on
                 fe.read64k(0); // on the code before the fix: the engine's channel thread dies of the fault
-            } catch (NativeException | AssertionError refused) {
+            } catch (IOException | AssertionError refused) {
                 // the connection was closed at SET_MEM_TABLE (sends fail, or nothing completes): what the fix does
             } finally {
                 fe.close();
@@ -135,7 +134,7 @@ class VhostHostileFrontEndIT {
         Path image = dir.resolve("p.img");
         try (ServerProcess s = ServerProcess.start(dir, java.util.Map.of(), ServerProcess.sets("pmem.path=" + image,
                 "pmem.size=64M", "nbd.socket=", "nbd.port=0", "vhost.socket=" + dir.resolve("v")), 1)) {
-            FrontEnd fe = new FrontEnd(dir.resolve("v"), true);
+            HostileFrontEnd fe = new HostileFrontEnd(dir.resolve("v"), true);
             EventFd call = EventFd.create(true);
             try {
                 fe.startRing(call);
@@ -173,73 +172,31 @@ class VhostHostileFrontEndIT {
     }
 
     /** A front end with one ring of 16 over 4 MiB of guest RAM in a memfd, sealed or not. */
-    static final class FrontEnd implements AutoCloseable {
-        final int sock;
-        final int ram;
-        final Arena arena = Arena.ofShared();
-        final MemorySegment view;
-        final MemorySegment buf;
+    static final class HostileFrontEnd implements AutoCloseable {
+        final MemfdGuestRam ram;
+        final DriverRing ring;
+        final FrontEnd fe;
         final EventFd kick;
         boolean closed;
 
-        FrontEnd(Path socket, boolean sealed) throws Exception {
-            sock = Sockets.unixStreamSocket();
-            Sockets.connect(sock, socket.toString());
-            Sockets.receiveTimeout(sock, 10_000);
-            ram = SharedMemory.memfd("guest-ram", RAM);
-            if (sealed) {
-                SharedMemory.seal(ram); // as QEMU's memory-backend-memfd (seal=on, its default)
-            }
-            view = SharedMemory.map(ram, 0, RAM, arena);
-            buf = arena.allocate(256, 8);
+        HostileFrontEnd(Path socket, boolean sealed) throws Exception {
+            fe = FrontEnd.connect(socket);
+            ram = new MemfdGuestRam("guest-ram", RAM, sealed); // sealed as QEMU's memory-backend-memfd (seal=on)
+            ring = new DriverRing(ram, DESC, RING);
             kick = EventFd.create(true);
-        }
-
-        private void send(int request, MemorySegment payload, int... fds) throws NativeException {
-            MemorySegment m = buf.asSlice(0, 12 + payload.byteSize());
-            m.set(ValueLayout.JAVA_INT, 0, request);
-            m.set(ValueLayout.JAVA_INT, 4, 0x1);
-            m.set(ValueLayout.JAVA_INT, 8, (int) payload.byteSize());
-            MemorySegment.copy(payload, 0, m, 12, payload.byteSize());
-            UnixMessages.send(sock, m, fds);
-        }
-
-        private MemorySegment longs(long... v) {
-            MemorySegment p = arena.allocate(8L * v.length, 8);
-            for (int i = 0; i < v.length; i++) {
-                p.set(ValueLayout.JAVA_LONG, 8L * i, v[i]);
-            }
-            return p;
-        }
-
-        private MemorySegment state(int index, int num) {
-            return longs((long) num << 32 | index);
-        }
-
-        /** GET_FEATURES and its reply: everything sent before it has been handled. */
-        private void barrier() throws Exception {
-            send(GET_FEATURES, arena.allocate(0));
-            MemorySegment r = arena.allocate(20, 8);
-            int got = 0;
-            while (got < 20) {
-                int n = UnixMessages.receive(sock, r.asSlice(got), new int[0]);
-                assertThat(n).as("a reply to GET_FEATURES (the server closed the connection instead)").isPositive();
-                got += n;
-            }
         }
 
         /** Features, the memory table (one region: all of RAM at gpa 0), ring 0 of 16 with {@code call}. */
         void startRing(EventFd call) throws Exception {
-            long uaddr = view.address();
-            send(SET_OWNER, arena.allocate(0));
-            send(SET_FEATURES, longs(VERSION_1));
-            send(SET_MEM_TABLE, longs(1, 0, RAM, uaddr, 0), ram);
-            send(SET_VRING_NUM, state(0, RING));
-            send(SET_VRING_BASE, state(0, 0));
-            send(SET_VRING_ADDR, longs(0, uaddr + DESC, uaddr + USED, uaddr + AVAIL, 0));
-            send(SET_VRING_CALL, longs(0), call.fd());
-            send(SET_VRING_KICK, longs(0), kick.fd());
-            barrier();
+            fe.send(SET_OWNER, 0, fe.empty());
+            fe.set(SET_FEATURES, VERSION_1);
+            fe.send(SET_MEM_TABLE, 0, fe.memTable(0, RAM, ram.user(0), 0), ram.fd());
+            fe.send(SET_VRING_NUM, 0, fe.state(0, RING));
+            fe.send(SET_VRING_BASE, 0, fe.state(0, 0));
+            fe.send(SET_VRING_ADDR, 0, fe.vringAddr(0, ring.descUser(), ring.availUser(), ring.usedUser()));
+            fe.set(SET_VRING_CALL, 0, call.fd());
+            fe.set(SET_VRING_KICK, 0, kick.fd());
+            fe.get(GET_FEATURES); // its reply: everything sent before it has been handled
         }
 
         /** Request {@code k}: a 64 KiB READ of sector 0 (header, data, status), its completion awaited in the used ring. */
@@ -252,28 +209,23 @@ class VhostHostileFrontEndIT {
          * WRITE's data filled with 0x40 + k), its completion awaited in the used ring and its status OK.
          */
         void request(int k, int type, long sector, int bytes) {
-            int dataFlags = type == 0 ? 3 : 1; // the device writes a READ's data buffer
-            long[][] d = {{HEADER, 16, 1}, {DATA, bytes, dataFlags}, {STATUS, 1, 2}}; // flags NEXT=1, WRITE=2
-            for (int i = 0; i < 3; i++) {
-                long at = DESC + 16L * i;
-                view.set(ValueLayout.JAVA_LONG, at, d[i][0]);
-                view.set(ValueLayout.JAVA_INT, at + 8, (int) d[i][1]);
-                view.set(ValueLayout.JAVA_SHORT, at + 12, (short) d[i][2]);
-                view.set(ValueLayout.JAVA_SHORT, at + 14, (short) (i + 1));
-            }
+            int dataFlags = F_NEXT | (type == 0 ? F_WRITE : 0); // the device writes a READ's data buffer
+            ring.desc(0, HEADER, 16, F_NEXT, 1);
+            ring.desc(1, DATA, bytes, dataFlags, 2);
+            ring.desc(2, STATUS, 1, F_WRITE, 3);
+            MemorySegment view = ram.at(0, RAM);
             view.set(ValueLayout.JAVA_INT, HEADER, type);
             view.set(ValueLayout.JAVA_LONG, HEADER + 8, sector);
             if (type == 1) {
                 view.asSlice(DATA, bytes).fill((byte) (0x40 + k));
             }
             view.set(ValueLayout.JAVA_BYTE, STATUS, (byte) 0xff);
-            view.set(ValueLayout.JAVA_SHORT, AVAIL + 4 + 2L * (k % RING), (short) 0);
-            view.set(ValueLayout.JAVA_SHORT, AVAIL + 2, (short) (k + 1));
+            ring.offer(0);
             kick.signal();
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-            while (view.get(ValueLayout.JAVA_SHORT, USED + 2) != (short) (k + 1)) {
+            while (ring.usedIdx() != k + 1) {
                 assertThat(System.nanoTime() - deadline).as("%s %d completed within 10 s (used idx %d)", what(type), k,
-                        view.get(ValueLayout.JAVA_SHORT, USED + 2)).isNegative();
+                        ring.usedIdx()).isNegative();
                 LockSupport.parkNanos(200_000); // bounded poll of what the server writes
             }
             assertThat(view.get(ValueLayout.JAVA_BYTE, STATUS)).as("%s %d status OK", what(type), k).isZero();
@@ -287,10 +239,9 @@ class VhostHostileFrontEndIT {
         public void close() throws Exception {
             if (!closed) {
                 closed = true;
-                Libc.close(sock);
+                fe.close();
                 kick.close();
-                Libc.close(ram);
-                arena.close();
+                ram.close();
             }
         }
     }

@@ -1,12 +1,10 @@
 package io.pmemblk.cli;
 
 import io.pmemblk.posix.Libc;
-import io.pmemblk.posix.Sockets;
-import io.pmemblk.posix.UnixMessages;
+import io.pmemblk.vhost.driver.FrontEnd;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
-import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.file.Files;
@@ -14,6 +12,7 @@ import java.nio.file.Path;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.util.List;
 
+import static io.pmemblk.vhost.spec.VhostUserSpec.*;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
@@ -26,55 +25,12 @@ class VhostServeIT {
     @TempDir
     Path tmp;
 
-    /** One vhost-user request without payload and its u64 reply (GET_FEATURES, GET_QUEUE_NUM), over {@code fd}. */
-    private static long ask(int fd, int request) throws Exception {
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment m = a.allocate(20, 8);
-            m.set(ValueLayout.JAVA_INT, 0, request);
-            m.set(ValueLayout.JAVA_INT, 4, 0x1); // version 1
-            UnixMessages.send(fd, m.asSlice(0, 12));
-            int got = 0;
-            while (got < 20) {
-                int n = UnixMessages.receive(fd, m.asSlice(got), new int[0]);
-                assertThat(n).as("reply bytes").isPositive();
-                got += n;
-            }
-            assertThat(m.get(ValueLayout.JAVA_INT, 0)).as("reply request").isEqualTo(request);
-            assertThat(m.get(ValueLayout.JAVA_INT, 4)).as("reply flags").isEqualTo(0x5);
-            assertThat(m.get(ValueLayout.JAVA_INT, 8)).as("reply size").isEqualTo(8);
-            return m.get(ValueLayout.JAVA_LONG_UNALIGNED, 12);
-        }
-    }
-
-    /** One vhost-user message, {@code flags} added to version 1, and its reply's payload (size checked). */
-    private static MemorySegment exchange(int fd, int request, int flags, byte[] payload, int replySize, Arena a)
-            throws Exception {
-        MemorySegment m = a.allocate(12 + Math.max(payload.length, replySize), 8);
-        m.set(ValueLayout.JAVA_INT, 0, request);
-        m.set(ValueLayout.JAVA_INT, 4, 0x1 | flags);
-        m.set(ValueLayout.JAVA_INT, 8, payload.length);
-        MemorySegment.copy(payload, 0, m, ValueLayout.JAVA_BYTE, 12, payload.length);
-        UnixMessages.send(fd, m.asSlice(0, 12 + payload.length));
-        if (replySize < 0) {
-            return null;
-        }
-        int got = 0;
-        while (got < 12 + replySize) {
-            int n = UnixMessages.receive(fd, m.asSlice(got, 12 + replySize - got), new int[0]);
-            assertThat(n).as("reply bytes").isPositive();
-            got += n;
-        }
-        assertThat(m.get(ValueLayout.JAVA_INT, 0)).as("reply request").isEqualTo(request);
-        assertThat(m.get(ValueLayout.JAVA_INT, 8)).as("reply size").isEqualTo(replySize);
-        return m.asSlice(12, replySize);
-    }
-
     /** The 12-byte config header (offset 32: wce, size 1, flags 0) and {@code wce} when writing. */
-    private static byte[] wceConfig(int wce) {
-        byte[] p = new byte[13];
-        p[0] = 32;
-        p[4] = 1;
-        p[12] = (byte) Math.max(wce, 0);
+    private static MemorySegment wceConfig(FrontEnd fe, int wce) {
+        MemorySegment p = fe.payload(CONFIG_REGION + 1);
+        p.set(ValueLayout.JAVA_INT, CONFIG_OFFSET, 32);
+        p.set(ValueLayout.JAVA_INT, CONFIG_SIZE, 1);
+        p.set(ValueLayout.JAVA_BYTE, CONFIG_REGION, (byte) Math.max(wce, 0));
         return p;
     }
 
@@ -97,23 +53,19 @@ class VhostServeIT {
     }
 
     private static int wceOnce(Path socket, int set) throws Exception {
-        int fd = Sockets.unixStreamSocket();
-        try (Arena a = Arena.ofConfined()) {
-            Sockets.connect(fd, socket.toString());
-            Sockets.receiveTimeout(fd, 10_000);
-            long protocol = exchange(fd, 15, 0, new byte[0], 8, a).get(ValueLayout.JAVA_LONG_UNALIGNED, 0);
-            byte[] ack = new byte[8];
-            MemorySegment.ofArray(ack).set(ValueLayout.JAVA_LONG_UNALIGNED, 0, protocol);
-            exchange(fd, 16, 0, ack, -1, a); // SET_PROTOCOL_FEATURES: all offered (REPLY_ACK, CONFIG among them)
-            exchange(fd, 3, 0, new byte[0], -1, a); // SET_OWNER
-            int wce = exchange(fd, 24, 0, wceConfig(-1), 13, a).get(ValueLayout.JAVA_BYTE, 12); // GET_CONFIG
+        try (FrontEnd fe = FrontEnd.connect(socket)) {
+            long protocol = fe.get(GET_PROTOCOL_FEATURES);
+            fe.set(SET_PROTOCOL_FEATURES, protocol); // all offered (REPLY_ACK, CONFIG among them)
+            fe.send(SET_OWNER, 0, fe.empty());
+            fe.send(GET_CONFIG, 0, wceConfig(fe, -1));
+            MemorySegment config = fe.reply(GET_CONFIG).payload();
+            assertThat(config.byteSize()).as("reply size").isEqualTo(CONFIG_REGION + 1);
+            int wce = config.get(ValueLayout.JAVA_BYTE, CONFIG_REGION);
             if (set >= 0) {
-                long result = exchange(fd, 25, 0x8, wceConfig(set), 8, a).get(ValueLayout.JAVA_LONG_UNALIGNED, 0);
+                long result = fe.acked(SET_CONFIG, wceConfig(fe, set));
                 assertThat(result).as("SET_CONFIG wce=" + set + " acked (REPLY_ACK 0)").isZero();
             }
             return wce;
-        } finally {
-            Libc.close(fd);
         }
     }
 
@@ -150,14 +102,9 @@ class VhostServeIT {
                 "vhost.socket=" + socket, "vhost.queues=3"), 1)) {
             assertThat(s.uris).containsExactly("vhost-user-blk " + socket);
             assertThat(Files.getPosixFilePermissions(socket)).isEqualTo(PosixFilePermissions.fromString("rw-------"));
-            int fd = Sockets.unixStreamSocket();
-            try {
-                Sockets.connect(fd, socket.toString());
-                Sockets.receiveTimeout(fd, 10_000);
-                assertThat(ask(fd, 1) & (1L << 32)).as("GET_FEATURES offers VERSION_1").isNotZero();
-                assertThat(ask(fd, 17)).as("GET_QUEUE_NUM is vhost.queues").isEqualTo(3);
-            } finally {
-                Libc.close(fd);
+            try (FrontEnd fe = FrontEnd.connect(socket)) {
+                assertThat(fe.get(GET_FEATURES) & (1L << 32)).as("GET_FEATURES offers VERSION_1").isNotZero();
+                assertThat(fe.get(GET_QUEUE_NUM)).as("GET_QUEUE_NUM is vhost.queues").isEqualTo(3);
             }
             assertThat(s.terminate()).isZero();
         }

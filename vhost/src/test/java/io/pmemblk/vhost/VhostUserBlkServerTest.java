@@ -25,7 +25,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 
-import static io.pmemblk.vhost.protocol.VhostUserSpec.*;
+import static io.pmemblk.vhost.spec.VhostUserSpec.*;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
@@ -459,11 +459,8 @@ class VhostUserBlkServerTest {
                     "memory-backend-memfd");
             assertThat(Files.readAllLines(Path.of("/proc/self/maps"))).as("neither is mapped")
                     .noneMatch(l -> l.contains("guest-ram-unsealed") || l.contains(shm.toString()));
-            MemorySegment table = fe.payload(MEMORY_REGIONS + REGION_SIZE);
-            table.set(ValueLayout.JAVA_INT, MEMORY_NREGIONS, 1);
-            table.set(ValueLayout.JAVA_LONG, MEMORY_REGIONS + REGION_SIZE_FIELD, LOW);
-            table.set(ValueLayout.JAVA_LONG, MEMORY_REGIONS + REGION_UADDR, uaddr);
-            assertThat(fe.acked(SET_MEM_TABLE, table, unsealed)).as("SET_MEM_TABLE too").isNotZero();
+            assertThat(fe.acked(SET_MEM_TABLE, fe.memTable(0, LOW, uaddr, 0), unsealed)).as("SET_MEM_TABLE too")
+                    .isNotZero();
             assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).as("the sealed memfd").isZero();
             assertThat(fe.get(GET_QUEUE_NUM)).as("still served").isEqualTo(QUEUES);
             assertThatThrownBy(() -> FileCalls.ftruncate(ram, 0)).as("a sealed memfd cannot be cut under the server")

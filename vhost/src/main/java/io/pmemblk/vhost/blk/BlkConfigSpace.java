@@ -8,7 +8,7 @@ import io.pmemblk.vhost.protocol.VhostUserChannel;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 
-import static io.pmemblk.vhost.protocol.VhostUserSpec.*;
+import static io.pmemblk.vhost.spec.VhostUserSpec.*;
 import static java.lang.foreign.ValueLayout.JAVA_BYTE;
 import static java.lang.foreign.ValueLayout.JAVA_INT_UNALIGNED;
 

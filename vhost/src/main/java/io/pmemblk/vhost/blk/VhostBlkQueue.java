@@ -6,6 +6,7 @@ import io.pmemblk.posix.NativeException;
 import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.HardwareQueue;
 import io.pmemblk.vhost.memory.GuestMemory;
+import io.pmemblk.vhost.spec.SplitRingLayout;
 import io.pmemblk.vhost.virtq.BrokenRingException;
 import io.pmemblk.vhost.virtq.Chain;
 import io.pmemblk.vhost.virtq.Inflight;
@@ -124,8 +125,8 @@ public final class VhostBlkQueue {
      */
     public VhostBlkQueue(VringAddress ring, QueueWiring wiring) {
         int index = ring.index(), size = ring.size();
-        if (size < 1 || size > SplitRing.MAX_SIZE) {
-            throw new IllegalArgumentException("virtqueue " + index + " size " + size + ": allowed 1.." + SplitRing.MAX_SIZE);
+        if (size < 1 || size > SplitRingLayout.MAX_SIZE) {
+            throw new IllegalArgumentException("virtqueue " + index + " size " + size + ": allowed 1.." + SplitRingLayout.MAX_SIZE);
         }
         this.index = index;
         this.frontend = wiring.frontend();
@@ -134,9 +135,9 @@ public final class VhostBlkQueue {
         GuestMemory mem = memory.get();
         long features = wiring.features();
         boolean eventIdx = (features & VirtioFeatures.bit(VirtioFeatures.RING_EVENT_IDX)) != 0;
-        SplitRing split = new SplitRing(size, eventIdx, area(mem, "descriptor table", ring.desc(), SplitRing.descBytes(size)),
-                area(mem, "avail ring", ring.avail(), SplitRing.availBytes(size, eventIdx)),
-                area(mem, "used ring", ring.used(), SplitRing.usedBytes(size, eventIdx)));
+        SplitRing split = new SplitRing(size, eventIdx, area(mem, "descriptor table", ring.desc(), SplitRingLayout.descBytes(size)),
+                area(mem, "avail ring", ring.avail(), SplitRingLayout.availBytes(size, eventIdx)),
+                area(mem, "used ring", ring.used(), SplitRingLayout.usedBytes(size, eventIdx)));
         // Indirect tables: as long as the queue, or as a request of seg_max segments with header and status.
         int maxIndirect = Math.max(size, HardwareQueue.MAX_IOVS + 2);
         MemorySegment inflight = wiring.inflight();

@@ -1,7 +1,7 @@
 package io.pmemblk.vhost.blk;
 
 import io.pmemblk.queueing.HardwareQueue;
-import io.pmemblk.vhost.virtq.Le;
+import io.pmemblk.vhost.spec.Le;
 import io.pmemblk.vhost.virtq.VirtioFeatures;
 
 import java.lang.foreign.MemorySegment;

@@ -15,7 +15,7 @@ import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.List;
 
-import static io.pmemblk.vhost.protocol.VhostUserSpec.*;
+import static io.pmemblk.vhost.spec.VhostUserSpec.*;
 import static java.lang.foreign.ValueLayout.JAVA_INT_UNALIGNED;
 import static java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED;
 

@@ -4,18 +4,19 @@ import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.posix.Sockets;
 import io.pmemblk.posix.UnixMessages;
+import io.pmemblk.vhost.spec.VhostUserSpec;
 
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 
-import static io.pmemblk.vhost.protocol.VhostUserSpec.HEADER_SIZE;
-import static io.pmemblk.vhost.protocol.VhostUserSpec.HDR_FLAGS;
-import static io.pmemblk.vhost.protocol.VhostUserSpec.HDR_REQUEST;
-import static io.pmemblk.vhost.protocol.VhostUserSpec.HDR_SIZE;
-import static io.pmemblk.vhost.protocol.VhostUserSpec.MAX_FDS;
-import static io.pmemblk.vhost.protocol.VhostUserSpec.MAX_PAYLOAD;
+import static io.pmemblk.vhost.spec.VhostUserSpec.HEADER_SIZE;
+import static io.pmemblk.vhost.spec.VhostUserSpec.HDR_FLAGS;
+import static io.pmemblk.vhost.spec.VhostUserSpec.HDR_REQUEST;
+import static io.pmemblk.vhost.spec.VhostUserSpec.HDR_SIZE;
+import static io.pmemblk.vhost.spec.VhostUserSpec.MAX_FDS;
+import static io.pmemblk.vhost.spec.VhostUserSpec.MAX_PAYLOAD;
 
 /**
  * The back-end's end of one vhost-user connection: reads the front-end's messages (12-byte header, payload,

@@ -22,7 +22,7 @@ import io.pmemblk.vhost.virtq.InflightRegion;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 
-import static io.pmemblk.vhost.protocol.VhostUserSpec.*;
+import static io.pmemblk.vhost.spec.VhostUserSpec.*;
 import static java.lang.foreign.ValueLayout.JAVA_INT_UNALIGNED;
 import static java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED;
 

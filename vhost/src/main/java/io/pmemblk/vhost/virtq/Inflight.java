@@ -1,5 +1,7 @@
 package io.pmemblk.vhost.virtq;
 
+import io.pmemblk.vhost.spec.Le;
+
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 

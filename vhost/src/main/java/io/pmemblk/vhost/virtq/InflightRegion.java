@@ -13,7 +13,7 @@ import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 
-import static io.pmemblk.vhost.protocol.VhostUserSpec.*;
+import static io.pmemblk.vhost.spec.VhostUserSpec.*;
 import static java.lang.foreign.ValueLayout.JAVA_INT_UNALIGNED;
 import static java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED;
 import static java.lang.foreign.ValueLayout.JAVA_SHORT_UNALIGNED;

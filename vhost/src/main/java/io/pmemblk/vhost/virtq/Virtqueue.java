@@ -2,6 +2,7 @@ package io.pmemblk.vhost.virtq;
 
 import io.pmemblk.vhost.memory.GuestMemory;
 import io.pmemblk.vhost.memory.ScatterSink;
+import io.pmemblk.vhost.spec.SplitRingLayout;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -76,7 +77,7 @@ public final class Virtqueue {
         this.indirectDesc = (features & (1L << VirtioFeatures.RING_INDIRECT_DESC)) != 0;
         this.maxIndirect = maxIndirect;
         this.inflight = inflight;
-        this.indirectScratch = Arena.ofAuto().allocate((long) SplitRing.DESC_BYTES * maxIndirect, 16);
+        this.indirectScratch = Arena.ofAuto().allocate((long) SplitRingLayout.DESC_BYTES * maxIndirect, 16);
         this.inFlight = new boolean[size];
         this.unpublished = new int[size];
         this.lastAvail = lastAvail & 0xffff;
@@ -203,20 +204,20 @@ public final class Virtqueue {
         int max = size;
         int i = head;
         boolean indirect = false;
-        int flags = SplitRing.descFlags(table, SplitRing.DESC_BYTES * (long) head);
-        if ((flags & SplitRing.F_INDIRECT) != 0) {
-            long at = SplitRing.DESC_BYTES * (long) head;
+        int flags = SplitRing.descFlags(table, SplitRingLayout.DESC_BYTES * (long) head);
+        if ((flags & SplitRingLayout.F_INDIRECT) != 0) {
+            long at = SplitRingLayout.DESC_BYTES * (long) head;
             long addr = SplitRing.descAddr(table, at);
             long len = SplitRing.descLen(table, at);
             if (!indirectDesc) {
                 throw broken("head " + head + " is INDIRECT, but VIRTIO_RING_F_INDIRECT_DESC was not negotiated");
             }
-            if ((flags & SplitRing.F_NEXT) != 0) {
+            if ((flags & SplitRingLayout.F_NEXT) != 0) {
                 throw broken("head " + head + " is INDIRECT and has NEXT: virtio 1.2 2.7.5.3.1 allows one or the other");
             }
-            if (len == 0 || len % SplitRing.DESC_BYTES != 0 || len / SplitRing.DESC_BYTES > maxIndirect) {
+            if (len == 0 || len % SplitRingLayout.DESC_BYTES != 0 || len / SplitRingLayout.DESC_BYTES > maxIndirect) {
                 throw broken("indirect table of head " + head + " is " + len + " bytes: allowed a multiple of 16 of 16.."
-                        + (SplitRing.DESC_BYTES * (long) maxIndirect) + " bytes");
+                        + (SplitRingLayout.DESC_BYTES * (long) maxIndirect) + " bytes");
             }
             locator.start(false);
             int pieces = memory.scatter(addr, len, locator);
@@ -232,12 +233,12 @@ public final class Virtqueue {
                 memory.scatter(addr, len, locator);
                 table = indirectScratch;
             }
-            max = (int) (len / SplitRing.DESC_BYTES);
+            max = (int) (len / SplitRingLayout.DESC_BYTES);
             i = 0;
             indirect = true;
         }
         for (int seen = 1; ; seen++) {
-            long at = base + SplitRing.DESC_BYTES * (long) i;
+            long at = base + SplitRingLayout.DESC_BYTES * (long) i;
             long addr = SplitRing.descAddr(table, at);
             long len = SplitRing.descLen(table, at);
             flags = SplitRing.descFlags(table, at);
@@ -246,7 +247,7 @@ public final class Virtqueue {
                 throw broken("the chain of head " + head + " is longer than its table of " + max
                         + (indirect ? " (indirect)" : "") + " descriptors: a loop");
             }
-            if ((flags & SplitRing.F_INDIRECT) != 0) {
+            if ((flags & SplitRingLayout.F_INDIRECT) != 0) {
                 throw broken(indirect ? "descriptor " + i + " of head " + head + "'s indirect table is INDIRECT: one"
                         + " table per descriptor (virtio 1.2 2.7.5.3.1)"
                         : "descriptor " + i + " of head " + head + " is INDIRECT: only a chain's head may be");
@@ -255,7 +256,7 @@ public final class Virtqueue {
                 throw broken("descriptor " + i + (indirect ? " of the indirect table" : "") + " of head " + head
                         + " has a zero-length buffer");
             }
-            boolean writable = (flags & SplitRing.F_WRITE) != 0;
+            boolean writable = (flags & SplitRingLayout.F_WRITE) != 0;
             if (writable != chain.writing()) {
                 if (!writable) {
                     throw broken("descriptor " + i + " of head " + head + " is device-readable after a device-writable"
@@ -267,7 +268,7 @@ public final class Virtqueue {
                 throw broken("descriptor " + i + (indirect ? " of the indirect table" : "") + " of head " + head
                         + ": buffer at gpa 0x" + Long.toHexString(addr) + ", " + len + " bytes, is outside guest memory");
             }
-            if ((flags & SplitRing.F_NEXT) == 0) {
+            if ((flags & SplitRingLayout.F_NEXT) == 0) {
                 break;
             }
             if (next >= max) {
@@ -315,7 +316,7 @@ public final class Virtqueue {
      */
     public void disableKicks() {
         if (!eventIdx) {
-            ring.usedFlags(SplitRing.USED_F_NO_NOTIFY);
+            ring.usedFlags(SplitRingLayout.USED_F_NO_NOTIFY);
         }
     }
 
@@ -418,11 +419,11 @@ public final class Virtqueue {
         // libvhost-user vring_notify: the index must be visible before the driver's flags or used_event are read.
         SplitRing.full();
         if (!eventIdx) {
-            return (ring.availFlags() & SplitRing.AVAIL_F_NO_INTERRUPT) == 0;
+            return (ring.availFlags() & SplitRingLayout.AVAIL_F_NO_INTERRUPT) == 0;
         }
         boolean valid = signalledValid;
         signalledValid = true;
-        return !valid || SplitRing.needEvent(ring.usedEvent(), publishedUsed, old);
+        return !valid || SplitRingLayout.needEvent(ring.usedEvent(), publishedUsed, old);
     }
 
     public synchronized int inFlight() {

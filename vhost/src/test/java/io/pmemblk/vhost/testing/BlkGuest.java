@@ -2,14 +2,14 @@ package io.pmemblk.vhost.testing;
 
 import io.pmemblk.vhost.testing.GuestDriver.Buf;
 
-import static io.pmemblk.vhost.testing.GuestDriver.U32;
-import static io.pmemblk.vhost.testing.GuestDriver.U64;
-
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+
+import static io.pmemblk.vhost.spec.Le.U32_UNALIGNED;
+import static io.pmemblk.vhost.spec.Le.U64_UNALIGNED;
 
 /**
  * A virtio-blk driver in a test guest (virtio 1.2 section 5.2.6, laid out independently of the code under test):
@@ -58,8 +58,8 @@ public final class BlkGuest {
     byte[] header(int type, long sector) {
         byte[] h = new byte[16];
         MemorySegment s = MemorySegment.ofArray(h);
-        s.set(U32, 0, type);
-        s.set(U64, 8, sector);
+        s.set(U32_UNALIGNED, 0, type);
+        s.set(U64_UNALIGNED, 8, sector);
         return h;
     }
 
@@ -121,9 +121,9 @@ public final class BlkGuest {
     public Sent range(int type, long sector, int count, int flags) {
         byte[] seg = new byte[16];
         MemorySegment s = MemorySegment.ofArray(seg);
-        s.set(U64, 0, sector);
-        s.set(U32, 8, count);
-        s.set(U32, 12, flags);
+        s.set(U64_UNALIGNED, 0, sector);
+        s.set(U32_UNALIGNED, 8, count);
+        s.set(U32_UNALIGNED, 12, flags);
         return send(type, sector, seg, 0, 1, false);
     }
 

@@ -1,5 +1,6 @@
 package io.pmemblk.vhost.testing;
 
+import io.pmemblk.vhost.driver.GuestPhysical;
 import io.pmemblk.vhost.memory.GuestMemory;
 import io.pmemblk.vhost.memory.GuestRegion;
 
@@ -18,7 +19,7 @@ import static org.assertj.core.api.Assertions.assertThat;
  * ({@link #assertGuardsIntact}). QEMU's addresses (what SET_VRING_ADDR carries) are the backing's own addresses.
  * The backing is an Arena segment, or a MAP_SHARED file mapping given by the test (two processes' views).
  */
-public final class GuestRam implements AutoCloseable {
+public final class GuestRam implements GuestPhysical, AutoCloseable {
     public static final long GUARD = 64 << 10;
     public static final byte CANARY = (byte) 0xA5;
     /** A QEMU-like user address base for the regions (the backing's real address is used for nothing else). */
@@ -101,6 +102,7 @@ public final class GuestRam implements AutoCloseable {
     }
 
     /** The guest's view of {@code len} bytes at {@code gpa}, found by the test's own layout (not GuestMemory). */
+    @Override
     public MemorySegment at(long gpa, long len) {
         for (long[] l : layout) {
             if (gpa >= l[0] && gpa + len <= l[0] + l[1]) {
@@ -140,6 +142,7 @@ public final class GuestRam implements AutoCloseable {
     }
 
     /** QEMU's address of guest-physical {@code gpa}. */
+    @Override
     public long user(long gpa) {
         for (long[] l : layout) {
             if (gpa >= l[0] && gpa < l[0] + l[1]) {

@@ -66,7 +66,7 @@ class HostileChainTest {
     MemorySegment table(long gpa, long[]... descs) {
         MemorySegment t = ram.at(gpa, 16L * descs.length);
         for (int i = 0; i < descs.length; i++) {
-            GuestDriver.desc(t, i, descs[i][0], descs[i][1], (int) descs[i][2], (int) descs[i][3]);
+            GuestDriver.desc(t, 16L * i, descs[i][0], descs[i][1], (int) descs[i][2], (int) descs[i][3]);
         }
         return t;
     }

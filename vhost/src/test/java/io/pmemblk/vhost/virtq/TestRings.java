@@ -1,5 +1,6 @@
 package io.pmemblk.vhost.virtq;
 
+import io.pmemblk.vhost.spec.SplitRingLayout;
 import io.pmemblk.vhost.testing.GuestDriver;
 
 /** The back-end's view of a test guest's ring: its three areas found through the guest's memory table. */
@@ -10,8 +11,8 @@ final class TestRings {
         int n = guest.size;
         boolean eventIdx = (features & VirtioFeatures.bit(VirtioFeatures.RING_EVENT_IDX)) != 0;
         var mem = guest.ram.memory();
-        return new SplitRing(n, eventIdx, mem.userSlice(guest.descUser(), SplitRing.descBytes(n)),
-                mem.userSlice(guest.availUser(), SplitRing.availBytes(n, eventIdx)),
-                mem.userSlice(guest.usedUser(), SplitRing.usedBytes(n, eventIdx)));
+        return new SplitRing(n, eventIdx, mem.userSlice(guest.descUser(), SplitRingLayout.descBytes(n)),
+                mem.userSlice(guest.availUser(), SplitRingLayout.availBytes(n, eventIdx)),
+                mem.userSlice(guest.usedUser(), SplitRingLayout.usedBytes(n, eventIdx)));
     }
 }

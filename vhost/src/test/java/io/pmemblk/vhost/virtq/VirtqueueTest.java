@@ -1,5 +1,6 @@
 package io.pmemblk.vhost.virtq;
 
+import io.pmemblk.vhost.spec.SplitRingLayout;
 import io.pmemblk.vhost.testing.GuestDriver;
 import io.pmemblk.vhost.testing.GuestDriver.Buf;
 import io.pmemblk.vhost.testing.GuestRam;
@@ -132,12 +133,12 @@ class VirtqueueTest {
         assertThat(q.pop(ram.memory(), chain)).isTrue();
         int a = chain.head();
         assertThat(q.pop(ram.memory(), chain)).isTrue();
-        guest.availFlags(SplitRing.AVAIL_F_NO_INTERRUPT);
+        guest.availFlags(SplitRingLayout.AVAIL_F_NO_INTERRUPT);
         assertThat(q.push(a, 1)).as("NO_INTERRUPT").isFalse();
         guest.availFlags(0);
         assertThat(q.push(chain.head(), 1)).isTrue();
         q.disableKicks();
-        assertThat(guest.usedFlags()).isEqualTo(SplitRing.USED_F_NO_NOTIFY);
+        assertThat(guest.usedFlags()).isEqualTo(SplitRingLayout.USED_F_NO_NOTIFY);
         assertThat(q.enableKicks()).isFalse();
         assertThat(guest.usedFlags()).as("kicks re-armed before sleeping").isZero();
     }

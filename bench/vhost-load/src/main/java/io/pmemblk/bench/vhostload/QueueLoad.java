@@ -2,7 +2,10 @@ package io.pmemblk.bench.vhostload;
 
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.NativeException;
-import io.pmemblk.vhost.virtq.SplitRing;
+import io.pmemblk.vhost.driver.DriverRing;
+import io.pmemblk.vhost.driver.MemfdGuestRam;
+import io.pmemblk.vhost.spec.Le;
+import io.pmemblk.vhost.spec.SplitRingLayout;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -62,7 +65,7 @@ final class QueueLoad implements Runnable {
             int pieces = (job.bytes() + piece - 1) / piece;
             int chains = (pieces + segMax - 1) / segMax;
             int perChain = (pieces + chains - 1) / chains;
-            return new Shape(piece, pieces, perChain, chains, (SplitRing.DESC_BYTES * (2L + perChain) + 63) & ~63L);
+            return new Shape(piece, pieces, perChain, chains, (SplitRingLayout.DESC_BYTES * (2L + perChain) + 63) & ~63L);
         }
 
         int piecesOf(int chain) {
@@ -85,7 +88,7 @@ final class QueueLoad implements Runnable {
      * {@code capacitySectors} the disk's; {@code once}: one sequential pass over the job's span, then done (the
      * prefill).
      */
-    QueueLoad(GuestRam ram, DriverRing ring, long base, EventFd kick, EventFd call, Job job, int index,
+    QueueLoad(MemfdGuestRam ram, DriverRing ring, long base, EventFd kick, EventFd call, Job job, int index,
               long capacitySectors, int segMax, long sizeMax, boolean verify, boolean once) {
         this.mem = ram.at(0, ram.size());
         this.ring = ring;
@@ -134,13 +137,13 @@ final class QueueLoad implements Runnable {
         for (int k = 0; k < shape.chains(); k++) {
             int h = s * shape.chains() + k, n = shape.piecesOf(k);
             long meta = metaGpa + (long) META * h, t = table(h);
-            DriverRing.desc(mem, t, meta, HEADER_BYTES, SplitRing.F_NEXT, 1);
+            DriverRing.desc(mem, t, meta, HEADER_BYTES, SplitRingLayout.F_NEXT, 1);
             for (int p = 0; p < n; p++) {
                 long off = (long) (k * shape.perChain() + p) * shape.piece();
-                DriverRing.desc(mem, t + (long) SplitRing.DESC_BYTES * (1 + p), dataGpa + s * dataStride + off,
-                        Math.min(shape.piece(), job.bytes() - off), SplitRing.F_NEXT, 2 + p);
+                DriverRing.desc(mem, t + (long) SplitRingLayout.DESC_BYTES * (1 + p), dataGpa + s * dataStride + off,
+                        Math.min(shape.piece(), job.bytes() - off), SplitRingLayout.F_NEXT, 2 + p);
             }
-            DriverRing.desc(mem, t + (long) SplitRing.DESC_BYTES * (1 + n), meta + STATUS_AT, 1, SplitRing.F_WRITE, 0);
+            DriverRing.desc(mem, t + (long) SplitRingLayout.DESC_BYTES * (1 + n), meta + STATUS_AT, 1, SplitRingLayout.F_WRITE, 0);
             ring.indirect(h, t, n + 2);
         }
         laidOutFor[s] = -1;
@@ -153,11 +156,11 @@ final class QueueLoad implements Runnable {
             return;
         }
         laidOutFor[s] = want;
-        short flags = (short) (SplitRing.F_NEXT | (write ? 0 : SplitRing.F_WRITE));
+        short flags = (short) (SplitRingLayout.F_NEXT | (write ? 0 : SplitRingLayout.F_WRITE));
         for (int k = 0; k < shape.chains(); k++) {
             long t = table(s * shape.chains() + k);
             for (int p = 1; p <= shape.piecesOf(k); p++) {
-                mem.set(DriverRing.U16, t + (long) SplitRing.DESC_BYTES * p + SplitRing.DESC_FLAGS, flags);
+                mem.set(Le.U16_UNALIGNED, t + (long) SplitRingLayout.DESC_BYTES * p + SplitRingLayout.DESC_FLAGS, flags);
             }
         }
     }
@@ -293,8 +296,8 @@ final class QueueLoad implements Runnable {
         for (int k = 0; k < shape.chains(); k++) {
             int h = s * shape.chains() + k;
             long meta = metaGpa + (long) META * h;
-            mem.set(DriverRing.U32, meta, type);
-            mem.set(DriverRing.U64, meta + 8, sector[s] + (long) k * shape.perChain() * shape.piece() / SectorStamp.SECTOR);
+            mem.set(Le.U32_UNALIGNED, meta, type);
+            mem.set(Le.U64_UNALIGNED, meta + 8, sector[s] + (long) k * shape.perChain() * shape.piece() / SectorStamp.SECTOR);
             mem.set(ValueLayout.JAVA_BYTE, meta + STATUS_AT, POISON);
             ring.add(h);
         }

@@ -3,6 +3,8 @@ package io.pmemblk.bench.vhostload;
 import io.pmemblk.posix.Errno;
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.vhost.driver.DriverRing;
+import io.pmemblk.vhost.driver.MemfdGuestRam;
 
 import java.io.IOException;
 import java.nio.file.DirectoryStream;
@@ -129,7 +131,7 @@ public final class VhostLoad {
             long queueBytes = DriverRing.bytes(o.ring()) + QueueLoad.bytes(job, o.ring(), link.segMax, link.sizeMax);
             queueBytes = (queueBytes + (2 << 20) - 1) & ~((2L << 20) - 1);
             List<EventFd> fds = new ArrayList<>();
-            try (GuestRam ram = new GuestRam(queueBytes * job.jobs())) {
+            try (MemfdGuestRam ram = new MemfdGuestRam("vhost-load-guest-ram", queueBytes * job.jobs(), true)) {
                 DriverRing[] rings = new DriverRing[job.jobs()];
                 EventFd[] kicks = new EventFd[job.jobs()], calls = new EventFd[job.jobs()];
                 QueueLoad[] loads = new QueueLoad[job.jobs()];

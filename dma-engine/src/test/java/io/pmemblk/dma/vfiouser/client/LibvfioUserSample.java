@@ -54,22 +54,41 @@ final class LibvfioUserSample implements AutoCloseable {
         return bin;
     }
 
-    /** Starts sample {@code name} serving {@code socket}, and waits (bounded) until the socket exists. */
+    /**
+     * Starts sample {@code name} serving {@code socket}, and waits (bounded) until it listens there: the socket file
+     * exists from its bind(2) on, and a connect(2) between that and its listen(2) is refused (ECONNREFUSED).
+     */
     static LibvfioUserSample start(String name, Path socket, Path log) throws IOException, InterruptedException {
         Path bin = binary(name);
         Files.deleteIfExists(socket);
         Process p = new ProcessBuilder(bin.toString(), "-v", socket.toString()).redirectErrorStream(true)
                 .redirectOutput(log.toFile()).start();
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-        while (!Files.exists(socket)) {
+        while (!listening(socket)) {
             if (!p.isAlive() || System.nanoTime() - deadline > 0) {
                 p.destroyForcibly();
-                throw new AssertionError(bin + " did not make its socket " + socket + " within 10 s (alive: " + p.isAlive()
-                        + "); its output: " + Files.readString(log));
+                throw new AssertionError(bin + " did not listen on its socket " + socket + " within 10 s (alive: "
+                        + p.isAlive() + "); its output: " + Files.readString(log));
             }
-            Thread.sleep(10); // polling for a file another process makes
+            Thread.sleep(10); // polling for a socket another process listens on
         }
         return new LibvfioUserSample(p, socket);
+    }
+
+    /**
+     * Whether a unix socket bound at {@code socket} listens: its line of /proc/net/unix (Num RefCount Protocol
+     * Flags Type St Inode Path) has __SO_ACCEPTCON (0x10000) in Flags. Asked without connecting, which would take
+     * the one connection the sample accepts.
+     */
+    private static boolean listening(Path socket) throws IOException {
+        for (String line : Files.readAllLines(Path.of("/proc/net/unix"))) {
+            String[] f = line.trim().split("\\s+");
+            if (f.length >= 8 && f[7].equals(socket.toString()) && f[3].matches("[0-9A-Fa-f]+")
+                    && (Long.parseLong(f[3], 16) & 0x10000) != 0) {
+                return true;
+            }
+        }
+        return false;
     }
 
     Path socket() {

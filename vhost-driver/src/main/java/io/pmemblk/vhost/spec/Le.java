@@ -1,4 +1,4 @@
-package io.pmemblk.vhost.virtq;
+package io.pmemblk.vhost.spec;
 
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteOrder;

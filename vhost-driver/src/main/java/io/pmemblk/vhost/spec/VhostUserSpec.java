@@ -1,4 +1,4 @@
-package io.pmemblk.vhost.protocol;
+package io.pmemblk.vhost.spec;
 
 /**
  * The vhost-user protocol as a back-end needs it, written once. Sources (the tags of
