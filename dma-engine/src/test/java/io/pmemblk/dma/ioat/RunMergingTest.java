@@ -107,7 +107,7 @@ class RunMergingTest {
     }
 
     private static Rig rig(int xfercapLog2, long bytes, Tally tally) {
-        Rig r = new Rig(1, 64, xfercapLog2, bytes);
+        Rig r = new Rig(1, 1024, xfercapLog2, bytes); // room for every piece alone, merged or not
         r.engine.onCompletion(tally);
         return r;
     }
@@ -219,8 +219,8 @@ class RunMergingTest {
             tally.await(3);
             assertThat(tally.failed.get()).as("copies of the run reported failed").isEqualTo(3);
             assertThat(tally.lastStatus.get()).isEqualTo(IoatSpec.CHANERR_DEST_ADDR);
-            byte[] dst = r.dst.toArray(ValueLayout.JAVA_BYTE);
-            assertThat(Arrays.mismatch(dst, new byte[dst.length])).as("first destination byte written").isEqualTo(-1);
+            byte[] landed = r.dst.toArray(ValueLayout.JAVA_BYTE);
+            assertThat(Arrays.mismatch(landed, new byte[landed.length])).as("first destination byte written").isEqualTo(-1);
             // the channel recovered: the same pieces inside the mapping run as one descriptor
             Tally after = new Tally();
             r.engine.onCompletion(after);
