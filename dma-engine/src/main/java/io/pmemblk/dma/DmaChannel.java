@@ -40,7 +40,9 @@ public interface DmaChannel extends AutoCloseable {
     /**
      * Places every copy of {@code copies} as one unit, without ringing the doorbell: all of them or none, also
      * when it throws. Each copy reports {@code ctx} (not null) when its last descriptor completes, so ctx is
-     * reported {@code copies.count()} times. The room check and the placing are one step under the channel's
+     * reported {@code copies.count()} times; copies that continue one another may be moved as one run of
+     * descriptors, and then are reported together when the run's last completes, failed together when it fails
+     * ({@link DmaCompletionListener#completed(Object, int, int)}). The room check and the placing are one step under the channel's
      * own submission lock: no caller-side lock around {@link #freeSlots} and {@link #place}, and no halt recovery
      * between two copies of the unit (SPDK gives a channel one owner; here several queues may share one).
      *
@@ -53,7 +55,7 @@ public interface DmaChannel extends AutoCloseable {
     /** Rings the doorbell once for everything placed since the last submit. */
     void submit();
 
-    /** Reaps completions now (poll mode); returns how many contexts were reported. */
+    /** Reaps completions now (poll mode); returns how many copies were reported. */
     int poll();
 
     /**

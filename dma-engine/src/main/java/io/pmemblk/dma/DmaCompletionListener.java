@@ -1,6 +1,9 @@
 package io.pmemblk.dma;
 
-/** Told once per placed copy (with a non-null ctx) when the copy is finished, for better or worse. */
+/**
+ * Told once per placed copy (with a non-null ctx) when the copy is finished, for better or worse; copies of one
+ * unit that finished together may come in one call ({@link #completed(Object, int, int)}).
+ */
 @FunctionalInterface
 public interface DmaCompletionListener {
     /** Status of copies abandoned because their channel was closed before they completed. */
@@ -21,4 +24,33 @@ public interface DmaCompletionListener {
      * the channel's submission lock is held, so it may place and submit more copies; it should not block long.
      */
     void completed(Object ctx, int status);
+
+    /**
+     * {@code copies} placed copies of ctx (a run of contiguous copies of one unit that the channel moved as one,
+     * {@link RingPlacement}) finished with the same {@code status}: the same as {@code copies} calls of
+     * {@link #completed(Object, int)}, which is what this default makes of it, every one made even when one
+     * throws (the first throwable is rethrown after the last). A listener that counts its copies down overrides it
+     * to count them in one step; the channel calls only this one.
+     */
+    default void completed(Object ctx, int status, int copies) {
+        Throwable first = null;
+        for (int i = 0; i < copies; i++) {
+            try {
+                completed(ctx, status);
+            } catch (Throwable t) {
+                if (first == null) {
+                    first = t;
+                }
+            }
+        }
+        if (first instanceof RuntimeException e) {
+            throw e;
+        }
+        if (first instanceof Error e) {
+            throw e;
+        }
+        if (first != null) {
+            throw new java.lang.reflect.UndeclaredThrowableException(first);
+        }
+    }
 }

@@ -28,7 +28,17 @@ public final class DmaEngine implements AutoCloseable {
         this.channels = channels;
         this.softDevice = softDevice;
         this.device = device;
-        DmaCompletionListener dispatch = (ctx, status) -> listener.completed(ctx, status);
+        DmaCompletionListener dispatch = new DmaCompletionListener() {
+            @Override
+            public void completed(Object ctx, int status) {
+                listener.completed(ctx, status);
+            }
+
+            @Override
+            public void completed(Object ctx, int status, int copies) {
+                listener.completed(ctx, status, copies); // a run's copies stay one call to a listener that counts them
+            }
+        };
         for (DmaChannel c : channels) {
             c.listener(dispatch);
         }

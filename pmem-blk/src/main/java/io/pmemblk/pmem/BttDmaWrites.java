@@ -216,14 +216,15 @@ final class BttDmaWrites {
     }
 
     /**
-     * A copy of {@code f}'s group has been reported (the channel's completion thread, or a closing channel's caller):
-     * the last report finishes the group. Returns the first Error of its completions, for the driver to rethrow.
+     * {@code copies} copies of {@code f}'s group have been reported (the channel's completion thread, or a closing
+     * channel's caller): the last report finishes the group. Returns the first Error of its completions, for the
+     * driver to rethrow.
      */
-    Throwable copied(Flight f, int status) {
+    Throwable copied(Flight f, int status, int copies) {
         if (status != 0 && f.failedStatus == 0) {
             f.failedStatus = status; // written before this report's drop, read after the last one
         }
-        int left = f.drop(1);
+        int left = f.drop(copies);
         if (left < 0) {
             LOG.log(System.Logger.Level.ERROR, "DMA channel reported a copy of a BTT group more often than it was"
                     + " placed; ignored");

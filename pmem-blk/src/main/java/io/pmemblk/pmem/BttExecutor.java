@@ -156,13 +156,13 @@ final class BttExecutor implements Executor {
 
     /** A group's data copy ({@link BttDmaWrites.Flight}), or one of a READ's ({@link BttDmaReads}). */
     @Override
-    public void dmaCompleted(Object ctx, int status) {
+    public void dmaCompleted(Object ctx, int status, int copies) {
         Throwable error;
         if (ctx instanceof BttDmaWrites.Flight f) {
-            error = writes.copied(f, status);
+            error = writes.copied(f, status, copies);
         } else {
             Request r = (Request) ctx;
-            if (!dma.reported(r, status)) {
+            if (!dma.reported(r, status, copies)) {
                 return;
             }
             error = reads.finish(r, (PerRequest) r.driverData, null);

@@ -171,15 +171,15 @@ final class DmaRoute {
     }
 
     /**
-     * A segment copy of r has been reported (channel completion thread): true when it was the last share of its
-     * count, and the caller finishes r.
+     * {@code copies} segment copies of r have been reported (channel completion thread): true when they were the
+     * last shares of its count, and the caller finishes r.
      */
-    boolean reported(Request r, int segmentStatus) {
+    boolean reported(Request r, int segmentStatus, int copies) {
         PerRequest st = (PerRequest) r.driverData;
         if (segmentStatus != 0 && st.failedStatus == 0) {
             st.failedStatus = segmentStatus;
         }
-        int left = st.drop(1);
+        int left = st.drop(copies);
         if (left > 0) {
             return false;
         }

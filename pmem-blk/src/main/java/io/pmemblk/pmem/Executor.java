@@ -14,10 +14,11 @@ interface Executor {
     void queueRequests(int hwq, Request[] batch, int count);
 
     /**
-     * A copy placed on the DMA route has been reported ({@code ctx} as placed) with {@code status} (0: done), on a
-     * channel's completion thread. Nothing escapes but an Error, and that only after its request is completed.
+     * {@code copies} copies placed on the DMA route have been reported ({@code ctx} as placed) with {@code status}
+     * (0: done), on a channel's completion thread: one, or a run the channel moved as one. Nothing escapes but an
+     * Error, and that only after its request is completed.
      */
-    void dmaCompleted(Object ctx, int status);
+    void dmaCompleted(Object ctx, int status, int copies);
 
     /** Executes r by the CPU: the status to complete it with (what it throws: EIO, {@link Completions#completeFailed}). */
     int execute(Request r) throws IOException;

@@ -4,6 +4,7 @@ import io.pmemblk.queueing.BlockDriver;
 import io.pmemblk.queueing.HardwareQueue;
 import io.pmemblk.queueing.Request;
 import io.pmemblk.queueing.Route;
+import io.pmemblk.dma.DmaCompletionListener;
 import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.pmem.btt.Btt;
@@ -119,7 +120,17 @@ public final class PmemBlockDriver implements BlockDriver {
         this.executor = btt == null ? new RawExecutor(region, views, stats, router, dma, completions)
                 : new BttExecutor(btt, region, stats, router, dma, completions);
         if (engine != null) {
-            engine.onCompletion(executor::dmaCompleted);
+            engine.onCompletion(new DmaCompletionListener() {
+                @Override
+                public void completed(Object ctx, int status) {
+                    executor.dmaCompleted(ctx, status, 1);
+                }
+
+                @Override
+                public void completed(Object ctx, int status, int copies) {
+                    executor.dmaCompleted(ctx, status, copies); // a run's copies counted down in one step
+                }
+            });
         }
     }
 

@@ -83,9 +83,9 @@ final class RawExecutor implements Executor {
     }
 
     @Override
-    public void dmaCompleted(Object ctx, int segmentStatus) {
+    public void dmaCompleted(Object ctx, int segmentStatus, int copies) {
         Request r = (Request) ctx;
-        if (!dma.reported(r, segmentStatus)) {
+        if (!dma.reported(r, segmentStatus, copies)) {
             return;
         }
         Throwable error = finishDma(r, (PerRequest) r.driverData, null);

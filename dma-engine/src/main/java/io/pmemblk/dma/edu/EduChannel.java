@@ -27,6 +27,8 @@ public final class EduChannel implements DmaChannel {
     private final long[] dst;
     private final long[] len;
     private final Object[] ctx;
+    /** Per slot: how many placed copies it stands for (a merged run's, {@link RingPlacement}). */
+    private final int[] copies;
     private final ReentrantLock submitLock = new ReentrantLock();
     private final RingPlacement placement = new RingPlacement(submitLock, new Slots());
     private volatile long head;
@@ -49,6 +51,7 @@ public final class EduChannel implements DmaChannel {
         this.dst = new long[ringSize];
         this.len = new long[ringSize];
         this.ctx = new Object[ringSize];
+        this.copies = new int[ringSize];
         this.worker = Thread.ofPlatform().daemon().name("edu-dma-ch" + index).start(this::run);
     }
 
@@ -99,9 +102,15 @@ public final class EduChannel implements DmaChannel {
             return 1;
         }
 
+        /** A slot takes a copy of any length, moved chunk by chunk: runs are bounded only by their copies. */
         @Override
-        public void put(long srcIova, long dstIova, long length, Object ctx) {
-            EduChannel.this.put(srcIova, dstIova, length, ctx);
+        public long mergeLimit() {
+            return Long.MAX_VALUE;
+        }
+
+        @Override
+        public void put(long srcIova, long dstIova, long length, Object ctx, int copies) {
+            EduChannel.this.put(srcIova, dstIova, length, ctx, copies);
         }
     }
 
@@ -111,12 +120,13 @@ public final class EduChannel implements DmaChannel {
         }
     }
 
-    private void put(long s, long d, long l, Object c) {
+    private void put(long s, long d, long l, Object c, int n) {
         int slot = (int) (head % size);
         src[slot] = s;
         dst[slot] = d;
         len[slot] = l;
         ctx[slot] = c;
+        copies[slot] = n;
         head = head + 1;
     }
 
@@ -154,11 +164,12 @@ public final class EduChannel implements DmaChannel {
             }
             int slot = (int) (tail % size);
             Object c = ctx[slot];
+            int n = copies[slot];
             int status = broken ? DmaCompletionListener.STATUS_ABORTED : copy(src[slot], dst[slot], len[slot]);
             ctx[slot] = null;
-            tail = tail + 1;
+            tail = tail + 1; // frees the slot: a placer may fill it again from here
             if (c != null) {
-                listener.completed(c, status);
+                listener.completed(c, status, n);
             }
         }
     }
@@ -213,7 +224,7 @@ public final class EduChannel implements DmaChannel {
             Object c = ctx[slot];
             ctx[slot] = null;
             if (c != null) {
-                listener.completed(c, DmaCompletionListener.STATUS_CLOSED);
+                listener.completed(c, DmaCompletionListener.STATUS_CLOSED, copies[slot]);
             }
         }
         tail = head;

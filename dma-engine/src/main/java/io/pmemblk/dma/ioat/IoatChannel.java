@@ -58,6 +58,8 @@ public final class IoatChannel implements DmaChannel {
     private final long ringIova;
     private final long completionIova;
     private final Object[] contexts;
+    /** Per slot with a context: how many placed copies it stands for (a merged run's, {@link RingPlacement}). */
+    private final int[] copiesAt;
 
     private final ReentrantLock submitLock = new ReentrantLock();
     private final ReentrantLock reapLock = new ReentrantLock();
@@ -104,6 +106,7 @@ public final class IoatChannel implements DmaChannel {
         this.mask = ringSize - 1;
         this.maxTransfer = IoatSpec.maxTransfer(bar.read8(XFERCAP));
         this.contexts = new Object[ringSize];
+        this.copiesAt = new int[ringSize];
         this.arena = Arena.ofShared();
         this.ring = space.allocate(DESCRIPTOR.byteSize() * ringSize, DESC_BYTES, arena);
         this.completion = space.allocate(8, 64, arena);
@@ -193,13 +196,21 @@ public final class IoatChannel implements DmaChannel {
         }
 
         @Override
-        public void put(long srcIova, long dstIova, long length, Object ctx) {
-            placeLocked(srcIova, dstIova, length, ctx);
+        public long mergeLimit() {
+            return maxTransfer;
+        }
+
+        @Override
+        public void put(long srcIova, long dstIova, long length, Object ctx, int copies) {
+            placeLocked(srcIova, dstIova, length, ctx, copies);
         }
     }
 
-    /** Fills the descriptors of one copy at head, ctx on its last. Caller holds submitLock and checked the room (RingPlacement). */
-    private void placeLocked(long srcIova, long dstIova, long length, Object ctx) {
+    /**
+     * Fills the descriptors of one run of {@code copies} copies at head, ctx on its last. Caller holds submitLock
+     * and checked the room (RingPlacement).
+     */
+    private void placeLocked(long srcIova, long dstIova, long length, Object ctx, int copies) {
         long h = head;
         long remaining = length;
         long offset = 0;
@@ -218,6 +229,7 @@ public final class IoatChannel implements DmaChannel {
             h++;
         }
         contexts[slot] = ctx;
+        copiesAt[slot] = copies;
         head = h;
     }
 
@@ -279,19 +291,20 @@ public final class IoatChannel implements DmaChannel {
         return n <= submitted - t ? t + n : t;
     }
 
-    /** Reports copies [tail, upTo) with status. Caller holds reapLock. */
+    /** Reports the copies of descriptors [tail, upTo) with status; how many copies. Caller holds reapLock. */
     private int report(long upTo, int status) {
         int reported = 0;
         DmaCompletionListener l = listener;
         for (long c = tail; c < upTo; c++) {
             int slot = (int) (c & mask);
             Object ctx = contexts[slot];
+            int copies = copiesAt[slot];
             contexts[slot] = null;
             tail = c + 1; // frees the slot before the listener runs: it may place again
             if (ctx != null) {
-                reported++;
+                reported += copies;
                 try {
-                    l.completed(ctx, status);
+                    l.completed(ctx, status, copies);
                 } catch (Throwable t) {
                     Thread me = Thread.currentThread();
                     me.getUncaughtExceptionHandler().uncaughtException(me, t);
