@@ -82,7 +82,10 @@ final class WriteMarker {
         }
 
         final int queue, tag;
-        /** The set this tag's write marked, until it completes: written with release, read with acquire. */
+        /**
+         * The set this tag's write marked, until its data is in the device: written with release, read with
+         * acquire.
+         */
         @SuppressWarnings("unused") // through MARKED
         private volatile BitmapFile[] marked;
         private Op op;
