@@ -9,6 +9,7 @@ import io.pmemblk.pmem.bitmap.TrackingDriver;
 import io.pmemblk.queueing.BlockDriver;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.FrontendQueue;
+import io.pmemblk.queueing.Op;
 import io.pmemblk.queueing.Request;
 import org.openjdk.jmh.annotations.Benchmark;
 import org.openjdk.jmh.annotations.BenchmarkMode;
@@ -136,7 +137,7 @@ public class TrackedWriteBenchmark {
                 r = frontend.acquireWrite(offset, BLOCK);
             } else {
                 r = frontend.acquire(BLOCK);
-                r.op = io.pmemblk.queueing.Op.WRITE;
+                r.op = Op.WRITE;
                 r.offset = offset;
             }
             // the payload's first bytes, as a socket read would start it: the copy itself is not the subject here
