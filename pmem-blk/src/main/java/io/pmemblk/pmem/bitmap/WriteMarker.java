@@ -21,11 +21,27 @@ import java.util.Arrays;
  * a device that never completes a write, or a client that never sends a payload being received in place, makes
  * the swap fail naming it, instead of stalling it and every management request after it.
  *
- * <p>Cost on the write path, per batch: the grace's enter and exit (an atomic add each, on the queue's own cache
- * line) and per bitmap a load of a heap word per 64 blocks when the bits are already durable (nothing else); per
- * write, its tag's record: a few plain stores and a release store at dispatch, a release store at completion (on
- * x86 all plain moves). The first write to a block after a swap pays one persist of the bitmap's words per batch.
- * Nothing is allocated, no lock is taken, markers never wait.
+ * <p>A record ends when its write's data is in the device, which is all {@link #awaitWrites} waits for:
+ * <ul>
+ *   <li>A write marked at dispatch lands while the device executes it: its record ends at its completion, which
+ *       the tag interposes ({@link Tag#completed}) before handing the request back to the frontend's.</li>
+ *   <li>A write received in place has landed before it is dispatched: the frontend dispatches it only once its
+ *       payload is in the device. Its record ends there ({@link #mark}), with nothing interposed on its
+ *       completion; or, never dispatched (its payload cut short), where it is released ({@link #abandoned}). A
+ *       swap that sees the record ended sees the payload in the device (release store, acquire load); one that
+ *       sees it still set waits, and the write is in the old set alone, marked when it was received.</li>
+ *   <li>A batch with no write to mark at dispatch (only reads, flushes, and writes received in place) reads no
+ *       set, so it enters no grace period: a grace period guards a marker's read of the set against a swap, and
+ *       ending a record is a single store that a swap reads whenever it comes.</li>
+ * </ul>
+ *
+ * <p>Cost on the write path: a write received in place pays, when received, the grace's enter and exit (an atomic
+ * add each, on the queue's own cache line), per bitmap a load of a heap word when its bits are already durable,
+ * and its tag's record (a few plain stores and a release store); at dispatch one release store; at release one
+ * load. A batch with writes to mark at dispatch pays the grace's enter and exit once, the same loads per write and
+ * bitmap, the record, and a release store at completion (on x86 all plain moves). The first write to a block
+ * after a swap pays one persist of the bitmap's words per batch. Nothing is allocated, no lock is taken, markers
+ * never wait.
  */
 final class WriteMarker {
     private static final System.Logger LOG = System.getLogger(WriteMarker.class.getName());
@@ -51,7 +67,8 @@ final class WriteMarker {
 
     /**
      * One tag's write in flight: which set it marked (null when none is in flight), what it is (for naming it when
-     * stuck), and the completion that ends it and hands the request back to the frontend's.
+     * stuck), and, for a write marked at dispatch, the completion that ends it and hands the request back to the
+     * frontend's.
      */
     static final class Tag implements Request.Completion {
         private static final VarHandle MARKED;
@@ -65,7 +82,10 @@ final class WriteMarker {
         }
 
         final int queue, tag;
-        /** The set this tag's write marked, until it completes: written with release, read with acquire. */
+        /**
+         * The set this tag's write marked, until its data is in the device: written with release, read with
+         * acquire.
+         */
         @SuppressWarnings("unused") // through MARKED
         private volatile BitmapFile[] marked;
         private Op op;
@@ -91,7 +111,7 @@ final class WriteMarker {
             return (BitmapFile[]) MARKED.getAcquire(this);
         }
 
-        /** The write goes to the device: its completion comes here first. */
+        /** A write marked at dispatch goes to the device: its completion comes here first. */
         void dispatched(Request r) {
             frontend = r.completion;
             r.completion = this;
@@ -107,9 +127,17 @@ final class WriteMarker {
             c.completed(r);
         }
 
-        /** A write received in place that will never be dispatched (its payload cut short, a refused digest). */
-        void abandoned() {
-            if (frontend == null) {
+        /** A write received in place is dispatched: its payload is in the device, a swap need not wait for it. */
+        void landed() {
+            MARKED.setRelease(this, (BitmapFile[]) null);
+        }
+
+        /**
+         * A write received in place is released: if it was never dispatched (its payload cut short, a refused
+         * digest), its record ends here. Its tag is still held, so the record is this write's.
+         */
+        void released() {
+            if (MARKED.getAcquire(this) != null) {
                 MARKED.setRelease(this, (BitmapFile[]) null);
             }
         }
@@ -117,8 +145,7 @@ final class WriteMarker {
         @Override
         public String toString() {
             return "queue " + queue + " tag " + tag + ": " + op + " of " + length + " bytes at " + offset
-                    + (inPlace && frontend == null ? " (its payload is still being received from the client)"
-                    : " (on the device)");
+                    + (inPlace ? " (its payload is still being received from the client)" : " (on the device)");
         }
     }
 
@@ -146,12 +173,25 @@ final class WriteMarker {
 
     /**
      * Marks the writes of {@code batch[0..count)} on hardware queue {@code hwq} in every active bitmap, durably,
-     * and records each in flight until it completes.
+     * and records each in flight until it completes; ends the records of the writes received in place, whose
+     * payload is in the device now.
      * @return false when the bits could not be made durable ({@link #failure()}): the writes must then not be
      *         passed on (nothing was recorded)
      */
     boolean mark(int hwq, Request[] batch, int count) {
         Tag[] tags = queues[hwq];
+        boolean toMark = false;
+        for (int i = 0; i < count; i++) {
+            Request r = batch[i];
+            if (r.dataInPlace) { // only a WRITE is received in place
+                tags[r.tag()].landed();
+            } else if (changes(r.op)) {
+                toMark = true;
+            }
+        }
+        if (!toMark) {
+            return failure == null;
+        }
         int token = grace.enter(hwq);
         try {
             BitmapFile[] set = active;
@@ -181,11 +221,9 @@ final class WriteMarker {
             // recorded before the grace ends, so a swap that waited for this marker sees the records
             for (int i = 0; i < count; i++) {
                 Request r = batch[i];
-                if (changes(r.op)) {
+                if (changes(r.op) && !r.dataInPlace) {
                     Tag t = tags[r.tag()];
-                    if (!r.dataInPlace) {
-                        t.marked(r, set, false);
-                    }
+                    t.marked(r, set, false);
                     t.dispatched(r);
                 }
             }
@@ -201,7 +239,7 @@ final class WriteMarker {
     /**
      * Marks one write about to be received straight into the device, durably, before its payload can reach it,
      * and records it in flight from now: it is not marked again at dispatch, and a swap meanwhile waits for it.
-     * Ended by its completion, or by {@link #abandoned} when it is never dispatched.
+     * Ended by its dispatch ({@link #mark}), or by {@link #abandoned} when it is never dispatched.
      * @return null, or why it was refused (nothing recorded)
      */
     String markInPlace(int hwq, Request r) {
@@ -228,9 +266,9 @@ final class WriteMarker {
         }
     }
 
-    /** A request received in place is released: if it never reached the device, its record ends here. */
+    /** A request received in place is released: if it was never dispatched, its record ends here. */
     void abandoned(Request r) {
-        queues[r.queue().index()][r.tag()].abandoned();
+        queues[r.queue().index()][r.tag()].released();
     }
 
     /** Hands markers {@code set}; those that read the one before may still be marking it ({@link #awaitMarkers}). */

@@ -11,7 +11,8 @@ import java.util.function.Predicate;
 
 /**
  * A test device over the real one: the requests {@code hold} picks are executed (their data lands) but their
- * completions are kept until {@link #release}: a device slow, or stuck, to complete them.
+ * completions are kept until {@link #release}: a device slow, or stuck, to complete them. Writes are received in
+ * place as the real one receives them.
  */
 final class HeldCompletions implements BlockDriver {
     private final BlockDriver device;
@@ -36,6 +37,21 @@ final class HeldCompletions implements BlockDriver {
     @Override
     public void attachQueue(HardwareQueue queue) {
         device.attachQueue(queue);
+    }
+
+    @Override
+    public boolean receivesInPlace(long offset, long length) {
+        return device.receivesInPlace(offset, length);
+    }
+
+    @Override
+    public void receiveInPlace(Request r) {
+        device.receiveInPlace(r);
+    }
+
+    @Override
+    public void releasedInPlace(Request r) {
+        device.releasedInPlace(r);
     }
 
     @Override
