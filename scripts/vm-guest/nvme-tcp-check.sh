@@ -268,6 +268,7 @@ result dsm "deallocated 4 blocks, $nz non-zero bytes read back (DLFEAT $DLFEAT)"
 
 step fio
 FIO_VERIFY_SECS=300 fio_verify nvme-blk --filename="/dev/$DEV" --size="${FIO_MIB}M"
+say "fio libaio on /dev/$DEV clean"
 if [ -n "$NG" ]; then
     # raw NVMe Read/Write from userspace through the char device: the target's parser without the block layer's help
     rc=0
@@ -275,6 +276,7 @@ if [ -n "$NG" ]; then
         --bssplit=4k/40:16k/30:64k/30 --iodepth=16 --size="${FIO_MIB}M" --verify=crc32c --verify_fatal=1 --do_verify=1 \
         --verify_state_save=0 --output=/tmp/fio-nvme-ng.out >/dev/null 2>&1 || rc=$?
     fio_verify_check nvme-ng "$rc"
+    say "fio io_uring_cmd on /dev/$NG clean"
     result ng "/dev/$NG io_uring_cmd verify clean"
 else
     fail "no /dev/ng char device for /dev/$DEV (fio's io_uring_cmd needs it)"
@@ -341,9 +343,11 @@ if [ "$TARGET" = pmemblk ]; then
         sleep 0.2
     done
     result reconnected_after "$(( $(now) - t_kill )) s"
+    say "$CTRL live again, $(( $(now) - t_kill )) s after the kill"
     t=$(( $(now) + 900 ))
     while [ ! -e /tmp/fio-restart.rc ]; do [ "$(now)" -lt "$t" ] || fail "fio did not end within 900 s of the restart"; sleep 0.5; done
     fio_verify_check nvme-restart "$(cat /tmp/fio-restart.rc)"
+    say "fio across the restart clean"
     dmesg | tail -n +$((DMESG_MARK + 1)) | grep -E "$CTRL" | sed 's/^/dmesg| /' | tail -n 12
     check_dmesg
     result restart "fio verify clean across kill -9 and a new server; $CTRL reconnected"
@@ -389,6 +393,7 @@ if [ -n "$MARKER" ]; then
     result unflushed "$((UN_LBA * BS)) $(sha256sum /tmp/unflushed.bin | cut -d' ' -f1)"
     result dirty_before_cut "$(grep -E '^(Dirty|Writeback):' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
     result status pass
+    say "the writes done: the power goes"
     echo "$MARKER"
     sleep 120
     fail "still running 120 s after the marker: the host did not cut the power"
