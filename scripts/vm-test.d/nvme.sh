@@ -3,7 +3,8 @@
 # nvme-cli, installed on the host when missing: the guest runs the host's root). scripts/vm-guest/nvme-tcp-check.sh has
 # the steps; scripts/vm-guest/nvme-hostile.py the hostile peers. nvme-tcp runs pmemblk's target on a pool on the
 # emulated NVDIMM (ext4 without DAX) and ends with a FUA'd, a flushed and a never-flushed write and a power cut: the
-# host reads them back from the pool in the NVDIMM file. PMEMBLK_NVME_AOT=1 starts its server JVMs from an AOT cache
+# host reads them back from the pool in the NVDIMM file. When powercut runs too, nvme-tcp's steps run in powercut's
+# last boot after its read-back (nvme_share_boot): one boot fewer. PMEMBLK_NVME_AOT=1 starts its server JVMs from an AOT cache
 # made on the host (scripts/lib/guest-aot.sh). nvme-tcp-nvmet (not in the default list) runs the same steps against the kernel's
 # nvmet-tcp over brd, the peer baseline: its hostile answers and fio figures are reported, not asserted.
 NVME_PORT=4420
@@ -42,17 +43,38 @@ nvme_guest_jvm() {
     NVME_GUEST_ENV="AOT_CACHE=/mnt/pmemblk/${cache#"$REPO_ROOT"/} PMEMBLK_GUEST_JAVA_OPTS='$opts -XX:AOTCache=/tmp/pmemblk-guest.aot'"
 }
 
+# A boot shared with powercut: its last boot reads the last cut back and stops its server, then runs nvme-tcp's steps
+# on an NVDIMM of their own, and nvme-tcp's power cut ends it (scripts/vm-test.d/powercut.sh). NVME_SHARED_RC is that
+# boot's exit status once it ran them (their output split off into $LOGS/nvme-tcp.out), NVME_SHARED_NOTE what the
+# report says of the boot; both empty when nvme-tcp boots alone.
+NVME_SHARED_RC='' NVME_SHARED_NOTE='' NVME_RAN=0
+# nvme_share_boot: true when powercut's last boot is to run nvme-tcp's steps: nvme-tcp is asked for in this run too,
+# later, with pmemblk's server and nvme-cli on the host (else nvme-tcp reports why when its turn comes).
+nvme_share_boot() {
+    [ "$SERVER" = pmemblk ] && [ "$NVME_RAN" = 0 ] || return 1
+    case " ${SCENARIOS[*]} " in *" nvme-tcp "*) ;; *) return 1 ;; esac
+    nvme_packages "$LOGS/nvme-packages.log" >/dev/null
+}
+# nvme_guest_cmd MARKER: the guest's command for nvme-tcp's steps, ending with MARKER (nvme_guest_jvm first).
+nvme_guest_cmd() {
+    echo "$NVME_GUEST_ENV TARGET=pmemblk PORT=$NVME_PORT NQN=$NVME_NQN NVME_ARGS='$NVME_ARGS' READY_RE='$NVME_READY' MARKER=$1 \
+RATE_SECS=${PMEMBLK_NVME_RATE_SECS:-0} sh $GUEST_DIR/nvme-tcp-check.sh"
+}
+
 scenario_nvme_tcp() {
     local t0 out="$LOGS/nvme-tcp.out" nv="$WORK/nvme.nvdimm" marker rc why pool="$WORK/nvme-pool.bin" k off sum got
-    t0=$(now_ms)
+    t0=$(now_ms) NVME_RAN=1
     [ "$SERVER" = pmemblk ] || { report SKIP nvme-tcp "needs the pmemblk server (scripts/pmemblk)"; return; }
-    why=$(nvme_packages "$LOGS/nvme-packages.log") || { report FAIL nvme-tcp "$why"; return; }
-    marker="NVME-POWER-CUT-$RANDOM$RANDOM"
-    nvme_guest_jvm "$LOGS/nvme-aot.log"
-    run_vm --nvdimm "$nv" --nvdimm-size 256M --timeout 1200 --kill-after-marker "$marker" --log "$LOGS/nvme-tcp.console.log" \
-        -- "$NVME_GUEST_ENV TARGET=pmemblk PORT=$NVME_PORT NQN=$NVME_NQN NVME_ARGS='$NVME_ARGS' READY_RE='$NVME_READY' MARKER=$marker RATE_SECS=${PMEMBLK_NVME_RATE_SECS:-0} sh \
-$GUEST_DIR/nvme-tcp-check.sh" >"$out" 2>&1
-    rc=$?
+    if [ -n "$NVME_SHARED_RC" ]; then
+        rc=$NVME_SHARED_RC   # the steps ran in powercut's last boot
+    else
+        why=$(nvme_packages "$LOGS/nvme-packages.log") || { report FAIL nvme-tcp "$why"; return; }
+        marker="NVME-POWER-CUT-$RANDOM$RANDOM"
+        nvme_guest_jvm "$LOGS/nvme-aot.log"
+        run_vm --nvdimm "$nv" --nvdimm-size 256M --timeout 1200 --kill-after-marker "$marker" --log "$LOGS/nvme-tcp.console.log" \
+            -- "$(nvme_guest_cmd "$marker")" >"$out" 2>&1
+        rc=$?
+    fi
     why=$(result "$out" why)
     if [ -n "$why" ] || [ "$rc" != 0 ] || [ "$(result "$out" status)" != pass ]; then
         report FAIL nvme-tcp "${why:-the guest run failed (exit $rc): $(grep -m1 -E '^vm: ' "$out" || tail -n 1 "$out")} ($(secs_since "$t0"); logs: $LOGS/nvme-tcp*)"; return
@@ -75,7 +97,7 @@ $GUEST_DIR/nvme-tcp-check.sh" >"$out" 2>&1
     rm -f "$pool"
     report PASS nvme-tcp "pmemblk's NVMe/TCP target to the kernel's host: discover, connect -i 2 and -g -G, id-ctrl/id-ns/ns-descs/get-feature 6/flush/write-zeroes/dsm as \
 specified, fio verify on /dev/nvmeXn1 and io_uring_cmd on /dev/ngXn1, ext4 + e2fsck clean, $(result "$out" hostile.status) against the hostile peers, \
-fio clean across kill -9 and a new server (reconnected after $(result "$out" reconnected_after)), a FUA'd and a flushed write read back after the power cut (a never-flushed one: $unflushed) ($(secs_since "$t0"))" \
+fio over -g -G clean across kill -9 and a new server (same namespace IDs, reconnected after $(result "$out" reconnected_after)), a FUA'd and a flushed write read back after the power cut (a never-flushed one: $unflushed) (${NVME_SHARED_NOTE:-$(secs_since "$t0")})" \
         "id-ctrl: $(result "$out" id_ctrl); id-ns: $(result "$out" id_ns); $(result "$out" ns_descs); vwc: $(result "$out" vwc); dsm: $(result "$out" dsm); hostile: \
 $(grep '^RESULT hostile\.' "$out" | sed 's/^RESULT hostile\.//' | tr '\n' ';'); rate (IOPS MB/s err) libaio $(result "$out" rate_libaio), io_uring_cmd \
 $(result "$out" rate_io_uring_cmd); $(result "$out" region); JVM starts: $NVME_AOT_NOTE ($(result "$out" aot)), $(grep -o 'server ready after [0-9]* s' "$out" | tr '\n' ';'); \
