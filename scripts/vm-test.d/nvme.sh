@@ -61,6 +61,9 @@ nvme_guest_cmd() {
 RATE_SECS=${PMEMBLK_NVME_RATE_SECS:-0} sh $GUEST_DIR/nvme-tcp-check.sh"
 }
 
+# nvme_took T0: how long nvme-tcp took, or where its steps ran and how long they took there.
+nvme_took() { echo "${NVME_SHARED_NOTE:-$(secs_since "$1")}"; }
+
 scenario_nvme_tcp() {
     local t0 out="$LOGS/nvme-tcp.out" nv="$WORK/nvme.nvdimm" marker rc why pool="$WORK/nvme-pool.bin" k off sum got
     t0=$(now_ms) NVME_RAN=1
@@ -77,15 +80,15 @@ scenario_nvme_tcp() {
     fi
     why=$(result "$out" why)
     if [ -n "$why" ] || [ "$rc" != 0 ] || [ "$(result "$out" status)" != pass ]; then
-        report FAIL nvme-tcp "${why:-the guest run failed (exit $rc): $(grep -m1 -E '^vm: ' "$out" || tail -n 1 "$out")} ($(secs_since "$t0"); logs: $LOGS/nvme-tcp*)"; return
+        report FAIL nvme-tcp "${why:-the guest run failed (exit $rc): $(grep -m1 -E '^vm: ' "$out" || tail -n 1 "$out")} ($(nvme_took "$t0"); logs: $LOGS/nvme-tcp*)"; return
     fi
     # The power cut: the FUA'd and the flushed write, read from the pool in the NVDIMM file as the cut left it.
     PMEM_WHY=''
-    pool_from_nvdimm "$nv" /pool "$pool" || { report FAIL nvme-tcp "after the power cut: ${PMEM_WHY:-could not copy the pool out of the NVDIMM} ($(secs_since "$t0"); logs: $LOGS/nvme-tcp*)"; return; }
+    pool_from_nvdimm "$nv" /pool "$pool" || { report FAIL nvme-tcp "after the power cut: ${PMEM_WHY:-could not copy the pool out of the NVDIMM} ($(nvme_took "$t0"); logs: $LOGS/nvme-tcp*)"; return; }
     for k in fua flushed; do
         read -r off sum <<<"$(result "$out" "$k")"
         got=$(dd if="$pool" bs=64K iflag=skip_bytes skip="$off" count=1 status=none | sha256sum | cut -d' ' -f1)
-        [ "$got" = "$sum" ] || { report FAIL nvme-tcp "the $k write (64 KiB at byte $off, sha256 $sum) read back after the power cut as $got ($(secs_since "$t0"); logs: $out)"; rm \
+        [ "$got" = "$sum" ] || { report FAIL nvme-tcp "the $k write (64 KiB at byte $off, sha256 $sum) read back after the power cut as $got ($(nvme_took "$t0"); logs: $out)"; rm \
             -f "$pool"; return; }
     done
     # The third write was never flushed: it sat only in the guest's page cache at the cut, so it may be lost; the
@@ -97,7 +100,7 @@ scenario_nvme_tcp() {
     rm -f "$pool"
     report PASS nvme-tcp "pmemblk's NVMe/TCP target to the kernel's host: discover, connect -i 2 and -g -G, id-ctrl/id-ns/ns-descs/get-feature 6/flush/write-zeroes/dsm as \
 specified, fio verify on /dev/nvmeXn1 and io_uring_cmd on /dev/ngXn1, ext4 + e2fsck clean, $(result "$out" hostile.status) against the hostile peers, \
-fio over -g -G clean across kill -9 and a new server (same namespace IDs, reconnected after $(result "$out" reconnected_after)), a FUA'd and a flushed write read back after the power cut (a never-flushed one: $unflushed) (${NVME_SHARED_NOTE:-$(secs_since "$t0")})" \
+fio over -g -G clean across kill -9 and a new server (same namespace IDs, reconnected after $(result "$out" reconnected_after)), a FUA'd and a flushed write read back after the power cut (a never-flushed one: $unflushed) ($(nvme_took "$t0"))" \
         "id-ctrl: $(result "$out" id_ctrl); id-ns: $(result "$out" id_ns); $(result "$out" ns_descs); vwc: $(result "$out" vwc); dsm: $(result "$out" dsm); hostile: \
 $(grep '^RESULT hostile\.' "$out" | sed 's/^RESULT hostile\.//' | tr '\n' ';'); rate (IOPS MB/s err) libaio $(result "$out" rate_libaio), io_uring_cmd \
 $(result "$out" rate_io_uring_cmd); $(result "$out" region); JVM starts: $NVME_AOT_NOTE ($(result "$out" aot)), $(grep -o 'server ready after [0-9]* s' "$out" | tr '\n' ';'); \

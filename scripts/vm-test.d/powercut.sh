@@ -16,7 +16,7 @@ POWERCUT_DONE="powercut-check: read-back done"
 scenario_powercut() {
     local d="$WORK/powercut" t0 cuts=${PMEMBLK_POWERCUT_CUTS:-2} k marker at out next
     local promised=0 submitted=0 flushes=0 lost=0 checked=0 bitmap=0 k_bitmap ats=""
-    local last cmd limit=240 rc t1 up nvme_marker shared=() note=""
+    local last cmd limit=240 rc t1 up nvme_marker nvme_part shared=() note=""
     t0=$(now_ms)
     if [ "$SERVER" != pmemblk ]; then
         report SKIP powercut "needs the pmemblk server (scripts/pmemblk)"; return
@@ -60,12 +60,13 @@ $(grep -m1 -E '^vm: |not ready|exited' "$LOGS/powercut-$k.out") ($(secs_since "$
         awk -v d="$POWERCUT_DONE" -v n="$LOGS/nvme-tcp.out" 'x { print > n; next } { print } index($0, d) == 1 { x = 1 }' "$last" \
             >"$last.own" && mv "$last.own" "$last"
         up=$(sed -n "s/.*$POWERCUT_DONE at \([0-9]*\).*/\1/p" "$last" | tail -n 1)
+        nvme_part=$(( ($(now_ms) - t1) / 1000 - ${up:-0} ))
         # shellcheck disable=SC2034 # both read by scenario_nvme_tcp (nvme.sh)
         NVME_SHARED_RC=$rc
         # shellcheck disable=SC2034
-        NVME_SHARED_NOTE="in powercut's last boot, after its read-back: ~$(( ($(now_ms) - t1) / 1000 - ${up:-0} )) s of that boot's $(secs_since "$t1")"
+        NVME_SHARED_NOTE="in powercut's last boot after its read-back: ~$nvme_part s of that boot's $(secs_since "$t1"); console: $LOGS/powercut-$cuts.console.log"
         [ -n "$up" ] || { report FAIL powercut "the last read-back boot failed before its end ($(secs_since "$t0"); logs: $LOGS/powercut-*)"; return; }
-        note=", then nvme-tcp's steps in that boot"
+        note=", of which ~$nvme_part s nvme-tcp's steps in its last boot"
     elif [ "$rc" != 0 ]; then
         report FAIL powercut "the last read-back boot failed ($(secs_since "$t0"); logs: $LOGS/powercut-*)"; return
     fi
