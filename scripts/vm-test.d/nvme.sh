@@ -27,8 +27,10 @@ nvme_packages() {
 # nvme_guest_jvm LOG: sets NVME_GUEST_ENV, the guest script's settings for its JVMs: with PMEMBLK_NVME_AOT=1 the AOT
 # cache among them when the host has or can make one, and NVME_AOT_NOTE, what the report says of it. Off by default:
 # measured in one guest boot (scripts/vm-guest/nvme-jvm-starts.sh) the cache mapped and served 1607 of 2022 classes
-# but no start was faster (59.7 and 83.4 s without, 58.7 and 113.1 s with, host load 11-17): -Xlog:aot says the
-# module graph and AOT linking are disabled under serve's module options, and the start's time is elsewhere.
+# but no start was faster (59.7 and 83.4 s without, 58.7 and 113.1 s with, host load 11-17). The archived module graph
+# and AOT-linked classes stay off under the argument file's --illegal-native-access=deny (-Xlog:cds names that
+# property; the module path and --add-exports do not turn them off): without that line they are on, and two guest
+# starts took 49.0 and 24.6 s against 45.3 and 44.4 s plain (one boot, host load 11): not yet a clear gain.
 nvme_guest_jvm() {
     local opts cache t
     NVME_GUEST_ENV='' NVME_AOT_NOTE="no AOT cache (PMEMBLK_NVME_AOT=1 to use one)"
