@@ -350,8 +350,9 @@ if [ "$TARGET" = pmemblk ]; then
         sleep 0.2
     done
     result reconnected_after "$(( $(now) - t_kill )) s"
-    # a new server on the same pool is the same namespace to the host
-    nvme ns-descs "/dev/$DEV" >/tmp/nsdescs3.txt 2>&1 || fail "nvme ns-descs after the new server: $(tail -n 1 /tmp/nsdescs3.txt)"
+    # a new server on the same pool is the same namespace to the host (one whose IDs changed, the kernel removes)
+    nvme ns-descs "/dev/$DEV" >/tmp/nsdescs3.txt 2>&1 \
+        || fail "nvme ns-descs /dev/$DEV after the new server failed; the kernel's last word on $CTRL: $(dmesg | grep "$CTRL" | tail -n 1 | cut -c1-160)"
     IDS3=$(grep -E '^(nguid|uuid|eui64) *:' /tmp/nsdescs3.txt | tr -s ' ' | sort | tr '\n' ' ')
     [ "$IDS3" = "$IDS" ] || fail "namespace IDs changed across the server's restart: '$IDS' then '$IDS3'"
     say "$CTRL live again, $(( $(now) - t_kill )) s after the kill"
