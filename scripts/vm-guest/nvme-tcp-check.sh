@@ -20,12 +20,13 @@
 #                 0; neighbours intact
 #   fio           verify=crc32c on /dev/nvmeXnY (libaio, direct, 4k..1m), on /dev/ngXnY (io_uring_cmd, raw NVMe)
 #   ext4          mkfs.ext4, e2fsck -fn clean; disconnect (the controller gone)
-#   digests       connect -g -G -i 2: the same ns-descs (stable IDs), fio verify, e2fsck -fn clean; disconnect
+#   digests       connect -g -G -i 2: the same ns-descs (stable IDs), e2fsck -fn clean, the file's sum; disconnect
+#                 (TARGET=kernel: and a fio verify; pmemblk's fio over digests is the restart step's)
 #   hostile       (HOSTILE=1) nvme-hostile.py against the target: every bad PDU answered or closed, others served,
 #                 canaries intact (and the pool file, when it is a file)
-#   restart       (pmemblk) connect with --ctrl-loss-tmo/--reconnect-delay, fio verify, kill -9 of the server
-#                 after 4 MiB written, a new server on the same pool: the host reconnects, fio ends clean, no I/O
-#                 error in the kernel log
+#   restart       (pmemblk) connect -g -G with --ctrl-loss-tmo/--reconnect-delay, fio verify, kill -9 of the server
+#                 after 4 MiB written, a new server on the same pool: the host reconnects, the same ns-descs, fio
+#                 ends clean, no I/O error in the kernel log
 #   rate          (RATE_SECS > 0) the same fio jobs as the peer's (4k randrw QD32 libaio; 4k randrw QD32 io_uring_cmd):
 #                 IOPS reported, not asserted
 #   powercut      (MARKER set) everything so far synced, the kernel's own write-back off; a FUA write (`nvme write
@@ -35,7 +36,7 @@
 #                 there, the third may be gone (it shows the cut can lose what was not made durable)
 # Output: RESULT lines for the host; "RESULT why=..." on a failure (and exit 1).
 # Environment: TARGET, PORT (4420), NQN, NVME_ARGS (serve's settings for the frontend), READY_RE (its ready line),
-# SIZE_MIB (64), HOSTILE (1), RATE_SECS (0), MARKER, FIO_MIB (16), AOT_CACHE (the host's AOT cache of serve, copied to
+# SIZE_MIB (64), HOSTILE (1), RATE_SECS (0), MARKER, FIO_MIB (8), AOT_CACHE (the host's AOT cache of serve, copied to
 # /tmp/pmemblk-guest.aot, where PMEMBLK_GUEST_JAVA_OPTS's -XX:AOTCache points: scripts/lib/guest-aot.sh).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -50,7 +51,7 @@ SIZE_MIB=${SIZE_MIB:-64}
 HOSTILE=${HOSTILE:-1}
 RATE_SECS=${RATE_SECS:-0}
 MARKER=${MARKER:-}
-FIO_MIB=${FIO_MIB:-16}
+FIO_MIB=${FIO_MIB:-8}
 READY_SECS=${READY_SECS:-300}
 PM=/mnt/pm
 SLOG=/tmp/server.log
@@ -268,6 +269,7 @@ result dsm "deallocated 4 blocks, $nz non-zero bytes read back (DLFEAT $DLFEAT)"
 
 step fio
 FIO_VERIFY_SECS=300 fio_verify nvme-blk --filename="/dev/$DEV" --size="${FIO_MIB}M"
+say "fio libaio on /dev/$DEV clean"
 if [ -n "$NG" ]; then
     # raw NVMe Read/Write from userspace through the char device: the target's parser without the block layer's help
     rc=0
@@ -275,6 +277,7 @@ if [ -n "$NG" ]; then
         --bssplit=4k/40:16k/30:64k/30 --iodepth=16 --size="${FIO_MIB}M" --verify=crc32c --verify_fatal=1 --do_verify=1 \
         --verify_state_save=0 --output=/tmp/fio-nvme-ng.out >/dev/null 2>&1 || rc=$?
     fio_verify_check nvme-ng "$rc"
+    say "fio io_uring_cmd on /dev/$NG clean"
     result ng "/dev/$NG io_uring_cmd verify clean"
 else
     fail "no /dev/ng char device for /dev/$DEV (fio's io_uring_cmd needs it)"
@@ -298,8 +301,13 @@ e2fsck -fn "/dev/$DEV" >/tmp/fsck2.out 2>&1 || { cat /tmp/fsck2.out; fail "e2fsc
 mount -o ro "/dev/$DEV" /mnt/nvfs || fail "mount over -g -G"
 [ "$(sha256sum /mnt/nvfs/f | cut -d' ' -f1)" = "$sha" ] || fail "a file's sha256 differs read over -g -G"
 umount /mnt/nvfs
-FIO_VERIFY_SECS=300 fio_verify nvme-digest --filename="/dev/$DEV" --size=8M --offset=32M
-result digests "connect -g -G -i 2: IDs stable, e2fsck clean, file sum equal, fio verify clean"
+if [ "$TARGET" = pmemblk ]; then
+    result digests "connect -g -G -i 2: IDs stable, e2fsck clean, file sum equal (fio over digests: the restart step)"
+else
+    # the peer has no restart step: its digests' data path gets a fio of its own
+    FIO_VERIFY_SECS=300 fio_verify nvme-digest --filename="/dev/$DEV" --size=8M --offset=32M
+    result digests "connect -g -G -i 2: IDs stable, e2fsck clean, file sum equal, fio verify clean"
+fi
 disconnect
 
 if [ "$HOSTILE" = 1 ]; then
@@ -319,11 +327,12 @@ fi
 
 if [ "$TARGET" = pmemblk ]; then
     step restart
-    connect -i 2 --ctrl-loss-tmo=600 --reconnect-delay=1
+    # with header and data digests: this fio is also the digests' data path, R2T/H2CData and C2HData under load
+    connect -g -G -i 2 --ctrl-loss-tmo=600 --reconnect-delay=1
     dmesg_mark
     before=$(awk -v d="$DEV" '$3 == d { print $10 }' /proc/diskstats)
     # 4 MiB/s: the kill lands mid-run and fio's I/O is held across the JVM's restart, then finishes
-    ( FIO_VERIFY_SECS=900 fio_verify_run nvme-restart --filename="/dev/$DEV" --size=24M --rate=4m; echo $? >/tmp/fio-restart.rc ) &
+    ( FIO_VERIFY_SECS=900 fio_verify_run nvme-restart --filename="/dev/$DEV" --size=12M --rate=4m; echo $? >/tmp/fio-restart.rc ) &
     t=$(( $(now) + 120 ))
     until [ $(( $(awk -v d="$DEV" '$3 == d { print $10 }' /proc/diskstats) - before )) -ge 8192 ]; do
         [ "$(now)" -lt "$t" ] || fail "fio wrote less than 4 MiB to /dev/$DEV in 120 s"
@@ -341,9 +350,16 @@ if [ "$TARGET" = pmemblk ]; then
         sleep 0.2
     done
     result reconnected_after "$(( $(now) - t_kill )) s"
+    # a new server on the same pool is the same namespace to the host (one whose IDs changed, the kernel removes)
+    nvme ns-descs "/dev/$DEV" >/tmp/nsdescs3.txt 2>&1 \
+        || fail "nvme ns-descs /dev/$DEV after the new server failed; the kernel's last word on $CTRL: $(dmesg | grep "$CTRL" | tail -n 1 | cut -c1-160)"
+    IDS3=$(grep -E '^(nguid|uuid|eui64) *:' /tmp/nsdescs3.txt | tr -s ' ' | sort | tr '\n' ' ')
+    [ "$IDS3" = "$IDS" ] || fail "namespace IDs changed across the server's restart: '$IDS' then '$IDS3'"
+    say "$CTRL live again, $(( $(now) - t_kill )) s after the kill"
     t=$(( $(now) + 900 ))
     while [ ! -e /tmp/fio-restart.rc ]; do [ "$(now)" -lt "$t" ] || fail "fio did not end within 900 s of the restart"; sleep 0.5; done
     fio_verify_check nvme-restart "$(cat /tmp/fio-restart.rc)"
+    say "fio across the restart clean"
     dmesg | tail -n +$((DMESG_MARK + 1)) | grep -E "$CTRL" | sed 's/^/dmesg| /' | tail -n 12
     check_dmesg
     result restart "fio verify clean across kill -9 and a new server; $CTRL reconnected"
@@ -389,6 +405,7 @@ if [ -n "$MARKER" ]; then
     result unflushed "$((UN_LBA * BS)) $(sha256sum /tmp/unflushed.bin | cut -d' ' -f1)"
     result dirty_before_cut "$(grep -E '^(Dirty|Writeback):' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
     result status pass
+    say "the writes done: the power goes"
     echo "$MARKER"
     sleep 120
     fail "still running 120 s after the marker: the host did not cut the power"

@@ -10,9 +10,13 @@
 # flag started false would cover nothing), and the cut comes right after that FLUSH, before anything else could
 # write the pages back. The server keeps a dirty bitmap (docs/bitmaps.md) checkpointed at each load's start: after
 # each cut, every block acknowledged durable and every block holding a write of the load must be dirty in it.
+# When nvme-tcp is asked for too, its steps follow the last read-back in that boot (scripts/vm-test.d/nvme.sh,
+# nvme_share_boot): the boot's output after POWERCUT_DONE is nvme-tcp's, and nvme-tcp's power cut ends the boot.
+POWERCUT_DONE="powercut-check: read-back done"
 scenario_powercut() {
     local d="$WORK/powercut" t0 cuts=${PMEMBLK_POWERCUT_CUTS:-2} k marker at out next
     local promised=0 submitted=0 flushes=0 lost=0 checked=0 bitmap=0 k_bitmap ats=""
+    local last cmd limit=240 rc t1 up nvme_marker nvme_part shared=() note=""
     t0=$(now_ms)
     if [ "$SERVER" != pmemblk ]; then
         report SKIP powercut "needs the pmemblk server (scripts/pmemblk)"; return
@@ -38,9 +42,34 @@ $(grep -m1 -E '^vm: |not ready|exited' "$LOGS/powercut-$k.out") ($(secs_since "$
             || { report FAIL powercut "boot $((k + 1)) (read-back, load, cut after write $at) failed: $(grep -m1 -E '^vm: |not ready|exited' "$LOGS/powercut-$k.out") \
 ($(secs_since "$t0"); logs: $LOGS/powercut-*)"; return; }
     done
-    run_vm --disk "$d/disk.img" --timeout 240 --log "$LOGS/powercut-$cuts.console.log" \
-        -- "sh $GUEST_DIR/powercut-check.sh dump $((cuts - 1))" >"$LOGS/powercut-$cuts.out" 2>&1 \
-        || { report FAIL powercut "the last read-back boot failed ($(secs_since "$t0"); logs: $LOGS/powercut-*)"; return; }
+    last="$LOGS/powercut-$cuts.out" cmd="sh $GUEST_DIR/powercut-check.sh dump $((cuts - 1))"
+    if nvme_share_boot; then
+        nvme_marker="NVME-POWER-CUT-$RANDOM$RANDOM"
+        nvme_guest_jvm "$LOGS/nvme-aot.log"
+        shared=(--nvdimm "$WORK/nvme.nvdimm" --nvdimm-size 256M --kill-after-marker "$nvme_marker")
+        # the guest's uptime at the read-back's end: what the boot spent on nvme-tcp comes after it
+        cmd="$cmd && echo \"$POWERCUT_DONE at \$(cut -d' ' -f1 /proc/uptime) s\" && $(nvme_guest_cmd "$nvme_marker")"
+        limit=$((limit + 1200))
+    fi
+    t1=$(now_ms)
+    run_vm --disk "$d/disk.img" "${shared[@]}" --timeout "$limit" --log "$LOGS/powercut-$cuts.console.log" -- "$cmd" >"$last" 2>&1
+    rc=$?
+    if [ ${#shared[@]} -gt 0 ]; then
+        # The read-back's lines stay here, the rest is nvme-tcp's (judged by scenario_nvme_tcp).
+        : >"$LOGS/nvme-tcp.out"
+        awk -v d="$POWERCUT_DONE" -v n="$LOGS/nvme-tcp.out" 'x { print > n; next } { print } index($0, d) == 1 { x = 1 }' "$last" \
+            >"$last.own" && mv "$last.own" "$last"
+        up=$(sed -n "s/.*$POWERCUT_DONE at \([0-9]*\).*/\1/p" "$last" | tail -n 1)
+        nvme_part=$(( ($(now_ms) - t1) / 1000 - ${up:-0} ))
+        # shellcheck disable=SC2034 # both read by scenario_nvme_tcp (nvme.sh)
+        NVME_SHARED_RC=$rc
+        # shellcheck disable=SC2034
+        NVME_SHARED_NOTE="in powercut's last boot after its read-back: ~$nvme_part s of that boot's $(secs_since "$t1"); console: $LOGS/powercut-$cuts.console.log"
+        [ -n "$up" ] || { report FAIL powercut "the last read-back boot failed before its end ($(secs_since "$t0"); logs: $LOGS/powercut-*)"; return; }
+        note=", of which ~$nvme_part s nvme-tcp's steps in its last boot"
+    elif [ "$rc" != 0 ]; then
+        report FAIL powercut "the last read-back boot failed ($(secs_since "$t0"); logs: $LOGS/powercut-*)"; return
+    fi
     for ((k = 0; k < cuts; k++)); do
         out="$LOGS/powercut-verify-$k.out" next="$LOGS/powercut-$((k + 1)).out"
         # The whole console log of the cut boot: scripts/vm stops echoing at the marker, but the load goes on
@@ -57,7 +86,7 @@ acknowledged blocks lost of $(result "$out" promised) promised; $(grep -m1 '^los
         fi
     done
     [ "$bitmap" -gt 0 ] || { report FAIL powercut "no block was checked against the dirty bitmap (no 'BITMAP b' in the read-backs) ($(secs_since "$t0"); logs: $LOGS/powercut-*)"; return; }
-    report PASS powercut "$cuts power cuts, the last after kill -9 and a new server's FLUSH: $promised durable writes acknowledged, 0 lost; $bitmap written blocks all dirty in the bitmap ($(secs_since "$t0"))" \
+    report PASS powercut "$cuts power cuts, the last after kill -9 and a new server's FLUSH: $promised durable writes acknowledged, 0 lost; $bitmap written blocks all dirty in the bitmap ($(secs_since "$t0")$note)" \
         "QEMU SIGKILLed after writes $ats; server on ext4 without DAX; $submitted writes, $promised acknowledged durable (FUA, or before one of $flushes FLUSHes), $checked blocks \
 read back after the cuts"
 }
