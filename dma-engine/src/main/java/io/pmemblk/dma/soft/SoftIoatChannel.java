@@ -49,6 +49,13 @@ final class SoftIoatChannel implements Runnable {
     int state = CHANSTS_HALTED;
     /** Written by the engine under the lock; read without it by {@link #status}. */
     volatile int processed;
+    /**
+     * Set while {@link #halt} writes the halt back to the completion word and CHANSTS does not show it yet: a
+     * driver that read HALTED in the word and then reads CHANSTS must find HALTED there too, so {@link #status}
+     * waits for the halt to finish (it holds the lock). CHANSTS cannot show HALTED before the write-back instead:
+     * a failed write-back adds COMPLETION_ADDR to CHANERR, which must be complete once CHANSTS shows the halt.
+     */
+    private volatile boolean halting;
     long lastCompleted;
     long nextDescriptor;
     boolean fetchingFromChainaddr;
@@ -73,6 +80,10 @@ final class SoftIoatChannel implements Runnable {
 
     /** CHANSTS as a read sees it: ACTIVE from the doorbell on, before the engine has picked the work up. */
     long status() {
+        if (halting) {
+            lock.lock(); // halt() holds it until CHANSTS shows the halt; microseconds, and only while halting
+            lock.unlock();
+        }
         long s = chansts;
         long st = s & CHANSTS_STATUS_MASK;
         if ((st == CHANSTS_ARMED || st == CHANSTS_IDLE) && ((dmacount - processed) & 0xFFFF) != 0) {
@@ -384,10 +395,15 @@ final class SoftIoatChannel implements Runnable {
         // sees the halt reads CHANERR next and must find every cause there, not some of them.
         state = CHANSTS_HALTED;
         long halted = lastCompleted | CHANSTS_HALTED;
-        if ((chanctrl & CHANCTRL_ERR_COMPLETION_EN) != 0 && !writeBack(halted)) {
-            chanerr |= CHANERR_COMPLETION_ADDR;
+        halting = true;
+        try {
+            if ((chanctrl & CHANCTRL_ERR_COMPLETION_EN) != 0 && !writeBack(halted)) {
+                chanerr |= CHANERR_COMPLETION_ADDR;
+            }
+            chansts = halted;
+        } finally {
+            halting = false;
         }
-        chansts = halted;
         if ((chanctrl & CHANCTRL_ERR_INT_EN) != 0) {
             vector.signal();
         }
