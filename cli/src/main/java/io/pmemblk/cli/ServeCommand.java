@@ -59,10 +59,10 @@ final class ServeCommand implements Callable<Integer> {
         // default for SIGHUP is to exit. One thread (this one) acts on them, in the order they came.
         BlockingQueue<String> signals = new LinkedBlockingQueue<>();
         String hangup = ServeSignals.install(signals); // SIGHUP handled even when started ignored (nohup)
-        if (hangup != null) {
+        Settings s = options.load();
+        if (hangup != null) { // once the settings hold: a wrong one stops start-up with its one line, nothing else
             System.err.println("pmemblk: " + hangup);
         }
-        Settings s = options.load();
         LiveSettings.applyLogLevel(s.get(Keys.LOG_LEVEL));
 
         boolean ublkEnabled = s.get(Keys.UBLK_ENABLED);

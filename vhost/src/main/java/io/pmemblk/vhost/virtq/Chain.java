@@ -1,5 +1,6 @@
 package io.pmemblk.vhost.virtq;
 
+import io.pmemblk.queueing.Request;
 import io.pmemblk.vhost.memory.ScatterSink;
 import io.pmemblk.vhost.spec.Le;
 
@@ -8,7 +9,7 @@ import java.lang.foreign.ValueLayout;
 
 /**
  * One popped descriptor chain, its buffers resolved to pieces of guest memory (a buffer split where it crosses
- * from one region into the next): pieces {@code [0, readable())} are device-readable, {@code [readable(), count())}
+ * from one region into the next, buffers that follow one another in a region's memory joined): pieces {@code [0, readable())} are device-readable, {@code [readable(), count())}
  * device-writable (a readable buffer after a writable one is refused when popped). A queue thread's scratch, reused
  * for every pop: nothing in it is valid after the next one. A chain with more pieces than fit is still popped, with
  * {@link #overflowed()} set and its byte counts whole, so the caller can answer it with an error.
@@ -74,6 +75,10 @@ public final class Chain implements ScatterSink {
             readableBytes += length;
         }
         int n = count;
+        if (n > (writing ? readable : 0) && continues(n - 1, mapping, offset, iova)) {
+            this.length[n - 1] += length; // the buffer before ended where this one starts: one piece
+            return;
+        }
         if (n == this.mapping.length) {
             overflowed = true;
             return;
@@ -83,6 +88,17 @@ public final class Chain implements ScatterSink {
         this.length[n] = length;
         this.iova[n] = iova;
         count = n + 1;
+    }
+
+    /**
+     * Whether a piece at {@code offset} of {@code mapping} starts where piece {@code i} ends, at the engine address
+     * that follows too. A guest's descriptors for one request often lie back to back (the pages of a large buffer,
+     * an I/O's segments): as one piece the block layer and the DMA engine see one iov, not one per descriptor.
+     */
+    private boolean continues(int i, MemorySegment mapping, long offset, long iova) {
+        long end = this.offset[i] + this.length[i];
+        return this.mapping[i] == mapping && end == offset
+                && (iova == Request.NO_IOVA ? this.iova[i] == Request.NO_IOVA : this.iova[i] + this.length[i] == iova);
     }
 
     public int head() {

@@ -67,6 +67,28 @@ class VirtqueueTest {
     }
 
     @Test
+    void buffersThatFollowOneAnotherInARegionAreOnePiece() throws Exception {
+        Virtqueue q = queue(ALL, null);
+        ram.write(0x40000, new byte[]{1, 2, 3, 4, 5, 6, 7, 8});
+        // A WRITE's header with two data buffers right behind it, a gap, a third; the status byte right after the
+        // third, but device-writable: the direction changes there, so it stays a piece of its own.
+        guest.offer(guest.chain(List.of(new Buf(0x40000, 16, false), new Buf(0x40010, 4096, false),
+                new Buf(0x41010, 4096, false), new Buf(0x43010, 512, false), new Buf(0x43210, 1, true))));
+        assertThat(q.pop(ram.memory(), chain)).isTrue();
+        assertThat(chain.readable()).as("header and the first two data buffers as one piece, the third after a gap")
+                .isEqualTo(2);
+        assertThat(chain.count()).as("and the status byte").isEqualTo(3);
+        assertThat(chain.offset(0)).isEqualTo(0x40000);
+        assertThat(chain.length(0)).isEqualTo(16 + 4096 + 4096);
+        assertThat(chain.offset(1)).isEqualTo(0x43010);
+        assertThat(chain.length(1)).isEqualTo(512);
+        assertThat(chain.offset(2)).isEqualTo(0x43210);
+        assertThat(chain.readableBytes()).isEqualTo(16 + 4096 + 4096 + 512);
+        assertThat(chain.writableBytes()).isEqualTo(1);
+        assertThat(chain.readLE(0, 8)).isEqualTo(0x0807060504030201L);
+    }
+
+    @Test
     void aHeaderSplitAnywhereReadsAsOneValue() throws Exception {
         Virtqueue q = queue(ALL, null);
         ram.write(0x40000, new byte[]{1, 2, 3});

@@ -13,8 +13,10 @@ import java.lang.foreign.ValueLayout;
 /**
  * One fio job on one virtqueue, as a Linux guest's virtio-blk driver carries it: {@code depth} requests kept in
  * flight, each a chain header / data / status through an indirect table (Linux's virtio_ring goes indirect for
- * every chain of more than one buffer once INDIRECT_DESC is agreed), data in page-sized pieces (guest pages are
- * not contiguous) and a request larger than seg_max pieces split in several, as the guest's block layer splits it.
+ * every chain of more than one buffer once INDIRECT_DESC is agreed), data in page-sized pieces a page apart (a
+ * guest's pages are not contiguous, and its block layer has already joined those that are: pieces back to back
+ * would let the server join them into one and measure a request no guest sends) and a request larger than seg_max
+ * pieces split in several, as the guest's block layer splits it.
  * Completions come by the call eventfd with EVENT_IDX: after each pass over the used ring used_event is moved past
  * it and the ring checked again before waiting, as {@code virtblk_done} does. Everything a request needs is laid out
  * once; the loop allocates nothing.
@@ -40,7 +42,7 @@ final class QueueLoad implements Runnable {
     private final Job job;
     private final boolean verify, once;
     private final Shape shape;
-    private final long metaGpa, tableGpa, dataGpa, dataStride;
+    private final long metaGpa, tableGpa, dataGpa, dataStride, pieceStride;
     private final long spanStartSector, blocks;
     private final int[] pending;
     private final boolean[] checking;
@@ -71,6 +73,16 @@ final class QueueLoad implements Runnable {
         int piecesOf(int chain) {
             return Math.min(perChain, pieces - chain * perChain);
         }
+
+        /** From one piece to the next in guest RAM: the piece's pages and one page between. */
+        long pieceStride() {
+            return pages(piece) + PAGE;
+        }
+
+        /** A slot's data area. */
+        long dataStride() {
+            return pieces * pieceStride();
+        }
     }
 
     private static long pages(long n) {
@@ -80,7 +92,7 @@ final class QueueLoad implements Runnable {
     /** The guest RAM a queue of this job needs after its ring (see the constructor). */
     static long bytes(Job job, int ringSize, int segMax, long sizeMax) {
         Shape s = Shape.of(job, segMax, sizeMax);
-        return pages((long) META * ringSize) + pages(ringSize * s.tableStride()) + job.depth() * pages(job.bytes());
+        return pages((long) META * ringSize) + pages(ringSize * s.tableStride()) + job.depth() * s.dataStride();
     }
 
     /**
@@ -116,7 +128,8 @@ final class QueueLoad implements Runnable {
         metaGpa = base;
         tableGpa = metaGpa + pages((long) META * ring.size);
         dataGpa = tableGpa + pages(ring.size * shape.tableStride());
-        dataStride = pages(job.bytes());
+        dataStride = shape.dataStride();
+        pieceStride = shape.pieceStride();
         pending = new int[job.depth()];
         checking = new boolean[job.depth()];
         laidOutFor = new int[job.depth()];
@@ -125,6 +138,28 @@ final class QueueLoad implements Runnable {
         random = 0x9E3779B97F4A7C15L * (index + 1) ^ System.nanoTime();
         for (int s = 0; s < job.depth(); s++) {
             layOut(s);
+        }
+    }
+
+    /** Where piece {@code p} of slot {@code s}'s data lies. */
+    private long piece(int s, int p) {
+        return dataGpa + s * dataStride + p * pieceStride;
+    }
+
+    /** The bytes of piece {@code p} (the last may be short). */
+    private long pieceBytes(int p) {
+        return Math.min(shape.piece(), job.bytes() - (long) p * shape.piece());
+    }
+
+    /** The first sector of piece {@code p} of slot {@code s}'s request. */
+    private long pieceSector(int s, int p) {
+        return sector[s] + (long) p * shape.piece() / SectorStamp.SECTOR;
+    }
+
+    /** Fills slot {@code s}'s data, piece by piece, with {@code b}. */
+    private void fillData(int s, byte b) {
+        for (int p = 0; p < shape.pieces(); p++) {
+            mem.asSlice(piece(s, p), pieceBytes(p)).fill(b);
         }
     }
 
@@ -139,9 +174,9 @@ final class QueueLoad implements Runnable {
             long meta = metaGpa + (long) META * h, t = table(h);
             DriverRing.desc(mem, t, meta, HEADER_BYTES, SplitRingLayout.F_NEXT, 1);
             for (int p = 0; p < n; p++) {
-                long off = (long) (k * shape.perChain() + p) * shape.piece();
-                DriverRing.desc(mem, t + (long) SplitRingLayout.DESC_BYTES * (1 + p), dataGpa + s * dataStride + off,
-                        Math.min(shape.piece(), job.bytes() - off), SplitRingLayout.F_NEXT, 2 + p);
+                int q = k * shape.perChain() + p;
+                DriverRing.desc(mem, t + (long) SplitRingLayout.DESC_BYTES * (1 + p), piece(s, q), pieceBytes(q),
+                        SplitRingLayout.F_NEXT, 2 + p);
             }
             DriverRing.desc(mem, t + (long) SplitRingLayout.DESC_BYTES * (1 + n), meta + STATUS_AT, 1, SplitRingLayout.F_WRITE, 0);
             ring.indirect(h, t, n + 2);
@@ -232,21 +267,20 @@ final class QueueLoad implements Runnable {
     }
 
     private void done(int s) {
-        long data = dataGpa + s * dataStride;
         if (checking[s]) {
             checking[s] = false;
-            check(data, s, gen[s]);
+            check(s, gen[s]);
         } else {
             ios++;
             bytes += job.bytes();
             if (verify && job.write()) {
-                mem.asSlice(data, job.bytes()).fill((byte) 0);
+                fillData(s, (byte) 0);
                 checking[s] = true;
                 submit(s, false);
                 return;
             }
             if (verify) {
-                check(data, s, -1);
+                check(s, -1);
             }
         }
         if (!once && System.nanoTime() - deadline > 0) {
@@ -257,10 +291,13 @@ final class QueueLoad implements Runnable {
         }
     }
 
-    private void check(long data, int s, long g) {
-        String wrong = SectorStamp.check(mem, data, job.bytes(), sector[s], g);
-        if (wrong != null) {
-            error("verify: " + wrong);
+    private void check(int s, long g) {
+        for (int p = 0; p < shape.pieces(); p++) {
+            String wrong = SectorStamp.check(mem, piece(s, p), pieceBytes(p), pieceSector(s, p), g);
+            if (wrong != null) {
+                error("verify: " + wrong);
+                return;
+            }
         }
     }
 
@@ -283,9 +320,11 @@ final class QueueLoad implements Runnable {
         sector[s] = spanStartSector + block * (job.bytes() / SectorStamp.SECTOR);
         if (job.write() && (verify || once)) {
             gen[s] = once ? 0 : ++generation;
-            SectorStamp.stamp(mem, dataGpa + s * dataStride, job.bytes(), sector[s], gen[s]);
+            for (int p = 0; p < shape.pieces(); p++) {
+                SectorStamp.stamp(mem, piece(s, p), pieceBytes(p), pieceSector(s, p), gen[s]);
+            }
         } else if (verify) {
-            mem.asSlice(dataGpa + s * dataStride, job.bytes()).fill(POISON); // a read never done cannot pass
+            fillData(s, POISON); // a read never done cannot pass
         }
         submit(s, job.write());
     }
