@@ -1,10 +1,9 @@
 package io.pmemblk.pmem.bitmap;
 
 import io.pmemblk.queueing.BlockDriver;
-import io.pmemblk.queueing.HardwareQueue;
+import io.pmemblk.queueing.ForwardingBlockDriver;
 import io.pmemblk.queueing.Request;
 
-import java.io.IOException;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.function.Predicate;
@@ -12,46 +11,15 @@ import java.util.function.Predicate;
 /**
  * A test device over the real one: the requests {@code hold} picks are executed (their data lands) but their
  * completions are kept until {@link #release}: a device slow, or stuck, to complete them. Writes are received in
- * place as the real one receives them.
+ * place as the real one receives them; everything else is the device's, passed through.
  */
-final class HeldCompletions implements BlockDriver {
-    private final BlockDriver device;
+final class HeldCompletions extends ForwardingBlockDriver {
     private final Predicate<Request> hold;
     private final List<Runnable> held = new ArrayList<>();
 
     HeldCompletions(BlockDriver device, Predicate<Request> hold) {
-        this.device = device;
+        super(device);
         this.hold = hold;
-    }
-
-    @Override
-    public long size() {
-        return device.size();
-    }
-
-    @Override
-    public boolean isPmem() {
-        return device.isPmem();
-    }
-
-    @Override
-    public void attachQueue(HardwareQueue queue) {
-        device.attachQueue(queue);
-    }
-
-    @Override
-    public boolean receivesInPlace(long offset, long length) {
-        return device.receivesInPlace(offset, length);
-    }
-
-    @Override
-    public void receiveInPlace(Request r) {
-        device.receiveInPlace(r);
-    }
-
-    @Override
-    public void releasedInPlace(Request r) {
-        device.releasedInPlace(r);
     }
 
     @Override
@@ -87,13 +55,4 @@ final class HeldCompletions implements BlockDriver {
         l.forEach(Runnable::run);
     }
 
-    @Override
-    public void persistAll() throws IOException {
-        device.persistAll();
-    }
-
-    @Override
-    public void close() throws IOException {
-        device.close();
-    }
 }
