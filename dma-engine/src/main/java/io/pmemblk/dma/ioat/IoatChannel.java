@@ -78,6 +78,8 @@ public final class IoatChannel implements DmaChannel {
     /** Threads reaping on their own ({@link #pollers}); while above 0 the completion thread stands by. */
     private final AtomicInteger pollers = new AtomicInteger();
     private final Thread completionThread;
+    /** The device's {@link DoorbellPage}, where {@link #submit} rings instead of the register; or null. */
+    private final MemorySegment doorbellPage;
 
     /**
      * Starts channel {@code index} of the device behind {@code bar}: allocates and registers the ring, resets the
@@ -86,6 +88,23 @@ public final class IoatChannel implements DmaChannel {
      * @param ringSize power of two, 2..32768
      */
     public IoatChannel(Mmio bar, int index, IovaSpace space, Interrupt vector, int ringSize) {
+        this(bar, index, space, vector, ringSize, null);
+    }
+
+    /**
+     * As {@link #IoatChannel(Mmio, int, IovaSpace, Interrupt, int)}, ringing the doorbells of {@link #submit} in
+     * {@code doorbellPage} (the device's {@link DoorbellPage}, mapped) instead of DMACOUNT's register while the
+     * engine is awake; null: the register only.
+     * @throws IllegalArgumentException when {@code doorbellPage} is not a doorbell page for this channel
+     */
+    public IoatChannel(Mmio bar, int index, IovaSpace space, Interrupt vector, int ringSize, MemorySegment doorbellPage) {
+        if (doorbellPage != null) {
+            String wrong = DoorbellPage.refusal(doorbellPage, index);
+            if (wrong != null) {
+                throw new IllegalArgumentException("not a doorbell page for channel " + index + ": " + wrong);
+            }
+        }
+        this.doorbellPage = doorbellPage;
         if (ringSize < 2 || ringSize > 1 << 15 || Integer.bitCount(ringSize) != 1) {
             throw new IllegalArgumentException("ring size " + ringSize + " must be a power of two in 2..32768");
         }
@@ -245,10 +264,32 @@ public final class IoatChannel implements DmaChannel {
             ring.set(FIELD_U32, last + DESC_CONTROL,
                     ring.get(FIELD_U32, last + DESC_CONTROL) | CTRL_COMPLETION_UPDATE | CTRL_INT_ENABLE);
             submitted = h;
-            bar.write16(regs + DMACOUNT, (int) ((h - hwBase) & 0xFFFF)); // Mmio write = release: descriptors first
+            ring((int) ((h - hwBase) & 0xFFFF));
         } finally {
             submitLock.unlock();
         }
+    }
+
+    /**
+     * Makes descriptors up to {@code count} available. With a doorbell page: the count goes there (a volatile store,
+     * so after the descriptors), and the register is written only when the device's engine says it sleeps; the
+     * fence between the store and that load pairs with the engine's ({@link DoorbellPage}). Caller holds submitLock.
+     */
+    private void ring(int count) {
+        MemorySegment page = doorbellPage;
+        if (page != null) {
+            DoorbellPage.doorbell(page, index, DoorbellPage.VALID | count);
+            VarHandle.fullFence();
+            if (!DoorbellPage.asleep(page, index)) {
+                return;
+            }
+        }
+        bar.write16(regs + DMACOUNT, count); // Mmio write = release: descriptors first
+    }
+
+    /** Whether {@link #submit} rings in the device's doorbell page (a capability of the device, found at attach). */
+    public boolean doorbellPage() {
+        return doorbellPage != null;
     }
 
     @Override

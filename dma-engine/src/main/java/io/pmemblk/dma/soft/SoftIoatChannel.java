@@ -5,6 +5,7 @@ import static io.pmemblk.dma.ioat.IoatSpec.*;
 import io.pmemblk.dma.Interrupt;
 import io.pmemblk.dma.IovaFault;
 import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.dma.ioat.DoorbellPage;
 import io.pmemblk.posix.MemoryFaults;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -35,6 +36,13 @@ final class SoftIoatChannel implements Runnable {
     volatile int chanerrMask;
     /** Written by the driver without the lock (doorbell). */
     volatile int dmacount;
+    /** DMACOUNT register writes (one writer a channel, the driver's submitter): what the doorbell page saves. */
+    volatile long registerDoorbells;
+    /**
+     * The device's {@link DoorbellPage}, or null: where the driver may ring instead of DMACOUNT's register, and where
+     * the engine says it sleeps.
+     */
+    volatile MemorySegment page;
     volatile long chansts = CHANSTS_HALTED;
     volatile long chainaddr;
     volatile long chancmp;
@@ -73,6 +81,31 @@ final class SoftIoatChannel implements Runnable {
         this.thread = Thread.ofPlatform().daemon().name("soft-ioat-ch" + index).unstarted(this);
     }
 
+    /**
+     * DMACOUNT as the engine takes it: the page's doorbell once the driver rang it there since the last reset or
+     * re-arm (it is the newer: the driver stores it before it writes the register, if it writes it), else the
+     * register's.
+     */
+    int count() {
+        MemorySegment p = page;
+        if (p != null) {
+            int d = DoorbellPage.doorbell(p, index);
+            if ((d & DoorbellPage.VALID) != 0) {
+                return d & 0xFFFF;
+            }
+        }
+        return dmacount;
+    }
+
+    /** The count restarts (RESET, a re-arm): a doorbell left in the page is not taken as the new chain's. */
+    private void restartCount() {
+        dmacount = 0;
+        MemorySegment p = page;
+        if (p != null) {
+            DoorbellPage.doorbell(p, index, 0);
+        }
+    }
+
     void setState(int s) {
         state = s;
         chansts = lastCompleted | s;
@@ -86,7 +119,7 @@ final class SoftIoatChannel implements Runnable {
         }
         long s = chansts;
         long st = s & CHANSTS_STATUS_MASK;
-        if ((st == CHANSTS_ARMED || st == CHANSTS_IDLE) && ((dmacount - processed) & 0xFFFF) != 0) {
+        if ((st == CHANSTS_ARMED || st == CHANSTS_IDLE) && ((count() - processed) & 0xFFFF) != 0) {
             return (s & ~CHANSTS_STATUS_MASK) | CHANSTS_ACTIVE;
         }
         return s;
@@ -96,7 +129,7 @@ final class SoftIoatChannel implements Runnable {
     void resetRegisters() {
         state = CHANSTS_HALTED;
         chansts = lastCompleted | CHANSTS_HALTED;
-        dmacount = 0;
+        restartCount();
         processed = 0;
         chanctrl = 0;
         chancmp = 0;
@@ -104,7 +137,7 @@ final class SoftIoatChannel implements Runnable {
 
     private boolean runnable() {
         return !faults.stalled(index) && (state == CHANSTS_ARMED || state == CHANSTS_IDLE || state == CHANSTS_ACTIVE)
-                && ((dmacount - processed) & 0xFFFF) != 0;
+                && ((count() - processed) & 0xFFFF) != 0;
     }
 
     @Override
@@ -121,7 +154,10 @@ final class SoftIoatChannel implements Runnable {
                     }
                     continue;
                 }
-                LockSupport.park(this);
+                if (mayPark()) {
+                    LockSupport.park(this);
+                    awake();
+                }
                 continue;
             }
             lock.lock();
@@ -142,6 +178,32 @@ final class SoftIoatChannel implements Runnable {
         }
     }
 
+    /**
+     * Before the engine sleeps: says so in the doorbell page, then looks once more, so that a doorbell the driver
+     * rang in the page before it could read that (and so did not write the register) is taken now
+     * ({@link DoorbellPage}: both sides store, fence, then load). False: there is work after all.
+     */
+    private boolean mayPark() {
+        MemorySegment p = page;
+        if (p == null) {
+            return true;
+        }
+        DoorbellPage.asleep(p, index, true);
+        VarHandle.fullFence();
+        if (runnable()) {
+            DoorbellPage.asleep(p, index, false);
+            return false;
+        }
+        return true;
+    }
+
+    private void awake() {
+        MemorySegment p = page;
+        if (p != null) {
+            DoorbellPage.asleep(p, index, false);
+        }
+    }
+
     void command(int cmd) {
         lock.lock();
         try {
@@ -157,7 +219,7 @@ final class SoftIoatChannel implements Runnable {
                 setState(CHANSTS_SUSPENDED);
             }
             if ((cmd & CHANCMD_RESUME) != 0 && state == CHANSTS_SUSPENDED) {
-                setState(((dmacount - processed) & 0xFFFF) != 0 ? CHANSTS_ACTIVE : CHANSTS_IDLE);
+                setState(((count() - processed) & 0xFFFF) != 0 ? CHANSTS_ACTIVE : CHANSTS_IDLE);
             }
         } finally {
             lock.unlock();
@@ -177,7 +239,7 @@ final class SoftIoatChannel implements Runnable {
             lastCompleted = 0;
             // a new chain starts counting from 0: Linux's ioat_restart_channel re-arms a halted channel
             // without RESET and then writes DMACOUNT from 0 (__ioat_restart_chan: dmacount = 0)
-            dmacount = 0;
+            restartCount();
             processed = 0;
             setState(CHANSTS_ARMED);
         } finally {
@@ -257,7 +319,7 @@ final class SoftIoatChannel implements Runnable {
         lastCompleted = address;
         nextDescriptor = next;
         fetchingFromChainaddr = false;
-        setState(((dmacount - processed) & 0xFFFF) != 0 ? CHANSTS_ACTIVE : CHANSTS_IDLE);
+        setState(((count() - processed) & 0xFFFF) != 0 ? CHANSTS_ACTIVE : CHANSTS_IDLE);
         if ((control & CTRL_COMPLETION_UPDATE) != 0 && !writeBack(chansts)) {
             halt(CHANERR_COMPLETION_ADDR);
             return;
@@ -318,7 +380,7 @@ final class SoftIoatChannel implements Runnable {
         long[] offsets = pq ? PQ_SRC_OFFSETS : XOR_SRC_OFFSETS;
         int consumed = 1;
         if (n > inBase) {
-            if (((dmacount - processed) & 0xFFFF) < 2) {
+            if (((count() - processed) & 0xFFFF) < 2) {
                 return -CHANERR_DESCRIPTOR_COUNT; // the extension is not made available
             }
             long extAddress = d.get(FIELD_U64, DESC_NEXT);

@@ -6,7 +6,9 @@ import io.pmemblk.dma.Interrupt;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.Mmio;
 import io.pmemblk.dma.SoftInterrupt;
+import io.pmemblk.dma.ioat.DoorbellPage;
 import io.pmemblk.posix.MemoryFaults;
+import java.lang.foreign.MemorySegment;
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
 import java.util.function.IntFunction;
@@ -120,6 +122,27 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
 
     public int channelCount() {
         return channels.length;
+    }
+
+    /**
+     * Offers {@code page} as the device's {@link DoorbellPage} (a device served to another process maps it into
+     * the client's as BAR2): formats it for this device's channels and has the engines take doorbells rung there and
+     * say there when they sleep. Before any driver uses the device; the page must outlive it.
+     */
+    public void useDoorbellPage(MemorySegment page) {
+        if (channels.length > DoorbellPage.MAX_CHANNELS) {
+            throw new IllegalArgumentException(channels.length + " channels: a doorbell page holds at most "
+                    + DoorbellPage.MAX_CHANNELS);
+        }
+        DoorbellPage.format(page, channels.length);
+        for (SoftIoatChannel c : channels) {
+            c.page = page;
+        }
+    }
+
+    /** Writes of DMACOUNT's register to channel {@code n} so far (a doorbell rung in the page is not one). */
+    public long registerDoorbells(int n) {
+        return channel(n).registerDoorbells;
     }
 
     /** Has channel {@code n}'s engine look at its registers and its {@link SoftFaults} again. */
@@ -271,7 +294,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         return switch ((int) (offset % CHANNEL_MMIO_SIZE)) {
             case CHANCTRL -> c.chanctrl;
             case CHANCMD -> 0; // commands complete synchronously
-            case DMACOUNT -> c.dmacount;
+            case DMACOUNT -> c.count();
             case CHANSTS -> c.status();
             case CHANSTS + HIGH -> c.status() >>> 32;
             case CHAINADDR -> c.chainaddr;
@@ -301,6 +324,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             case CHANCMD -> c.command((int) value & 0xFF);
             case DMACOUNT -> {
                 c.dmacount = (int) value & 0xFFFF;
+                c.registerDoorbells++;
                 LockSupport.unpark(c.thread);
             }
             case CHAINADDR -> c.arm(bytes == 8 ? value : (c.chainaddr & ~LOW_MASK) | (value & LOW_MASK));

@@ -49,7 +49,7 @@ public final class VfioAbi {
     public static final int IOMMU_TYPE1_INFO_CAP_IOVA_RANGE = 1;
 
     /** vfio-pci region and IRQ indexes (include/uapi/linux/vfio.h, VFIO_PCI_*_REGION_INDEX / *_IRQ_INDEX). */
-    public static final int PCI_BAR0_REGION = 0, PCI_CONFIG_REGION = 7;
+    public static final int PCI_BAR0_REGION = 0, PCI_BAR2_REGION = 2, PCI_CONFIG_REGION = 7;
     public static final int PCI_INTX_IRQ = 0, PCI_MSI_IRQ = 1, PCI_MSIX_IRQ = 2;
     /** PCI config space: the command register and its memory-space and bus-master bits (PCI 3.0 §6.2.2). */
     public static final int PCI_COMMAND = 0x04, PCI_COMMAND_MEMORY = 0x2, PCI_COMMAND_MASTER = 0x4;

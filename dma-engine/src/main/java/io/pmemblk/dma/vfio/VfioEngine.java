@@ -12,6 +12,7 @@ import io.pmemblk.dma.ioat.IoatChannel;
 import io.pmemblk.dma.ioat.IoatSpec;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -111,6 +112,12 @@ public final class VfioEngine {
      */
     public static List<IoatChannel> ioatChannels(Mmio bar, IovaSpace space, IntFunction<Interrupt> vectors, int ringSize,
                                                  int firstIndex) {
+        return ioatChannels(bar, space, vectors, ringSize, firstIndex, null);
+    }
+
+    /** As {@link #ioatChannels(Mmio, IovaSpace, IntFunction, int, int)}, ringing in the device's doorbell page when not null. */
+    public static List<IoatChannel> ioatChannels(Mmio bar, IovaSpace space, IntFunction<Interrupt> vectors, int ringSize,
+                                                 int firstIndex, MemorySegment doorbellPage) {
         int version = bar.read8(IoatSpec.CBVER);
         if (version < IoatSpec.VER_3_0) {
             throw new IllegalStateException("CBVER 0x" + Integer.toHexString(version) + ": not an I/OAT v3 device (needs 0x30 or later)");
@@ -124,7 +131,7 @@ public final class VfioEngine {
         List<IoatChannel> out = new ArrayList<>();
         try {
             for (int i = 0; i < n; i++) {
-                out.add(new IoatChannel(bar, i, space, vectors.apply(i), ringSize));
+                out.add(new IoatChannel(bar, i, space, vectors.apply(i), ringSize, doorbellPage));
             }
         } catch (RuntimeException e) {
             out.forEach(IoatChannel::close);

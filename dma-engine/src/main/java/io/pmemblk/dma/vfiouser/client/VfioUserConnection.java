@@ -8,10 +8,14 @@ import static java.lang.foreign.ValueLayout.JAVA_SHORT_UNALIGNED;
 
 import io.pmemblk.dma.vfio.VfioAbi;
 import io.pmemblk.posix.Errno;
+import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.Mman;
 import io.pmemblk.posix.NativeException;
+import io.pmemblk.posix.SharedMemory;
 import io.pmemblk.posix.Sockets;
 import io.pmemblk.posix.UnixMessages;
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -242,12 +246,49 @@ public final class VfioUserConnection implements AutoCloseable {
      * device model must see, so the registers are reached by REGION_READ/WRITE (see docs/design.md).
      */
     public RegionInfo regionInfo(int index) throws VfioUserException {
+        return regionInfo(index, null);
+    }
+
+    /**
+     * Maps region {@code index} whole, shared and read-write, by the descriptor the server hands out with its info,
+     * into {@code owner}; null when it offers no descriptor, or one whose file could be cut short under the mapping
+     * (no F_SEAL_SHRINK: a truncate by the device would fault this process with SIGBUS), or one shorter than
+     * {@code size}. For a region of plain memory both sides share, as the {@link io.pmemblk.dma.ioat.DoorbellPage}.
+     */
+    public MemorySegment mapRegion(int index, long size, Arena owner) throws VfioUserException {
+        int[] fd = {-1};
+        RegionInfo info = regionInfo(index, fd);
+        if (fd[0] < 0) {
+            return null;
+        }
+        try {
+            int seals = SharedMemory.seals(fd[0]);
+            if (!info.readable() || !info.writable() || info.size() < size || info.offset() < 0
+                    || seals < 0 || (seals & SharedMemory.F_SEAL_SHRINK) == 0
+                    || FileCalls.fstat(fd[0]).size() < info.offset() + size) {
+                return null;
+            }
+            return Mman.map(fd[0], size, Mman.PROT_READ | Mman.PROT_WRITE, Mman.MAP_SHARED, info.offset(), owner);
+        } catch (NativeException e) {
+            throw new VfioUserException("vfio-user: mapping region " + index + " of the device at " + path() + ": "
+                    + e.getMessage(), e);
+        } finally {
+            Libc.closeQuietly(fd[0]);
+        }
+    }
+
+    /** The region's info; {@code keepFd}: where the descriptor offered with it goes (else it is closed). */
+    private RegionInfo regionInfo(int index, int[] keepFd) throws VfioUserException {
         try (var _ = wire.request()) {
             out.asSlice(HEADER, RI_BYTES).fill((byte) 0);
             out.set(JAVA_INT_UNALIGNED, HEADER + RI_ARGSZ, RI_ARGSZ_ASKED);
             out.set(JAVA_INT_UNALIGNED, HEADER + RI_INDEX, index);
             int n = wire.exchange(DEVICE_GET_REGION_INFO, RI_BYTES, null, false, true);
             boolean fdOffered = fdsIn[0] >= 0;
+            if (keepFd != null && fdOffered) {
+                keepFd[0] = fdsIn[0];
+                fdsIn[0] = -1; // ours now, not the wire's to close
+            }
             wire.closeReceivedFds();
             need(n, RI_BYTES, "DEVICE_GET_REGION_INFO");
             int flags = in.get(JAVA_INT_UNALIGNED, HEADER + RI_FLAGS);

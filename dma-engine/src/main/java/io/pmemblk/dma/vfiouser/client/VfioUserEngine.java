@@ -6,12 +6,15 @@ import static io.pmemblk.dma.vfiouser.client.VfioUserSpec.PCI_VENDOR_ID;
 
 import io.pmemblk.dma.DmaCompletionListener;
 import io.pmemblk.dma.DmaEngine;
+import io.pmemblk.dma.ioat.DoorbellPage;
 import io.pmemblk.dma.ioat.IoatChannel;
 import io.pmemblk.dma.ioat.IoatSpec;
 import io.pmemblk.dma.vfio.EventfdInterrupt;
 import io.pmemblk.dma.vfio.VfioAbi;
 import io.pmemblk.dma.vfio.VfioEngine;
 import io.pmemblk.posix.NativeException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -54,6 +57,11 @@ public final class VfioUserEngine implements AutoCloseable {
     /** Channels of a device we gave up on while its process {@link #heldPid} still ran: their copies wait. */
     private final List<IoatChannel> held = new ArrayList<>();
     private int heldPid;
+    /**
+     * The devices' doorbell pages, mapped: kept until the engine closes, not only until their device goes, since a
+     * submitter that looked at a channel as its device went may still ring there (a page, 4 KiB, per device attached).
+     */
+    private final Arena pages = Arena.ofShared();
     /** The interrupt type wired (VfioAbi.PCI_*_IRQ), to switch off at close. */
     private int irqIndex = VfioAbi.PCI_MSIX_IRQ;
 
@@ -127,7 +135,9 @@ public final class VfioUserEngine implements AutoCloseable {
             int n = bar.read8(IoatSpec.CHANCNT) & 0x1f;
             wireInterrupts(c, Math.max(1, n));
             space.attach(c);
-            started = VfioEngine.ioatChannels(bar, space, v -> vectors.get(Math.min(v, vectors.size() - 1)), ringSize, 0);
+            MemorySegment doorbells = info.regions() > VfioAbi.PCI_BAR2_REGION ? doorbellPage(c, Math.max(1, n)) : null;
+            started = VfioEngine.ioatChannels(bar, space, v -> vectors.get(Math.min(v, vectors.size() - 1)), ringSize, 0,
+                    doorbells);
             if (channels.isEmpty()) {
                 for (IoatChannel ch : started) {
                     channels.add(new VfioUserChannel(ch.index(), ch));
@@ -152,6 +162,25 @@ public final class VfioUserEngine implements AutoCloseable {
             c.close();
             throw e;
         }
+    }
+
+    /**
+     * The device's {@link DoorbellPage} (BAR2 of {@code pmemblk dma-device}), mapped; null when it offers none that
+     * holds {@code channels} channels (another device, or one whose BAR2 cannot be mapped safely): the channels then
+     * ring DMACOUNT's register, a message a batch.
+     */
+    private MemorySegment doorbellPage(VfioUserConnection c, int channels) throws VfioUserException {
+        MemorySegment page = c.mapRegion(VfioAbi.PCI_BAR2_REGION, DoorbellPage.SIZE, pages);
+        if (page == null) {
+            return null;
+        }
+        String wrong = DoorbellPage.refusal(page, channels - 1);
+        if (wrong != null) {
+            LOG.log(System.Logger.Level.INFO, "vfio-user: the device at " + socket + " maps a BAR2 that is not a doorbell"
+                    + " page (" + wrong + "): doorbells go by register");
+            return null;
+        }
+        return page;
     }
 
     /** MSI-X with one vector a channel, else MSI, else INTx, as Linux's ioatdma falls back. */
@@ -359,6 +388,9 @@ public final class VfioUserEngine implements AutoCloseable {
                 v.close();
             }
             vectors.clear();
+            if (pages.scope().isAlive()) {
+                pages.close(); // the channels are closed: nothing rings any more
+            }
         }
     }
 }

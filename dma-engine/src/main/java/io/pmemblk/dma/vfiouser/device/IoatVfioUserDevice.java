@@ -7,6 +7,10 @@ import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.ioat.IoatSpec;
 import io.pmemblk.dma.soft.SoftFaults;
 import io.pmemblk.dma.soft.SoftIoatDevice;
+import io.pmemblk.dma.ioat.DoorbellPage;
+import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.Mman;
+import io.pmemblk.posix.SharedMemory;
 import io.pmemblk.posix.Errno;
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.NativeException;
@@ -82,6 +86,9 @@ public final class IoatVfioUserDevice implements AutoCloseable {
     private final MemorySegment ctx;
     private final MemorySegment config;
     private final MemorySegment pollfds;
+    /** BAR2, the {@link DoorbellPage}: a sealed memfd of one page the client maps, and our mapping of it. */
+    private final int doorbellFd;
+    private final MemorySegment doorbellPage;
     private final IntConsumer raise = this::raise;
     private final Thread loop;
     private final CountDownLatch stopped = new CountDownLatch(1);
@@ -102,7 +109,13 @@ public final class IoatVfioUserDevice implements AutoCloseable {
         this.model = new SoftIoatDevice(space, channels, xfercapLog2, faults, vectors::vector, DMA_CAPABILITY);
         this.pollfds = arena.allocate(Sockets.POLLFD, 2);
         MemorySegment c = null;
+        int pageFd = -1;
         try {
+            pageFd = SharedMemory.memfd("pmemblk-doorbells", DoorbellPage.SIZE);
+            SharedMemory.seal(pageFd); // a client cannot truncate it under the engines (SIGBUS here)
+            this.doorbellPage = Mman.map(pageFd, DoorbellPage.SIZE, Mman.PROT_READ | Mman.PROT_WRITE, Mman.MAP_SHARED,
+                    0, arena);
+            model.useDoorbellPage(doorbellPage);
             removeStaleSocket(socket);
             c = lib.createCtx(socket.toString(), LIBVFIO_USER_FLAG_ATTACH_NB);
             // libvfio-user binds with the process umask (022 leaves others without the write bit a connect needs);
@@ -123,6 +136,8 @@ public final class IoatVfioUserDevice implements AutoCloseable {
                     VFU_REGION_FLAG_RW | VFU_REGION_FLAG_MEM);
             lib.setupRegion(c, VFU_PCI_DEV_CFG_REGION_IDX, PCI_CFG_SPACE_EXP_SIZE, stubs, RegionCallback.CONFIG,
                     VFU_REGION_FLAG_RW);
+            lib.setupRegion(c, VFU_PCI_DEV_BAR2_REGION_IDX, DoorbellPage.SIZE, stubs, RegionCallback.BAR2,
+                    VFU_REGION_FLAG_RW | VFU_REGION_FLAG_MEM, pageFd);
             lib.setupIrqs(c, VFU_DEV_MSIX_IRQ, channels);
             lib.setupDma(c, stubs, MAX_DMA_REGIONS);
             lib.setupReset(c, stubs);
@@ -135,8 +150,12 @@ public final class IoatVfioUserDevice implements AutoCloseable {
             model.close();
             wake.close();
             arena.close();
+            if (pageFd >= 0) {
+                Libc.closeQuietly(pageFd);
+            }
             throw e;
         }
+        this.doorbellFd = pageFd;
         this.ctx = c;
         this.loop = Thread.ofPlatform().name("vfio-user-device").unstarted(this::run);
     }
@@ -336,6 +355,7 @@ public final class IoatVfioUserDevice implements AutoCloseable {
         lib.destroy(ctx); // calls the unregister callbacks (fenced) and removes the socket
         model.close();
         try {
+            Libc.close(doorbellFd); // the library handed it out with BAR2's info until now
             wake.close();
         } catch (NativeException e) {
             LOG.log(Level.WARNING, "dma-device: closing its eventfd: {0}", e.getMessage());
@@ -392,6 +412,31 @@ public final class IoatVfioUserDevice implements AutoCloseable {
                     case 2 -> buf.set(U16, 0, (short) model.read16(offset));
                     case 4 -> buf.set(U32, 0, model.read32(offset));
                     default -> buf.set(U64, 0, model.read64(offset));
+                }
+            }
+            return n;
+        }
+
+        /**
+         * BAR2 by message, for a client that does not map it: reads as mapped; a write lands as a store would (the
+         * header, the first line, is the device's and read-only), and every engine looks at its doorbell again, as
+         * it would if awake.
+         */
+        @Override
+        public long bar2(MemorySegment buf, long offset, boolean write) {
+            long n = buf.byteSize();
+            if (offset < 0 || offset + n > DoorbellPage.SIZE) {
+                return -1;
+            }
+            if (!write) {
+                MemorySegment.copy(doorbellPage, offset, buf, 0, n);
+                return n;
+            }
+            long from = Math.max(offset, DoorbellPage.channel(0));
+            if (from < offset + n) {
+                MemorySegment.copy(buf, from - offset, doorbellPage, from, offset + n - from);
+                for (int i = 0; i < channels; i++) {
+                    model.wake(i);
                 }
             }
             return n;

@@ -61,6 +61,7 @@ public final class LibVfioUser {
     public static final int PCI_HEADER_TYPE_NORMAL = 0;
     // region indices (enum VFU_PCI_DEV_*_REGION_IDX)
     public static final int VFU_PCI_DEV_BAR0_REGION_IDX = 0;
+    public static final int VFU_PCI_DEV_BAR2_REGION_IDX = 2;
     public static final int VFU_PCI_DEV_CFG_REGION_IDX = 7;
     // region flags
     public static final int VFU_REGION_FLAG_READ = 1;
@@ -107,6 +108,9 @@ public final class LibVfioUser {
 
         /** A configuration-space access the library leaves to the device (outside the header and capabilities). */
         long config(MemorySegment buf, long offset, boolean write);
+
+        /** A BAR2 access by message (a client that did not map the region); as {@link #bar0}. */
+        long bar2(MemorySegment buf, long offset, boolean write);
 
         /** The client mapped {@code [iova, iova+length)}; {@code memory} is its mapping here, or null (no fd given). */
         void dmaRegistered(long iova, long length, MemorySegment memory, int prot);
@@ -254,6 +258,7 @@ public final class LibVfioUser {
         final MemorySegment log;
         final MemorySegment bar0;
         final MemorySegment config;
+        final MemorySegment bar2;
         final MemorySegment dmaRegister;
         final MemorySegment dmaUnregister;
         final MemorySegment reset;
@@ -270,11 +275,15 @@ public final class LibVfioUser {
                         Bound.LOG_FN, arena);
                 MethodType access = MethodType.methodType(long.class, MemorySegment.class, MemorySegment.class,
                         long.class, long.class, boolean.class);
-                // One upcall for both regions, told apart by the leading argument bound here.
-                MethodHandle region = l.findVirtual(Stubs.class, "onRegion", access.insertParameterTypes(0, boolean.class))
-                        .bindTo(this);
-                bar0 = linker.upcallStub(MethodHandles.insertArguments(region, 0, true), Bound.REGION_ACCESS_CB, arena);
-                config = linker.upcallStub(MethodHandles.insertArguments(region, 0, false), Bound.REGION_ACCESS_CB, arena);
+                // One upcall for every region, told apart by the leading argument bound here.
+                MethodHandle region = l.findVirtual(Stubs.class, "onRegion",
+                        access.insertParameterTypes(0, RegionCallback.class)).bindTo(this);
+                bar0 = linker.upcallStub(MethodHandles.insertArguments(region, 0, RegionCallback.BAR0),
+                        Bound.REGION_ACCESS_CB, arena);
+                config = linker.upcallStub(MethodHandles.insertArguments(region, 0, RegionCallback.CONFIG),
+                        Bound.REGION_ACCESS_CB, arena);
+                bar2 = linker.upcallStub(MethodHandles.insertArguments(region, 0, RegionCallback.BAR2),
+                        Bound.REGION_ACCESS_CB, arena);
                 MethodType dma = MethodType.methodType(void.class, MemorySegment.class, MemorySegment.class);
                 dmaRegister = linker.upcallStub(l.findVirtual(Stubs.class, "onDmaRegister", dma).bindTo(this),
                         Bound.DMA_CB, arena);
@@ -297,14 +306,19 @@ public final class LibVfioUser {
             }
         }
 
-        /** BAR0's ({@code isBar0}) or configuration space's access callback. */
+        /** A region's access callback. */
         @SuppressWarnings("restricted")
-        private long onRegion(boolean isBar0, MemorySegment ctx, MemorySegment buf, long count, long offset, boolean write) {
+        private long onRegion(RegionCallback which, MemorySegment ctx, MemorySegment buf, long count, long offset,
+                              boolean write) {
             try {
                 MemorySegment b = buf.reinterpret(count);
-                return isBar0 ? cb.bar0(b, offset, write) : cb.config(b, offset, write);
+                return switch (which) {
+                    case BAR0 -> cb.bar0(b, offset, write);
+                    case CONFIG -> cb.config(b, offset, write);
+                    case BAR2 -> cb.bar2(b, offset, write);
+                };
             } catch (Throwable t) {
-                cb.log(LOG_ERR, (isBar0 ? "BAR0 " : "config ") + (write ? "write" : "read") + " of " + count + " at 0x"
+                cb.log(LOG_ERR, which + " " + (write ? "write" : "read") + " of " + count + " at 0x"
                         + Long.toHexString(offset) + " failed: " + t);
                 return -1;
             }
@@ -402,14 +416,28 @@ public final class LibVfioUser {
         return rc;
     }
 
-    /** A region served by callback only (no fd to mmap): {@code BAR0} or {@code CONFIG}. */
-    public enum RegionCallback { BAR0, CONFIG }
+    /** Which of {@link Callbacks}' region methods serves a region. */
+    public enum RegionCallback { BAR0, CONFIG, BAR2 }
 
+    /** A region served by callback only (no fd to mmap). */
     public void setupRegion(MemorySegment ctx, int index, long size, Stubs stubs, RegionCallback which, int flags)
             throws NativeException {
-        MemorySegment cb = which == RegionCallback.BAR0 ? stubs.bar0 : stubs.config;
+        setupRegion(ctx, index, size, stubs, which, flags, -1);
+    }
+
+    /**
+     * A region the client may also map whole by {@code fd} (offset 0; the library hands the fd out with the region's
+     * info), its accesses by message served by the callback; {@code fd} -1: by callback only.
+     */
+    public void setupRegion(MemorySegment ctx, int index, long size, Stubs stubs, RegionCallback which, int flags, int fd)
+            throws NativeException {
+        MemorySegment cb = switch (which) {
+            case BAR0 -> stubs.bar0;
+            case CONFIG -> stubs.config;
+            case BAR2 -> stubs.bar2;
+        };
         check(ctx, "vfu_setup_region(" + index + ", " + size + ")", s -> (int) Bound.SETUP_REGION.invokeExact(s, ctx,
-                index, size, cb, flags, MemorySegment.NULL, 0, -1, 0L));
+                index, size, cb, flags, MemorySegment.NULL, 0, fd, 0L));
     }
 
     public void setupIrqs(MemorySegment ctx, int type, int count) throws NativeException {

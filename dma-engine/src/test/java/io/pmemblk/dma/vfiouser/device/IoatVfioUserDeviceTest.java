@@ -6,6 +6,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import io.pmemblk.dma.DmaChannel;
 import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.soft.SoftFaults;
+import io.pmemblk.dma.testing.HeldEngine;
 import io.pmemblk.dma.vfio.VfioAbi;
 import io.pmemblk.dma.vfiouser.client.VfioUserConnection;
 import io.pmemblk.dma.vfiouser.client.VfioUserEngine;
@@ -19,6 +20,8 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.time.Duration;
+import java.util.HashSet;
+import java.util.Set;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
@@ -128,6 +131,47 @@ class IoatVfioUserDeviceTest {
                 assertThat(dev.clients()).isEqualTo(client);
             }
             assertThat(dev.model().bytesCopied()).isGreaterThanOrEqualTo(6L << 20);
+        }
+    }
+
+    /**
+     * The doorbell page over vfio-user: the client maps BAR2 and, while the device's engine is busy (held in a
+     * descriptor here), rings there: no DMACOUNT message at all for the batches submitted meanwhile, and they all
+     * complete once the engine goes on.
+     */
+    @Test
+    void whileTheEngineIsBusyTheClientRingsInTheMappedDoorbellPageNotTheSocket() throws Exception {
+        Path sock = dir.resolve("ioat.sock");
+        HeldEngine held = new HeldEngine();
+        try (IoatVfioUserDevice dev = IoatVfioUserDevice.start(sock, 1, 20, held);
+             DmaEngine engine = VfioUserEngine.open(sock.toString(), 64, TIMEOUT); Arena arena = Arena.ofShared()) {
+            BlockingQueue<Object> done = new LinkedBlockingQueue<>();
+            engine.onCompletion((ctx, status) -> done.add(status == 0 ? ctx : "status " + status));
+            MemorySegment buf = engine.iovaSpace().allocate(1 << 20, 4096, arena);
+            buf.asSlice(0, 4096).fill((byte) 0x5a);
+            long b = engine.iovaSpace().map(buf);
+            DmaChannel channel = engine.channel(0);
+            held.hold();
+            assertThat(channel.place(b, b + 4096, 4096, 0)).isTrue();
+            channel.submit();
+            held.awaitInside();
+            long registerBefore = dev.model().registerDoorbells(0);
+            for (int i = 1; i <= 16; i++) {
+                assertThat(channel.place(b, b + 4096L * (i + 1), 4096, i)).isTrue();
+                channel.submit();
+            }
+            assertThat(dev.model().registerDoorbells(0)).as("DMACOUNT messages for 16 batches while the engine was busy")
+                    .isEqualTo(registerBefore);
+            held.release();
+            Set<Object> seen = new HashSet<>();
+            for (int i = 0; i <= 16; i++) {
+                seen.add(done.poll(10, TimeUnit.SECONDS));
+            }
+            assertThat(seen).hasSize(17).doesNotContainNull().allMatch(o -> o instanceof Integer);
+            for (int i = 1; i <= 16; i++) {
+                assertThat(buf.get(ValueLayout.JAVA_BYTE, 4096L * (i + 1) + 4095)).isEqualTo((byte) 0x5a);
+            }
+            engine.iovaSpace().unmap(b);
         }
     }
 

@@ -1,0 +1,170 @@
+package io.pmemblk.dma.ioat;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.dma.Recorder;
+import io.pmemblk.dma.soft.SoftIoatDevice;
+import io.pmemblk.dma.testing.HeldEngine;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The doorbell page between the driver ({@link IoatChannel}) and the device model ({@link SoftIoatDevice}): the same
+ * page both sides map when the device is a process of its own, here one segment both hold.
+ */
+class DoorbellPageTest {
+    private static final long WAIT_NANOS = TimeUnit.SECONDS.toNanos(10);
+
+    private static void await(java.util.function.BooleanSupplier done, String what) {
+        long deadline = System.nanoTime() + WAIT_NANOS;
+        while (!done.getAsBoolean()) {
+            if (System.nanoTime() - deadline > 0) {
+                throw new AssertionError("not within 10 s: " + what);
+            }
+            Thread.onSpinWait();
+        }
+    }
+
+    @Test
+    void anAwakeEngineTakesTheDoorbellFromThePageWithoutARegisterWrite() throws Exception {
+        HeldEngine held = new HeldEngine();
+        IovaSpace space = new IovaSpace();
+        Recorder rec = new Recorder();
+        try (Arena arena = Arena.ofShared()) {
+            MemorySegment page = arena.allocate(DoorbellPage.SIZE, 4096);
+            MemorySegment buf = arena.allocate(1 << 20, 4096);
+            long iova = space.map(buf);
+            SoftIoatDevice dev = new SoftIoatDevice(space, 1, 16, held);
+            dev.useDoorbellPage(page);
+            try (IoatChannel ch = new IoatChannel(dev, 0, space, dev.interrupt(0), 64, page)) {
+                ch.listener(rec);
+                assertThat(ch.doorbellPage()).isTrue();
+                buf.asSlice(0, 4096).fill((byte) 7);
+                held.hold();
+                assertThat(ch.place(iova, iova + 8192, 4096, "first")).isTrue();
+                ch.submit(); // the engine may be asleep: this one may write the register
+                held.awaitInside();
+                long registerBefore = dev.registerDoorbells(0);
+                for (int i = 1; i <= 20; i++) {
+                    assertThat(ch.place(iova, iova + 8192 + 4096L * i, 4096, i)).isTrue();
+                    ch.submit();
+                }
+                assertThat(dev.registerDoorbells(0)).as("DMACOUNT register writes while the engine was awake")
+                        .isEqualTo(registerBefore);
+                held.release();
+                rec.awaitCount(21);
+                for (int i = 1; i <= 20; i++) {
+                    assertThat(rec.status(i)).as("copy %d", i).isZero();
+                    assertThat(buf.get(ValueLayout.JAVA_BYTE, 8192 + 4096L * i + 4095)).isEqualTo((byte) 7);
+                }
+            } finally {
+                dev.close();
+            }
+        }
+    }
+
+    @Test
+    void aSleepingEngineIsWokenByTheRegisterTheDriverWritesWhenThePageSaysSo() {
+        IovaSpace space = new IovaSpace();
+        Recorder rec = new Recorder();
+        try (Arena arena = Arena.ofShared()) {
+            MemorySegment page = arena.allocate(DoorbellPage.SIZE, 4096);
+            MemorySegment buf = arena.allocate(1 << 16, 4096);
+            long iova = space.map(buf);
+            SoftIoatDevice dev = new SoftIoatDevice(space, 1, 16);
+            dev.useDoorbellPage(page);
+            try (IoatChannel ch = new IoatChannel(dev, 0, space, dev.interrupt(0), 64, page)) {
+                ch.listener(rec);
+                for (int round = 0; round < 3; round++) {
+                    await(() -> DoorbellPage.asleep(page, 0), "channel 0's engine says in the page that it sleeps");
+                    long before = dev.registerDoorbells(0);
+                    assertThat(ch.place(iova, iova + 4096, 512, round)).isTrue();
+                    ch.submit();
+                    rec.awaitCount(round + 1);
+                    assertThat(rec.status(round)).isZero();
+                    assertThat(dev.registerDoorbells(0)).as("the register written once to wake it").isEqualTo(before + 1);
+                }
+            } finally {
+                dev.close();
+            }
+        }
+    }
+
+    @Test
+    void noDoorbellIsLostWhileTheEngineGoesToSleepAndWakes() {
+        IovaSpace space = new IovaSpace();
+        Recorder rec = new Recorder();
+        try (Arena arena = Arena.ofShared()) {
+            MemorySegment page = arena.allocate(DoorbellPage.SIZE, 4096);
+            MemorySegment buf = arena.allocate(1 << 16, 4096);
+            long iova = space.map(buf);
+            SoftIoatDevice dev = new SoftIoatDevice(space, 1, 16);
+            dev.useDoorbellPage(page);
+            try (IoatChannel ch = new IoatChannel(dev, 0, space, dev.interrupt(0), 64, page)) {
+                ch.listener(rec);
+                // One copy at a time, each submitted as the engine is about to sleep after the last: a doorbell
+                // the engine missed (rung in the page as it went to sleep, no register write) never completes.
+                int rounds = 20_000;
+                for (int i = 0; i < rounds; i++) {
+                    assertThat(ch.place(iova, iova + 4096, 64, i)).isTrue();
+                    ch.submit();
+                    int n = i + 1;
+                    await(() -> rec.count() >= n, "copy " + n + " of " + rounds + " completes (register writes so far: "
+                            + dev.registerDoorbells(0) + ")");
+                }
+                assertThat(rec.count()).isEqualTo(rounds);
+            } finally {
+                dev.close();
+            }
+        }
+    }
+
+    @Test
+    void aResetForgetsTheDoorbellInThePageAndTheRegisterCountsAgain() {
+        IovaSpace space = new IovaSpace();
+        try (Arena arena = Arena.ofShared()) {
+            MemorySegment page = arena.allocate(DoorbellPage.SIZE, 4096);
+            SoftIoatDevice dev = new SoftIoatDevice(space, 2, 16);
+            try {
+                dev.useDoorbellPage(page);
+                assertThat(DoorbellPage.refusal(page, 1)).isNull();
+                DoorbellPage.doorbell(page, 1, DoorbellPage.VALID | 5);
+                assertThat(dev.read16(IoatSpec.channelBase(1) + IoatSpec.DMACOUNT)).as("the page's count is DMACOUNT")
+                        .isEqualTo(5);
+                assertThat(dev.read16(IoatSpec.channelBase(0) + IoatSpec.DMACOUNT)).as("channel 0's untouched")
+                        .isZero();
+                dev.write8(IoatSpec.channelBase(1) + IoatSpec.CHANCMD, IoatSpec.CHANCMD_RESET);
+                assertThat(DoorbellPage.doorbell(page, 1)).as("cleared by RESET").isZero();
+                dev.write16(IoatSpec.channelBase(1) + IoatSpec.DMACOUNT, 3);
+                assertThat(dev.read16(IoatSpec.channelBase(1) + IoatSpec.DMACOUNT)).isEqualTo(3);
+            } finally {
+                dev.close();
+            }
+        }
+    }
+
+    @Test
+    void aPageThatIsNotADoorbellPageIsRefusedNamingWhatIsWrong() {
+        IovaSpace space = new IovaSpace();
+        try (Arena arena = Arena.ofShared()) {
+            MemorySegment page = arena.allocate(DoorbellPage.SIZE, 4096);
+            assertThat(DoorbellPage.refusal(page, 0)).contains("magic 0x0");
+            DoorbellPage.format(page, 2);
+            assertThat(DoorbellPage.refusal(page, 2)).contains("holds 2 channel(s), not channel 2");
+            assertThat(DoorbellPage.refusal(arena.allocate(64), 0)).contains("64 bytes");
+            SoftIoatDevice dev = new SoftIoatDevice(space, 1, 16);
+            try {
+                assertThatThrownBy(() -> new IoatChannel(dev, 0, space, dev.interrupt(0), 8, arena.allocate(4096)))
+                        .isInstanceOf(IllegalArgumentException.class)
+                        .hasMessageContaining("not a doorbell page for channel 0");
+            } finally {
+                dev.close();
+            }
+        }
+    }
+}
