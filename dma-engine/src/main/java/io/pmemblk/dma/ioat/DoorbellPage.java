@@ -61,6 +61,14 @@ public final class DoorbellPage {
     public static void format(MemorySegment page, int channels) {
         channel(channels - 1);
         page.asSlice(0, SIZE).fill((byte) 0);
+        writeHeader(page, channels);
+    }
+
+    /**
+     * The device's side: the header again, as at {@link #format}, leaving the channels' words alone (a reset, after
+     * a client that may have written over it: the page is mapped writable by every client, a guest's included).
+     */
+    public static void writeHeader(MemorySegment page, int channels) {
         page.set(U32, VERSION_OFFSET, VERSION);
         page.set(U32, CHANNELS_OFFSET, channels);
         WORD.setVolatile(page, MAGIC_OFFSET, MAGIC); // last: a page whose magic reads right is whole

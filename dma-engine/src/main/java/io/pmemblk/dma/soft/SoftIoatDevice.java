@@ -137,6 +137,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         DoorbellPage.format(page, channels.length);
         for (SoftIoatChannel c : channels) {
             c.page = page;
+            LockSupport.unpark(c.thread); // an engine parked before it had the page goes to sleep again, saying so there
         }
     }
 
@@ -200,6 +201,10 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
      */
     public void reset() {
         intrctrl = 0;
+        MemorySegment page = channels[0].page;
+        if (page != null) {
+            DoorbellPage.writeHeader(page, channels.length);
+        }
         for (SoftIoatChannel c : channels) {
             c.lock.lock();
             try {
@@ -212,6 +217,10 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
             } finally {
                 c.lock.unlock();
             }
+            // Each engine goes to sleep again and says so in the page afresh: a client before this one could have
+            // written its ASLEEP word over, and a sleeping engine that the page calls awake would never hear the
+            // next client's doorbells.
+            LockSupport.unpark(c.thread);
         }
     }
 

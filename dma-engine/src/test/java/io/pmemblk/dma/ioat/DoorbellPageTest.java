@@ -149,6 +149,38 @@ class DoorbellPageTest {
     }
 
     @Test
+    void aDeviceResetUndoesWhatAClientWroteOverThePage() {
+        IovaSpace space = new IovaSpace();
+        Recorder rec = new Recorder();
+        try (Arena arena = Arena.ofShared()) {
+            MemorySegment page = arena.allocate(DoorbellPage.SIZE, 4096);
+            MemorySegment buf = arena.allocate(1 << 16, 4096);
+            long iova = space.map(buf);
+            SoftIoatDevice dev = new SoftIoatDevice(space, 1, 16);
+            try {
+                dev.useDoorbellPage(page);
+                await(() -> DoorbellPage.asleep(page, 0), "channel 0's engine says in the page that it sleeps");
+                // A client (a guest maps BAR2 writable) writes the whole page over, then goes: the device resets.
+                page.fill((byte) 0);
+                dev.reset();
+                assertThat(DoorbellPage.refusal(page, 0)).as("the header, written again").isNull();
+                // Before any register is touched: a doorbell in the page alone must be heard, so the sleeping engine
+                // says again that it sleeps, and the driver writes the register.
+                await(() -> DoorbellPage.asleep(page, 0), "the engine says again, after the reset, that it sleeps");
+                try (IoatChannel ch = new IoatChannel(dev, 0, space, dev.interrupt(0), 64, page)) {
+                    ch.listener(rec);
+                    assertThat(ch.place(iova, iova + 4096, 512, "after")).isTrue();
+                    ch.submit();
+                    rec.awaitCount(1);
+                    assertThat(rec.status("after")).isZero();
+                }
+            } finally {
+                dev.close();
+            }
+        }
+    }
+
+    @Test
     void aPageThatIsNotADoorbellPageIsRefusedNamingWhatIsWrong() {
         IovaSpace space = new IovaSpace();
         try (Arena arena = Arena.ofShared()) {
