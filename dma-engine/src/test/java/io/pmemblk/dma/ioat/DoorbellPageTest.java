@@ -5,12 +5,14 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.Recorder;
+import io.pmemblk.dma.soft.SoftFaults;
 import io.pmemblk.dma.soft.SoftIoatDevice;
 import io.pmemblk.dma.testing.HeldEngine;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.concurrent.TimeUnit;
+import java.util.function.BooleanSupplier;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -20,7 +22,46 @@ import org.junit.jupiter.api.Test;
 class DoorbellPageTest {
     private static final long WAIT_NANOS = TimeUnit.SECONDS.toNanos(10);
 
-    private static void await(java.util.function.BooleanSupplier done, String what) {
+    /** A one-channel device with its doorbell page, and a buffer registered for copies. */
+    private static final class Paged implements AutoCloseable {
+        final IovaSpace space = new IovaSpace();
+        final Arena arena = Arena.ofShared();
+        final MemorySegment page = arena.allocate(DoorbellPage.SIZE, 4096);
+        final MemorySegment buf = arena.allocate(1 << 20, 4096);
+        final long iova = space.map(buf);
+        final SoftIoatDevice dev;
+        final Recorder rec = new Recorder();
+
+        Paged(SoftFaults faults) {
+            dev = new SoftIoatDevice(space, 1, 16, faults);
+            dev.useDoorbellPage(page);
+        }
+
+        /** A driver for channel 0 that rings in the page, completions to {@link #rec}. */
+        IoatChannel channel() {
+            IoatChannel ch = new IoatChannel(dev, 0, space, dev.interrupt(0), 64, page);
+            ch.listener(rec);
+            return ch;
+        }
+
+        /** Places one copy inside {@link #buf} and submits it. */
+        void copy(IoatChannel ch, long from, long to, long length, Object ctx) {
+            assertThat(ch.place(iova + from, iova + to, length, ctx)).as("room in the ring for %s", ctx).isTrue();
+            ch.submit();
+        }
+
+        void awaitAsleep(String when) {
+            await(() -> DoorbellPage.asleep(page, 0), "channel 0's engine says in the page that it sleeps, " + when);
+        }
+
+        @Override
+        public void close() {
+            dev.close();
+            arena.close();
+        }
+    }
+
+    private static void await(BooleanSupplier done, String what) {
         long deadline = System.nanoTime() + WAIT_NANOS;
         while (!done.getAsBoolean()) {
             if (System.nanoTime() - deadline > 0) {
@@ -33,94 +74,54 @@ class DoorbellPageTest {
     @Test
     void anAwakeEngineTakesTheDoorbellFromThePageWithoutARegisterWrite() throws Exception {
         HeldEngine held = new HeldEngine();
-        IovaSpace space = new IovaSpace();
-        Recorder rec = new Recorder();
-        try (Arena arena = Arena.ofShared()) {
-            MemorySegment page = arena.allocate(DoorbellPage.SIZE, 4096);
-            MemorySegment buf = arena.allocate(1 << 20, 4096);
-            long iova = space.map(buf);
-            SoftIoatDevice dev = new SoftIoatDevice(space, 1, 16, held);
-            dev.useDoorbellPage(page);
-            try (IoatChannel ch = new IoatChannel(dev, 0, space, dev.interrupt(0), 64, page)) {
-                ch.listener(rec);
-                assertThat(ch.doorbellPage()).isTrue();
-                buf.asSlice(0, 4096).fill((byte) 7);
-                held.hold();
-                assertThat(ch.place(iova, iova + 8192, 4096, "first")).isTrue();
-                ch.submit(); // the engine may be asleep: this one may write the register
-                held.awaitInside();
-                long registerBefore = dev.registerDoorbells(0);
-                for (int i = 1; i <= 20; i++) {
-                    assertThat(ch.place(iova, iova + 8192 + 4096L * i, 4096, i)).isTrue();
-                    ch.submit();
-                }
-                assertThat(dev.registerDoorbells(0)).as("DMACOUNT register writes while the engine was awake")
-                        .isEqualTo(registerBefore);
-                held.release();
-                rec.awaitCount(21);
-                for (int i = 1; i <= 20; i++) {
-                    assertThat(rec.status(i)).as("copy %d", i).isZero();
-                    assertThat(buf.get(ValueLayout.JAVA_BYTE, 8192 + 4096L * i + 4095)).isEqualTo((byte) 7);
-                }
-            } finally {
-                dev.close();
+        try (Paged p = new Paged(held); IoatChannel ch = p.channel()) {
+            assertThat(ch.doorbellPage()).isTrue();
+            p.buf.asSlice(0, 4096).fill((byte) 7);
+            held.hold();
+            p.copy(ch, 0, 8192, 4096, "first"); // the engine may be asleep: this one may write the register
+            held.awaitInside();
+            long registerBefore = p.dev.registerDoorbells(0);
+            for (int i = 1; i <= 20; i++) {
+                p.copy(ch, 0, 8192 + 4096L * i, 4096, i);
+            }
+            assertThat(p.dev.registerDoorbells(0)).as("DMACOUNT register writes while the engine was awake")
+                    .isEqualTo(registerBefore);
+            held.release();
+            p.rec.awaitCount(21);
+            for (int i = 1; i <= 20; i++) {
+                assertThat(p.rec.status(i)).as("copy %d", i).isZero();
+                assertThat(p.buf.get(ValueLayout.JAVA_BYTE, 8192 + 4096L * i + 4095)).isEqualTo((byte) 7);
             }
         }
     }
 
     @Test
     void aSleepingEngineIsWokenByTheRegisterTheDriverWritesWhenThePageSaysSo() {
-        IovaSpace space = new IovaSpace();
-        Recorder rec = new Recorder();
-        try (Arena arena = Arena.ofShared()) {
-            MemorySegment page = arena.allocate(DoorbellPage.SIZE, 4096);
-            MemorySegment buf = arena.allocate(1 << 16, 4096);
-            long iova = space.map(buf);
-            SoftIoatDevice dev = new SoftIoatDevice(space, 1, 16);
-            dev.useDoorbellPage(page);
-            try (IoatChannel ch = new IoatChannel(dev, 0, space, dev.interrupt(0), 64, page)) {
-                ch.listener(rec);
-                for (int round = 0; round < 3; round++) {
-                    await(() -> DoorbellPage.asleep(page, 0), "channel 0's engine says in the page that it sleeps");
-                    long before = dev.registerDoorbells(0);
-                    assertThat(ch.place(iova, iova + 4096, 512, round)).isTrue();
-                    ch.submit();
-                    rec.awaitCount(round + 1);
-                    assertThat(rec.status(round)).isZero();
-                    assertThat(dev.registerDoorbells(0)).as("the register written once to wake it").isEqualTo(before + 1);
-                }
-            } finally {
-                dev.close();
+        try (Paged p = new Paged(SoftFaults.NONE); IoatChannel ch = p.channel()) {
+            for (int round = 0; round < 3; round++) {
+                p.awaitAsleep("round " + round);
+                long before = p.dev.registerDoorbells(0);
+                p.copy(ch, 0, 4096, 512, round);
+                p.rec.awaitCount(round + 1);
+                assertThat(p.rec.status(round)).isZero();
+                assertThat(p.dev.registerDoorbells(0)).as("the register written once to wake it").isEqualTo(before + 1);
             }
         }
     }
 
     @Test
     void noDoorbellIsLostWhileTheEngineGoesToSleepAndWakes() {
-        IovaSpace space = new IovaSpace();
-        Recorder rec = new Recorder();
-        try (Arena arena = Arena.ofShared()) {
-            MemorySegment page = arena.allocate(DoorbellPage.SIZE, 4096);
-            MemorySegment buf = arena.allocate(1 << 16, 4096);
-            long iova = space.map(buf);
-            SoftIoatDevice dev = new SoftIoatDevice(space, 1, 16);
-            dev.useDoorbellPage(page);
-            try (IoatChannel ch = new IoatChannel(dev, 0, space, dev.interrupt(0), 64, page)) {
-                ch.listener(rec);
-                // One copy at a time, each submitted as the engine is about to sleep after the last: a doorbell
-                // the engine missed (rung in the page as it went to sleep, no register write) never completes.
-                int rounds = 20_000;
-                for (int i = 0; i < rounds; i++) {
-                    assertThat(ch.place(iova, iova + 4096, 64, i)).isTrue();
-                    ch.submit();
-                    int n = i + 1;
-                    await(() -> rec.count() >= n, "copy " + n + " of " + rounds + " completes (register writes so far: "
-                            + dev.registerDoorbells(0) + ")");
-                }
-                assertThat(rec.count()).isEqualTo(rounds);
-            } finally {
-                dev.close();
+        try (Paged p = new Paged(SoftFaults.NONE); IoatChannel ch = p.channel()) {
+            // One copy at a time, each submitted as the engine is about to sleep after the last: a doorbell the
+            // engine missed (rung in the page as it went to sleep, no register write) never completes.
+            int rounds = 20_000;
+            for (int i = 0; i < rounds; i++) {
+                p.copy(ch, 0, 4096, 64, i);
+                int n = i + 1;
+                await(() -> p.rec.count() >= n, "copy " + n + " of " + rounds + " completes (register writes so far: "
+                        + p.dev.registerDoorbells(0) + ")");
             }
+            assertThat(p.rec.count()).isEqualTo(rounds);
         }
     }
 
@@ -150,32 +151,19 @@ class DoorbellPageTest {
 
     @Test
     void aDeviceResetUndoesWhatAClientWroteOverThePage() {
-        IovaSpace space = new IovaSpace();
-        Recorder rec = new Recorder();
-        try (Arena arena = Arena.ofShared()) {
-            MemorySegment page = arena.allocate(DoorbellPage.SIZE, 4096);
-            MemorySegment buf = arena.allocate(1 << 16, 4096);
-            long iova = space.map(buf);
-            SoftIoatDevice dev = new SoftIoatDevice(space, 1, 16);
-            try {
-                dev.useDoorbellPage(page);
-                await(() -> DoorbellPage.asleep(page, 0), "channel 0's engine says in the page that it sleeps");
-                // A client (a guest maps BAR2 writable) writes the whole page over, then goes: the device resets.
-                page.fill((byte) 0);
-                dev.reset();
-                assertThat(DoorbellPage.refusal(page, 0)).as("the header, written again").isNull();
-                // Before any register is touched: a doorbell in the page alone must be heard, so the sleeping engine
-                // says again that it sleeps, and the driver writes the register.
-                await(() -> DoorbellPage.asleep(page, 0), "the engine says again, after the reset, that it sleeps");
-                try (IoatChannel ch = new IoatChannel(dev, 0, space, dev.interrupt(0), 64, page)) {
-                    ch.listener(rec);
-                    assertThat(ch.place(iova, iova + 4096, 512, "after")).isTrue();
-                    ch.submit();
-                    rec.awaitCount(1);
-                    assertThat(rec.status("after")).isZero();
-                }
-            } finally {
-                dev.close();
+        try (Paged p = new Paged(SoftFaults.NONE)) {
+            p.awaitAsleep("at first");
+            // A client (a guest maps BAR2 writable) writes the whole page over, then goes: the device resets.
+            p.page.fill((byte) 0);
+            p.dev.reset();
+            assertThat(DoorbellPage.refusal(p.page, 0)).as("the header, written again").isNull();
+            // Before any register is touched: a doorbell in the page alone must be heard, so the sleeping engine
+            // says again that it sleeps, and the driver writes the register.
+            p.awaitAsleep("again after the reset");
+            try (IoatChannel ch = p.channel()) {
+                p.copy(ch, 0, 4096, 512, "after");
+                p.rec.awaitCount(1);
+                assertThat(p.rec.status("after")).isZero();
             }
         }
     }
