@@ -25,7 +25,8 @@ import java.nio.ByteOrder;
  *       {@link #VALID} it is the channel's DMACOUNT, and a write of the DMACOUNT register only wakes the engine; the
  *       device clears it on the channel's RESET (and a device reset), so that a driver that rings only the register
  *       after a reset (ioatdma, or this one re-arming) is read as before.</li>
- *   <li>+4 u32 ASLEEP, written by the device: 1 from just before its engine sleeps until it is awake again. The
+ *   <li>+4 u32 ASLEEP, written by the device: 1 from just before its engine sleeps until a DMACOUNT register write
+ *       wakes it (cleared then, before the engine runs) or it wakes otherwise. The
  *       driver stores DOORBELL, fences, then reads ASLEEP, and writes the DMACOUNT register only when it reads 1;
  *       the engine stores ASLEEP, fences, then reads DOORBELL before it sleeps: one of the two sees the other's
  *       store (the order both sides' full fences give), so no doorbell is left unseen by a sleeping engine.</li>

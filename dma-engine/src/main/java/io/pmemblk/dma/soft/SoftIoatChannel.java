@@ -97,6 +97,22 @@ final class SoftIoatChannel implements Runnable {
         return dmacount;
     }
 
+    /**
+     * A write of DMACOUNT's register: the engine is woken, and the page stops saying that it sleeps at once, not when
+     * the engine gets a CPU (on a busy host that can take longer than the driver takes to ring again): until the
+     * engine has looked and gone to sleep again, saying so afresh, the driver's doorbells go to the page alone, and
+     * the engine, woken, takes them ({@link DoorbellPage}).
+     */
+    void registerDoorbell(int count) {
+        dmacount = count;
+        registerDoorbells++;
+        MemorySegment p = page;
+        if (p != null) {
+            DoorbellPage.asleep(p, index, false);
+        }
+        LockSupport.unpark(thread);
+    }
+
     /** The count restarts (RESET, a re-arm): a doorbell left in the page is not taken as the new chain's. */
     private void restartCount() {
         dmacount = 0;

@@ -331,11 +331,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
         switch ((int) (offset % CHANNEL_MMIO_SIZE)) {
             case CHANCTRL -> c.chanctrl = (int) value & 0xFFFF;
             case CHANCMD -> c.command((int) value & 0xFF);
-            case DMACOUNT -> {
-                c.dmacount = (int) value & 0xFFFF;
-                c.registerDoorbells++;
-                LockSupport.unpark(c.thread);
-            }
+            case DMACOUNT -> c.registerDoorbell((int) value & 0xFFFF);
             case CHAINADDR -> c.arm(bytes == 8 ? value : (c.chainaddr & ~LOW_MASK) | (value & LOW_MASK));
             case CHAINADDR + HIGH -> c.arm((c.chainaddr & LOW_MASK) | (value << 32));
             case CHANCMP -> c.chancmp = bytes == 8 ? value : (c.chancmp & ~LOW_MASK) | (value & LOW_MASK);
