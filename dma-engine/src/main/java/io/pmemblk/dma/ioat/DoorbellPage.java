@@ -25,11 +25,14 @@ import java.nio.ByteOrder;
  *       {@link #VALID} it is the channel's DMACOUNT, and a write of the DMACOUNT register only wakes the engine; the
  *       device clears it on the channel's RESET (and a device reset), so that a driver that rings only the register
  *       after a reset (ioatdma, or this one re-arming) is read as before.</li>
- *   <li>+4 u32 ASLEEP, written by the device: 1 from just before its engine sleeps until a DMACOUNT register write
- *       wakes it (cleared then, before the engine runs) or it wakes otherwise. The
- *       driver stores DOORBELL, fences, then reads ASLEEP, and writes the DMACOUNT register only when it reads 1;
- *       the engine stores ASLEEP, fences, then reads DOORBELL before it sleeps: one of the two sees the other's
- *       store (the order both sides' full fences give), so no doorbell is left unseen by a sleeping engine.</li>
+ *   <li>+4 u32 SLEEP, written by the device: bit 0 set from just before its engine sleeps until it is woken (cleared
+ *       by a DMACOUNT register write before the engine runs, so that the driver rings in the page alone while the
+ *       wake-up is on its way), bits 31:1 counting the engine's sleeps. The driver stores DOORBELL, fences, then reads
+ *       SLEEP, and writes the DMACOUNT register only when bit 0 is set and it has not written the register in that
+ *       very sleep already (a register write over a socket reaches the device when its loop gets a CPU, which on a
+ *       busy host can be after the driver's next doorbells). The engine stores SLEEP, fences, then reads DOORBELL
+ *       before it sleeps: one of the two sees the other's store (the order both sides' full fences give), so no
+ *       doorbell is left unseen by a sleeping engine, and a sleep the driver has rung the register for ends.</li>
  * </ul>
  */
 public final class DoorbellPage {
@@ -42,7 +45,7 @@ public final class DoorbellPage {
     public static final long MAGIC_OFFSET = 0, VERSION_OFFSET = 4, CHANNELS_OFFSET = 8;
     /** Marks DOORBELL as holding a count (a page a driver never wrote holds 0). */
     public static final int VALID = 1 << 31;
-    public static final long DOORBELL = 0, ASLEEP = 4;
+    public static final long DOORBELL = 0, SLEEP = 4;
     private static final long FIRST_CHANNEL = 64, CHANNEL_STRIDE = 64;
     /** The most channels the page holds. */
     public static final int MAX_CHANNELS = (int) ((SIZE - FIRST_CHANNEL) / CHANNEL_STRIDE);
@@ -50,7 +53,7 @@ public final class DoorbellPage {
     private static final ValueLayout.OfInt U32 = ValueLayout.JAVA_INT.withOrder(ByteOrder.LITTLE_ENDIAN);
     private static final VarHandle WORD = U32.varHandle();
 
-    /** Where channel {@code n}'s DOORBELL is; its ASLEEP at + {@link #ASLEEP}. */
+    /** Where channel {@code n}'s DOORBELL is; its SLEEP word at + {@link #SLEEP}. */
     public static long channel(int n) {
         if (n < 0 || n >= MAX_CHANNELS) {
             throw new IllegalArgumentException("channel " + n + " not in 0.." + (MAX_CHANNELS - 1));
@@ -101,11 +104,37 @@ public final class DoorbellPage {
         WORD.setVolatile(page, channel(channel) + DOORBELL, value);
     }
 
-    public static boolean asleep(MemorySegment page, int channel) {
-        return (int) WORD.getVolatile(page, channel(channel) + ASLEEP) != 0;
+    /** The channel's SLEEP word (for {@link #asleep(int)}, and to tell one sleep from the next). */
+    public static int sleepWord(MemorySegment page, int channel) {
+        return (int) WORD.getVolatile(page, channel(channel) + SLEEP);
     }
 
-    public static void asleep(MemorySegment page, int channel, boolean asleep) {
-        WORD.setVolatile(page, channel(channel) + ASLEEP, asleep ? 1 : 0);
+    public static boolean asleep(int sleepWord) {
+        return (sleepWord & 1) != 0;
+    }
+
+    public static boolean asleep(MemorySegment page, int channel) {
+        return asleep(sleepWord(page, channel));
+    }
+
+    /** The device's side: the engine is about to sleep, a sleep of its own (the count goes up). */
+    public static void sleeping(MemorySegment page, int channel) {
+        long at = channel(channel) + SLEEP;
+        int w;
+        do {
+            w = (int) WORD.getVolatile(page, at);
+        } while (!WORD.compareAndSet(page, at, w, (((w >>> 1) + 1) << 1) | 1));
+    }
+
+    /** The device's side: the engine is awake, or its wake-up on the way (a compare-and-set: two threads write it). */
+    public static void awake(MemorySegment page, int channel) {
+        long at = channel(channel) + SLEEP;
+        int w;
+        do {
+            w = (int) WORD.getVolatile(page, at);
+            if ((w & 1) == 0) {
+                return;
+            }
+        } while (!WORD.compareAndSet(page, at, w, w & ~1));
     }
 }

@@ -80,6 +80,8 @@ public final class IoatChannel implements DmaChannel {
     private final Thread completionThread;
     /** The device's {@link DoorbellPage}, where {@link #submit} rings instead of the register; or null. */
     private final MemorySegment doorbellPage;
+    /** The page's SLEEP word when the register was last written for a doorbell (a sleep that write ends). Under submitLock. */
+    private int wokenSleep;
 
     /**
      * Starts channel {@code index} of the device behind {@code bar}: allocates and registers the ring, resets the
@@ -272,17 +274,20 @@ public final class IoatChannel implements DmaChannel {
 
     /**
      * Makes descriptors up to {@code count} available. With a doorbell page: the count goes there (a volatile store,
-     * so after the descriptors), and the register is written only when the device's engine says it sleeps; the
-     * fence between the store and that load pairs with the engine's ({@link DoorbellPage}). Caller holds submitLock.
+     * so after the descriptors), and the register is written only when the device's engine says it sleeps, once a
+     * sleep; the fence between the store and that load pairs with the engine's ({@link DoorbellPage}). Caller holds
+     * submitLock.
      */
     private void ring(int count) {
         MemorySegment page = doorbellPage;
         if (page != null) {
             DoorbellPage.doorbell(page, index, DoorbellPage.VALID | count);
             VarHandle.fullFence();
-            if (!DoorbellPage.asleep(page, index)) {
-                return;
+            int sleep = DoorbellPage.sleepWord(page, index);
+            if (!DoorbellPage.asleep(sleep) || sleep == wokenSleep) {
+                return; // awake, or asleep in the sleep our last register write (still on its way) ends
             }
+            wokenSleep = sleep;
         }
         bar.write16(regs + DMACOUNT, count); // Mmio write = release: descriptors first
     }

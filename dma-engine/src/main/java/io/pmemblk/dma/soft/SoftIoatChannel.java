@@ -108,7 +108,7 @@ final class SoftIoatChannel implements Runnable {
         registerDoorbells++;
         MemorySegment p = page;
         if (p != null) {
-            DoorbellPage.asleep(p, index, false);
+            DoorbellPage.awake(p, index);
         }
         LockSupport.unpark(thread);
     }
@@ -204,10 +204,10 @@ final class SoftIoatChannel implements Runnable {
         if (p == null) {
             return true;
         }
-        DoorbellPage.asleep(p, index, true);
+        DoorbellPage.sleeping(p, index);
         VarHandle.fullFence();
         if (runnable()) {
-            DoorbellPage.asleep(p, index, false);
+            DoorbellPage.awake(p, index);
             return false;
         }
         return true;
@@ -216,7 +216,7 @@ final class SoftIoatChannel implements Runnable {
     private void awake() {
         MemorySegment p = page;
         if (p != null) {
-            DoorbellPage.asleep(p, index, false);
+            DoorbellPage.awake(p, index);
         }
     }
 

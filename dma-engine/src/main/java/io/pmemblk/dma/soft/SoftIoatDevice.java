@@ -218,7 +218,7 @@ public final class SoftIoatDevice implements Mmio, AutoCloseable {
                 c.lock.unlock();
             }
             // Each engine goes to sleep again and says so in the page afresh: a client before this one could have
-            // written its ASLEEP word over, and a sleeping engine that the page calls awake would never hear the
+            // written its SLEEP word over, and a sleeping engine that the page calls awake would never hear the
             // next client's doorbells.
             LockSupport.unpark(c.thread);
         }

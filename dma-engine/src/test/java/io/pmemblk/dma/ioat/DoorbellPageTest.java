@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.pmemblk.dma.IovaSpace;
+import io.pmemblk.dma.Mmio;
 import io.pmemblk.dma.Recorder;
 import io.pmemblk.dma.soft.SoftFaults;
 import io.pmemblk.dma.soft.SoftIoatDevice;
@@ -11,6 +12,8 @@ import io.pmemblk.dma.testing.HeldEngine;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
 import org.junit.jupiter.api.Test;
@@ -105,6 +108,67 @@ class DoorbellPageTest {
                 p.rec.awaitCount(round + 1);
                 assertThat(p.rec.status(round)).isZero();
                 assertThat(p.dev.registerDoorbells(0)).as("the register written once to wake it").isEqualTo(before + 1);
+            }
+        }
+    }
+
+    /** The device behind a socket: DMACOUNT writes held back (on their way) until {@link #deliver}, and counted. */
+    private static final class SlowRegisterWrites implements Mmio {
+        final Mmio device;
+        final List<long[]> held = new ArrayList<>();
+        int sent;
+
+        SlowRegisterWrites(Mmio device) {
+            this.device = device;
+        }
+
+        void deliver() {
+            for (long[] w : held) {
+                device.write16(w[0], (int) w[1]);
+            }
+            held.clear();
+        }
+
+        @Override public int read8(long offset) { return device.read8(offset); }
+        @Override public int read16(long offset) { return device.read16(offset); }
+        @Override public int read32(long offset) { return device.read32(offset); }
+        @Override public long read64(long offset) { return device.read64(offset); }
+        @Override public void write8(long offset, int value) { device.write8(offset, value); }
+        @Override public void write32(long offset, int value) { device.write32(offset, value); }
+        @Override public void write64(long offset, long value) { device.write64(offset, value); }
+
+        @Override
+        public void write16(long offset, int value) {
+            if (holding && offset % IoatSpec.CHANNEL_MMIO_SIZE == IoatSpec.DMACOUNT) {
+                held.add(new long[]{offset, value});
+                sent++;
+            } else {
+                device.write16(offset, value);
+            }
+        }
+
+        boolean holding;
+    }
+
+    @Test
+    void aSleepTheRegisterWasWrittenForIsNotRungAgainWhileThatWriteIsOnItsWay() {
+        try (Paged p = new Paged(SoftFaults.NONE)) {
+            SlowRegisterWrites bar = new SlowRegisterWrites(p.dev);
+            try (IoatChannel ch = new IoatChannel(bar, 0, p.space, p.dev.interrupt(0), 64, p.page)) {
+                ch.listener(p.rec);
+                for (int round = 0; round < 3; round++) {
+                    p.awaitAsleep("round " + round);
+                    bar.holding = true;
+                    int sentBefore = bar.sent;
+                    for (int i = 0; i < 4; i++) {
+                        p.copy(ch, 0, 4096 + 512L * i, 512, round * 4 + i);
+                    }
+                    assertThat(bar.sent - sentBefore).as("register writes for 4 doorbells in one sleep of the engine")
+                            .isEqualTo(1);
+                    bar.holding = false;
+                    bar.deliver(); // the write reaches the device: the engine wakes and takes all four from the page
+                    p.rec.awaitCount(round * 4 + 4);
+                }
             }
         }
     }
