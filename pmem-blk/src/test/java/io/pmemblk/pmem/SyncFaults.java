@@ -1,7 +1,5 @@
 package io.pmemblk.pmem;
 
-import io.pmemblk.posix.TrustedFile;
-
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;
@@ -13,16 +11,15 @@ import java.util.function.BooleanSupplier;
  * failed write-back: once, to one caller. For tests outside this package that need a region whose write-back
  * fails (a dirty bitmap's file), and a hook to hold a sync where a race would put it.
  */
-public final class SyncFaults implements Persistence {
+public final class SyncFaults extends ForwardingPersistence {
     /** A region whose persistence is {@code faults}. */
     public record Faulty(PmemRegion region, SyncFaults faults) {}
 
-    private final Persistence real;
     private final AtomicInteger failNext = new AtomicInteger();
     private volatile BooleanSupplier beforeSync = () -> false;
 
     private SyncFaults(Persistence real) {
-        this.real = real;
+        super(real);
     }
 
     /** A new region of {@code size} bytes at {@code file} (locked for this process), its port wrapped. */
@@ -46,40 +43,10 @@ public final class SyncFaults implements Persistence {
     }
 
     @Override
-    public boolean flushesCaches() {
-        return real.flushesCaches();
-    }
-
-    @Override
-    public void copy(MemorySegment src, MemorySegment dst) {
-        real.copy(src, dst);
-    }
-
-    @Override
-    public void fill(MemorySegment dst, byte value) {
-        real.fill(dst, value);
-    }
-
-    @Override
-    public void writeBack(MemorySegment range) {
-        real.writeBack(range);
-    }
-
-    @Override
-    public void drain() {
-        real.drain();
-    }
-
-    @Override
     public void sync(MemorySegment range) throws IOException {
         if (beforeSync.getAsBoolean() || failNext.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
             throw new IOException("injected msync failure (EIO)");
         }
         real.sync(range);
-    }
-
-    @Override
-    public void syncCreated(TrustedFile file) throws IOException {
-        real.syncCreated(file);
     }
 }

@@ -463,12 +463,7 @@ class BttTest {
         try (Pools.Mapped m = Pools.map(dir.resolve("p.blk"), Pools.MIN_POOL); Arena arena = Arena.ofConfined()) {
             Btt.format(m.memory(), Pools.none(), 4096, 16);
             AtomicLong drains = new AtomicLong(), writeBacks = new AtomicLong();
-            io.pmemblk.pmem.Persistence counting = new io.pmemblk.pmem.Persistence() {
-                final io.pmemblk.pmem.Persistence real = Pools.modelledPmem();
-
-                @Override public boolean flushesCaches() { return true; }
-                @Override public void copy(MemorySegment src, MemorySegment dst) { real.copy(src, dst); }
-                @Override public void fill(MemorySegment dst, byte value) { real.fill(dst, value); }
+            io.pmemblk.pmem.Persistence counting = new io.pmemblk.pmem.ForwardingPersistence(Pools.modelledPmem()) {
                 @Override public void writeBack(MemorySegment range) { writeBacks.incrementAndGet(); }
                 @Override public void drain() { drains.incrementAndGet(); }
                 @Override public void sync(MemorySegment range) { throw new AssertionError("pmem: no msync"); }
@@ -517,14 +512,7 @@ class BttTest {
             MemorySegment other = arena.allocate(4096, 4096);
             Btt[] btt = new Btt[1];
             List<Throwable> inside = new ArrayList<>();
-            io.pmemblk.pmem.Persistence reentering = new io.pmemblk.pmem.Persistence() {
-                final io.pmemblk.pmem.Persistence real = Pools.none();
-
-                @Override public boolean flushesCaches() { return false; }
-                @Override public void copy(MemorySegment src, MemorySegment dst) { real.copy(src, dst); }
-                @Override public void fill(MemorySegment dst, byte value) { real.fill(dst, value); }
-                @Override public void writeBack(MemorySegment range) { real.writeBack(range); }
-                @Override public void drain() { real.drain(); }
+            io.pmemblk.pmem.Persistence reentering = new io.pmemblk.pmem.ForwardingPersistence(Pools.none()) {
                 @Override public void syncCreated(io.pmemblk.posix.TrustedFile f) { }
 
                 @Override
