@@ -24,9 +24,8 @@ public final class SyncFaults extends ForwardingPersistence {
 
     /** A new region of {@code size} bytes at {@code file} (locked for this process), its port wrapped. */
     public static Faulty open(Path file, long size, PmemRegion.Mapper mapper) throws IOException {
-        SyncFaults[] f = new SyncFaults[1];
-        PmemRegion region = RegionFile.open(file, size, false, mapper, true, p -> f[0] = new SyncFaults(p));
-        return new Faulty(region, f[0]);
+        RegionPorts.Opened<SyncFaults> o = RegionPorts.open(file, size, mapper, SyncFaults::new);
+        return new Faulty(o.region(), o.port());
     }
 
     /** The next {@code n} msyncs fail with EIO, without writing anything back. */

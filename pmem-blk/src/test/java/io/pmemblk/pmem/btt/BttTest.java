@@ -1,5 +1,6 @@
 package io.pmemblk.pmem.btt;
 
+import io.pmemblk.pmem.Persistence;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.pmem.RegionPorts;
 import org.junit.jupiter.api.Test;
@@ -106,7 +107,7 @@ class BttTest {
             org.junit.jupiter.api.Assumptions.assumeTrue(RegionPorts.libpmemLoads(), "libpmem not installed");
         }
         Path file = dir.resolve("region.blk");
-        RegionPorts.Opened o = RegionPorts.open(file, Pools.MIN_POOL, mapper);
+        RegionPorts.Opened<Persistence> o = RegionPorts.open(file, Pools.MIN_POOL, mapper);
         try (PmemRegion region = o.region(); Arena arena = Arena.ofConfined()) {
             Btt btt = Btt.format(region.memory(), o.port(), 4096, 2);
             MemorySegment buf = arena.allocate(4096, 4096);
@@ -117,7 +118,7 @@ class BttTest {
             btt.zero(1, 3);
             assertThat(btt.check()).isEmpty();
         }
-        RegionPorts.Opened again = RegionPorts.open(file, Pools.MIN_POOL, mapper);
+        RegionPorts.Opened<Persistence> again = RegionPorts.open(file, Pools.MIN_POOL, mapper);
         try (PmemRegion region = again.region(); Arena arena = Arena.ofConfined()) {
             Btt btt = Btt.open(region.memory(), again.port(), 1);
             MemorySegment buf = arena.allocate(4096, 4096);
