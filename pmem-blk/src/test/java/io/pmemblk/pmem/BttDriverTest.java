@@ -439,10 +439,6 @@ class BttDriverTest {
                 .hasMessageContaining("is a BTT of 512-byte sectors, but pmem.sector-size is 4096");
     }
 
-    /**
-     * Readers of 4 KiB sectors on both queues until {@code stop}, each sector checked to hold one value only (the
-     * writers fill each sector with one value): a mix is a torn sector, added to {@code problems}.
-     */
     /** Writer {@code id}'s i-th step: the statuses it got (each non-zero one is a problem). */
     interface WriterStep {
         int[] step(int i) throws Exception;
@@ -490,6 +486,10 @@ class BttDriverTest {
         return steps.get();
     }
 
+    /**
+     * Readers of 4 KiB sectors on both queues until {@code stop}, each sector checked to hold one value only (the
+     * writers fill each sector with one value): a mix is a torn sector, added to {@code problems}.
+     */
     private void startTornSectorReaders(int readers, int lbas, AtomicBoolean stop, AtomicLong reads,
             ConcurrentLinkedQueue<String> problems, List<Thread> threads) {
         for (int rd = 0; rd < readers; rd++) {

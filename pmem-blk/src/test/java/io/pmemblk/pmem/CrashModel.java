@@ -89,10 +89,9 @@ public final class CrashModel implements Persistence {
 
     /** As {@link #open(Path, long, PmemRegion.Mapper)} with a pmem unit of {@code pmemUnit} bytes ({@link #CrashModel(Persistence, int)}). */
     public static Modelled open(Path file, long size, PmemRegion.Mapper mapper, int pmemUnit) throws IOException {
-        CrashModel[] model = new CrashModel[1];
-        PmemRegion region = RegionFile.open(file, size, false, mapper, true, p -> model[0] = new CrashModel(p, pmemUnit));
-        model[0].attach(region.memory());
-        return new Modelled(region, model[0]);
+        RegionPorts.Opened<CrashModel> o = RegionPorts.open(file, size, mapper, p -> new CrashModel(p, pmemUnit));
+        o.port().attach(o.region().memory());
+        return new Modelled(o.region(), o.port());
     }
 
     /** Starts modelling {@code mapping} (before any I/O): what it holds now is durable. */

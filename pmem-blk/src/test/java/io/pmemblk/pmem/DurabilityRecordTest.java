@@ -357,15 +357,7 @@ class DurabilityRecordTest {
         r.offset = off;
         r.length = len;
         r.completion = done -> {
-            byte[] b = new byte[len];
-            int at = 0;
-            ByteBuffer[] bufs = done.buffers();
-            for (int s = 0; s < done.segments(); s++) {
-                int n = bufs[s].remaining();
-                bufs[s].get(b, at, n);
-                at += n;
-            }
-            got.set(b); // before the status: a DMA read completes on the engine's thread
+            got.set(InlineRequests.gather(done, len)); // before the status: a DMA read completes on the engine's thread
             int status = done.status();
             done.release();
             statuses.add(status);

@@ -15,7 +15,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  * {@code sink}: a READ sent from the mapping (its data read back from the device views); {@code out}: where a
  * READ's data goes (null: not copied). Returns the request's status.
  */
-final class InlineRequests {
+public final class InlineRequests {
     private InlineRequests() {
     }
 
@@ -43,7 +43,11 @@ final class InlineRequests {
         return out;
     }
 
-    static int run(HardwareQueue q, Op op, long off, int len, byte fill, boolean sink, byte[] out)
+    /**
+     * A request from {@code q} for {@code op} on [off, off + len), its completion not set yet; a WRITE's pool
+     * buffers filled with {@code fill}. {@code sink}: a READ sent from the mapping, given no pool buffers.
+     */
+    public static Request acquire(HardwareQueue q, Op op, long off, int len, byte fill, boolean sink)
             throws InterruptedException {
         Request r = q.acquire(op.carriesData() && !sink ? len : 0);
         r.op = op;
@@ -56,6 +60,12 @@ final class InlineRequests {
                 while (b.hasRemaining()) b.put(fill);
             }
         }
+        return r;
+    }
+
+    static int run(HardwareQueue q, Op op, long off, int len, byte fill, boolean sink, byte[] out)
+            throws InterruptedException {
+        Request r = acquire(q, op, off, len, fill, sink);
         AtomicInteger done = new AtomicInteger(-1);
         r.completion = req -> done.set(req.status());
         q.dispatch(new Request[]{r}, 1);

@@ -22,9 +22,8 @@ public final class PersistenceRecorder {
     }
 
     public static PersistenceRecorder open(Path file, long size, PmemRegion.Mapper mapper) throws IOException {
-        RecordingPersistence[] rec = new RecordingPersistence[1];
-        PmemRegion region = RegionFile.open(file, size, false, mapper, true, p -> rec[0] = new RecordingPersistence(p));
-        return new PersistenceRecorder(region, rec[0]);
+        RegionPorts.Opened<RecordingPersistence> o = RegionPorts.open(file, size, mapper, RecordingPersistence::new);
+        return new PersistenceRecorder(o.region(), o.port());
     }
 
     public PmemRegion region() {

@@ -156,20 +156,13 @@ class PmemRegionTest {
         EachMapper.Assume.available(mapper);
         Path f = dir.resolve("p.img");
         Path moved = dir.resolve("moved.img");
-        UnaryOperator<Persistence> replaceTheNameOnSync = real -> new Persistence() {
+        UnaryOperator<Persistence> replaceTheNameOnSync = port -> new ForwardingPersistence(port) {
             @Override
             public void syncCreated(io.pmemblk.posix.TrustedFile file) throws IOException {
                 Files.move(f, moved);
                 Files.write(f, new byte[1 << 20]); // another file under the name, as another process could make it
                 real.syncCreated(file);
             }
-
-            @Override public boolean flushesCaches() { return real.flushesCaches(); }
-            @Override public void copy(MemorySegment src, MemorySegment dst) { real.copy(src, dst); }
-            @Override public void fill(MemorySegment dst, byte value) { real.fill(dst, value); }
-            @Override public void writeBack(MemorySegment range) { real.writeBack(range); }
-            @Override public void drain() { real.drain(); }
-            @Override public void sync(MemorySegment range) throws IOException { real.sync(range); }
         };
         try (PmemRegion r = RegionFile.open(f, 1 << 20, false, PmemRegion.Mapper.valueOf(mapper.name()), true,
                 replaceTheNameOnSync)) {

@@ -17,7 +17,7 @@ import java.util.concurrent.atomic.AtomicLong;
  * submissions and acknowledgements into the same sequence, so "persisted before acknowledged" is a comparison
  * of numbers: an ack's number is taken when its completion starts, before any reply could leave.
  */
-final class RecordingPersistence implements Persistence {
+final class RecordingPersistence extends ForwardingPersistence {
     enum Kind { COPY, FILL, WRITE_BACK, DRAIN, SYNC, SYNC_FAILED, SYNC_CREATED, SUBMIT, ACK }
 
     /** One recorded step. For SUBMIT/ACK, {@code id} is the request's id and address the absolute start of its range. */
@@ -27,14 +27,13 @@ final class RecordingPersistence implements Persistence {
         }
     }
 
-    private final Persistence real;
     private final AtomicLong seq = new AtomicLong();
     private final ConcurrentLinkedQueue<Event> events = new ConcurrentLinkedQueue<>();
     /** The next this-many syncs fail (fault injection), after doing nothing. */
     final AtomicInteger failSyncs = new AtomicInteger();
 
     RecordingPersistence(Persistence real) {
-        this.real = real;
+        super(real);
     }
 
     private void record(Kind kind, long address, long length, long id, String what) {
@@ -70,11 +69,6 @@ final class RecordingPersistence implements Persistence {
         List<Event> l = new ArrayList<>(events);
         l.sort(Comparator.comparingLong(Event::seq));
         return l;
-    }
-
-    @Override
-    public boolean flushesCaches() {
-        return real.flushesCaches();
     }
 
     @Override

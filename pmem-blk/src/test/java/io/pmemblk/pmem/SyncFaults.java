@@ -1,7 +1,5 @@
 package io.pmemblk.pmem;
 
-import io.pmemblk.posix.TrustedFile;
-
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
 import java.nio.file.Path;
@@ -13,23 +11,21 @@ import java.util.function.BooleanSupplier;
  * failed write-back: once, to one caller. For tests outside this package that need a region whose write-back
  * fails (a dirty bitmap's file), and a hook to hold a sync where a race would put it.
  */
-public final class SyncFaults implements Persistence {
+public final class SyncFaults extends ForwardingPersistence {
     /** A region whose persistence is {@code faults}. */
     public record Faulty(PmemRegion region, SyncFaults faults) {}
 
-    private final Persistence real;
     private final AtomicInteger failNext = new AtomicInteger();
     private volatile BooleanSupplier beforeSync = () -> false;
 
     private SyncFaults(Persistence real) {
-        this.real = real;
+        super(real);
     }
 
     /** A new region of {@code size} bytes at {@code file} (locked for this process), its port wrapped. */
     public static Faulty open(Path file, long size, PmemRegion.Mapper mapper) throws IOException {
-        SyncFaults[] f = new SyncFaults[1];
-        PmemRegion region = RegionFile.open(file, size, false, mapper, true, p -> f[0] = new SyncFaults(p));
-        return new Faulty(region, f[0]);
+        RegionPorts.Opened<SyncFaults> o = RegionPorts.open(file, size, mapper, SyncFaults::new);
+        return new Faulty(o.region(), o.port());
     }
 
     /** The next {@code n} msyncs fail with EIO, without writing anything back. */
@@ -46,40 +42,10 @@ public final class SyncFaults implements Persistence {
     }
 
     @Override
-    public boolean flushesCaches() {
-        return real.flushesCaches();
-    }
-
-    @Override
-    public void copy(MemorySegment src, MemorySegment dst) {
-        real.copy(src, dst);
-    }
-
-    @Override
-    public void fill(MemorySegment dst, byte value) {
-        real.fill(dst, value);
-    }
-
-    @Override
-    public void writeBack(MemorySegment range) {
-        real.writeBack(range);
-    }
-
-    @Override
-    public void drain() {
-        real.drain();
-    }
-
-    @Override
     public void sync(MemorySegment range) throws IOException {
         if (beforeSync.getAsBoolean() || failNext.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
             throw new IOException("injected msync failure (EIO)");
         }
         real.sync(range);
-    }
-
-    @Override
-    public void syncCreated(TrustedFile file) throws IOException {
-        real.syncCreated(file);
     }
 }

@@ -188,9 +188,7 @@ class CheckpointRaceTest {
     /** A write received in place whose payload never came (the client vanished) holds no checkpoint back. */
     @Test
     void aWriteReceivedInPlaceButNeverDispatchedDoesNotHoldACheckpoint() throws Exception {
-        PmemRegion region = PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.JAVA);
-        BitmapDirectory files = BitmapDirectory.open(dir.resolve("d.img.bitmaps"), "bitmap.dir", PmemRegion.Mapper.JAVA);
-        try (TrackedDevice d = new TrackedDevice(region, files, BLOCK, List.of("b"), 1, UnaryOperator.identity(),
+        try (TrackedDevice d = TrackedDevice.open(dir, SIZE, BLOCK, List.of("b"), 1, UnaryOperator.identity(),
                 TimeUnit.SECONDS.toNanos(2))) {
             FrontendQueue frontend = new FrontendQueue(d.layer.queue(0));
             frontend.acquireWrite(5L * BLOCK, BLOCK);
@@ -207,14 +205,12 @@ class CheckpointRaceTest {
      */
     @Test
     void aCheckpointWaitsForTheDevicesCompletionOfTheWritesItFroze() throws Exception {
-        PmemRegion region = PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.JAVA);
-        BitmapDirectory files = BitmapDirectory.open(dir.resolve("d.img.bitmaps"), "bitmap.dir", PmemRegion.Mapper.JAVA);
-        HeldCompletions[] device = new HeldCompletions[1];
-        try (TrackedDevice d = new TrackedDevice(region, files, BLOCK, List.of("b"), 1,
-                pmem -> device[0] = new HeldCompletions(pmem, r -> r.offset == 7L * BLOCK), DirtyBitmaps.SETTLE)) {
+        try (TrackedDevice d = TrackedDevice.holding(dir, SIZE, BLOCK, r -> r.offset == 7L * BLOCK,
+                DirtyBitmaps.SETTLE)) {
+            HeldCompletions device = d.held();
             AtomicInteger status = new AtomicInteger(-1);
             d.start(0, Op.WRITE, 7L * BLOCK, BLOCK, (byte) 1, r -> status.set(r.status()));
-            assertThat(device[0].held()).isEqualTo(1);
+            assertThat(device.held()).isEqualTo(1);
             AtomicReference<String> frozen = new AtomicReference<>();
             AtomicReference<Throwable> failed = new AtomicReference<>();
             Thread checkpoint = checkpoint(d, frozen, failed);
@@ -222,7 +218,7 @@ class CheckpointRaceTest {
                     || failed.get() != null || waitingIn(checkpoint, WriteMarker.class, "awaitWrites"));
             assertThat(frozen.get()).as("checkpoint returned while the device had not completed a write it froze")
                     .isNull();
-            device[0].release();
+            device.release();
             Waits.join("checkpoint", checkpoint);
             assertThat(failed.get()).isNull();
             assertThat(status.get()).isZero();
@@ -238,11 +234,9 @@ class CheckpointRaceTest {
      */
     @Test
     void aCheckpointGivesUpOnAWriteTheDeviceNeverCompletesAndUndoesItself() throws Exception {
-        PmemRegion region = PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.JAVA);
-        BitmapDirectory files = BitmapDirectory.open(dir.resolve("d.img.bitmaps"), "bitmap.dir", PmemRegion.Mapper.JAVA);
-        HeldCompletions[] device = new HeldCompletions[1];
-        try (TrackedDevice d = new TrackedDevice(region, files, BLOCK, List.of("b"), 1,
-                pmem -> device[0] = new HeldCompletions(pmem, r -> r.offset == 7L * BLOCK), TimeUnit.SECONDS.toNanos(3))) {
+        try (TrackedDevice d = TrackedDevice.holding(dir, SIZE, BLOCK, r -> r.offset == 7L * BLOCK,
+                TimeUnit.SECONDS.toNanos(3))) {
+            HeldCompletions device = d.held();
             d.start(0, Op.WRITE, 7L * BLOCK, BLOCK, (byte) 1, r -> {});
             d.write(3L * BLOCK, BLOCK);
             AtomicReference<String> frozen = new AtomicReference<>();
@@ -261,7 +255,7 @@ class CheckpointRaceTest {
             assertThat(b.stream().boxed().toList()).as("the bitmap as it was, with the successor's writes merged back")
                     .containsExactly(3, 7, 9);
             assertThat(dir.resolve("d.img.bitmaps/b.next")).as("the successor removed").doesNotExist();
-            device[0].release();
+            device.release();
             assertThat(d.bitmaps.checkpoint("b")).isEqualTo("b@1");
             assertThat(bits(d.bitmaps.find("b@1")).stream().boxed().toList()).containsExactly(3, 7, 9);
         }

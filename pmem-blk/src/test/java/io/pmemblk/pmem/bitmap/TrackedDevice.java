@@ -1,6 +1,7 @@
 package io.pmemblk.pmem.bitmap;
 
 import io.pmemblk.pmem.CopyStats;
+import io.pmemblk.pmem.InlineRequests;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.queueing.BlockDriver;
@@ -10,10 +11,10 @@ import io.pmemblk.queueing.Op;
 import io.pmemblk.queueing.Request;
 
 import java.io.IOException;
-import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Predicate;
 import java.util.function.UnaryOperator;
 
 /**
@@ -25,6 +26,8 @@ final class TrackedDevice implements AutoCloseable {
     final DirtyBitmaps bitmaps;
     final TrackingDriver driver;
     final BlockLayer layer;
+    /** The device between the tracking layer and the pmem driver (the pmem driver itself when none was put there). */
+    final BlockDriver under;
 
     TrackedDevice(PmemRegion region, BitmapDirectory dir, long granularity, List<String> names, int queues)
             throws IOException {
@@ -39,15 +42,39 @@ final class TrackedDevice implements AutoCloseable {
                   UnaryOperator<BlockDriver> under, long settleNanos) throws IOException {
         this.region = region;
         this.bitmaps = DirtyBitmaps.open(dir, region.size(), granularity, names, queues, settleNanos);
-        this.driver = new TrackingDriver(under.apply(new PmemBlockDriver(region, new CopyStats())), bitmaps);
+        this.under = under.apply(new PmemBlockDriver(region, new CopyStats()));
+        this.driver = new TrackingDriver(this.under, bitmaps);
         this.layer = new BlockLayer(driver, queues, 64, 8 << 20, 1 << 20);
     }
 
     static TrackedDevice open(Path dir, long size, long granularity, List<String> names, int queues)
             throws IOException {
+        return open(dir, size, granularity, names, queues, UnaryOperator.identity(), DirtyBitmaps.SETTLE);
+    }
+
+    /**
+     * The device at {@code dir}/d.img with its bitmaps in d.img.bitmaps, both mapped as the JDK maps, built as
+     * {@link #TrackedDevice(PmemRegion, BitmapDirectory, long, List, int, UnaryOperator, long)} builds it.
+     */
+    static TrackedDevice open(Path dir, long size, long granularity, List<String> names, int queues,
+                              UnaryOperator<BlockDriver> under, long settleNanos) throws IOException {
         PmemRegion region = PmemRegion.open(dir.resolve("d.img"), size, false, PmemRegion.Mapper.JAVA);
         return new TrackedDevice(region, BitmapDirectory.open(dir.resolve("d.img.bitmaps"), "bitmap.dir",
-                PmemRegion.Mapper.JAVA), granularity, names, queues);
+                PmemRegion.Mapper.JAVA), granularity, names, queues, under, settleNanos);
+    }
+
+    /**
+     * One queue and the bitmap "b", with a {@link HeldCompletions} under the tracking layer that holds the
+     * completions of the requests {@code hold} picks ({@link #held}).
+     */
+    static TrackedDevice holding(Path dir, long size, long granularity, Predicate<Request> hold, long settleNanos)
+            throws IOException {
+        return open(dir, size, granularity, List.of("b"), 1, pmem -> new HeldCompletions(pmem, hold), settleNanos);
+    }
+
+    /** The device {@link #holding} put under the tracking layer. */
+    HeldCompletions held() {
+        return (HeldCompletions) under;
     }
 
     /**
@@ -60,16 +87,7 @@ final class TrackedDevice implements AutoCloseable {
         AtomicInteger failed = new AtomicInteger();
         AtomicInteger done = new AtomicInteger();
         for (int i = 0; i < ops.length; i++) {
-            Request r = hq.acquire(ops[i].carriesData() ? length : 0);
-            r.op = ops[i];
-            r.offset = offsets[i];
-            r.length = length;
-            if (ops[i] == Op.WRITE) {
-                for (ByteBuffer b : r.buffers()) {
-                    if (b == null) break;
-                    while (b.hasRemaining()) b.put(fill);
-                }
-            }
+            Request r = InlineRequests.acquire(hq, ops[i], offsets[i], length, fill, false);
             r.completion = req -> {
                 if (req.status() != 0) failed.incrementAndGet();
                 done.incrementAndGet();
@@ -91,16 +109,7 @@ final class TrackedDevice implements AutoCloseable {
      * releases it after); a WRITE's data is {@code fill}.
      */
     void start(int q, Op op, long offset, int length, byte fill, Request.Completion done) throws InterruptedException {
-        Request r = layer.queue(q).acquire(op.carriesData() ? length : 0);
-        r.op = op;
-        r.offset = offset;
-        r.length = length;
-        if (op == Op.WRITE) {
-            for (ByteBuffer b : r.buffers()) {
-                if (b == null) break;
-                while (b.hasRemaining()) b.put(fill);
-            }
-        }
+        Request r = InlineRequests.acquire(layer.queue(q), op, offset, length, fill, false);
         r.completion = req -> {
             done.completed(req);
             req.release();

@@ -38,11 +38,9 @@ class TrackedWritePathTest {
      */
     @Test
     void aCheckpointDoesNotWaitForTheCompletionOfAWriteWhosePayloadLandedInPlace() throws Exception {
-        PmemRegion region = PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.JAVA);
-        BitmapDirectory files = BitmapDirectory.open(dir.resolve("d.img.bitmaps"), "bitmap.dir", PmemRegion.Mapper.JAVA);
-        HeldCompletions[] device = new HeldCompletions[1];
-        try (TrackedDevice d = new TrackedDevice(region, files, BLOCK, List.of("b"), 1,
-                pmem -> device[0] = new HeldCompletions(pmem, r -> r.dataInPlace), TimeUnit.SECONDS.toNanos(3))) {
+        try (TrackedDevice d = TrackedDevice.holding(dir, SIZE, BLOCK, r -> r.dataInPlace,
+                TimeUnit.SECONDS.toNanos(3))) {
+            HeldCompletions device = d.held();
             FrontendQueue frontend = new FrontendQueue(d.layer.queue(0));
             Request r = frontend.acquireWrite(5L * BLOCK, BLOCK);
             assertThat(r.dataInPlace).as("the CPU route receives in place").isTrue();
@@ -51,13 +49,13 @@ class TrackedWritePathTest {
             r.completion = req -> status.set(req.status());
             frontend.add(r);
             frontend.dispatch();
-            assertThat(device[0].held()).as("completions the device holds").isEqualTo(1);
+            assertThat(device.held()).as("completions the device holds").isEqualTo(1);
 
             assertThat(d.bitmaps.checkpoint("b")).isEqualTo("b@1");
             assertThat(d.bitmaps.find("b@1").dirty(5)).as("in the bitmap it marked, now frozen").isTrue();
             assertThat(d.bitmaps.find("b").dirty(5)).as("in the successor too").isFalse();
 
-            device[0].release();
+            device.release();
             assertThat(status.get()).isZero();
             r.release();
         }

@@ -6,6 +6,7 @@ import io.pmemblk.dma.soft.SoftFaults;
 import io.pmemblk.dma.soft.SoftIoatDevice;
 import io.pmemblk.dma.vfio.EventfdInterrupt;
 import io.pmemblk.pmem.CopyStats;
+import io.pmemblk.pmem.InlineRequests;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.pmem.Routing;
@@ -18,7 +19,6 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
 import java.lang.foreign.MemorySegment;
-import java.nio.ByteBuffer;
 import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.List;
@@ -64,14 +64,7 @@ class TrackingDriverReapingTest {
             int reaped = 0;
             HardwareQueue hq = layer.queue(0);
             for (int i = 0; i < 16; i++) {
-                Request r = hq.acquire(WRITE);
-                r.op = Op.WRITE;
-                r.offset = (long) i * WRITE;
-                r.length = WRITE;
-                for (ByteBuffer b : r.buffers()) {
-                    if (b == null) break;
-                    while (b.hasRemaining()) b.put((byte) (i + 1));
-                }
+                Request r = InlineRequests.acquire(hq, Op.WRITE, (long) i * WRITE, WRITE, (byte) (i + 1), false);
                 int n = i;
                 r.completion = req -> {
                     status.put(n, req.status());

@@ -1,5 +1,6 @@
 package io.pmemblk.pmem.btt;
 
+import io.pmemblk.pmem.Persistence;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.pmem.RegionPorts;
 import org.junit.jupiter.api.Test;
@@ -106,7 +107,7 @@ class BttTest {
             org.junit.jupiter.api.Assumptions.assumeTrue(RegionPorts.libpmemLoads(), "libpmem not installed");
         }
         Path file = dir.resolve("region.blk");
-        RegionPorts.Opened o = RegionPorts.open(file, Pools.MIN_POOL, mapper);
+        RegionPorts.Opened<Persistence> o = RegionPorts.open(file, Pools.MIN_POOL, mapper);
         try (PmemRegion region = o.region(); Arena arena = Arena.ofConfined()) {
             Btt btt = Btt.format(region.memory(), o.port(), 4096, 2);
             MemorySegment buf = arena.allocate(4096, 4096);
@@ -117,7 +118,7 @@ class BttTest {
             btt.zero(1, 3);
             assertThat(btt.check()).isEmpty();
         }
-        RegionPorts.Opened again = RegionPorts.open(file, Pools.MIN_POOL, mapper);
+        RegionPorts.Opened<Persistence> again = RegionPorts.open(file, Pools.MIN_POOL, mapper);
         try (PmemRegion region = again.region(); Arena arena = Arena.ofConfined()) {
             Btt btt = Btt.open(region.memory(), again.port(), 1);
             MemorySegment buf = arena.allocate(4096, 4096);
@@ -463,12 +464,7 @@ class BttTest {
         try (Pools.Mapped m = Pools.map(dir.resolve("p.blk"), Pools.MIN_POOL); Arena arena = Arena.ofConfined()) {
             Btt.format(m.memory(), Pools.none(), 4096, 16);
             AtomicLong drains = new AtomicLong(), writeBacks = new AtomicLong();
-            io.pmemblk.pmem.Persistence counting = new io.pmemblk.pmem.Persistence() {
-                final io.pmemblk.pmem.Persistence real = Pools.modelledPmem();
-
-                @Override public boolean flushesCaches() { return true; }
-                @Override public void copy(MemorySegment src, MemorySegment dst) { real.copy(src, dst); }
-                @Override public void fill(MemorySegment dst, byte value) { real.fill(dst, value); }
+            io.pmemblk.pmem.Persistence counting = new io.pmemblk.pmem.ForwardingPersistence(Pools.modelledPmem()) {
                 @Override public void writeBack(MemorySegment range) { writeBacks.incrementAndGet(); }
                 @Override public void drain() { drains.incrementAndGet(); }
                 @Override public void sync(MemorySegment range) { throw new AssertionError("pmem: no msync"); }
@@ -517,14 +513,7 @@ class BttTest {
             MemorySegment other = arena.allocate(4096, 4096);
             Btt[] btt = new Btt[1];
             List<Throwable> inside = new ArrayList<>();
-            io.pmemblk.pmem.Persistence reentering = new io.pmemblk.pmem.Persistence() {
-                final io.pmemblk.pmem.Persistence real = Pools.none();
-
-                @Override public boolean flushesCaches() { return false; }
-                @Override public void copy(MemorySegment src, MemorySegment dst) { real.copy(src, dst); }
-                @Override public void fill(MemorySegment dst, byte value) { real.fill(dst, value); }
-                @Override public void writeBack(MemorySegment range) { real.writeBack(range); }
-                @Override public void drain() { real.drain(); }
+            io.pmemblk.pmem.Persistence reentering = new io.pmemblk.pmem.ForwardingPersistence(Pools.none()) {
                 @Override public void syncCreated(io.pmemblk.posix.TrustedFile f) { }
 
                 @Override

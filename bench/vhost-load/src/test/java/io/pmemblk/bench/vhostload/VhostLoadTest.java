@@ -6,6 +6,7 @@ import io.pmemblk.queueing.HardwareQueue;
 import io.pmemblk.queueing.Op;
 import io.pmemblk.queueing.Request;
 import io.pmemblk.queueing.Status;
+import io.pmemblk.queueing.testing.Closing;
 import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.vhost.VhostUserBlkConfig;
 import io.pmemblk.vhost.VhostUserBlkServer;
@@ -46,15 +47,7 @@ class VhostLoadTest {
 
     @AfterEach
     void stop() throws Exception {
-        if (server != null) {
-            server.close();
-        }
-        if (layer != null) {
-            layer.close();
-        }
-        if (memory != null) {
-            memory.close();
-        }
+        Closing.closeAll(server, layer, memory);
     }
 
     private static VhostLoad.Result run(Path socket, String job, boolean verify, boolean prefill) throws Exception {
