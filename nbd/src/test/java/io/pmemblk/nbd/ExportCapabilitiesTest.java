@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import io.pmemblk.nbd.testing.NbdTestClient;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.Status;
+import io.pmemblk.queueing.testing.Closing;
 import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.queueing.testing.MemoryBlockDriver.Capability;
 import java.io.IOException;
@@ -42,11 +43,7 @@ class ExportCapabilitiesTest {
 
     @AfterEach
     void stop() throws Exception {
-        for (AutoCloseable c : new AutoCloseable[] {server, layer, driver}) { // the server first, the device last
-            if (c != null) {
-                c.close();
-            }
-        }
+        Closing.closeAll(server, layer, driver); // the server first, the device last
     }
 
     @Test

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.*;
 import io.pmemblk.nbd.testing.NbdTestClient;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.BufferPool;
+import io.pmemblk.queueing.testing.Closing;
 import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
@@ -49,19 +50,11 @@ class NbdMultiQueueTest {
     }
 
     @AfterEach
-    void stop() throws IOException {
+    void stop() throws Exception {
         for (NbdTestClient c : clients) {
             c.close();
         }
-        if (server != null) {
-            server.close();
-        }
-        if (layer != null) {
-            layer.close();
-        }
-        if (driver != null) {
-            driver.close();
-        }
+        Closing.closeAll(server, layer, driver);
     }
 
     @Test

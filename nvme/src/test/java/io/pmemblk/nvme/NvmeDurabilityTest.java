@@ -131,22 +131,35 @@ class NvmeDurabilityTest {
                 .isTrue();
     }
 
-    @Test
-    void aWriteWithFuaSurvivesThePowerCut() throws IOException {
+    /** A test's steps on a host's I/O queue and its admin queue. */
+    interface OnHost {
+        void run(RawHost io, RawHost admin) throws IOException;
+    }
+
+    /**
+     * Runs {@code steps} on a host connected with its admin queue and one I/O queue, once a plain write there has
+     * been shown to be lost by the cut (else what the steps show survives proves nothing).
+     */
+    void withAPlainWriteLost(OnHost steps) throws IOException {
         RawHost[] admin = new RawHost[1];
         try (RawHost io = connect(admin); RawHost a = admin[0]) {
             plainWriteIsLost(io, 0);
-            byte[] fua = random(8192);
-            write(io, 64, fua, CDW12_FUA);
-            survives("a write with FUA", 64, fua);
+            steps.run(io, a);
         }
     }
 
     @Test
+    void aWriteWithFuaSurvivesThePowerCut() throws IOException {
+        withAPlainWriteLost((io, a) -> {
+            byte[] fua = random(8192);
+            write(io, 64, fua, CDW12_FUA);
+            survives("a write with FUA", 64, fua);
+        });
+    }
+
+    @Test
     void aWriteAnsweredBeforeAFlushSurvivesThePowerCut() throws IOException {
-        RawHost[] admin = new RawHost[1];
-        try (RawHost io = connect(admin); RawHost a = admin[0]) {
-            plainWriteIsLost(io, 0);
+        withAPlainWriteLost((io, a) -> {
             byte[] inCapsule = random(4096);
             byte[] byR2t = random(96 * 1024);
             write(io, 64, inCapsule, 0);
@@ -154,14 +167,12 @@ class NvmeDurabilityTest {
             flush(io);
             survives("an in-capsule write answered before a Flush", 64, inCapsule);
             survives("an R2T write answered before a Flush", 256, byR2t);
-        }
+        });
     }
 
     @Test
     void withTheWriteCacheOffEveryWriteSurvivesThePowerCut() throws IOException {
-        RawHost[] admin = new RawHost[1];
-        try (RawHost io = connect(admin); RawHost a = admin[0]) {
-            plainWriteIsLost(io, 0);
+        withAPlainWriteLost((io, a) -> {
             // A pattern made durable first, for the Write Zeroes below to overwrite
             byte[] pattern = random(8192);
             write(io, 512, pattern, CDW12_FUA);
@@ -178,6 +189,6 @@ class NvmeDurabilityTest {
             survives("an in-capsule write without FUA, the cache off,", 64, inCapsule);
             survives("an R2T write without FUA, the cache off,", 256, byR2t);
             survives("Write Zeroes without FUA, the cache off,", 512, new byte[pattern.length]);
-        }
+        });
     }
 }

@@ -8,6 +8,7 @@ import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.queueing.BlockDriver;
 import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.testing.Closing;
 import java.io.IOException;
 import java.io.RandomAccessFile;
 import java.net.InetSocketAddress;
@@ -55,16 +56,8 @@ class NvmeRobustnessTest {
     }
 
     @AfterEach
-    void stop() throws IOException {
-        if (server != null) {
-            server.close();
-        }
-        if (layer != null) {
-            layer.close();
-        }
-        if (pmem != null) {
-            pmem.close();
-        }
+    void stop() throws Exception {
+        Closing.closeAll(server, layer, pmem);
     }
 
     byte[] fileBytes(long off, int len) throws IOException {

@@ -17,11 +17,15 @@ import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.Random;
 import java.util.Set;
+import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
 
 /** The target in-process over the real pmem driver on a file, driven by {@link RawHost}; data checked in the file. */
 @Timeout(60)
@@ -452,20 +456,31 @@ class NvmeTcpTargetTest {
         assertTrue(io.closedByTarget(), "the target closes after C2HTermReq");
     }
 
-    @Test
-    void badHlen() throws IOException {
-        badPdu(0, Pdu.FES_INVALID_HEADER, Pdu.CH_HLEN, io -> {
-            ByteBuffer c = io.capsule(RawHost.sqe(Nvme.IO_FLUSH, 1, 1), null);
-            c.put(Pdu.CH_HLEN, (byte) 70);
-            io.send(c);
-        });
+    /** One field of a Flush capsule's header made wrong, on the capsule as the host built it. */
+    interface Corrupt {
+        void apply(ByteBuffer capsule);
     }
 
-    @Test
-    void badPlen() throws IOException {
-        badPdu(0, Pdu.FES_INVALID_HEADER, Pdu.CH_PLEN, io -> {
+    /** The bad Flush capsules: a queue with these digests, the C2HTermReq's fes and fei, and the corruption. */
+    static Stream<Arguments> badFlushCapsules() {
+        return Stream.of(
+                Arguments.of("badHlen", 0, Pdu.FES_INVALID_HEADER, Pdu.CH_HLEN,
+                        (Corrupt) c -> c.put(Pdu.CH_HLEN, (byte) 70)),
+                Arguments.of("badPlen", 0, Pdu.FES_INVALID_HEADER, Pdu.CH_PLEN,
+                        (Corrupt) c -> c.putInt(Pdu.CH_PLEN, 40)),
+                Arguments.of("badHeaderDigest", Pdu.DIGEST_HDR, Pdu.FES_HDR_DIGEST, 0,
+                        (Corrupt) c -> c.putInt(Pdu.CMD_HLEN, c.getInt(Pdu.CMD_HLEN) ^ 1)),
+                Arguments.of("unknownPduType", 0, Pdu.FES_INVALID_HEADER, Pdu.CH_TYPE,
+                        (Corrupt) c -> c.put(Pdu.CH_TYPE, (byte) 0x08)));
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource("badFlushCapsules")
+    void aFlushCapsuleWithABadHeaderIsTerminated(String name, int digest, int fes, int fei, Corrupt corrupt)
+            throws IOException {
+        badPdu(digest, fes, fei, io -> {
             ByteBuffer c = io.capsule(RawHost.sqe(Nvme.IO_FLUSH, 1, 1), null);
-            c.putInt(Pdu.CH_PLEN, 40);
+            corrupt.apply(c);
             io.send(c);
         });
     }
@@ -476,24 +491,6 @@ class NvmeTcpTargetTest {
             ByteBuffer w = RawHost.rw(Nvme.IO_WRITE, 1, 0, 32);
             RawHost.inCapsuleSgl(w, 16384);
             io.send(io.capsule(w, new byte[16384]));
-        });
-    }
-
-    @Test
-    void badHeaderDigest() throws IOException {
-        badPdu(Pdu.DIGEST_HDR, Pdu.FES_HDR_DIGEST, 0, io -> {
-            ByteBuffer c = io.capsule(RawHost.sqe(Nvme.IO_FLUSH, 1, 1), null);
-            c.putInt(Pdu.CMD_HLEN, c.getInt(Pdu.CMD_HLEN) ^ 1);
-            io.send(c);
-        });
-    }
-
-    @Test
-    void unknownPduType() throws IOException {
-        badPdu(0, Pdu.FES_INVALID_HEADER, Pdu.CH_TYPE, io -> {
-            ByteBuffer c = io.capsule(RawHost.sqe(Nvme.IO_FLUSH, 1, 1), null);
-            c.put(Pdu.CH_TYPE, (byte) 0x08);
-            io.send(c);
         });
     }
 

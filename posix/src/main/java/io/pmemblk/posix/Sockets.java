@@ -346,6 +346,17 @@ public final class Sockets {
     }
 
     /**
+     * bind(2) of {@code fd} to {@code path} (a unix socket path or '@' name, see {@link #unixAddress}), then
+     * listen(2) on it: a unix stream socket that takes connections there.
+     */
+    public static void listen(int fd, String path, int backlog) throws NativeException {
+        try (Arena a = Arena.ofConfined()) {
+            bind(fd, unixAddress(path, a));
+        }
+        listen(fd, backlog);
+    }
+
+    /**
      * The next connection on listening socket {@code fd} (accept4 with SOCK_CLOEXEC), waiting for one; EINTR is
      * retried. A shutdown of {@code fd} from another thread ends the wait with an exception (EINVAL).
      */

@@ -164,8 +164,7 @@ class UnixMessagesTest {
         int listener = Sockets.unixStreamSocket();
         int client = Sockets.unixStreamSocket();
         try {
-            Sockets.bind(listener, Sockets.unixAddress(dir.resolve("s").toString(), arena));
-            Sockets.listen(listener, 1);
+            Sockets.listen(listener, dir.resolve("s").toString(), 1);
             Sockets.connect(client, dir.resolve("s").toString()); // completes into the backlog
             int server = Sockets.accept(listener);
             UnixMessages.send(client, bytes("hi"));

@@ -150,6 +150,18 @@ class UblkRequestsTest {
         requests.serve(tag, ublkOp | (fua ? UBLK_IO_F_FUA : 0), startSector, nrSectors);
     }
 
+    /**
+     * A WRITE of {@code len} bytes of pattern {@code seed} at {@code offset}, served on {@code tag}, dispatched
+     * and answered with its byte count; the bytes written.
+     */
+    byte[] written(int tag, boolean fua, long offset, int len, int seed) throws Exception {
+        byte[] data = kernelHasWrite(tag, len, seed);
+        serve(tag, UBLK_IO_OP_WRITE, fua, offset, len);
+        frontend.dispatch();
+        assertThat(await(tag)).isEqualTo(len);
+        return data;
+    }
+
     int await(int tag) throws InterruptedException {
         long deadline = System.nanoTime() + 10_000_000_000L;
         while (!results.containsKey(tag)) {
@@ -197,10 +209,7 @@ class UblkRequestsTest {
     @Test
     void readsArePwrittenFromTheMappingAndRangeOpsCommitZero() throws Exception {
         open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, FileCalls.O_RDWR);
-        byte[] data = kernelHasWrite(1, 65536, 42);
-        serve(1, UBLK_IO_OP_WRITE, false, 8192, 65536);
-        frontend.dispatch();
-        assertThat(await(1)).isEqualTo(65536);
+        byte[] data = written(1, false, 8192, 65536, 42);
         serve(2, UBLK_IO_OP_READ, false, 8192, 65536);
         frontend.dispatch();
         assertThat(await(2)).isEqualTo(65536);
@@ -218,10 +227,7 @@ class UblkRequestsTest {
     @Test
     void dmaRouteCopiesThroughTheRegisteredBuffersAndReportsFromTheChannelThread() throws Exception {
         open(PmemRegion.Mapper.JAVA, DmaEngine.soft(new IovaSpace(), 1, 64, 16), new Routing(65536, Integer.MAX_VALUE, true), FileCalls.O_RDWR);
-        byte[] data = kernelHasWrite(6, 512 << 10, 9);
-        serve(6, UBLK_IO_OP_WRITE, true, 1 << 20, 512 << 10);
-        frontend.dispatch();
-        assertThat(await(6)).isEqualTo(512 << 10);
+        byte[] data = written(6, true, 1 << 20, 512 << 10, 9);
         assertThat(device(1 << 20, 512 << 10)).isEqualTo(data);
         serve(7, UBLK_IO_OP_READ, false, 1 << 20, 512 << 10);
         frontend.dispatch();
@@ -252,10 +258,7 @@ class UblkRequestsTest {
     @Test
     void sectorsOutsideTheDeviceOrItsLimitsAreRefusedBeforeTheShiftAndTouchNothing() throws Exception {
         open(PmemRegion.Mapper.JAVA, null, Routing.CPU_ONLY, FileCalls.O_RDWR);
-        byte[] a = kernelHasWrite(1, 8192, 11);
-        serve(1, UBLK_IO_OP_WRITE, false, 0, 8192);
-        frontend.dispatch();
-        assertThat(await(1)).isEqualTo(8192);
+        byte[] a = written(1, false, 0, 8192, 11);
         List<String> logged = new java.util.concurrent.CopyOnWriteArrayList<>();
         java.util.logging.Logger jul = java.util.logging.Logger.getLogger(UblkRequests.class.getName());
         java.util.logging.Handler capture = new java.util.logging.Handler() {

@@ -14,7 +14,6 @@ import io.pmemblk.vhost.protocol.VhostUserChannel;
 import io.pmemblk.vhost.session.VhostUserSession;
 
 import java.io.IOException;
-import java.lang.foreign.Arena;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -122,12 +121,8 @@ public final class VhostUserBlkServer implements AutoCloseable {
             }
             int fd = Sockets.unixStreamSocket();
             listenFd = fd;
-            socketFile = UnixSocketFile.bind(socketDirectory, path, "vhost.socket", socketGroup, address -> {
-                try (Arena a = Arena.ofConfined()) {
-                    Sockets.bind(fd, Sockets.unixAddress(address, a));
-                }
-                Sockets.listen(fd, 4);
-            });
+            socketFile = UnixSocketFile.bind(socketDirectory, path, "vhost.socket", socketGroup,
+                    address -> Sockets.listen(fd, address, 4));
         } catch (IOException | RuntimeException e) {
             close();
             throw e;

@@ -1,19 +1,14 @@
 package io.pmemblk.vhost;
 
-import io.pmemblk.vhost.testing.EventFds;
-import io.pmemblk.vhost.testing.LogCapture;
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
 import io.pmemblk.posix.NativeException;
 import io.pmemblk.posix.SharedMemory;
 import io.pmemblk.queueing.BlockLayer;
-import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.vhost.session.VhostUserSession;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.io.TempDir;
 
 import java.io.IOException;
 import java.lang.foreign.Arena;
@@ -22,8 +17,6 @@ import java.lang.foreign.ValueLayout;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.ArrayList;
-import java.util.List;
 
 import static io.pmemblk.vhost.spec.VhostUserSpec.*;
 import static org.assertj.core.api.Assertions.assertThat;
@@ -36,50 +29,22 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
  * the protocol in each way the session checks, which must get an error reply or a closed connection, a log line
  * naming what was wrong, and leave the server serving the next front-end.
  */
-class VhostUserBlkServerTest {
+class VhostUserBlkServerTest extends ServedMemoryDisk {
     static final long DISK = 4L << 20;
     static final int QUEUES = 2, QUEUE_SIZE = 256, RING = 128;
     /** The guest's RAM as QEMU 7.2 splits a pc machine's (note section 2, ADD_MEM_REG): a hole at 0xa0000-0xc0000. */
     static final long RAM = 1L << 20, LOW = 0xa0000, HIGH = 0xc0000;
 
-    @TempDir
-    Path dir;
-    Path socket;
-    MemoryBlockDriver driver;
-    BlockLayer layer;
-    VhostUserBlkServer server;
-    final Arena arena = Arena.ofShared();
-    int ram;
-    /** The front-end's own view of guest RAM: its address plays QEMU's userspace_addr. */
-    MemorySegment ramView;
+    /** The front-end's own view of guest RAM's address: it plays QEMU's userspace_addr. */
     long uaddr;
-    final LogCapture logs = new LogCapture("io.pmemblk.vhost");
-    final List<String> log = logs.lines();
-    final EventFds eventFds = new EventFds();
 
-    @BeforeEach
-    void start() throws IOException {
-        logs.start();
-        socket = dir.resolve("vhost.sock");
-        driver = new MemoryBlockDriver(DISK);
-        layer = new BlockLayer(driver, 2, 8, 1L << 18, 1 << 17);
-        server = new VhostUserBlkServer(new VhostUserBlkConfig(socket, QUEUES, QUEUE_SIZE), layer);
-        assertThat(server.start()).isEqualTo(socket);
-        ram = SharedMemory.memfd("guest-ram", RAM);
-        SharedMemory.seal(ram); // as QEMU's memory-backend-memfd (seal=on, its default): the server requires it
-        ramView = SharedMemory.map(ram, 0, RAM, arena);
-        uaddr = ramView.address();
+    VhostUserBlkServerTest() {
+        super(new Sizes(DISK, 2, QUEUES, QUEUE_SIZE, RAM));
     }
 
-    @AfterEach
-    void stop() throws Exception {
-        server.close();
-        eventFds.close();
-        Libc.close(ram);
-        arena.close();
-        layer.close();
-        driver.close();
-        logs.stop();
+    @BeforeEach
+    void start() {
+        uaddr = ramView.address();
     }
 
     /** Where vring {@code i}'s rings lie in guest RAM (user addresses), in the high region. */
@@ -137,8 +102,8 @@ class VhostUserBlkServerTest {
         }
         fe.set(SET_FEATURES, features);
         if (sendMemory) {
-            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).isZero();
-            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(HIGH, RAM - HIGH, uaddr + HIGH, HIGH), ram)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ramFd)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(HIGH, RAM - HIGH, uaddr + HIGH, HIGH), ramFd)).isZero();
         }
         for (int i = 0; i < bases.length; i++) {
             // the guest's rings as a driver left them: avail and used idx at the base QEMU restores
@@ -396,7 +361,7 @@ class VhostUserBlkServerTest {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             long features = realize(fe, false);
             fe.set(SET_FEATURES, 0x170007e46L & features);
-            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ramFd)).isZero();
             fe.send(SET_VRING_NUM, 0, fe.state(0, RING));
             // in the hole between the regions: guest RAM QEMU never announced
             fe.send(SET_VRING_ADDR, 0, addr(fe, 0, uaddr + LOW + 0x1000));
@@ -410,10 +375,10 @@ class VhostUserBlkServerTest {
     void aRegionPastTheEndOfItsFileIsRefused() throws Exception {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             realize(fe, false);
-            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, RAM, uaddr, HIGH), ram)).isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, RAM, uaddr, HIGH), ramFd)).isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "passes the end of its file");
-            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).isZero();
-            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0x1000, LOW, uaddr + LOW, 0), ram)).as("overlap").isNotZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ramFd)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0x1000, LOW, uaddr + LOW, 0), ramFd)).as("overlap").isNotZero();
             assertLogged("ADD_MEM_REG(37) refused", "overlaps a region already added in guest memory");
         }
         assertNextFrontEndServed();
@@ -428,7 +393,7 @@ class VhostUserBlkServerTest {
             assertLogged("ADD_MEM_REG(37) refused", "region (guest 0x0)", "memory_size 0x" + Long.toHexString(LOW),
                     "passes the end of its file (0x" + Long.toHexString(LOW / 2) + " bytes)");
             assertThat(ramMappings()).as("the short file is never mapped").isEqualTo(1);
-            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).as("a whole one is").isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ramFd)).as("a whole one is").isZero();
             assertThat(fe.get(GET_QUEUE_NUM)).as("still served").isEqualTo(QUEUES);
         } finally {
             Libc.close(shortFd);
@@ -461,9 +426,9 @@ class VhostUserBlkServerTest {
                     .noneMatch(l -> l.contains("guest-ram-unsealed") || l.contains(shm.toString()));
             assertThat(fe.acked(SET_MEM_TABLE, fe.memTable(0, LOW, uaddr, 0), unsealed)).as("SET_MEM_TABLE too")
                     .isNotZero();
-            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).as("the sealed memfd").isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ramFd)).as("the sealed memfd").isZero();
             assertThat(fe.get(GET_QUEUE_NUM)).as("still served").isEqualTo(QUEUES);
-            assertThatThrownBy(() -> FileCalls.ftruncate(ram, 0)).as("a sealed memfd cannot be cut under the server")
+            assertThatThrownBy(() -> FileCalls.ftruncate(ramFd, 0)).as("a sealed memfd cannot be cut under the server")
                     .isInstanceOf(NativeException.class);
         } finally {
             Libc.close(unsealed);
@@ -655,7 +620,7 @@ class VhostUserBlkServerTest {
     void removingAnUnknownRegionIsAnErrorReplyAndAKnownOneIsUnmapped() throws Exception {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             realize(fe, false);
-            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ram)).isZero();
+            assertThat(fe.acked(ADD_MEM_REG, fe.memRegion(0, LOW, uaddr, 0), ramFd)).isZero();
             assertThat(fe.acked(REM_MEM_REG, fe.memRegion(0, LOW + 4096, uaddr, 0))).isNotZero();
             assertLogged("REM_MEM_REG(38) refused", "no region at guest 0x0", "size 0xa1000");
             assertThat(ramMappings()).isEqualTo(2);

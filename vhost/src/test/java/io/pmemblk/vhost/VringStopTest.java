@@ -1,33 +1,23 @@
 package io.pmemblk.vhost;
 
-import io.pmemblk.vhost.testing.EventFds;
-import io.pmemblk.vhost.testing.LogCapture;
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.Libc;
-import io.pmemblk.posix.NativeException;
-import io.pmemblk.posix.SharedMemory;
-import io.pmemblk.queueing.BlockLayer;
-import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.queueing.testing.Waits;
 import io.pmemblk.vhost.testing.BlkGuest;
 import io.pmemblk.vhost.testing.BlkGuest.Sent;
 import io.pmemblk.vhost.testing.GuestDriver;
 import io.pmemblk.vhost.testing.GuestDriver.Buf;
 import io.pmemblk.vhost.testing.GuestRam;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.io.TempDir;
 
 import java.io.IOException;
-import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteOrder;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
@@ -45,7 +35,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
  * resumes it; and a vhost.queue-size no request fits in is refused. The guest is {@link BlkGuest} over a memfd that
  * the server maps as QEMU's guest RAM.
  */
-class VringStopTest {
+class VringStopTest extends ServedMemoryDisk {
     static final long MIB = 1 << 20, DISK = 4 * MIB;
     static final int RING = 64;
     /** The stop bound the server once had (VhostBlkQueue's 10 s drain): a FLUSH held longer than it. */
@@ -53,43 +43,20 @@ class VringStopTest {
     /** What QEMU 7.2 acks for a Linux guest (note section 3C), bit 30 included. */
     static final long LINUX_ACK = 0x170007e46L;
 
-    @TempDir
-    Path dir;
-    Path socket;
-    MemoryBlockDriver driver;
-    BlockLayer layer;
-    VhostUserBlkServer server;
-    int ramFd;
-    final Arena arena = Arena.ofShared();
     GuestRam ram;
-    final LogCapture logs = new LogCapture("io.pmemblk.vhost");
-    final List<String> log = logs.lines();
-    final EventFds eventFds = new EventFds();
+    /** The guest's vring 0 and the virtio-blk driver over it, its data area from 0x40000 to the end of RAM. */
+    GuestDriver ring;
+    BlkGuest guest;
 
-    @BeforeEach
-    void start() throws IOException {
-        logs.start();
-        socket = dir.resolve("vhost.sock");
-        driver = new MemoryBlockDriver(DISK);
-        layer = new BlockLayer(driver, 1, 8, 1L << 18, 1 << 17);
-        server = new VhostUserBlkServer(new VhostUserBlkConfig(socket, 1, 128), layer);
-        server.start();
-        long bytes = GuestRam.bytesFor(0, MIB);
-        ramFd = SharedMemory.memfd("guest-ram", bytes);
-        SharedMemory.seal(ramFd); // as QEMU's memory-backend-memfd (seal=on, its default): the server requires it
-        ram = new GuestRam(null, SharedMemory.map(ramFd, 0, bytes, arena), 0, MIB);
+    VringStopTest() {
+        super(new Sizes(DISK, 1, 1, 128, GuestRam.bytesFor(0, MIB)));
     }
 
-    @AfterEach
-    void stop() throws Exception {
-        driver.releaseHeld();
-        server.close();
-        eventFds.close();
-        Libc.close(ramFd);
-        arena.close();
-        layer.close();
-        driver.close();
-        logs.stop();
+    @BeforeEach
+    void start() {
+        ram = new GuestRam(null, ramView, 0, MIB);
+        ring = new GuestDriver(ram, RING, 0x10000);
+        guest = new BlkGuest(ring, 0x40000, MIB);
     }
 
     /** /proc/self/maps lines of the guest RAM memfd: the test's own mapping, plus the server's while it has one. */
@@ -118,6 +85,18 @@ class VringStopTest {
         return kick;
     }
 
+    /**
+     * Starts vring 0 (enabled, {@code call} its call fd) and kicks in a FLUSH for the disk to hold (the test said
+     * {@code driver.hold()}); returns the FLUSH once the disk holds it.
+     */
+    private Sent heldFlush(TestFrontEnd fe, GuestDriver ring, BlkGuest guest, EventFd call) throws Exception {
+        EventFd kick = startRing(fe, ring, 0, call, true);
+        Sent flush = guest.send(BlkGuest.FLUSH, 0, null, 0, 1, false);
+        kick.signal();
+        assertThat(driver.awaitHeld(1, Waits.BOUND.toMillis())).isTrue();
+        return flush;
+    }
+
     /** The guest's answers until {@code n} more have come (bounded). */
     private static Map<Integer, Integer> awaitAnswers(BlkGuest guest, int n) throws InterruptedException {
         Map<Integer, Integer> got = new HashMap<>();
@@ -142,8 +121,6 @@ class VringStopTest {
      */
     @Test
     void getVringBaseWaitsForAFlushSlowerThanTheOldStopBoundAndTheRestartRunsNothingTwice() throws Exception {
-        GuestDriver ring = new GuestDriver(ram, RING, 0x10000);
-        BlkGuest guest = new BlkGuest(ring, 0x40000, MIB);
         EventFd call = eventFds.create();
         try (TestFrontEnd fe = connect()) {
             EventFd kick = startRing(fe, ring, 0, call, true);
@@ -201,10 +178,7 @@ class VringStopTest {
             BlkGuest guest = new BlkGuest(ring, 0x40000, MIB);
             driver.hold();
             try (TestFrontEnd fe = connect()) {
-                EventFd kick = startRing(fe, ring, 0, eventFds.create(), true);
-                guest.send(BlkGuest.FLUSH, 0, null, 0, 1, false);
-                kick.signal();
-                assertThat(driver.awaitHeld(1, Waits.BOUND.toMillis())).isTrue();
+                heldFlush(fe, ring, guest, eventFds.create());
                 if (round != 1) {
                     fe.send(GET_VRING_BASE, 0, fe.state(0, 0));
                     fe.assertSilentFor(300, "GET_VRING_BASE while the FLUSH is in flight");
@@ -236,8 +210,6 @@ class VringStopTest {
      */
     @Test
     void aFlushLeftInFlightByAGoneFrontEndIsResubmittedFromTheInflightRegionAndAnsweredOnce() throws Exception {
-        GuestDriver ring = new GuestDriver(ram, RING, 0x10000);
-        BlkGuest guest = new BlkGuest(ring, 0x40000, MIB);
         EventFd call = eventFds.create();
         int[] inflightFd = new int[1];
         MemorySegment inflight;
@@ -251,10 +223,7 @@ class VringStopTest {
             inflight = arena.allocate(INFLIGHT_SIZE);
             inflight.copyFrom(fe.reply(GET_INFLIGHT_FD, inflightFd).payload());
             fe.send(SET_INFLIGHT_FD, 0, inflight, inflightFd[0]);
-            EventFd kick = startRing(fe, ring, 0, call, true);
-            flush = guest.send(BlkGuest.FLUSH, 0, null, 0, 1, false);
-            kick.signal();
-            assertThat(driver.awaitHeld(1, Waits.BOUND.toMillis())).isTrue();
+            flush = heldFlush(fe, ring, guest, call);
         }
         try {
             assertThat(server.awaitDisconnected(Duration.ofSeconds(5))).as("the session ended").isTrue();
@@ -285,14 +254,9 @@ class VringStopTest {
     /** The server closes while GET_VRING_BASE waits: the session ends without an answer (never a stale one). */
     @Test
     void aServerClosingWhileGetVringBaseWaitsEndsTheSessionWithoutAnAnswer() throws Exception {
-        GuestDriver ring = new GuestDriver(ram, RING, 0x10000);
-        BlkGuest guest = new BlkGuest(ring, 0x40000, MIB);
         driver.hold();
         try (TestFrontEnd fe = connect()) {
-            EventFd kick = startRing(fe, ring, 0, eventFds.create(), true);
-            guest.send(BlkGuest.FLUSH, 0, null, 0, 1, false);
-            kick.signal();
-            assertThat(driver.awaitHeld(1, Waits.BOUND.toMillis())).isTrue();
+            heldFlush(fe, ring, guest, eventFds.create());
             fe.send(GET_VRING_BASE, 0, fe.state(0, 0));
             fe.assertSilentFor(300, "GET_VRING_BASE while the FLUSH is in flight");
             long from = System.nanoTime();
@@ -311,8 +275,6 @@ class VringStopTest {
      */
     @Test
     void aDisabledRingIsNotProcessedUntilItIsEnabled() throws Exception {
-        GuestDriver ring = new GuestDriver(ram, RING, 0x10000);
-        BlkGuest guest = new BlkGuest(ring, 0x40000, MIB);
         EventFd call = eventFds.create();
         try (TestFrontEnd fe = connect()) {
             EventFd kick = startRing(fe, ring, 0, call, false);

@@ -5,11 +5,11 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.testing.Futures;
+import io.pmemblk.dma.testing.HeldDescriptor;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.LockSupport;
 import org.junit.jupiter.api.AfterEach;
@@ -42,6 +42,26 @@ class SoftIoatDeviceLinuxTest {
             ring.set(FIELD_U64, i * DESC_BYTES + DESC_NEXT, iova + ((i + 1) % n) * DESC_BYTES);
         }
         return iova;
+    }
+
+    /**
+     * What a driver gives channel 0: a ring of {@code n} descriptors linked in a circle and its completion word,
+     * both mapped in {@code space}.
+     */
+    private class RingMemory {
+        final IovaSpace space;
+        final MemorySegment ring;
+        final MemorySegment word;
+        final long ringIova;
+        final long wordIova;
+
+        RingMemory(IovaSpace space, int n) {
+            this.space = space;
+            ring = arena.allocate(n * DESC_BYTES, 64);
+            word = arena.allocate(8, 8);
+            ringIova = ring(space, ring, n);
+            wordIova = space.map(word);
+        }
     }
 
     private static void descriptor(MemorySegment ring, int slot, long size, int control, long src, long dst) {
@@ -81,32 +101,29 @@ class SoftIoatDeviceLinuxTest {
     void chainaddrAndChancmpTakeTwo32BitWritesLowThenHigh() {
         IovaSpace space = new IovaSpace(HIGH_BASE);
         dev = new SoftIoatDevice(space, 1, 12);
-        MemorySegment ring = arena.allocate(4 * DESC_BYTES, 64);
-        MemorySegment word = arena.allocate(8, 8);
+        RingMemory m = new RingMemory(space, 4);
         MemorySegment buf = arena.allocate(8192, 4096);
-        long ringIova = ring(space, ring, 4);
-        long wordIova = space.map(word);
         long bufIova = space.map(buf);
-        assertThat(ringIova >>> 32).as("the ring lies above 4 GiB").isNotZero();
+        assertThat(m.ringIova >>> 32).as("the ring lies above 4 GiB").isNotZero();
         for (int i = 0; i < 4096; i++) {
             buf.set(ValueLayout.JAVA_BYTE, i, (byte) (i * 7 + 1));
         }
         dev.write8(CH + CHANCMD, CHANCMD_RESET);
         dev.write16(CH + CHANCTRL, CHANCTRL_RUN);
-        dev.write32(CH + CHANCMP, (int) wordIova);
-        dev.write32(CH + CHANCMP + 4, (int) (wordIova >>> 32));
-        dev.write32(CH + CHAINADDR, (int) ringIova);
-        dev.write32(CH + CHAINADDR + 4, (int) (ringIova >>> 32));
-        assertThat(dev.read64(CH + CHAINADDR)).isEqualTo(ringIova);
-        assertThat(Integer.toUnsignedLong(dev.read32(CH + CHAINADDR + 4))).isEqualTo(ringIova >>> 32);
-        assertThat(dev.read64(CH + CHANCMP)).isEqualTo(wordIova);
-        descriptor(ring, 0, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, bufIova, bufIova + 4096);
+        dev.write32(CH + CHANCMP, (int) m.wordIova);
+        dev.write32(CH + CHANCMP + 4, (int) (m.wordIova >>> 32));
+        dev.write32(CH + CHAINADDR, (int) m.ringIova);
+        dev.write32(CH + CHAINADDR + 4, (int) (m.ringIova >>> 32));
+        assertThat(dev.read64(CH + CHAINADDR)).isEqualTo(m.ringIova);
+        assertThat(Integer.toUnsignedLong(dev.read32(CH + CHAINADDR + 4))).isEqualTo(m.ringIova >>> 32);
+        assertThat(dev.read64(CH + CHANCMP)).isEqualTo(m.wordIova);
+        descriptor(m.ring, 0, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, bufIova, bufIova + 4096);
         dev.write16(CH + DMACOUNT, 1);
-        awaitWord(word, ringIova | CHANSTS_IDLE, dev);
+        awaitWord(m.word, m.ringIova | CHANSTS_IDLE, dev);
         assertThat(MemorySegment.mismatch(buf, 0, 4096, buf, 4096, 8192)).isEqualTo(-1);
         assertThat(dev.bytesCopied()).isEqualTo(4096);
         assertThat(Integer.toUnsignedLong(dev.read32(CH + CHANSTS + 4))).as("CHANSTS's upper half")
-                .isEqualTo(ringIova >>> 32);
+                .isEqualTo(m.ringIova >>> 32);
     }
 
     /**
@@ -125,21 +142,18 @@ class SoftIoatDeviceLinuxTest {
                 return stalled[0];
             }
         });
-        MemorySegment ring = arena.allocate(2 * DESC_BYTES, 64);
-        MemorySegment word = arena.allocate(8, 8);
-        long ringIova = ring(space, ring, 2);
-        long wordIova = space.map(word);
-        arm(wordIova, ringIova);
+        RingMemory m = new RingMemory(space, 2);
+        arm(m.wordIova, m.ringIova);
         assertThat(dev.read64(CH + CHANSTS) & CHANSTS_STATUS_MASK).isEqualTo(CHANSTS_ARMED);
-        descriptor(ring, 0, NULL_DESC_SIZE, CTRL_NULL | CTRL_COMPLETION_UPDATE, 0, 0);
+        descriptor(m.ring, 0, NULL_DESC_SIZE, CTRL_NULL | CTRL_COMPLETION_UPDATE, 0, 0);
         dev.write16(CH + DMACOUNT, 1);
         assertThat(dev.read64(CH + CHANSTS) & CHANSTS_STATUS_MASK).as("work pending, engine not run yet")
                 .isEqualTo((long) CHANSTS_ACTIVE);
         assertThat(dev.descriptorsCompleted(0)).isZero();
         stalled[0] = false;
         dev.wake(0);
-        awaitWord(word, ringIova | CHANSTS_IDLE, dev);
-        assertThat(dev.read64(CH + CHANSTS)).isEqualTo(ringIova | CHANSTS_IDLE);
+        awaitWord(m.word, m.ringIova | CHANSTS_IDLE, dev);
+        assertThat(dev.read64(CH + CHANSTS)).isEqualTo(m.ringIova | CHANSTS_IDLE);
     }
 
     /**
@@ -151,14 +165,11 @@ class SoftIoatDeviceLinuxTest {
     void aDeviceResetClearsWhatTheLastDriverLeftAndTheNextOneStarts() {
         IovaSpace space = new IovaSpace();
         dev = new SoftIoatDevice(space, 2, 12);
-        MemorySegment ring = arena.allocate(2 * DESC_BYTES, 64);
-        MemorySegment word = arena.allocate(8, 8);
-        long ringIova = ring(space, ring, 2);
-        long wordIova = space.map(word);
+        RingMemory m = new RingMemory(space, 2);
         dev.write8(INTRCTRL, INTRCTRL_MASTER_INT_EN);
-        arm(wordIova, 0x40); // not memory
+        arm(m.wordIova, 0x40); // not memory
         dev.write16(CH + DMACOUNT, 1);
-        awaitWord(word, CHANSTS_HALTED, dev);
+        awaitWord(m.word, CHANSTS_HALTED, dev);
         assertThat(dev.read32(CH + CHANERR)).isEqualTo(CHANERR_CHAIN_ADDR_VALUE);
 
         dev.reset();
@@ -169,13 +180,13 @@ class SoftIoatDeviceLinuxTest {
         assertThat(dev.read16(CH + DMACOUNT)).isZero();
         assertThat(dev.intrctrl()).as("interrupts off until a driver turns them on").isZero();
 
-        word.set(FIELD_U64, 0, 0);
+        m.word.set(FIELD_U64, 0, 0);
         dev.write16(CH + CHANCTRL, CHANCTRL_RUN);
-        dev.write64(CH + CHANCMP, wordIova);
-        dev.write64(CH + CHAINADDR, ringIova);
-        descriptor(ring, 0, NULL_DESC_SIZE, CTRL_NULL | CTRL_COMPLETION_UPDATE, 0, 0);
+        dev.write64(CH + CHANCMP, m.wordIova);
+        dev.write64(CH + CHAINADDR, m.ringIova);
+        descriptor(m.ring, 0, NULL_DESC_SIZE, CTRL_NULL | CTRL_COMPLETION_UPDATE, 0, 0);
         dev.write16(CH + DMACOUNT, 1);
-        awaitWord(word, ringIova | CHANSTS_IDLE, dev);
+        awaitWord(m.word, m.ringIova | CHANSTS_IDLE, dev);
     }
 
     /**
@@ -186,48 +197,29 @@ class SoftIoatDeviceLinuxTest {
     @Test
     void fenceWaitsForTheDescriptorInFlight() throws Exception {
         IovaSpace space = new IovaSpace();
-        CountDownLatch inFlight = new CountDownLatch(1);
-        CountDownLatch release = new CountDownLatch(1);
-        dev = new SoftIoatDevice(space, 1, 12, new SoftFaults() {
-            @Override
-            public int failDescriptor(int channel) {
-                inFlight.countDown();
-                try {
-                    release.await(30, TimeUnit.SECONDS);
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                }
-                return 0;
-            }
-        });
-        MemorySegment ring = arena.allocate(2 * DESC_BYTES, 64);
-        MemorySegment word = arena.allocate(8, 8);
-        long ringIova = ring(space, ring, 2);
-        long wordIova = space.map(word);
-        arm(wordIova, ringIova);
-        descriptor(ring, 0, NULL_DESC_SIZE, CTRL_NULL | CTRL_COMPLETION_UPDATE, 0, 0);
+        HeldDescriptor held = new HeldDescriptor();
+        dev = new SoftIoatDevice(space, 1, 12, held);
+        RingMemory m = new RingMemory(space, 2);
+        arm(m.wordIova, m.ringIova);
+        descriptor(m.ring, 0, NULL_DESC_SIZE, CTRL_NULL | CTRL_COMPLETION_UPDATE, 0, 0);
         dev.write16(CH + DMACOUNT, 1);
-        assertThat(inFlight.await(10, TimeUnit.SECONDS)).as("the engine took the descriptor").isTrue();
+        assertThat(held.awaitTaken(10, TimeUnit.SECONDS)).as("the engine took the descriptor").isTrue();
         CompletableFuture<Void> fence = CompletableFuture.runAsync(dev::fence);
         boolean early = Futures.doneWithin(fence, 300);
         assertThat(early).as("fence returned while a descriptor was in flight").isFalse();
-        release.countDown();
+        held.release();
         fence.get(10, TimeUnit.SECONDS);
-        assertThat(word.get(FIELD_U64, 0)).as("the descriptor finished before the fence returned")
-                .isEqualTo(ringIova | CHANSTS_IDLE);
+        assertThat(m.word.get(FIELD_U64, 0)).as("the descriptor finished before the fence returned")
+                .isEqualTo(m.ringIova | CHANSTS_IDLE);
     }
 
     /** A device with XOR and PQ, a ring of 8, a completion word and a 64 KiB buffer of pseudo-random bytes. */
-    private final class Raid {
-        final IovaSpace space = new IovaSpace();
-        final MemorySegment ring = arena.allocate(8 * DESC_BYTES, 64);
-        final MemorySegment word = arena.allocate(8, 8);
+    private final class Raid extends RingMemory {
         final MemorySegment buf = arena.allocate(64 << 10, 4096);
-        final long ringIova = ring(space, ring, 8);
-        final long wordIova = space.map(word);
         final long bufIova = space.map(buf);
 
         Raid() {
+            super(new IovaSpace(), 8);
             dev = new SoftIoatDevice(space, 1, 12, SoftFaults.NONE, n -> new io.pmemblk.dma.SoftInterrupt(),
                     DMACAP_XOR | DMACAP_PQ);
             java.util.Random r = new java.util.Random(43);
@@ -360,15 +352,12 @@ class SoftIoatDeviceLinuxTest {
     void withoutTheCapabilityRaidDescriptorsHaltWithControl() {
         IovaSpace space = new IovaSpace();
         dev = new SoftIoatDevice(space, 1, 12);
-        MemorySegment ring = arena.allocate(2 * DESC_BYTES, 64);
-        MemorySegment word = arena.allocate(8, 8);
-        long ringIova = ring(space, ring, 2);
-        long wordIova = space.map(word);
+        RingMemory m = new RingMemory(space, 2);
         assertThat(dev.read32(DMACAPABILITY)).isZero();
-        arm(wordIova, ringIova);
-        descriptor(ring, 0, 64, OP_XOR << CTRL_OP_SHIFT, 0, 0);
+        arm(m.wordIova, m.ringIova);
+        descriptor(m.ring, 0, 64, OP_XOR << CTRL_OP_SHIFT, 0, 0);
         dev.write16(CH + DMACOUNT, 1);
-        awaitWord(word, CHANSTS_HALTED, dev);
+        awaitWord(m.word, CHANSTS_HALTED, dev);
         assertThat(dev.read32(CH + CHANERR)).isEqualTo(CHANERR_CONTROL);
     }
 }

@@ -6,6 +6,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.posix.FileCalls;
 import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.NativeException;
 import io.pmemblk.posix.SharedMemory;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -93,6 +94,38 @@ class SoftIoatDeviceTest {
     }
 
     /**
+     * An 8 KiB memfd mapped in the device's IOVA space, then truncated under its mapping (as a vfio-user client can
+     * do to a memfd it mapped): every page of the mapping faults. Closing unmaps it and closes the file.
+     */
+    private final class TruncatedFile implements AutoCloseable {
+        final int fd;
+        final Arena mapping = Arena.ofShared();
+        final long iova;
+
+        TruncatedFile(String name) throws NativeException {
+            fd = SharedMemory.memfd(name, 8192);
+            try {
+                iova = space.map(SharedMemory.map(fd, 0, 8192, mapping));
+                FileCalls.ftruncate(fd, 0);
+            } catch (RuntimeException | NativeException e) {
+                mapping.close();
+                Libc.close(fd);
+                throw e;
+            }
+        }
+
+        @Override
+        public void close() throws NativeException {
+            try {
+                space.unmap(iova);
+                mapping.close();
+            } finally {
+                Libc.close(fd);
+            }
+        }
+    }
+
+    /**
      * A copy out of or into a mapped file truncated under it (an engine thread that died of the fault would leave
      * DMA-routed I/O and SIGTERM hung): the channel halts with READ_DATA (source) or WRITE_DATA (destination),
      * nothing completed, as hardware halts on a failed memory access; the engine thread lives, and after the
@@ -100,19 +133,15 @@ class SoftIoatDeviceTest {
      */
     @Test
     void aCopyOutOfOrIntoATruncatedMappingHaltsWithADataErrorAndTheEngineServesOn() throws Exception {
-        int fd = SharedMemory.memfd("soft-ioat-truncated", 8192);
-        try (Arena files = Arena.ofShared()) {
-            MemorySegment file = SharedMemory.map(fd, 0, 8192, files);
-            long fileIova = space.map(file);
-            FileCalls.ftruncate(fd, 0); // every page of the mapping now faults
+        try (TruncatedFile file = new TruncatedFile("soft-ioat-truncated")) {
             arm();
-            descriptor(0, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, fileIova + 4096, bufIova + 8192);
+            descriptor(0, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, file.iova + 4096, bufIova + 8192);
             doorbellThenHalt(1, 0, CHANERR_READ_DATA);
             assertThat(buf.get(ValueLayout.JAVA_BYTE, 8192)).as("nothing copied").isZero();
             assertThat(dev.engineCpuTimeNanos(0)).as("the engine thread lives").isNotNegative();
             dev.write32(CH + CHANERR, CHANERR_READ_DATA);
             arm();
-            descriptor(0, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, bufIova, fileIova);
+            descriptor(0, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, bufIova, file.iova);
             doorbellThenHalt(1, 0, CHANERR_WRITE_DATA);
             dev.write32(CH + CHANERR, CHANERR_WRITE_DATA);
             arm();
@@ -120,9 +149,6 @@ class SoftIoatDeviceTest {
             dev.write16(CH + DMACOUNT, 1);
             awaitWord(ringIova | CHANSTS_IDLE);
             assertThat(MemorySegment.mismatch(buf, 0, 4096, buf, 8192, 8192 + 4096)).as("the next copy ran").isEqualTo(-1);
-            space.unmap(fileIova);
-        } finally {
-            Libc.close(fd);
         }
     }
 
@@ -134,15 +160,11 @@ class SoftIoatDeviceTest {
      */
     @Test
     void aRingInATruncatedFileHaltsWithReadDataAndTheEngineLives() throws Exception {
-        int fd = SharedMemory.memfd("soft-ioat-truncated-ring", 8192);
-        try (Arena files = Arena.ofShared()) {
-            MemorySegment file = SharedMemory.map(fd, 0, 8192, files);
-            long fileIova = space.map(file);
-            FileCalls.ftruncate(fd, 0);
+        try (TruncatedFile file = new TruncatedFile("soft-ioat-truncated-ring")) {
             dev.write8(CH + CHANCMD, CHANCMD_RESET);
             dev.write16(CH + CHANCTRL, CHANCTRL_RUN);
-            dev.write64(CH + CHANCMP, fileIova + 4096); // the completion word is in the lost file too
-            dev.write64(CH + CHAINADDR, fileIova);
+            dev.write64(CH + CHANCMP, file.iova + 4096); // the completion word is in the lost file too
+            dev.write64(CH + CHAINADDR, file.iova);
             dev.write16(CH + DMACOUNT, 1);
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
             while ((dev.read64(CH + CHANSTS) & CHANSTS_STATUS_MASK) != CHANSTS_HALTED) {
@@ -155,9 +177,6 @@ class SoftIoatDeviceTest {
             descriptor(0, NULL_DESC_SIZE, CTRL_NULL | CTRL_COMPLETION_UPDATE, 0, 0);
             dev.write16(CH + DMACOUNT, 1);
             awaitWord(ringIova | CHANSTS_IDLE);
-            space.unmap(fileIova);
-        } finally {
-            Libc.close(fd);
         }
     }
 

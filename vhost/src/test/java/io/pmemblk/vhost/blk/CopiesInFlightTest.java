@@ -12,9 +12,8 @@ import io.pmemblk.pmem.Routing;
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.queueing.BlockDriver;
 import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.ForwardingBlockDriver;
 import io.pmemblk.queueing.FrontendQueue;
-import io.pmemblk.queueing.HardwareQueue;
-import io.pmemblk.queueing.Request;
 import io.pmemblk.queueing.testing.Closing;
 import io.pmemblk.queueing.testing.Waits;
 import io.pmemblk.vhost.testing.BlkGuest;
@@ -24,9 +23,6 @@ import io.pmemblk.vhost.testing.GuestRam;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
-import java.io.IOException;
-import java.lang.foreign.Arena;
-import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.file.Path;
 import java.util.Arrays;
@@ -171,39 +167,13 @@ class CopiesInFlightTest {
     }
 
     /** The pmem driver, its reapCompletions calls counted: the work a queue thread does per turn of its loop. */
-    private static final class CountingReaps implements BlockDriver {
+    private static final class CountingReaps extends ForwardingBlockDriver {
         final AtomicLong calls = new AtomicLong();
         final AtomicLong onQueueThread = new AtomicLong();
-        private final BlockDriver d;
 
         CountingReaps(BlockDriver d) {
-            this.d = d;
+            super(d);
         }
-
-        @Override public long size() { return d.size(); }
-        @Override public boolean isPmem() { return d.isPmem(); }
-        @Override public boolean isReadOnly() { return d.isReadOnly(); }
-        @Override public boolean canFlush() { return d.canFlush(); }
-        @Override public boolean canFua() { return d.canFua(); }
-        @Override public boolean canTrim() { return d.canTrim(); }
-        @Override public boolean canZero() { return d.canZero(); }
-        @Override public boolean canFastZero() { return d.canFastZero(); }
-        @Override public boolean canCache() { return d.canCache(); }
-        @Override public boolean isRotational() { return d.isRotational(); }
-        @Override public boolean canMultiConn() { return d.canMultiConn(); }
-        @Override public int minimumBlockSize() { return d.minimumBlockSize(); }
-        @Override public void attachQueue(HardwareQueue queue) { d.attachQueue(queue); }
-        @Override public void queueRequests(int hwq, Request[] batch, int count) { d.queueRequests(hwq, batch, count); }
-        @Override public int startReaping(int hwq) { return d.startReaping(hwq); }
-        @Override public void stopReaping(int hwq) { d.stopReaping(hwq); }
-        @Override public boolean receivesInPlace(long offset, long length) { return d.receivesInPlace(offset, length); }
-        @Override public boolean sendsInPlace(long offset, long length) { return d.sendsInPlace(offset, length); }
-        @Override public void receiveInPlace(Request r) { d.receiveInPlace(r); }
-        @Override public long registerMemory(MemorySegment region) { return d.registerMemory(region); }
-        @Override public void unregisterMemory(MemorySegment region) { d.unregisterMemory(region); }
-        @Override public MemorySegment allocateBuffers(long bytes, Arena owner) { return d.allocateBuffers(bytes, owner); }
-        @Override public void persistAll() throws IOException { d.persistAll(); }
-        @Override public void close() throws IOException { d.close(); }
 
         @Override
         public int reapCompletions(int hwq) {
@@ -211,7 +181,7 @@ class CopiesInFlightTest {
             if (Thread.currentThread().getName().startsWith("vhost-blk-q")) {
                 onQueueThread.incrementAndGet();
             }
-            return d.reapCompletions(hwq);
+            return device.reapCompletions(hwq);
         }
     }
 }

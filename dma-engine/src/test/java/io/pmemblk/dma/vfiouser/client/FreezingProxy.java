@@ -28,10 +28,7 @@ final class FreezingProxy implements AutoCloseable {
     FreezingProxy(Path socket, Path device) throws NativeException {
         this.device = device;
         this.listenFd = Sockets.unixStreamSocket();
-        try (Arena a = Arena.ofConfined()) {
-            Sockets.bind(listenFd, Sockets.unixAddress(socket.toString(), a));
-        }
-        Sockets.listen(listenFd, 4);
+        Sockets.listen(listenFd, socket.toString(), 4);
         this.acceptor = Thread.ofPlatform().daemon().name("proxy-accept").start(this::accept);
     }
 

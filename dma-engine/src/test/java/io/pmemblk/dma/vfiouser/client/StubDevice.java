@@ -41,10 +41,7 @@ final class StubDevice implements AutoCloseable {
     StubDevice(Path socket, Script script) throws NativeException {
         this.script = script;
         this.listenFd = Sockets.unixStreamSocket();
-        try (Arena a = Arena.ofConfined()) {
-            Sockets.bind(listenFd, Sockets.unixAddress(socket.toString(), a));
-        }
-        Sockets.listen(listenFd, 1);
+        Sockets.listen(listenFd, socket.toString(), 1);
         this.thread = Thread.ofPlatform().daemon().name("stub-vfio-user").start(this::serve);
     }
 

@@ -13,6 +13,7 @@ import io.pmemblk.dma.vfiouser.client.VfioUserEngine;
 import io.pmemblk.dma.vfiouser.client.VfioUserIovaSpace;
 import io.pmemblk.dma.vfiouser.client.VfioUserMmio;
 import io.pmemblk.dma.testing.Futures;
+import io.pmemblk.dma.testing.HeldDescriptor;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -24,7 +25,6 @@ import java.util.HashSet;
 import java.util.Set;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.LockSupport;
@@ -356,22 +356,7 @@ class IoatVfioUserDeviceTest {
     @Test
     void anUnmapWaitsForTheDescriptorInFlightWhichThenFindsItsSourceGone() throws Exception {
         Path sock = dir.resolve("ioat.sock");
-        CountDownLatch inFlight = new CountDownLatch(1);
-        CountDownLatch release = new CountDownLatch(1);
-        SoftFaults holdFirst = new SoftFaults() {
-            @Override
-            public int failDescriptor(int channel) {
-                if (inFlight.getCount() > 0) {
-                    inFlight.countDown();
-                    try {
-                        release.await(30, TimeUnit.SECONDS);
-                    } catch (InterruptedException e) {
-                        Thread.currentThread().interrupt();
-                    }
-                }
-                return 0;
-            }
-        };
+        HeldDescriptor holdFirst = new HeldDescriptor();
         try (IoatVfioUserDevice dev = IoatVfioUserDevice.start(sock, 1, 20, holdFirst);
              RawDriver drv = new RawDriver(sock)) {
             MemorySegment data = drv.space.allocate(1 << 20, 4096, drv.arena);
@@ -381,11 +366,11 @@ class IoatVfioUserDeviceTest {
             drv.arm(drv.ringIova);
             drv.descriptor(0, 1 << 20, OP_COPY | CTRL_COMPLETION_UPDATE, dataIova, outIova);
             drv.bar.write16(CH + DMACOUNT, 1);
-            assertThat(inFlight.await(10, TimeUnit.SECONDS)).as("the engine took the descriptor").isTrue();
+            assertThat(holdFirst.awaitTaken(10, TimeUnit.SECONDS)).as("the engine took the descriptor").isTrue();
             CompletableFuture<Void> unmap = CompletableFuture.runAsync(() -> drv.space.unmap(dataIova));
             boolean early = Futures.doneWithin(unmap, 300);
             assertThat(early).as("the unmap waited for the descriptor in flight").isFalse();
-            release.countDown();
+            holdFirst.release();
             unmap.get(10, TimeUnit.SECONDS);
             assertThat(drv.awaitHalt()).isEqualTo(CHANERR_SRC_ADDR);
             assertThat(dev.iovaSpace().regions()).as("control and output regions left").isEqualTo(2);
