@@ -8,7 +8,7 @@ import io.pmemblk.dma.Mmio;
 import io.pmemblk.dma.Recorder;
 import io.pmemblk.dma.soft.SoftFaults;
 import io.pmemblk.dma.soft.SoftIoatDevice;
-import io.pmemblk.dma.testing.HeldEngine;
+import io.pmemblk.dma.testing.HeldDescriptor;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -76,13 +76,13 @@ class DoorbellPageTest {
 
     @Test
     void anAwakeEngineTakesTheDoorbellFromThePageWithoutARegisterWrite() throws Exception {
-        HeldEngine held = new HeldEngine();
+        HeldDescriptor held = HeldDescriptor.later();
         try (Paged p = new Paged(held); IoatChannel ch = p.channel()) {
             assertThat(ch.doorbellPage()).isTrue();
             p.buf.asSlice(0, 4096).fill((byte) 7);
             held.hold();
             p.copy(ch, 0, 8192, 4096, "first"); // the engine may be asleep: this one may write the register
-            held.awaitInside();
+            held.awaitTaken();
             long registerBefore = p.dev.registerDoorbells(0);
             for (int i = 1; i <= 20; i++) {
                 p.copy(ch, 0, 8192 + 4096L * i, 4096, i);

@@ -6,7 +6,6 @@ import static org.assertj.core.api.Assertions.assertThat;
 import io.pmemblk.dma.DmaChannel;
 import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.soft.SoftFaults;
-import io.pmemblk.dma.testing.HeldEngine;
 import io.pmemblk.dma.vfio.VfioAbi;
 import io.pmemblk.dma.vfiouser.client.VfioUserConnection;
 import io.pmemblk.dma.vfiouser.client.VfioUserEngine;
@@ -142,7 +141,7 @@ class IoatVfioUserDeviceTest {
     @Test
     void whileTheEngineIsBusyTheClientRingsInTheMappedDoorbellPageNotTheSocket() throws Exception {
         Path sock = dir.resolve("ioat.sock");
-        HeldEngine held = new HeldEngine();
+        HeldDescriptor held = HeldDescriptor.later();
         try (IoatVfioUserDevice dev = IoatVfioUserDevice.start(sock, 1, 20, held);
              DmaEngine engine = VfioUserEngine.open(sock.toString(), 64, TIMEOUT); Arena arena = Arena.ofShared()) {
             BlockingQueue<Object> done = new LinkedBlockingQueue<>();
@@ -154,7 +153,7 @@ class IoatVfioUserDeviceTest {
             held.hold();
             assertThat(channel.place(b, b + 4096, 4096, 0)).isTrue();
             channel.submit();
-            held.awaitInside();
+            held.awaitTaken();
             long registerBefore = dev.model().registerDoorbells(0);
             for (int i = 1; i <= 16; i++) {
                 assertThat(channel.place(b, b + 4096L * (i + 1), 4096, i)).isTrue();
