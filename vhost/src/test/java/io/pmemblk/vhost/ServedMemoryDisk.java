@@ -8,6 +8,7 @@ import io.pmemblk.vhost.testing.EventFds;
 import io.pmemblk.vhost.testing.LogCapture;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 
 import java.io.IOException;
@@ -24,6 +25,7 @@ import static org.assertj.core.api.Assertions.assertThat;
  * default: the server requires it), mapped for the test's own view. Started before each test, stopped after it,
  * with whatever the disk still holds released first so that no request outlives the test.
  */
+@Timeout(60) // a server that refuses the guest's memory leaves a test waiting on an eventfd: it fails instead
 abstract class ServedMemoryDisk {
     @TempDir
     Path dir;
