@@ -45,6 +45,12 @@ final class BlkAnswers {
      * its own queue thread waits, never the engine that serves every other client.
      */
     private volatile boolean callDue;
+    /**
+     * Set by the queue thread while it sleeps with the guest's kicks off ({@link VhostBlkQueue}, KICKLESS_IN_FLIGHT):
+     * it takes the guest's new requests only when woken, so every completion made elsewhere wakes it, the guest's
+     * interrupt due or not.
+     */
+    private volatile boolean wakeOnEvery;
     private boolean signalFailed;
 
     /**
@@ -135,13 +141,18 @@ final class BlkAnswers {
             } else {
                 statusMapping[head].set(ValueLayout.JAVA_BYTE, statusOffset[head], status);
                 signal = vq.push(head, usedLen);
-                if (signal && !queueThread && call != null) {
+                boolean handOff = signal && !queueThread && call != null;
+                if (handOff) {
                     callDue = true;
+                }
+                if (handOff || !queueThread && wakeOnEvery) {
                     try {
                         wake.signal(); // never blocks: ours, non-blocking (EAGAIN, a full counter, is a wake pending)
                     } catch (RuntimeException e) {
                         LOG.log(System.Logger.Level.DEBUG, "vhost-blk-q" + index + ": waking the queue thread: " + e);
                     }
+                }
+                if (handOff) {
                     return;
                 }
             }
@@ -151,6 +162,11 @@ final class BlkAnswers {
             return;
         }
         signal(signal);
+    }
+
+    /** See {@link #wakeOnEvery}; the queue thread sets it, then looks at what is in flight, then sleeps. */
+    void wakeOnEveryCompletion(boolean on) {
+        wakeOnEvery = on;
     }
 
     /** Sends the interrupt a completion on another thread left due ({@link #callDue}): queue thread, or stop(). */

@@ -38,7 +38,11 @@ import java.util.function.Supplier;
  * interrupt), and a guest at its queue depth sends its next request only once it has seen one complete, so a poll
  * then mostly catches nothing while costing the CPU the offload is meant to save; the thread sleeps on the kick,
  * its wake and the completions at once and is woken by whichever comes first, as SPDK's poller in interrupt mode.
- * Those sleeps do not adapt the window: they measure the device, not the guest.
+ * Those sleeps do not adapt the window: they measure the device, not the guest. With {@link #KICKLESS_IN_FLIGHT} or
+ * more of them in flight on an engine whose completions this thread reaps, the kick stays off too: the first
+ * completion wakes the thread, which then takes what the guest made available meanwhile while the device still
+ * copies the rest, so a request costs one wake-up (its completion's) instead of two (its kick's too), and the
+ * device never runs dry for it.
  *
  * <h2>Completions</h2>
  * Published (the used index, and the call eventfd when the guest asked for it) at the end of each dispatch, or,
@@ -51,6 +55,14 @@ import java.util.function.Supplier;
 public final class VhostBlkQueue {
     private static final System.Logger LOG = System.getLogger(VhostBlkQueue.class.getName());
     public static final long DEFAULT_POLL_NANOS = 20_000;
+    /**
+     * Requests in flight on a DMA engine this thread reaps from which it sleeps with the guest's kicks off: woken by
+     * the first completion, it takes the requests made available meanwhile while the device still has another to
+     * copy, so the device does not run dry, and a request costs this thread one wake-up instead of two (its kick
+     * and its completion). Below it, a kick wakes the thread as before: with one request on the device the next
+     * must not wait for it.
+     */
+    static final int KICKLESS_IN_FLIGHT = 2;
     /**
      * vhost.coalesce's default, the longest a completion is held back for others ({@link RingPolling}, the hold):
      * long enough to gather a QD32 guest's next requests' completions into one interrupt (an interrupt costs the
@@ -387,7 +399,17 @@ public final class VhostBlkQueue {
                     }
                 }
                 long idleFrom = System.nanoTime();
-                if (awaitingCompletions || !pollRing(idleFrom)) {
+                if (reaping && vq.inFlight() >= KICKLESS_IN_FLIGHT) {
+                    // Kicks stay off: the next completion wakes this thread (its interrupt, or, made elsewhere, the
+                    // wake it then sends), which takes what the guest made available meanwhile while the device
+                    // still copies the rest. The flag first, then the count: a completion elsewhere either sees the
+                    // flag and wakes us, or is seen here.
+                    answers.wakeOnEveryCompletion(true);
+                    if (vq.inFlight() >= KICKLESS_IN_FLIGHT) {
+                        sleep.await(-1);
+                    }
+                    answers.wakeOnEveryCompletion(false);
+                } else if (awaitingCompletions || !pollRing(idleFrom)) {
                     if (vq.enableKicks()) { // a request came as the kick was re-armed: no kick will say so
                         vq.disableKicks();
                     } else {
