@@ -1,25 +1,10 @@
 package io.pmemblk.vhost.blk;
 
-import io.pmemblk.dma.DmaEngine;
-import io.pmemblk.dma.IovaSpace;
-import io.pmemblk.dma.soft.SoftFaults;
-import io.pmemblk.dma.soft.SoftIoatDevice;
-import io.pmemblk.dma.vfio.EventfdInterrupt;
-import io.pmemblk.pmem.CopyStats;
-import io.pmemblk.pmem.PmemBlockDriver;
-import io.pmemblk.pmem.PmemRegion;
-import io.pmemblk.pmem.Routing;
-import io.pmemblk.posix.EventFd;
 import io.pmemblk.queueing.BlockDriver;
-import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.ForwardingBlockDriver;
-import io.pmemblk.queueing.FrontendQueue;
-import io.pmemblk.queueing.testing.Closing;
 import io.pmemblk.queueing.testing.Waits;
 import io.pmemblk.vhost.testing.BlkGuest;
 import io.pmemblk.vhost.testing.BlkGuest.Sent;
-import io.pmemblk.vhost.testing.GuestDriver;
-import io.pmemblk.vhost.testing.GuestRam;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -41,8 +26,6 @@ import static org.assertj.core.api.Assertions.assertThat;
  * driver's reapCompletions calls while a copy is stalled (each turn of a poll loop makes one).
  */
 class CopiesInFlightTest {
-    private static final long MIB = 1 << 20;
-    private static final int N = 128;
     private static final int WRITE = 64 << 10;
     /** How long each stalled copy stays in flight; the polling window may grow to 500 ms, well past it. */
     private static final long STALL_NANOS = TimeUnit.MILLISECONDS.toNanos(20);
@@ -58,36 +41,17 @@ class CopiesInFlightTest {
 
     @Test
     void aQueueWhoseRequestsAreAllOnTheEngineSleepsUntilTheirInterrupt() throws Exception {
-        IovaSpace space = new IovaSpace();
-        EventfdInterrupt vector = new EventfdInterrupt();
-        Stall stall = new Stall();
-        SoftIoatDevice device = new SoftIoatDevice(space, 1, 20, stall, n -> vector);
-        stall.device = device;
-        DmaEngine engine = DmaEngine.ioat(device, space, device::interrupt, 1, 512, device);
-        PmemRegion region = PmemRegion.open(dir.resolve("d.img"), 8 * MIB, false, PmemRegion.Mapper.AUTO);
-        PmemBlockDriver pmem = new PmemBlockDriver(region, new CopyStats(), engine, new Routing(0, 1));
-        CountingReaps driver = new CountingReaps(pmem);
-        BlockLayer layer = new BlockLayer(driver, 1, 64, 4 * MIB, 1 << 20);
-        GuestRam ram = GuestRam.of(0, 4 * MIB, 4 * MIB, 4 * MIB);
-        ram.register(pmem::registerMemory);
-        GuestDriver ring = new GuestDriver(ram, N, 0x10000);
-        BlkGuest guest = new BlkGuest(ring, MIB, 7 * MIB);
-        EventFd kick = EventFd.create(true);
-        EventFd call = EventFd.create(true);
         // A window that may grow past a stalled copy (500 ms), one polling place, no hold.
         RingPolling polling = new RingPolling(TimeUnit.MILLISECONDS.toNanos(500), 0, 1);
-        VhostBlkQueue queue = new VhostBlkQueue(new VringAddress(0, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
-                new QueueWiring(GuestDriver.LINUX_FEATURES, kick, call, new FrontendQueue(layer.queue(0)), ram::memory,
-                        null, BlkDevice.of(region.size(), false, true, true, "pmem0"), polling));
-        queue.start();
-        try {
+        try (DmaQueueRig rig = new DmaQueueRig(dir, polling, CountingReaps::new)) {
+            CountingReaps driver = (CountingReaps) rig.driver;
             // Writes answered as fast as the device goes: a guest at this pace opens the polling window.
             for (int i = 0; i < 40; i++) {
-                writeAndAwait(queue, guest, kick, driver, i, null);
+                writeAndAwait(rig, driver, i, false);
             }
             long reapsWhileStalled = 0;
             for (int i = 0; i < STALLED; i++) {
-                reapsWhileStalled += writeAndAwait(queue, guest, kick, driver, 40 + i, stall);
+                reapsWhileStalled += writeAndAwait(rig, driver, 40 + i, true);
             }
             assertThat(reapsWhileStalled).as("reapCompletions calls on the queue thread while " + STALLED
                     + " copies were each in flight for " + TimeUnit.NANOSECONDS.toMillis(STALL_NANOS) + " ms")
@@ -95,37 +59,26 @@ class CopiesInFlightTest {
             assertThat(driver.onQueueThread.get()).as("reapCompletions calls on the queue thread: it reaps itself")
                     .isPositive();
             int last = 40 + STALLED - 1;
-            assertThat(region.memory().asSlice((long) last * WRITE, WRITE).toArray(ValueLayout.JAVA_BYTE))
+            assertThat(rig.region.memory().asSlice((long) last * WRITE, WRITE).toArray(ValueLayout.JAVA_BYTE))
                     .as("the last stalled write's data in the region").isEqualTo(filled(last));
-        } finally {
-            try {
-                queue.stop();
-                for (int i = 0; i < 2; i++) {
-                    pmem.unregisterMemory(ram.region(i).mapping());
-                }
-                Closing.closeAll(kick, call, driver, layer);
-            } finally {
-                vector.close();
-                ram.assertGuardsIntact();
-                ram.close();
-            }
         }
     }
 
     /**
-     * Writes {@code WRITE} bytes of value n + 1 at block n and waits (bounded) for the answer. With a {@code stall}
+     * Writes {@code WRITE} bytes of value n + 1 at block n and waits (bounded) for the answer. When {@code stalled}
      * the copy is stalled: held in flight for {@link #STALL_NANOS} from when the queue has taken the request (and
      * so left any poll of the ring it was in), then released; the reapCompletions calls made meanwhile are returned.
      */
-    private long writeAndAwait(VhostBlkQueue queue, BlkGuest guest, EventFd kick, CountingReaps driver, int n,
-                               Stall stall) throws InterruptedException {
-        if (stall != null) {
-            stall.on = true;
+    private long writeAndAwait(DmaQueueRig rig, CountingReaps driver, int n, boolean stalled) throws InterruptedException {
+        VhostBlkQueue queue = rig.queue;
+        BlkGuest guest = rig.guest;
+        if (stalled) {
+            rig.stall.on = true;
         }
         Sent w = guest.write((long) n * WRITE / 512, filled(n), 4, false);
-        kick.signal();
+        rig.kick.signal();
         long reaps = 0;
-        if (stall != null) {
+        if (stalled) {
             Waits.await("write " + n + " taken by the queue", () -> queue.inFlight() == 1);
             long from = driver.calls.get();
             long until = System.nanoTime() + STALL_NANOS;
@@ -133,7 +86,7 @@ class CopiesInFlightTest {
                 LockSupport.parkNanos(left); // the copy's time in flight, not a synchronisation
             }
             reaps = driver.calls.get() - from;
-            stall.release();
+            rig.stall.release();
         }
         Waits.await("the answer to write " + n, () -> {
             guest.answered();
@@ -147,23 +100,6 @@ class CopiesInFlightTest {
         byte[] b = new byte[WRITE];
         Arrays.fill(b, (byte) (n + 1));
         return b;
-    }
-
-    /** The channel's engine processes nothing while {@link #on} (doorbells are remembered). */
-    private static final class Stall implements SoftFaults {
-        volatile boolean on;
-        volatile SoftIoatDevice device;
-
-        @Override
-        public boolean stalled(int channel) {
-            return on;
-        }
-
-        /** Ends the stall and wakes the engine, which runs what was rung meanwhile. */
-        void release() {
-            on = false;
-            device.wake(0);
-        }
     }
 
     /** The pmem driver, its reapCompletions calls counted: the work a queue thread does per turn of its loop. */
