@@ -8,6 +8,7 @@ import io.pmemblk.dma.Mmio;
 import io.pmemblk.dma.Recorder;
 import io.pmemblk.dma.soft.SoftFaults;
 import io.pmemblk.dma.soft.SoftIoatDevice;
+import io.pmemblk.dma.testing.ForwardingMmio;
 import io.pmemblk.dma.testing.HeldDescriptor;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -113,29 +114,21 @@ class DoorbellPageTest {
     }
 
     /** The device behind a socket: DMACOUNT writes held back (on their way) until {@link #deliver}, and counted. */
-    private static final class SlowRegisterWrites implements Mmio {
-        final Mmio device;
+    private static final class SlowRegisterWrites extends ForwardingMmio {
         final List<long[]> held = new ArrayList<>();
         int sent;
+        boolean holding;
 
         SlowRegisterWrites(Mmio device) {
-            this.device = device;
+            super(device);
         }
 
         void deliver() {
             for (long[] w : held) {
-                device.write16(w[0], (int) w[1]);
+                inner.write16(w[0], (int) w[1]);
             }
             held.clear();
         }
-
-        @Override public int read8(long offset) { return device.read8(offset); }
-        @Override public int read16(long offset) { return device.read16(offset); }
-        @Override public int read32(long offset) { return device.read32(offset); }
-        @Override public long read64(long offset) { return device.read64(offset); }
-        @Override public void write8(long offset, int value) { device.write8(offset, value); }
-        @Override public void write32(long offset, int value) { device.write32(offset, value); }
-        @Override public void write64(long offset, long value) { device.write64(offset, value); }
 
         @Override
         public void write16(long offset, int value) {
@@ -143,11 +136,9 @@ class DoorbellPageTest {
                 held.add(new long[]{offset, value});
                 sent++;
             } else {
-                device.write16(offset, value);
+                inner.write16(offset, value);
             }
         }
-
-        boolean holding;
     }
 
     @Test
