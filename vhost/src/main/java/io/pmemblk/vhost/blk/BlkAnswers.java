@@ -51,6 +51,14 @@ final class BlkAnswers {
      * interrupt due or not.
      */
     private volatile boolean wakeOnEvery;
+    /**
+     * Set by the queue thread while it reaps a DMA engine's completions ({@link #deferCalls}): the interrupt one of
+     * them makes due is left to {@link #sendDueCall} after the last, so the guest, woken once, finds them all
+     * published. Sent at the first, it woke the front end's thread while the rest were still unpublished: that
+     * thread preempted this one mid-reap (on 2 CPUs), and the guest, having re-armed its interrupt on the first,
+     * took a second one for the rest.
+     */
+    private boolean deferCalls;
     private boolean signalFailed;
 
     /**
@@ -141,6 +149,10 @@ final class BlkAnswers {
             } else {
                 statusMapping[head].set(ValueLayout.JAVA_BYTE, statusOffset[head], status);
                 signal = vq.push(head, usedLen);
+                if (signal && deferCalls && queueThread) {
+                    callDue = true; // sent by sendDueCall after the reap
+                    signal = false;
+                }
                 boolean handOff = signal && !queueThread && call != null;
                 if (handOff) {
                     callDue = true;
@@ -169,7 +181,12 @@ final class BlkAnswers {
         wakeOnEvery = on;
     }
 
-    /** Sends the interrupt a completion on another thread left due ({@link #callDue}): queue thread, or stop(). */
+    /** See {@link #deferCalls}: on while the queue thread reaps; a call made due meanwhile waits for {@link #sendDueCall}. */
+    void deferCalls(boolean on) {
+        deferCalls = on;
+    }
+
+    /** Sends the interrupt a completion on another thread (or in a reap, {@link #deferCalls}) left due ({@link #callDue}): queue thread, or stop(). */
     void sendDueCall() {
         if (callDue) {
             callDue = false;

@@ -465,9 +465,15 @@ public final class VhostBlkQueue {
         }
     }
 
+    /** Completes what the engine finished; the guest's interrupt, if due, is the caller's {@code sendDueCall}. */
     private void reap() {
         if (reaping) {
-            frontend.queue().driver().reapCompletions(frontend.queue().index());
+            answers.deferCalls(true);
+            try {
+                frontend.queue().driver().reapCompletions(frontend.queue().index());
+            } finally {
+                answers.deferCalls(false);
+            }
         }
     }
 

@@ -9,6 +9,7 @@ import io.pmemblk.pmem.CopyStats;
 import io.pmemblk.pmem.PmemBlockDriver;
 import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.pmem.Routing;
+import io.pmemblk.posix.EdgeWait;
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.queueing.BlockDriver;
 import io.pmemblk.queueing.BlockLayer;
@@ -19,6 +20,8 @@ import io.pmemblk.vhost.testing.GuestDriver;
 import io.pmemblk.vhost.testing.GuestRam;
 
 import java.nio.file.Path;
+import java.util.Arrays;
+import java.util.Map;
 import java.util.function.UnaryOperator;
 
 /**
@@ -46,6 +49,11 @@ final class DmaQueueRig implements AutoCloseable {
 
     /** {@code wrap}: the driver the block layer sees, around the pmem driver; started before it returns. */
     DmaQueueRig(Path dir, RingPolling polling, UnaryOperator<BlockDriver> wrap) throws Exception {
+        this(dir, polling, wrap, GuestDriver.LINUX_FEATURES);
+    }
+
+    /** As above, the rings negotiated with {@code features} (virtio feature bits). */
+    DmaQueueRig(Path dir, RingPolling polling, UnaryOperator<BlockDriver> wrap, long features) throws Exception {
         IovaSpace space = new IovaSpace();
         SoftIoatDevice device = new SoftIoatDevice(space, 1, 20, stall, n -> vector);
         stall.device = device;
@@ -58,9 +66,20 @@ final class DmaQueueRig implements AutoCloseable {
         ring = new GuestDriver(ram, RING, 0x10000);
         guest = new BlkGuest(ring, MIB, 7 * MIB);
         queue = new VhostBlkQueue(new VringAddress(0, RING, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
-                new QueueWiring(GuestDriver.LINUX_FEATURES, kick, call, new FrontendQueue(layer.queue(0)), ram::memory,
+                new QueueWiring(features, kick, call, new FrontendQueue(layer.queue(0)), ram::memory,
                         null, BlkDevice.of(region.size(), false, true, true, "pmem0"), polling));
         queue.start();
+    }
+
+    /** The queue thread is in its sleep (EdgeWait.await), not in its loop. */
+    static boolean queueThreadSleeps() {
+        for (Map.Entry<Thread, StackTraceElement[]> e : Thread.getAllStackTraces().entrySet()) {
+            if (e.getKey().getName().equals("vhost-blk-q0")) {
+                return Arrays.stream(e.getValue()).anyMatch(f -> f.getClassName().equals(EdgeWait.class.getName())
+                        && f.getMethodName().equals("await"));
+            }
+        }
+        return false;
     }
 
     /** Releases the engine first (a failed assertion may leave requests held), then stops and closes everything. */

@@ -1,6 +1,5 @@
 package io.pmemblk.vhost.blk;
 
-import io.pmemblk.posix.EdgeWait;
 import io.pmemblk.queueing.testing.Waits;
 import io.pmemblk.vhost.spec.SplitRingLayout;
 import io.pmemblk.vhost.testing.BlkGuest;
@@ -12,7 +11,6 @@ import org.junit.jupiter.api.io.TempDir;
 import java.lang.foreign.ValueLayout;
 import java.nio.file.Path;
 import java.util.Arrays;
-import java.util.Map;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -39,7 +37,7 @@ class KicklessWhileCopyingTest {
             Sent second = guest.write(WRITE / 512, filled(2), 4, false);
             rig.kick.signal();
             Waits.await("both writes taken and held on the engine", () -> rig.queue.inFlight() == 2);
-            Waits.await("the queue thread asleep, both writes on the engine", KicklessWhileCopyingTest::queueThreadSleeps);
+            Waits.await("the queue thread asleep, both writes on the engine", DmaQueueRig::queueThreadSleeps);
             int before = rig.ring.availIdx();
             Sent third = guest.write(2L * WRITE / 512, filled(3), 4, false);
             int event = rig.ring.availEvent();
@@ -58,17 +56,6 @@ class KicklessWhileCopyingTest {
             assertThat(rig.region.memory().asSlice(2L * WRITE, WRITE).toArray(ValueLayout.JAVA_BYTE))
                     .as("the third write's data in the region").isEqualTo(filled(3));
         }
-    }
-
-    /** The queue thread is in its sleep (EdgeWait.await), not in its loop. */
-    private static boolean queueThreadSleeps() {
-        for (Map.Entry<Thread, StackTraceElement[]> e : Thread.getAllStackTraces().entrySet()) {
-            if (e.getKey().getName().equals("vhost-blk-q0")) {
-                return Arrays.stream(e.getValue()).anyMatch(f -> f.getClassName().equals(EdgeWait.class.getName())
-                        && f.getMethodName().equals("await"));
-            }
-        }
-        return false;
     }
 
     private static byte[] filled(int n) {
