@@ -190,123 +190,104 @@ class BttDmaTest {
         int batchesPerWriter = 15, sharedReadsWanted = 20;
         long sharedAt = (long) privateWriters * own;
         byte[][] shadow = new byte[privateWriters][own];
-        AtomicBoolean stop = new AtomicBoolean();
+        Workers workers = new Workers();
         AtomicLong batches = new AtomicLong(), sharedReads = new AtomicLong();
-        ConcurrentLinkedQueue<String> problems = new ConcurrentLinkedQueue<>();
-        List<Thread> threads = new ArrayList<>();
         for (int w = 0; w < privateWriters; w++) {
             int id = w;
-            threads.add(Thread.ofPlatform().start(() -> {
+            workers.start("writer " + id, () -> {
                 HardwareQueue q = layer.queue(id);
                 Random rnd = new Random(id * 31L + sector);
                 BlockingQueue<Request> done = new ArrayBlockingQueue<>(8);
                 long base = (long) id * own;
-                try {
-                    for (int b = 0; b < batchesPerWriter && !stop.get(); b++) {
-                        // 1, 2 or 4 WRITEs, each in a slice of the range of its own: a block device orders no two
-                        // overlapping WRITEs in flight at once, and here they may take different routes
-                        int n = 1 << rnd.nextInt(3), slice = own / n;
-                        Request[] batch = new Request[n];
-                        long[] offs = new long[n];
-                        byte[][] data = new byte[n][];
-                        for (int k = 0; k < n; k++) {
-                            int len = sector * (1 + rnd.nextInt(Math.min(64 << 10, slice) / sector));
-                            offs[k] = (long) k * slice + (long) sector * rnd.nextInt((slice - len) / sector + 1);
-                            data[k] = bytes(rnd.nextLong(), len);
-                            batch[k] = write(q, base + offs[k], data[k], done);
-                        }
-                        int[] st = dispatchAndAwait(q, batch, done);
-                        for (int k = 0; k < n; k++) {
-                            if (st[k] != Status.OK) {
-                                problems.add("writer " + id + ": WRITE answered " + st[k]);
-                            }
-                            System.arraycopy(data[k], 0, shadow[id], (int) offs[k], data[k].length);
-                        }
-                        int len = 1 + rnd.nextInt(64 << 10);
-                        int at = rnd.nextInt(own - len + 1);
-                        byte[] got = read(q, base + at, len, null);
-                        if (!Arrays.equals(got, 0, len, shadow[id], at, at + len)) {
-                            problems.add("writer " + id + ": READ " + at + "+" + len + " differs from what was written");
-                        }
-                        batches.incrementAndGet();
+                for (int b = 0; b < batchesPerWriter && !workers.stopped(); b++) {
+                    // 1, 2 or 4 WRITEs, each in a slice of the range of its own: a block device orders no two
+                    // overlapping WRITEs in flight at once, and here they may take different routes
+                    int n = 1 << rnd.nextInt(3), slice = own / n;
+                    Request[] batch = new Request[n];
+                    long[] offs = new long[n];
+                    byte[][] data = new byte[n][];
+                    for (int k = 0; k < n; k++) {
+                        int len = sector * (1 + rnd.nextInt(Math.min(64 << 10, slice) / sector));
+                        offs[k] = (long) k * slice + (long) sector * rnd.nextInt((slice - len) / sector + 1);
+                        data[k] = bytes(rnd.nextLong(), len);
+                        batch[k] = write(q, base + offs[k], data[k], done);
                     }
-                } catch (Throwable t) {
-                    problems.add("writer " + id + ": " + t);
+                    int[] st = dispatchAndAwait(q, batch, done);
+                    for (int k = 0; k < n; k++) {
+                        if (st[k] != Status.OK) {
+                            workers.problem("writer " + id + ": WRITE answered " + st[k]);
+                        }
+                        System.arraycopy(data[k], 0, shadow[id], (int) offs[k], data[k].length);
+                    }
+                    int len = 1 + rnd.nextInt(64 << 10);
+                    int at = rnd.nextInt(own - len + 1);
+                    byte[] got = read(q, base + at, len, null);
+                    if (!Arrays.equals(got, 0, len, shadow[id], at, at + len)) {
+                        workers.problem("writer " + id + ": READ " + at + "+" + len + " differs from what was written");
+                    }
+                    batches.incrementAndGet();
                 }
-            }));
+            });
         }
         for (int w = 0; w < 2; w++) { // shared sectors: one value each
             int id = w;
-            threads.add(Thread.ofPlatform().start(() -> {
+            workers.start("shared writer " + id, () -> {
                 HardwareQueue q = layer.queue(id);
                 Random rnd = new Random(100 + id);
                 BlockingQueue<Request> done = new ArrayBlockingQueue<>(4);
-                try {
-                    while (!stop.get()) {
-                        int n = 1 + rnd.nextInt(3);
-                        Request[] batch = new Request[n];
-                        for (int k = 0; k < n; k++) {
-                            int first = rnd.nextInt(sharedSectors), count = 1 + rnd.nextInt(sharedSectors - first);
-                            byte[] data = new byte[count * sector];
-                            for (int s = 0; s < count; s++) {
-                                Arrays.fill(data, s * sector, (s + 1) * sector, (byte) rnd.nextInt(256));
-                            }
-                            batch[k] = write(q, sharedAt + (long) first * sector, data, done);
+                while (!workers.stopped()) {
+                    int n = 1 + rnd.nextInt(3);
+                    Request[] batch = new Request[n];
+                    for (int k = 0; k < n; k++) {
+                        int first = rnd.nextInt(sharedSectors), count = 1 + rnd.nextInt(sharedSectors - first);
+                        byte[] data = new byte[count * sector];
+                        for (int s = 0; s < count; s++) {
+                            Arrays.fill(data, s * sector, (s + 1) * sector, (byte) rnd.nextInt(256));
                         }
-                        for (int st : dispatchAndAwait(q, batch, done)) {
-                            if (st != Status.OK) {
-                                problems.add("shared writer " + id + ": WRITE answered " + st);
-                            }
+                        batch[k] = write(q, sharedAt + (long) first * sector, data, done);
+                    }
+                    for (int st : dispatchAndAwait(q, batch, done)) {
+                        if (st != Status.OK) {
+                            workers.problem("shared writer " + id + ": WRITE answered " + st);
                         }
                     }
-                } catch (Throwable t) {
-                    problems.add("shared writer " + id + ": " + t);
                 }
-            }));
+            });
         }
         for (int rd = 0; rd < 2; rd++) {
             int id = rd;
-            threads.add(Thread.ofPlatform().start(() -> {
+            workers.start("reader " + id, () -> {
                 HardwareQueue q = layer.queue(2 - id);
                 Random rnd = new Random(200 + id);
-                try {
-                    while (!stop.get()) {
-                        int first = rnd.nextInt(sharedSectors / 2), count = sharedSectors / 2 + rnd.nextInt(sharedSectors / 2 - first + 1);
-                        byte[] got = read(q, sharedAt + (long) first * sector, count * sector, null);
-                        for (int s = 0; s < count; s++) {
-                            for (int b = s * sector; b < (s + 1) * sector; b++) {
-                                if (got[b] != got[s * sector]) {
-                                    problems.add("a READ of shared sector " + (first + s) + " mixes " + got[s * sector]
-                                            + " and " + got[b]);
-                                    break;
-                                }
+                while (!workers.stopped()) {
+                    int first = rnd.nextInt(sharedSectors / 2), count = sharedSectors / 2 + rnd.nextInt(sharedSectors / 2 - first + 1);
+                    byte[] got = read(q, sharedAt + (long) first * sector, count * sector, null);
+                    for (int s = 0; s < count; s++) {
+                        for (int b = s * sector; b < (s + 1) * sector; b++) {
+                            if (got[b] != got[s * sector]) {
+                                workers.problem("a READ of shared sector " + (first + s) + " mixes " + got[s * sector]
+                                        + " and " + got[b]);
+                                break;
                             }
                         }
-                        sharedReads.incrementAndGet();
-                        Thread.sleep(0, 200_000); // seven threads and the engine's on two cores: leave the writers some
                     }
-                } catch (Throwable t) {
-                    problems.add("reader " + id + ": " + t);
+                    sharedReads.incrementAndGet();
+                    Thread.sleep(0, 200_000); // seven threads and the engine's on two cores: leave the writers some
                 }
-            }));
+            });
         }
         // A stall, not a slow host, misses this: under load on two cores the writers have done one batch in 0.5 s.
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(180);
         long wantedBatches = (long) privateWriters * batchesPerWriter;
-        while (problems.isEmpty() && (batches.get() < wantedBatches || sharedReads.get() < sharedReadsWanted)) {
+        while (workers.noProblem() && (batches.get() < wantedBatches || sharedReads.get() < sharedReadsWanted)) {
             if (System.nanoTime() > deadline) {
-                stop.set(true);
+                workers.stop();
                 throw new AssertionError("no progress for 180 s: " + batches.get() + " of " + wantedBatches
                         + " private batches, " + sharedReads.get() + " of " + sharedReadsWanted + " shared READs");
             }
             Thread.sleep(5);
         }
-        stop.set(true);
-        for (Thread t : threads) {
-            t.join(20_000);
-            assertThat(t.isAlive()).as("%s ended within 20 s", t).isFalse();
-        }
-        assertThat(problems).isEmpty();
+        workers.stopAndJoin(20);
         assertThat(batches.get()).as("private batches done").isEqualTo(wantedBatches);
         assertThat(sharedReads.get()).as("shared READs done").isGreaterThanOrEqualTo(sharedReadsWanted);
         System.out.println("BTT DMA route, sector " + sector + ": " + batches.get() + " private batches, "

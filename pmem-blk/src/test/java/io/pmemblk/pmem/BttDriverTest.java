@@ -16,11 +16,7 @@ import org.junit.jupiter.params.provider.ValueSource;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.ArrayList;
-import java.util.List;
-import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -453,75 +449,53 @@ class BttDriverTest {
      */
     private long writersBesideTornSectorReaders(int writers, int lbas, long enough,
                                                 java.util.function.IntFunction<WriterStep> writerOf) throws Exception {
-        AtomicBoolean stop = new AtomicBoolean();
+        Workers workers = new Workers();
         AtomicLong reads = new AtomicLong(), steps = new AtomicLong();
-        ConcurrentLinkedQueue<String> problems = new ConcurrentLinkedQueue<>();
-        List<Thread> threads = new ArrayList<>();
         for (int w = 0; w < writers; w++) {
             int id = w;
             WriterStep writer = writerOf.apply(id);
-            threads.add(Thread.ofPlatform().start(() -> {
-                try {
-                    for (int i = 0; !stop.get(); i++) {
-                        for (int st : writer.step(i)) {
-                            if (st != 0) {
-                                problems.add("writer " + id + ": status " + st);
-                            }
+            workers.start("writer " + id, () -> {
+                for (int i = 0; !workers.stopped(); i++) {
+                    for (int st : writer.step(i)) {
+                        if (st != 0) {
+                            workers.problem("writer " + id + ": status " + st);
                         }
-                        steps.incrementAndGet();
                     }
-                } catch (Throwable t) {
-                    problems.add("writer " + id + ": " + t);
+                    steps.incrementAndGet();
                 }
-            }));
+            });
         }
-        startTornSectorReaders(2, lbas, stop, reads, problems, threads);
+        startTornSectorReaders(2, lbas, workers, reads);
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-        while (System.nanoTime() < deadline && problems.isEmpty() && (reads.get() < 100 || steps.get() < enough)) {
+        while (System.nanoTime() < deadline && workers.noProblem() && (reads.get() < 100 || steps.get() < enough)) {
             Thread.onSpinWait();
         }
-        stopAndJoin(stop, threads, problems);
+        workers.stopAndJoin(10);
         assertThat(reads.get()).isGreaterThan(20);
         assertThat(driver.btt().check()).isEmpty();
         return steps.get();
     }
 
     /**
-     * Readers of 4 KiB sectors on both queues until {@code stop}, each sector checked to hold one value only (the
-     * writers fill each sector with one value): a mix is a torn sector, added to {@code problems}.
+     * Readers of 4 KiB sectors on both queues until the workers stop, each sector checked to hold one value only (the
+     * writers fill each sector with one value): a mix is a torn sector, a problem of {@code workers}.
      */
-    private void startTornSectorReaders(int readers, int lbas, AtomicBoolean stop, AtomicLong reads,
-            ConcurrentLinkedQueue<String> problems, List<Thread> threads) {
+    private void startTornSectorReaders(int readers, int lbas, Workers workers, AtomicLong reads) {
         for (int rd = 0; rd < readers; rd++) {
             int id = rd;
-            threads.add(Thread.ofPlatform().start(() -> {
+            workers.start("reader " + id, () -> {
                 HardwareQueue q = layer.queue(id % 2);
-                try {
-                    for (int i = 0; !stop.get(); i++) {
-                        byte[] s = read(q, (long) (i % lbas) * 4096, 4096);
-                        for (byte x : s) {
-                            if (x != s[0]) {
-                                problems.add("a read of LBA " + i % lbas + " mixes " + s[0] + " and " + x);
-                                break;
-                            }
+                for (int i = 0; !workers.stopped(); i++) {
+                    byte[] s = read(q, (long) (i % lbas) * 4096, 4096);
+                    for (byte x : s) {
+                        if (x != s[0]) {
+                            workers.problem("a read of LBA " + i % lbas + " mixes " + s[0] + " and " + x);
+                            break;
                         }
-                        reads.incrementAndGet();
                     }
-                } catch (Throwable t) {
-                    problems.add("reader " + id + ": " + t);
+                    reads.incrementAndGet();
                 }
-            }));
+            });
         }
-    }
-
-    /** Stops the threads, each bounded to 10 s, and fails on any problem they saw. */
-    private static void stopAndJoin(AtomicBoolean stop, List<Thread> threads, ConcurrentLinkedQueue<String> problems)
-            throws InterruptedException {
-        stop.set(true);
-        for (Thread t : threads) {
-            t.join(10_000);
-            assertThat(t.isAlive()).as("%s ended within 10 s", t).isFalse();
-        }
-        assertThat(problems).isEmpty();
     }
 }

@@ -18,8 +18,7 @@ class FileIoTest {
     @Test
     void preadAndPwriteMoveBytesAtAPositionAndReportErrnoNegated() throws Exception {
         Path f = dir.resolve("f");
-        Files.write(f, new byte[8192]);
-        int fd = FileCalls.open(f.toString(), FileCalls.O_RDWR, 0);
+        int fd = ZeroedFile.openReadWrite(f, 8192);
         try (Arena a = Arena.ofConfined()) {
             MemorySegment src = a.allocate(100);
             for (int i = 0; i < 100; i++) {

@@ -28,8 +28,7 @@ class LibcTest {
     @Test
     void msyncOfAnUnalignedRangeIsAcceptedAndTheStoreIsInTheFile(@TempDir Path dir) throws Exception {
         Path f = dir.resolve("m");
-        Files.write(f, new byte[8192]);
-        int fd = FileCalls.open(f.toString(), FileCalls.O_RDWR, 0);
+        int fd = ZeroedFile.openReadWrite(f, 8192);
         try {
             MemorySegment m = Mman.mmap(8192, Mman.PROT_READ | Mman.PROT_WRITE, Mman.MAP_SHARED, fd, 0);
             m.set(java.lang.foreign.ValueLayout.JAVA_BYTE, 5000, (byte) 42);

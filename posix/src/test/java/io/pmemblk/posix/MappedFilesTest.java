@@ -5,7 +5,6 @@ import static org.assertj.core.api.Assertions.assertThat;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
@@ -62,9 +61,7 @@ class MappedFilesTest {
     /** The pmem file's OFD lock stays the mapper's: the descriptor given out is a description of its own. */
     @Test
     void theDescriptorGivenOutDoesNotShareTheMappersLock() throws Exception {
-        Path file = dir.resolve("locked.img");
-        Files.write(file, new byte[8192]);
-        int fd = FileCalls.open(file.toString(), FileCalls.O_RDWR, 0);
+        int fd = ZeroedFile.openReadWrite(dir.resolve("locked.img"), 8192);
         try (Arena arena = Arena.ofShared()) {
             assertThat(FileCalls.lockExclusive(fd)).isTrue();
             MemorySegment m = Mman.map(fd, 8192, Mman.PROT_READ | Mman.PROT_WRITE, Mman.MAP_SHARED, 0, arena);

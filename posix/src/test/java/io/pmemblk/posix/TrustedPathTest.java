@@ -287,8 +287,8 @@ class TrustedPathTest {
      */
     @Test
     void anOpenFileLockSurvivesClosingAnotherDescriptorAndExcludesAClassicLock() throws Exception {
-        Path f = Files.write(dir.resolve("p.img"), new byte[4096]);
-        int held = FileCalls.open(f.toString(), FileCalls.O_RDWR, 0);
+        Path f = dir.resolve("p.img");
+        int held = ZeroedFile.openReadWrite(f, 4096);
         try {
             assertThat(FileCalls.lockExclusive(held)).isTrue();
             Libc.close(FileCalls.open(f.toString(), FileCalls.O_RDWR, 0));

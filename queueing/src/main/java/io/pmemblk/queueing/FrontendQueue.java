@@ -133,14 +133,8 @@ public final class FrontendQueue {
 
     private Request write(long offset, int length, boolean wait) throws InterruptedException {
         boolean inPlace = driver.receivesInPlace(offset, length);
-        Request r = take(inPlace ? 0 : length, wait);
-        if (r == null) {
-            return null;
-        }
-        r.op = Op.WRITE;
-        r.offset = offset;
-        if (inPlace) {
-            r.length = length;
+        Request r = take(Op.WRITE, offset, length, inPlace, wait);
+        if (r != null && inPlace) {
             try {
                 driver.receiveInPlace(r);
             } catch (RuntimeException | Error e) {
@@ -170,23 +164,28 @@ public final class FrontendQueue {
     }
 
     private Request read(long offset, int length, boolean wait) throws InterruptedException {
-        boolean inPlace = driver.sendsInPlace(offset, length);
-        Request r = take(inPlace ? 0 : length, wait);
-        if (r == null) {
-            return null;
+        Request r = take(Op.READ, offset, length, driver.sendsInPlace(offset, length), wait);
+        if (r != null) {
+            r.sinkReadsDevice = true;
         }
-        if (inPlace) {
-            r.length = length;
-        }
-        r.op = Op.READ;
-        r.offset = offset;
-        r.sinkReadsDevice = true;
         return r;
     }
 
-    /** A request with buffers for {@code dataBytes}: {@link #acquire}, or {@link #tryAcquire} without {@code wait}. */
-    private Request take(int dataBytes, boolean wait) throws InterruptedException {
-        return wait ? acquire(dataBytes) : tryAcquire(dataBytes);
+    /**
+     * What a READ and a WRITE take alike: {@link #acquire} (or {@link #tryAcquire} without {@code wait}: null when
+     * nothing is free now) with buffers for {@code length} unless the data moves in place, and the range set.
+     */
+    private Request take(Op op, long offset, int length, boolean inPlace, boolean wait) throws InterruptedException {
+        int dataBytes = inPlace ? 0 : length;
+        Request r = wait ? acquire(dataBytes) : tryAcquire(dataBytes);
+        if (r != null) {
+            r.op = op;
+            r.offset = offset;
+            if (inPlace) {
+                r.length = length;
+            }
+        }
+        return r;
     }
 
     /**

@@ -12,7 +12,6 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.invoke.VarHandle;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
 
@@ -30,19 +29,11 @@ import java.util.concurrent.locks.ReentrantLock;
  * <p>Locks: {@code submitLock} guards head/submitted/hwBase and the descriptor writes (place, submit, re-arm);
  * {@code reapLock} serialises reaping (tail, ctx slots, recovery). Recovery takes submitLock inside reapLock;
  * submitters never take reapLock, and the listener runs with only reapLock held, so it may place and submit.
+ * Whoever calls {@link #poll} reaps; the {@link CompletionThread} does when nobody else does.
  */
 public final class IoatChannel implements DmaChannel {
     private static final VarHandle WORD = FIELD_U64.varHandle();
     private static final long REGISTER_TIMEOUT_NANOS = TimeUnit.SECONDS.toNanos(2);
-    /** Completion thread's wake-up when no interrupt comes: a lost-interrupt safety net, not a poll loop. */
-    private static final long IDLE_WAKE_MILLIS = 200;
-    /**
-     * The completion thread's period while pollers reap ({@link #pollers}): the longest a completion waits when
-     * every poller is blocked elsewhere, a safety net (a vhost queue thread never blocks with copies in flight).
-     * Measured on the vfio-user route (bench-vhost, jstack and /proc): at 5 ms the two channels' standby wake-ups
-     * cost about 11 ms of CPU a second, some 0.007 s per GiB moved; at 50 ms a tenth of that.
-     */
-    private static final long STANDBY_NANOS = TimeUnit.MILLISECONDS.toNanos(50);
 
     private final Mmio bar;
     private final long regs;
@@ -75,9 +66,7 @@ public final class IoatChannel implements DmaChannel {
     private volatile String brokenReason;
     /** Set by {@link #deviceLost}: the registers answer nothing any more, so {@link #close} leaves them alone. */
     private volatile boolean deviceGone;
-    /** Threads reaping on their own ({@link #pollers}); while above 0 the completion thread stands by. */
-    private final AtomicInteger pollers = new AtomicInteger();
-    private final Thread completionThread;
+    private final CompletionThread completions;
     /** The device's {@link DoorbellPage}, where {@link #submit} rings instead of the register; or null. */
     private final MemorySegment doorbellPage;
     /** The page's SLEEP word when the register was last written for a doorbell (a sleep that write ends). Under submitLock. */
@@ -144,7 +133,7 @@ public final class IoatChannel implements DmaChannel {
             arena.close();
             throw e;
         }
-        this.completionThread = Thread.ofPlatform().daemon().name("ioat-completion-ch" + index).start(this::completionLoop);
+        this.completions = new CompletionThread(this, vector);
     }
 
     @Override
@@ -460,39 +449,7 @@ public final class IoatChannel implements DmaChannel {
 
     @Override
     public void pollers(boolean start) {
-        if (vector.fd() < 0) {
-            return;
-        }
-        if (start) {
-            pollers.incrementAndGet();
-        } else if (pollers.getAndUpdate(n -> Math.max(0, n - 1)) == 1) {
-            LockSupport.unpark(completionThread); // back to the interrupt now, not after a standby period
-        }
-    }
-
-    private void completionLoop() {
-        while (!closed) {
-            if (pollers.get() > 0) {
-                // Stands by: the pollers sleep on the interrupt's eventfd (edge-triggered, its counter unread)
-                // and reap when it fires; this thread only picks up what a poller blocked elsewhere leaves.
-                LockSupport.parkNanos(STANDBY_NANOS);
-                if (!closed) {
-                    poll();
-                }
-                continue;
-            }
-            try {
-                vector.await(IDLE_WAKE_MILLIS, TimeUnit.MILLISECONDS);
-            } catch (InterruptedException e) {
-                if (closed) {
-                    return;
-                }
-            }
-            if (closed) {
-                return;
-            }
-            poll();
-        }
+        completions.pollers(start);
     }
 
     /**
@@ -548,10 +505,11 @@ public final class IoatChannel implements DmaChannel {
                 return;
             }
             closed = true;
+            completions.stop();
         } finally {
             submitLock.unlock();
         }
-        boolean onCompletionThread = Thread.currentThread() == completionThread;
+        boolean onCompletionThread = completions.isCurrent();
         long deadline = System.nanoTime() + drainTimeoutNanos;
         while (tail != submitted && brokenReason == null && System.nanoTime() - deadline < 0) {
             if (poll() == 0) {
@@ -559,13 +517,7 @@ public final class IoatChannel implements DmaChannel {
             }
         }
         if (!onCompletionThread) {
-            vector.signal();
-            LockSupport.unpark(completionThread); // standing by: parked, not waiting for the vector
-            try {
-                completionThread.join(TimeUnit.NANOSECONDS.toMillis(REGISTER_TIMEOUT_NANOS));
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
+            completions.join(TimeUnit.NANOSECONDS.toMillis(REGISTER_TIMEOUT_NANOS));
         }
         reapLock.lock();
         try {
