@@ -1,6 +1,7 @@
 package io.pmemblk.vhost.blk;
 
 import io.pmemblk.dma.DmaEngine;
+import io.pmemblk.dma.Interrupt;
 import io.pmemblk.dma.IovaSpace;
 import io.pmemblk.dma.soft.SoftFaults;
 import io.pmemblk.dma.soft.SoftIoatDevice;
@@ -22,6 +23,7 @@ import io.pmemblk.vhost.testing.GuestRam;
 import java.nio.file.Path;
 import java.util.Arrays;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
 import java.util.function.UnaryOperator;
 
 /**
@@ -36,6 +38,8 @@ final class DmaQueueRig implements AutoCloseable {
 
     final Stall stall = new Stall();
     final EventfdInterrupt vector = new EventfdInterrupt();
+    /** The channel's vector as the device raises it: {@link Vector#muted} keeps the device from raising it. */
+    final Vector raised = new Vector(vector);
     final PmemRegion region;
     final PmemBlockDriver pmem;
     final BlockDriver driver;
@@ -55,7 +59,7 @@ final class DmaQueueRig implements AutoCloseable {
     /** As above, the rings negotiated with {@code features} (virtio feature bits). */
     DmaQueueRig(Path dir, RingPolling polling, UnaryOperator<BlockDriver> wrap, long features) throws Exception {
         IovaSpace space = new IovaSpace();
-        SoftIoatDevice device = new SoftIoatDevice(space, 1, 20, stall, n -> vector);
+        SoftIoatDevice device = new SoftIoatDevice(space, 1, 20, stall, n -> raised);
         stall.device = device;
         DmaEngine engine = DmaEngine.ioat(device, space, device::interrupt, 1, 512, device);
         region = PmemRegion.open(dir.resolve("d.img"), 8 * MIB, false, PmemRegion.Mapper.AUTO);
@@ -96,6 +100,37 @@ final class DmaQueueRig implements AutoCloseable {
             vector.close();
             ram.assertGuardsIntact();
             ram.close();
+        }
+    }
+
+    /**
+     * The vector between the device and the driver. While {@link #muted} the device's raises are dropped, so the
+     * queue thread sleeping on the eventfd is not woken by them and only the channel's completion thread, standing
+     * by, reaps (its standby period): completions then come on a thread other than the queue's.
+     */
+    static final class Vector implements Interrupt {
+        private final EventfdInterrupt inner;
+        volatile boolean muted;
+
+        Vector(EventfdInterrupt inner) {
+            this.inner = inner;
+        }
+
+        @Override
+        public void signal() {
+            if (!muted) {
+                inner.signal();
+            }
+        }
+
+        @Override
+        public boolean await(long timeout, TimeUnit unit) throws InterruptedException {
+            return inner.await(timeout, unit);
+        }
+
+        @Override
+        public int fd() {
+            return inner.fd();
         }
     }
 

@@ -58,6 +58,50 @@ class KicklessWhileCopyingTest {
         }
     }
 
+    /**
+     * The same, the completions made on another thread: with the device's interrupt muted, only the channel's
+     * completion thread (standing by while the queue thread reaps, {@code CompletionThread}) reaps them, and
+     * {@link BlkAnswers} must wake the kickless queue thread for each, or the third request, made available without
+     * a kick, would never be taken.
+     */
+    @Test
+    void aCompletionMadeOnAnotherThreadWakesTheKicklessQueueToTakeTheNextRequest() throws Exception {
+        try (DmaQueueRig rig = new DmaQueueRig(dir, new RingPolling(0, 1), d -> d)) {
+            BlkGuest guest = rig.guest;
+            // One request answered first: the ring's first publish always interrupts (as libvhost-user's).
+            guest.write(3L * WRITE / 512, filled(4), 4, false);
+            rig.kick.signal();
+            Waits.await("the first write answered", () -> {
+                guest.answered();
+                return guest.inFlight() == 0;
+            });
+            rig.stall.on = true;
+            rig.raised.muted = true;
+            Sent first = guest.write(0, filled(1), 4, false);
+            Sent second = guest.write(WRITE / 512, filled(2), 4, false);
+            rig.kick.signal();
+            Waits.await("both writes taken and held on the engine", () -> rig.queue.inFlight() == 2);
+            Waits.await("the queue thread asleep, both writes on the engine", DmaQueueRig::queueThreadSleeps);
+            int before = rig.ring.availIdx();
+            Sent third = guest.write(2L * WRITE / 512, filled(3), 4, false);
+            assertThat(SplitRingLayout.needEvent(rig.ring.availEvent(), rig.ring.availIdx(), before))
+                    .as("a kick wanted for the third").isFalse();
+            // The guest wants no interrupt for these completions (EVENT_IDX, used_event far ahead): no call is due,
+            // so only the wake for a kickless queue can bring the queue thread back.
+            rig.ring.usedEvent(0x7fff);
+            rig.stall.release(); // no interrupt, no kick: the completion thread's reap must wake the queue
+            Waits.await("all three answered", () -> {
+                guest.answered();
+                return guest.inFlight() == 0;
+            });
+            for (Sent s : new Sent[]{first, second, third}) {
+                assertThat(guest.status(s)).isZero();
+            }
+            assertThat(rig.region.memory().asSlice(2L * WRITE, WRITE).toArray(ValueLayout.JAVA_BYTE))
+                    .as("the third write's data in the region").isEqualTo(filled(3));
+        }
+    }
+
     private static byte[] filled(int n) {
         byte[] b = new byte[WRITE];
         Arrays.fill(b, (byte) n);
