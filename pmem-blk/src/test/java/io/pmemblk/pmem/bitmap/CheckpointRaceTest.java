@@ -1,5 +1,7 @@
 package io.pmemblk.pmem.bitmap;
 
+import io.pmemblk.queueing.BlockDriver;
+import io.pmemblk.queueing.ForwardingBlockDriver;
 import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.Op;
 import io.pmemblk.queueing.Request;
@@ -276,7 +278,26 @@ class CheckpointRaceTest {
             return m.region();
         });
         PmemRegion region = PmemRegion.open(dir.resolve("d.img"), SIZE, false, PmemRegion.Mapper.JAVA);
-        try (TrackedDevice d = new TrackedDevice(region, files, BLOCK, List.of("b"), 1)) {
+        // Under the tracking layer: the write's data held on its way to the device, after its bit is persisted and
+        // its marking ended, so that a checkpoint that does not wait for it returns before the data lands.
+        CountDownLatch dataHeld = new CountDownLatch(1), dataRelease = new CountDownLatch(1);
+        UnaryOperator<BlockDriver> holdData = pmem -> new ForwardingBlockDriver(pmem) {
+            @Override
+            public void queueRequests(int hwq, Request[] batch, int count) {
+                for (int i = 0; i < count; i++) {
+                    if (batch[i].op == Op.WRITE && batch[i].offset == 5L * BLOCK) {
+                        dataHeld.countDown();
+                        try {
+                            dataRelease.await(Waits.BOUND.toSeconds(), TimeUnit.SECONDS);
+                        } catch (InterruptedException e) {
+                            Thread.currentThread().interrupt();
+                        }
+                    }
+                }
+                super.queueRequests(hwq, batch, count);
+            }
+        };
+        try (TrackedDevice d = new TrackedDevice(region, files, BLOCK, List.of("b"), 1, holdData, DirtyBitmaps.SETTLE)) {
             AtomicBoolean armed = new AtomicBoolean(true);
             CountDownLatch held = new CountDownLatch(1), release = new CountDownLatch(1);
             models.get(dir.resolve("d.img.bitmaps/b.pbm")).afterEachStep(() -> {
@@ -320,6 +341,15 @@ class CheckpointRaceTest {
                             .anyMatch(f -> f.getClassName().equals(Grace.class.getName()) && f.getMethodName().equals("await")));
             assertThat(checkpointDone.get()).as("checkpoint returned while the write it froze was in flight").isZero();
             release.countDown();
+            // the bit is persisted and the marking over; the write's data is still on its way to the device
+            assertThat(dataHeld.await(Waits.BOUND.toSeconds(), TimeUnit.SECONDS)).as("the write's data on its way").isTrue();
+            Waits.await("the checkpoint to wait for the write's data or return", () -> checkpointDone.get() != 0
+                    || java.util.Arrays.stream(checkpoint.getStackTrace())
+                            .anyMatch(f -> f.getClassName().equals(WriteMarker.class.getName())
+                                    && f.getMethodName().equals("awaitWrites")));
+            assertThat(checkpointDone.get()).as("checkpoint returned while the data of a write it froze was on its way")
+                    .isZero();
+            dataRelease.countDown();
             Waits.join("writer", writer);
             Waits.join("checkpoint", checkpoint);
             assertThat(failed.get()).isNull();
