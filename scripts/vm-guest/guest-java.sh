@@ -6,7 +6,8 @@
 # (unset: C1 only and the serial collector: under TCG emulation the C2 compiler and GC threads cost more
 # start-up time than they return; measured: info 10 s -> 4.5 s on a busy host; set and empty: none, the
 # launcher's defaults).
-PMEMBLK_GUEST_JAVA_OPTS=${PMEMBLK_GUEST_JAVA_OPTS-"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+PMEMBLK_GUEST_DEFAULT_OPTS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+PMEMBLK_GUEST_JAVA_OPTS=${PMEMBLK_GUEST_JAVA_OPTS-$PMEMBLK_GUEST_DEFAULT_OPTS}
 # A JVM that crashes writes its hs_err file into the run's share (scripts/vm: /mnt/vm is the host's run folder),
 # so the report outlives the guest and the host prints it; the JVM's default, its working directory, is a tmpfs
 # that dies with the guest.
@@ -19,4 +20,23 @@ CRASH_OPTS=''
 # handles self-modifying code on one vCPU exactly. PMEMBLK_GUEST_PIN replaces the prefix (set and empty: none).
 PMEMBLK_GUEST_PIN=${PMEMBLK_GUEST_PIN-"taskset -c 0"}
 PMEMBLK_GUEST_HOME=/mnt/pmemblk/cli/target
-PMEMBLK_GUEST_CMD=${PMEMBLK_GUEST_CMD:-"$PMEMBLK_GUEST_PIN $JAVA_HOME/bin/java $CRASH_OPTS $PMEMBLK_GUEST_JAVA_OPTS --module-path $PMEMBLK_GUEST_HOME/pmemblk.jar:$PMEMBLK_GUEST_HOME/modules @$PMEMBLK_GUEST_HOME/pmemblk.args"}
+# The AOT cache of serve that scripts/vm-test has the host make before the first boot (scripts/lib/guest-aot.sh: the
+# classes a start loads, parsed and linked once, mapped here instead of done again under emulation), with the argument
+# file it was made with (pmemblk-guest.args: the launcher's, without --illegal-native-access=deny, which turns the
+# archived module graph off; why and what it costs: there). Used when both are there, newer than the build, and the
+# JVM options are the default ones it was made under; PMEMBLK_GUEST_AOT=0 starts without it. A local copy: the JVM
+# maps the cache, and the checkout's share is mounted without cache=loose. Should the JVM refuse it anyway (another
+# JDK build), it says why on stderr and starts without it.
+PMEMBLK_GUEST_ARGS=$PMEMBLK_GUEST_HOME/pmemblk.args
+PMEMBLK_GUEST_AOT_OPTS=''
+_aot=$PMEMBLK_GUEST_HOME/pmemblk-guest.aot
+if [ "${PMEMBLK_GUEST_AOT:-1}" = 1 ] && [ "$PMEMBLK_GUEST_JAVA_OPTS" = "$PMEMBLK_GUEST_DEFAULT_OPTS" ] \
+        && [ -s "$_aot" ] && [ -s "$PMEMBLK_GUEST_HOME/pmemblk-guest.args" ] \
+        && [ -z "$(find "$PMEMBLK_GUEST_HOME/pmemblk.jar" "$PMEMBLK_GUEST_HOME/pmemblk.args" -newer "$_aot" 2>/dev/null)" ]; then
+    # cp then mv: the scripts that start several servers at once source this file at once
+    if [ -s /tmp/pmemblk-guest.aot ] || { cp "$_aot" "/tmp/pmemblk-guest.aot.$$" && mv "/tmp/pmemblk-guest.aot.$$" /tmp/pmemblk-guest.aot; }; then
+        PMEMBLK_GUEST_ARGS=$PMEMBLK_GUEST_HOME/pmemblk-guest.args
+        PMEMBLK_GUEST_AOT_OPTS="-XX:AOTCache=/tmp/pmemblk-guest.aot -Xlog:aot*=off,cds*=off -Xlog:aot*=warning,cds*=warning:stderr"
+    fi
+fi
+PMEMBLK_GUEST_CMD=${PMEMBLK_GUEST_CMD:-"$PMEMBLK_GUEST_PIN $JAVA_HOME/bin/java $CRASH_OPTS $PMEMBLK_GUEST_JAVA_OPTS $PMEMBLK_GUEST_AOT_OPTS --module-path $PMEMBLK_GUEST_HOME/pmemblk.jar:$PMEMBLK_GUEST_HOME/modules @$PMEMBLK_GUEST_ARGS"}

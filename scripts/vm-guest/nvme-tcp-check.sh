@@ -36,8 +36,7 @@
 #                 there, the third may be gone (it shows the cut can lose what was not made durable)
 # Output: RESULT lines for the host; "RESULT why=..." on a failure (and exit 1).
 # Environment: TARGET, PORT (4420), NQN, NVME_ARGS (serve's settings for the frontend), READY_RE (its ready line),
-# SIZE_MIB (64), HOSTILE (1), RATE_SECS (0), MARKER, FIO_MIB (8), AOT_CACHE (the host's AOT cache of serve, copied to
-# /tmp/pmemblk-guest.aot, where PMEMBLK_GUEST_JAVA_OPTS's -XX:AOTCache points: scripts/lib/guest-aot.sh).
+# SIZE_MIB (64), HOSTILE (1), RATE_SECS (0), MARKER, FIO_MIB (8).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
@@ -78,11 +77,6 @@ start_pmemblk() {
 }
 if [ "$TARGET" = pmemblk ]; then
     step target
-    if [ -n "${AOT_CACHE:-}" ]; then
-        # A local copy: the JVM maps the cache, and the checkout's share is mounted without cache=loose (the host
-        # root's, which the JDK's own archive is mapped from, has it)
-        cp "$AOT_CACHE" /tmp/pmemblk-guest.aot || fail "copying the AOT cache $AOT_CACHE"
-    fi
     if [ -e /dev/pmem0 ]; then
         ndctl create-namespace -f -e namespace0.0 -m fsdax --map=mem >/tmp/ndctl.json 2>&1 || fail "ndctl create-namespace: $(tail -n 1 /tmp/ndctl.json)"
         mkdir -p "$PM"
@@ -99,8 +93,8 @@ if [ "$TARGET" = pmemblk ]; then
     fi
     start_pmemblk
     result region "$(grep -m1 -E 'is_pmem' "$SLOG" | cut -c1-200)"
-    # The JVM says so when it cannot use a cache it was given (a changed jar, another JVM build): the start is slower
-    result aot "${AOT_CACHE:+given; }$(grep -m2 -i -E '\[(aot|cds)\]|AOT cache' "$SLOG" | tr '\n' ' ' | cut -c1-300)"
+    # The JVM says so when it cannot use the AOT cache (a changed jar, another JVM build): the start is slower
+    result aot "$([ -n "$PMEMBLK_GUEST_AOT_OPTS" ] && echo 'AOT cache given; ')$(grep -m2 -i -E '\[(aot|cds)\]|AOT cache' "$SLOG" | tr '\n' ' ' | cut -c1-300)"
 else
     step target
     modprobe configfs 2>/dev/null; mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config || fail "mount configfs"

@@ -4,8 +4,8 @@
 # the steps; scripts/vm-guest/nvme-hostile.py the hostile peers. nvme-tcp runs pmemblk's target on a pool on the
 # emulated NVDIMM (ext4 without DAX) and ends with a FUA'd, a flushed and a never-flushed write and a power cut: the
 # host reads them back from the pool in the NVDIMM file. When powercut runs too, nvme-tcp's steps run in powercut's
-# last boot after its read-back (nvme_share_boot): one boot fewer. PMEMBLK_NVME_AOT=1 starts its server JVMs from an AOT cache
-# made on the host (scripts/lib/guest-aot.sh). nvme-tcp-nvmet (not in the default list) runs the same steps against the kernel's
+# last boot after its read-back (nvme_share_boot): one boot fewer. Its server JVMs start from the AOT cache every guest
+# JVM starts from (scripts/lib/guest-aot.sh, scripts/vm-guest/guest-java.sh). nvme-tcp-nvmet (not in the default list) runs the same steps against the kernel's
 # nvmet-tcp over brd, the peer baseline: its hostile answers and fio figures are reported, not asserted.
 NVME_PORT=4420
 NVME_NQN=nqn.2026-12.io.pmemblk:test
@@ -13,36 +13,11 @@ NVME_NQN=nqn.2026-12.io.pmemblk:test
 NVME_ARGS=${PMEMBLK_NVME_ARGS:-"--set nvme.listen=127.0.0.1:$NVME_PORT --set nvme.subsystem-nqn=$NVME_NQN"}
 NVME_READY=${PMEMBLK_NVME_READY:-"^ready: nvme-tcp 127.0.0.1:$NVME_PORT $NVME_NQN"}
 
-# guest_aot_cache: the AOT cache of serve the guest JVMs start from (made on the host once per build)
-# shellcheck source=../lib/guest-aot.sh
-. "$REPO_ROOT/scripts/lib/guest-aot.sh"
-
 # nvme_packages LOG: nvme-cli on the host (the guest's root), ensure_packages' way; false, naming it, when missing.
 nvme_packages() {
     # shellcheck disable=SC2094  # the log is read only after the install wrote it and ended
     ( . "$REPO_ROOT/scripts/lib/common.sh" && ensure_packages nvme-cli fio ) >>"$1" 2>&1 \
         || { echo "nvme-cli missing and not installed (apt-get install nvme-cli): $(tail -n 1 "$1")"; return 1; }
-}
-
-# nvme_guest_jvm LOG: sets NVME_GUEST_ENV, the guest script's settings for its JVMs: with PMEMBLK_NVME_AOT=1 the AOT
-# cache among them when the host has or can make one, and NVME_AOT_NOTE, what the report says of it. Off by default:
-# measured in one guest boot (scripts/vm-guest/nvme-jvm-starts.sh) the cache mapped and served 1607 of 2022 classes
-# but no start was faster (59.7 and 83.4 s without, 58.7 and 113.1 s with, host load 11-17). The archived module graph
-# and AOT-linked classes stay off under the argument file's --illegal-native-access=deny (-Xlog:cds names that
-# property; the module path and --add-exports do not turn them off): without that line they are on, and two guest
-# starts took 49.0 and 24.6 s against 45.3 and 44.4 s plain (one boot, host load 11): not yet a clear gain.
-nvme_guest_jvm() {
-    local opts cache t
-    NVME_GUEST_ENV='' NVME_AOT_NOTE="no AOT cache (PMEMBLK_NVME_AOT=1 to use one)"
-    [ "${PMEMBLK_NVME_AOT:-0}" = 1 ] || return 0
-    # In a subshell on purpose: the guest's JVM options as guest-java.sh makes them, without its settings here.
-    # shellcheck disable=SC2031
-    opts=$(JAVA_HOME=${JAVA_HOME:-} && . "$REPO_ROOT/scripts/vm-guest/guest-java.sh" && echo "$PMEMBLK_GUEST_JAVA_OPTS")
-    t=$(now_ms)
-    cache=$(guest_aot_cache "$REPO_ROOT" "$opts" "$1")
-    [ -n "$cache" ] || { NVME_AOT_NOTE="no AOT cache: $(grep 'no cache' "$1" | tail -n 1)"; return 0; }
-    NVME_AOT_NOTE="AOT cache of $(du -h "$cache" | cut -f1), ready on the host in $(secs_since "$t")"
-    NVME_GUEST_ENV="AOT_CACHE=/mnt/pmemblk/${cache#"$REPO_ROOT"/} PMEMBLK_GUEST_JAVA_OPTS='$opts -XX:AOTCache=/tmp/pmemblk-guest.aot'"
 }
 
 # A boot shared with powercut: its last boot reads the last cut back and stops its server, then runs nvme-tcp's steps
@@ -57,9 +32,9 @@ nvme_share_boot() {
     case " ${SCENARIOS[*]} " in *" nvme-tcp "*) ;; *) return 1 ;; esac
     nvme_packages "$LOGS/nvme-packages.log" >/dev/null
 }
-# nvme_guest_cmd MARKER: the guest's command for nvme-tcp's steps, ending with MARKER (nvme_guest_jvm first).
+# nvme_guest_cmd MARKER: the guest's command for nvme-tcp's steps, ending with MARKER.
 nvme_guest_cmd() {
-    echo "$NVME_GUEST_ENV TARGET=pmemblk PORT=$NVME_PORT NQN=$NVME_NQN NVME_ARGS='$NVME_ARGS' READY_RE='$NVME_READY' MARKER=$1 \
+    echo "TARGET=pmemblk PORT=$NVME_PORT NQN=$NVME_NQN NVME_ARGS='$NVME_ARGS' READY_RE='$NVME_READY' MARKER=$1 \
 RATE_SECS=${PMEMBLK_NVME_RATE_SECS:-0} sh $GUEST_DIR/nvme-tcp-check.sh"
 }
 
@@ -75,7 +50,6 @@ scenario_nvme_tcp() {
     else
         why=$(nvme_packages "$LOGS/nvme-packages.log") || { report FAIL nvme-tcp "$why"; return; }
         marker="NVME-POWER-CUT-$RANDOM$RANDOM"
-        nvme_guest_jvm "$LOGS/nvme-aot.log"
         run_vm --nvdimm "$nv" --nvdimm-size 256M --timeout 1200 --kill-after-marker "$marker" --log "$LOGS/nvme-tcp.console.log" \
             -- "$(nvme_guest_cmd "$marker")" >"$out" 2>&1
         rc=$?
@@ -105,7 +79,7 @@ specified, fio verify on /dev/nvmeXn1 and io_uring_cmd on /dev/ngXn1, ext4 + e2f
 fio over -g -G clean across kill -9 and a new server (same namespace IDs, reconnected after $(result "$out" reconnected_after)), a FUA'd and a flushed write read back after the power cut (a never-flushed one: $unflushed) ($(nvme_took "$t0"))" \
         "id-ctrl: $(result "$out" id_ctrl); id-ns: $(result "$out" id_ns); $(result "$out" ns_descs); vwc: $(result "$out" vwc); dsm: $(result "$out" dsm); hostile: \
 $(grep '^RESULT hostile\.' "$out" | sed 's/^RESULT hostile\.//' | tr '\n' ';'); rate (IOPS MB/s err) libaio $(result "$out" rate_libaio), io_uring_cmd \
-$(result "$out" rate_io_uring_cmd); $(result "$out" region); JVM starts: $NVME_AOT_NOTE ($(result "$out" aot)), $(grep -o 'server ready after [0-9]* s' "$out" | tr '\n' ';'); \
+$(result "$out" rate_io_uring_cmd); $(result "$out" region); JVM starts: $GUEST_AOT_NOTE ($(result "$out" aot)), $(grep -o 'server ready after [0-9]* s' "$out" | tr '\n' ';'); \
 steps (guest uptime): $(sed -n 's/^nvme-tcp-check: \[\([0-9.]*\)s\] == \(.*\)/\2 \1/p' "$out" | tr '\n' ';')"
 }
 

@@ -45,7 +45,6 @@ $(grep -m1 -E '^vm: |not ready|exited' "$LOGS/powercut-$k.out") ($(secs_since "$
     last="$LOGS/powercut-$cuts.out" cmd="sh $GUEST_DIR/powercut-check.sh dump $((cuts - 1))"
     if nvme_share_boot; then
         nvme_marker="NVME-POWER-CUT-$RANDOM$RANDOM"
-        nvme_guest_jvm "$LOGS/nvme-aot.log"
         shared=(--nvdimm "$WORK/nvme.nvdimm" --nvdimm-size 256M --kill-after-marker "$nvme_marker")
         # the guest's uptime at the read-back's end: what the boot spent on nvme-tcp comes after it
         cmd="$cmd && echo \"$POWERCUT_DONE at \$(cut -d' ' -f1 /proc/uptime) s\" && $(nvme_guest_cmd "$nvme_marker")"

@@ -1,24 +1,22 @@
 #!/bin/sh
-# How long the nvme-tcp scenario's server takes to be ready in the guest, without and with the host's AOT cache
-# (scripts/lib/guest-aot.sh), in ONE boot, alternately, ROUNDS times each: the A/B behind the cache, under the same
-# load. The server is started as nvme-tcp-check.sh starts it (a pool in /tmp, the NVMe/TCP listener), stopped with
-# SIGTERM once ready.
-# Run (the cache made first, e.g. by a `scripts/vm-test nvme-tcp` of this build):
-#   scripts/vm -- "AOT_CACHE=/mnt/pmemblk/cli/target/pmemblk-guest.aot sh /mnt/pmemblk/scripts/vm-guest/nvme-jvm-starts.sh 1"
+# How long a server takes to be ready in the guest, without and with the AOT cache the guest JVMs start from
+# (scripts/lib/guest-aot.sh, scripts/vm-guest/guest-java.sh), in ONE boot, alternately, ROUNDS times each: the A/B
+# behind the cache, under the same load. "plain" is the launcher's own argument file and no cache; "aot" is what every
+# guest JVM runs when the cache is there. The server is started as nvme-tcp-check.sh starts it (a pool in /tmp, the
+# NVMe/TCP listener), stopped with SIGTERM once ready.
+# Run (the cache made first, e.g. by any scripts/vm-test run of this build):
+#   scripts/vm -- "sh /mnt/pmemblk/scripts/vm-guest/aot-starts.sh 2"
 # Output: "start plain|aot N: ready after S s" lines, then RESULT starts.plain= and starts.aot= (the seconds, each
-# start's); a JVM that cannot use the cache it was given says so in its log, and those lines are printed.
+# start's); a JVM that cannot use the cache says so on stderr, into its log, and those lines are printed.
 set -u
 ROUNDS=${1:-1}
-AOT_CACHE=${AOT_CACHE:?the host cache as the guest sees it, e.g. /mnt/pmemblk/cli/target/pmemblk-guest.aot}
-# shellcheck source=guest-java.sh
-. "$(dirname "$0")/guest-java.sh" # PMEMBLK_GUEST_JAVA_OPTS, PMEMBLK_GUEST_PIN, PMEMBLK_GUEST_HOME, CRASH_OPTS
 # shellcheck source=lib.sh
-. "$(dirname "$0")/lib.sh" # serve_start, serve_ready, serve_stop, now
+. "$(dirname "$0")/lib.sh" # PMEMBLK_GUEST_CMD (guest-java.sh), serve_start, serve_ready, serve_stop, now
+[ -n "$PMEMBLK_GUEST_AOT_OPTS" ] || { echo "no AOT cache in $PMEMBLK_GUEST_HOME (any scripts/vm-test run makes one)"; exit 1; }
 cd /tmp || exit 1
 ip link set lo up
-cp "$AOT_CACHE" /tmp/pmemblk-guest.aot || { echo "cannot copy $AOT_CACHE"; exit 1; }
-PLAIN_CMD=$PMEMBLK_GUEST_CMD
-AOT_CMD="$PMEMBLK_GUEST_PIN $JAVA_HOME/bin/java $CRASH_OPTS $PMEMBLK_GUEST_JAVA_OPTS -XX:AOTCache=/tmp/pmemblk-guest.aot \
+AOT_CMD=$PMEMBLK_GUEST_CMD
+PLAIN_CMD="$PMEMBLK_GUEST_PIN $JAVA_HOME/bin/java $CRASH_OPTS $PMEMBLK_GUEST_JAVA_OPTS \
 --module-path $PMEMBLK_GUEST_HOME/pmemblk.jar:$PMEMBLK_GUEST_HOME/modules @$PMEMBLK_GUEST_HOME/pmemblk.args"
 plain='' aot='' r=1
 one() {   # one plain|aot ROUND
