@@ -26,6 +26,9 @@
 # or was made, and nothing when it cannot be made (not root, no unshare, no JDK 25, a failed training: the reason
 # in LOG); a guest then starts without it, only slower. JAVA_OPTS: the guest JVM's options (guest-java.sh), which
 # the cache is made under.
+# guest_aot_drop ROOT: no cache for the guests (the cache and its argument file gone), as PMEMBLK_GUEST_AOT=0 asks.
+guest_aot_drop() { rm -f "$1/cli/target/pmemblk-guest.aot" "$1/cli/target/pmemblk-guest.args"; }
+
 guest_aot_cache() {
     local root=$1 opts=$2 log=$3 target cache tmp port rc jdk
     target=$root/cli/target cache=$target/pmemblk-guest.aot
@@ -35,7 +38,7 @@ guest_aot_cache() {
             "$target/modules" "$jdk/lib/modules" -newer "$cache" 2>/dev/null | head -n 1)" ]; then
         echo "$cache"; return 0
     fi
-    rm -f "$cache" "$target/pmemblk-guest.args"
+    guest_aot_drop "$root"
     { [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; } \
         || { echo "guest-aot: no cache: making one needs root and unshare (a private mount namespace)" >>"$log"; return 0; }
     case "$root" in /mnt|/mnt/*) echo "guest-aot: no cache: the checkout is under /mnt, which the training run hides" >>"$log"; return 0 ;; esac

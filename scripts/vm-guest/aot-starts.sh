@@ -6,7 +6,7 @@
 # NVMe/TCP listener), stopped with SIGTERM once ready.
 # Run (the cache made first, e.g. by any scripts/vm-test run of this build):
 #   scripts/vm -- "sh /mnt/pmemblk/scripts/vm-guest/aot-starts.sh 2"
-# Output: "start plain|aot N: ready after S s" lines, then RESULT starts.plain= and starts.aot= (the seconds, each
+aot N: ready after S s" lines|aot N: ready after S s" lines, then RESULT starts.plain= and starts.aot= (the seconds, each
 # start's); a JVM that cannot use the cache says so on stderr, into its log, and those lines are printed.
 set -u
 ROUNDS=${1:-1}
@@ -16,8 +16,10 @@ ROUNDS=${1:-1}
 cd /tmp || exit 1
 ip link set lo up
 AOT_CMD=$PMEMBLK_GUEST_CMD
-PLAIN_CMD="$PMEMBLK_GUEST_PIN $JAVA_HOME/bin/java $CRASH_OPTS $PMEMBLK_GUEST_JAVA_OPTS \
---module-path $PMEMBLK_GUEST_HOME/pmemblk.jar:$PMEMBLK_GUEST_HOME/modules @$PMEMBLK_GUEST_HOME/pmemblk.args"
+# guest-java.sh's command with the cache off, in a subshell: its settings here stay the cache's
+# shellcheck source=guest-java.sh
+PLAIN_CMD=$(unset PMEMBLK_GUEST_CMD; PMEMBLK_GUEST_AOT=0 && . "$(dirname "$0")/guest-java.sh" && echo "$PMEMBLK_GUEST_CMD")
+echo "plain: $PLAIN_CMD"; echo "aot: $AOT_CMD"
 plain='' aot='' r=1
 one() {   # one plain|aot ROUND
     if [ "$1" = aot ]; then PMEMBLK_GUEST_CMD=$AOT_CMD; else PMEMBLK_GUEST_CMD=$PLAIN_CMD; fi

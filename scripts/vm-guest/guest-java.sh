@@ -32,7 +32,8 @@ PMEMBLK_GUEST_AOT_OPTS=''
 _aot=$PMEMBLK_GUEST_HOME/pmemblk-guest.aot
 if [ "${PMEMBLK_GUEST_AOT:-1}" = 1 ] && [ "$PMEMBLK_GUEST_JAVA_OPTS" = "$PMEMBLK_GUEST_DEFAULT_OPTS" ] \
         && [ -s "$_aot" ] && [ -s "$PMEMBLK_GUEST_HOME/pmemblk-guest.args" ] \
-        && [ -z "$(find "$PMEMBLK_GUEST_HOME/pmemblk.jar" "$PMEMBLK_GUEST_HOME/pmemblk.args" -newer "$_aot" 2>/dev/null)" ]; then
+        && [ -z "$(find "$PMEMBLK_GUEST_HOME/pmemblk.jar" "$PMEMBLK_GUEST_HOME/pmemblk.args" "$PMEMBLK_GUEST_HOME/modules" \
+            -newer "$_aot" 2>/dev/null)" ]; then
     # cp then mv: the scripts that start several servers at once source this file at once
     if [ -s /tmp/pmemblk-guest.aot ] || { cp "$_aot" "/tmp/pmemblk-guest.aot.$$" && mv "/tmp/pmemblk-guest.aot.$$" /tmp/pmemblk-guest.aot; }; then
         PMEMBLK_GUEST_ARGS=$PMEMBLK_GUEST_HOME/pmemblk-guest.args
