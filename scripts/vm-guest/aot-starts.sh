@@ -6,8 +6,9 @@
 # NVMe/TCP listener), stopped with SIGTERM once ready.
 # Run (the cache made first, e.g. by any scripts/vm-test run of this build):
 #   scripts/vm -- "sh /mnt/pmemblk/scripts/vm-guest/aot-starts.sh 2"
-aot N: ready after S s" lines|aot N: ready after S s" lines, then RESULT starts.plain= and starts.aot= (the seconds, each
-# start's); a JVM that cannot use the cache says so on stderr, into its log, and those lines are printed.
+# Output: the two commands ("plain: ...", "aot: ..."), "start plain|aot N: ready after S s" lines, then RESULT starts.plain=
+# and starts.aot= (the seconds, each start's); a JVM that cannot use the cache says so on stderr, into its log, and those
+# lines are printed.
 set -u
 ROUNDS=${1:-1}
 # shellcheck source=lib.sh
