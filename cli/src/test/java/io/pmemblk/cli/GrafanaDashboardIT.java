@@ -127,8 +127,13 @@ class GrafanaDashboardIT {
                     assertThat(System.nanoTime()).as("Prometheus had 3 scrapes of pmemblk under load within %s", WAIT)
                             .isLessThan(deadline);
                     try {
-                        JsonNode r = query(api, "sum(rate(pmemblk_copy_bytes_total{route=\"dma\"}[10s])) > 0");
-                        ready = r.path("data").path("result").isEmpty() ? null : r;
+                        // Until /-/ready says 200, Prometheus answers queries with a plain-text 503 (its TSDB is
+                        // still opening), which is no JSON to read
+                        if (http.send(HttpRequest.newBuilder(URI.create(api + "/-/ready")).timeout(Duration.ofSeconds(10))
+                                .build(), HttpResponse.BodyHandlers.discarding()).statusCode() == 200) {
+                            JsonNode r = query(api, "sum(rate(pmemblk_copy_bytes_total{route=\"dma\"}[10s])) > 0");
+                            ready = r.path("data").path("result").isEmpty() ? null : r;
+                        }
                     } catch (java.io.IOException notYetListening) {
                         // Prometheus is still starting
                     }
