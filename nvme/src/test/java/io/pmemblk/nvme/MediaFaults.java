@@ -4,7 +4,6 @@ import io.pmemblk.queueing.BlockDriver;
 import io.pmemblk.queueing.ForwardingBlockDriver;
 import io.pmemblk.queueing.Op;
 import io.pmemblk.queueing.Request;
-import io.pmemblk.queueing.Status;
 
 /**
  * A test device: the real driver, except that READs and WRITEs touching a bad byte range fail with EIO without
@@ -28,20 +27,10 @@ final class MediaFaults extends ForwardingBlockDriver {
 
     @Override
     public void queueRequests(int hwq, Request[] batch, int count) {
-        Request[] pass = new Request[count];
-        int n = 0;
-        for (int i = 0; i < count; i++) {
-            Request r = batch[i];
+        queueOrFail(hwq, batch, count, r -> {
             boolean data = r.op == Op.READ || r.op == Op.WRITE;
-            if ((data && bad(r.offset, r.length)) || (r.op == Op.FLUSH && failFlushes)) {
-                r.complete(Status.EIO);
-            } else {
-                pass[n++] = r;
-            }
-        }
-        if (n > 0) {
-            device.queueRequests(hwq, pass, n);
-        }
+            return (data && bad(r.offset, r.length)) || (r.op == Op.FLUSH && failFlushes);
+        });
     }
 
     @Override

@@ -3,6 +3,7 @@ package io.pmemblk.queueing;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.util.function.Predicate;
 
 /**
  * A layer over a block device that is a device of its own, as SPDK's vbdevs and nbdkit's filters are: every
@@ -96,6 +97,27 @@ public abstract class ForwardingBlockDriver implements BlockDriver {
     @Override
     public void queueRequests(int hwq, Request[] batch, int count) {
         device.queueRequests(hwq, batch, count);
+    }
+
+    /**
+     * Completes with EIO, without the device seeing them, the requests of the batch that {@code fails} picks, and
+     * passes the rest on in their order: for a layer that refuses some requests itself (writes it cannot track, a
+     * range it knows bad) and lets the others through. The batch passed on is allocated: a failing path's.
+     */
+    protected final void queueOrFail(int hwq, Request[] batch, int count, Predicate<Request> fails) {
+        Request[] rest = new Request[count];
+        int n = 0;
+        for (int i = 0; i < count; i++) {
+            Request r = batch[i];
+            if (fails.test(r)) {
+                r.complete(Status.EIO);
+            } else {
+                rest[n++] = r;
+            }
+        }
+        if (n > 0) {
+            device.queueRequests(hwq, rest, n);
+        }
     }
 
     @Override

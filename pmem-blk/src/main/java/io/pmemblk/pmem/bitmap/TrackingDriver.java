@@ -4,7 +4,6 @@ import io.pmemblk.queueing.BlockDriver;
 import io.pmemblk.queueing.ForwardingBlockDriver;
 import io.pmemblk.queueing.HardwareQueue;
 import io.pmemblk.queueing.Request;
-import io.pmemblk.queueing.Status;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -48,27 +47,11 @@ public final class TrackingDriver extends ForwardingBlockDriver {
     @Override
     public void queueRequests(int hwq, Request[] batch, int count) {
         if (!marker.mark(hwq, batch, count)) {
-            refuseWrites(hwq, batch, count);
+            // The bits could not be made durable: the writes fail without reaching the device, the rest go on.
+            queueOrFail(hwq, batch, count, r -> WriteMarker.changes(r.op));
             return;
         }
         device.queueRequests(hwq, batch, count);
-    }
-
-    /** The bits could not be made durable: the writes fail (EIO) without reaching the device, the rest go on. */
-    private void refuseWrites(int hwq, Request[] batch, int count) {
-        Request[] rest = new Request[count]; // a failed storage's path: allocates
-        int n = 0;
-        for (int i = 0; i < count; i++) {
-            Request r = batch[i];
-            if (WriteMarker.changes(r.op)) {
-                r.complete(Status.EIO);
-            } else {
-                rest[n++] = r;
-            }
-        }
-        if (n > 0) {
-            device.queueRequests(hwq, rest, n);
-        }
     }
 
     @Override
