@@ -9,6 +9,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.queueing.testing.MemoryBlockDriver.Capability;
 import java.lang.foreign.ValueLayout;
+import java.util.List;
+import java.util.function.Function;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -22,6 +24,23 @@ class ForwardingBlockDriverTest {
         }
     }
 
+    /** One answer of a driver, by its method's name: a new capability is one more row, asked of device and layer. */
+    record Answer(String name, Function<BlockDriver, Object> of) {}
+
+    static final List<Answer> ANSWERS = List.of(
+            new Answer("size", BlockDriver::size),
+            new Answer("isPmem", BlockDriver::isPmem),
+            new Answer("isReadOnly", BlockDriver::isReadOnly),
+            new Answer("canFlush", BlockDriver::canFlush),
+            new Answer("canFua", BlockDriver::canFua),
+            new Answer("canTrim", BlockDriver::canTrim),
+            new Answer("canZero", BlockDriver::canZero),
+            new Answer("canFastZero", BlockDriver::canFastZero),
+            new Answer("canCache", BlockDriver::canCache),
+            new Answer("isRotational", BlockDriver::isRotational),
+            new Answer("canMultiConn", BlockDriver::canMultiConn),
+            new Answer("minimumBlockSize", BlockDriver::minimumBlockSize));
+
     @Test
     void everyCapabilityIsTheDevicesWhateverItAnswers() {
         MemoryBlockDriver all = new MemoryBlockDriver(1 << 20);
@@ -30,18 +49,9 @@ class ForwardingBlockDriverTest {
             for (MemoryBlockDriver d : new MemoryBlockDriver[] {all, none}) {
                 BlockDriver layer = new Plain(d);
                 String of = d == all ? "over a device that can do everything" : "over one that can do nothing";
-                assertEquals(d.size(), layer.size(), "size " + of);
-                assertEquals(d.isPmem(), layer.isPmem(), "isPmem " + of);
-                assertEquals(d.isReadOnly(), layer.isReadOnly(), "isReadOnly " + of);
-                assertEquals(d.canFlush(), layer.canFlush(), "canFlush " + of);
-                assertEquals(d.canFua(), layer.canFua(), "canFua " + of);
-                assertEquals(d.canTrim(), layer.canTrim(), "canTrim " + of);
-                assertEquals(d.canZero(), layer.canZero(), "canZero " + of);
-                assertEquals(d.canFastZero(), layer.canFastZero(), "canFastZero " + of);
-                assertEquals(d.canCache(), layer.canCache(), "canCache " + of);
-                assertEquals(d.isRotational(), layer.isRotational(), "isRotational " + of);
-                assertEquals(d.canMultiConn(), layer.canMultiConn(), "canMultiConn " + of);
-                assertEquals(d.minimumBlockSize(), layer.minimumBlockSize(), "minimumBlockSize " + of);
+                for (Answer answer : ANSWERS) {
+                    assertEquals(answer.of().apply(d), answer.of().apply(layer), answer.name() + " " + of);
+                }
                 assertSame(d, ((Plain) layer).device());
             }
             assertTrue(new Plain(all).canFua() && !new Plain(none).canFua(), "the two devices differ");
