@@ -365,26 +365,29 @@ public final class DirtyBitmaps implements AutoCloseable {
             try {
                 f.close();
             } catch (IOException e) {
-                if (cause != null) {
-                    cause.addSuppressed(e);
-                } else if (first == null) {
-                    first = e;
-                } else {
-                    first.addSuppressed(e);
-                }
+                first = collect(first, cause, e);
             }
         }
         try {
             dir.close();
         } catch (IOException e) {
-            if (cause != null) {
-                cause.addSuppressed(e);
-            } else if (first == null) {
-                first = e;
-            }
+            first = collect(first, cause, e); // after a file's failure too: suppressed by it, never dropped
         }
         if (first != null) {
             throw first;
         }
+    }
+
+    /** A close's failure: suppressed by {@code cause} when closing for one, else the first thrown, the rest its suppressed. */
+    private static IOException collect(IOException first, Exception cause, IOException e) {
+        if (cause != null) {
+            cause.addSuppressed(e);
+            return first;
+        }
+        if (first == null) {
+            return e;
+        }
+        first.addSuppressed(e);
+        return first;
     }
 }
