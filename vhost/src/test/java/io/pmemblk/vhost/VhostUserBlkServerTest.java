@@ -439,6 +439,31 @@ class VhostUserBlkServerTest extends ServedMemoryDisk {
     }
 
     /**
+     * A SET_MEM_TABLE refused for one of its files (here a memfd that can shrink) is answered with a failure and
+     * changes nothing: the memory table and the running ring stay as they were, and the ring serves on. (It used
+     * to stop the rings and unmap the old table before it looked at the files, and leave them so: the guest's
+     * I/O hung, though the front-end was told only that its new table failed.)
+     */
+    @Test
+    void aMemTableRefusedForItsFileLeavesTheMemoryAndTheRunningRingsAsTheyWere() throws Exception {
+        int unsealed = SharedMemory.memfd("guest-ram-unsealed", RAM);
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            long features = realize(fe, false);
+            EventFd[][] n = start(fe, 0x170007e46L & features, new int[]{0}, true);
+            readSectorZeroPolled(n[0][0], 0);
+            assertThat(fe.acked(SET_MEM_TABLE, fe.memTable(0, RAM, uaddr, 0), unsealed)).as("an unsealed memfd")
+                    .isNotZero();
+            assertLogged("SET_MEM_TABLE(5) refused", "is not sealed with F_SEAL_SHRINK");
+            assertThat(ramMappings()).as("both regions still mapped by the server").isEqualTo(3);
+            readSectorZeroPolled(n[0][0], 1);
+            assertThat(stop(fe, 1)).containsExactly(2);
+        } finally {
+            Libc.close(unsealed);
+        }
+        assertNextFrontEndServed();
+    }
+
+    /**
      * Request {@code k} (0-based, one at a time) on vring 0: readSectorZero's READ of sector 0, its completion
      * seen in the used ring (bounded wait) rather than through the call eventfd, which a test may have filled.
      */

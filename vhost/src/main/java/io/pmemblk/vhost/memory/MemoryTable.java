@@ -94,6 +94,16 @@ public final class MemoryTable {
                 checkDisjoint(table[i], table[j], "region " + i, "region " + j);
             }
         }
+        // Every file is checked before anything changes: a table refused for one of them leaves the memory and
+        // the running rings as they were (the front-end hears only that its new table failed), not the rings
+        // stopped over a table half gone.
+        for (int i = 0; i < n; i++) {
+            try {
+                checkFile(table[i], channel.peekFd(i), "region " + i);
+            } catch (NativeException e) {
+                throw new Refusal("region " + i + ": cannot map it: " + e.getMessage());
+            }
+        }
         int[] paused = rings.pause();
         dropAll();
         for (int i = 0; i < n; i++) {
@@ -186,14 +196,7 @@ public final class MemoryTable {
         long size = r[1], offset = r[3];
         Arena arena = null;
         try {
-            FileStat st = FileCalls.fstat(fd);
-            if (st.isRegularFile() && st.size() < offset + size) {
-                throw new Refusal(what + " (guest 0x" + Long.toHexString(r[0]) + "): mmap_offset 0x"
-                        + Long.toHexString(offset) + " + memory_size 0x"
-                        + Long.toHexString(size) + " passes the end of its file (0x" + Long.toHexString(st.size())
-                        + " bytes): touching it would fault; allowed: a range within the file");
-            }
-            requireSealed(r, fd, what);
+            checkFile(r, fd, what);
             long page = Libc.pageSize();
             long skew = offset & (page - 1);
             arena = Arena.ofShared();
@@ -216,6 +219,19 @@ public final class MemoryTable {
             }
             Libc.close(fd);
         }
+    }
+
+    /** The region's file holds all of it and cannot shrink: what must hold before it is mapped. */
+    private static void checkFile(long[] r, int fd, String what) throws Refusal, NativeException {
+        long size = r[1], offset = r[3];
+        FileStat st = FileCalls.fstat(fd);
+        if (st.isRegularFile() && st.size() < offset + size) {
+            throw new Refusal(what + " (guest 0x" + Long.toHexString(r[0]) + "): mmap_offset 0x"
+                    + Long.toHexString(offset) + " + memory_size 0x"
+                    + Long.toHexString(size) + " passes the end of its file (0x" + Long.toHexString(st.size())
+                    + " bytes): touching it would fault; allowed: a range within the file");
+        }
+        requireSealed(r, fd, what);
     }
 
     /**

@@ -150,6 +150,18 @@ public final class VhostUserChannel implements AutoCloseable {
         return fdCount;
     }
 
+    /**
+     * The {@code i}th descriptor of the message, to look at (fstat, seals) before deciding to take it: still the
+     * channel's, closed by the next {@link #read} unless {@link #takeFd taken}.
+     */
+    public int peekFd(int i) {
+        if (i < 0 || i >= fdCount || fds[i] < 0) {
+            throw new IllegalStateException("descriptor " + i + " of " + VhostUserSpec.name(request) + " is not there"
+                    + " (the message carries " + fdCount + ")");
+        }
+        return fds[i];
+    }
+
     /** The {@code i}th descriptor of the message, now the caller's: it is not closed by the next {@link #read}. */
     public int takeFd(int i) {
         if (i < 0 || i >= fdCount || fds[i] < 0) {
