@@ -688,6 +688,26 @@ class VhostUserBlkServerTest extends ServedMemoryDisk {
         }
     }
 
+    /**
+     * The messages whose payload size varies (SET_MEM_TABLE, GET_CONFIG, SET_CONFIG) cut shorter than their fixed
+     * part are refused as any bad message is: a REPLY_ACK failure naming the size, and the connection goes on;
+     * without NEED_REPLY a closed connection with a line saying why. (They used to end the session with an
+     * IndexOutOfBoundsException, unlimited in the log, the REPLY_ACK never sent.)
+     */
+    @Test
+    void aVariablePayloadShorterThanItsFixedPartIsRefusedNamingItsSize() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            realize(fe, false);
+            assertThat(fe.acked(SET_CONFIG, fe.payload(4))).as("SET_CONFIG of 4 bytes").isNotZero();
+            assertLogged("SET_CONFIG(25) refused", "payload of 4 bytes", "allowed: 12 + size");
+            assertThat(fe.acked(SET_MEM_TABLE, fe.payload(2))).as("SET_MEM_TABLE of 2 bytes").isNotZero();
+            assertLogged("SET_MEM_TABLE(5) refused", "payload of 2 bytes", "allowed: 8 + 32 per region");
+            assertThat(fe.get(GET_QUEUE_NUM)).as("the connection goes on").isEqualTo(QUEUES);
+            fe.send(GET_CONFIG, 0, fe.empty());
+            assertClosedWithLog(fe, "GET_CONFIG(24) refused", "payload of 0 bytes", "allowed: 12 + size");
+        }
+    }
+
     @Test
     void aFloodOfRefusedMessagesIsCutToAFewLogLinesAndEachIsStillAnswered() throws Exception {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {

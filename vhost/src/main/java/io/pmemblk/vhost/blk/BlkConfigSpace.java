@@ -77,6 +77,7 @@ public final class BlkConfigSpace {
     }
 
     public void getConfig(MemorySegment p) throws IOException, Refusal {
+        checkConfigHeader();
         int offset = p.get(JAVA_INT_UNALIGNED, CONFIG_OFFSET);
         int size = p.get(JAVA_INT_UNALIGNED, CONFIG_SIZE);
         checkConfigSize(offset, size);
@@ -91,6 +92,14 @@ public final class BlkConfigSpace {
             MemorySegment.copy(cfg, offset, r, JAVA_BYTE, CONFIG_REGION, have);
         }
         channel.reply(GET_CONFIG, CONFIG_REGION + size);
+    }
+
+    /** The payload holds offset, size and flags: its size varies, so the channel could not check it. */
+    private void checkConfigHeader() throws Refusal {
+        if (channel.size() < CONFIG_REGION) {
+            throw new Refusal("payload of " + channel.size() + " bytes; allowed: 12 + size (offset, size and flags,"
+                    + " then the config bytes)");
+        }
     }
 
     private void checkConfigSize(int offset, int size) throws Refusal {
@@ -112,6 +121,7 @@ public final class BlkConfigSpace {
      * @param rings    the rings running now, told the mode they serve
      */
     public void setConfig(MemorySegment p, long features, Rings rings) throws Refusal {
+        checkConfigHeader();
         int offset = p.get(JAVA_INT_UNALIGNED, CONFIG_OFFSET);
         int size = p.get(JAVA_INT_UNALIGNED, CONFIG_SIZE);
         int flags = p.get(JAVA_INT_UNALIGNED, CONFIG_FLAGS);

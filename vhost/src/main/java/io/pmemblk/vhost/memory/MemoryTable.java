@@ -76,6 +76,10 @@ public final class MemoryTable {
 
     /** SET_MEM_TABLE: the whole table replaced, the running rings stopped meanwhile. */
     public void setMemTable(MemorySegment p, Rings rings) throws IOException, Refusal {
+        if (channel.size() < MEMORY_REGIONS) { // its size varies, so the channel could not check it
+            throw new Refusal("payload of " + channel.size() + " bytes; allowed: 8 + 32 per region (nregions,"
+                    + " padding, then the regions)");
+        }
         int n = p.get(JAVA_INT_UNALIGNED, MEMORY_NREGIONS);
         if (n < 1 || n > MAX_TABLE_REGIONS) {
             throw new Refusal("nregions " + Integer.toUnsignedString(n) + "; allowed: 1.." + MAX_TABLE_REGIONS);
