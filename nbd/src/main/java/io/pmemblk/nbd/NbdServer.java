@@ -1,6 +1,7 @@
 package io.pmemblk.nbd;
 
 import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.log.AcceptFailures;
 import io.pmemblk.nbd.tls.TlsChannel;
 import io.pmemblk.nbd.tls.TlsServer;
 import io.pmemblk.posix.NativeException;
@@ -287,6 +288,7 @@ public final class NbdServer implements AutoCloseable {
     }
 
     private void acceptLoop(ServerSocketChannel listener, boolean tcp) {
+        AcceptFailures failures = new AcceptFailures(LOG, "nbd: " + (tcp ? "TCP" : "unix socket") + " listener");
         while (!closing.get()) {
             SocketChannel ch;
             try {
@@ -297,9 +299,14 @@ public final class NbdServer implements AutoCloseable {
                 if (closing.get()) {
                     return;
                 }
-                LOG.log(System.Logger.Level.WARNING, "nbd: accept failed: {0}", e.toString());
+                try {
+                    failures.failed(e); // out of descriptors, say: paused, so that it neither spins nor floods the log
+                } catch (InterruptedException stop) {
+                    return;
+                }
                 continue;
             }
+            failures.accepted();
             try {
                 accepted(ch, tcp);
             } catch (IOException | RuntimeException e) {

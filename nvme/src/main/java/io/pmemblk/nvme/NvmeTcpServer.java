@@ -1,6 +1,7 @@
 package io.pmemblk.nvme;
 
 import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.log.AcceptFailures;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.channels.ServerSocketChannel;
@@ -110,16 +111,27 @@ public final class NvmeTcpServer implements AutoCloseable {
     }
 
     private void acceptLoop() {
+        AcceptFailures failures = new AcceptFailures(LOG, "nvme: TCP listener");
         while (!closed) {
             SocketChannel ch;
             try {
                 ch = listener.accept();
-            } catch (IOException e) {
-                if (!closed) {
-                    LOG.log(System.Logger.Level.ERROR, "nvme: accept failed: " + e);
-                }
+            } catch (java.nio.channels.ClosedChannelException e) {
                 return;
+            } catch (IOException e) {
+                if (closed) {
+                    return;
+                }
+                // Out of descriptors, say (hosts that connect faster than they go): the listener stays, and hosts
+                // connect again once the shortage passes, where ending the loop here stopped accepting for good.
+                try {
+                    failures.failed(e);
+                } catch (InterruptedException stop) {
+                    return;
+                }
+                continue;
             }
+            failures.accepted();
             try {
                 ch.setOption(java.net.StandardSocketOptions.TCP_NODELAY, true);
                 TcpQueue q = new TcpQueue(this, ch, nextQueueId.incrementAndGet(), String.valueOf(ch.getRemoteAddress()));

@@ -8,6 +8,7 @@ import io.pmemblk.posix.TrustedPath;
 import io.pmemblk.posix.UnixSocketFile;
 import io.pmemblk.queueing.BlockDriver;
 import io.pmemblk.queueing.BlockLayer;
+import io.pmemblk.queueing.log.AcceptFailures;
 import io.pmemblk.queueing.log.RateLimitedLog;
 import io.pmemblk.vhost.blk.BlkDevice;
 import io.pmemblk.vhost.protocol.VhostUserChannel;
@@ -136,6 +137,7 @@ public final class VhostUserBlkServer implements AutoCloseable {
     }
 
     private void acceptLoop() {
+        AcceptFailures failures = new AcceptFailures(LOG, "vhost-user-blk: socket " + config.socket());
         while (!closing) {
             int fd;
             try {
@@ -144,9 +146,14 @@ public final class VhostUserBlkServer implements AutoCloseable {
                 if (closing) {
                     return;
                 }
-                LOG.log(System.Logger.Level.WARNING, "vhost-user-blk: accept failed: {0}", e.getMessage());
+                try {
+                    failures.failed(e); // out of descriptors, say: paused, so that it neither spins nor floods the log
+                } catch (InterruptedException stop) {
+                    return;
+                }
                 continue;
             }
+            failures.accepted();
             admit(fd);
         }
     }
