@@ -2,6 +2,7 @@ package io.pmemblk.cli;
 
 import io.pmemblk.pmem.bitmap.DirtyBitmaps;
 import io.pmemblk.posix.UnixSocketFile;
+import io.pmemblk.queueing.log.AcceptFailures;
 
 import java.io.IOException;
 import java.net.UnixDomainSocketAddress;
@@ -56,16 +57,26 @@ final class BitmapControl implements AutoCloseable {
     }
 
     private void accept() {
+        AcceptFailures failures = new AcceptFailures(LOG, "bitmap control socket");
         while (listener.isOpen()) {
+            SocketChannel c;
             try {
-                SocketChannel c = listener.accept();
-                Thread.ofVirtual().name("bitmap-control-conn").start(() -> serve(c));
-            } catch (IOException e) {
-                if (listener.isOpen()) {
-                    LOG.log(System.Logger.Level.WARNING, "bitmap control socket: accept failed: " + e.getMessage());
-                }
+                c = listener.accept();
+            } catch (java.nio.channels.ClosedChannelException e) {
                 return;
+            } catch (IOException e) {
+                if (!listener.isOpen()) {
+                    return;
+                }
+                try {
+                    failures.failed(e); // out of descriptors, say: the socket stays, for checkpoints once it passes
+                } catch (InterruptedException stop) {
+                    return;
+                }
+                continue;
             }
+            failures.accepted();
+            Thread.ofVirtual().name("bitmap-control-conn").start(() -> serve(c));
         }
     }
 
