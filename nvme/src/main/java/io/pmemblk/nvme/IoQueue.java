@@ -164,6 +164,11 @@ final class IoQueue {
                 return Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_SGL_INVALID_TYPE, true);
             }
         }
+        if (in.dataLength != 0 && opcode != Nvme.IO_WRITE && opcode != Nvme.IO_DSM) {
+            // Read, Flush and Write Zeroes move no data to the controller: nothing would read what the capsule
+            // carries, and the next PDU's header would be taken from it. Refused here, the data is skipped
+            return Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_SGL_INVALID_DATA_LENGTH, true);
+        }
         if (opcode == Nvme.IO_DSM && (sgl != Nvme.SGL_INCAPSULE
                 || in.dataLength != ((sqe.getInt(Nvme.SQE_CDW10) & 0xFF) + 1) * 16)) {
             // The ranges must come in the capsule: nvme.in-capsule-bytes is at least 4 KiB, 256 ranges

@@ -379,6 +379,30 @@ class NvmeTcpTargetTest {
     }
 
     @Test
+    void inCapsuleDataOnACommandThatTakesNoneIsRefusedAndSkipped() throws IOException {
+        RawHost[] admin = new RawHost[1];
+        try (RawHost io = ioQueue(admin, Pdu.DIGEST_HDR | Pdu.DIGEST_DATA); RawHost a = admin[0]) {
+            // 512 zero bytes in the capsule of commands that move no data to the controller: left in the stream,
+            // they would be read as the next PDU's header (a zero header is an ICReq)
+            byte[] stray = new byte[512];
+            ByteBuffer rd = RawHost.rw(Nvme.IO_READ, 1, 0, 1);
+            RawHost.transportSgl(rd, 512);
+            ByteBuffer wz = RawHost.rw(Nvme.IO_WRITE_ZEROES, 3, 0, 1);
+            for (ByteBuffer sqe : new ByteBuffer[] {rd, RawHost.sqe(Nvme.IO_FLUSH, 2, 1), wz}) {
+                int cid = sqe.getShort(Nvme.SQE_CID);
+                RawHost.Received r = io.command(sqe, stray);
+                assertEquals(Pdu.typeName(Pdu.RSP), Pdu.typeName(r.type()), "opcode " + sqe.get(0) + ": no data sent");
+                assertEquals(cid, r.cqeCid());
+                assertEquals(status(Nvme.SCT_GENERIC, Nvme.SC_SGL_INVALID_DATA_LENGTH, true), r.cqeStatus(),
+                        "opcode " + sqe.get(0) + " with in-capsule data it does not take");
+            }
+            // the stream is still framed: the next command is read as one
+            assertEquals(0, io.command(RawHost.sqe(Nvme.IO_FLUSH, 4, 1), null).cqeStatus());
+            assertArrayEquals(fileBytes(0, 512), read(io, 5, 0, 512));
+        }
+    }
+
+    @Test
     void sqFlowControlDisabledReadsEndWithC2hSuccess() throws IOException {
         try (RawHost a = new RawHost(at)) {
             a.icReq(0, 0);
