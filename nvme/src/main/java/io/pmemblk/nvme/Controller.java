@@ -213,7 +213,15 @@ final class Controller {
                     pages.descriptors(page);
                 }
             }
-            case Nvme.CNS_ACTIVE_NS_LIST -> IdentifyPages.activeNamespaces(page, nsid);
+            case Nvme.CNS_ACTIVE_NS_LIST -> {
+                if (Integer.compareUnsigned(nsid, 0xFFFFFFFE) >= 0) {
+                    // No namespace ID lies above FFFFFFFEh or FFFFFFFFh: no list can start there (NVMe base 1.4
+                    // 5.15.2, as nvmet and SPDK answer it)
+                    q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_NS, true), 0);
+                    return;
+                }
+                IdentifyPages.activeNamespaces(page, nsid);
+            }
             // I/O command set specific structures of the NVM command set are all zeros (nvmet does the same)
             case Nvme.CNS_CS_CONTROLLER, Nvme.CNS_CS_NAMESPACE -> IdentifyPages.page(page, Nvme.IDENTIFY_SIZE);
             default -> {

@@ -117,7 +117,7 @@ final class IdentifyPages {
 
     static ByteBuffer activeNamespaces(ByteBuffer b, int startAfter) {
         page(b, Nvme.IDENTIFY_SIZE);
-        if (startAfter < 1) {
+        if (startAfter == 0) { // the list holds the namespaces above an unsigned NSID: only 0 is below 1
             b.putInt(0, 1);
         }
         return b;

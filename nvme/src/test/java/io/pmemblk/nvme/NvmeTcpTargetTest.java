@@ -240,6 +240,29 @@ class NvmeTcpTargetTest {
     }
 
     @Test
+    void activeNamespaceListStartsAfterAnUnsignedNsid() throws IOException {
+        try (RawHost a = new RawHost(at)) {
+            a.icReq(0, 0);
+            a.enableAdmin(NQN);
+            // NSID is where the list starts (namespaces above it), an unsigned 32-bit value
+            ByteBuffer above = ByteBuffer.wrap(a.identify(3, Nvme.CNS_ACTIVE_NS_LIST, 0x80000000))
+                    .order(ByteOrder.LITTLE_ENDIAN);
+            assertEquals(0, above.getInt(0), "no namespace above 0x80000000");
+            assertEquals(1, ByteBuffer.wrap(a.identify(4, Nvme.CNS_ACTIVE_NS_LIST, 0)).order(ByteOrder.LITTLE_ENDIAN)
+                    .getInt(0));
+            // FFFFFFFEh and FFFFFFFFh can start no list: Invalid Namespace or Format (NVMe base 1.4 5.15.2)
+            int cid = 5;
+            for (int nsid : new int[] {0xFFFFFFFE, 0xFFFFFFFF}) {
+                ByteBuffer s = RawHost.sqe(Nvme.ADMIN_IDENTIFY, cid++, nsid);
+                s.putInt(Nvme.SQE_CDW10, Nvme.CNS_ACTIVE_NS_LIST);
+                Object[] r = a.dataCommand(s, 4096);
+                assertNull(r[0], "no list for NSID 0x" + Integer.toHexString(nsid));
+                assertEquals(status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_NS, true), ((RawHost.Received) r[1]).cqeStatus());
+            }
+        }
+    }
+
+    @Test
     void discoveryListsTheSubsystem() throws IOException {
         try (RawHost a = new RawHost(at)) {
             a.icReq(0, 0);
