@@ -13,6 +13,8 @@ public final class Nvme {
     public static final int SQE_SIZE = 64, CQE_SIZE = 16;
     public static final int SQE_OPCODE = 0, SQE_FLAGS = 1, SQE_CID = 2, SQE_NSID = 4, SQE_DPTR = 24, SQE_CDW10 = 40,
             SQE_CDW11 = 44, SQE_CDW12 = 48, SQE_CDW13 = 52, SQE_CDW14 = 56, SQE_CDW15 = 60;
+    /** FUSE, bits 1:0 of SQE_FLAGS: first/second command of a fused pair (Identify FUSES 0: none supported). */
+    public static final int FUSE_MASK = 0x03;
     /** The data pointer as an SGL descriptor (struct nvme_sgl_desc): address, length, type in the last byte. */
     public static final int SGL_ADDR = SQE_DPTR, SGL_LENGTH = SQE_DPTR + 8, SGL_TYPE = SQE_DPTR + 15;
     /** Data block descriptor, subtype offset: data in the capsule at the address's offset (nvme_tcp_set_sg_inline). */

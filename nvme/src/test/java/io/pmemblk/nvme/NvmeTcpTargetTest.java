@@ -426,6 +426,31 @@ class NvmeTcpTargetTest {
     }
 
     @Test
+    void aFusedCompareAndWriteIsRefusedWholeNotWrittenHalf() throws IOException {
+        RawHost[] admin = new RawHost[1];
+        try (RawHost io = ioQueue(admin, 0); RawHost a = admin[0]) {
+            // Identify FUSES is 0, yet a host sends Compare (FUSE first) + Write (FUSE second): the Compare is not
+            // served, so the Write, meant to happen only if the compare matched, must not happen either
+            byte[] before = fileBytes(32 * 512, 512);
+            ByteBuffer cmp = RawHost.rw(0x05, 1, 32, 1);
+            RawHost.inCapsuleSgl(cmp, 512);
+            cmp.put(Nvme.SQE_FLAGS, (byte) (0x40 | 1));
+            ByteBuffer w = RawHost.rw(Nvme.IO_WRITE, 2, 32, 1);
+            RawHost.inCapsuleSgl(w, 512);
+            w.put(Nvme.SQE_FLAGS, (byte) (0x40 | 2));
+            byte[] data = new byte[512];
+            Arrays.fill(data, (byte) 0xC5);
+            assertNotEquals(0, io.command(cmp, new byte[512]).cqeStatus(), "Compare is not served");
+            assertEquals(status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), io.command(w, data).cqeStatus(),
+                    "the fused Write: Invalid Field (FUSE)");
+            assertArrayEquals(before, fileBytes(32 * 512, 512), "the second half of a refused pair wrote nothing");
+            w.put(Nvme.SQE_FLAGS, (byte) 0x40).putShort(Nvme.SQE_CID, (short) 3);
+            assertEquals(0, io.command(w, data).cqeStatus(), "the same Write unfused");
+            assertArrayEquals(data, fileBytes(32 * 512, 512));
+        }
+    }
+
+    @Test
     void sqFlowControlDisabledReadsEndWithC2hSuccess() throws IOException {
         try (RawHost a = new RawHost(at)) {
             a.icReq(0, 0);
