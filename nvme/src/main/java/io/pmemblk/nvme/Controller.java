@@ -255,7 +255,9 @@ final class Controller {
                 }
             }
         }
-        if ((offset & 3) != 0 || offset > page.limit()) {
+        // The offset is unsigned: with its top bit set it lies past every page (as a signed long it passed the
+        // check, and an int of it started the copy before the page: the admin queue died mid C2HData)
+        if ((offset & 3) != 0 || Long.compareUnsigned(offset, page.limit()) > 0) {
             q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), 0);
             return;
         }

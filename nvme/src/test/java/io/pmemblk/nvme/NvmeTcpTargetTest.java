@@ -263,6 +263,26 @@ class NvmeTcpTargetTest {
     }
 
     @Test
+    void aLogPageOffsetIsUnsigned() throws IOException {
+        try (RawHost a = new RawHost(at)) {
+            a.icReq(0, 0);
+            a.enableAdmin(NQN);
+            // LPOU:LPOL is a 64-bit unsigned offset: with the top bit set it is past every page, not before it
+            int cid = 3;
+            for (long offset : new long[] {0xFFFF_FFFF_FFFF_FFFCL, 1L << 63}) {
+                ByteBuffer s = RawHost.sqe(Nvme.ADMIN_GET_LOG_PAGE, cid++, 0xFFFFFFFF);
+                s.putInt(Nvme.SQE_CDW10, Nvme.LID_SMART | (512 / 4 - 1) << 16).putLong(Nvme.SQE_CDW12, offset);
+                Object[] r = a.dataCommand(s, 512);
+                assertNull(r[0], "no data from offset 0x" + Long.toHexString(offset));
+                assertEquals(status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), ((RawHost.Received) r[1]).cqeStatus(),
+                        "offset 0x" + Long.toHexString(offset));
+            }
+            // the admin queue (and its controller) still serves
+            assertEquals(0, a.command(RawHost.sqe(Nvme.ADMIN_KEEP_ALIVE, cid, 0), null).cqeStatus());
+        }
+    }
+
+    @Test
     void discoveryListsTheSubsystem() throws IOException {
         try (RawHost a = new RawHost(at)) {
             a.icReq(0, 0);
