@@ -173,10 +173,16 @@ final class IoQueue {
             // carries, and the next PDU's header would be taken from it. Refused here, the data is skipped
             return Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_SGL_INVALID_DATA_LENGTH, true);
         }
-        if (opcode == Nvme.IO_DSM && (sgl != Nvme.SGL_INCAPSULE
-                || in.dataLength != ((sqe.getInt(Nvme.SQE_CDW10) & 0xFF) + 1) * 16)) {
-            // The ranges must come in the capsule: nvme.in-capsule-bytes is at least 4 KiB, 256 ranges
-            return Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_SGL_INVALID_DATA_LENGTH, true);
+        if (opcode == Nvme.IO_DSM) {
+            int rangeBytes = ((sqe.getInt(Nvme.SQE_CDW10) & 0xFF) + 1) * 16;
+            if (sgl != Nvme.SGL_INCAPSULE || in.dataLength != rangeBytes || sglLength != rangeBytes) {
+                // The ranges must come in the capsule (nvme.in-capsule-bytes is at least 4 KiB, 256 ranges), and
+                // NR, the SGL and the capsule must agree on them: which ranges to deallocate is not guessed
+                return Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_SGL_INVALID_DATA_LENGTH, true);
+            } else if (sqe.getLong(Nvme.SGL_ADDR) != 0) {
+                // as for a Write: the data starts the capsule's data (ICDOFF 0), nothing else is read
+                return Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_SGL_INVALID_OFFSET, true);
+            }
         }
         return Nvme.OK;
     }

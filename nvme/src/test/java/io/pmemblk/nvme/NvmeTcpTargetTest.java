@@ -446,6 +446,37 @@ class NvmeTcpTargetTest {
     }
 
     @Test
+    void aDsmWhoseSglDisagreesWithItsRangesDeallocatesNothing() throws IOException {
+        RawHost[] admin = new RawHost[1];
+        try (RawHost io = ioQueue(admin, 0); RawHost a = admin[0]) {
+            byte[] data = new byte[512];
+            Arrays.fill(data, (byte) 0x77);
+            for (int lba : new int[] {200, 300}) {
+                ByteBuffer w = RawHost.rw(Nvme.IO_WRITE, 1, lba, 1);
+                RawHost.inCapsuleSgl(w, 512);
+                assertEquals(0, io.command(w, data).cqeStatus());
+            }
+            ByteBuffer ranges = RawHost.le(32);
+            ranges.putInt(4, 1).putLong(8, 200).putInt(16 + 4, 1).putLong(16 + 8, 300);
+            // NR says two ranges and the capsule carries two, but the SGL describes one (16 bytes)
+            ByteBuffer shortSgl = RawHost.sqe(Nvme.IO_DSM, 2, 1);
+            shortSgl.putInt(Nvme.SQE_CDW10, 1).putInt(Nvme.SQE_CDW11, 1 << 2);
+            RawHost.inCapsuleSgl(shortSgl, 16);
+            assertEquals(status(Nvme.SCT_GENERIC, Nvme.SC_SGL_INVALID_DATA_LENGTH, true),
+                    io.command(shortSgl, ranges.array()).cqeStatus(), "SGL length 16 for 2 ranges");
+            // the SGL puts the ranges 16 bytes into the capsule's data, which holds only their 32 bytes
+            ByteBuffer offsetSgl = RawHost.sqe(Nvme.IO_DSM, 3, 1);
+            offsetSgl.putInt(Nvme.SQE_CDW10, 1).putInt(Nvme.SQE_CDW11, 1 << 2);
+            RawHost.inCapsuleSgl(offsetSgl, 32);
+            offsetSgl.putLong(Nvme.SGL_ADDR, 16);
+            assertEquals(status(Nvme.SCT_GENERIC, Nvme.SC_SGL_INVALID_OFFSET, true),
+                    io.command(offsetSgl, ranges.array()).cqeStatus(), "SGL offset 16");
+            assertArrayEquals(data, fileBytes(200 * 512, 512), "LBA 200 kept");
+            assertArrayEquals(data, fileBytes(300 * 512, 512), "LBA 300 kept");
+        }
+    }
+
+    @Test
     void aFusedCompareAndWriteIsRefusedWholeNotWrittenHalf() throws IOException {
         RawHost[] admin = new RawHost[1];
         try (RawHost io = ioQueue(admin, 0); RawHost a = admin[0]) {
