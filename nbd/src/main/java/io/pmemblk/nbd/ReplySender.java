@@ -44,6 +44,7 @@ import java.util.concurrent.locks.ReentrantLock;
  * requests are released without replies, so the queue still gets every tag back.
  */
 final class ReplySender {
+    private static final System.Logger LOG = System.getLogger(ReplySender.class.getName());
     /** Longest wait for room before the sender looks again at the client's progress and the connection's state. */
     static final int WAIT_MILLIS = 100;
     /**
@@ -175,6 +176,8 @@ final class ReplySender {
                 writeFully(0, iovs, encoder.encodedBytes());
             } catch (IOException e) {
                 failed(e);
+            } catch (RuntimeException e) {
+                failed(e);
             }
         }
         release(done, n, true);
@@ -230,6 +233,8 @@ final class ReplySender {
                 }
             } catch (IOException e) {
                 failed(e);
+            } catch (RuntimeException e) {
+                failed(e);
             } finally {
                 sendingSince.set(0);
                 for (int i = first; i < iovs; i++) {
@@ -253,6 +258,8 @@ final class ReplySender {
             try {
                 writeFully(pendingFirst, pendingIovs, pendingBytes);
             } catch (IOException e) {
+                failed(e);
+            } catch (RuntimeException e) {
                 failed(e);
             }
         } else {
@@ -283,7 +290,22 @@ final class ReplySender {
     }
 
     private void failed(IOException e) {
-        state.fail("write failed: " + why(e)); // else a forced close or the stall watchdog already said why
+        end("write failed: " + why(e));
+    }
+
+    /**
+     * A reply failed with an exception of ours, not the socket's (a dirty bitmap that cannot be read, say). Left to
+     * end the sender thread, it lost the requests it had drained (their tags never came back to the queue) and left
+     * the connection open with nobody to answer it. Replies cannot go on in order after it either, so it ends the
+     * connection as a failed write does; the caller still releases every request.
+     */
+    private void failed(RuntimeException e) {
+        LOG.log(System.Logger.Level.ERROR, "nbd: a reply could not be built or sent", e);
+        end("internal error while replying: " + e);
+    }
+
+    private void end(String why) {
+        state.fail(why); // else a forced close or the stall watchdog already said why
         try {
             channel.shutdownInput(); // the reader stops; in-flight requests still drain through here
         } catch (IOException closed) {
