@@ -23,9 +23,8 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.Executors;
-import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -74,7 +73,8 @@ public final class NbdServer implements AutoCloseable {
     volatile int maxHandshakesPerPeer = DEFAULT_MAX_HANDSHAKES_PER_PEER;
     private final List<ServerSocketChannel> listeners = new ArrayList<>();
     private final List<Thread> acceptors = new ArrayList<>();
-    private ScheduledExecutorService timer;
+    /** The stall watchdog's period and each handshake's deadline (read by tests: what it still holds). */
+    ScheduledThreadPoolExecutor timer;
     private Path boundSocket;
     /** The unix socket's directory, checked and held open from before the device opened until close. */
     private TrustedDirectory socketDirectory;
@@ -202,8 +202,12 @@ public final class NbdServer implements AutoCloseable {
                     + " this JVM does not export sun.nio.ch to io.pmemblk.nbd (the launcher passes --add-exports"
                     + " java.base/sun.nio.ch=io.pmemblk.nbd): connections read without polling");
         }
-        timer = Executors.newSingleThreadScheduledExecutor(r -> Thread.ofPlatform().daemon().name("nbd-timer")
-                .unstarted(r));
+        timer = new ScheduledThreadPoolExecutor(1, r -> Thread.ofPlatform().daemon().name("nbd-timer").unstarted(r));
+        // A handshake's deadline is cancelled when the handshake ends, nearly always long before it is due; kept in
+        // the queue until then (the executor's default), each held its connection (ring, encoder: some 150 KiB with
+        // the default depth and request size) for the whole handshake timeout: a client connecting and
+        // disconnecting in a loop piled up one per connection.
+        timer.setRemoveOnCancelPolicy(true);
         long period = Math.max(100, Math.min(1000, stallTimeout.toMillis() / 4));
         timer.scheduleAtFixedRate(this::closeStalled, period, period, TimeUnit.MILLISECONDS);
         List<URI> uris = new ArrayList<>();

@@ -352,6 +352,22 @@ class NbdServerProtocolTest extends ServedExportTest {
         assertServes();
     }
 
+    /**
+     * A handshake's deadline is cancelled when the handshake ends, nearly always long before it is due. Left in the
+     * timer's queue until then, each one kept its connection (ring, encoder, buffers) reachable for the whole
+     * handshake timeout: a client connecting and disconnecting in a loop piled them up.
+     */
+    @Test
+    void aFinishedHandshakeLeavesNoDeadlineInTheTimer() throws IOException {
+        for (int i = 0; i < 20; i++) {
+            try (NbdTestClient c = client().go(EXPORT, false, false)) {
+                c.disconnect();
+                assertTrue(c.closedByServer());
+            }
+        }
+        assertEquals(1, server.timer.getQueue().size(), "the stall watchdog's task alone, no cancelled deadlines");
+    }
+
     @Test
     void tooManyOptionsCloses() throws IOException {
         try (NbdTestClient c = client()) {
