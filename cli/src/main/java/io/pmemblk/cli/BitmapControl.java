@@ -2,7 +2,7 @@ package io.pmemblk.cli;
 
 import io.pmemblk.pmem.bitmap.DirtyBitmaps;
 import io.pmemblk.posix.UnixSocketFile;
-import io.pmemblk.queueing.log.AcceptFailures;
+import io.pmemblk.queueing.log.AcceptLoop;
 
 import java.io.IOException;
 import java.net.UnixDomainSocketAddress;
@@ -57,27 +57,8 @@ final class BitmapControl implements AutoCloseable {
     }
 
     private void accept() {
-        AcceptFailures failures = new AcceptFailures(LOG, "bitmap control socket");
-        while (listener.isOpen()) {
-            SocketChannel c;
-            try {
-                c = listener.accept();
-            } catch (java.nio.channels.ClosedChannelException e) {
-                return;
-            } catch (IOException e) {
-                if (!listener.isOpen()) {
-                    return;
-                }
-                try {
-                    failures.failed(e); // out of descriptors, say: the socket stays, for checkpoints once it passes
-                } catch (InterruptedException stop) {
-                    return;
-                }
-                continue;
-            }
-            failures.accepted();
-            Thread.ofVirtual().name("bitmap-control-conn").start(() -> serve(c));
-        }
+        AcceptLoop.run(LOG, "bitmap control socket", listener::accept,
+                c -> Thread.ofVirtual().name("bitmap-control-conn").start(() -> serve(c)), () -> !listener.isOpen());
     }
 
     private void serve(SocketChannel c) {

@@ -1,7 +1,7 @@
 package io.pmemblk.nbd;
 
 import io.pmemblk.queueing.BlockLayer;
-import io.pmemblk.queueing.log.AcceptFailures;
+import io.pmemblk.queueing.log.AcceptLoop;
 import io.pmemblk.nbd.tls.TlsChannel;
 import io.pmemblk.nbd.tls.TlsServer;
 import io.pmemblk.posix.NativeException;
@@ -14,7 +14,6 @@ import java.net.StandardSocketOptions;
 import java.net.URI;
 import java.net.URISyntaxException;
 import java.net.UnixDomainSocketAddress;
-import java.nio.channels.ClosedChannelException;
 import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Path;
@@ -292,25 +291,7 @@ public final class NbdServer implements AutoCloseable {
     }
 
     private void acceptLoop(ServerSocketChannel listener, boolean tcp) {
-        AcceptFailures failures = new AcceptFailures(LOG, "nbd: " + (tcp ? "TCP" : "unix socket") + " listener");
-        while (!closing.get()) {
-            SocketChannel ch;
-            try {
-                ch = listener.accept();
-            } catch (ClosedChannelException e) {
-                return;
-            } catch (IOException e) {
-                if (closing.get()) {
-                    return;
-                }
-                try {
-                    failures.failed(e); // out of descriptors, say: paused, so that it neither spins nor floods the log
-                } catch (InterruptedException stop) {
-                    return;
-                }
-                continue;
-            }
-            failures.accepted();
+        AcceptLoop.run(LOG, "nbd: " + (tcp ? "TCP" : "unix socket") + " listener", listener::accept, ch -> {
             try {
                 accepted(ch, tcp);
             } catch (IOException | RuntimeException e) {
@@ -321,7 +302,7 @@ public final class NbdServer implements AutoCloseable {
                     // already failing
                 }
             }
-        }
+        }, closing::get);
     }
 
     private void accepted(SocketChannel ch, boolean tcp) throws IOException {

@@ -1,7 +1,7 @@
 package io.pmemblk.nvme;
 
 import io.pmemblk.queueing.BlockLayer;
-import io.pmemblk.queueing.log.AcceptFailures;
+import io.pmemblk.queueing.log.AcceptLoop;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.channels.ServerSocketChannel;
@@ -111,41 +111,25 @@ public final class NvmeTcpServer implements AutoCloseable {
     }
 
     private void acceptLoop() {
-        AcceptFailures failures = new AcceptFailures(LOG, "nvme: TCP listener");
-        while (!closed) {
-            SocketChannel ch;
-            try {
-                ch = listener.accept();
-            } catch (java.nio.channels.ClosedChannelException e) {
-                return;
-            } catch (IOException e) {
-                if (closed) {
-                    return;
-                }
-                // Out of descriptors, say (hosts that connect faster than they go): the listener stays, and hosts
-                // connect again once the shortage passes, where ending the loop here stopped accepting for good.
-                try {
-                    failures.failed(e);
-                } catch (InterruptedException stop) {
-                    return;
-                }
-                continue;
+        // A failed accept (out of descriptors, say) pauses and retries: it used to end this loop, and the target
+        // never served another host.
+        AcceptLoop.run(LOG, "nvme: TCP listener", listener::accept, this::accepted, () -> closed);
+    }
+
+    private void accepted(SocketChannel ch) {
+        try {
+            ch.setOption(java.net.StandardSocketOptions.TCP_NODELAY, true);
+            TcpQueue q = new TcpQueue(this, ch, nextQueueId.incrementAndGet(), String.valueOf(ch.getRemoteAddress()));
+            queues.add(q);
+            if (closed) {
+                q.close();
             }
-            failures.accepted();
+            q.start();
+        } catch (IOException e) {
             try {
-                ch.setOption(java.net.StandardSocketOptions.TCP_NODELAY, true);
-                TcpQueue q = new TcpQueue(this, ch, nextQueueId.incrementAndGet(), String.valueOf(ch.getRemoteAddress()));
-                queues.add(q);
-                if (closed) {
-                    q.close();
-                }
-                q.start();
-            } catch (IOException e) {
-                try {
-                    ch.close();
-                } catch (IOException ignored) {
-                    // it never started
-                }
+                ch.close();
+            } catch (IOException ignored) {
+                // it never started
             }
         }
     }

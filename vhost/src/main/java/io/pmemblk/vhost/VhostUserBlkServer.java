@@ -8,7 +8,7 @@ import io.pmemblk.posix.TrustedPath;
 import io.pmemblk.posix.UnixSocketFile;
 import io.pmemblk.queueing.BlockDriver;
 import io.pmemblk.queueing.BlockLayer;
-import io.pmemblk.queueing.log.AcceptFailures;
+import io.pmemblk.queueing.log.AcceptLoop;
 import io.pmemblk.queueing.log.RateLimitedLog;
 import io.pmemblk.vhost.blk.BlkDevice;
 import io.pmemblk.vhost.protocol.VhostUserChannel;
@@ -137,25 +137,8 @@ public final class VhostUserBlkServer implements AutoCloseable {
     }
 
     private void acceptLoop() {
-        AcceptFailures failures = new AcceptFailures(LOG, "vhost-user-blk: socket " + config.socket());
-        while (!closing) {
-            int fd;
-            try {
-                fd = Sockets.accept(listenFd);
-            } catch (NativeException e) {
-                if (closing) {
-                    return;
-                }
-                try {
-                    failures.failed(e); // out of descriptors, say: paused, so that it neither spins nor floods the log
-                } catch (InterruptedException stop) {
-                    return;
-                }
-                continue;
-            }
-            failures.accepted();
-            admit(fd);
-        }
+        AcceptLoop.run(LOG, "vhost-user-blk: socket " + config.socket(), () -> Sockets.accept(listenFd), this::admit,
+                () -> closing);
     }
 
     private synchronized void admit(int fd) {
