@@ -92,9 +92,10 @@ public final class Btt {
      * earlier's map entry as its old entry, so it goes in the next group. Blocks of different LBAs that share a map
      * lock (LBAs {@code MAP_LOCKS} apart) take it once.
      *
-     * <p>Failures: a block refused before its data is stored (arena read-only, writes stopped, a bad free block,
-     * its source unreadable) fails alone, and changes nothing of the BTT. A persistence step that fails fails
-     * every block of the group not committed yet and stops writes ({@code writeFailure}), as for a single write;
+     * <p>Failures: a block refused before its data is stored (arena read-only, writes stopped, its map entry past
+     * the data area, a bad free block, its source unreadable) fails alone, and changes nothing of the BTT. A
+     * persistence step that fails fails every block of the group not committed yet and stops writes
+     * ({@code writeFailure}), as for a single write;
      * the group still releases its locks, and nothing is thrown: each block's fate is its {@link #failure}.
      *
      * <p>Nothing is allocated: the arrays are made with the lane at open; the lanes claimed as the group grows

@@ -9,6 +9,8 @@ import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.util.concurrent.atomic.AtomicReference;
 
+import static io.pmemblk.pmem.btt.BttLayout.*;
+
 /**
  * What the parts of one open BTT share ({@link Btt}, its {@link Lanes}, {@link LaneHandle}s, {@link ReadTracking}
  * and {@link WriteGroup}s), made once at open and handed to each by its constructor. None of them owns the mapping.
@@ -44,6 +46,23 @@ record BttState(MemorySegment pool, MappingHold hold, Persistence persistence, B
     static IOException markedBad(long lba) {
         return new IOException("block " + lba + " is marked bad (its map entry has the ERROR flag): EIO until it is"
                 + " written again");
+    }
+
+    /**
+     * Why a write of {@code lba} must not start: as {@link #refuseIfReadOnly}, or its map entry names a block past
+     * the data area (a damaged or foreign image; Linux btt_write_pg answers -EIO). The write would log that block
+     * as its lane's free one, and the lane's next write store its data there: over the map, the flog, or past the
+     * pool. Read without the map lock: every entry this engine stores names a block in range (a lane's free block
+     * or a flog entry checked at open), so one found in range stays in range until the write takes the lock.
+     */
+    void refuseWrite(Arena a, long lba) throws IOException {
+        refuseIfReadOnly(a, lba);
+        int block = (int) INT.getVolatile(pool, a.mapOff + (lba - a.firstLba) * MAP_ENTRY_SIZE) & MAP_LBA_MASK;
+        if (block >= a.internalNlba) {
+            throw new IOException("block " + lba + " maps to internal block " + block + ", beyond the arena's "
+                    + a.internalNlba + ": the map is corrupt, and the write is refused so the block is never reused"
+                    + " (`pmempool check -r` may repair it)");
+        }
     }
 
     void refuseIfReadOnly(Arena a, long lba) throws IOException {

@@ -129,7 +129,7 @@ public final class LaneHandle implements AutoCloseable {
 
     private void writeOn(int lane, long lba, MemorySegment src) throws IOException {
         Arena a = state.arenaOf(lba);
-        state.refuseIfReadOnly(a, lba);
+        state.refuseWrite(a, lba);
         int premap = (int) (lba - a.firstLba);
         int freeBlock = a.free[lane] & MAP_LBA_MASK;
         int freeEntry = freeBlock | MAP_NORMAL;

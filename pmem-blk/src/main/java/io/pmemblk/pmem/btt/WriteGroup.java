@@ -319,7 +319,7 @@ final class WriteGroup implements Btt.Group {
             }
             Arena a = arena[s];
             try {
-                state.refuseIfReadOnly(a, lba[s]);
+                state.refuseWrite(a, lba[s]);
             } catch (IOException e) {
                 failure[s] = e;
                 continue;
