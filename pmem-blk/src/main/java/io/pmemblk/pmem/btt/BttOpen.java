@@ -232,6 +232,10 @@ final class BttOpen {
         if (next != 0 && next != ARENA_MAX_SIZE) {
             return "has nextoff " + next + " (0 or " + ARENA_MAX_SIZE + ")";
         }
+        if (next > room) { // PMDK read_layout: "invalid next arena offset"
+            return "has nextoff " + next + ", past the end of the pool (" + room + " bytes from this arena on): the"
+                    + " pool file was cut short, or the block is not this pool's (nextoff must stay within the pool)";
+        }
         long arenaEnd = next != 0 ? next : room;
         boolean inside = data >= INFO_SIZE && map >= data + internalNlba * in && flog >= map + externalNlba * MAP_ENTRY_SIZE
                 && backup >= flog + nfree * FLOG_PAIR_SIZE && backup + INFO_SIZE <= arenaEnd;

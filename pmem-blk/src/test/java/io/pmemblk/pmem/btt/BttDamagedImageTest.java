@@ -6,6 +6,7 @@ import org.junit.jupiter.api.io.TempDir;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.nio.file.Path;
 
 import static io.pmemblk.pmem.btt.BttTest.ARENA0;
@@ -62,6 +63,43 @@ class BttDamagedImageTest {
             assertThat(BttTest.verify(buf, 6)).isEqualTo(3);
             assertThat(btt.check()).containsExactly("arena 0 map entry 5 names block 4086, beyond 4085",
                     "arena 0: 1 blocks referenced by nothing, the first 5"); // the damage, and nothing more
+        }
+    }
+
+    /** Sets the u64 {@code field} of arena 0's info block and of its backup, each with a valid checksum. */
+    static void setBothInfos(MemorySegment pool, int field, long value) {
+        for (long at : new long[]{ARENA0, ARENA0 + G.infoOff()}) {
+            MemorySegment info = pool.asSlice(at, BttLayout.INFO_SIZE);
+            info.set(BttLayout.U64, field, value);
+            info.set(BttLayout.U64, BttLayout.INFO_CHECKSUM, BttLayout.checksum(info, 0, 4096, BttLayout.INFO_CHECKSUM, 4096));
+        }
+    }
+
+    /**
+     * A pool file cut short after arena 0's info block: nextoff says 2^39, the file holds 16 MiB. The offsets
+     * were bounded by nextoff, not by the file, so a flog past the file passed and the open threw
+     * IndexOutOfBoundsException; a chain running past the file passed too. PMDK read_layout refuses both
+     * ("invalid next arena offset").
+     */
+    @Test
+    void aNextArenaPastTheEndOfThePoolIsRefused() throws Exception {
+        long max = BttLayout.ARENA_MAX_SIZE;
+        for (boolean flogPastTheFile : new boolean[]{true, false}) {
+            try (Pools.Mapped m = Pools.map(dir.resolve("p" + flogPastTheFile + ".blk"), Pools.MIN_POOL)) {
+                Btt.format(m.memory(), Pools.pageCache(), 4096, 1);
+                setBothInfos(m.memory(), BttLayout.INFO_NEXTOFF, max);
+                if (flogPastTheFile) { // the offsets of a 512 GiB arena, past the 16 MiB file
+                    setBothInfos(m.memory(), BttLayout.INFO_INFOOFF, max - 4096);
+                    setBothInfos(m.memory(), BttLayout.INFO_FLOGOFF, max - 4096 - BttLayout.flogSize(256));
+                }
+                byte[] before = m.memory().toArray(ValueLayout.JAVA_BYTE);
+                assertThatThrownBy(() -> Btt.open(m.memory(), Pools.pageCache(), 1)).as("flog past the file %s", flogPastTheFile)
+                        .isInstanceOf(IOException.class)
+                        .hasMessageContaining("has nextoff 549755813888, past the end of the pool (16777216 bytes from"
+                                + " this arena on)");
+                assertThat(Btt.summarize(m.memory()).problem()).contains("past the end of the pool");
+                assertThat(m.memory().toArray(ValueLayout.JAVA_BYTE)).as("nothing written").isEqualTo(before);
+            }
         }
     }
 }
