@@ -237,8 +237,11 @@ final class BttOpen {
                     + " pool file was cut short, or the block is not this pool's (nextoff must stay within the pool)";
         }
         long arenaEnd = next != 0 ? next : room;
-        boolean inside = data >= INFO_SIZE && map >= data + internalNlba * in && flog >= map + externalNlba * MAP_ENTRY_SIZE
-                && backup >= flog + nfree * FLOG_PAIR_SIZE && backup + INFO_SIZE <= arenaEnd;
+        // Each offset is bounded by the arena on its own, before the sums: they are u64s, and one near 2^63 wrapped
+        // a sum below, passed, and sent the engine outside the pool (with these bounds no sum can wrap).
+        boolean inside = data >= INFO_SIZE && data <= arenaEnd && map <= arenaEnd && flog <= arenaEnd
+                && map >= data + internalNlba * in && flog >= map + externalNlba * MAP_ENTRY_SIZE
+                && backup >= flog + nfree * FLOG_PAIR_SIZE && backup <= arenaEnd - INFO_SIZE;
         if (!inside || map % MAP_ENTRY_SIZE != 0 || flog % FLOG_PAIR_SIZE != 0 || data % 8 != 0) {
             return "has offsets outside its arena of " + arenaEnd + " bytes or misaligned: dataoff " + data + ", mapoff "
                     + map + ", flogoff " + flog + ", infooff " + backup;

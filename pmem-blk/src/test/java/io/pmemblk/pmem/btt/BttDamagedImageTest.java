@@ -76,6 +76,28 @@ class BttDamagedImageTest {
     }
 
     /**
+     * dataoff, mapoff, flogoff or infooff near 2^63 (a u64 read as a long): the bounds sums wrapped and passed it, and the
+     * open or the first read or write threw IndexOutOfBoundsException. Refused at open now, and nothing written.
+     */
+    @Test
+    void anOffsetSoLargeItsSumWrapsIsRefused() throws Exception {
+        for (int field : new int[]{BttLayout.INFO_DATAOFF, BttLayout.INFO_MAPOFF, BttLayout.INFO_FLOGOFF,
+                BttLayout.INFO_INFOOFF}) {
+            try (Pools.Mapped m = Pools.map(dir.resolve("p" + field + ".blk"), Pools.MIN_POOL)) {
+                Btt.format(m.memory(), Pools.pageCache(), 4096, 1);
+                setBothInfos(m.memory(), field, 0x7FFF_FFFF_FFFF_F000L);
+                byte[] before = m.memory().toArray(ValueLayout.JAVA_BYTE);
+                assertThatThrownBy(() -> Btt.open(m.memory(), Pools.pageCache(), 1)).as("field %d", field)
+                        .isInstanceOf(IOException.class)
+                        .hasMessageContaining("has offsets outside its arena of 16777216 bytes")
+                        .hasMessageContaining("9223372036854771712");
+                assertThat(Btt.summarize(m.memory()).problem()).contains("has offsets outside its arena");
+                assertThat(m.memory().toArray(ValueLayout.JAVA_BYTE)).as("nothing written").isEqualTo(before);
+            }
+        }
+    }
+
+    /**
      * A pool file cut short after arena 0's info block: nextoff says 2^39, the file holds 16 MiB. The offsets
      * were bounded by nextoff, not by the file, so a flog past the file passed and the open threw
      * IndexOutOfBoundsException; a chain running past the file passed too. PMDK read_layout refuses both
