@@ -52,6 +52,9 @@ final class BttOpen {
         long rawSize = pool.byteSize() - BTT_OFFSET;
 
         List<Arena> arenas = new ArrayList<>();
+        // Primary info blocks to restore from their backups: written, as the roll-forwards, only once every arena
+        // and flog lane has passed, so an image refused below is left exactly as it was found.
+        List<Restore> restores = new ArrayList<>();
         long off = 0, left = rawSize, firstLba = 0;
         while (left >= ARENA_MIN_SIZE) {
             long primary = BTT_OFFSET + off;
@@ -71,15 +74,14 @@ final class BttOpen {
                             + why + ", and its backup at " + backup + " " + backupWhy + "; `pmempool check -r` may"
                             + " repair it, or format the pool again (which loses its data)");
                 }
-                info.copyFrom(copy);
-                persistRange(persistence, info);
                 notes.add("arena " + arenas.size() + ": the info block " + why + "; restored from its backup at pool"
                         + " offset " + backup);
-                LOG.log(System.Logger.Level.WARNING, notes.getLast());
+                restores.add(new Restore(info, copy, notes.getLast()));
+                info = copy; // what the primary will hold
             }
             checkLanes(lanes, info.get(U32, INFO_NFREE));
             Arena a = new Arena(arenas.size(), primary, info, firstLba, lanes);
-            recover(pool, persistence, a, notes);
+            recover(pool, persistence, a, notes, false);
             arenas.add(a);
             firstLba += a.externalNlba;
             long nextOff = info.get(U64, INFO_NEXTOFF);
@@ -89,7 +91,18 @@ final class BttOpen {
             off += nextOff;
             left -= nextOff;
         }
+        for (Restore r : restores) {
+            r.primary.copyFrom(r.backup);
+            persistRange(persistence, r.primary);
+            LOG.log(System.Logger.Level.WARNING, r.note);
+        }
+        for (Arena a : arenas) {
+            recover(pool, persistence, a, notes, true);
+        }
         return new Btt(pool, persistence, media, hold, bsize, arenas.toArray(Arena[]::new), lanes, poolset, notes);
+    }
+
+    private record Restore(MemorySegment primary, MemorySegment backup, String note) {
     }
 
     /** {@link Btt#summarize(MemorySegment)}; {@code strict}: an invalid primary info block is a problem even with a valid backup. */
@@ -262,15 +275,19 @@ final class BttOpen {
      * Open-time recovery of every flog lane of {@code a} (PMDK read_flog_pair, Linux btt_freelist_init): the current
      * entry's old_map is the lane's free block; if its swap reached the flog but not the map (map still == old),
      * the map store is done now. Blocks are compared without their flag bits, as Linux does, so a kernel-written
-     * flog (no flags) recovers too. An invalid seq pair makes the arena read-only, as PMDK does.
+     * flog (no flags) recovers too. An invalid seq pair makes the arena read-only, as PMDK does. Run first with
+     * {@code write} false over every arena, which checks and writes nothing, then with {@code write} true.
      */
-    private static void recover(MemorySegment pool, Persistence persistence, Arena a, List<String> notes)
-            throws IOException {
+    private static void recover(MemorySegment pool, Persistence persistence, Arena a, List<String> notes,
+                                boolean write) throws IOException {
         for (int lane = 0; lane < a.nfree; lane++) {
             long pair = a.pairAt(lane);
             int seq0 = pool.get(U32, pair + FLOG_SEQ), seq1 = pool.get(U32, pair + FLOG_ENTRY_SIZE + FLOG_SEQ);
             int slot = currentSlot(seq0, seq1);
             if (slot < 0) {
+                if (write) {
+                    continue; // found, and noted, by the first run
+                }
                 a.error = "flog lane " + lane + " has seq numbers " + seq0 + " and " + seq1 + ", which name no current"
                         + " entry (`pmempool check` reports it; -r repairs)";
                 notes.add("arena " + a.index + " is read-only: " + a.error);
@@ -289,8 +306,8 @@ final class BttOpen {
             a.free[lane] = oldMap;
             a.seq[lane] = slot == 0 ? seq0 : seq1;
             a.next[lane] = 1 - slot;
-            if (oldMap == newMap) {
-                continue; // the initial entry: nothing was swapped
+            if (oldMap == newMap || !write) {
+                continue; // the initial entry (nothing was swapped), or the checking run
             }
             long mapAt = a.mapOff + (long) lba * MAP_ENTRY_SIZE;
             int entry = pool.get(U32, mapAt);

@@ -92,7 +92,7 @@ class BttDamagedImageTest {
                         .hasMessageContaining("has offsets outside its arena of 16777216 bytes")
                         .hasMessageContaining("9223372036854771712");
                 assertThat(Btt.summarize(m.memory()).problem()).contains("has offsets outside its arena");
-                assertThat(m.memory().toArray(ValueLayout.JAVA_BYTE)).as("nothing written").isEqualTo(before);
+                assertThat(m.memory().mismatch(MemorySegment.ofArray(before))).as("first byte written").isEqualTo(-1L);
             }
         }
     }
@@ -120,8 +120,43 @@ class BttDamagedImageTest {
                         .hasMessageContaining("has nextoff 549755813888, past the end of the pool (16777216 bytes from"
                                 + " this arena on)");
                 assertThat(Btt.summarize(m.memory()).problem()).contains("past the end of the pool");
-                assertThat(m.memory().toArray(ValueLayout.JAVA_BYTE)).as("nothing written").isEqualTo(before);
+                assertThat(m.memory().mismatch(MemorySegment.ofArray(before))).as("first byte written").isEqualTo(-1L);
             }
+        }
+    }
+
+    /**
+     * An image the open refuses is left as it was: here a primary info block to restore from its backup and a
+     * lane whose swap should be rolled forward come before a flog lane out of range. Both repairs were written
+     * before the refusal, so the refused image was changed behind the operator's back (and no longer showed
+     * pmempool check what had been found).
+     */
+    @Test
+    void aRefusedImageIsNotWritten() throws Exception {
+        try (Pools.Mapped m = Pools.map(dir.resolve("p.blk"), Pools.MIN_POOL)) {
+            MemorySegment pool = m.memory();
+            Btt.format(pool, Pools.pageCache(), 4096, 1);
+            int ext = G.externalNlba();
+            pool.set(ValueLayout.JAVA_BYTE, ARENA0 + 200, (byte) 1); // the primary's checksum breaks; the backup is valid
+            long lane1 = ARENA0 + G.flogOff() + 64;
+            // lane 1: a swap of LBA 5 logged (slot 1, seq 2), its map store lost: open would roll it forward
+            pool.set(BttLayout.U32, lane1 + 16, 5);
+            pool.set(BttLayout.U32, lane1 + 16 + 4, 5 | BttLayout.MAP_NORMAL);
+            pool.set(BttLayout.U32, lane1 + 16 + 8, (ext + 1) | BttLayout.MAP_NORMAL);
+            pool.set(BttLayout.U32, lane1 + 16 + 12, 2);
+            pool.set(BttLayout.U32, ARENA0 + G.flogOff() + 3 * 64, ext + 7); // lane 3's current entry: lba out of range
+            byte[] before = pool.toArray(ValueLayout.JAVA_BYTE);
+            assertThatThrownBy(() -> Btt.open(pool, Pools.pageCache(), 1)).isInstanceOf(IOException.class)
+                    .hasMessageContaining("arena 0 flog lane 3 is out of range: lba " + (ext + 7) + " (< " + ext + ")");
+            assertThat(pool.mismatch(MemorySegment.ofArray(before))).as("first byte written").isEqualTo(-1L);
+
+            pool.set(BttLayout.U32, ARENA0 + G.flogOff() + 3 * 64, 3); // lane 3 repaired: now both repairs are made
+            Btt btt = Btt.open(pool, Pools.pageCache(), 1);
+            assertThat(btt.notes()).hasSize(2);
+            assertThat(btt.notes().get(0)).contains("restored from its backup");
+            assertThat(btt.notes().get(1)).contains("completed the interrupted write of block 5");
+            assertThat(pool.get(BttLayout.U32, ARENA0 + G.mapOff() + 5 * 4)).isEqualTo((ext + 1) | BttLayout.MAP_NORMAL);
+            assertThat(btt.check()).isEmpty();
         }
     }
 }
