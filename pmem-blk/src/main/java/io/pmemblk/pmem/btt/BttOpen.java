@@ -8,7 +8,9 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.ArrayList;
 import java.util.BitSet;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.UUID;
 
 import static io.pmemblk.pmem.btt.BttFormat.persistRange;
@@ -280,6 +282,7 @@ final class BttOpen {
      */
     private static void recover(MemorySegment pool, Persistence persistence, Arena a, List<String> notes,
                                 boolean write) throws IOException {
+        Map<Integer, Integer> freeLane = new HashMap<>(); // free block -> the first lane holding it
         for (int lane = 0; lane < a.nfree; lane++) {
             long pair = a.pairAt(lane);
             int seq0 = pool.get(U32, pair + FLOG_SEQ), seq1 = pool.get(U32, pair + FLOG_ENTRY_SIZE + FLOG_SEQ);
@@ -302,6 +305,15 @@ final class BttOpen {
                         + Integer.toUnsignedString(lba) + " (< " + a.externalNlba + "), old block " + (oldMap & MAP_LBA_MASK)
                         + ", new block " + (newMap & MAP_LBA_MASK) + " (< " + a.internalNlba + "); `pmempool check -r`"
                         + " may repair it");
+            }
+            // Two lanes holding one free block would each write into it and map an LBA to it (pmempool check: a
+            // duplicate flog entry). A free block the map also names is left to check(): finding it reads the map.
+            Integer other = freeLane.putIfAbsent(oldMap & MAP_LBA_MASK, lane);
+            if (other != null && !write) {
+                a.error = "flog lanes " + other + " and " + lane + " both hold block " + (oldMap & MAP_LBA_MASK)
+                        + " as their free block, which two writes would store into (`pmempool check` reports it;"
+                        + " -r repairs)";
+                notes.add("arena " + a.index + " is read-only: " + a.error);
             }
             a.free[lane] = oldMap;
             a.seq[lane] = slot == 0 ? seq0 : seq1;

@@ -159,4 +159,30 @@ class BttDamagedImageTest {
             assertThat(btt.check()).isEmpty();
         }
     }
+
+    /**
+     * Two flog lanes whose current entries hold one free block (pmempool check: a duplicate flog entry): a write
+     * on each lane stored into that block and mapped its LBA to it, so two LBAs shared one block and the first
+     * read the second's data. The arena is read-only now, as for an invalid seq pair (PMDK), naming both lanes.
+     */
+    @Test
+    void twoLanesHoldingOneFreeBlockMakeTheArenaReadOnly() throws Exception {
+        try (Pools.Mapped m = Pools.map(dir.resolve("p.blk"), Pools.MIN_POOL); Arena arena = Arena.ofConfined()) {
+            MemorySegment pool = m.memory();
+            Btt.format(pool, Pools.pageCache(), 4096, 1);
+            int shared = (G.externalNlba() + 3) | BttLayout.MAP_ZERO; // lane 3's initial free block
+            long lane4 = ARENA0 + G.flogOff() + 4 * 64;
+            pool.set(BttLayout.U32, lane4 + 4, shared);
+            pool.set(BttLayout.U32, lane4 + 8, shared);
+            Btt btt = Btt.open(pool, Pools.pageCache(), 8);
+            assertThat(btt.notes()).singleElement().asString().contains("arena 0 is read-only")
+                    .contains("flog lanes 3 and 4 both hold block " + (G.externalNlba() + 3));
+            MemorySegment buf = arena.allocate(4096, 4096);
+            BttTest.fill(buf, 0, 1);
+            assertThatThrownBy(() -> btt.write(3, 0, buf)).isInstanceOf(IOException.class).hasMessageContaining("read-only");
+            assertThatThrownBy(() -> btt.write(4, 1, buf)).isInstanceOf(IOException.class).hasMessageContaining("read-only");
+            btt.read(0, 0, buf); // reads go on
+            assertThat(BttTest.verify(buf, 0)).isZero();
+        }
+    }
 }
