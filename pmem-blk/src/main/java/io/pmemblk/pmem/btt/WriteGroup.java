@@ -319,8 +319,8 @@ final class WriteGroup implements Btt.Group {
             }
             Arena a = arena[s];
             try {
-                state.refuseWrite(a, lba[s]);
-            } catch (IOException e) {
+                state.refuseWrite(a, lba[s]); // reads the map: on a region closed under the group, IllegalStateException
+            } catch (IOException | IllegalStateException e) {
                 failure[s] = e;
                 continue;
             }
