@@ -82,5 +82,15 @@ final class CrossChecks {
             throw new SettingsException("metrics.port: '" + metrics + "' is not allowed: it is also nbd.port;"
                     + " allowed: another port, or 0 (off)");
         }
+        // As metrics.port above, by the port alone: the NVMe/TCP listener binds after the device is opened (and
+        // pmem.path created), so a clash found there stopped serve with exit 1 and a new image left behind.
+        if (s.get(NVME_LISTEN) != null) {
+            int nvme = s.get(NVME_LISTEN).getPort();
+            String other = nvme == s.get(NBD_PORT) ? "nbd.port" : nvme == metrics ? "metrics.port" : null;
+            if (other != null) {
+                throw new SettingsException("nvme.listen: '" + s.text(NVME_LISTEN) + "' is not allowed: its port is also "
+                        + other + "; allowed: another port, or empty (off)");
+            }
+        }
     }
 }

@@ -184,6 +184,23 @@ class SettingsTest {
     }
 
     @Test
+    void nvmeListenMayNotTakeThePortOfAnotherListener() throws Exception {
+        // Both would bind it: serve created pmem.path, then stopped with exit 1 ("Address already in use").
+        assertThatThrownBy(() -> Settings.load(null, List.of("nvme.listen=127.0.0.1:10809")))
+                .isInstanceOf(SettingsException.class)
+                .hasMessage("nvme.listen: '127.0.0.1:10809' is not allowed: its port is also nbd.port;"
+                        + " allowed: another port, or empty (off)");
+        assertThatThrownBy(() -> Settings.load(null, List.of("metrics.port=4420", "nvme.listen=[::1]:4420")))
+                .isInstanceOf(SettingsException.class)
+                .hasMessage("nvme.listen: '[::1]:4420' is not allowed: its port is also metrics.port;"
+                        + " allowed: another port, or empty (off)");
+        assertThat(Settings.load(null, List.of("nbd.port=0", "nvme.listen=127.0.0.1:10809")).get(Keys.NVME_LISTEN).getPort())
+                .isEqualTo(10809);
+        assertThat(Settings.load(null, List.of("nvme.listen=127.0.0.1:4420")).get(Keys.NVME_LISTEN).getPort())
+                .isEqualTo(4420);
+    }
+
+    @Test
     void noListenerAtAllIsRefused() {
         assertThatThrownBy(() -> Settings.load(null, List.of("nbd.socket=", "nbd.port=0")))
                 .hasMessageContaining("no listener would be left");
