@@ -4,6 +4,9 @@ import io.pmemblk.settings.Keys.DmaEngineKind;
 import io.pmemblk.settings.Keys.Layout;
 import io.pmemblk.settings.Keys.TlsMode;
 
+import java.nio.file.Path;
+import java.util.List;
+
 import static io.pmemblk.settings.Keys.DMA_ENGINE;
 import static io.pmemblk.settings.Keys.DMA_VFIO_USER_SOCKET;
 import static io.pmemblk.settings.Keys.METRICS_PORT;
@@ -15,6 +18,7 @@ import static io.pmemblk.settings.Keys.NBD_TLS_KEY;
 import static io.pmemblk.settings.Keys.NBD_TLS_VERIFY_CLIENTS;
 import static io.pmemblk.settings.Keys.NVME_LISTEN;
 import static io.pmemblk.settings.Keys.PMEM_LAYOUT;
+import static io.pmemblk.settings.Keys.PMEM_PATH;
 import static io.pmemblk.settings.Keys.PMEM_SECTOR_SIZE;
 import static io.pmemblk.settings.Keys.QUEUES;
 import static io.pmemblk.settings.Keys.QUEUE_DEPTH;
@@ -31,14 +35,38 @@ import static io.pmemblk.settings.Keys.VHOST_SOCKET;
 final class CrossChecks {
     private CrossChecks() {}
 
+    /**
+     * The file {@code p} names as far as its text tells: absolute, with "." dropped (Path.of already folds "//");
+     * ".." is kept, as it climbs out of a symbolic link, not back to where the text says. Null stays null.
+     */
+    private static Path sameFile(Path p) {
+        if (p == null) {
+            return null;
+        }
+        Path abs = p.toAbsolutePath(), out = abs.getRoot();
+        for (Path name : abs) {
+            out = name.toString().equals(".") ? out : out.resolve(name);
+        }
+        return out;
+    }
+
     static void check(Settings s) throws SettingsException {
         if (s.get(NBD_SOCKET) == null && s.get(NBD_PORT) == 0 && s.get(VHOST_SOCKET) == null && s.get(NVME_LISTEN) == null) {
             throw new SettingsException("nbd.socket is empty and nbd.port=0: no listener would be left;"
                     + " allowed: a socket path, a TCP port, or both (or a vhost.socket, or nvme.listen)");
         }
-        if (s.get(VHOST_SOCKET) != null && s.get(VHOST_SOCKET).equals(s.get(NBD_SOCKET))) {
+        // By the file they name, not their spelling (/run/./s is /run/s), and a socket is never the image: each
+        // was found only at listen, after pmem.path was opened (a new one created and left behind), with exit 1.
+        Path image = sameFile(s.get(PMEM_PATH)), nbd = sameFile(s.get(NBD_SOCKET)), vhost = sameFile(s.get(VHOST_SOCKET));
+        if (vhost != null && vhost.equals(nbd)) {
             throw new SettingsException("vhost.socket: '" + s.text(VHOST_SOCKET) + "' is not allowed: it is also"
                     + " nbd.socket; allowed: another path, or empty (off)");
+        }
+        for (Key<Path> socket : List.of(NBD_SOCKET, VHOST_SOCKET)) {
+            if (image.equals(sameFile(s.get(socket)))) {
+                throw new SettingsException(socket.name() + ": '" + s.text(socket) + "' is not allowed: it is also"
+                        + " pmem.path; allowed: another path, or empty (off)");
+            }
         }
         if (s.get(NBD_TLS) != TlsMode.OFF && (s.get(NBD_TLS_CERTIFICATE) == null || s.get(NBD_TLS_KEY) == null)) {
             throw new SettingsException("nbd.tls: '" + s.text(NBD_TLS) + "' needs nbd.tls.certificate and nbd.tls.key;"

@@ -201,6 +201,23 @@ class SettingsTest {
     }
 
     @Test
+    void aSocketMayNotBeAnotherSocketOrTheImageHoweverItIsSpelt() {
+        // Found only at listen, after pmem.path was opened: serve stopped with exit 1, a new image left behind.
+        assertThatThrownBy(() -> Settings.load(null, List.of("nbd.socket=/run/s", "vhost.socket=/run/./s")))
+                .isInstanceOf(SettingsException.class)
+                .hasMessage("vhost.socket: '/run/./s' is not allowed: it is also nbd.socket; allowed: another path,"
+                        + " or empty (off)");
+        assertThatThrownBy(() -> Settings.load(null, List.of("pmem.path=/srv/a.img", "nbd.socket=/srv//a.img")))
+                .isInstanceOf(SettingsException.class)
+                .hasMessage("nbd.socket: '/srv//a.img' is not allowed: it is also pmem.path; allowed: another path,"
+                        + " or empty (off)");
+        assertThatThrownBy(() -> Settings.load(null, List.of("pmem.path=/srv/a.img", "vhost.socket=/srv/./a.img")))
+                .isInstanceOf(SettingsException.class)
+                .hasMessage("vhost.socket: '/srv/./a.img' is not allowed: it is also pmem.path; allowed: another path,"
+                        + " or empty (off)");
+    }
+
+    @Test
     void noListenerAtAllIsRefused() {
         assertThatThrownBy(() -> Settings.load(null, List.of("nbd.socket=", "nbd.port=0")))
                 .hasMessageContaining("no listener would be left");
