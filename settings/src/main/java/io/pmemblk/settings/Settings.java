@@ -1,7 +1,7 @@
 package io.pmemblk.settings;
 
+import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.Reader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
@@ -52,7 +52,13 @@ public final class Settings {
         }
         if (file != null) {
             Properties p = new Properties();
-            try (Reader r = Files.newBufferedReader(file, StandardCharsets.UTF_8)) {
+            try (BufferedReader r = Files.newBufferedReader(file, StandardCharsets.UTF_8)) {
+                // A byte order mark (Windows editors write one) says the file is UTF-8; Java's decoder keeps it as a
+                // character, which made it part of the first key: refused as unknown, printed like a known one.
+                r.mark(1);
+                if (r.read() != '\uFEFF') {
+                    r.reset();
+                }
                 p.load(r);
             } catch (NoSuchFileException e) {
                 throw new SettingsException("--config " + file + ": no such file");

@@ -138,6 +138,19 @@ class SettingsTest {
     }
 
     @Test
+    void aByteOrderMarkAtTheStartOfTheFileIsNotPartOfTheFirstKey() throws Exception {
+        // Notepad's "UTF-8" writes one: the first key was refused as unknown, printed looking exactly like itself.
+        Path f = dir.resolve("bom.properties");
+        Files.writeString(f, "\uFEFFpmem.size=2G\nnbd.port=0\n");
+        Settings s = Settings.load(f, List.of());
+        assertThat(s.get(Keys.PMEM_SIZE)).isEqualTo(2L << 30);
+        assertThat(s.source(Keys.PMEM_SIZE)).isEqualTo(f.toString());
+        // only at the very start: anywhere else it is a character of the text, as the properties format has it
+        Files.writeString(f, "nbd.port=0\n\uFEFFpmem.size=2G\n");
+        assertThatThrownBy(() -> Settings.load(f, List.of())).hasMessageStartingWith("unknown setting '\uFEFFpmem.size'");
+    }
+
+    @Test
     void missingConfigFileIsNamed() {
         assertThatThrownBy(() -> Settings.load(dir.resolve("nope"), List.of()))
                 .hasMessageContaining("no such file");
