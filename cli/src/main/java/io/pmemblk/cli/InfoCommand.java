@@ -37,7 +37,11 @@ final class InfoCommand implements Callable<Integer> {
         boolean exists = Files.exists(path);
         System.out.println("exists=" + exists);
         if (exists) {
-            try (PmemRegion r = PmemRegion.open(path, exists && Files.isRegularFile(path) ? Files.size(path) : 0,
+            // A file is mapped at its own size. Anything else (and an empty file, which cannot be mapped) is opened
+            // with pmem.size, as serve opens it, to be refused in serve's words (a directory, a FIFO, "holds 0
+            // bytes"); a size of 0 was refused first, as "size must be positive, got 0", naming nothing.
+            long size = Files.isRegularFile(path) ? Files.size(path) : 0;
+            try (PmemRegion r = PmemRegion.open(path, size > 0 ? size : s.get(Keys.PMEM_SIZE),
                     false, PmemRegion.Mapper.valueOf(s.get(Keys.PMEM_MAPPER).name()), false)) {
                 System.out.println("size=" + r.size() + " (" + Sizes.format(r.size()) + ")");
                 // a BTT keeps the size it was formatted with (serve takes the file's size)
