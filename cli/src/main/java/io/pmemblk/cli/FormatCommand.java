@@ -68,10 +68,21 @@ final class FormatCommand implements Callable<Integer> {
             throw new SettingsException("--mapper " + mapper + " is not allowed; allowed: auto, libpmem or java");
         }
         boolean exists = Files.exists(file);
+        long least = 8192 + (16 << 20); // a pool header and one 16 MiB arena (BttLayout)
+        String badSize = "--size " + size + " is not allowed; allowed: a size that is a multiple of 4096, from 16M + 8K"
+                + " to 16T";
         long bytes;
         if (exists) {
-            bytes = Files.isRegularFile(file) ? Files.size(file) : 0;
-            if (size != null && Files.isRegularFile(file) && Sizes.parse(size) != bytes) {
+            // Not a file (a device-DAX node takes its own size): opened as serve opens it, to be refused in its words
+            // if it is a directory or the like; a size of 0 was refused first as "size must be positive, got 0".
+            bytes = Files.isRegularFile(file) ? Files.size(file) : least;
+            long given;
+            try {
+                given = size == null ? bytes : Sizes.parse(size);
+            } catch (IllegalArgumentException e) { // a usage error (exit 2), as for a file that does not exist
+                throw new SettingsException(badSize);
+            }
+            if (Files.isRegularFile(file) && given != bytes) {
                 throw new SettingsException("--size " + size + " is not allowed: " + file + " exists with " + bytes
                         + " bytes; allowed: no --size (the file keeps its size), or remove the file first");
             }
@@ -80,11 +91,9 @@ final class FormatCommand implements Callable<Integer> {
                 bytes = Settings.load(null, java.util.List.of("pmem.size=" + (size == null ? "1G" : size)))
                         .get(Keys.PMEM_SIZE);
             } catch (SettingsException e) {
-                throw new SettingsException("--size " + size + " is not allowed; allowed: a size that is a multiple"
-                        + " of 4096, from 16M + 8K to 16T");
+                throw new SettingsException(badSize);
             }
         }
-        long least = 8192 + (16 << 20); // a pool header and one 16 MiB arena (BttLayout)
         if (Files.isRegularFile(file) || !exists) {
             if (bytes < least) {
                 throw new SettingsException((exists ? file + " has " + bytes + " bytes" : "--size " + size)
