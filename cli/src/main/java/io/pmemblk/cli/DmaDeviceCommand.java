@@ -67,7 +67,21 @@ final class DmaDeviceCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        LiveSettings.applyLogLevel(Keys.LogLevel.valueOf(logLevel.toUpperCase(java.util.Locale.ROOT)));
+        // Usage errors (exit 2, naming the option) before a signal handler or the socket: Enum.valueOf's own
+        // message named a Java class, and the device's channel check exited 1.
+        Keys.LogLevel level;
+        try {
+            level = Keys.LogLevel.valueOf(logLevel.toUpperCase(java.util.Locale.ROOT));
+        } catch (IllegalArgumentException e) {
+            throw new picocli.CommandLine.ParameterException(new picocli.CommandLine(this), "--log-level " + logLevel
+                    + " is not allowed (allowed: error, warning, info, debug or trace)");
+        }
+        if (channels < 1 || channels > IoatPci.MAX_CHANNELS) {
+            throw new picocli.CommandLine.ParameterException(new picocli.CommandLine(this), "--channels " + channels
+                    + " is not allowed (allowed: 1.." + IoatPci.MAX_CHANNELS + ", the registers of each must end before"
+                    + " the MSI-X table)");
+        }
+        LiveSettings.applyLogLevel(level);
         Duration every = parseDuration(metricsInterval);
         BlockingQueue<String> signals = new LinkedBlockingQueue<>();
         Signal.handle(new Signal("TERM"), s -> signals.add(s.getName()));
@@ -123,16 +137,20 @@ final class DmaDeviceCommand implements Callable<Integer> {
         return ProcessHandle.current().info().totalCpuDuration().map(Duration::toNanos).orElse(0L);
     }
 
-    private static Duration parseDuration(String s) {
+    static Duration parseDuration(String s) {
         String t = s.trim().toLowerCase(java.util.Locale.ROOT);
         try {
             if (t.equals("0")) {
                 return Duration.ZERO;
             }
-            if (t.endsWith("ms")) {
-                return Duration.ofMillis(Long.parseLong(t.substring(0, t.length() - 2)));
+            boolean ms = t.endsWith("ms");
+            long n = Long.parseLong(t.substring(0, t.length() - (ms ? 2 : 1)));
+            if (n < 0) { // a negative wait for a signal returns at once: the loop would spin a CPU until SIGTERM
+                throw new NumberFormatException();
             }
-            long n = Long.parseLong(t.substring(0, t.length() - 1));
+            if (ms) {
+                return Duration.ofMillis(n);
+            }
             return switch (t.charAt(t.length() - 1)) {
                 case 's' -> Duration.ofSeconds(n);
                 case 'm' -> Duration.ofMinutes(n);
