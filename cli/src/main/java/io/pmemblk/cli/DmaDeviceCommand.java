@@ -81,15 +81,12 @@ final class DmaDeviceCommand implements Callable<Integer> {
                     + " is not allowed (allowed: 1.." + IoatPci.MAX_CHANNELS + ", the registers of each must end before"
                     + " the MSI-X table)");
         }
-        LiveSettings.applyLogLevel(level);
-        Duration every = parseDuration(metricsInterval);
-        BlockingQueue<String> signals = new LinkedBlockingQueue<>();
-        Signal.handle(new Signal("TERM"), s -> signals.add(s.getName()));
-        Signal.handle(new Signal("INT"), s -> signals.add(s.getName()));
-        long cpuAtStart = processCpuNanos();
         java.nio.file.attribute.GroupPrincipal group = null;
         if (socketGroup != null && !socketGroup.isBlank()) {
             try {
+                if (socketGroup.startsWith("-")) { // the JDK's -1: chown(2)'s "no change" (as ValueParsers.group)
+                    throw new java.nio.file.attribute.UserPrincipalNotFoundException(socketGroup);
+                }
                 group = java.nio.file.FileSystems.getDefault().getUserPrincipalLookupService()
                         .lookupPrincipalByGroupName(socketGroup);
             } catch (java.nio.file.attribute.UserPrincipalNotFoundException e) {
@@ -97,6 +94,12 @@ final class DmaDeviceCommand implements Callable<Integer> {
                         "--socket-group " + socketGroup + ": no such group (allowed: a group in /etc/group)");
             }
         }
+        LiveSettings.applyLogLevel(level);
+        Duration every = parseDuration(metricsInterval);
+        BlockingQueue<String> signals = new LinkedBlockingQueue<>();
+        Signal.handle(new Signal("TERM"), s -> signals.add(s.getName()));
+        Signal.handle(new Signal("INT"), s -> signals.add(s.getName()));
+        long cpuAtStart = processCpuNanos();
         try (IoatVfioUserDevice device = IoatVfioUserDevice.start(socket.toAbsolutePath(), group, channels, xfercapLog2)) {
             long lastBytes = 0;
             String sig = null;

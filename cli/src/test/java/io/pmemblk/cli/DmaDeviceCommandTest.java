@@ -34,6 +34,14 @@ class DmaDeviceCommandTest {
     }
 
     @Test
+    void aNegativeSocketGroupIsNoGroup() {
+        // The JDK took -1 for a gid, chown(2)'s "no change": the socket was made 0660 for the group it was created with.
+        assertThatThrownBy(dmaDevice("--socket", "/run/x.sock", "--socket-group", "-1")::call)
+                .isInstanceOf(CommandLine.ParameterException.class)
+                .hasMessage("--socket-group -1: no such group (allowed: a group in /etc/group)");
+    }
+
+    @Test
     void aNegativeMetricsIntervalIsNotADuration() {
         // Was Duration -1s: the wait for a signal returned at once, and the loop spun a CPU until SIGTERM.
         assertThatThrownBy(() -> DmaDeviceCommand.parseDuration("-1s"))

@@ -18,6 +18,11 @@ final class ValueParsers {
 
     /** A group by name or number, as chown(1) takes it; one the system does not know is refused. */
     static GroupPrincipal group(String t) {
+        // The JDK takes any int its name service does not know as a gid, -1 too: chown(2)'s "leave the group as it
+        // is", which made the socket 0660 for whatever group it was created with. chown(1) refuses it; so do we.
+        if (t.startsWith("-")) {
+            throw new IllegalArgumentException("no group '" + t + "'");
+        }
         try {
             return FileSystems.getDefault().getUserPrincipalLookupService().lookupPrincipalByGroupName(t);
         } catch (IOException e) {

@@ -231,6 +231,16 @@ class SettingsTest {
     }
 
     @Test
+    void aNegativeSocketGroupIsNoGroup() {
+        // The JDK's lookup takes any int a name service does not know as a gid: -1 was accepted, and chown(2)'s
+        // -1 is "leave the group as it is", so the socket was made 0660 for the serving user's own group.
+        assertThatThrownBy(() -> Settings.load(null, List.of("vhost.socket=/run/v.sock", "vhost.socket-group=-1")))
+                .isInstanceOf(SettingsException.class)
+                .hasMessage("vhost.socket-group: '-1' is not allowed (from --set); allowed: a group this system knows,"
+                        + " by name or number, or empty for none");
+    }
+
+    @Test
     void noListenerAtAllIsRefused() {
         assertThatThrownBy(() -> Settings.load(null, List.of("nbd.socket=", "nbd.port=0")))
                 .hasMessageContaining("no listener would be left");
