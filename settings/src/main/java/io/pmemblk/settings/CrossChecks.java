@@ -63,7 +63,7 @@ final class CrossChecks {
                     + " nbd.socket; allowed: another path, or empty (off)");
         }
         for (Key<Path> socket : List.of(NBD_SOCKET, VHOST_SOCKET)) {
-            if (image.equals(sameFile(s.get(socket)))) {
+            if (image != null && image.equals(sameFile(s.get(socket)))) {
                 throw new SettingsException(socket.name() + ": '" + s.text(socket) + "' is not allowed: it is also"
                         + " pmem.path; allowed: another path, or empty (off)");
             }
