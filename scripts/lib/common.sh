@@ -25,8 +25,13 @@ ensure_packages() {
     fi
   fi
   echo "pmemblk: installing ${missing[*]} ..." >&2
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || true
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  # One install at a time: scripts/test runs the guest scenarios, which install their tools when first needed,
+  # beside the rest, and apt-get fails at once where another holds the dpkg lock.
+  (
+    flock 9
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || true
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  ) 9>"${TMPDIR:-/tmp}/pmemblk-apt.lock"
 }
 
 # The JVM argument file is stale when missing or older than its template (a pom edit, which may change a
