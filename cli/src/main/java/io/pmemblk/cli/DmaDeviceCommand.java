@@ -4,6 +4,7 @@ import io.pmemblk.dma.DmaEngine;
 import io.pmemblk.dma.soft.SoftIoatDevice;
 import io.pmemblk.dma.vfiouser.device.IoatPci;
 import io.pmemblk.dma.vfiouser.device.IoatVfioUserDevice;
+import io.pmemblk.settings.Groups;
 import io.pmemblk.settings.Keys;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -84,12 +85,8 @@ final class DmaDeviceCommand implements Callable<Integer> {
         java.nio.file.attribute.GroupPrincipal group = null;
         if (socketGroup != null && !socketGroup.isBlank()) {
             try {
-                if (socketGroup.startsWith("-")) { // the JDK's -1: chown(2)'s "no change" (as ValueParsers.group)
-                    throw new java.nio.file.attribute.UserPrincipalNotFoundException(socketGroup);
-                }
-                group = java.nio.file.FileSystems.getDefault().getUserPrincipalLookupService()
-                        .lookupPrincipalByGroupName(socketGroup);
-            } catch (java.nio.file.attribute.UserPrincipalNotFoundException e) {
+                group = Groups.byNameOrNumber(socketGroup);
+            } catch (IllegalArgumentException e) {
                 throw new picocli.CommandLine.ParameterException(new picocli.CommandLine(this),
                         "--socket-group " + socketGroup + ": no such group (allowed: a group in /etc/group)");
             }

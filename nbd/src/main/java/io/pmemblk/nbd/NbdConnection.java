@@ -76,11 +76,26 @@ final class NbdConnection {
         this.exportSize = exportSize;
         this.ring = new ReplyRing(queue.depth());
         this.frontend = new FrontendQueue(queue);
-        this.reader = Thread.ofPlatform().name("nbd-conn-" + id + "-rx").unstarted(this::readerMain);
+        this.reader = server.connectionThreads.newThread(this::readerMain);
+        reader.setName("nbd-conn-" + id + "-rx");
     }
 
+    /**
+     * Starts the reader. Where the system makes no thread for it (OutOfMemoryError: ulimit -u, a cgroup's pids.max,
+     * memory), the connection ends here as its reader would have ended it: slot, handshake count and socket given
+     * back, the client sees the close. The error is not passed on: it would end the accept loop, and with it the
+     * listener, for every client to come.
+     */
     void start() {
-        reader.start();
+        try {
+            reader.start();
+        } catch (OutOfMemoryError e) {
+            state.broken = true;
+            state.reason = "no thread could be made for it (" + e.getMessage() + ")";
+            ring.readerDone();
+            fdUserDone();
+            finish();
+        }
     }
 
     boolean inTransmission() {
@@ -223,7 +238,17 @@ final class NbdConnection {
             replySender = rs;
             requestReader = rr;
             fdUsers.incrementAndGet(); // the sender's
-            sender = Thread.ofPlatform().name("nbd-conn-" + id + "-tx").start(this::senderMain);
+            Thread tx = server.connectionThreads.newThread(this::senderMain);
+            tx.setName("nbd-conn-" + id + "-tx");
+            try {
+                tx.start();
+            } catch (OutOfMemoryError e) { // no thread for it: its share of the socket given back, the connection ends
+                fdUserDone();
+                state.broken = true;
+                state.reason = "no thread could be made for its replies (" + e.getMessage() + ")";
+                return;
+            }
+            sender = tx;
             senderStarted = true;
             rr.run();
         } catch (NbdProtocolException e) {

@@ -72,6 +72,12 @@ public final class NbdServer implements AutoCloseable {
     volatile int maxHandshakesPerPeer = DEFAULT_MAX_HANDSHAKES_PER_PEER;
     private final List<ServerSocketChannel> listeners = new ArrayList<>();
     private final List<Thread> acceptors = new ArrayList<>();
+    /**
+     * Makes each connection's reader and sender thread, unstarted. Starting one throws OutOfMemoryError where the
+     * system makes no more threads (ulimit -u, a cgroup's pids.max, memory), which the connection survives
+     * ({@link NbdConnection#start}); the tests bring that about through this, as a root test run cannot.
+     */
+    java.util.concurrent.ThreadFactory connectionThreads = r -> Thread.ofPlatform().unstarted(r);
     /** The stall watchdog's period and each handshake's deadline (read by tests: what it still holds). */
     ScheduledThreadPoolExecutor timer;
     private Path boundSocket;
@@ -345,7 +351,7 @@ public final class NbdServer implements AutoCloseable {
         connections.add(c);
         int id = c.id;
         LOG.log(System.Logger.Level.INFO, "nbd connection {0} from {1} opened", id, peer);
-        c.start();
+        c.start(); // where no thread can be made, the connection has ended itself, and the listener goes on
     }
 
     /**

@@ -36,6 +36,12 @@ public final class NvmeTcpServer implements AutoCloseable {
     private final Map<Integer, Controller> controllers = new ConcurrentHashMap<>();
     private final Set<TcpQueue> queues = ConcurrentHashMap.newKeySet();
     private final AtomicInteger nextQueueId = new AtomicInteger();
+    /**
+     * Makes each connection's reader thread, unstarted. Starting it throws OutOfMemoryError where the system makes
+     * no more threads (ulimit -u, a cgroup's pids.max, memory), which the listener survives ({@link #accepted}); the
+     * tests bring that about through this, as a root test run cannot.
+     */
+    java.util.concurrent.ThreadFactory queueThreads = r -> Thread.ofPlatform().unstarted(r);
     private int nextCntlid = 1;
     private Thread acceptor;
     private Thread keepAlive;
@@ -124,7 +130,16 @@ public final class NvmeTcpServer implements AutoCloseable {
             if (closed) {
                 q.close();
             }
-            q.start();
+            try {
+                q.start();
+            } catch (OutOfMemoryError e) {
+                // No thread for it (ulimit -u, a cgroup's pids.max, memory): the queue ends here, the host sees the
+                // close, and the accept loop, which the error would have ended, takes the next connection.
+                LOG.log(System.Logger.Level.WARNING, "nvme: connection from {0} closed: no thread could be made"
+                        + " for it ({1})", q.peer, e.getMessage());
+                removed(q);
+                q.close();
+            }
         } catch (IOException e) {
             try {
                 ch.close();

@@ -77,7 +77,8 @@ final class TcpQueue {
         this.in = new PduReader(channel, this::dispatch);
         this.in.maxInCapsule = server.config.inCapsuleBeforeConnect();
         this.in.maxH2cData = server.config.maxH2cData();
-        this.reader = Thread.ofPlatform().name("nvme-q-" + id + "-rx").unstarted(this::readerMain);
+        this.reader = server.queueThreads.newThread(this::readerMain);
+        reader.setName("nvme-q-" + id + "-rx");
     }
 
     void start() {

@@ -9,6 +9,8 @@ import io.pmemblk.pmem.PmemRegion;
 import io.pmemblk.queueing.BlockDriver;
 import io.pmemblk.queueing.BlockLayer;
 import io.pmemblk.queueing.testing.Closing;
+import io.pmemblk.queueing.testing.ThreadShortage;
+import io.pmemblk.queueing.testing.Waits;
 import java.io.IOException;
 import java.io.RandomAccessFile;
 import java.net.InetSocketAddress;
@@ -78,6 +80,28 @@ class NvmeRobustnessTest {
         io.icReq(digest, hpda);
         assertEquals(0, io.connect(1, 1, sqsize, cntlid, NQN, RawHost.HOSTNQN, 0, 0).cqeStatus(), "I/O Connect");
         return new RawHost[] {a, io};
+    }
+
+    /**
+     * A target the system makes no more threads for (ulimit -u, a cgroup's pids.max): a connection it cannot give a
+     * thread is closed, and the next host is served. Once the OutOfMemoryError of Thread.start ended the accept loop,
+     * and the queue stayed counted with its socket open.
+     */
+    @Test
+    void aConnectionWithoutAThreadIsClosedAndTheListenerGoesOn() throws Exception {
+        start(pmem(), 1, 64);
+        server.queueThreads = new ThreadShortage().refuseFirst(3);
+        for (int i = 1; i <= 3; i++) {
+            String which = "connection " + i;
+            try (RawHost h = new RawHost(at)) {
+                assertThrows(IOException.class, () -> h.icReq(0, 0), which + " without a thread must be closed");
+            }
+        }
+        Waits.await("the refused connections gone", () -> server.connectionCount() == 0);
+        RawHost[] next = host(0, 0, 32);
+        for (RawHost h : next) {
+            h.close();
+        }
     }
 
     static ByteBuffer r2tWriteCommand(int cid, long slba, int bytes) {

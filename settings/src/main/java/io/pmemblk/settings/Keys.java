@@ -14,7 +14,6 @@ import java.util.Map;
 import java.util.Set;
 
 import static io.pmemblk.settings.ValueParsers.choice;
-import static io.pmemblk.settings.ValueParsers.group;
 import static io.pmemblk.settings.ValueParsers.intRange;
 import static io.pmemblk.settings.ValueParsers.listen;
 import static io.pmemblk.settings.ValueParsers.nqn;
@@ -254,7 +253,7 @@ public final class Keys {
                     + " as another user in that group (libvirt's, a distribution's kvm group) can reach it; its"
                     + " directory must let that group search it. Empty: mode 0600, the serving user (and root) only."
                     + " A server that is not root can only name a group it is a member of.",
-            t -> t.isBlank() ? null : group(t.trim()));
+            t -> t.isBlank() ? null : Groups.byNameOrNumber(t.trim()));
     public static final Key<Integer> VHOST_QUEUES = VHOST.key("vhost.queues", "8", "an integer 1..64",
             "Virtqueues a vhost-user-blk front-end may use: QEMU's num-queues (by default the guest's vCPU count) must"
                     + " be at most this, or QEMU refuses to start. Each ring the guest starts is one thread here, on"

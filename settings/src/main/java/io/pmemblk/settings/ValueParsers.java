@@ -1,10 +1,7 @@
 package io.pmemblk.settings;
 
-import java.io.IOException;
 import java.net.InetSocketAddress;
-import java.nio.file.FileSystems;
 import java.nio.file.Path;
-import java.nio.file.attribute.GroupPrincipal;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
@@ -15,20 +12,6 @@ import java.util.Locale;
  */
 final class ValueParsers {
     private ValueParsers() {}
-
-    /** A group by name or number, as chown(1) takes it; one the system does not know is refused. */
-    static GroupPrincipal group(String t) {
-        // The JDK takes any int its name service does not know as a gid, -1 too: chown(2)'s "leave the group as it
-        // is", which made the socket 0660 for whatever group it was created with. chown(1) refuses it; so do we.
-        if (t.startsWith("-")) {
-            throw new IllegalArgumentException("no group '" + t + "'");
-        }
-        try {
-            return FileSystems.getDefault().getUserPrincipalLookupService().lookupPrincipalByGroupName(t);
-        } catch (IOException e) {
-            throw new IllegalArgumentException("no group '" + t + "' on this system (" + e.getMessage() + ")");
-        }
-    }
 
     static Path path(String t) {
         if (t.isBlank() || t.indexOf('\0') >= 0) {

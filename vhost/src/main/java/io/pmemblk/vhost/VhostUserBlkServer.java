@@ -53,6 +53,12 @@ public final class VhostUserBlkServer implements AutoCloseable {
     /** The front-end served now, or null; guarded by this. */
     private VhostUserSession session;
     private Thread sessionThread;
+    /**
+     * Makes each session's thread, unstarted. Starting it throws OutOfMemoryError where the system makes no more
+     * threads (ulimit -u, a cgroup's pids.max, memory), which the listener survives ({@link #admit}); the tests
+     * bring that about through this, as a root test run cannot.
+     */
+    java.util.concurrent.ThreadFactory sessionThreads = r -> Thread.ofPlatform().unstarted(r);
     private int sessionId;
     /** pmem.path, when the write cache mode is to be recorded beside the socket (see {@link #recordWriteCache}). */
     private String recordDevice;
@@ -159,13 +165,24 @@ public final class VhostUserBlkServer implements AutoCloseable {
         session = s;
         sessionId = id;
         LOG.log(System.Logger.Level.INFO, "vhost-user connection {0} opened", id);
-        sessionThread = Thread.ofPlatform().name("vhost-session-" + id).start(() -> {
-            try {
-                s.run();
-            } finally {
-                ended(s);
-            }
-        });
+        try {
+            sessionThread = sessionThreads.newThread(() -> {
+                try {
+                    s.run();
+                } finally {
+                    ended(s);
+                }
+            });
+            sessionThread.setName("vhost-session-" + id);
+            sessionThread.start();
+        } catch (OutOfMemoryError e) {
+            // No thread for it (ulimit -u, a cgroup's pids.max, memory). Left as it was, the session would hold the
+            // one front-end's place for good, and the error would end this accept loop: the export dead for QEMU.
+            LOG.log(System.Logger.Level.WARNING, "vhost-user connection {0} closed: no thread could be made for it"
+                    + " ({1}); the next front-end is tried afresh", id, e.getMessage());
+            s.closeUnstarted();
+            ended(s);
+        }
     }
 
     private synchronized void ended(VhostUserSession s) {

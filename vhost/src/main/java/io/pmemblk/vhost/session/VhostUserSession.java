@@ -108,6 +108,12 @@ public final class VhostUserSession implements Runnable {
         }
     }
 
+    /** Ends a session whose thread never started ({@link #run} not called): nothing read, the socket closed. */
+    public void closeUnstarted() {
+        channel.shutdown();
+        teardown();
+    }
+
     /** Wakes {@link #run} from another thread: it sees the end of the stream and tears down. */
     public void shutdown() {
         channel.shutdown();
