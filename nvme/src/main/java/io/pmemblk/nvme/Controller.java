@@ -121,10 +121,17 @@ final class Controller {
         return mqes | 1L << 16 /* CQR */ | to << 24 | 1L << 37 /* CSS: NVM */;
     }
 
-    /** Returns the status; result[0] receives the value. */
+    /**
+     * Returns the status; result[0] receives the value. Each property is read at its own size only (ATTRIB.SIZE 1,
+     * 8 bytes, for CAP; 0, 4 bytes, for VS, CC and CSTS), as Linux's nvmet answers: another size, or a reserved one,
+     * is Invalid Field.
+     */
     short propertyGet(ByteBuffer sqe, long[] result) {
-        boolean eight = (sqe.get(Nvme.PROP_ATTRIB) & 7) == 1;
+        int size = sqe.get(Nvme.PROP_ATTRIB) & 7;
         int offset = sqe.getInt(Nvme.PROP_OFFSET);
+        if (size != (offset == Nvme.PROP_CAP ? Nvme.PROP_SIZE_8 : Nvme.PROP_SIZE_4)) {
+            return Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true);
+        }
         switch (offset) {
             case Nvme.PROP_CAP -> result[0] = cap();
             case Nvme.PROP_VS -> result[0] = Nvme.VERSION_1_3;
@@ -134,16 +141,14 @@ final class Controller {
                 return Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true);
             }
         }
-        if (!eight && offset == Nvme.PROP_CAP) {
-            result[0] &= 0xFFFFFFFFL;
-        }
         return Nvme.OK;
     }
 
     /** Admin queue reader only (CC is written by one thread); the shutdown's persist holds no lock. */
     short propertySet(ByteBuffer sqe) {
         int offset = sqe.getInt(Nvme.PROP_OFFSET);
-        if (offset != Nvme.PROP_CC) {
+        // CC, the one property a host writes, is 4 bytes: an 8-byte or reserved size is Invalid Field, as in nvmet
+        if (offset != Nvme.PROP_CC || (sqe.get(Nvme.PROP_ATTRIB) & 7) != Nvme.PROP_SIZE_4) {
             return Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true);
         }
         int value = (int) sqe.getLong(Nvme.PROP_VALUE);

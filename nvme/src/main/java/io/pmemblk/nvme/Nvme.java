@@ -72,6 +72,8 @@ public final class Nvme {
 
     // ---- Property Get/Set (struct nvmf_property_get_command / _set_command)
     public static final int PROP_ATTRIB = 40, PROP_OFFSET = 44, PROP_VALUE = 48;
+    /** ATTRIB bits 2:0, the property's size (NVMe-oF 1.1 figures 17 and 19); the other values are reserved. */
+    public static final int PROP_SIZE_4 = 0, PROP_SIZE_8 = 1;
     public static final int PROP_CAP = 0x00, PROP_VS = 0x08, PROP_CC = 0x14, PROP_CSTS = 0x1C;
     public static final int CC_EN = 1, CC_SHN_SHIFT = 14, CC_SHN_MASK = 3 << 14;
     public static final int CSTS_RDY = 1, CSTS_SHST_COMPLETE = 2 << 2;

@@ -143,6 +143,15 @@ class NvmeTcpTargetTest {
             assertEquals(63, cap.cqeResult() & 0xFFFF, "CAP.MQES = depth - 1");
             assertEquals(Nvme.VERSION_1_3, a.propertyGet(3, Nvme.PROP_VS, false).cqeResult());
             assertEquals(0, a.propertyGet(4, Nvme.PROP_CSTS, false).cqeResult() & 1, "not ready before CC.EN");
+            // Each property at its own size only, as nvmet: CAP is 8 bytes, VS, CC and CSTS 4; sizes 2..7 reserved.
+            // Was: CAP's low half for a 4-byte read, VS, CC, CSTS and a CC write at 8 bytes, a reserved size as 4.
+            int invalidField = status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true);
+            assertEquals(invalidField, a.propertyGet(4, Nvme.PROP_CAP, false).cqeStatus(), "CAP read as 4 bytes");
+            assertEquals(invalidField, a.propertyGet(4, Nvme.PROP_VS, true).cqeStatus(), "VS read as 8 bytes");
+            assertEquals(invalidField, a.propertyGet(4, Nvme.PROP_CSTS, 2).cqeStatus(), "a reserved size");
+            assertEquals(invalidField, a.propertySet(4, Nvme.PROP_CC, Nvme.CC_EN, Nvme.PROP_SIZE_8).cqeStatus(),
+                    "CC written as 8 bytes");
+            assertEquals(0, a.propertyGet(4, Nvme.PROP_CSTS, false).cqeResult() & 1, "the refused write changed nothing");
             // An I/O queue before CC.EN: sequence error
             try (RawHost early = new RawHost(at)) {
                 early.icReq(0, 0);

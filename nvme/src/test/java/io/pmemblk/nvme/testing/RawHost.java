@@ -217,14 +217,25 @@ public final class RawHost implements AutoCloseable {
     }
 
     public Received propertySet(int cid, int offset, long value) throws IOException {
+        return propertySet(cid, offset, value, Nvme.PROP_SIZE_4);
+    }
+
+    /** Property Set with ATTRIB.SIZE {@code size} (0: 4 bytes, 1: 8 bytes, the rest reserved). */
+    public Received propertySet(int cid, int offset, long value, int size) throws IOException {
         ByteBuffer s = sqe(Nvme.FABRICS, cid, 0);
-        s.put(Nvme.FCTYPE, (byte) Nvme.FCTYPE_PROPERTY_SET).putInt(Nvme.PROP_OFFSET, offset).putLong(Nvme.PROP_VALUE, value);
+        s.put(Nvme.FCTYPE, (byte) Nvme.FCTYPE_PROPERTY_SET).put(Nvme.PROP_ATTRIB, (byte) size)
+                .putInt(Nvme.PROP_OFFSET, offset).putLong(Nvme.PROP_VALUE, value);
         return command(s, null);
     }
 
     public Received propertyGet(int cid, int offset, boolean eight) throws IOException {
+        return propertyGet(cid, offset, eight ? Nvme.PROP_SIZE_8 : Nvme.PROP_SIZE_4);
+    }
+
+    /** Property Get with ATTRIB.SIZE {@code size} (0: 4 bytes, 1: 8 bytes, the rest reserved). */
+    public Received propertyGet(int cid, int offset, int size) throws IOException {
         ByteBuffer s = sqe(Nvme.FABRICS, cid, 0);
-        s.put(Nvme.FCTYPE, (byte) Nvme.FCTYPE_PROPERTY_GET).put(Nvme.PROP_ATTRIB, (byte) (eight ? 1 : 0))
+        s.put(Nvme.FCTYPE, (byte) Nvme.FCTYPE_PROPERTY_GET).put(Nvme.PROP_ATTRIB, (byte) size)
                 .putInt(Nvme.PROP_OFFSET, offset);
         return command(s, null);
     }
