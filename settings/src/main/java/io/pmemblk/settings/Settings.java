@@ -97,11 +97,57 @@ public final class Settings {
     private static void put(Map<String, String> texts, Map<String, String> sources, String name, String value, String from)
             throws SettingsException {
         if (!Keys.ALL.containsKey(name)) {
-            throw new SettingsException("unknown setting '" + name + "' (from " + from + "); known keys: "
-                    + String.join(", ", Keys.ALL.keySet()));
+            String near = nearestKey(name);
+            throw new SettingsException("unknown setting '" + name + "' (from " + from + "); "
+                    + (near == null ? "" : "did you mean '" + near + "'? ")
+                    + "known keys: " + String.join(", ", Keys.ALL.keySet()));
         }
         texts.put(name, value);
         sources.put(name, from);
+    }
+
+    /**
+     * The known key a mistyped one most likely meant, as git and cargo suggest a command: the fewest single-character
+     * edits (insert, delete, replace, swap two neighbours), at most a third of the name's length and never more than 3,
+     * so that a name unlike every key gets no suggestion; null when none is that close, or two are equally close.
+     */
+    static String nearestKey(String name) {
+        int limit = Math.min(3, name.length() / 3);
+        String best = null;
+        int bestDistance = limit + 1;
+        boolean tie = false;
+        for (String key : Keys.ALL.keySet()) {
+            int d = editDistance(name.toLowerCase(java.util.Locale.ROOT), key);
+            if (d < bestDistance) {
+                best = key;
+                bestDistance = d;
+                tie = false;
+            } else if (d == bestDistance) {
+                tie = true;
+            }
+        }
+        return tie ? null : best;
+    }
+
+    /** Optimal string alignment distance: Levenshtein's, with a swap of two neighbouring characters as one edit. */
+    private static int editDistance(String a, String b) {
+        int[][] d = new int[a.length() + 1][b.length() + 1];
+        for (int i = 0; i <= a.length(); i++) {
+            d[i][0] = i;
+        }
+        for (int j = 0; j <= b.length(); j++) {
+            d[0][j] = j;
+        }
+        for (int i = 1; i <= a.length(); i++) {
+            for (int j = 1; j <= b.length(); j++) {
+                int cost = a.charAt(i - 1) == b.charAt(j - 1) ? 0 : 1;
+                d[i][j] = Math.min(Math.min(d[i - 1][j] + 1, d[i][j - 1] + 1), d[i - 1][j - 1] + cost);
+                if (i > 1 && j > 1 && a.charAt(i - 1) == b.charAt(j - 2) && a.charAt(i - 2) == b.charAt(j - 1)) {
+                    d[i][j] = Math.min(d[i][j], d[i - 2][j - 2] + 1);
+                }
+            }
+        }
+        return d[a.length()][b.length()];
     }
 
     /** ublk.queues with auto resolved (= queues). */
