@@ -7,6 +7,7 @@ import io.pmemblk.settings.Keys.TlsMode;
 import java.nio.file.Path;
 import java.util.List;
 
+import static io.pmemblk.settings.Keys.DMA_CHANNELS;
 import static io.pmemblk.settings.Keys.DMA_ENGINE;
 import static io.pmemblk.settings.Keys.DMA_VFIO_USER_SOCKET;
 import static io.pmemblk.settings.Keys.METRICS_PORT;
@@ -104,6 +105,15 @@ final class CrossChecks {
             throw new SettingsException("dma.vfio-user.socket: '" + s.text(DMA_VFIO_USER_SOCKET) + "' is not allowed with"
                     + " dma.engine=" + s.text(DMA_ENGINE) + ": nothing would use it; allowed: empty, or set"
                     + " dma.engine=vfio-user");
+        }
+        // As dma.vfio-user.socket above: only the soft engine makes channels by this count (vfio's are its devices,
+        // vfio-user's the device process's --channels), and the count was taken without a word for the others, a
+        // user who left dma.engine out believing the copies offloaded.
+        if (s.get(DMA_ENGINE) != DmaEngineKind.SOFT && s.get(DMA_CHANNELS) != 1) {
+            throw new SettingsException("dma.channels: '" + s.text(DMA_CHANNELS) + "' is not allowed with"
+                    + " dma.engine=" + s.text(DMA_ENGINE) + ": only dma.engine=soft makes channels by this count"
+                    + " (vfio drives every channel of dma.vfio.devices, vfio-user those pmemblk dma-device --channels"
+                    + " made); allowed: 1 (the default), or dma.engine=soft");
         }
         int metrics = s.get(METRICS_PORT);
         if (metrics != 0 && metrics == s.get(NBD_PORT)) {

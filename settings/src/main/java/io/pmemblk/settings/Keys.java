@@ -195,7 +195,8 @@ public final class Keys {
                     + " redone by the CPU and pmemblk reconnects to this socket until it is back.",
             t -> t.isBlank() ? null : path(t));
     public static final Key<Integer> DMA_CHANNELS = DMA.key("dma.channels", "1", "an integer 1..64",
-            "DMA channels; hardware queue i uses channel i mod dma.channels.", t -> intRange(t, 1, 64));
+            "Channels of dma.engine=soft; hardware queue i uses channel i mod dma.channels. (vfio drives every channel"
+                    + " of dma.vfio.devices, vfio-user those pmemblk dma-device --channels made.)", t -> intRange(t, 1, 64));
     public static final Key<Integer> DMA_RING_SIZE = DMA.key("dma.ring-size", "512", "a power of two 16..32768",
             "Descriptors per DMA channel ring.", t -> powerOfTwo(intRange(t, 16, 32768)));
 

@@ -113,6 +113,7 @@ class SettingsTest {
             "queue.dpeth=8        | unknown setting 'queue.dpeth' (from --set); did you mean 'queue.depth'? known keys: pmem.path",
             "NBD.Port=1           | unknown setting 'NBD.Port' (from --set); did you mean 'nbd.port'? known keys: pmem.path",
             "frobnicate=1         | unknown setting 'frobnicate' (from --set); known keys: pmem.path",
+            "dma.channels=4       | dma.channels: '4' is not allowed with dma.engine=none: only dma.engine=soft makes channels by this count",
             "novalue              | --set novalue: expected key=value",
             "nbd.tls=yes          | nbd.tls: 'yes' is not allowed (from --set); allowed: off, on or require",
             "nbd.tls=require      | nbd.tls: 'require' needs nbd.tls.certificate and nbd.tls.key; allowed: PEM files",
