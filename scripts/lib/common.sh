@@ -25,8 +25,8 @@ ensure_packages() {
     fi
   fi
   echo "pmemblk: installing ${missing[*]} ..." >&2
-  # One install at a time: scripts/test runs the guest scenarios, which install their tools when first needed,
-  # beside the rest, and apt-get fails at once where another holds the dpkg lock.
+  # One install at a time: two scripts started together (a bench and a test, vm-test's scenarios installing their
+  # tools when first needed) would otherwise fail at once on the dpkg lock the other holds.
   (
     flock 9
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || true
