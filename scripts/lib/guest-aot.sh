@@ -27,14 +27,16 @@
 # in LOG); a guest then starts without it, only slower. JAVA_OPTS: the guest JVM's options (guest-java.sh), which
 # the cache is made under.
 # guest_aot_drop ROOT: no cache for the guests (the cache and its argument file gone), as PMEMBLK_GUEST_AOT=0 asks.
-guest_aot_drop() { rm -f "$1/cli/target/pmemblk-guest.aot" "$1/cli/target/pmemblk-guest.args"; }
+guest_aot_drop() { rm -f "$1/cli/target/pmemblk-guest.aot" "$1/cli/target/pmemblk-guest.args" "$1/cli/target/pmemblk-guest.opts"; }
 
 guest_aot_cache() {
     local root=$1 opts=$2 log=$3 target cache tmp port rc jdk
     target=$root/cli/target cache=$target/pmemblk-guest.aot
     # The guest's JDK (scripts/vm-guest/init names it): a cache is valid for that JVM build only
     jdk=$(sed -n 's/^JDK=//p' "$root/scripts/vm-guest/init")
-    if [ -s "$cache" ] && [ -s "$target/pmemblk-guest.args" ] && [ -z "$(find "$target/pmemblk.jar" "$target/pmemblk.args" \
+    # ...and for the JVM options it was made under (pmemblk-guest.opts: the guests' defaults change now and then)
+    if [ -s "$cache" ] && [ -s "$target/pmemblk-guest.args" ] && [ "$(cat "$target/pmemblk-guest.opts" 2>/dev/null)" = "$opts" ] \
+            && [ -z "$(find "$target/pmemblk.jar" "$target/pmemblk.args" \
             "$target/modules" "$jdk/lib/modules" -newer "$cache" 2>/dev/null | head -n 1)" ]; then
         echo "$cache"; return 0
     fi
@@ -83,6 +85,7 @@ guest_aot_cache() {
     tail -n 5 "$tmp/serve.log" >>"$log" 2>/dev/null
     if [ -s "$tmp/pmemblk-guest.aot" ]; then
         mv "$tmp/pmemblk-guest.aot" "$cache"
+        printf '%s\n' "$opts" >"$target/pmemblk-guest.opts"
         echo "guest-aot: made $cache ($(du -h "$cache" | cut -f1); training exit $rc)" >>"$log"
         echo "$cache"
     else
