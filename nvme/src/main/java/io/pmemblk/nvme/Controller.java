@@ -247,7 +247,7 @@ final class Controller {
                 q.respond(cid, Nvme.status(Nvme.SCT_COMMAND, Nvme.SC_INVALID_LOG_PAGE, true), 0);
                 return;
             }
-            server.pages.discoveryLog(page);
+            server.pages.discoveryLog(page, server.hostAllowed(hostNqn));
         } else {
             switch (lid) {
                 case Nvme.LID_ERROR -> IdentifyPages.page(page, 64); // no error entries kept: one zero entry

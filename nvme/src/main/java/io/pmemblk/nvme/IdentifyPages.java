@@ -146,13 +146,21 @@ final class IdentifyPages {
         return b;
     }
 
-    /** Discovery log page (NVMe-oF 1.1 5.3): this subsystem and the discovery subsystem, on the listener's address. */
-    ByteBuffer discoveryLog(ByteBuffer b) {
-        int records = 2;
+    /**
+     * Discovery log page (NVMe-oF 1.1 5.3), on the listener's address: this subsystem, when the asking host may
+     * connect to it, and the discovery subsystem. A host the subsystem refuses is not told its NQN, as Linux's
+     * nvmet leaves out every subsystem the host is not allowed (and `nvme connect-all` would only fail on it).
+     */
+    ByteBuffer discoveryLog(ByteBuffer b, boolean hostAllowed) {
+        int records = hostAllowed ? 2 : 1;
         page(b, Nvme.DISC_HEADER + records * Nvme.DISC_ENTRY);
         b.putLong(Nvme.DISC_GENCTR, 1).putLong(Nvme.DISC_NUMREC, records).putShort(Nvme.DISC_RECFMT, (short) 0);
-        entry(b, Nvme.DISC_HEADER, Nvme.SUBTYPE_NVME, subsystemNqn);
-        entry(b, Nvme.DISC_HEADER + Nvme.DISC_ENTRY, Nvme.SUBTYPE_DISCOVERY, DISCOVERY_NQN);
+        int at = Nvme.DISC_HEADER;
+        if (hostAllowed) {
+            entry(b, at, Nvme.SUBTYPE_NVME, subsystemNqn);
+            at += Nvme.DISC_ENTRY;
+        }
+        entry(b, at, Nvme.SUBTYPE_DISCOVERY, DISCOVERY_NQN);
         return b;
     }
 

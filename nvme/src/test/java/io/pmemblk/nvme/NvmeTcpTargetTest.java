@@ -291,26 +291,46 @@ class NvmeTcpTargetTest {
         }
     }
 
-    @Test
-    void discoveryListsTheSubsystem() throws IOException {
+    /** The discovery log page as {@code hostNqn} is given it, read whole (3 KiB: the header and two entries). */
+    private ByteBuffer discoveryLog(String hostNqn) throws IOException {
         try (RawHost a = new RawHost(at)) {
             a.icReq(0, 0);
-            a.enableAdmin(Nvme.DISCOVERY_NQN);
+            assertEquals(0, a.connect(1, 0, 31, 0xFFFF, Nvme.DISCOVERY_NQN, hostNqn, 0, 0).cqeStatus());
+            assertEquals(0, a.propertySet(2, Nvme.PROP_CC, Nvme.CC_EN | 6 << 16 | 4 << 20).cqeStatus());
             ByteBuffer s = RawHost.sqe(Nvme.ADMIN_GET_LOG_PAGE, 3, 0);
             int numd = 3072 / 4 - 1;
             s.putInt(Nvme.SQE_CDW10, Nvme.LID_DISCOVERY | (numd & 0xFFFF) << 16);
             Object[] r = a.dataCommand(s, 3072);
             assertEquals(0, ((RawHost.Received) r[1]).cqeStatus());
-            ByteBuffer log = ByteBuffer.wrap((byte[]) r[0]).order(ByteOrder.LITTLE_ENDIAN);
-            assertEquals(2, log.getLong(Nvme.DISC_NUMREC));
-            assertEquals(Nvme.TRTYPE_TCP, log.get(1024 + Nvme.DE_TRTYPE));
-            // Offsets spelled out here, not taken from Nvme: struct nvmf_disc_rsp_page_entry has SUBNQN at 256 and
-            // TRADDR at 512 (the kernel host's nvme discover showed them swapped before this was fixed)
-            assertEquals(NQN, ascii(log, 1024 + 256, 256).trim());
-            assertEquals("127.0.0.1", ascii(log, 1024 + 512, 256).trim());
-            assertEquals(Integer.toString(at.getPort()), ascii(log, 1024 + Nvme.DE_TRSVCID, 32).trim());
-            assertEquals("127.0.0.1", ascii(log, 1024 + Nvme.DE_TRADDR, 256).trim());
+            return ByteBuffer.wrap((byte[]) r[0]).order(ByteOrder.LITTLE_ENDIAN);
         }
+    }
+
+    @Test
+    void discoveryLeavesOutTheSubsystemForAHostItRefuses() throws IOException {
+        // Was: every host told the subsystem's NQN, and nvme connect-all tried it and failed.
+        startServer(new NvmeTcpConfig("127.0.0.1", 0, NQN, Set.of("nqn.2014-08.allowed:host"), 2, 64, 8192, 1 << 20,
+                32768, true, true, "s"));
+        ByteBuffer refused = discoveryLog(RawHost.HOSTNQN);
+        assertEquals(1, refused.getLong(Nvme.DISC_NUMREC));
+        assertEquals(Nvme.SUBTYPE_DISCOVERY, refused.get(1024 + Nvme.DE_SUBTYPE));
+        assertEquals(Nvme.DISCOVERY_NQN, ascii(refused, 1024 + 256, 256).trim());
+        ByteBuffer allowed = discoveryLog("nqn.2014-08.allowed:host");
+        assertEquals(2, allowed.getLong(Nvme.DISC_NUMREC));
+        assertEquals(NQN, ascii(allowed, 1024 + 256, 256).trim());
+    }
+
+    @Test
+    void discoveryListsTheSubsystem() throws IOException {
+        ByteBuffer log = discoveryLog(RawHost.HOSTNQN);
+        assertEquals(2, log.getLong(Nvme.DISC_NUMREC));
+        assertEquals(Nvme.TRTYPE_TCP, log.get(1024 + Nvme.DE_TRTYPE));
+        // Offsets spelled out here, not taken from Nvme: struct nvmf_disc_rsp_page_entry has SUBNQN at 256 and
+        // TRADDR at 512 (the kernel host's nvme discover showed them swapped before this was fixed)
+        assertEquals(NQN, ascii(log, 1024 + 256, 256).trim());
+        assertEquals("127.0.0.1", ascii(log, 1024 + 512, 256).trim());
+        assertEquals(Integer.toString(at.getPort()), ascii(log, 1024 + Nvme.DE_TRSVCID, 32).trim());
+        assertEquals("127.0.0.1", ascii(log, 1024 + Nvme.DE_TRADDR, 256).trim());
     }
 
     static String ascii(ByteBuffer b, int at, int len) {
