@@ -29,7 +29,13 @@ import org.junit.jupiter.api.io.TempDir;
  */
 class AcceptShortageIT {
     private static final int SPARE_FDS = 12;
-    private static final int CLIENTS = 48;
+    /**
+     * Clients, half on each listener: far more than the spare descriptors and whatever the server closes after the
+     * count (a start's transient files), so that neither listener can take every connection waiting for it. With 48
+     * the NVMe listener once took all of its 24, never failed an accept, and the wait for its line timed out (1 full
+     * run in 6). Both listen with a backlog of 128, so 80 each wait there without the connect blocking.
+     */
+    private static final int CLIENTS = 160;
     private static final long SHORTAGE_MILLIS = 2500;
 
     @TempDir
@@ -57,11 +63,15 @@ class AcceptShortageIT {
                 for (int i = 0; i < CLIENTS; i++) {
                     clients.add(new Socket("127.0.0.1", i % 2 == 0 ? nvmePort : nbdPort));
                 }
-                Waits.await("both listeners failing to accept (EMFILE)", () -> {
-                    String log = stderrOf(serve);
-                    return log.contains("nvme: TCP listener: accept failed")
-                            && log.contains("nbd: TCP listener: accept failed");
-                });
+                try {
+                    Waits.await("both listeners failing to accept (EMFILE)", () -> {
+                        String log = stderrOf(serve);
+                        return log.contains("nvme: TCP listener: accept failed")
+                                && log.contains("nbd: TCP listener: accept failed");
+                    });
+                } catch (AssertionError e) {
+                    throw new AssertionError(e.getMessage() + "; the server's log:\n" + stderrOf(serve), e);
+                }
                 // The shortage's length, not a wait for anything: long enough that a loop retrying at once writes
                 // thousands of lines, where a paused one writes a few.
                 Thread.sleep(SHORTAGE_MILLIS);
