@@ -112,12 +112,13 @@ public final class Settings {
      * so that a name unlike every key gets no suggestion; null when none is that close, or two are equally close.
      */
     static String nearestKey(String name) {
+        String typed = name.toLowerCase(java.util.Locale.ROOT); // keys are lower case: NBD.Port meant nbd.port
         int limit = Math.min(3, name.length() / 3);
         String best = null;
         int bestDistance = limit + 1;
         boolean tie = false;
         for (String key : Keys.ALL.keySet()) {
-            int d = editDistance(name.toLowerCase(java.util.Locale.ROOT), key);
+            int d = editDistance(typed, key);
             if (d < bestDistance) {
                 best = key;
                 bestDistance = d;
