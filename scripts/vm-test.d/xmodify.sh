@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # scripts/vm boots QEMU's multi-threaded TCG, under which code patched on one vCPU while another runs it can be
 # translated torn; guest JVMs are pinned to one vCPU for that (guest-java.sh's PMEMBLK_GUEST_PIN). This checks the
-# pinning as the JVMs get it: HotSpot's patch sequence against a caller, three runs of PMEMBLK_XMODIFY_SECS (default 5;
+# pinning as the JVMs get it: HotSpot's patch sequence against a caller, three runs of PMEMBLK_XMODIFY_SECS (default 2;
 # unpinned, every run of 20 s faulted within 46k-120k patches, and a pinned second does about 250k), each a fresh process.
 scenario_xmodify() {
     local t0 out bin faults pin=''
@@ -16,7 +16,7 @@ scenario_xmodify() {
     out="$LOGS/xmodify.out"
     # $WORK is under the host's /tmp, which the guest does not see: shared in
     if ! run_vm --timeout 600 --share "$WORK:xmodify:/mnt/xmodify:ro" --log "$LOGS/xmodify.console.log" \
-        -- "$pin. $GUEST_DIR/guest-java.sh; echo \"RESULT xmodify.pin=\$PMEMBLK_GUEST_PIN\"; for i in 1 2 3; do \$PMEMBLK_GUEST_PIN /mnt/xmodify/xmodify ${PMEMBLK_XMODIFY_SECS:-5}; \
+        -- "$pin. $GUEST_DIR/guest-java.sh; echo \"RESULT xmodify.pin=\$PMEMBLK_GUEST_PIN\"; for i in 1 2 3; do \$PMEMBLK_GUEST_PIN /mnt/xmodify/xmodify ${PMEMBLK_XMODIFY_SECS:-2}; \
 done" >"$out" 2>&1; then
         faults=$(grep -m1 'xmodify.fault=SIG' "$out")
         report FAIL xmodify "patched code faulted in the guest (-accel ${PMEMBLK_VM_ACCEL:-tcg}, pinned by '$(result "$out" xmodify.pin)'): ${faults:-the guest run failed} \
@@ -25,6 +25,6 @@ done" >"$out" 2>&1; then
     if [ "$(grep -c 'bad=0 .*fault=none' "$out")" != 3 ]; then
         report FAIL xmodify "not 3 clean runs: $(grep RESULT "$out" | tr '\n' ' ') ($(secs_since "$t0"); logs: $out)"; return
     fi
-    report PASS xmodify "HotSpot's entry patch against a running caller, pinned as guest JVMs are: 3 x ${PMEMBLK_XMODIFY_SECS:-5} s, no fault, no wrong result ($(secs_since "$t0"))" \
+    report PASS xmodify "HotSpot's entry patch against a running caller, pinned as guest JVMs are: 3 x ${PMEMBLK_XMODIFY_SECS:-2} s, no fault, no wrong result ($(secs_since "$t0"))" \
         "$(grep RESULT "$out" | tr '\n' ' ')"
 }

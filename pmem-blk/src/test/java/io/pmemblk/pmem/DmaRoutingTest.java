@@ -233,7 +233,7 @@ class DmaRoutingTest {
     void haltsBetweenTheSegmentsOfOneRequestLoseNothing() throws Exception {
         open(2, 1, 64, new Routing(4096, Integer.MAX_VALUE, true));
         faults.failEvery(0, 23, IoatSpec.CHANERR_DEST_ADDR);
-        int rounds = 300, perBatch = 4, len = 3 * 131072 + 4096; // four segments each
+        int rounds = 100, perBatch = 4, len = 3 * 131072 + 4096; // four segments each
         java.util.concurrent.atomic.AtomicReference<Throwable> failure = new java.util.concurrent.atomic.AtomicReference<>();
         Thread[] submitters = new Thread[2];
         for (int t = 0; t < 2; t++) {

@@ -54,11 +54,12 @@ public final class VhostUserBlkServer implements AutoCloseable {
     private VhostUserSession session;
     private Thread sessionThread;
     /**
-     * Makes each session's thread, unstarted. Starting it throws OutOfMemoryError where the system makes no more
-     * threads (ulimit -u, a cgroup's pids.max, memory), which the listener survives ({@link #admit}); the tests
-     * bring that about through this, as a root test run cannot.
+     * Makes each session's thread and each of its queue threads, unstarted. Starting one throws OutOfMemoryError
+     * where the system makes no more threads (ulimit -u, a cgroup's pids.max, memory), which the listener
+     * ({@link #admit}) and the session (the ring's start refused, the connection closed) survive; the tests bring
+     * that about through this, as a root test run cannot.
      */
-    java.util.concurrent.ThreadFactory sessionThreads = r -> Thread.ofPlatform().unstarted(r);
+    java.util.concurrent.ThreadFactory threads = r -> Thread.ofPlatform().unstarted(r);
     private int sessionId;
     /** pmem.path, when the write cache mode is to be recorded beside the socket (see {@link #recordWriteCache}). */
     private String recordDevice;
@@ -161,12 +162,12 @@ public final class VhostUserBlkServer implements AutoCloseable {
             return;
         }
         VhostUserSession s = new VhostUserSession(new VhostUserChannel(fd), config, layer, device, writeCache,
-                "vhost-user connection " + id, refusals);
+                "vhost-user connection " + id, refusals, threads);
         session = s;
         sessionId = id;
         LOG.log(System.Logger.Level.INFO, "vhost-user connection {0} opened", id);
         try {
-            sessionThread = sessionThreads.newThread(() -> {
+            sessionThread = threads.newThread(() -> {
                 try {
                     s.run();
                 } finally {

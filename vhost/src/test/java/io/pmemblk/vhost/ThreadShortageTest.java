@@ -21,7 +21,7 @@ class ThreadShortageTest extends ServedMemoryDisk {
 
     @Test
     void aFrontEndWithoutASessionThreadIsClosedAndTheNextIsServed() throws Exception {
-        server.sessionThreads = new ThreadShortage().refuse(1);
+        server.threads = new ThreadShortage().refuse(1);
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
             assertThat(fe.closedByBackEnd()).as("a front-end without a session thread is closed").isTrue();
         }

@@ -2,6 +2,7 @@ package io.pmemblk.vhost;
 
 import io.pmemblk.posix.EventFd;
 import io.pmemblk.posix.Libc;
+import io.pmemblk.queueing.testing.ThreadShortage;
 import io.pmemblk.queueing.testing.Waits;
 import io.pmemblk.vhost.testing.BlkGuest;
 import io.pmemblk.vhost.testing.BlkGuest.Sent;
@@ -32,8 +33,8 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
  * however long its requests take (a FLUSH held in the device, as an msync that outlasts any bound); a front-end
  * that goes away, or a server that closes, ends the wait without an answer; guest memory a stuck request may still
  * touch stays mapped until it is done, and no longer; SET_VRING_ENABLE(0) stops the ring's processing and (1)
- * resumes it; and a vhost.queue-size no request fits in is refused. The guest is {@link BlkGuest} over a memfd that
- * the server maps as QEMU's guest RAM.
+ * resumes it; a vhost.queue-size no request fits in is refused; and a ring whose thread cannot be made ends the
+ * session. The guest is {@link BlkGuest} over a memfd that the server maps as QEMU's guest RAM.
  */
 class VringStopTest extends ServedMemoryDisk {
     static final long MIB = 1 << 20, DISK = 4 * MIB;
@@ -331,5 +332,42 @@ class VringStopTest extends ServedMemoryDisk {
             }
         }
         assertThat(Arrays.asList(log.toArray())).noneMatch(l -> l.toString().contains("closing after a failure"));
+    }
+
+    /**
+     * A system that makes no more threads: a ring whose queue thread cannot be made ends the session with a line
+     * saying so, and gives back what the queue had opened (its wake eventfd and epoll) and guest memory; the next
+     * front-end's ring is served. Thread.start's OutOfMemoryError once ended the session thread with a stack trace,
+     * and the queue's two descriptors stayed open.
+     */
+    @Test
+    void aRingWithoutAThreadEndsTheSessionLeavingNothingOpenAndTheNextIsServed() throws Exception {
+        server.threads = new ThreadShortage().refuse(2); // 1: the session's thread, 2: its vring 0's
+        EventFd call = eventFds.create(), kick = eventFds.create();
+        long fds = openFds();
+        try (TestFrontEnd fe = connect()) {
+            fe.startVring(ring, 0, call.fd(), kick.fd(), false);
+            assertThat(fe.closedByBackEnd()).as("the session ends when its ring cannot start").isTrue();
+        }
+        assertThat(server.awaitDisconnected(Duration.ofSeconds(10))).as("the session ended").isTrue();
+        Waits.await("the session's descriptors closed (" + fds + " before it)", () -> openFds() == fds);
+        assertThat(ramMappings()).as("guest RAM unmapped by the server").isEqualTo(1);
+        assertThat(Arrays.asList(log.toArray())).anyMatch(l -> l.toString().contains(
+                "closing after a failure: java.lang.IllegalStateException: virtqueue 0: no thread could be made for it"));
+        try (TestFrontEnd next = connect()) {
+            EventFd nextKick = startRing(next, ring, 0, call, true);
+            Sent flush = guest.send(BlkGuest.FLUSH, 0, null, 0, 1, false);
+            nextKick.signal();
+            awaitAnswers(guest, 1);
+            assertThat(guest.status(flush)).as("the next front-end's FLUSH answered OK").isZero();
+        }
+    }
+
+    private static long openFds() {
+        try (var s = Files.list(Path.of("/proc/self/fd"))) {
+            return s.count();
+        } catch (IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
     }
 }

@@ -5,6 +5,7 @@ import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.vhost.memory.GuestMemory;
 
 import java.lang.foreign.MemorySegment;
+import java.util.concurrent.ThreadFactory;
 import java.util.function.Supplier;
 
 /**
@@ -17,14 +18,16 @@ import java.util.function.Supplier;
  * @param inflight this queue's slice of the inflight region (its desc_num written), or null
  * @param device   the disk: geometry, capabilities, serial
  * @param polling  the server's polling bounds, of which the queue takes one window
+ * @param threads  makes the queue thread, unstarted (the server's: {@link VhostBlkQueue#start} survives a
+ *                 system that makes no more threads)
  */
 public record QueueWiring(long features, EventFd kick, EventFd call, FrontendQueue frontend,
                           Supplier<GuestMemory> memory, MemorySegment inflight, BlkDevice device,
-                          RingPolling polling) {
+                          RingPolling polling, ThreadFactory threads) {
     /** With a polling of its own, at the default busy-poll and hold (a queue served without a session). */
     public QueueWiring(long features, EventFd kick, EventFd call, FrontendQueue frontend,
                        Supplier<GuestMemory> memory, MemorySegment inflight, BlkDevice device) {
         this(features, kick, call, frontend, memory, inflight, device, new RingPolling(VhostBlkQueue.DEFAULT_POLL_NANOS,
-                VhostBlkQueue.DEFAULT_HOLD_NANOS, RingPolling.defaultMaxPollers()));
+                VhostBlkQueue.DEFAULT_HOLD_NANOS, RingPolling.defaultMaxPollers()), Thread.ofPlatform().factory());
     }
 }

@@ -156,7 +156,9 @@ public final class VhostBlkQueue {
         this.vq = new Virtqueue(index, split, features, ring.base(), maxIndirect,
                 inflight == null ? null : new Inflight(inflight, size));
         vq.recover();
-        this.thread = Thread.ofPlatform().name("vhost-blk-q" + index).daemon(true).unstarted(this::run);
+        this.thread = wiring.threads().newThread(this::run);
+        thread.setName("vhost-blk-q" + index);
+        thread.setDaemon(true);
         EventFd kick = wiring.kick();
         EventFd w = null;
         EdgeWait e = null;
@@ -199,13 +201,27 @@ public final class VhostBlkQueue {
         return index;
     }
 
-    /** Starts the queue thread. */
+    /**
+     * Starts the queue thread.
+     * @throws IllegalStateException when the system makes no thread for it (ulimit -u, a cgroup's pids.max, memory:
+     *         Thread.start's OutOfMemoryError); the queue is then detached, its eventfds closed, nothing popped
+     */
     public void start() {
         running = true;
         synchronized (this) {
             threadLive = true;
         }
-        thread.start();
+        try {
+            thread.start();
+        } catch (OutOfMemoryError e) {
+            running = false;
+            synchronized (this) {
+                threadLive = false;
+            }
+            detach(null);
+            throw new IllegalStateException("virtqueue " + index + ": no thread could be made for it (" + e.getMessage()
+                    + ")", e);
+        }
     }
 
     /** The queue thread (its CPU time is what the benchmarks measure). */

@@ -17,6 +17,7 @@ import io.pmemblk.vhost.virtq.InflightRegion;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
+import java.util.concurrent.ThreadFactory;
 
 import static io.pmemblk.vhost.spec.VhostUserSpec.*;
 import static java.lang.foreign.ValueLayout.JAVA_LONG_UNALIGNED;
@@ -69,9 +70,10 @@ public final class VhostUserSession implements Runnable {
     /**
      * @param writeCache the server's write cache mode: what GET_CONFIG answers and SET_CONFIG changes
      * @param refusals   where refused messages are logged (the server's limit, shared by its connections)
+     * @param threads    makes each ring's queue thread, unstarted
      */
     public VhostUserSession(VhostUserChannel channel, VhostUserBlkConfig config, BlockLayer layer, BlkDevice device,
-                            WriteCacheMode writeCache, String name, RateLimitedLog refusals) {
+                            WriteCacheMode writeCache, String name, RateLimitedLog refusals, ThreadFactory threads) {
         this.channel = channel;
         this.refusals = refusals;
         this.config = config;
@@ -83,7 +85,7 @@ public final class VhostUserSession implements Runnable {
         this.inflight = new InflightRegion(channel, config.queues(), config.maxQueueSize(), pinned);
         this.configSpace = new BlkConfigSpace(channel, device, layer, config.queues(), config.maxQueueSize(), writeCache,
                 name);
-        this.vrings = new Vrings(channel, config, layer, device, memory, inflight, configSpace, pinned, name);
+        this.vrings = new Vrings(channel, config, layer, device, memory, inflight, configSpace, pinned, name, threads);
     }
 
     /** The virtio features offered at GET_FEATURES. */

@@ -21,6 +21,7 @@ import io.pmemblk.vhost.virtq.InflightRegion;
 
 import java.io.IOException;
 import java.lang.foreign.MemorySegment;
+import java.util.concurrent.ThreadFactory;
 
 import static io.pmemblk.vhost.spec.VhostUserSpec.*;
 import static java.lang.foreign.ValueLayout.JAVA_INT_UNALIGNED;
@@ -51,6 +52,7 @@ final class Vrings implements MemoryTable.Rings, BlkConfigSpace.Rings {
     private final PinnedMemory pinned;
     private final String name;
     private final Vring[] vrings;
+    private final ThreadFactory threads;
     /** The negotiated virtio features (SET_FEATURES), which every ring started serves. */
     private long features;
     private boolean featuresSet;
@@ -74,8 +76,10 @@ final class Vrings implements MemoryTable.Rings, BlkConfigSpace.Rings {
     }
 
     Vrings(VhostUserChannel channel, VhostUserBlkConfig config, BlockLayer layer, BlkDevice device,
-           MemoryTable memory, InflightRegion inflight, BlkConfigSpace configSpace, PinnedMemory pinned, String name) {
+           MemoryTable memory, InflightRegion inflight, BlkConfigSpace configSpace, PinnedMemory pinned, String name,
+           ThreadFactory threads) {
         this.channel = channel;
+        this.threads = threads;
         this.config = config;
         this.layer = layer;
         this.device = device;
@@ -309,7 +313,7 @@ final class Vrings implements MemoryTable.Rings, BlkConfigSpace.Rings {
         VhostBlkQueue q;
         try {
             q = new VhostBlkQueue(v.address,
-                    new QueueWiring(features, v.kick, v.call, submit, memory::memory, inflightSlice, device, polling));
+                    new QueueWiring(features, v.kick, v.call, submit, memory::memory, inflightSlice, device, polling, threads));
         } catch (IllegalArgumentException | IllegalStateException e) {
             throw new Refusal("vring " + index + " cannot start: " + e.getMessage()); // rings, or the inflight state
         }

@@ -71,7 +71,8 @@ final class DmaQueueRig implements AutoCloseable {
         guest = new BlkGuest(ring, MIB, 7 * MIB);
         queue = new VhostBlkQueue(new VringAddress(0, RING, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
                 new QueueWiring(features, kick, call, new FrontendQueue(layer.queue(0)), ram::memory,
-                        null, BlkDevice.of(region.size(), false, true, true, "pmem0"), polling));
+                        null, BlkDevice.of(region.size(), false, true, true, "pmem0"), polling,
+                        Thread.ofPlatform().factory()));
         queue.start();
     }
 

@@ -88,7 +88,7 @@ class VhostBlkQueueTest {
                                     device))
                     : new VhostBlkQueue(new VringAddress(index, N, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
                             new QueueWiring(features, kick, call, new FrontendQueue(layer.queue(index)), ram::memory, null,
-                                    device, polling));
+                                    device, polling, Thread.ofPlatform().factory()));
             if (start) {
                 queue.start();
             }
