@@ -10,6 +10,8 @@ import java.nio.ByteBuffer;
  */
 final class Controller {
     private static final System.Logger LOG = System.getLogger(Controller.class.getName());
+    /** nvmet's NVMET_DISC_KATO_MS: the keep-alive timeout of a discovery controller whose host asked for none. */
+    static final long DISCOVERY_KATO_MS = 120_000;
 
     final NvmeTcpServer server;
     final int cntlid;
@@ -45,8 +47,17 @@ final class Controller {
         this.hostId = hostId;
         this.admin = admin;
         this.io = new TcpQueue[discovery ? 1 : server.config.ioQueues() + 1];
-        this.katoMillis = katoMillis;
+        this.katoMillis = kato(katoMillis);
         this.writeCacheEnabled = server.namespace.volatileCache();
+    }
+
+    /**
+     * The keep-alive timeout a host asked for, in ms; for a discovery controller 0 is {@link #DISCOVERY_KATO_MS}, as
+     * nvmet's nvmet_alloc_ctrl sets it "to cleanup stale discovery sessions": a one-shot `nvme discover` asks for
+     * none, and a host that dies after it would otherwise hold its connection and thread for ever.
+     */
+    private long kato(long millis) {
+        return discovery && millis == 0 ? DISCOVERY_KATO_MS : millis;
     }
 
     boolean enabled() {
@@ -89,27 +100,18 @@ final class Controller {
         LOG.log(System.Logger.Level.INFO, "nvme: controller {0} ({1}) torn down: {2}", cntlid, Nqn.text(hostNqn),
                 why);
         server.remove(this);
-        // Parked AERs go back before the admin queue closes (a host still reading sees them answered)
-        completeAers(Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_ABORT_REQUESTED, false));
+        // The sockets close first and nothing is written to them here, as nvmet's delete_ctrl shuts its sockets
+        // down: the caller is the keep-alive timer or the server's close, and a host that has stopped reading
+        // (its window full, a reader thread blocked writing under the queue's lock) would hold either for ever.
+        // The parked AERs go with the admin queue: no host that could still read them is left.
         for (TcpQueue q : queues) {
             if (q != null) {
                 q.close();
             }
         }
         admin.close();
-    }
-
-    private void completeAers(short status) {
-        while (true) {
-            int cid;
-            synchronized (this) {
-                if (aerCount == 0) {
-                    return;
-                }
-                cid = aers[0];
-                System.arraycopy(aers, 1, aers, 0, --aerCount);
-            }
-            admin.respond(cid, status, 0);
+        synchronized (this) {
+            aerCount = 0;
         }
     }
 
@@ -154,18 +156,46 @@ final class Controller {
         int value = (int) sqe.getLong(Nvme.PROP_VALUE);
         int was = cc;
         cc = value;
+        // The transitions as nvmet_update_cc makes them, in its order
         if ((value & Nvme.CC_EN) != 0 && (was & Nvme.CC_EN) == 0) {
-            csts = Nvme.CSTS_RDY; // nothing to bring up: ready at once
-        } else if ((value & Nvme.CC_EN) == 0 && (was & Nvme.CC_EN) != 0) {
-            csts = 0; // a controller reset: the host reconnects its I/O queues after it
+            csts = startable(value) ? Nvme.CSTS_RDY : Nvme.CSTS_CFS; // nothing to bring up: ready at once
+        }
+        if ((value & Nvme.CC_EN) == 0 && (was & Nvme.CC_EN) != 0) {
+            clear(); // a controller reset: the host reconnects its I/O queues after it
         }
         if ((value & Nvme.CC_SHN_MASK) != 0 && (was & Nvme.CC_SHN_MASK) == 0) {
             // Shutdown: completed writes are made durable now (the block layer's FLUSH would wait on queues;
-            // persistAll is what the server does at its own shutdown)
+            // persistAll is what the server does at its own shutdown). The controller is then disabled, so a
+            // command after it gets Command Sequence Error instead of being taken after "shutdown complete".
             server.persistQuietly();
-            csts = (csts & ~(3 << 2)) | Nvme.CSTS_SHST_COMPLETE;
+            clear();
+            csts |= Nvme.CSTS_SHST_COMPLETE;
         }
-        return Nvme.OK;
+        return Nvme.OK; // SHST stays until the next enable sets CSTS afresh (the shutdown left CC 0, as in nvmet)
+    }
+
+    /** nvmet_clear_ctrl: not ready, CC back to 0 (SHST is the caller's). */
+    private void clear() {
+        csts &= ~Nvme.CSTS_RDY;
+        cc = 0;
+    }
+
+    /**
+     * nvmet_start_ctrl's checks: an I/O controller's queue entries are 64-byte SQEs and 16-byte CQEs (a discovery
+     * controller's are not checked, as nvmet keeps old hosts working), the memory page 4 KiB (MPS 0), round robin
+     * arbitration (AMS 0) and the NVM command set (CSS 0, the only one CAP.CSS offers); else CSTS.CFS instead of RDY.
+     */
+    private boolean startable(int value) {
+        if (!discovery && (field(value, Nvme.CC_IOSQES_SHIFT, 0xF) != Nvme.SQE_SIZE_SHIFT
+                || field(value, Nvme.CC_IOCQES_SHIFT, 0xF) != Nvme.CQE_SIZE_SHIFT)) {
+            return false;
+        }
+        return field(value, Nvme.CC_MPS_SHIFT, 0xF) == 0 && field(value, Nvme.CC_AMS_SHIFT, 0x7) == 0
+                && field(value, Nvme.CC_CSS_SHIFT, 0x7) == 0;
+    }
+
+    private static int field(int value, int shift, int mask) {
+        return value >>> shift & mask;
     }
 
     // ---- Admin commands (NVMe base 1.3 section 5), run on the admin queue's reader thread
@@ -277,11 +307,16 @@ final class Controller {
                     q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), 0);
                     return;
                 }
+                if ((cdw11 & 0xFFFF) == 0xFFFF || cdw11 >>> 16 == 0xFFFF) {
+                    // NSQR or NCQR of 65535 would ask for 65536 queues: Invalid Field, as nvmet answers
+                    q.respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), 0);
+                    return;
+                }
                 // The host asks; we grant what we have, whatever it asked (0's based in both halves)
                 q.respond(cid, Nvme.OK, numQueues());
             }
             case Nvme.FID_KATO -> {
-                katoMillis = cdw11 & 0xFFFFFFFFL;
+                katoMillis = kato(cdw11 & 0xFFFFFFFFL);
                 q.respond(cid, Nvme.OK, 0);
             }
             case Nvme.FID_ASYNC_EVENT -> {

@@ -132,11 +132,7 @@ final class IoQueue {
     private short check(ByteBuffer sqe, int opcode) {
         int nsid = sqe.getInt(Nvme.SQE_NSID);
         boolean flushAll = opcode == Nvme.IO_FLUSH && nsid == 0xFFFFFFFF;
-        if ((sqe.get(Nvme.SQE_FLAGS) & Nvme.FUSE_MASK) != 0) {
-            // No fused operation is served (FUSES 0): run alone, the Write of a Compare and Write pair would
-            // write whether or not the compare matched. Both halves are refused, as nvmet does
-            return Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true);
-        } else if (opcode != Nvme.IO_READ && opcode != Nvme.IO_WRITE && opcode != Nvme.IO_FLUSH
+        if (opcode != Nvme.IO_READ && opcode != Nvme.IO_WRITE && opcode != Nvme.IO_FLUSH
                 && opcode != Nvme.IO_WRITE_ZEROES && opcode != Nvme.IO_DSM) {
             return Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_OPCODE, true);
         } else if (nsid != 1 && !flushAll) {

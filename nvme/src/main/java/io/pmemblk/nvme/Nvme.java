@@ -15,6 +15,8 @@ public final class Nvme {
             SQE_CDW11 = 44, SQE_CDW12 = 48, SQE_CDW13 = 52, SQE_CDW14 = 56, SQE_CDW15 = 60;
     /** FUSE, bits 1:0 of SQE_FLAGS: first/second command of a fused pair (Identify FUSES 0: none supported). */
     public static final int FUSE_MASK = 0x03;
+    /** PSDT, bits 7:6 of SQE_FLAGS: 01, SGL for the data (NVME_CMD_SGL_METABUF), the only kind NVMe/TCP carries. */
+    public static final int PSDT_MASK = 0xC0, PSDT_SGL = 0x40;
     /** The data pointer as an SGL descriptor (struct nvme_sgl_desc): address, length, type in the last byte. */
     public static final int SGL_ADDR = SQE_DPTR, SGL_LENGTH = SQE_DPTR + 8, SGL_TYPE = SQE_DPTR + 15;
     /** Data block descriptor, subtype offset: data in the capsule at the address's offset (nvme_tcp_set_sg_inline). */
@@ -75,8 +77,13 @@ public final class Nvme {
     /** ATTRIB bits 2:0, the property's size (NVMe-oF 1.1 figures 17 and 19); the other values are reserved. */
     public static final int PROP_SIZE_4 = 0, PROP_SIZE_8 = 1;
     public static final int PROP_CAP = 0x00, PROP_VS = 0x08, PROP_CC = 0x14, PROP_CSTS = 0x1C;
-    public static final int CC_EN = 1, CC_SHN_SHIFT = 14, CC_SHN_MASK = 3 << 14;
-    public static final int CSTS_RDY = 1, CSTS_SHST_COMPLETE = 2 << 2;
+    /** CC (NVMe base 1.3 figure 78): EN bit 0, CSS 6:4, MPS 10:7, AMS 13:11, SHN 15:14, IOSQES 19:16, IOCQES 23:20. */
+    public static final int CC_EN = 1, CC_CSS_SHIFT = 4, CC_MPS_SHIFT = 7, CC_AMS_SHIFT = 11, CC_SHN_SHIFT = 14,
+            CC_SHN_MASK = 3 << 14, CC_IOSQES_SHIFT = 16, CC_IOCQES_SHIFT = 20;
+    /** log2 of the entry sizes CC.IOSQES and CC.IOCQES must name: 64-byte SQEs, 16-byte CQEs (NVME_NVM_IOSQES/IOCQES). */
+    public static final int SQE_SIZE_SHIFT = 6, CQE_SIZE_SHIFT = 4;
+    /** CSTS: RDY bit 0, CFS bit 1 (Controller Fatal Status), SHST 3:2. */
+    public static final int CSTS_RDY = 1, CSTS_CFS = 2, CSTS_SHST_COMPLETE = 2 << 2;
     public static final int VERSION_1_3 = 0x00010300;
 
     // ---- Identify (CNS in CDW10 bits 7:0)

@@ -23,6 +23,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  */
 public final class NvmeTcpServer implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger(NvmeTcpServer.class.getName());
+    /** Controller IDs run 1..0xFFEF; 0xFFF0 and up are reserved (NVMe-oF 1.1 section 3.3). */
+    static final int MAX_CNTLID = 0xFFEF;
 
     final NvmeTcpConfig config;
     final BlockLayer layer;
@@ -186,11 +188,15 @@ public final class NvmeTcpServer implements AutoCloseable {
         return false;
     }
 
+    /** A new controller with the next free ID, or null when all 65519 are in use (Connect: Controller Busy). */
     synchronized Controller newController(boolean discovery, byte[] hostNqn, byte[] hostId, TcpQueue admin, long kato) {
+        if (controllers.size() >= MAX_CNTLID) {
+            return null;
+        }
         int id;
         do {
             id = nextCntlid;
-            nextCntlid = nextCntlid >= 0xFFEF ? 1 : nextCntlid + 1; // 0xFFF0.. are reserved (NVMe-oF 1.1 3.3)
+            nextCntlid = nextCntlid >= MAX_CNTLID ? 1 : nextCntlid + 1; // 0xFFF0.. are reserved (NVMe-oF 1.1 3.3)
         } while (controllers.containsKey(id));
         Controller c = new Controller(this, id, discovery, hostNqn, hostId, admin, kato);
         controllers.put(id, c);

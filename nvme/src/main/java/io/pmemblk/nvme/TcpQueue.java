@@ -262,6 +262,15 @@ final class TcpQueue {
             sqHead = sqHead == sqSize ? 0 : sqHead + 1;
             controller.touch();
         }
+        int flags = sqe.get(Nvme.SQE_FLAGS);
+        if ((flags & Nvme.FUSE_MASK) != 0 || (flags & Nvme.PSDT_MASK) != Nvme.PSDT_SGL) {
+            // As nvmet_req_init, for every command, fabrics and admin ones too: no fused pair is served (FUSES 0:
+            // run alone, the Write of a Compare and Write would write whether or not the compare matched), and
+            // data is described by an SGL, the one way NVMe/TCP carries it (PSDT 01); a PRP is Invalid Field
+            in.skipData();
+            respond(cid, Nvme.status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true), 0);
+            return;
+        }
         if (opcode == Nvme.FABRICS) {
             fabrics(sqe, cid);
             return;
@@ -359,6 +368,10 @@ final class TcpQueue {
                 return;
             }
             Controller c = server.newController(discovery, hostNqn, hostId, this, kato);
+            if (c == null) {
+                respond(cid, Nvme.status(Nvme.SCT_COMMAND, Nvme.SC_CONNECT_CTRL_BUSY, true), 0); // as nvmet: no ID left
+                return;
+            }
             bind(c, 0, sqsize, cattr);
             respond(cid, Nvme.OK, c.cntlid);
             return;

@@ -27,7 +27,8 @@ import org.junit.jupiter.api.io.TempDir;
 
 /**
  * What a target must survive besides bad PDUs: hosts that share a hardware queue and run it out of tags, sockets
- * that never finish their handshake, media errors under a command, and a host that asks for padded data PDUs.
+ * that never finish their handshake, media errors under a command, a host that asks for padded data PDUs, one that
+ * stops reading, and controller state (CC, keep-alive, command flags) held as nvmet holds it.
  * Over the real pmem driver on a file (with a fault-injecting decorator for the media errors), driven by
  * {@link RawHost}.
  */
@@ -292,6 +293,129 @@ class NvmeRobustnessTest {
                 assertArrayEquals(data, d.data(), what + ": data after the pad");
                 assertEquals(0, io.receive().cqeStatus(), what);
             }
+        }
+    }
+
+    // ------------------------------------------------------------------ the controller's state, as nvmet keeps it
+
+    /**
+     * A host that stops reading with an AER parked: its admin reader blocks writing answers the host never takes
+     * (the queue's write lock held), and its keep-alive expires. The teardown once answered the parked AER first, on
+     * the keep-alive timer's thread, under that lock: the timer hung there for good, and no other host's keep-alive
+     * expired after it (nor did the server's close finish). Now the sockets close first, as nvmet's.
+     */
+    @Test
+    void aHostThatStopsReadingWithAnAerParkedHoldsNoOtherHostsKeepAlive() throws Exception {
+        start(pmem(), 1, 64);
+        try (RawHost stuck = new RawHost(at); RawHost other = new RawHost(at)) {
+            stuck.icReq(0, 0);
+            assertEquals(0, stuck.connect(1, 0, 31, 0xFFFF, NQN, RawHost.HOSTNQN, 600, 0).cqeStatus());
+            assertEquals(0, stuck.propertySet(2, Nvme.PROP_CC, RawHost.CC_ENABLE).cqeStatus());
+            stuck.send(stuck.capsule(RawHost.sqe(Nvme.ADMIN_AER, 3, 0), null));
+            // 20000 Identify answers, 80 MiB, never read: more than both sockets' buffers hold
+            Thread flood = Thread.ofPlatform().start(() -> {
+                try {
+                    for (int i = 0; i < 20_000; i++) {
+                        ByteBuffer id = RawHost.sqe(Nvme.ADMIN_IDENTIFY, 4 + i % 60_000, 0);
+                        id.putInt(Nvme.SQE_CDW10, Nvme.CNS_CONTROLLER);
+                        RawHost.transportSgl(id, 4096);
+                        stuck.send(stuck.capsule(id, null));
+                    }
+                } catch (IOException e) {
+                    // the target closed the connection at the keep-alive expiry: what the test waits for
+                }
+            });
+            Waits.await("the stuck host's controller expired", () -> server.controllerCount() == 0);
+            other.icReq(0, 0);
+            assertEquals(0, other.connect(1, 0, 31, 0xFFFF, NQN, RawHost.HOSTNQN, 600, 0).cqeStatus());
+            assertTrue(other.closedByTarget(), "the next host's keep-alive expires too: the timer is not held");
+            flood.join(10_000);
+            assertFalse(flood.isAlive(), "the stuck host's connection closed by the target");
+        }
+    }
+
+    /** A discovery controller whose host asks for no keep-alive (KATO 0) gets nvmet's 120 s, not none. */
+    @Test
+    void aDiscoveryControllerWithoutKeepAliveStillExpires() throws Exception {
+        start(pmem(), 1, 64);
+        try (RawHost d = new RawHost(at)) {
+            d.icReq(0, 0);
+            RawHost.Received c = d.connect(1, 0, 31, 0xFFFF, Nvme.DISCOVERY_NQN, RawHost.HOSTNQN, 0, 0);
+            assertEquals(0, c.cqeStatus());
+            Controller ctrl = server.controller((int) (c.cqeResult() & 0xFFFF));
+            assertEquals(120_000, ctrl.katoMillis, "a discovery controller's KATO 0");
+            ByteBuffer kato = RawHost.sqe(Nvme.ADMIN_SET_FEATURES, 2, 0);
+            kato.putInt(Nvme.SQE_CDW10, Nvme.FID_KATO).putInt(Nvme.SQE_CDW11, 0);
+            assertEquals(0, d.propertySet(3, Nvme.PROP_CC, Nvme.CC_EN).cqeStatus()); // a discovery CC, no sizes
+            assertEquals(0, d.command(kato, null).cqeStatus());
+            assertEquals(120_000, ctrl.katoMillis, "nor set to 0 by Set Features");
+        }
+    }
+
+    /**
+     * CC as nvmet_update_cc takes it: an enable with entry sizes other than 64/16 bytes sets CSTS.CFS, not RDY;
+     * a shutdown persists, reports SHST complete and disables the controller, so a command after it gets Command
+     * Sequence Error instead of being taken after "shutdown complete"; the next enable clears SHST.
+     */
+    @Test
+    void ccIsCheckedAndAShutdownDisablesTheController() throws Exception {
+        start(pmem(), 1, 64);
+        try (RawHost a = new RawHost(at)) {
+            a.icReq(0, 0);
+            assertEquals(0, a.connect(1, 0, 31, 0xFFFF, NQN, RawHost.HOSTNQN, 0, 0).cqeStatus());
+            assertEquals(0, a.propertySet(2, Nvme.PROP_CC, Nvme.CC_EN).cqeStatus(), "IOSQES/IOCQES 0");
+            assertEquals(Nvme.CSTS_CFS, a.propertyGet(3, Nvme.PROP_CSTS, false).cqeResult(), "CFS, not RDY");
+            assertEquals(0, a.propertySet(4, Nvme.PROP_CC, 0).cqeStatus());
+            assertEquals(0, a.propertySet(5, Nvme.PROP_CC, RawHost.CC_ENABLE).cqeStatus());
+            assertEquals(Nvme.CSTS_RDY, a.propertyGet(6, Nvme.PROP_CSTS, false).cqeResult());
+            assertEquals(0, a.propertySet(7, Nvme.PROP_CC, RawHost.CC_ENABLE | 1 << Nvme.CC_SHN_SHIFT).cqeStatus());
+            assertEquals(Nvme.CSTS_SHST_COMPLETE, a.propertyGet(8, Nvme.PROP_CSTS, false).cqeResult(),
+                    "shutdown complete, no longer ready");
+            assertEquals(0, a.propertyGet(9, Nvme.PROP_CC, false).cqeResult(), "CC cleared");
+            ByteBuffer id = RawHost.sqe(Nvme.ADMIN_IDENTIFY, 10, 0);
+            id.putInt(Nvme.SQE_CDW10, Nvme.CNS_CONTROLLER);
+            RawHost.Received after = (RawHost.Received) a.dataCommand(id, 4096)[1];
+            assertEquals(status(Nvme.SCT_GENERIC, Nvme.SC_CMD_SEQ_ERROR, true), after.cqeStatus(),
+                    "a command after the shutdown");
+            assertEquals(0, a.propertySet(11, Nvme.PROP_CC, RawHost.CC_ENABLE).cqeStatus());
+            assertEquals(Nvme.CSTS_RDY, a.propertyGet(12, Nvme.PROP_CSTS, false).cqeResult(),
+                    "enabled again: ready, SHST cleared");
+            id.putShort(Nvme.SQE_CID, (short) 13);
+            assertEquals(0, ((RawHost.Received) a.dataCommand(id, 4096)[1]).cqeStatus(), "and serving");
+        }
+    }
+
+    /**
+     * As nvmet_req_init, for admin and fabrics commands as for I/O: a fused command, or data described by PRPs
+     * (PSDT 00) instead of an SGL, is Invalid Field; Number of Queues asking for 65536 is Invalid Field.
+     */
+    @Test
+    void fusedPrpAndImpossibleQueueCountsAreInvalidField() throws Exception {
+        start(pmem(), 1, 64);
+        int invalidField = status(Nvme.SCT_GENERIC, Nvme.SC_INVALID_FIELD, true);
+        try (RawHost a = new RawHost(at)) {
+            a.icReq(0, 0);
+            a.enableAdmin(NQN);
+            ByteBuffer prp = RawHost.sqe(Nvme.ADMIN_IDENTIFY, 3, 0);
+            prp.put(Nvme.SQE_FLAGS, (byte) 0).putInt(Nvme.SQE_CDW10, Nvme.CNS_CONTROLLER);
+            assertEquals(invalidField, ((RawHost.Received) a.dataCommand(prp, 4096)[1]).cqeStatus(), "PSDT 00");
+            ByteBuffer fused = RawHost.sqe(Nvme.ADMIN_KEEP_ALIVE, 4, 0);
+            fused.put(Nvme.SQE_FLAGS, (byte) (Nvme.PSDT_SGL | 1));
+            assertEquals(invalidField, a.command(fused, null).cqeStatus(), "a fused admin command");
+            ByteBuffer fusedGet = RawHost.sqe(Nvme.FABRICS, 5, 0);
+            fusedGet.put(Nvme.SQE_FLAGS, (byte) (Nvme.PSDT_SGL | 2)).put(Nvme.FCTYPE, (byte) Nvme.FCTYPE_PROPERTY_GET)
+                    .putInt(Nvme.PROP_OFFSET, Nvme.PROP_CSTS);
+            assertEquals(invalidField, a.command(fusedGet, null).cqeStatus(), "a fused fabrics command");
+            for (int cdw11 : new int[] {0xFFFF, 0xFFFF << 16}) {
+                ByteBuffer nq = RawHost.sqe(Nvme.ADMIN_SET_FEATURES, 6, 0);
+                nq.putInt(Nvme.SQE_CDW10, Nvme.FID_NUM_QUEUES).putInt(Nvme.SQE_CDW11, cdw11);
+                assertEquals(invalidField, a.command(nq, null).cqeStatus(), "Number of Queues 0x" + Integer.toHexString(cdw11));
+            }
+            ByteBuffer nq = RawHost.sqe(Nvme.ADMIN_SET_FEATURES, 7, 0);
+            nq.putInt(Nvme.SQE_CDW10, Nvme.FID_NUM_QUEUES).putInt(Nvme.SQE_CDW11, 0x00070007);
+            RawHost.Received granted = a.command(nq, null);
+            assertEquals(0, granted.cqeStatus());
+            assertEquals(0x00010001, granted.cqeResult(), "what the target has: 2 I/O queues, 0's based");
         }
     }
 }

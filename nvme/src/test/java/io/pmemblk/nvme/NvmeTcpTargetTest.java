@@ -158,7 +158,7 @@ class NvmeTcpTargetTest {
                 assertEquals(status(Nvme.SCT_GENERIC, Nvme.SC_CMD_SEQ_ERROR, true),
                         early.connect(1, 1, 63, cntlid, NQN, RawHost.HOSTNQN, 0, 0).cqeStatus());
             }
-            assertEquals(0, a.propertySet(5, Nvme.PROP_CC, Nvme.CC_EN).cqeStatus());
+            assertEquals(0, a.propertySet(5, Nvme.PROP_CC, RawHost.CC_ENABLE).cqeStatus());
             assertEquals(1, a.propertyGet(6, Nvme.PROP_CSTS, false).cqeResult() & 1, "CSTS.RDY after CC.EN");
 
             int invalidParam = status(Nvme.SCT_COMMAND, Nvme.SC_CONNECT_INVALID_PARAM, true);
@@ -690,7 +690,7 @@ class NvmeTcpTargetTest {
             a.icReq(0, 0);
             RawHost.Received c = a.connect(1, 0, 31, 0xFFFF, NQN, RawHost.HOSTNQN, 600, 0);
             int cntlid = (int) (c.cqeResult() & 0xFFFF);
-            assertEquals(0, a.propertySet(2, Nvme.PROP_CC, Nvme.CC_EN).cqeStatus());
+            assertEquals(0, a.propertySet(2, Nvme.PROP_CC, RawHost.CC_ENABLE).cqeStatus());
             try (RawHost io = new RawHost(at)) {
                 io.icReq(0, 0);
                 assertEquals(0, io.connect(1, 1, 63, cntlid, NQN, RawHost.HOSTNQN, 0, 0).cqeStatus());

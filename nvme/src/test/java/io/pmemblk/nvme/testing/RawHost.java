@@ -22,6 +22,9 @@ import java.util.zip.CRC32C;
  */
 public final class RawHost implements AutoCloseable {
     public static final String HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
+    /** CC as the Linux host writes it: EN, 64-byte SQEs, 16-byte CQEs (the rest 0: 4 KiB pages, NVM command set). */
+    public static final int CC_ENABLE = Nvme.CC_EN | Nvme.SQE_SIZE_SHIFT << Nvme.CC_IOSQES_SHIFT
+            | Nvme.CQE_SIZE_SHIFT << Nvme.CC_IOCQES_SHIFT;
 
     public final SocketChannel ch;
     public boolean hdgst, ddgst;
@@ -275,7 +278,7 @@ public final class RawHost implements AutoCloseable {
             throw new IOException("admin Connect status 0x" + Integer.toHexString(r.cqeStatus()));
         }
         int cntlid = (int) (r.cqeResult() & 0xFFFF);
-        Received p = propertySet(2, Nvme.PROP_CC, Nvme.CC_EN | 6 << 16 | 4 << 20);
+        Received p = propertySet(2, Nvme.PROP_CC, CC_ENABLE);
         if (p.cqeStatus() != 0) {
             throw new IOException("Property Set CC status 0x" + Integer.toHexString(p.cqeStatus()));
         }
