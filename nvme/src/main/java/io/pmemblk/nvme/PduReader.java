@@ -52,10 +52,28 @@ final class PduReader {
         this.ddgst = ddgst;
     }
 
-    /** Reads and checks the next PDU's header; the data (if any) is left for {@link #readData}/{@link #skipData}. */
+    /**
+     * Reads and checks the next PDU's header; the data (if any) is left for {@link #readData}/{@link #skipData}.
+     * When the header fails a check, {@link #header} holds what of it has arrived (up to its HLEN), for the
+     * C2HTermReq to return to the host as the offending header, not the PDU's before it.
+     */
     int next() throws IOException, PduException {
         ensure(Pdu.CH_SIZE);
         int p = rx.position();
+        try {
+            return take(p);
+        } catch (PduException e) {
+            if (rx.position() == p) { // failed before the header was taken
+                int n = Math.min(rx.remaining(), Math.min(Math.max(hlen, Pdu.CH_SIZE), header.capacity()));
+                header.clear();
+                header.put(0, rx, p, n);
+                header.limit(n);
+            }
+            throw e;
+        }
+    }
+
+    private int take(int p) throws IOException, PduException {
         type = rx.get(p + Pdu.CH_TYPE) & 0xFF;
         flags = rx.get(p + Pdu.CH_FLAGS) & 0xFF;
         hlen = rx.get(p + Pdu.CH_HLEN) & 0xFF;

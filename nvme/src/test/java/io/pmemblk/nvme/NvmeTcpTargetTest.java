@@ -583,13 +583,14 @@ class NvmeTcpTargetTest {
     }
 
     /** Sends a bad PDU on a fresh I/O queue: C2HTermReq with fes/fei, the connection closed, another one served. */
-    void badPdu(int digest, int fes, int fei, Bad bad) throws IOException {
+    RawHost.Received badPdu(int digest, int fes, int fei, Bad bad) throws IOException {
         RawHost[] admin = new RawHost[1];
         RawHost[] admin2 = new RawHost[1];
+        RawHost.Received term;
         try (RawHost good = ioQueue(admin2, 0); RawHost a2 = admin2[0]) {
             try (RawHost io = ioQueue(admin, digest); RawHost a = admin[0]) {
                 bad.send(io);
-                assertTerm(io, fes, fei);
+                term = assertTerm(io, fes, fei);
             }
             byte[] data = new byte[512];
             new Random(fes * 31 + fei).nextBytes(data);
@@ -598,14 +599,16 @@ class NvmeTcpTargetTest {
             assertEquals(0, good.command(w, data).cqeStatus(), "another host is still served");
             assertArrayEquals(data, read(good, 10, 3, 512));
         }
+        return term;
     }
 
-    static void assertTerm(RawHost io, int fes, int fei) throws IOException {
+    static RawHost.Received assertTerm(RawHost io, int fes, int fei) throws IOException {
         RawHost.Received t = io.receive();
         assertEquals(Pdu.typeName(Pdu.C2H_TERM), Pdu.typeName(t.type()));
         assertEquals(fes, t.header().getShort(Pdu.TERM_FES), "FES");
         assertEquals(fei, t.header().getInt(Pdu.TERM_FEI), "FEI");
         assertTrue(io.closedByTarget(), "the target closes after C2HTermReq");
+        return t;
     }
 
     /** One field of a Flush capsule's header made wrong, on the capsule as the host built it. */
@@ -630,11 +633,15 @@ class NvmeTcpTargetTest {
     @MethodSource("badFlushCapsules")
     void aFlushCapsuleWithABadHeaderIsTerminated(String name, int digest, int fes, int fei, Corrupt corrupt)
             throws IOException {
-        badPdu(digest, fes, fei, io -> {
+        ByteBuffer sent = ByteBuffer.allocate(Pdu.CH_SIZE);
+        RawHost.Received term = badPdu(digest, fes, fei, io -> {
             ByteBuffer c = io.capsule(RawHost.sqe(Nvme.IO_FLUSH, 1, 1), null);
             corrupt.apply(c);
+            sent.put(0, c, 0, Pdu.CH_SIZE);
             io.send(c);
         });
+        // The C2HTermReq's data is the offending PDU's header (once: the header of the PDU before it, the Connect's)
+        assertArrayEquals(sent.array(), Arrays.copyOf(term.data(), Pdu.CH_SIZE), "the offending header returned");
     }
 
     @Test
