@@ -32,20 +32,11 @@ final class BitmapContexts implements DirtyBitmapContexts {
     /** A bitmap removed while read is unmapped: its ranges then answer dirty, which never misses a block. */
     private record View(BitmapFile file) implements Bitmap {
         @Override
-        public boolean dirty(long offset) {
+        public long run(long offset, long limit) {
             try {
-                return file.dirtyAt(offset);
+                return file.runAt(offset, limit);
             } catch (IllegalStateException gone) {
-                return true;
-            }
-        }
-
-        @Override
-        public long runEnd(long offset, long limit) {
-            try {
-                return file.runEndAt(offset, limit);
-            } catch (IllegalStateException gone) {
-                return limit;
+                return -limit;
             }
         }
     }

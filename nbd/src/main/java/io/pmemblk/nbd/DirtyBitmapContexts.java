@@ -29,10 +29,11 @@ public interface DirtyBitmapContexts {
 
     /** One bitmap's bits by byte offset. */
     interface Bitmap {
-        /** Whether the block holding byte {@code offset} is dirty. */
-        boolean dirty(long offset);
-
-        /** Where the run of blocks in {@code offset}'s state ends: the first byte after it, at most {@code limit}. */
-        long runEnd(long offset, long limit);
+        /**
+         * The run of blocks in the state of the one holding byte {@code offset}: the first byte after it (above
+         * {@code offset}, at most {@code limit}), negated when the run is dirty. One call, so that the state and the
+         * length come from one read of the bitmap while writes mark it.
+         */
+        long run(long offset, long limit);
     }
 }

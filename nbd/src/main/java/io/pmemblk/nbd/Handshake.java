@@ -287,9 +287,14 @@ final class Handshake {
      * The contexts are base:allocation and a {@code qemu:dirty-bitmap:NAME} per bitmap offered. As QEMU's server
      * answers (nbd/server.c nbd_negotiate_meta_queries): LIST with no query, or with the namespace queries
      * {@code base:}, {@code qemu:} and {@code qemu:dirty-bitmap:}, lists what they cover; SET takes full names
-     * only, and replaces what an earlier SET selected. An unknown name matches nothing.
+     * only, and replaces what an earlier SET selected, also when it fails ("NBD_OPT_SET_META_CONTEXT": a client
+     * that saw the failure believes nothing is selected). An unknown name matches nothing.
      */
     private void metaContext(int option, ByteBuffer d, int length) throws IOException {
+        if (option == OPT_SET_META_CONTEXT) {
+            baseAllocation = false;
+            bitmaps = java.util.List.of();
+        }
         if (length < 8) {
             reply(option, REP_ERR_INVALID, utf8("option data of " + length + " bytes, at least 8 needed"));
             return;

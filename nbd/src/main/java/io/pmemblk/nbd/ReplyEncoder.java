@@ -176,10 +176,9 @@ final class ReplyEncoder {
             DirtyBitmapContexts.Bitmap b = contexts.find(bitmaps[i]);
             int n = 0;
             for (long at = r.offset; at < end && n < max; n++) {
-                boolean dirty = b == null || b.dirty(at);
-                long runEnd = b == null ? end : b.runEnd(at, end);
-                long len = Math.min(runEnd - at, MAX_EXTENT_BYTES);
-                headers.putInt((int) len).putInt(dirty ? STATE_DIRTY : 0);
+                long run = b == null ? -end : b.run(at, end); // a bitmap gone: dirty, which never misses a block
+                long len = Math.min(Math.abs(run) - at, MAX_EXTENT_BYTES);
+                headers.putInt((int) len).putInt(run < 0 ? STATE_DIRTY : 0);
                 at += len;
             }
             headers.putInt(lengthAt, 4 + 8 * n);

@@ -28,15 +28,11 @@ class NbdDirtyBitmapTest extends ServedExportTest {
     /** Bits by block, for the wire tests (the real bitmaps are pmem-blk's, beyond this module). */
     record Bits(BitSet set) implements DirtyBitmapContexts.Bitmap {
         @Override
-        public boolean dirty(long offset) {
-            return set.get((int) (offset / G));
-        }
-
-        @Override
-        public long runEnd(long offset, long limit) {
+        public long run(long offset, long limit) {
             int b = (int) (offset / G);
             int next = set.get(b) ? set.nextClearBit(b) : set.nextSetBit(b);
-            return next < 0 ? limit : Math.min(limit, next * G);
+            long end = next < 0 ? limit : Math.min(limit, next * G);
+            return set.get(b) ? -end : end;
         }
     }
 

@@ -305,6 +305,32 @@ class NbdServerProtocolTest extends ServedExportTest {
         }
     }
 
+    /**
+     * "NBD_OPT_SET_META_CONTEXT" replaces every context set before, "including when this command fails": a SET of
+     * base:allocation, then one that fails, leaves none, so BLOCK_STATUS is refused. It once kept the first one.
+     */
+    @Test
+    void aFailedSetMetaContextLeavesNoneSelected() throws IOException {
+        for (byte[] failing : new byte[][] {NbdTestClient.metaData("nope", META_BASE_ALLOCATION),
+                java.util.Arrays.copyOf(NbdTestClient.metaData(EXPORT, META_BASE_ALLOCATION), 10)}) {
+            try (NbdTestClient c = client()) {
+                c.greet(CLIENT_FLAG_FIXED_NEWSTYLE | CLIENT_FLAG_NO_ZEROES);
+                c.option(OPT_STRUCTURED_REPLY, new byte[0]);
+                assertEquals(REP_ACK, c.optionReply().type());
+                c.option(OPT_SET_META_CONTEXT, NbdTestClient.metaData(EXPORT, META_BASE_ALLOCATION));
+                assertEquals(REP_META_CONTEXT, c.optionReplies().get(0).type());
+                c.option(OPT_SET_META_CONTEXT, failing);
+                assertTrue(c.optionReply().type() < 0, "the second SET fails");
+                c.option(OPT_GO, NbdTestClient.infoData(EXPORT));
+                assertEquals(REP_ACK, c.optionReplies().getLast().type());
+                c.structured = true;
+                NbdTestClient.Reply bs = c.call(0, CMD_BLOCK_STATUS, 0, 4096, null);
+                assertEquals(REPLY_TYPE_ERROR, bs.type(), "no context selected after the failed SET");
+                assertEquals(Status.EINVAL, bs.error());
+            }
+        }
+    }
+
     @Test
     void oversizedOptionIsRefusedWithoutReadingIt() throws IOException {
         try (NbdTestClient c = client()) {

@@ -31,16 +31,8 @@ class ReplyFailureTest extends ServedExportTest {
 
             @Override
             public Bitmap find(String name) {
-                return new Bitmap() {
-                    @Override
-                    public boolean dirty(long offset) {
-                        throw new IllegalArgumentException("bitmap b cannot be read");
-                    }
-
-                    @Override
-                    public long runEnd(long offset, long limit) {
-                        throw new IllegalArgumentException("bitmap b cannot be read");
-                    }
+                return (offset, limit) -> {
+                    throw new IllegalArgumentException("bitmap b cannot be read");
                 };
             }
         }));

@@ -142,30 +142,48 @@ public final class BitmapFile implements AutoCloseable {
         return (bits.get(WORD, 8 * (block >>> 6)) & (1L << block)) != 0;
     }
 
-    /** The first block from {@code block} (below {@code limit}) whose state differs from {@code block}'s; or {@code limit}. */
-    public long runEnd(long block, long limit) {
-        boolean dirty = dirty(block);
+    /**
+     * The run of blocks from {@code block} (below {@code limit}) in {@code block}'s state: the first block after it,
+     * or {@code limit}; negated when the run is dirty ({@link #isDirtyRun}, {@link #runEnd}). The state and the
+     * run's start come from one read of a word: read apart, a write marking {@code block} between the two reads
+     * made a clean answer run on over blocks that were dirty before the query, or gave a run of no length.
+     */
+    public long run(long block, long limit) {
+        long w = bits.get(WORD, 8 * (block >>> 6));
+        boolean dirty = (w & (1L << block)) != 0;
         long b = block;
-        while (b < limit) {
-            long w = bits.get(WORD, 8 * (b >>> 6));
-            long diff = (dirty ? ~w : w) >>> (b & 63); // ones where the state changes, from b on
+        while (true) {
+            long diff = (dirty ? ~w : w) >>> (b & 63); // ones where the state changes, from b on; bit 0 is never one
             if (diff != 0) {
-                return Math.min(limit, b + Long.numberOfTrailingZeros(diff));
+                long end = Math.min(limit, b + Long.numberOfTrailingZeros(diff));
+                return dirty ? -end : end;
             }
             b = (b | 63) + 1;
+            if (b >= limit) {
+                return dirty ? -limit : limit;
+            }
+            w = bits.get(WORD, 8 * (b >>> 6));
         }
-        return limit;
     }
 
-    /** Whether the block holding byte {@code offset} of the device is dirty. */
-    public boolean dirtyAt(long offset) {
-        return dirty(offset >>> shift);
+    /** Whether a {@link #run} or {@link #runAt} answer is a dirty run. */
+    public static boolean isDirtyRun(long run) {
+        return run < 0;
     }
 
-    /** The first byte from {@code offset} on (at most {@code limit}) whose block's state differs from {@code offset}'s. */
-    public long runEndAt(long offset, long limit) {
-        long end = runEnd(offset >>> shift, ((limit - 1) >>> shift) + 1);
-        return Math.min(limit, end << shift);
+    /** Where a {@link #run} or {@link #runAt} answer's run ends. */
+    public static long runEnd(long run) {
+        return Math.abs(run);
+    }
+
+    /**
+     * {@link #run} in bytes: the run of blocks from the one holding byte {@code offset}, its end the first byte
+     * after it (at most {@code limit}), negated when dirty.
+     */
+    public long runAt(long offset, long limit) {
+        long run = run(offset >>> shift, ((limit - 1) >>> shift) + 1);
+        long end = Math.min(limit, runEnd(run) << shift);
+        return isDirtyRun(run) ? -end : end;
     }
 
     /** Blocks of the device, the last one possibly short. */
