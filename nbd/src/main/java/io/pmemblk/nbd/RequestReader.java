@@ -400,14 +400,20 @@ final class RequestReader {
         }
     }
 
-    /** Discards the payload of a refused WRITE (at most maxRequestBytes) through the input buffer. */
+    /**
+     * Discards the payload of a refused WRITE (at most maxRequestBytes) through the input buffer, on the stall
+     * watchdog's clock as a payload received is: a client that stops in the middle holds its connection no longer.
+     */
     private void skip(ByteBuffer in, long length) throws IOException {
         long left = length;
         while (left > 0) {
             if (!in.hasRemaining()) {
                 in.clear();
                 queue.dispatch();
-                if (channel.read(in) < 0) {
+                receivingSince = System.nanoTime();
+                int got = channel.read(in);
+                receivingSince = 0;
+                if (got < 0) {
                     throw new EOFException("client closed the connection in the middle of a WRITE payload");
                 }
                 in.flip();
