@@ -97,33 +97,35 @@ public final class LaneHandle implements AutoCloseable {
         long mapAt = a.mapOff + (lba - a.firstLba) * MAP_ENTRY_SIZE;
         int entry = (int) INT.getVolatile(pool, mapAt);
         int slot = lane * PAD;
-        while (true) {
-            if (isError(entry)) {
-                throw BttState.markedBad(lba);
-            }
-            if (isZeroOrInitial(entry)) {
-                dst.fill((byte) 0);
-                return;
-            }
-            if ((entry & MAP_LBA_MASK) >= a.internalNlba) { // a corrupt map must not read the map or flog as data
-                throw new IOException("block " + lba + " maps to internal block " + (entry & MAP_LBA_MASK)
-                        + ", beyond the arena's " + a.internalNlba + ": the map is corrupt (`pmempool check`)");
-            }
-            // Publish, then look again: a writer that remapped the LBA before it saw this slot may reuse the
-            // block, so only a map entry still unchanged after the publish makes the copy safe (volatile: the
-            // store must not pass the load).
-            ARRAY.setVolatile(a.rtt, slot, entry);
-            int again = (int) INT.getVolatile(pool, mapAt);
-            if (again != entry) {
+        // Whatever way this ends (zeros, an error, the copy), the slot is emptied: a read that published a block
+        // and then found the LBA zeroed or marked bad must not be left looking like a reader of it, or every write
+        // whose free block that is would wait for ever (ReadTracking.waitForReaders).
+        try {
+            while (true) {
+                if (isError(entry)) {
+                    throw BttState.markedBad(lba);
+                }
+                if (isZeroOrInitial(entry)) {
+                    dst.fill((byte) 0);
+                    return;
+                }
+                if ((entry & MAP_LBA_MASK) >= a.internalNlba) { // a corrupt map must not read the map or flog as data
+                    throw new IOException("block " + lba + " maps to internal block " + (entry & MAP_LBA_MASK)
+                            + ", beyond the arena's " + a.internalNlba + ": the map is corrupt (`pmempool check`)");
+                }
+                // Publish, then look again: a writer that remapped the LBA before it saw this slot may reuse the
+                // block, so only a map entry still unchanged after the publish makes the copy safe (volatile: the
+                // store must not pass the load).
+                ARRAY.setVolatile(a.rtt, slot, entry);
+                int again = (int) INT.getVolatile(pool, mapAt);
+                if (again == entry) {
+                    media.read(a.dataOff + (long) (entry & MAP_LBA_MASK) * a.internalLbaSize, dst, 0, blockSize);
+                    return;
+                }
                 entry = again;
-                continue;
             }
-            try {
-                media.read(a.dataOff + (long) (entry & MAP_LBA_MASK) * a.internalLbaSize, dst, 0, blockSize);
-            } finally {
-                ARRAY.setRelease(a.rtt, slot, RTT_EMPTY);
-            }
-            return;
+        } finally {
+            ARRAY.setRelease(a.rtt, slot, RTT_EMPTY);
         }
     }
 

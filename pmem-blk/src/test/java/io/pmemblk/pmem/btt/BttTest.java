@@ -627,4 +627,69 @@ class BttTest {
             }
         }
     }
+
+    /**
+     * A read that finds its block zeroed (TRIM, WRITE ZEROES) between publishing it and looking again leaves no
+     * reader behind: a stale slot would make every later write whose free block is that block wait for ever. The
+     * race is a few instructions wide, so a reader on lane 0 and a writer that writes and zeroes the same block on
+     * lane 1 run for 1.5 s (without the fix the writer hung by its third round: a read that returns zeros
+     * never empties its slot); then writes on both lanes must finish, whatever block each gets.
+     */
+    @Test
+    void aReadThatMeetsAZeroingLeavesNoReaderBehind() throws Exception {
+        try (Pools.Mapped m = Pools.map(dir.resolve("p.blk"), Pools.MIN_POOL); Arena arena = Arena.ofShared()) {
+            Btt btt = Btt.format(m.memory(), Pools.pageCache(), 4096, 4);
+            MemorySegment rbuf = arena.allocate(4096, 4096);
+            MemorySegment wbuf = arena.allocate(4096, 4096);
+            AtomicBoolean stop = new AtomicBoolean();
+            AtomicLong reads = new AtomicLong();
+            AtomicLong rounds = new AtomicLong();
+            java.util.concurrent.atomic.AtomicReference<Throwable> failed = new java.util.concurrent.atomic.AtomicReference<>();
+            Thread reader = Thread.ofPlatform().start(() -> {
+                try {
+                    while (!stop.get()) {
+                        btt.read(0, 5, rbuf);
+                        reads.incrementAndGet();
+                    }
+                } catch (Throwable t) {
+                    failed.set(t);
+                }
+            });
+            Thread writer = Thread.ofPlatform().start(() -> {
+                try {
+                    long end = System.nanoTime() + 1_500_000_000L;
+                    for (int round = 1; System.nanoTime() < end && failed.get() == null; round++) {
+                        rounds.set(round);
+                        fill(wbuf, 5, round);
+                        btt.write(1, 5, wbuf);
+                        btt.zero(1, 5);
+                    }
+                } catch (Throwable t) {
+                    failed.set(t);
+                } finally {
+                    stop.set(true);
+                }
+            });
+            writer.join(60_000);
+            reader.join(10_000);
+            assertThat(writer.isAlive() || reader.isAlive()).as("both threads ended (a live one waits for a reader);"
+                    + " writer rounds " + rounds.get() + ", reads " + reads.get()).isFalse();
+            assertThat(failed.get()).isNull();
+            assertThat(reads.get()).as("reads ran beside the writer").isPositive();
+            // Lane 0's next writes take the block LBA 5 held, then lane 1's free block: the blocks a stale slot names.
+            Thread after = Thread.ofPlatform().start(() -> {
+                try {
+                    for (int lane : new int[]{0, 0, 1, 1}) {
+                        fill(wbuf, 5, 100_000 + lane);
+                        btt.write(lane, 5, wbuf);
+                    }
+                } catch (Throwable t) {
+                    failed.set(t);
+                }
+            });
+            after.join(10_000);
+            assertThat(after.isAlive()).as("writes after the reader has gone do not wait for it").isFalse();
+            assertThat(failed.get()).isNull();
+        }
+    }
 }
