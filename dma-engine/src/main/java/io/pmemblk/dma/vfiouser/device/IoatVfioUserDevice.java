@@ -459,17 +459,19 @@ public final class IoatVfioUserDevice implements AutoCloseable {
         }
 
         @Override
-        public void dmaRegistered(long iova, long length, MemorySegment memory, int prot) {
-            if (memory != null && !engineReachable(prot)) {
+        public void dmaRegistered(long iova, long length, MemorySegment memory, int prot, String unreachable) {
+            if (memory == null) {
+                // a DMA_MAP cannot be refused from here (libvfio-user has answered it by now): the region stays
+                // out of the IOVA space, where a descriptor halts with CHANERR as at an address never mapped
+                LOG.log(Level.INFO, "dma-device: client region [0x{0}, 0x{1}) ({2} KiB): {3}; not reachable by"
+                        + " the engines (a descriptor there halts with CHANERR)", Long.toHexString(iova),
+                        Long.toHexString(iova + length), length >> 10, unreachable);
+                return;
+            }
+            if (!engineReachable(prot)) {
                 LOG.log(Level.INFO, "dma-device: client region [0x{0}, 0x{1}) ({2} KiB) is mapped with prot {3}, not"
                         + " read-write: not reachable by the engines (a descriptor there halts with CHANERR)",
                         Long.toHexString(iova), Long.toHexString(iova + length), length >> 10, prot);
-                return;
-            }
-            if (memory == null) {
-                LOG.log(Level.INFO, "dma-device: client region [0x{0}, 0x{1}) ({2} KiB) has no fd: not reachable by"
-                        + " the engines (a descriptor there halts with CHANERR)", Long.toHexString(iova),
-                        Long.toHexString(iova + length), length >> 10);
                 return;
             }
             try {

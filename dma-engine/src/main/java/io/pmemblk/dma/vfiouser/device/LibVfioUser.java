@@ -90,7 +90,14 @@ public final class LibVfioUser {
     static final long DMA_INFO_IOVA_BASE = 0;
     static final long DMA_INFO_IOVA_LEN = 8;
     static final long DMA_INFO_VADDR = 16;
+    static final long DMA_INFO_MAPPING_BASE = 24;
+    static final long DMA_INFO_MAPPING_LEN = 32;
     static final long DMA_INFO_PROT = 48;
+    /**
+     * The granule a region's IOVA, address and size must be aligned to: the smallest IOMMU page, as Linux's
+     * vfio_iommu_type1 (vfio_dma_do_map) requires of a VFIO_IOMMU_MAP_DMA. libvfio-user checks none of them.
+     */
+    static final long DMA_PAGE = 4096;
 
     /**
      * What the device does when libvfio-user calls back; every method runs on the context's thread. An exception
@@ -112,8 +119,11 @@ public final class LibVfioUser {
         /** A BAR2 access by message (a client that did not map the region); as {@link #bar0}. */
         long bar2(MemorySegment buf, long offset, boolean write);
 
-        /** The client mapped {@code [iova, iova+length)}; {@code memory} is its mapping here, or null (no fd given). */
-        void dmaRegistered(long iova, long length, MemorySegment memory, int prot);
+        /**
+         * The client mapped {@code [iova, iova+length)}; {@code memory} is its mapping here, or null with
+         * {@code unreachable} saying why (no fd given, or a region {@link #unusableRegion} refuses).
+         */
+        void dmaRegistered(long iova, long length, MemorySegment memory, int prot, String unreachable);
 
         /** The client unmapped the region at {@code iova}; its memory is unmapped when this returns. */
         void dmaUnregistered(long iova, long length);
@@ -333,9 +343,14 @@ public final class LibVfioUser {
                 MemorySegment vaddr = i.get(ADDRESS, DMA_INFO_VADDR);
                 int prot = i.get(JAVA_INT, DMA_INFO_PROT);
                 // libvfio-user mapped the client's fd for [iova, iova+length) at vaddr (it unmaps it after the
-                // unregister callback returns); no fd: vaddr is NULL and the region is reachable by messages only
-                MemorySegment memory = vaddr.equals(MemorySegment.NULL) ? null : vaddr.reinterpret(length);
-                cb.dmaRegistered(iova, length, memory, prot);
+                // unregister callback returns); no fd: vaddr is NULL and the region is reachable by messages only.
+                // vaddr is given a size only where the library's own mapping holds all of it (a client's offset
+                // that is not page-aligned leaves the region's tail past the mapping, libvfio-user issue #730)
+                String unreachable = vaddr.equals(MemorySegment.NULL) ? "it has no fd (reachable by messages only)"
+                        : unusableRegion(iova, length, vaddr.address(), i.get(JAVA_LONG, DMA_INFO_MAPPING_BASE),
+                                i.get(JAVA_LONG, DMA_INFO_MAPPING_LEN));
+                MemorySegment memory = unreachable == null ? vaddr.reinterpret(length) : null;
+                cb.dmaRegistered(iova, length, memory, prot, unreachable);
             } catch (Throwable t) {
                 cb.log(LOG_ERR, "DMA register callback failed: " + t);
             }
@@ -359,6 +374,31 @@ public final class LibVfioUser {
                 return -1;
             }
         }
+    }
+
+    /**
+     * Why a region libvfio-user mapped at {@code vaddr} may not be used as memory, or null when it may: its IOVA,
+     * address and size must be {@link #DMA_PAGE}-aligned (libvfio-user maps {@code ROUND_UP(size, page)} bytes from
+     * the offset rounded down, so an unaligned offset leaves the region's last bytes past what is mapped, and an
+     * unaligned IOVA or address breaks the engines' aligned descriptor accesses), and
+     * {@code [vaddr, vaddr+length)} must lie inside the library's mapping {@code [mappingBase, +mappingLength)}
+     * (addresses and lengths compared unsigned).
+     */
+    static String unusableRegion(long iova, long length, long vaddr, long mappingBase, long mappingLength) {
+        long m = DMA_PAGE - 1;
+        if (((iova | vaddr | length) & m) != 0) {
+            String what = (iova & m) != 0 ? "IOVA 0x" + Long.toHexString(iova)
+                    : (length & m) != 0 ? "size 0x" + Long.toHexString(length)
+                    : "file offset (it lands at address 0x" + Long.toHexString(vaddr) + ")";
+            return "its " + what + " is not a multiple of the " + DMA_PAGE + "-byte page (VFIO maps whole pages only)";
+        }
+        long into = vaddr - mappingBase;
+        if (Long.compareUnsigned(vaddr, mappingBase) < 0 || Long.compareUnsigned(into, mappingLength) > 0
+                || Long.compareUnsigned(length, mappingLength - into) > 0) {
+            return "[0x" + Long.toHexString(vaddr) + " +0x" + Long.toHexString(length) + ") is not inside libvfio-user's"
+                    + " mapping [0x" + Long.toHexString(mappingBase) + " +0x" + Long.toHexString(mappingLength) + ")";
+        }
+        return null;
     }
 
     public void setupLog(MemorySegment ctx, Stubs stubs, int level) throws NativeException {

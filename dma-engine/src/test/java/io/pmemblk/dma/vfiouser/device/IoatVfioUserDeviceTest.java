@@ -2,9 +2,11 @@ package io.pmemblk.dma.vfiouser.device;
 
 import static io.pmemblk.dma.ioat.IoatSpec.*;
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.pmemblk.dma.DmaChannel;
 import io.pmemblk.dma.DmaEngine;
+import io.pmemblk.dma.IovaFault;
 import io.pmemblk.dma.soft.SoftFaults;
 import io.pmemblk.dma.vfio.VfioAbi;
 import io.pmemblk.dma.vfiouser.client.VfioUserConnection;
@@ -13,6 +15,8 @@ import io.pmemblk.dma.vfiouser.client.VfioUserIovaSpace;
 import io.pmemblk.dma.vfiouser.client.VfioUserMmio;
 import io.pmemblk.dma.testing.Futures;
 import io.pmemblk.dma.testing.HeldDescriptor;
+import io.pmemblk.posix.Libc;
+import io.pmemblk.posix.SharedMemory;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -342,6 +346,85 @@ class IoatVfioUserDeviceTest {
                 assertThat(next.channelCount()).as("the next client is served").isEqualTo(1);
             }
             assertThat(dev.clients()).isEqualTo(2);
+        }
+    }
+
+    /**
+     * DMA_MAP of a memfd at file offset 0x800, 4 KiB: libvfio-user maps the file from offset 0 for 4 KiB and puts
+     * the region at +0x800, so its last 2 KiB lie past the mapping (libvfio-user issue #730). The device leaves the
+     * region out of the engines' IOVA space, and a copy onto it halts with DEST_ADDR instead of writing past the
+     * mapping (SIGSEGV, or another mapping's memory). The copy runs only once the IOVA space was seen not to
+     * translate the range. Seen failing with the alignment and mapping checks taken out: "[a region past its
+     * mapping] expected: 1 but was: 2" (the region was the engines').
+     */
+    @Test
+    void aRegionAtAFileOffsetThatIsNotPageAlignedIsNotTheEngines() throws Exception {
+        Path sock = dir.resolve("ioat.sock");
+        int fd = SharedMemory.memfd("offset-0x800", 0x2000);
+        try (IoatVfioUserDevice dev = IoatVfioUserDevice.start(sock, 1, 16, SoftFaults.NONE);
+             RawDriver drv = new RawDriver(sock)) {
+            long iova = 0x4000_0000L;
+            int before = dev.iovaSpace().regions();
+            drv.c.dmaMap(iova, 0x1000, fd, 0x800);
+            assertThat(dev.iovaSpace().regions()).as("a region past its mapping").isEqualTo(before);
+            assertThatThrownBy(() -> dev.iovaSpace().translate(iova + 0x800, 0x800)).isInstanceOf(IovaFault.class);
+            drv.arm(drv.ringIova);
+            drv.descriptor(0, 0x800, OP_COPY | CTRL_COMPLETION_UPDATE, drv.ringIova, iova + 0x800);
+            drv.bar.write16(CH + DMACOUNT, 1);
+            assertThat(drv.awaitHalt()).as("a copy onto the refused region").isEqualTo(CHANERR_DEST_ADDR);
+            drv.c.dmaUnmap(iova, 0x1000);
+            assertThat(dev.failure()).isNull();
+        } finally {
+            Libc.close(fd);
+        }
+    }
+
+    /**
+     * A ring in a region at an odd IOVA (its descriptors would sit at host addresses not aligned for their fields):
+     * the region is not the engines', the channel halts with CHAIN_ADDR_VALUE, and the next client's copy runs on
+     * the same channel. Seen failing with the alignment check taken out: "[a ring in a region at an odd IOVA]
+     * expected: 16 but was: 256" (READ_DATA: the region was mapped and the descriptor read misaligned); with that
+     * and run() catching only InternalError: "no halt written back; CHANSTS 0x0, CHANERR 0x0" (the engine thread
+     * had died of the IllegalArgumentException).
+     */
+    @Test
+    void aRingInARegionAtAnOddIovaHaltsTheChannelAndTheNextClientCopies() throws Exception {
+        Path sock = dir.resolve("ioat.sock");
+        int fd = SharedMemory.memfd("odd-iova", 0x1000);
+        try (IoatVfioUserDevice dev = IoatVfioUserDevice.start(sock, 1, 16, SoftFaults.NONE)) {
+            try (RawDriver drv = new RawDriver(sock)) {
+                long odd = 0x5000_0001L;
+                drv.c.dmaMap(odd, 0x1000, fd, 0);
+                drv.arm(odd + 0x3f); // a 64-byte aligned IOVA: only the region's placement is wrong
+                drv.bar.write16(CH + DMACOUNT, 1);
+                assertThat(drv.awaitHalt()).as("a ring in a region at an odd IOVA").isEqualTo(CHANERR_CHAIN_ADDR_VALUE);
+            }
+            copyOnce(sock);
+            assertThat(dev.clients()).isEqualTo(2);
+            assertThat(dev.failure()).isNull();
+        } finally {
+            Libc.close(fd);
+        }
+    }
+
+    /** One 64 KiB copy by pmemblk's I/OAT driver over the socket, checked byte for byte. */
+    private static void copyOnce(Path sock) throws Exception {
+        try (DmaEngine engine = VfioUserEngine.open(sock.toString(), 16, TIMEOUT); Arena arena = Arena.ofShared()) {
+            BlockingQueue<Integer> done = new LinkedBlockingQueue<>();
+            engine.onCompletion((ctx, status) -> done.add(status));
+            MemorySegment src = engine.iovaSpace().allocate(64 << 10, 4096, arena);
+            MemorySegment dst = engine.iovaSpace().allocate(64 << 10, 4096, arena);
+            for (long i = 0; i < src.byteSize(); i += 8) {
+                src.set(ValueLayout.JAVA_LONG, i, i * 0x9E3779B97F4A7C15L);
+            }
+            long s = engine.iovaSpace().map(src);
+            long d = engine.iovaSpace().map(dst);
+            assertThat(engine.channel(0).place(s, d, src.byteSize(), "copy")).isTrue();
+            engine.channel(0).submit();
+            assertThat(done.poll(10, TimeUnit.SECONDS)).as("completion status of the next client's copy").isEqualTo(0);
+            assertThat(src.mismatch(dst)).as("copied byte for byte").isEqualTo(-1);
+            engine.iovaSpace().unmap(s);
+            engine.iovaSpace().unmap(d);
         }
     }
 

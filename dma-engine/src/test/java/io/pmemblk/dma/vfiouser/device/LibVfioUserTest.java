@@ -34,6 +34,29 @@ class LibVfioUserTest {
                 .hasMessageContaining("missing.so").hasMessageContaining(LibVfioUser.PROPERTY);
     }
 
+    /**
+     * What the DMA map callback gives a size to: page-aligned regions wholly inside libvfio-user's mapping, compared
+     * unsigned (a region ending past the mapping would let the engines touch memory beyond it). Seen failing with
+     * the containment check taken out: "[ends past the mapping] Expecting actual not to be null".
+     */
+    @Test
+    void onlyAlignedRegionsInsideTheLibrarysMappingAreGivenASize() {
+        long base = 0x7f00_0000_0000L;
+        assertThat(LibVfioUser.unusableRegion(0x1000, 0x2000, base, base, 0x2000)).isNull();
+        assertThat(LibVfioUser.unusableRegion(0x1000, 0x1000, base + 0x1000, base, 0x2000)).as("tail of a mapping").isNull();
+        assertThat(LibVfioUser.unusableRegion(0x1001, 0x1000, base, base, 0x2000)).contains("IOVA 0x1001");
+        assertThat(LibVfioUser.unusableRegion(0x1000, 0x1800, base, base, 0x2000)).contains("size 0x1800");
+        assertThat(LibVfioUser.unusableRegion(0x1000, 0x1000, base + 0x800, base, 0x2000)).contains("file offset");
+        assertThat(LibVfioUser.unusableRegion(0x1000, 0x2000, base + 0x1000, base, 0x2000)).as("ends past the mapping")
+                .isNotNull();
+        assertThat(LibVfioUser.unusableRegion(0x1000, 0x1000, base - 0x1000, base, 0x2000)).as("starts before it")
+                .isNotNull();
+        assertThat(LibVfioUser.unusableRegion(0x1000, 0x1000, -0x1000L, base, 0x2000)).as("an address with the top bit")
+                .isNotNull();
+        assertThat(LibVfioUser.unusableRegion(0x1000, -0x1000L, base + 0x1000, base, 0x2000)).as("a size that wraps")
+                .isNotNull();
+    }
+
     @Test
     void withoutASettingTheBuildScriptsOutputIsUsedWhenThere() {
         Path built = LibVfioUser.BUILD_SCRIPT_DEST.resolve("lib").resolve(LibVfioUser.SONAME);
