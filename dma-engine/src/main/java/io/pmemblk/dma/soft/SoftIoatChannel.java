@@ -18,6 +18,7 @@ import java.util.concurrent.locks.ReentrantLock;
  * makes available (the device's model, described there). Fields written under {@link #lock} unless noted.
  */
 final class SoftIoatChannel implements Runnable {
+    private static final System.Logger LOG = System.getLogger(SoftIoatChannel.class.getName());
     private static final VarHandle WORD = FIELD_U64.varHandle();
 
     private final SoftIoatDevice device;
@@ -187,6 +188,15 @@ final class SoftIoatChannel implements Runnable {
                 }
                 // a descriptor itself in memory that failed (a client truncated the file its ring is in): a
                 // read error, and the engine lives on for the driver's reset, as after a failed copy
+                halt(CHANERR_READ_DATA);
+            } catch (RuntimeException e) {
+                // Client memory the model could not read as a descriptor (one at a host address not aligned for
+                // its fields throws IllegalArgumentException from the aligned layouts). The client controls it,
+                // so it must not end this thread: reset() does not restart one, and the channel would never
+                // complete again for any later client. A read error (Linux's ioat_eh fails the descriptor with
+                // DMA_TRANS_READ_FAILED and restarts), the halt an IOVA fault takes.
+                LOG.log(System.Logger.Level.WARNING, "soft-ioat: channel {0} halts with READ_DATA: the descriptor"
+                        + " at IOVA 0x{1} could not be used: {2}", index, Long.toHexString(nextDescriptor), e.toString());
                 halt(CHANERR_READ_DATA);
             } finally {
                 lock.unlock();
@@ -501,6 +511,8 @@ final class SoftIoatChannel implements Runnable {
             return true;
         } catch (IovaFault f) {
             return false;
+        } catch (RuntimeException e) {
+            return false; // a word the aligned store cannot take (its host address misaligned): as above
         } catch (InternalError e) {
             if (!MemoryFaults.isFault(e)) {
                 throw e;
