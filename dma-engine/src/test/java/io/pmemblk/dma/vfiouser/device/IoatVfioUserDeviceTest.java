@@ -20,6 +20,11 @@ import io.pmemblk.posix.SharedMemory;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.net.StandardProtocolFamily;
+import java.net.UnixDomainSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.channels.SocketChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.attribute.PosixFilePermissions;
@@ -404,6 +409,114 @@ class IoatVfioUserDeviceTest {
             assertThat(dev.failure()).isNull();
         } finally {
             Libc.close(fd);
+        }
+    }
+
+    /**
+     * A client that connects and sends nothing holds libvfio-user's VERSION negotiation (its socket blocks): the
+     * watchdog drops it after CALL_LIMIT and the next client is served. Seen failing with the watchdog not
+     * started: "VfioUserException: vfio-user device at .../ioat.sock is gone: no reply to VERSION within 10000 ms"
+     * from the next client's open.
+     */
+    @Test
+    void aClientThatConnectsAndSaysNothingIsDroppedAndTheNextIsServed() throws Exception {
+        Path sock = dir.resolve("ioat.sock");
+        try (IoatVfioUserDevice dev = IoatVfioUserDevice.start(sock, 1, 16, SoftFaults.NONE);
+             SocketChannel silent = SocketChannel.open(StandardProtocolFamily.UNIX)) {
+            silent.connect(UnixDomainSocketAddress.of(sock));
+            awaitLoopIn("attach"); // the loop accepted it and waits for its VERSION
+            copyOnce(sock);
+            assertThat(endOfStream(silent)).as("the silent client was dropped").isTrue();
+            assertThat(dev.clients()).as("only the client that spoke attached").isEqualTo(1);
+            assertThat(dev.failure()).isNull();
+        }
+    }
+
+    /**
+     * A client that sends a header announcing a body and then nothing holds vfu_run_ctx in its receive: the
+     * watchdog drops it (libvfio-user answers ENOTCONN and resets the device), the next client copies, and a
+     * close() while a silent client holds the loop returns at once instead of waiting out the watchdog. Seen
+     * failing with the watchdog not started: "... is gone: no reply to VERSION within 10000 ms" (the next
+     * client's open); with close() not dropping the client itself: "[close() while the loop is held] Expecting
+     * actual: ... to be less than ..." (it waited for the watchdog).
+     */
+    @Test
+    void aClientThatStopsInsideAMessageIsDroppedAndCloseDoesNotWaitForAStuckClient() throws Exception {
+        Path sock = dir.resolve("ioat.sock");
+        IoatVfioUserDevice dev = IoatVfioUserDevice.start(sock, 1, 16, SoftFaults.NONE);
+        try (SocketChannel stalled = SocketChannel.open(StandardProtocolFamily.UNIX);
+             SocketChannel silent = SocketChannel.open(StandardProtocolFamily.UNIX)) {
+            stalled.connect(UnixDomainSocketAddress.of(sock));
+            ByteBuffer version = header(1, 1, 16 + 4).putShort((short) 0).putShort((short) 2).flip();
+            while (version.hasRemaining()) {
+                stalled.write(version);
+            }
+            ByteBuffer reply = ByteBuffer.allocate(16).order(ByteOrder.LITTLE_ENDIAN);
+            while (reply.hasRemaining() && stalled.read(reply) >= 0) {
+                // the VERSION reply's header: attached
+            }
+            assertThat(reply.getShort(2)).as("VERSION answered").isEqualTo((short) 1);
+            ByteBuffer partial = header(2, 4, 16 + 16).flip(); // DEVICE_GET_INFO announcing 16 bytes, never sent
+            while (partial.hasRemaining()) {
+                stalled.write(partial);
+            }
+            awaitLoopIn("runCtx");
+            copyOnce(sock);
+            assertThat(dev.clients()).isEqualTo(2);
+
+            silent.connect(UnixDomainSocketAddress.of(sock));
+            awaitLoopIn("attach");
+            long t0 = System.nanoTime();
+            dev.close();
+            assertThat(System.nanoTime() - t0).as("close() while the loop is held")
+                    .isLessThan(IoatVfioUserDevice.CALL_LIMIT.toNanos());
+            assertThat(endOfStream(silent)).as("the silent client was dropped by the close").isTrue();
+            assertThat(dev.failure()).isNull();
+        } finally {
+            dev.close();
+        }
+    }
+
+    /** A vfio-user header (msg_id, command, msg_size; a command, no error) in a buffer with room for 4 bytes more. */
+    private static ByteBuffer header(int id, int command, int size) {
+        return ByteBuffer.allocate(20).order(ByteOrder.LITTLE_ENDIAN)
+                .putShort((short) id).putShort((short) command).putInt(size).putInt(0).putInt(0);
+    }
+
+    /** Whether the device closed its side of {@code client} (reads up to end of stream, within TIMEOUT). */
+    private static boolean endOfStream(SocketChannel client) throws Exception {
+        return CompletableFuture.supplyAsync(() -> {
+            ByteBuffer b = ByteBuffer.allocate(4096);
+            try {
+                int n;
+                while ((n = client.read(b.clear())) > 0) {
+                    // a reply sent before the drop
+                }
+                return n < 0;
+            } catch (java.io.IOException e) {
+                return true; // reset by the device: also gone
+            }
+        }).get(TIMEOUT.toSeconds(), TimeUnit.SECONDS);
+    }
+
+    /**
+     * Waits (bounded) until the device's run loop is inside LibVfioUser's {@code method} (attach or runCtx), which
+     * it enters only when a client's bytes (or connection) are there: a client holding it is then blocking it.
+     */
+    private static void awaitLoopIn(String method) {
+        long deadline = System.nanoTime() + TIMEOUT.toNanos();
+        while (true) {
+            for (var e : Thread.getAllStackTraces().entrySet()) {
+                if (e.getKey().getName().equals("vfio-user-device")) {
+                    for (StackTraceElement f : e.getValue()) {
+                        if (f.getClassName().equals(LibVfioUser.class.getName()) && f.getMethodName().equals(method)) {
+                            return;
+                        }
+                    }
+                }
+            }
+            assertThat(System.nanoTime()).as("the run loop in LibVfioUser." + method).isLessThan(deadline);
+            LockSupport.parkNanos(1_000_000); // bounded poll of the loop thread's state
         }
     }
 
