@@ -146,7 +146,7 @@ final class VfioUserWire {
         if (posted) {
             return 0;
         }
-        while (true) {
+        for (int served = 0; ; ) {
             int payload = receive(deadline, replyFds, commandName(command));
             int flags = in.get(JAVA_INT_UNALIGNED, H_FLAGS);
             int type = flags & FLAG_TYPE_MASK;
@@ -155,6 +155,14 @@ final class VfioUserWire {
             if (type == TYPE_COMMAND) {
                 closeReceivedFds();
                 serve(gotId, gotCommand, payload, deadline);
+                served++;
+                // Each pass may be quick, so no receive ever idles into the timeout: a device that sends
+                // commands and never the reply would hold the lock, and every other channel, for ever.
+                if (System.nanoTime() - deadline > 0) {
+                    throw lose("no reply to " + commandName(command) + " within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
+                            + " ms (the device sent " + served + " commands of its own meanwhile, the last "
+                            + commandName(gotCommand) + ")");
+                }
                 continue;
             }
             if (type != TYPE_REPLY || gotId != id || gotCommand != command) {
@@ -187,9 +195,12 @@ final class VfioUserWire {
                 iov.set(ValueLayout.JAVA_LONG, 8, size - sent);
                 long n = Sockets.sendWaiting(fd, msghdr);
                 sent += n;
-                if (n == 0 && System.nanoTime() - deadline > 0) {
-                    throw lose(what + ": the device took no data for " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
-                            + " ms (its socket is full: the device is not reading)");
+                // checked after a partial send too: a device that takes a few bytes per send slice would
+                // otherwise keep us sending (and holding the lock) long past the deadline
+                if (sent < size && System.nanoTime() - deadline > 0) {
+                    throw lose(what + ": the device took " + (sent == 0 ? "no data" : "only " + sent + " of " + size + " bytes")
+                            + " for " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos) + " ms (its socket is full: the device is"
+                            + (sent == 0 ? " not reading)" : " reading too slowly)"));
                 }
                 if (n == 0 && (lostReason != null || closed)) {
                     throw lose(what + ": connection closed while sending");
@@ -251,6 +262,11 @@ final class VfioUserWire {
                         + (from + got) + " bytes of it read)" : "") + " (while waiting for " + what + ")");
             }
             got += n;
+            if (got < length) {
+                // A partial read: the receive slice ended with some bytes in (MSG_WAITALL returns them rather than
+                // EAGAIN), so a device that trickles a message would never reach the EAGAIN check above.
+                checkWait(deadline, what, from + got);
+            }
         }
     }
 

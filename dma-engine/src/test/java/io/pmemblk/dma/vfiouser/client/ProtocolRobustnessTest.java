@@ -15,9 +15,12 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.locks.LockSupport;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
@@ -159,6 +162,99 @@ class ProtocolRobustnessTest {
                         .hasMessageContaining("no reply to REGION_READ within 300 ms");
                 assertThat(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0)).isBetween(250L, BOUND_MILLIS);
                 assertThatThrownBy(() -> c.deviceInfo()).hasMessageContaining("is gone: no reply to REGION_READ");
+            }
+        }
+    }
+
+    /** The reply timeout of the tests where the device keeps the line busy and never answers. */
+    private static final Duration BUSY_TIMEOUT = Duration.ofMillis(500);
+    /**
+     * Bound on a busy device's request: the timeout, a 100 ms receive slice, a send slice, and a loaded 2-core machine.
+     * The @Timeout of those tests is longer: without a deadline check on every pass the request never returns, and
+     * only a separate thread's timeout ends the test then.
+     */
+    private static final long BUSY_BOUND_MILLIS = 5_000;
+
+    /**
+     * A device that answers a register read one byte every 20 ms, a reply it never finishes: every receive slice
+     * brings a byte, so the socket never times out, and only the deadline ends the request. The pace is well inside
+     * the 100 ms slice so that a stalled stub thread on a loaded machine does not end it by an idle slice instead.
+     */
+    @Test
+    @Timeout(value = 30, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+    void aReplyTrickledByteByByteIsGivenUpAtTheTimeout() throws Exception {
+        try (StubDevice stub = new StubDevice(socket(), (m, d) -> {
+            if (m.command() == VERSION) {
+                d.send(StubDevice.versionReply(m));
+            } else if (m.command() == REGION_READ) {
+                // a reply header announcing 64 KiB, then its bytes one at a time: until the client hangs up
+                byte[] reply = StubDevice.message(m.id(), m.command(), TYPE_REPLY, 0, HEADER + 65_536, new byte[65_536]);
+                for (byte b : reply) {
+                    d.send(new byte[]{b}); // throws once the client shut the socket: the script ends
+                    Thread.sleep(20);
+                }
+            }
+        }); VfioUserConnection c = VfioUserConnection.connect(socket().toString(), BUSY_TIMEOUT, null)) {
+            long t0 = System.nanoTime();
+            assertThatThrownBy(() -> c.regionRead(0, 0x88, 8))
+                    .isInstanceOf(VfioUserException.class)
+                    .hasMessageContaining("no rest of the reply to REGION_READ within 500 ms")
+                    .satisfies(e -> assertThat(((VfioUserException) e).connectionLost()).isTrue());
+            assertThat(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0)).isBetween(500L, BUSY_BOUND_MILLIS);
+            assertThatThrownBy(() -> c.regionRead(0, 0x88, 8)).hasMessageContaining("is gone: no rest of the reply");
+        }
+    }
+
+    /**
+     * A device that answers a register read with DMA_WRITEs of its own, as fast as the socket takes them, each
+     * served, and never with the reply: every pass of the exchange finds a command waiting, so no receive idles
+     * into the timeout, and only the deadline ends the request. The writes come from a thread of their own so that
+     * the stub goes on reading the client's replies (a full socket would end the request by the send's wait).
+     * Serving each write takes the client a few ms (a slow DmaTarget), so the socket's backlog outlasts a stub
+     * thread kept off a loaded machine's CPU for hundreds of ms: an empty socket would end it by an idle slice.
+     */
+    @Test
+    @Timeout(value = 30, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+    void aDeviceThatSendsCommandsInsteadOfTheReplyIsGivenUpAtTheTimeout() throws Exception {
+        AtomicBoolean stop = new AtomicBoolean();
+        AtomicReference<Thread> chatter = new AtomicReference<>();
+        try (Arena arena = Arena.ofShared()) {
+            MemorySegment mem = arena.allocate(4096);
+            VfioUserConnection.DmaTarget slowMemory = (address, length) -> {
+                LockSupport.parkNanos(TimeUnit.MILLISECONDS.toNanos(5)); // the client's work per command, not a wait for anything
+                return mem.asSlice(address, length);
+            };
+            try (StubDevice stub = new StubDevice(socket(), (m, d) -> {
+                if (m.command() == VERSION) {
+                    d.send(StubDevice.versionReply(m));
+                } else if (m.command() == REGION_READ) {
+                    chatter.set(Thread.ofPlatform().daemon().name("stub-chatter").start(() -> {
+                        try {
+                            for (int id = 1000; !stop.get(); id++) {
+                                d.send(StubDevice.message(id, DMA_WRITE, TYPE_COMMAND, 0, -1, dma(0, new byte[]{1, 2, 3, 4})));
+                            }
+                        } catch (Exception ended) {
+                            // the client shut the socket: the device is done
+                        }
+                    }));
+                }
+            })) {
+                try (VfioUserConnection c = VfioUserConnection.connect(socket().toString(), BUSY_TIMEOUT, slowMemory)) {
+                    long t0 = System.nanoTime();
+                    assertThatThrownBy(() -> c.regionRead(0, 0x88, 8))
+                            .isInstanceOf(VfioUserException.class)
+                            .hasMessageContaining("no reply to REGION_READ within 500 ms (the device sent ")
+                            .hasMessageContaining(" commands of its own meanwhile, the last DMA_WRITE)")
+                            .satisfies(e -> assertThat(((VfioUserException) e).connectionLost()).isTrue());
+                    assertThat(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0)).isBetween(500L, BUSY_BOUND_MILLIS);
+                    assertThat(c.serverCommands()).as("the device's commands were served meanwhile").isPositive();
+                } finally {
+                    stop.set(true);
+                    Thread t = chatter.get();
+                    if (t != null) {
+                        t.join(); // before the stub closes its descriptor, which another socket may then reuse
+                    }
+                }
             }
         }
     }
