@@ -297,8 +297,16 @@ public final class VfioUserConnection implements AutoCloseable {
                 throw wire.lose("DEVICE_GET_REGION_INFO for region " + index + " answered for region " + got);
             }
             List<long[]> sparse = new ArrayList<>();
-            int cap = (flags & RI_FLAG_CAPS) != 0 ? in.get(JAVA_INT_UNALIGNED, HEADER + RI_CAP_OFFSET) : 0;
-            for (int hops = 0; cap >= RI_BYTES && cap + 8 <= n && hops < 16; hops++) {
+            // Offsets are u32 from the device and summed in long: in int, one near 2^31 wraps to a negative index.
+            // 0 is "no capability" (as the kernel sets it when they did not fit); any other offset must lie inside
+            // the reply, with room for the 8-byte capability header.
+            long cap = (flags & RI_FLAG_CAPS) != 0 ? Integer.toUnsignedLong(in.get(JAVA_INT_UNALIGNED, HEADER + RI_CAP_OFFSET)) : 0;
+            for (int hops = 0; cap != 0 && hops < 16; hops++) {
+                if (cap < RI_BYTES || cap + 8 > n) {
+                    throw wire.lose("DEVICE_GET_REGION_INFO for region " + index + " gave "
+                            + (hops == 0 ? "cap_offset" : "a capability's next") + " 0x" + Long.toHexString(cap)
+                            + "; allowed: 0 (none) or " + RI_BYTES + " to " + (n - 8) + " (its reply is " + n + " bytes)");
+                }
                 int id = Short.toUnsignedInt(in.get(JAVA_SHORT_UNALIGNED, HEADER + cap));
                 if (id == CAP_SPARSE_MMAP && cap + 16 <= n) {
                     int areas = in.get(JAVA_INT_UNALIGNED, HEADER + cap + 8);
@@ -307,9 +315,9 @@ public final class VfioUserConnection implements AutoCloseable {
                                 in.get(JAVA_LONG_UNALIGNED, HEADER + cap + 24 + 16L * a)});
                     }
                 }
-                int next = in.get(JAVA_INT_UNALIGNED, HEADER + cap + 4);
+                long next = Integer.toUnsignedLong(in.get(JAVA_INT_UNALIGNED, HEADER + cap + 4));
                 if (next <= cap) {
-                    break;
+                    break; // 0 ends the chain; one that points back would loop
                 }
                 cap = next;
             }

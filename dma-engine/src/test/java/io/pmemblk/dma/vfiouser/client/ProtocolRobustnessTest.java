@@ -259,6 +259,30 @@ class ProtocolRobustnessTest {
         }
     }
 
+    /**
+     * A region info whose cap_offset is near the top of the int range: the offset is checked against the reply
+     * (where a sum in int arithmetic would wrap to a negative index) and the connection lost, naming it.
+     */
+    @Test
+    void aRegionInfoCapabilityOffsetBeyondTheReplyLosesTheConnection() throws Exception {
+        try (StubDevice stub = new StubDevice(socket(), (m, d) -> {
+            if (m.command() == VERSION) {
+                d.send(StubDevice.versionReply(m));
+            } else if (m.command() == DEVICE_GET_REGION_INFO) {
+                int index = ByteBuffer.wrap(m.payload()).order(ByteOrder.LITTLE_ENDIAN).getInt(RI_INDEX);
+                d.send(StubDevice.reply(m, ByteBuffer.allocate(RI_BYTES).order(ByteOrder.LITTLE_ENDIAN)
+                        .putInt(RI_BYTES).putInt(RI_FLAG_CAPS | VfioAbi.REGION_INFO_FLAG_READ).putInt(index)
+                        .putInt(0x7FFFFFFC).putLong(0x4000).putLong(0).array()));
+            }
+        }); VfioUserConnection c = VfioUserConnection.connect(socket().toString(), ANSWERED, null)) {
+            assertThatThrownBy(() -> c.regionInfo(0))
+                    .isInstanceOf(VfioUserException.class)
+                    .hasMessageContaining("cap_offset 0x7ffffffc")
+                    .satisfies(e -> assertThat(((VfioUserException) e).connectionLost()).isTrue());
+            assertThat(c.lostReason()).contains("cap_offset 0x7ffffffc");
+        }
+    }
+
     /** A reply when no request is outstanding: the watcher sees it and loses the connection, naming it. */
     @Test
     void anUnaskedReplyLosesTheConnection() throws Exception {
