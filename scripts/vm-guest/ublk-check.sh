@@ -15,7 +15,8 @@
 #                  fsync and sha256 sums, fio verify (bssplit 4k..1m) on the filesystem, fstrim, e2fsck -fn;
 #                  SIGTERM (exit 0, /dev/ublkbN and /dev/ublkcN gone), serve again (now with the dirty bitmap b),
 #                  e2fsck, sums verified; an incremental backup of this guest's writes to /dev/ublkbN over the
-#                  server's NBD socket (bitmap_backup); SIGTERM again; no I/O error in the kernel log
+#                  server's NBD socket (bitmap_backup); another process deletes the device (STOP_DEV, DEL_DEV):
+#                  DEL_DEV returns and serve exits 4; no I/O error in the kernel log
 #   ublk-recovery  first ublk.recovery=false (ublk.id=7): kill -9 removes /dev/ublkb7 and ends the I/O waiting
 #                  on it, and the next serve with ublk.id=7 makes a new device and serves: the recovery part's, with
 #                  ublk.recovery=true: fio verify on /dev/ublkb7, the server kill -9'ed mid-run, the device stays,
@@ -279,8 +280,27 @@ part_ublk() {
     result verified "$(wc -l </tmp/ublk.sums)"
     umount "$FS"
     bitmap_backup "$DEV"
-    stop_server
+    external_delete
     check_dmesg
+}
+
+# external_delete: another process deletes the device the server (SPID) serves, as ublksrv's `ublk del` does
+# (STOP_DEV, then DEL_DEV, which waits until the server has closed /dev/ublkcN). The server must let go, so that
+# the DEL_DEV returns, say that the device was stopped by another process, and exit 4 (not go on saying it serves).
+external_delete() {
+    _del=0
+    timeout 60 /usr/bin/python3 "$HERE/ublk-ctl.py" del "$DEVID" >/tmp/ublk-ctl.out 2>&1 || _del=$?
+    sed 's/^/ublk-ctl| /' /tmp/ublk-ctl.out
+    [ "$_del" != 124 ] || { diagnose "$SPID"; show_log; fail "DEL_DEV of $DEV from another process still waiting after 60 s: the server holds /dev/ublkc$DEVID"; }
+    [ "$_del" = 0 ] || fail "ublk-ctl.py del $DEVID failed ($_del)"
+    wait_gone "$SPID" 60 || { diagnose "$SPID"; show_log; fail "serve still running 60 s after another process deleted $DEV"; }
+    _rc=0; wait "$SPID" || _rc=$?
+    [ "$_rc" = 4 ] || { show_log; fail "serve exited $_rc after another process deleted $DEV (want 4): $(last_line)"; }
+    grep -q "stopped by another process" "$SLOG" || { show_log; fail "serve did not say its device was stopped by another process"; }
+    wait_absent "$DEV" 10 || fail "$DEV still present after the external delete"
+    wait_absent "/dev/ublkc$DEVID" 10 || fail "/dev/ublkc$DEVID still present after the external delete"
+    result external_delete "serve exit 4"
+    say "another process deleted $DEV: DEL_DEV returned, serve exited 4 naming it"
 }
 
 # bitmap_backup DEV: an incremental backup of what this guest writes to DEV (the ublk device of a server with the

@@ -41,7 +41,7 @@ ublk_guest() {
 ublk_pass_text() {
     case "$1" in
         ublk) echo "ext4 on /dev/ublkbN: discard, fio verify, fstrim, e2fsck clean; $(uresult ublk.verified) files verified across a SIGTERM restart; \
-incremental backup of the guest's writes from dirty bitmap b: $(uresult ublk.backup) bytes, sha256 equal" ;;
+incremental backup of the guest's writes from dirty bitmap b: $(uresult ublk.backup) bytes, sha256 equal; deleted by another process: $(uresult ublk.external_delete)" ;;
         ublk-recovery) echo "fio verify clean across kill -9 and recovery (ublk.id=7); another file refused, its own resumed; recovery=false removes the device" ;;
         ublk-pmem) echo "ublk on ext4 -o dax (is_pmem=$(uresult ublk-pmem.is_pmem)): fio verify clean; with dma.engine=soft both copy routes used" ;;
         ublk-nbd) echo "4k randrw QD32: ublk/nbd $(uresult ublk-nbd.ublk_vs_nbd), ublk/pmem0 $(uresult ublk-nbd.ublk_vs_pmem0) (TCG: compare ratios, not figures)" ;;

@@ -30,7 +30,8 @@ import java.util.concurrent.LinkedBlockingQueue;
  * {@code pmemblk serve}: opens the device and serves it over NBD until SIGTERM or SIGINT, then stops
  * gracefully: no new connections, in-flight requests finish and are answered, everything is persisted,
  * the mapping is released, and the process exits 0; when persisting fails, or a write-back failed earlier, it says
- * the data was NOT persisted and exits {@value #EXIT_NOT_PERSISTED}. SIGHUP re-reads the settings and applies the keys that can
+ * the data was NOT persisted and exits {@value #EXIT_NOT_PERSISTED}. When its ublk device stops being served (a queue
+ * failed, another process stopped the device) it stops the same way and exits {@value #EXIT_UBLK_LOST}. SIGHUP re-reads the settings and applies the keys that can
  * change live ({@link LiveSettings}). Under systemd ({@code Type=notify}) it reports READY=1 once every listener
  * is up, RELOADING=1 and READY=1 around a reload, STOPPING=1, and a STATUS line with the exports.
  */
@@ -170,6 +171,7 @@ final class ServeCommand implements Callable<Integer> {
                 if (metrics != null) {
                     metrics.addUblk(ublk);
                 }
+                ublk.lost().thenAccept(why -> signals.add(UBLK_LOST + why));
                 System.err.println("pmemblk: ublk " + ublk);
             }
             VhostUserBlkConfig vhostConfig = VhostFrontend.config(s);
@@ -238,13 +240,27 @@ final class ServeCommand implements Callable<Integer> {
 
         LiveSettings live = new LiveSettings(options.config, options.overrides, s, device.driver(), server);
         systemd.ready(status(exports, live.applied()));
-        while (signals.take().equals("HUP")) {
+        String stop;
+        while ((stop = signals.take()).equals("HUP")) {
             systemd.reloading("reloading " + (options.config == null ? "(no --config file)" : options.config));
             LiveSettings.Outcome outcome = live.reload();
             System.err.println("pmemblk: " + (options.config == null && outcome.error() == null
                     ? "reload: no --config file to re-read; nothing changed" : outcome.summary()));
             systemd.ready((outcome.error() != null ? "last reload failed (" + outcome.error() + "); " : "")
                     + status(exports, live.applied()));
+        }
+        String ublkLost = stop.startsWith(UBLK_LOST) ? stop.substring(UBLK_LOST.length()) : null;
+        if (ublkLost != null) {
+            // As ublksrv's daemon: a device no longer served ends the server, so that a restart serves it again
+            // (resumes it, with ublk.recovery) instead of a server that says it serves a device the kernel stopped.
+            systemd.stopping("stopping: " + ublkLost);
+            System.err.println("pmemblk: " + ublkLost + "; stopping the server (exit " + EXIT_UBLK_LOST + ")");
+            try {
+                System.err.println("pmemblk: " + ublk.closeLost());
+            } catch (UblkException e) {
+                System.err.println("pmemblk: stopping " + ublk.blockDevice() + ": " + e.getMessage());
+            }
+            ublk = null;
         }
         systemd.stopping("stopping: finishing in-flight requests");
         System.err.println("pmemblk: stopping: finishing in-flight requests");
@@ -269,11 +285,15 @@ final class ServeCommand implements Callable<Integer> {
         }
         System.err.println("pmemblk: stopped" + inFlight + "; data persisted");
         systemd.close();
-        return 0;
+        return ublkLost != null ? EXIT_UBLK_LOST : 0;
     }
 
     /** Exit code of a stop that could not make the data durable (a write-back failed, now or earlier). */
     static final int EXIT_NOT_PERSISTED = 3;
+    /** Exit code of a stop because the ublk device stopped being served (its data persisted). */
+    static final int EXIT_UBLK_LOST = 4;
+    /** What the ublk device's loss puts in the signal inbox, before what happened. */
+    private static final String UBLK_LOST = "UBLK-LOST ";
 
     /**
      * A TCP listener beyond loopback without required TLS: anyone who reaches the port reads and rewrites the

@@ -10,6 +10,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
@@ -43,6 +44,9 @@ public final class UblkDevice implements AutoCloseable {
     private final int ublkcFd;
     private final List<UblkQueue> queues;
     private final boolean recovered;
+    private final CompletableFuture<String> lost = new CompletableFuture<>();
+    /** Set before this server stops the device itself: queues ending from then on are expected. */
+    private volatile boolean closing;
     private boolean closed;
 
     private UblkDevice(UblkControl control, DeviceInfo info, int ublkcFd, List<UblkQueue> queues, boolean recovered) {
@@ -51,6 +55,57 @@ public final class UblkDevice implements AutoCloseable {
         this.ublkcFd = ublkcFd;
         this.queues = queues;
         this.recovered = recovered;
+        for (UblkQueue q : queues) {
+            q.ended().whenComplete((ignored, failure) -> queueEnded(q, failure));
+        }
+    }
+
+    /**
+     * A queue ended while this server was not stopping the device. Its ring is closed, which the kernel takes as
+     * the server gone: it stops the device (or, with recovery, quiesces it) and aborts every other queue's tags.
+     * So the device is no longer served; ublksrv's daemon exits then, and so must this frontend, or the device
+     * sits stopped or quiesced (a mounted filesystem's I/O waiting for ever) behind a server that says it serves.
+     */
+    private void queueEnded(UblkQueue q, Throwable failure) {
+        if (closing) {
+            return;
+        }
+        lost.complete(failure != null
+                ? "ublk queue " + q.index() + " of " + blockDevice() + " failed: " + failure
+                : "ublk queue " + q.index() + " of " + blockDevice() + " ended: the kernel aborted its requests"
+                        + " (the device was stopped by another process)");
+    }
+
+    /**
+     * Completes, with what happened, when the device stops being served other than by {@link #close}: a queue
+     * thread failed, or another process stopped or deleted the device. Then call {@link #closeLost}.
+     */
+    public CompletableFuture<String> lost() {
+        return lost;
+    }
+
+    /**
+     * After {@link #lost}: a device the kernel quiesced for recovery is left quiesced, its queues and
+     * {@code /dev/ublkcN} released so that the next server with the same {@code ublk.id} resumes it (its waiting
+     * I/O then completes); any other is stopped and deleted as {@link #close} does, which also lets another
+     * process's waiting DEL_DEV return. Says which.
+     */
+    public synchronized String closeLost() throws UblkException {
+        if (closed) {
+            return "already closed";
+        }
+        DeviceInfo now = control.info(info.id());
+        if (now != null && now.state() == UBLK_S_DEV_QUIESCED && now.recoverable()) {
+            closing = true;
+            closed = true;
+            abandon(queues);
+            closeUblkc(ublkcFd, queues);
+            control.close();
+            return blockDevice() + " left quiesced: serve again with ublk.id=" + info.id()
+                    + " to resume it (its I/O waits until then)";
+        }
+        close();
+        return blockDevice() + " stopped and deleted";
     }
 
     /**
@@ -382,11 +437,14 @@ public final class UblkDevice implements AutoCloseable {
             return;
         }
         closed = true;
+        closing = true;
         UblkException failure = null;
         try {
             control.stop(info.id());
         } catch (UblkException e) {
-            failure = e;
+            if (e.errno() != ENODEV) { // deleted by another process already: nothing left to stop
+                failure = e;
+            }
         }
         for (UblkQueue q : queues) {
             try {
@@ -404,7 +462,9 @@ public final class UblkDevice implements AutoCloseable {
         try {
             control.delete(info.id(), STEP_MILLIS);
         } catch (UblkException e) {
-            if (failure == null) {
+            if (e.errno() == ENODEV) {
+                // another process deleted it: gone once /dev/ublkcN was closed above
+            } else if (failure == null) {
                 failure = e;
             } else {
                 failure.addSuppressed(e);

@@ -59,6 +59,8 @@ final class UblkQueue implements Runnable, CompletionHandler {
     private final UblkRequests requestsOf;
     private final String name;
     private final CompletableFuture<Void> fetched = new CompletableFuture<>();
+    /** Completes when the thread has ended and its ring is closed: exceptionally with what ended it, if it failed. */
+    private final CompletableFuture<Void> ended = new CompletableFuture<>();
     private final Thread thread;
 
     /** Per tag: the value the next COMMIT carries (bytes done, 0, or -errno). */
@@ -111,6 +113,14 @@ final class UblkQueue implements Runnable, CompletionHandler {
         return fetched;
     }
 
+    /**
+     * Completes when this queue's thread has ended and its ring is closed: normally when its tags were all aborted
+     * (STOP_DEV, whoever sent it) or it was abandoned, exceptionally with what ended it when it failed.
+     */
+    CompletableFuture<Void> ended() {
+        return ended;
+    }
+
     int index() {
         return q;
     }
@@ -149,6 +159,7 @@ final class UblkQueue implements Runnable, CompletionHandler {
         // which would free that buffer while the read is still armed (a wake() in between lands 8 bytes in freed
         // memory). So the ring closes first, then the arena.
         Arena mappings = Arena.ofConfined();
+        Throwable failure = null;
         try {
             // Memory reclaim must not wait for writeback through /dev/ublkbN, which this very thread serves
             // (ublksrv does the same; its test generic/008 checks the flags).
@@ -176,16 +187,25 @@ final class UblkQueue implements Runnable, CompletionHandler {
             fetched.complete(null);
             loop();
         } catch (Throwable t) {
+            failure = t;
             if (!fetched.completeExceptionally(t)) {
                 LOG.log(System.Logger.Level.ERROR, name + " failed; the kernel aborts its requests when its ring closes: " + t, t);
             }
         } finally {
-            frontend.releaseUndispatched();
-            if (ring != null) {
-                ring.close(); // cancels whatever is still fetched (an abandoned queue), and the eventfd read
+            try {
+                frontend.releaseUndispatched();
+                if (ring != null) {
+                    ring.close(); // cancels whatever is still fetched (an abandoned queue), and the eventfd read
+                }
+                closeEvent();
+                mappings.close();
+            } finally {
+                if (failure != null) {
+                    ended.completeExceptionally(failure);
+                } else {
+                    ended.complete(null);
+                }
             }
-            closeEvent();
-            mappings.close();
         }
     }
 
