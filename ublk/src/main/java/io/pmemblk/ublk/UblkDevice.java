@@ -170,7 +170,10 @@ public final class UblkDevice implements AutoCloseable {
     private static UblkDevice takeOver(UblkControl control, BlockLayer layer, UblkConfig config, DeviceInfo existing,
             DeviceParams params, BackingFile backing) throws UblkException {
         int id = existing.id();
-        boolean serverAlive = existing.serverPid() > 0 && Files.exists(Path.of("/proc/" + existing.serverPid()));
+        // Not this process: in a PID namespace (a container) the server started again often gets the pid the
+        // one before had (1, say), and must not take its own /proc entry for the old server alive.
+        boolean serverAlive = existing.serverPid() > 0 && existing.serverPid() != Libc.getpid()
+                && Files.exists(Path.of("/proc/" + existing.serverPid()));
         if (existing.state() == UBLK_S_DEV_LIVE && serverAlive) {
             throw new UblkException("ublk device " + id + " is in use: served by process " + existing.serverPid()
                     + " (stop it, or choose another ublk.id; -1 lets the kernel pick)", EEXIST);
