@@ -402,17 +402,28 @@ public final class VhostBlkQueue {
             // A region unmapped under the ring, an eventfd gone: nothing the guest can be told through this queue.
             breaks("stopped by " + e, e);
         } finally {
+            // Each step on its own: one that throws (a ring unmapped under publishHeld) must not skip the others,
+            // nor leave threadLive set, or quietIfDone never closes the epoll and wake fds nor lets memory go.
             if (reaping) {
-                frontend.queue().driver().stopReaping(frontend.queue().index());
+                leaving("stop reaping", () -> frontend.queue().driver().stopReaping(frontend.queue().index()));
             }
-            frontend.dispatch(); // what the batch holds still completes
-            publishHeld(); // before stop() returns and QEMU unmaps the ring
-            answers.sendDueCall();
-            frontend.releaseUndispatched(); // a request being filled when something threw
+            leaving("dispatch what the batch holds", frontend::dispatch); // it still completes
+            leaving("publish what is held", this::publishHeld); // before stop() returns and QEMU unmaps the ring
+            leaving("send the call due", answers::sendDueCall);
+            leaving("release the undispatched request", frontend::releaseUndispatched); // being filled as it threw
             synchronized (this) {
                 threadLive = false;
             }
             quietIfDone(); // a detached queue whose requests all completed while this thread was still busy
+        }
+    }
+
+    /** One step of the queue thread's way out: what it throws is logged, and the thread goes on leaving. */
+    private void leaving(String step, Runnable r) {
+        try {
+            r.run();
+        } catch (RuntimeException | Error e) {
+            LOG.log(System.Logger.Level.WARNING, "vhost-blk-q" + index + ": leaving, could not " + step + ": " + e, e);
         }
     }
 

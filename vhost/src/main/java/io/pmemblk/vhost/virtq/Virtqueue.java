@@ -23,7 +23,8 @@ import java.lang.foreign.MemorySegment;
  *
  * <h2>Checks (virtio 1.2 section 2.7, and what qemu/qemu libvhost-user and spdk/spdk lib/vhost check)</h2>
  * avail.idx more than the queue size ahead; a head outside the table; a head made available while still in
- * flight (and so more heads in flight than the queue has); next outside its table; a chain longer than its table
+ * flight, or completed but not yet published (and so more heads in flight or held than the queue has); next
+ * outside its table; a chain longer than its table
  * (a loop); a zero-length buffer; a device-readable buffer after a device-writable one; INDIRECT without the
  * feature, with NEXT, after the head or inside an indirect table; an indirect table whose length is 0, not a
  * multiple of 16 or above the limit, or that lies outside guest memory; any buffer with a byte outside guest
@@ -53,11 +54,20 @@ public final class Virtqueue {
     private Thread batchOwner;
 
     // Under this.
-    private final boolean[] inFlight;
+    /**
+     * Each head's state: {@link #FREE}, {@link #IN_FLIGHT} (popped, not completed) or {@link #UNPUBLISHED} (its used
+     * entry written, used.idx not yet past it). A head is the guest's again only once published: until then the
+     * guest cannot have seen it complete, so offering it again is the guest's error, and accepting it would let
+     * {@link #unpublished} take more heads than the ring has and a publish clear the inflight mark of the head's
+     * new request.
+     */
+    private final byte[] state;
+    private static final byte FREE = 0, IN_FLIGHT = 1, UNPUBLISHED = 2;
     private int inFlightCount;
     private int shadowUsed;
     private int publishedUsed;
     private boolean signalledValid;
+    /** Heads pushed and not yet published, in push order: each {@link #UNPUBLISHED}, so at most the ring's size. */
     private final int[] unpublished;
     private int unpublishedCount;
     private boolean stopped;
@@ -78,7 +88,7 @@ public final class Virtqueue {
         this.maxIndirect = maxIndirect;
         this.inflight = inflight;
         this.indirectScratch = Arena.ofAuto().allocate((long) SplitRingLayout.DESC_BYTES * maxIndirect, 16);
-        this.inFlight = new boolean[size];
+        this.state = new byte[size];
         this.unpublished = new int[size];
         this.lastAvail = lastAvail & 0xffff;
         this.shadowAvail = this.lastAvail;
@@ -128,7 +138,7 @@ public final class Virtqueue {
 
     /**
      * Pops the next chain into {@code chain}, its buffers resolved through {@code memory}; false when none is
-     * available. The head is in flight from here until {@link #push}.
+     * available. The head is in flight from here until {@link #push}, and not offered again until published.
      */
     public boolean pop(GuestMemory memory, Chain chain) throws BrokenRingException {
         int head;
@@ -157,11 +167,13 @@ public final class Virtqueue {
         }
         walk(memory, head, chain);
         synchronized (this) {
-            if (inFlight[head]) {
-                // Also bounds the heads in flight: distinct heads below size are at most size.
-                throw broken("head " + head + " made available again while still in flight");
+            if (state[head] != FREE) {
+                // Also bounds the heads in flight and held: distinct heads below size are at most size.
+                throw broken("head " + head + (state[head] == IN_FLIGHT ? " made available again while still in flight"
+                        : " made available again before its completion was published: a head is the driver's again"
+                        + " once used.idx has passed its used entry"));
             }
-            inFlight[head] = true;
+            state[head] = IN_FLIGHT;
             inFlightCount++;
             if (inflight != null) {
                 inflight.popped(head);
@@ -183,7 +195,7 @@ public final class Virtqueue {
     public void unpop(int head) {
         boolean again = lastPopAgain;
         synchronized (this) {
-            inFlight[head] = false;
+            state[head] = FREE;
             inFlightCount--;
             if (inflight != null && !again) {
                 inflight.completed(head); // a resubmitted head stays marked: the next incarnation owes it too
@@ -380,12 +392,12 @@ public final class Virtqueue {
         if (stopped) {
             return false;
         }
-        if (!inFlight[head]) {
+        if (state[head] != IN_FLIGHT) {
             throw new IllegalStateException("virtqueue " + index + ": head " + head + " completed but not in flight");
         }
         ring.usedElem(shadowUsed % size, head, len);
         shadowUsed = (shadowUsed + 1) & 0xffff;
-        inFlight[head] = false;
+        state[head] = UNPUBLISHED;
         inFlightCount--;
         unpublished[unpublishedCount++] = head;
         notifyIdle();
@@ -407,10 +419,13 @@ public final class Virtqueue {
         }
         SplitRing.release(); // the entries, and the data and status they cover, before the index
         ring.usedIdx(shadowUsed);
-        if (inflight != null) {
-            for (int i = 0; i < unpublishedCount; i++) {
+        for (int i = 0; i < unpublishedCount; i++) {
+            state[unpublished[i]] = FREE;
+            if (inflight != null) {
                 inflight.completed(unpublished[i]);
             }
+        }
+        if (inflight != null) {
             inflight.afterPublish(shadowUsed);
         }
         unpublishedCount = 0;
@@ -458,7 +473,7 @@ public final class Virtqueue {
     public synchronized String inFlightHeads() {
         StringBuilder b = new StringBuilder();
         for (int h = 0; h < size; h++) {
-            if (inFlight[h]) {
+            if (state[h] == IN_FLIGHT) {
                 b.append(b.isEmpty() ? "" : ", ").append(h);
             }
         }
@@ -483,8 +498,8 @@ public final class Virtqueue {
         if (!stopped) {
             throw new IllegalStateException("virtqueue " + index + ": head " + head + " abandoned while the queue runs");
         }
-        if (inFlight[head]) {
-            inFlight[head] = false;
+        if (state[head] == IN_FLIGHT) {
+            state[head] = FREE;
             inFlightCount--;
             notifyIdle();
         }

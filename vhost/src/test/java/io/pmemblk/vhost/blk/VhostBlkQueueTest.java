@@ -6,6 +6,7 @@ import io.pmemblk.queueing.FrontendQueue;
 import io.pmemblk.queueing.testing.Closing;
 import io.pmemblk.queueing.testing.MemoryBlockDriver;
 import io.pmemblk.queueing.testing.Waits;
+import io.pmemblk.vhost.spec.SplitRingLayout;
 import io.pmemblk.vhost.testing.BlkGuest;
 import io.pmemblk.vhost.testing.BlkGuest.Sent;
 import io.pmemblk.vhost.testing.GuestDriver;
@@ -14,9 +15,14 @@ import io.pmemblk.vhost.virtq.VirtioFeatures;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -447,5 +453,65 @@ class VhostBlkQueueTest {
         s.kickAndAwait(8);
         s.stop();
         assertThat(s.call.drain()).as("interrupts while the guest asked for none").isZero();
+    }
+
+    /**
+     * The reviewer's hostile guest: a ring of 8 whose every avail entry is head 0 (a request of an unknown type, so
+     * refused on the queue thread, its completion held back with the others), and 8 more entries once the 8th
+     * completion is written. Accepting a head again before its completion was published once overflowed the
+     * completions waiting (ArrayIndexOutOfBoundsException), and again in the thread's way out, so the thread died
+     * with its epoll and wake fds open for ever. Now the first repeat breaks the queue, and stop closes them.
+     */
+    @Test
+    void aHeadOfferedAgainBeforeItsCompletionIsPublishedBreaksTheQueueAndStopLeavesNoFdOpen() throws Exception {
+        open();
+        int size = 8;
+        GuestDriver ring = new GuestDriver(ram, size, 0x10000);
+        long header = 0x100000, status = 0x100100;
+        MemorySegment h = ram.at(header, 16);
+        h.set(ValueLayout.JAVA_INT_UNALIGNED, 0, 99); // no such request type: UNSUPP, answered on the queue thread
+        ring.reserve(0, 1);
+        ring.desc(0, header, 16, NEXT, 1);
+        ring.desc(1, status, 1, WRITE, 0);
+        for (int i = 0; i < 2 * size; i++) {
+            ring.availRing(i % size, 0);
+        }
+        EventFd kick = EventFd.create(true), call = EventFd.create(true);
+        closing.add(() -> Closing.closeAll(kick, call));
+        Arena qemu = Arena.ofShared();
+        closing.add(qemu::close);
+        MemorySegment inflight = qemu.allocate(16 + 16L * size, 64);
+        long fds = openFds();
+        // A hold longer than the test: what is answered stays held until 16 wait, or the thread leaves.
+        VhostBlkQueue q = new VhostBlkQueue(new VringAddress(0, size, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
+                new QueueWiring(FEATURES, kick, call, new FrontendQueue(layer.queue(0)), ram::memory, inflight,
+                        device(false), new RingPolling(0, 60_000_000_000L, 1), Thread.ofPlatform().factory()));
+        q.start();
+        MemorySegment lastUsedLen = ram.at(ring.usedGpa + SplitRingLayout.USED_RING
+                + SplitRingLayout.USED_ELEM_BYTES * (size - 1) + 4, 4);
+        ring.availIdx(size);
+        kick.signal();
+        Waits.await("queue 0 broken, or used.ring[7] written", () -> q.broken()
+                || lastUsedLen.get(ValueLayout.JAVA_INT_UNALIGNED, 0) != 0);
+        ring.availIdx(2 * size);
+        kick.signal();
+        Waits.await("queue 0 broken", q::broken);
+        Waits.join("queue 0's thread to end", q.thread());
+        int base = q.stop();
+        // First: whatever broke the queue, its thread's way out must leave it closable.
+        Waits.await("the queue's epoll and wake fds closed (" + fds + " open before it)", () -> openFds() == fds);
+        assertThat(q.brokenReason()).isEqualTo("virtqueue 0: head 0 made available again before its completion was"
+                + " published: a head is the driver's again once used.idx has passed its used entry");
+        assertThat(ring.usedIdx()).as("the first request's refusal, published as the thread left").isEqualTo(1);
+        assertThat(ram.read(status, 1)[0]).isEqualTo((byte) VirtioBlk.S_UNSUPP);
+        assertThat(base).as("GET_VRING_BASE: the first entry was taken, its repeat not").isEqualTo(1);
+    }
+
+    private static long openFds() {
+        try (var s = Files.list(Path.of("/proc/self/fd"))) {
+            return s.count();
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
     }
 }

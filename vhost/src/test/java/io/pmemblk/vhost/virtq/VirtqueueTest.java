@@ -13,6 +13,7 @@ import java.lang.foreign.ValueLayout;
 import java.util.List;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
  * Well-formed chains, notification decisions and inflight recovery on one split ring, driven by a test driver in
@@ -239,5 +240,41 @@ class VirtqueueTest {
         assertThat(second.pop(ram.memory(), chain)).isTrue();
         assertThat(chain.head()).isEqualTo(heads[1]);
         assertThat(second.lastAvail()).isEqualTo(3);
+    }
+
+    /**
+     * A head pushed inside the queue thread's batch is not the guest's again until used.idx passes it: offered again
+     * before that, it breaks the queue. Accepted, as it once was, each repeat took one more slot of the completions
+     * waiting to be published, and the third push of a ring of 2 threw ArrayIndexOutOfBoundsException.
+     */
+    @Test
+    void aHeadOfferedAgainBeforeItsCompletionIsPublishedBreaksTheQueue() throws Exception {
+        GuestDriver small = new GuestDriver(ram, 2, MIB + 0x10000);
+        MemorySegment region = arena.allocate(Inflight.DESC + Inflight.DESC_STATE_BYTES * 2, 64);
+        Virtqueue q = new Virtqueue(0, TestRings.map(small, ALL), ALL, 0, 32, new Inflight(region, 2));
+        q.recover();
+        int head = small.chain(List.of(new Buf(0x40000, 16, false), new Buf(0x80000, 1, true)));
+        small.offer(head);
+        small.offer(head);
+        q.beginBatch();
+        assertThat(q.pop(ram.memory(), chain)).isTrue();
+        assertThat(q.push(head, 1)).as("inside the batch: held").isFalse();
+        assertThatThrownBy(() -> q.pop(ram.memory(), chain)).isInstanceOf(BrokenRingException.class)
+                .hasMessage("virtqueue 0: head " + head + " made available again before its completion was published:"
+                        + " a head is the driver's again once used.idx has passed its used entry");
+        assertThat(q.lastAvail()).as("the repeat is not taken").isEqualTo(1);
+        assertThat(q.unpublished()).isEqualTo(1);
+        q.endBatch();
+        assertThat(small.usedIdx()).isEqualTo(1);
+        assertThat(region.get(ValueLayout.JAVA_BYTE, Inflight.DESC + Inflight.STATE_INFLIGHT))
+                .as("head 0's inflight mark cleared once published").isZero();
+        // Published, the head is the driver's again: the same entry now pops, and its mark is set again.
+        small.offer(head);
+        assertThat(q.pop(ram.memory(), chain)).isTrue();
+        assertThat(chain.head()).isEqualTo(head);
+        assertThat(region.get(ValueLayout.JAVA_BYTE, Inflight.DESC + Inflight.STATE_INFLIGHT)).isEqualTo((byte) 1);
+        q.push(head, 1);
+        assertThat(small.usedIdx()).isEqualTo(2);
+        assertThat(region.get(ValueLayout.JAVA_BYTE, Inflight.DESC + Inflight.STATE_INFLIGHT)).isZero();
     }
 }
