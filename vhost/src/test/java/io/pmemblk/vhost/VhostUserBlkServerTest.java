@@ -356,6 +356,17 @@ class VhostUserBlkServerTest extends ServedMemoryDisk {
         }
     }
 
+    /** Virtio 1.2 2.7: a split queue's size is a power of 2; 3 was taken, and its ring served. */
+    @Test
+    void aVringSizeNotAPowerOfTwoIsRefused() throws Exception {
+        try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {
+            realize(fe, false);
+            assertThat(fe.acked(SET_VRING_NUM, fe.state(0, 3))).isNotZero();
+            assertLogged("SET_VRING_NUM(8) refused", "vring 0 size 3; allowed: a power of 2 in 1.." + QUEUE_SIZE);
+            assertThat(fe.acked(SET_VRING_NUM, fe.state(0, 4))).as("a power of 2 is taken").isZero();
+        }
+    }
+
     @Test
     void aRingOutsideTheRegionsClosesTheConnection() throws Exception {
         try (TestFrontEnd fe = TestFrontEnd.connect(socket)) {

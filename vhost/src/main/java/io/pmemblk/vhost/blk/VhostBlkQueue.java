@@ -132,13 +132,15 @@ public final class VhostBlkQueue {
      * region, recovers what an earlier back-end left in flight; {@link #start} starts serving.
      * @param ring   where the ring lies and the avail index it starts from
      * @param wiring what it is served with: features, eventfds, the block layer's queue, memory, device, polling
-     * @throws IllegalArgumentException when a ring is outside guest memory or misaligned, or the size is not 1..32768
+     * @throws IllegalArgumentException when a ring is outside guest memory or misaligned, or the size is not a power
+     *         of 2 in 1..32768
      * @throws IllegalStateException when the inflight region contradicts the ring
      */
     public VhostBlkQueue(VringAddress ring, QueueWiring wiring) {
         int index = ring.index(), size = ring.size();
-        if (size < 1 || size > SplitRingLayout.MAX_SIZE) {
-            throw new IllegalArgumentException("virtqueue " + index + " size " + size + ": allowed 1.." + SplitRingLayout.MAX_SIZE);
+        if (size < 1 || size > SplitRingLayout.MAX_SIZE || Integer.bitCount(size) != 1) {
+            throw new IllegalArgumentException("virtqueue " + index + " size " + size + ": allowed a power of 2 in 1.."
+                    + SplitRingLayout.MAX_SIZE + " (virtio 1.2 2.7: a split queue's size is a power of 2)");
         }
         this.index = index;
         this.frontend = wiring.frontend();

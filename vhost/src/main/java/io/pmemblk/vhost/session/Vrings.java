@@ -136,9 +136,11 @@ final class Vrings implements MemoryTable.Rings, BlkConfigSpace.Rings {
     void setVringNum(MemorySegment p) throws Refusal {
         Vring v = stopped(p, "SET_VRING_NUM");
         int num = p.get(JAVA_INT_UNALIGNED, STATE_NUM);
-        if (num < 1 || num > config.maxQueueSize()) {
+        // Virtio 1.2 2.7: a split queue's size is a power of 2 (rte_vhost's vhost_user_set_vring_num refuses others).
+        if (num < 1 || num > config.maxQueueSize() || Integer.bitCount(num) != 1) {
             throw new Refusal("vring " + p.get(JAVA_INT_UNALIGNED, STATE_INDEX) + " size " + Integer.toUnsignedString(num)
-                    + "; allowed: 1.." + config.maxQueueSize() + " (vhost.queue-size)");
+                    + "; allowed: a power of 2 in 1.." + config.maxQueueSize() + " (vhost.queue-size; virtio 1.2 2.7:"
+                    + " a split queue's size is a power of 2)");
         }
         v.address = v.address.withSize(num);
     }

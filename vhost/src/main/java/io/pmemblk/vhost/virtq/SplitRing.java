@@ -31,12 +31,13 @@ public final class SplitRing {
 
     /**
      * @param eventIdx whether EVENT_IDX was negotiated: only then do the areas hold used_event and avail_event
-     * @throws IllegalArgumentException when size is outside 1..32768, an area is shorter than its layout, or not
+     * @throws IllegalArgumentException when size is not a power of 2 in 1..32768, an area is shorter than its layout, or not
      *         aligned as virtio_ring.h requires (the areas come from the front-end and are checked once here)
      */
     public SplitRing(int size, boolean eventIdx, MemorySegment desc, MemorySegment avail, MemorySegment used) {
-        if (size < 1 || size > MAX_SIZE) {
-            throw new IllegalArgumentException("virtqueue size " + size + ": allowed 1.." + MAX_SIZE);
+        if (size < 1 || size > MAX_SIZE || Integer.bitCount(size) != 1) {
+            throw new IllegalArgumentException("virtqueue size " + size + ": allowed a power of 2 in 1.." + MAX_SIZE
+                    + " (virtio 1.2 2.7: a split queue's size is a power of 2)");
         }
         check("descriptor table", desc, descBytes(size), 16);
         check("avail ring", avail, availBytes(size, eventIdx), 2);
