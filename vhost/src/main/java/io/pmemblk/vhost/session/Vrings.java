@@ -17,6 +17,7 @@ import io.pmemblk.vhost.memory.PinnedMemory;
 import io.pmemblk.vhost.protocol.Refusal;
 import io.pmemblk.vhost.protocol.VhostUserChannel;
 import io.pmemblk.vhost.protocol.VhostUserProtocolException;
+import io.pmemblk.vhost.spec.SplitRingLayout;
 import io.pmemblk.vhost.virtq.InflightRegion;
 
 import java.io.IOException;
@@ -173,12 +174,15 @@ final class Vrings implements MemoryTable.Rings, BlkConfigSpace.Rings {
 
     /**
      * The three rings of vring {@code index} lie in guest memory, each in one region, aligned as the virtio spec
-     * demands (2.7: descriptors 16, avail 2, used 4), with room for their EVENT_IDX fields.
+     * demands (2.7: descriptors 16, avail 2, used 4), with room for their EVENT_IDX fields when it was negotiated:
+     * QEMU sizes them so ({@code vhost_get_vring_avail_size}), and a ring without them may end right before a hole.
+     * Before SET_FEATURES (features 0) the smaller size is checked; the start checks again with the features.
      */
     private void checkRing(int index, VringAddress a) throws Refusal {
-        checkRingPart(index, "descriptor table", a.desc(), 16L * a.size(), 16);
-        checkRingPart(index, "avail ring", a.avail(), 6 + 2L * a.size(), 2);
-        checkRingPart(index, "used ring", a.used(), 6 + 8L * a.size(), 4);
+        boolean eventIdx = (features & bit(F_EVENT_IDX)) != 0;
+        checkRingPart(index, "descriptor table", a.desc(), SplitRingLayout.descBytes(a.size()), 16);
+        checkRingPart(index, "avail ring", a.avail(), SplitRingLayout.availBytes(a.size(), eventIdx), 2);
+        checkRingPart(index, "used ring", a.used(), SplitRingLayout.usedBytes(a.size(), eventIdx), 4);
     }
 
     private void checkRingPart(int index, String part, long addr, long length, int align) throws Refusal {
