@@ -100,6 +100,8 @@ public final class VhostBlkQueue {
     private final EdgeWait sleep;
     /** stop() signals it: the sleep needs no timeout to see the stop flag, and the kick is the front-end's. */
     private final EventFd wake;
+    /** The front-end's err eventfd, or null: signalled once when the ring breaks, never after {@link #detach}. */
+    private final EventFd err;
     private final FrontendQueue frontend;
     private final Supplier<GuestMemory> memory;
     private final RingPolling.Window polling;
@@ -144,6 +146,7 @@ public final class VhostBlkQueue {
         }
         this.index = index;
         this.frontend = wiring.frontend();
+        this.err = wiring.err();
         this.memory = wiring.memory();
         this.polling = wiring.polling().window();
         GuestMemory mem = memory.get();
@@ -521,6 +524,26 @@ public final class VhostBlkQueue {
         broken = true;
         LOG.log(System.Logger.Level.WARNING, "vhost-blk-q" + index + " broken, it serves no more requests until the"
                 + " front-end restarts it: " + why, t);
+        signalErr();
+    }
+
+    /**
+     * Tells the front-end through the ring's err eventfd (vhost-user.rst SET_VRING_ERR; QEMU logs it), as
+     * libvhost-user's vu_panic does. Under this, and not once detached: the session closes the fd after
+     * {@link #detach}, and a write then could reach whatever file reused its number.
+     */
+    private void signalErr() {
+        synchronized (this) {
+            if (err == null || detached) {
+                return;
+            }
+            try {
+                err.signal(); // the front-end's notifier, non-blocking (EventFd.adoptNotifier)
+            } catch (RuntimeException e) {
+                LOG.log(System.Logger.Level.WARNING, "vhost-blk-q" + index + ": signalling the err eventfd " + err
+                        + ": " + e);
+            }
+        }
     }
 
     /**

@@ -265,8 +265,13 @@ final class Vrings implements MemoryTable.Rings, BlkConfigSpace.Rings {
         int fd = fileOf(word, "SET_VRING_ERR");
         EventFd err = fd < 0 ? null : notifier(fd, "vring " + index + " err fd");
         Vring v = vrings[index];
+        boolean running = v.queue != null;
+        stopRing(index); // as for the call fd: the queue takes it at start, and must be done with the old one
         closeQuietly(v.err);
-        v.err = err; // kept for the front-end's sake; a broken ring closes the session
+        v.err = err;
+        if (running) {
+            startRing(index);
+        }
     }
 
     /**
@@ -319,7 +324,8 @@ final class Vrings implements MemoryTable.Rings, BlkConfigSpace.Rings {
         VhostBlkQueue q;
         try {
             q = new VhostBlkQueue(v.address,
-                    new QueueWiring(features, v.kick, v.call, submit, memory::memory, inflightSlice, device, polling, threads));
+                    new QueueWiring(features, v.kick, v.call, v.err, submit, memory::memory, inflightSlice, device, polling,
+                            threads));
         } catch (IllegalArgumentException | IllegalStateException e) {
             throw new Refusal("vring " + index + " cannot start: " + e.getMessage()); // rings, or the inflight state
         }

@@ -460,7 +460,8 @@ class VhostBlkQueueTest {
      * refused on the queue thread, its completion held back with the others), and 8 more entries once the 8th
      * completion is written. Accepting a head again before its completion was published once overflowed the
      * completions waiting (ArrayIndexOutOfBoundsException), and again in the thread's way out, so the thread died
-     * with its epoll and wake fds open for ever. Now the first repeat breaks the queue, and stop closes them.
+     * with its epoll and wake fds open for ever. Now the first repeat breaks the queue (signalling its err eventfd),
+     * and stop closes them.
      */
     @Test
     void aHeadOfferedAgainBeforeItsCompletionIsPublishedBreaksTheQueueAndStopLeavesNoFdOpen() throws Exception {
@@ -476,15 +477,15 @@ class VhostBlkQueueTest {
         for (int i = 0; i < 2 * size; i++) {
             ring.availRing(i % size, 0);
         }
-        EventFd kick = EventFd.create(true), call = EventFd.create(true);
-        closing.add(() -> Closing.closeAll(kick, call));
+        EventFd kick = EventFd.create(true), call = EventFd.create(true), err = EventFd.create(true);
+        closing.add(() -> Closing.closeAll(kick, call, err));
         Arena qemu = Arena.ofShared();
         closing.add(qemu::close);
         MemorySegment inflight = qemu.allocate(16 + 16L * size, 64);
         long fds = openFds();
         // A hold longer than the test: what is answered stays held until 16 wait, or the thread leaves.
         VhostBlkQueue q = new VhostBlkQueue(new VringAddress(0, size, ring.descUser(), ring.availUser(), ring.usedUser(), 0),
-                new QueueWiring(FEATURES, kick, call, new FrontendQueue(layer.queue(0)), ram::memory, inflight,
+                new QueueWiring(FEATURES, kick, call, err, new FrontendQueue(layer.queue(0)), ram::memory, inflight,
                         device(false), new RingPolling(0, 60_000_000_000L, 1), Thread.ofPlatform().factory()));
         q.start();
         MemorySegment lastUsedLen = ram.at(ring.usedGpa + SplitRingLayout.USED_RING
@@ -497,6 +498,7 @@ class VhostBlkQueueTest {
         kick.signal();
         Waits.await("queue 0 broken", q::broken);
         Waits.join("queue 0's thread to end", q.thread());
+        assertThat(err.drain()).as("the err eventfd signalled once, for the front-end to log").isEqualTo(1);
         int base = q.stop();
         // First: whatever broke the queue, its thread's way out must leave it closable.
         Waits.await("the queue's epoll and wake fds closed (" + fds + " open before it)", () -> openFds() == fds);
