@@ -143,12 +143,7 @@ class SoftIoatDeviceTest {
             arm();
             descriptor(0, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, bufIova, file.iova);
             doorbellThenHalt(1, 0, CHANERR_WRITE_DATA);
-            dev.write32(CH + CHANERR, CHANERR_WRITE_DATA);
-            arm();
-            descriptor(0, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, bufIova, bufIova + 8192);
-            dev.write16(CH + DMACOUNT, 1);
-            awaitWord(ringIova | CHANSTS_IDLE);
-            assertThat(MemorySegment.mismatch(buf, 0, 4096, buf, 8192, 8192 + 4096)).as("the next copy ran").isEqualTo(-1);
+            clearThenCopy(CHANERR_WRITE_DATA);
         }
     }
 
@@ -203,12 +198,7 @@ class SoftIoatDeviceTest {
         }
         assertThat(dev.read32(CH + CHANERR)).isEqualTo(CHANERR_READ_DATA);
         assertThat(word.get(FIELD_U64, 0) & CHANSTS_STATUS_MASK).as("halt written back").isEqualTo(CHANSTS_HALTED);
-        dev.write32(CH + CHANERR, CHANERR_READ_DATA);
-        arm();
-        descriptor(0, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, bufIova, bufIova + 8192);
-        dev.write16(CH + DMACOUNT, 1);
-        awaitWord(ringIova | CHANSTS_IDLE);
-        assertThat(MemorySegment.mismatch(buf, 0, 4096, buf, 8192, 8192 + 4096)).as("the next copy ran").isEqualTo(-1);
+        clearThenCopy(CHANERR_READ_DATA);
     }
 
     @Test
@@ -289,5 +279,15 @@ class SoftIoatDeviceTest {
         dev.write8(CH + CHANCMD, CHANCMD_RESUME);
         awaitWord(ringIova | CHANSTS_IDLE);
         assertThat(dev.descriptorsCompleted(0)).isEqualTo(1);
+    }
+
+    /** The driver's recovery from a halt: CHANERR written back to clear {@code chanerr}, re-armed; a copy then runs. */
+    private void clearThenCopy(int chanerr) {
+        dev.write32(CH + CHANERR, chanerr);
+        arm();
+        descriptor(0, 4096, OP_COPY | CTRL_COMPLETION_UPDATE, bufIova, bufIova + 8192);
+        dev.write16(CH + DMACOUNT, 1);
+        awaitWord(ringIova | CHANSTS_IDLE);
+        assertThat(MemorySegment.mismatch(buf, 0, 4096, buf, 8192, 8192 + 4096)).as("the next copy ran").isEqualTo(-1);
     }
 }
