@@ -39,6 +39,14 @@ public final class BttRegion {
         return btt;
     }
 
+    /**
+     * Flog lanes (each with its free block) per arena that no lane writes through when callers would want them
+     * all: a lane whose free block is bad and cannot be cleared moves to one of these, so a bad block costs a
+     * spare, not the lane (the BTT's bad-block handling, docs/btt.md). Eight of 256 cost a group 1/32 of its
+     * lanes when 8 or more callers share them.
+     */
+    static final int SPARE_FLOG_LANES = 8;
+
     /** {@link #format(PmemRegion, LayoutRecord, int)} with the record beside a regular file. */
     public static Btt format(PmemRegion region, int sectorSize) throws IOException {
         return format(region, LayoutRecord.of(region, null), sectorSize);
@@ -60,7 +68,7 @@ public final class BttRegion {
 
     /**
      * Opens the region's BTT for serving with {@code callers x lanesPerCaller} lanes, at most the pool's free
-     * blocks per arena (and at least {@code callers}). A lane costs a 64-byte read-tracking slot that every write
+     * blocks per arena less {@link #SPARE_FLOG_LANES} (and at least {@code callers}). A lane costs a 64-byte read-tracking slot that every write
      * scans, and a spare flog lane the format has anyway (256 per arena); each block of a grouped write
      * ({@link Btt.Group}) needs a lane of its own, so a caller whose batch is to be written in one group needs
      * a group's worth.
@@ -123,7 +131,7 @@ public final class BttRegion {
         if (pool.arenas() > 0) {
             nfree = pool.freeBlocks() / pool.arenas(); // a foreign pool may have fewer spare blocks than 256
         }
-        int lanes = (int) Math.max(callers, Math.min(nfree, (long) callers * lanesPerCaller));
+        int lanes = (int) Math.max(callers, Math.min(nfree - SPARE_FLOG_LANES, (long) callers * lanesPerCaller));
         Btt btt;
         try {
             btt = Btt.open(region.memory(), region.persistence(), lanes, new Btt.Media() {

@@ -26,6 +26,17 @@ final class Arena {
     final int[] mapLocks;
     /** Why the arena is read-only (the info block's ERROR flag, an invalid flog pair), or null. */
     volatile String error;
+    /**
+     * Per lane: the flog pair it writes through, whose current entry's old_map is its free block. Lane i's own
+     * pair i, until its free block turns out bad and cannot be cleared ({@link BttState#replaceBadFreeBlock}).
+     * Only the lane's holder reads or changes its entry (the lane's claim orders it, as {@link #free}).
+     */
+    final int[] pairOf;
+    /** Flog pairs no lane writes through, lowest first: [lanes, nfree) at open. Guarded by this. */
+    private final int[] spare;
+    private int spareFrom;
+    /** Flog pairs given up this open because their free block is bad: written through by no lane. Guarded by this. */
+    private int retired;
 
     Arena(int index, long start, MemorySegment info, long firstLba, int lanes) {
         this.index = index;
@@ -44,12 +55,43 @@ final class Arena {
         this.rtt = new int[lanes * PAD];
         this.deviceReads = new int[DEVICE_READ_BUCKETS];
         this.mapLocks = new int[MAP_LOCKS];
+        this.pairOf = new int[lanes];
+        for (int i = 0; i < lanes; i++) {
+            pairOf[i] = i;
+        }
+        this.spare = new int[Math.max(0, nfree - lanes)];
+        for (int i = 0; i < spare.length; i++) {
+            spare[i] = lanes + i;
+        }
         if ((info.get(U32, INFO_FLAGS) & INFO_FLAG_ERROR) != 0) {
             error = "its info block has the ERROR flag set (a write to it failed earlier)";
         }
     }
 
-    long pairAt(int lane) {
-        return flogOff + (long) lane * FLOG_PAIR_SIZE;
+    long pairAt(int pair) {
+        return flogOff + (long) pair * FLOG_PAIR_SIZE;
+    }
+
+    /**
+     * Gives up {@code lane}'s flog pair (its free block is bad) and moves the lane to a spare one; the spare pair,
+     * or -1 when none is left (the lane keeps its pair). The pair given up is used by no lane again until the
+     * BTT is opened again, when its lane takes it back, finds the block bad at its next write, and moves again.
+     */
+    synchronized int replacePair(int lane) {
+        if (spareFrom == spare.length) {
+            return -1;
+        }
+        retired++;
+        return pairOf[lane] = spare[spareFrom++];
+    }
+
+    /** Spare pairs left, for messages. */
+    synchronized int spares() {
+        return spare.length - spareFrom;
+    }
+
+    /** Pairs given up, for messages. */
+    synchronized int retiredPairs() {
+        return retired;
     }
 }

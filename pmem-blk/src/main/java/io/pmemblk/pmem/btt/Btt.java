@@ -78,7 +78,9 @@ public final class Btt {
      * {@link #clear}s the group for the next ones. Per block the steps and their order are exactly those of
      * {@link Btt#write}, each durable before the block's next step; only the drains are shared:
      * <ol>
-     *   <li>read tracking for every free block, then per block the bad-block check and the data copy; one drain;</li>
+     *   <li>read tracking for every free block, then per block the bad-block check (a bad free block the media
+     *       cannot clear moves the block's lane to a spare flog pair, {@code BttState.replaceBadFreeBlock}), then
+     *       the data copies; one drain;</li>
      *   <li>the map locks of all blocks, sorted by (arena, lock) and taken once each, so two groups (or a group and
      *       a single write) never wait on each other in a cycle; held from reading the old map entries to the
      *       map stores' drain, as a single write holds its one;</li>
@@ -93,7 +95,7 @@ public final class Btt {
      * lock (LBAs {@code MAP_LOCKS} apart) take it once.
      *
      * <p>Failures: a block refused before its data is stored (arena read-only, writes stopped, its map entry past
-     * the data area, a bad free block, its source unreadable) fails alone, and changes nothing of the BTT. A
+     * the data area, a bad free block with no spare flog pair left, its source unreadable) fails alone, and changes nothing of the BTT. A
      * persistence step that fails fails every block of the group not committed yet and stops writes
      * ({@code writeFailure}), as for a single write;
      * the group still releases its locks, and nothing is thrown: each block's fate is its {@link #failure}.

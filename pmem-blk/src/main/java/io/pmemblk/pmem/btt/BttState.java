@@ -29,6 +29,7 @@ record BttState(MemorySegment pool, MappingHold hold, Persistence persistence, B
                 int blockSize, long blocks, int lanes, Arena[] arenas, AtomicReference<String> writeFailure) {
     /** The int arrays the parts share between threads: RTT slots, lane busy flags, device-read buckets, map locks. */
     static final VarHandle ARRAY = MethodHandles.arrayElementVarHandle(int[].class);
+    private static final System.Logger LOG = System.getLogger(Btt.class.getName());
 
     Arena arenaOf(long lba) {
         if (lba < 0 || lba >= blocks) {
@@ -74,5 +75,36 @@ record BttState(MemorySegment pool, MappingHold hold, Persistence persistence, B
         if (why != null) {
             throw new IOException("block " + lba + " is in arena " + a.index + ", which is read-only: " + why);
         }
+    }
+
+    /**
+     * The free block of {@code lane}'s flog pair in {@code a} cannot take a store ({@code fault}: a known bad block
+     * the media could not clear; a block it can clear it clears in {@link Btt.Media#beforeStore} and never gets
+     * here). Linux btt_write_pg clears such a block and retries (arena_clear_freelist_error) and fails the write
+     * when it cannot; here the lane moves to one of the arena's spare flog pairs (the nfree pairs beyond the
+     * lanes in use, written through by no lane), and the bad block stays the free block of the pair given up, so
+     * the BTT on the media is as consistent as before: every block still referenced once, no flog entry written.
+     * The lane's new pair, whose free block the caller checks in turn.
+     *
+     * @throws IOException when no spare pair is left: the write fails, and so will the lane's writes to this arena
+     *                     until the bad range is cleared
+     */
+    int replaceBadFreeBlock(Arena a, int lane, long lba, RuntimeException fault) throws IOException {
+        int old = a.pairOf[lane];
+        int block = a.free[old] & MAP_LBA_MASK;
+        int pair = a.replacePair(lane);
+        if (pair < 0) {
+            throw new IOException("block " + lba + " cannot be written through lane " + lane + ": its free block "
+                    + block + " in arena " + a.index + " is bad and could not be cleared (" + fault.getMessage()
+                    + "), and the arena has no spare flog lane left to write through instead (" + lanes + " lanes of "
+                    + a.nfree + " in use, " + a.retiredPairs() + " flog lanes given up to bad blocks): this lane's"
+                    + " writes to the arena fail until the bad range is cleared (`ndctl clear-errors`, then restart),"
+                    + " or the BTT is served with fewer lanes", fault);
+        }
+        LOG.log(System.Logger.Level.WARNING, "arena " + a.index + ": free block " + block + " of flog lane " + old
+                + " is bad and could not be cleared (" + fault.getMessage() + "); lane " + lane + " now writes"
+                + " through flog lane " + pair + " (" + a.spares() + " spare flog lanes left). The block stays"
+                + " free on the media; after a restart it is found bad again at its lane's first write");
+        return pair;
     }
 }

@@ -133,11 +133,21 @@ public final class LaneHandle implements AutoCloseable {
         Arena a = state.arenaOf(lba);
         state.refuseWrite(a, lba);
         int premap = (int) (lba - a.firstLba);
-        int freeBlock = a.free[lane] & MAP_LBA_MASK;
-        int freeEntry = freeBlock | MAP_NORMAL;
-        tracking.waitForReaders(a, freeEntry);
-        long dataAt = a.dataOff + (long) freeBlock * a.internalLbaSize;
-        media.beforeStore(dataAt, blockSize); // a bad free block: this write fails, nothing of the BTT changed
+        int pair = a.pairOf[lane];
+        int freeEntry;
+        long dataAt;
+        while (true) {
+            int freeBlock = a.free[pair] & MAP_LBA_MASK;
+            freeEntry = freeBlock | MAP_NORMAL;
+            tracking.waitForReaders(a, freeEntry); // before the check: clearing a bad block rewrites it
+            dataAt = a.dataOff + (long) freeBlock * a.internalLbaSize;
+            try {
+                media.beforeStore(dataAt, blockSize);
+                break;
+            } catch (RuntimeException bad) { // nothing of the BTT changed yet: move to a spare pair, or fail
+                pair = state.replaceBadFreeBlock(a, lane, lba, bad);
+            }
+        }
         MemorySegment dst = pool.asSlice(dataAt, blockSize);
         persistence.copy(src, dst);
         try {
@@ -153,7 +163,7 @@ public final class LaneHandle implements AutoCloseable {
                 if (isInitial(old)) {
                     old = premap | MAP_NORMAL; // as PMDK map_lock: an initial entry maps the LBA to itself
                 }
-                logSwap(a, lane, premap, old, freeEntry);
+                logSwap(a, pair, premap, old, freeEntry);
                 INT.setVolatile(pool, mapAt, freeEntry);
                 persist(mapAt, MAP_ENTRY_SIZE);
             } finally {
@@ -187,21 +197,21 @@ public final class LaneHandle implements AutoCloseable {
     }
 
     /**
-     * The flog entry naming the swap, in the lane's non-current slot, as two 8-byte stores each durable before the
-     * next: {lba, old_map}, then {new_map, seq}. The seq store makes the entry current (PMDK flog_update, Linux
-     * __btt_log_write), so a crash between the two leaves the previous entry current and the new block free.
+     * The flog entry naming the swap, in the non-current slot of the lane's flog pair ({@link Arena#pairOf}), as
+     * two 8-byte stores each durable before the next: {lba, old_map}, then {new_map, seq}. The seq store makes
+     * the entry current (PMDK flog_update, Linux __btt_log_write), so a crash between the two leaves the previous entry current and the new block free.
      */
-    private void logSwap(Arena a, int lane, int premap, int oldEntry, int newEntry) throws IOException {
-        int seq = nextSeq(a.seq[lane]);
-        int slot = a.next[lane];
-        long at = a.pairAt(lane) + (long) slot * FLOG_ENTRY_SIZE;
+    private void logSwap(Arena a, int pair, int premap, int oldEntry, int newEntry) throws IOException {
+        int seq = nextSeq(a.seq[pair]);
+        int slot = a.next[pair];
+        long at = a.pairAt(pair) + (long) slot * FLOG_ENTRY_SIZE;
         LONG.setVolatile(pool, at + FLOG_LBA, (premap & 0xFFFF_FFFFL) | ((long) oldEntry << 32));
         persist(at + FLOG_LBA, 8);
         LONG.setVolatile(pool, at + FLOG_NEW_MAP, (newEntry & 0xFFFF_FFFFL) | ((long) seq << 32));
         persist(at + FLOG_NEW_MAP, 8);
-        a.next[lane] = 1 - slot;
-        a.seq[lane] = seq;
-        a.free[lane] = oldEntry;
+        a.next[pair] = 1 - slot;
+        a.seq[pair] = seq;
+        a.free[pair] = oldEntry;
     }
 
     private void checkBuffer(MemorySegment buf) {

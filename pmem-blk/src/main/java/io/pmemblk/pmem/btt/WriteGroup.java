@@ -50,6 +50,8 @@ final class WriteGroup implements Btt.Group {
     private final long[] srcOff;
     private final Arena[] arena;
     private final int[] premap, freeEntry, oldEntry;
+    /** Per slot: the flog pair its lane writes through in the slot's arena ({@link Arena#pairOf}), set by begin. */
+    private final int[] pair;
     private final long[] dataAt, flogAt, mapAt;
     /** The mapping as the group's copies and write-backs see it while it holds it ({@link #enter}), else null. */
     private MemorySegment view;
@@ -80,6 +82,7 @@ final class WriteGroup implements Btt.Group {
         this.premap = new int[capacity];
         this.freeEntry = new int[capacity];
         this.oldEntry = new int[capacity];
+        this.pair = new int[capacity];
         this.dataAt = new long[capacity];
         this.flogAt = new long[capacity];
         this.mapAt = new long[capacity];
@@ -190,30 +193,12 @@ final class WriteGroup implements Btt.Group {
         if (begin() == 0) {
             return;
         }
-        // Stage 1: the data, each block's checks before its store as in writeOn; a block refused here fails
-        // alone, its lane's free block unchanged.
-        storeByCpuThenCommit(true);
+        storeByCpuThenCommit();
     }
 
     @Override
     public int prepareStores() {
-        int n = size;
-        int live = begin();
-        if (live == 0) {
-            return 0;
-        }
-        for (int s = 0; s < n; s++) {
-            if (failure[s] != null) {
-                continue;
-            }
-            try {
-                media.beforeStore(dataAt[s], blockSize);
-            } catch (Throwable t) {
-                failure[s] = t;
-                live--;
-            }
-        }
-        return live;
+        return begin();
     }
 
     @Override
@@ -241,26 +226,25 @@ final class WriteGroup implements Btt.Group {
 
     @Override
     public void commitByCpu() {
-        storeByCpuThenCommit(false); // the bad-block checks ran when the group was placed
+        storeByCpuThenCommit(); // the bad-block checks ran when the group was placed
     }
 
     /**
-     * Stage 1 by the CPU: every live slot's data copied from its source into its free block, after the
-     * bad-block check when {@code check}; a slot whose store fails fails alone. Then the durable stages, when
-     * any slot is left.
+     * Stage 1 by the CPU: every live slot's data copied from its source into its free block (checked by
+     * {@link #begin}); a slot whose store fails fails alone. Then the durable stages, when any slot is left.
      */
-    private void storeByCpuThenCommit(boolean check) {
+    private void storeByCpuThenCommit() {
         if (!enter()) {
             return;
         }
         try {
-            storeByCpuThenCommitHeld(check);
+            storeByCpuThenCommitHeld();
         } finally {
             exit();
         }
     }
 
-    private void storeByCpuThenCommitHeld(boolean check) {
+    private void storeByCpuThenCommitHeld() {
         int n = size;
         int live = 0;
         // On pmem one check for the group's copies, not one a copy (Persistence.beginRun). Elsewhere each copy
@@ -271,9 +255,6 @@ final class WriteGroup implements Btt.Group {
                 continue;
             }
             try {
-                if (check) {
-                    media.beforeStore(dataAt[s], blockSize);
-                }
                 MemorySegment from = src[s].asSlice(srcOff[s], blockSize), to = view.asSlice(dataAt[s], blockSize);
                 if (run) {
                     persistence.copyInRun(from, to);
@@ -304,7 +285,9 @@ final class WriteGroup implements Btt.Group {
 
     /**
      * The checks before stage 1: a slot without a source, or in a read-only arena, fails; the others get their
-     * lane's free block, and their map entry's place; then the read tracking. The live slots.
+     * lane's free block, and their map entry's place; then the read tracking, then each free block's bad-block
+     * check as in writeOn (a bad one the media cannot clear moves the slot's lane to a spare flog pair, or fails
+     * the slot alone, nothing of the BTT changed). The live slots.
      */
     private int begin() {
         int n = size;
@@ -324,16 +307,45 @@ final class WriteGroup implements Btt.Group {
                 failure[s] = e;
                 continue;
             }
-            int freeBlock = a.free[lane[s]] & MAP_LBA_MASK;
-            freeEntry[s] = freeBlock | MAP_NORMAL;
-            dataAt[s] = a.dataOff + (long) freeBlock * a.internalLbaSize;
+            pair[s] = a.pairOf[lane[s]];
+            freeBlockOf(s);
             mapAt[s] = a.mapOff + (long) premap[s] * MAP_ENTRY_SIZE;
             live++;
         }
-        if (live > 0) {
-            waitForReaders();
+        if (live == 0) {
+            return 0;
+        }
+        waitForReaders(); // before the checks: clearing a bad block rewrites it
+        for (int s = 0; s < n; s++) {
+            if (failure[s] != null) {
+                continue;
+            }
+            while (true) {
+                try {
+                    media.beforeStore(dataAt[s], blockSize);
+                    break;
+                } catch (RuntimeException bad) {
+                    try {
+                        pair[s] = state.replaceBadFreeBlock(arena[s], lane[s], lba[s], bad);
+                    } catch (IOException e) {
+                        failure[s] = e;
+                        live--;
+                        break;
+                    }
+                    freeBlockOf(s);
+                    tracking.waitForReaders(arena[s], freeEntry[s]);
+                }
+            }
         }
         return live;
+    }
+
+    /** The slot's free block, its pair's: its entry and its place. */
+    private void freeBlockOf(int s) {
+        Arena a = arena[s];
+        int freeBlock = a.free[pair[s]] & MAP_LBA_MASK;
+        freeEntry[s] = freeBlock | MAP_NORMAL;
+        dataAt[s] = a.dataOff + (long) freeBlock * a.internalLbaSize;
     }
 
     /**
@@ -363,19 +375,19 @@ final class WriteGroup implements Btt.Group {
             // stores the write-backs would not overlap and each would cost a round trip. So the stores here
             // are release stores (ordered after what came before, no fence), and the loads of all old map
             // entries come first, so their cache misses overlap too.
-            // Stage 2: the flog entries' first halves {lba, old_map}, in each lane's non-current slot.
+            // Stage 2: the flog entries' first halves {lba, old_map}, in each pair's non-current slot.
             for (int s = 0; s < n; s++) {
                 if (failure[s] != null) {
                     continue;
                 }
                 Arena a = arena[s];
-                int l = lane[s];
+                int p = pair[s];
                 int old = (int) INT.getVolatile(pool, mapAt[s]);
                 if (isInitial(old)) {
                     old = premap[s] | MAP_NORMAL; // as writeOn
                 }
                 oldEntry[s] = old;
-                flogAt[s] = a.pairAt(l) + (long) a.next[l] * FLOG_ENTRY_SIZE;
+                flogAt[s] = a.pairAt(p) + (long) a.next[p] * FLOG_ENTRY_SIZE;
             }
             for (int s = 0; s < n; s++) {
                 if (failure[s] == null) {
@@ -387,7 +399,7 @@ final class WriteGroup implements Btt.Group {
             // Stage 3: the seq halves {new_map, seq}: each makes its lane's entry current.
             for (int s = 0; s < n; s++) {
                 if (failure[s] == null) {
-                    int seq = nextSeq(arena[s].seq[lane[s]]);
+                    int seq = nextSeq(arena[s].seq[pair[s]]);
                     LONG.setRelease(pool, flogAt[s] + FLOG_NEW_MAP, (freeEntry[s] & 0xFFFF_FFFFL) | ((long) seq << 32));
                 }
             }
@@ -398,10 +410,10 @@ final class WriteGroup implements Btt.Group {
                     continue;
                 }
                 Arena a = arena[s];
-                int l = lane[s];
-                a.next[l] = 1 - a.next[l];
-                a.seq[l] = nextSeq(a.seq[l]);
-                a.free[l] = oldEntry[s];
+                int p = pair[s];
+                a.next[p] = 1 - a.next[p];
+                a.seq[p] = nextSeq(a.seq[p]);
+                a.free[p] = oldEntry[s];
             }
             // Stage 4: the map entries, the commit of each block. One full fence after all of them gives what
             // the single write's volatile map store gives: the store is seen before this thread's later loads

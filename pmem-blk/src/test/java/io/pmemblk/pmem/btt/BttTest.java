@@ -269,6 +269,66 @@ class BttTest {
         }
     }
 
+    /** Media whose data blocks at {@code bad} (pool offsets) cannot take a store and cannot be cleared. */
+    private static Btt.Media badAt(MemorySegment pool, long... bad) {
+        return new Btt.Media() {
+            @Override
+            public void read(long poolOffset, MemorySegment dst, long dstOffset, long length) {
+                MemorySegment.copy(pool, poolOffset, dst, dstOffset, length);
+            }
+
+            @Override
+            public void beforeStore(long poolOffset, long length) {
+                for (long b : bad) {
+                    if (b == poolOffset) {
+                        throw new IllegalStateException("test: bad block at " + b);
+                    }
+                }
+            }
+        };
+    }
+
+    /**
+     * A lane whose free block is bad moves to a spare flog lane, past a spare that is bad too; when no spare is
+     * left (as many lanes as nfree) its write fails with a message naming the cause, and nothing changes; other
+     * lanes write on, and the bad blocks are never stored into, before or after a reopen.
+     */
+    @Test
+    void aBadFreeBlockMovesItsLaneToASpareFlogLaneOrFailsClearlyWhenNoneIsLeft() throws Exception {
+        try (Pools.Mapped m = Pools.map(dir.resolve("p.blk"), Pools.MIN_POOL); Arena arena = Arena.ofConfined()) {
+            Btt.format(m.memory(), Pools.pageCache(), 4096, 1);
+            BttLayout.Arena g = BttLayout.arena(BttLayout.ARENA_MIN_SIZE, 4096, 0);
+            int nfree = BttLayout.NFREE;
+            long lane0 = ARENA0 + g.dataOff() + (long) g.externalNlba() * g.internalLbaSize(); // lane i's: + i blocks
+            long spare254 = lane0 + (nfree - 2L) * g.internalLbaSize();
+            MemorySegment buf = arena.allocate(4096, 4096);
+
+            Btt all = Btt.open(m.memory(), Pools.pageCache(), nfree, badAt(m.memory(), lane0));
+            fill(buf, 3, 1);
+            assertThatThrownBy(() -> all.write(0, 3, buf)).isInstanceOf(IOException.class)
+                    .hasMessageContaining("free block " + g.externalNlba() + " in arena 0 is bad")
+                    .hasMessageContaining("no spare flog lane left");
+            all.read(1, 3, buf);
+            assertThat(verify(buf, 3)).as("the failed write changed nothing").isZero();
+            fill(buf, 3, 2);
+            all.write(1, 3, buf);
+            assertThat(all.check()).isEmpty();
+
+            for (int open = 0; open < 2; open++) {
+                Btt btt = Btt.open(m.memory(), Pools.pageCache(), nfree - 2, badAt(m.memory(), lane0, spare254));
+                for (int v = 3; v < 6; v++) {
+                    fill(buf, 7, 10L * open + v);
+                    btt.write(0, 7, buf);
+                    btt.read(1, 7, buf);
+                    assertThat(verify(buf, 7)).isEqualTo(10L * open + v);
+                }
+                assertThat(btt.check()).isEmpty();
+            }
+            assertThat(m.memory().asSlice(lane0, 4096).toArray(ValueLayout.JAVA_BYTE)).containsOnly(0);
+            assertThat(m.memory().asSlice(spare254, 4096).toArray(ValueLayout.JAVA_BYTE)).containsOnly(0);
+        }
+    }
+
     @Test
     void aPoolWithoutLayoutIsLaidOutAtOpen() throws Exception {
         try (Pools.Mapped m = Pools.map(dir.resolve("p.blk"), Pools.MIN_POOL); Arena arena = Arena.ofConfined()) {
