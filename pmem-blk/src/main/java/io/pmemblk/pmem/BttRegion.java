@@ -29,9 +29,14 @@ public final class BttRegion {
      * without {@code --force}; serve formats only a file it created, or one whose record says a format was
      * interrupted). The record says FORMATTING before the first byte is written and BTT (with the new pool's uuid)
      * once the pool header is durable, so a crash in between leaves a device serve formats again, never one taken
-     * for raw or for a BTT.
+     * for raw or for a BTT. What the format would refuse (the size, the sector size) is checked before the record.
      */
     public static Btt format(PmemRegion region, LayoutRecord record, int sectorSize) throws IOException {
+        try {
+            Btt.checkFormat(region.size(), sectorSize); // a refused format must leave no FORMATTING record behind
+        } catch (IOException e) {
+            throw new IOException(region.path() + ": " + e.getMessage() + "; nothing was written", e);
+        }
         record.write(new LayoutRecord.Entry(LayoutRecord.State.FORMATTING, sectorSize, region.size(), null));
         Btt btt = Btt.format(region.memory(), region.persistence(), sectorSize, 1);
         record.write(new LayoutRecord.Entry(LayoutRecord.State.BTT, sectorSize, region.size(),

@@ -188,6 +188,30 @@ class LayoutDecisionTest {
         }
     }
 
+    /**
+     * A format refused for the device's size (16 MiB + 8 KiB + 512: not a multiple of 4 KiB past the header)
+     * leaves no FORMATTING record: the file is still served raw, and not a byte of it changed.
+     */
+    @Test
+    void aFormatRefusedForItsSizeLeavesNoRecordAndTheFileStaysRaw() throws Exception {
+        Path img = dir.resolve("odd.img");
+        long odd = BttLayout.BTT_OFFSET + (16 << 20) + 512;
+        try (RandomAccessFile f = new RandomAccessFile(img.toFile(), "rw")) {
+            f.setLength(odd);
+        }
+        String before = sha256(img);
+        try (PmemRegion r = PmemRegion.open(img, odd, false, PmemRegion.Mapper.AUTO)) {
+            assertThat(r.created()).isFalse();
+            Throwable refused = org.assertj.core.api.Assertions.catchThrowable(() -> BttRegion.format(r, 4096));
+            assertThat(dir.resolve("odd.img" + LayoutRecord.SUFFIX)).as("the layout record").doesNotExist();
+            assertThat(refused).isInstanceOf(IOException.class)
+                    .hasMessageContaining("a pmemblk pool of " + odd + " bytes cannot hold a BTT")
+                    .hasMessageContaining("nothing was written");
+            BttRegion.checkRaw(r, LayoutRecord.of(r, null));
+        }
+        assertThat(sha256(img)).isEqualTo(before);
+    }
+
     @Test
     void aFileCreatedNowDropsTheRecordOfTheFileDeletedBefore() throws Exception {
         Path img = dir.resolve("new.img");

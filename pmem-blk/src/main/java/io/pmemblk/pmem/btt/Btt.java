@@ -268,6 +268,15 @@ public final class Btt {
     }
 
     /**
+     * Throws what {@link #format} would refuse a pool of {@code poolSize} bytes with (the sector size, the size,
+     * the architecture) before it writes anything: a caller that records a format before its first byte checks
+     * this first, so that a refused format leaves no record of one.
+     */
+    public static void checkFormat(long poolSize, int sectorSize) throws IOException {
+        BttFormat.check(poolSize, sectorSize, 1);
+    }
+
+    /**
      * Opens the BTT of a PMDK pmemblk pool ({@code pool} is the whole pool file, mapped): checks the pool header
      * and every arena's info block (a damaged primary is restored from its backup), then recovers every flog lane:
      * a swap whose flog entry is durable and whose map store is not is completed. A pool with no BTT laid out yet

@@ -15,8 +15,8 @@ final class BttFormat {
     private BttFormat() {
     }
 
-    /** {@link Btt#format}. */
-    static Btt format(MemorySegment pool, Persistence persistence, int sectorSize, int lanes) throws IOException {
+    /** {@link Btt#checkFormat}: what {@link #format} refuses before it writes anything, with {@code lanes}. */
+    static void check(long size, int sectorSize, int lanes) throws IOException {
         if (!SECTOR_SIZES.contains(sectorSize)) {
             throw new IllegalArgumentException("pmem.sector-size " + sectorSize + " is not supported; allowed: "
                     + SECTOR_SIZES);
@@ -27,12 +27,16 @@ final class BttFormat {
             throw new IOException("a PMDK pool is laid out here only for x86-64 (PMEM_PAGESIZE 4096, the arch_flags"
                     + " of PMDK 1.12 on x86-64), not for " + arch);
         }
-        long size = pool.byteSize();
         if (size < BTT_OFFSET + ARENA_MIN_SIZE || (size - BTT_OFFSET) % ALIGNMENT != 0) {
             throw new IOException("a pmemblk pool of " + size + " bytes cannot hold a BTT: the size must be at least "
                     + (BTT_OFFSET + ARENA_MIN_SIZE) + " (8 KiB of pool header + a 16 MiB arena) and a multiple of "
                     + ALIGNMENT);
         }
+    }
+
+    /** {@link Btt#format}. */
+    static Btt format(MemorySegment pool, Persistence persistence, int sectorSize, int lanes) throws IOException {
+        check(pool.byteSize(), sectorSize, lanes);
         UUID poolset = UUID.randomUUID(), uuid = UUID.randomUUID();
         MemorySegment hdr = pool.asSlice(0, POOL_HDR_SIZE);
         // First the old header goes, durably: from here until the new one is written nothing is a pool.
