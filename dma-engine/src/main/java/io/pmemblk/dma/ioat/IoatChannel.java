@@ -34,6 +34,8 @@ import java.util.concurrent.locks.ReentrantLock;
 public final class IoatChannel implements DmaChannel {
     private static final VarHandle WORD = FIELD_U64.varHandle();
     private static final long REGISTER_TIMEOUT_NANOS = TimeUnit.SECONDS.toNanos(2);
+    /** What a 32-bit register of a device that is gone reads (PCI master abort; {@code VfioUserMmio} likewise). */
+    private static final int DEVICE_GONE_READ = 0xFFFF_FFFF;
 
     private final Mmio bar;
     private final long regs;
@@ -308,7 +310,7 @@ public final class IoatChannel implements DmaChannel {
     private int reap() {
         long word = (long) WORD.getVolatile(completion, 0L);
         int reported = report(completedCount(word & CHANSTS_COMPLETED_DESCRIPTOR_MASK), 0);
-        if ((word & CHANSTS_STATUS_MASK) == CHANSTS_HALTED) {
+        if ((word & CHANSTS_STATUS_MASK) == CHANSTS_HALTED && !deviceGone) { // a gone device has nothing to recover
             reported += recover();
         }
         return reported;
@@ -355,6 +357,15 @@ public final class IoatChannel implements DmaChannel {
      */
     private int recover() {
         int chanerr = bar.read32(regs + CHANERR);
+        if (chanerr == DEVICE_GONE_READ) {
+            // No CHANERR has every bit set (bits 31..19 are reserved): this is the read of a device that is gone
+            // (surprise removal; a vfio-user device whose socket closed after it halted the channel as its
+            // memory was unmapped). Taking it as the halt's cause reported the copies with status 0xffffffff, and
+            // the reset and re-arm below then waited out their register timeouts under reapLock, holding up the
+            // engine's own loss handling (deviceLost). The halt says the device stopped on this ring, so the
+            // copies after it are lost, not in flight: report them so, once, as deviceLost would.
+            return lose(DmaCompletionListener.STATUS_DEVICE_LOST, "CHANERR reads all ones after a halt: the device is gone");
+        }
         int status = chanerr != 0 ? chanerr : DmaCompletionListener.STATUS_ABORTED;
         long failedUpTo;
         submitLock.lock();
@@ -465,20 +476,34 @@ public final class IoatChannel implements DmaChannel {
         try {
             long word = (long) WORD.getVolatile(completion, 0L);
             report(completedCount(word & CHANSTS_COMPLETED_DESCRIPTOR_MASK), 0);
-            long failedUpTo;
-            submitLock.lock();
-            try {
-                deviceGone = true;
-                brokenReason = why;
-                failedUpTo = head;
-                submitted = head; // nothing is in the device's hands any more: close() need not wait
-            } finally {
-                submitLock.unlock();
-            }
-            return report(failedUpTo, status);
+            return lose(status, why);
         } finally {
             reapLock.unlock();
         }
+    }
+
+    /**
+     * Marks the device gone and reports every copy not yet reported with {@code status}; how many. Caller holds
+     * reapLock (and reported what the completion word says is done): whoever comes second, the reaper that found
+     * the device gone or the engine's {@link #deviceLost}, finds tail at head and reports nothing again.
+     */
+    private int lose(int status, String why) {
+        long failedUpTo;
+        submitLock.lock();
+        try {
+            deviceGone = true;
+            brokenReason = why;
+            failedUpTo = head;
+            submitted = head; // nothing is in the device's hands any more: close() need not wait
+        } finally {
+            submitLock.unlock();
+        }
+        return report(failedUpTo, status);
+    }
+
+    /** Whether the device was found gone ({@link #deviceLost}, or CHANERR read as all ones after a halt). */
+    public boolean deviceGone() {
+        return deviceGone;
     }
 
     private void checkOpen() {

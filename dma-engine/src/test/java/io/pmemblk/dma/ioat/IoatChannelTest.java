@@ -469,4 +469,64 @@ class IoatChannelTest {
             assertThat(System.nanoTime() - start).as("close is bounded").isLessThan(TimeUnit.SECONDS.toNanos(20));
         }
     }
+
+    /** Registers of a device that went away, as VfioUserMmio answers them: reads all ones, writes dropped. */
+    private static final class VanishingMmio extends ForwardingMmio {
+        volatile boolean gone;
+
+        VanishingMmio(Mmio inner) {
+            super(inner);
+        }
+
+        @Override public int read8(long o) { return gone ? 0xff : inner.read8(o); }
+        @Override public int read16(long o) { return gone ? 0xffff : inner.read16(o); }
+        @Override public int read32(long o) { return gone ? -1 : inner.read32(o); }
+        @Override public long read64(long o) { return gone ? -1L : inner.read64(o); }
+        @Override public void write8(long o, int v) { if (!gone) inner.write8(o, v); }
+        @Override public void write16(long o, int v) { if (!gone) inner.write16(o, v); }
+        @Override public void write32(long o, int v) { if (!gone) inner.write32(o, v); }
+        @Override public void write64(long o, long v) { if (!gone) inner.write64(o, v); }
+    }
+
+    /**
+     * A device that halts a channel as it goes away (a vfio-user device unmapping the ring on its way out) and then
+     * answers no register: the reaper that finds the halt reads CHANERR as all ones. That is the device gone, not
+     * a cause: the copies after the halt are reported once, as lost, without waiting out a reset of registers that
+     * answer nothing; the engine's own deviceLost afterwards finds nothing left to report.
+     */
+    @Test
+    void aHaltWhoseCauseReadsAllOnesReportsTheRestOnceAsDeviceLost() {
+        IovaSpace space = new IovaSpace();
+        io.pmemblk.dma.testing.InjectedFaults faults = new io.pmemblk.dma.testing.InjectedFaults();
+        Recorder rec = new Recorder();
+        try (Arena arena = Arena.ofShared();
+             SoftIoatDevice dev = new SoftIoatDevice(space, 1, 20, faults)) {
+            faults.attach(dev);
+            MemorySegment buf = arena.allocate(1 << 16, 4096);
+            long iova = space.map(buf);
+            VanishingMmio bar = new VanishingMmio(dev);
+            IoatChannel ch = new IoatChannel(bar, 0, space, dev.interrupt(0), 16);
+            ch.listener(rec);
+            faults.stall(0, true);
+            for (int i = 0; i < 8; i++) {
+                assertThat(ch.place(iova + i * 1024L, iova + 32768 + i * 1024L, 1024, i)).isTrue();
+            }
+            ch.submit();
+            bar.gone = true;
+            faults.failDescriptor(0, 3, IoatSpec.CHANERR_NEXT_ADDR); // two copies done, then the halt
+            faults.stall(0, false);
+            rec.awaitCount(8); // bounded; fails on a second report of any ctx
+            for (int i = 0; i < 8; i++) {
+                assertThat(rec.status(i)).as("status of copy %d", i)
+                        .isEqualTo(i < 2 ? 0 : DmaCompletionListener.STATUS_DEVICE_LOST);
+            }
+            assertThat(ch.deviceGone()).isTrue();
+            assertThatThrownBy(() -> ch.place(iova, iova + 32768, 64, "late")).isInstanceOf(IllegalStateException.class);
+            assertThat(ch.deviceLost(DmaCompletionListener.STATUS_DEVICE_LOST, "the engine saw it too")).isZero();
+            ch.closeTimeout(Duration.ZERO);
+            ch.close();
+            assertThat(rec.count()).isEqualTo(8);
+            assertThat(rec.duplicates()).isZero();
+        }
+    }
 }

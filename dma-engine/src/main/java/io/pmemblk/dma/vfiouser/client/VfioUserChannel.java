@@ -80,8 +80,11 @@ final class VfioUserChannel implements DmaChannel {
         try {
             return c.place(srcIova, dstIova, length, ctx);
         } catch (IllegalStateException e) {
-            if (current != c && !closed) {
-                return false; // the device went between the look and the place: nothing was placed
+            // the device went between the look and the place, or the channel found it gone before the engine
+            // did (a halt whose CHANERR read as all ones) and the engine has not detached it yet: nothing was
+            // placed, and the CPU route takes the copy as when the ring is full
+            if ((current != c || c.deviceGone()) && !closed) {
+                return false;
             }
             throw e;
         }
@@ -96,8 +99,8 @@ final class VfioUserChannel implements DmaChannel {
         try {
             return c.placeAll(copies, ctx);
         } catch (IllegalStateException e) {
-            if (current != c && !closed) {
-                return false;
+            if ((current != c || c.deviceGone()) && !closed) {
+                return false; // as in place
             }
             throw e;
         }
