@@ -384,7 +384,10 @@ public final class IoatVfioUserDevice implements AutoCloseable {
         long limit = CALL_LIMIT.toNanos();
         synchronized (callLock) {
             while (stopped.getCount() != 0) {
-                if (inCall && !callDropped && System.nanoTime() - callSince > limit) {
+                if (inCall && !callDropped && closing) {
+                    // close() found the call before its accept had a client to drop: try again now
+                    dropClient(Level.INFO, "the device is closing");
+                } else if (inCall && !callDropped && System.nanoTime() - callSince > limit) {
                     dropClient(Level.WARNING, attached ? "a message took longer than " + CALL_LIMIT.toSeconds()
                             + " s (a body announced and not sent, or replies not read)"
                             : "it sent no VERSION in " + CALL_LIMIT.toSeconds() + " s");
@@ -404,13 +407,15 @@ public final class IoatVfioUserDevice implements AutoCloseable {
      * not close: the fd stays libvfio-user's to close. Caller holds callLock, with the loop inside a call.
      */
     private void dropClient(Level level, String why) {
-        callDropped = true;
         // the one call made off the run loop: vfu_get_poll_fd only reads the transport's conn_fd (the client's
         // socket once accepted), which the loop, blocked on that socket, is not changing
         int fd = lib.pollFd(ctx);
         if (fd < 0 || fd == listenFd) {
-            return; // not accepted yet: the accept itself does not block
+            // not accepted yet (the loop is on its way into the accept, which does not block, and may then block
+            // in the VERSION negotiation): not dropped, so the watchdog looks again at its next turn
+            return;
         }
+        callDropped = true;
         try {
             Sockets.shutdown(fd, Sockets.SHUT_RDWR);
             LOG.log(level, "dma-device: dropping the client on {0}: {1}", socket, why);
