@@ -59,7 +59,8 @@ import java.util.function.IntConsumer;
  * <p>One thread, the run loop, owns the libvfio-user context: it polls the socket and an eventfd the engines signal
  * ({@link PendingVectors}), runs one message at a time (the callbacks run there), and raises MSI-X vectors while
  * INTRCTRL's master enable is set. libvfio-user blocks on the client's socket (only its accept is non-blocking),
- * so a watchdog shuts that socket down when one attach or message holds the loop past {@link #CALL_LIMIT}, and
+ * so a watchdog shuts that socket down when one attach or message holds the loop past
+ * {@link ClientWatchdog#CALL_LIMIT}, and
  * {@link #close} does so at once: the client is dropped and the next one served.
  */
 public final class IoatVfioUserDevice implements AutoCloseable {
@@ -75,16 +76,6 @@ public final class IoatVfioUserDevice implements AutoCloseable {
     static final long MAX_DMA_REGIONS = 1 << 16;
     /** How long the loop sleeps in poll when nothing happens; only bounds how late it sees {@link #close}. */
     private static final int POLL_MILLIS = 1000;
-    /**
-     * How long one attach or one message may hold the run loop before the client is dropped. With
-     * LIBVFIO_USER_FLAG_ATTACH_NB only the listening socket is non-blocking: the VERSION negotiation and every
-     * receive and reply on the client's socket block, so a client that connects and says nothing, or sends a
-     * header and not the body it announces, or stops reading replies, would hold the one thread every client
-     * needs. No message of ours takes near this long (the longest, a DMA_UNMAP, waits out one descriptor).
-     */
-    static final Duration CALL_LIMIT = Duration.ofSeconds(5);
-    /** How often the watchdog looks at the call in progress: a stuck one is dropped within CALL_LIMIT plus this. */
-    private static final long WATCH_MILLIS = 500;
 
     private final LibVfioUser lib;
     private final Path socket;
@@ -103,20 +94,8 @@ public final class IoatVfioUserDevice implements AutoCloseable {
     private final MemorySegment doorbellPage;
     private final IntConsumer raise = this::raise;
     private final Thread loop;
-    /** The socket libvfio-user listens on: never shut down by the watchdog (it is the next client's way in). */
-    private final int listenFd;
-    private final Thread watchdog;
-    /**
-     * Guards the call in progress: the run loop enters and leaves attach/run under it, and the watchdog and close
-     * shut the client's socket down only under it while the loop is inside the call, so never after the call has
-     * returned (when libvfio-user may have closed that fd and the number may be another file's).
-     */
-    private final Object callLock = new Object();
-    /** Under callLock: the run loop is inside attach or run, since callSince (System.nanoTime()). */
-    private boolean inCall;
-    private long callSince;
-    /** Under callLock: the client of the call in progress was shut down already. */
-    private boolean callDropped;
+    /** Drops a client that holds the run loop (libvfio-user blocks on its socket), and any on close. */
+    private final ClientWatchdog watchdog;
     private final CountDownLatch stopped = new CountDownLatch(1);
     private volatile boolean closing;
     private volatile boolean attached;
@@ -183,9 +162,8 @@ public final class IoatVfioUserDevice implements AutoCloseable {
         }
         this.doorbellFd = pageFd;
         this.ctx = c;
-        this.listenFd = lib.pollFd(c); // nobody attached yet: the listening socket
         this.loop = Thread.ofPlatform().name("vfio-user-device").unstarted(this::run);
-        this.watchdog = Thread.ofPlatform().daemon().name("vfio-user-device-watchdog").unstarted(this::watch);
+        this.watchdog = new ClientWatchdog(lib, c, socket, () -> attached); // nobody attached yet
     }
 
     /**
@@ -332,14 +310,14 @@ public final class IoatVfioUserDevice implements AutoCloseable {
 
     /** The socket is readable: a client to accept, or one message of the attached client. */
     private void serve() {
-        if (!enterCall()) {
+        if (!watchdog.enterCall()) {
             return;
         }
         int err;
         try {
             err = attached ? lib.runCtx(ctx) : lib.attach(ctx);
         } finally {
-            leaveCall();
+            watchdog.leaveCall();
         }
         if (!attached) {
             if (err == 0) {
@@ -357,71 +335,6 @@ public final class IoatVfioUserDevice implements AutoCloseable {
             LOG.log(Level.INFO, "dma-device: client {0} went away; the device was reset and waits for the next", clients);
         } else if (err != 0 && err != Errno.EAGAIN && err != Errno.EINTR && err != Errno.EBUSY) {
             LOG.log(Level.WARNING, "dma-device: handling a client message failed: {0}", Errno.name(err));
-        }
-    }
-
-    /** False when closing: no call is begun then. */
-    private boolean enterCall() {
-        synchronized (callLock) {
-            if (closing) {
-                return false;
-            }
-            inCall = true;
-            callSince = System.nanoTime();
-            callDropped = false;
-            return true;
-        }
-    }
-
-    private void leaveCall() {
-        synchronized (callLock) {
-            inCall = false;
-        }
-    }
-
-    /** The watchdog: drops the client of an attach or message that has held the run loop past CALL_LIMIT. */
-    private void watch() {
-        long limit = CALL_LIMIT.toNanos();
-        synchronized (callLock) {
-            while (stopped.getCount() != 0) {
-                if (inCall && !callDropped && closing) {
-                    // close() found the call before its accept had a client to drop: try again now
-                    dropClient(Level.INFO, "the device is closing");
-                } else if (inCall && !callDropped && System.nanoTime() - callSince > limit) {
-                    dropClient(Level.WARNING, attached ? "a message took longer than " + CALL_LIMIT.toSeconds()
-                            + " s (a body announced and not sent, or replies not read)"
-                            : "it sent no VERSION in " + CALL_LIMIT.toSeconds() + " s");
-                }
-                try {
-                    callLock.wait(WATCH_MILLIS);
-                } catch (InterruptedException e) {
-                    return;
-                }
-            }
-        }
-    }
-
-    /**
-     * Shuts down the socket of the client the run loop is blocked on, which fails its receive or send: libvfio-user
-     * then drops the client (a failed VERSION, or ENOTCONN with a reset) and the loop serves the next. shutdown,
-     * not close: the fd stays libvfio-user's to close. Caller holds callLock, with the loop inside a call.
-     */
-    private void dropClient(Level level, String why) {
-        // the one call made off the run loop: vfu_get_poll_fd only reads the transport's conn_fd (the client's
-        // socket once accepted), which the loop, blocked on that socket, is not changing
-        int fd = lib.pollFd(ctx);
-        if (fd < 0 || fd == listenFd) {
-            // not accepted yet (the loop is on its way into the accept, which does not block, and may then block
-            // in the VERSION negotiation): not dropped, so the watchdog looks again at its next turn
-            return;
-        }
-        callDropped = true;
-        try {
-            Sockets.shutdown(fd, Sockets.SHUT_RDWR);
-            LOG.log(level, "dma-device: dropping the client on {0}: {1}", socket, why);
-        } catch (NativeException e) {
-            LOG.log(Level.WARNING, "dma-device: could not drop the client on {0} ({1}): {2}", socket, why,
-                    e.getMessage());
         }
     }
 
@@ -443,23 +356,16 @@ public final class IoatVfioUserDevice implements AutoCloseable {
             return;
         }
         closed = true;
-        synchronized (callLock) {
-            closing = true;
-            if (inCall && !callDropped) {
-                dropClient(Level.INFO, "the device is closing"); // a client blocking the loop must not hold up the close
-            }
-        }
+        closing = true;
+        watchdog.closing();
         wake.signal();
         try {
             // the loop leaves a call it was in at once now, and sees closing within one poll
-            long bound = CALL_LIMIT.toMillis() + POLL_MILLIS;
+            long bound = ClientWatchdog.CALL_LIMIT.toMillis() + POLL_MILLIS;
             if (!stopped.await(bound, TimeUnit.MILLISECONDS)) {
                 throw new IllegalStateException("the vfio-user run loop did not stop in " + bound + " ms");
             }
-            synchronized (callLock) {
-                callLock.notifyAll(); // the watchdog ends with the loop
-            }
-            watchdog.join(CALL_LIMIT.toMillis());
+            watchdog.stop(); // it ends with the loop
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             throw new IllegalStateException("interrupted while stopping the vfio-user run loop", e);

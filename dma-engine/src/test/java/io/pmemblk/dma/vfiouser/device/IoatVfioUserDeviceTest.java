@@ -469,7 +469,7 @@ class IoatVfioUserDeviceTest {
             long t0 = System.nanoTime();
             dev.close();
             assertThat(System.nanoTime() - t0).as("close() while the loop is held")
-                    .isLessThan(IoatVfioUserDevice.CALL_LIMIT.toNanos());
+                    .isLessThan(ClientWatchdog.CALL_LIMIT.toNanos());
             assertThat(endOfStream(silent)).as("the silent client was dropped by the close").isTrue();
             assertThat(dev.failure()).isNull();
         } finally {
