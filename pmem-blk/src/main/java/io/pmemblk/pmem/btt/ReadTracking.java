@@ -53,11 +53,6 @@ final class ReadTracking {
         this.state = state;
     }
 
-    /** Whether a device has read through this BTT yet: until then writers skip the device-read tables. */
-    boolean deviceReads() {
-        return deviceReads;
-    }
-
     /** Waits while any lane's reader still copies {@code entry}'s block, which this write is about to overwrite. */
     void waitForReaders(Arena a, int entry) {
         for (int i = 0; i < lanes; i++) {
@@ -67,6 +62,58 @@ final class ReadTracking {
         }
         if (deviceReads) {
             waitForDeviceReads(a, entry);
+        }
+    }
+
+    /**
+     * Waits while a reader still copies one of the free blocks (the single write's waitForReaders for all of
+     * them): each lane's RTT slot is loaded once per arena and compared with every block. One look at a
+     * slot suffices, as in the single write: a reader that publishes a block after its map entry changed
+     * finds the map changed on its re-read and never copies it. A group's slot s (of size) is live while
+     * {@code failure[s]} is null; its free block is {@code freeEntry[s]}, in {@code arena[s]}.
+     */
+    void waitForReaders(int size, Throwable[] failure, Arena[] arena, int[] freeEntry) {
+        Arena only = null; // the one arena of every live block, or null when they span arenas
+        for (int s = 0; s < size; s++) {
+            if (failure[s] == null) {
+                if (only == null) {
+                    only = arena[s];
+                } else if (only != arena[s]) {
+                    only = null;
+                    break;
+                }
+            }
+        }
+        for (int r = 0; r < lanes; r++) {
+            // The common case: all in one arena, and most lanes read nothing now: one load a lane.
+            if (only != null && (int) ARRAY.getVolatile(only.rtt, r * PAD) == RTT_EMPTY) {
+                continue;
+            }
+            Arena seen = null;
+            int v = RTT_EMPTY;
+            for (int s = 0; s < size; s++) {
+                if (failure[s] != null) {
+                    continue;
+                }
+                Arena a = arena[s];
+                if (a != seen) {
+                    seen = a;
+                    v = (int) ARRAY.getVolatile(a.rtt, r * PAD);
+                }
+                if (v == freeEntry[s]) {
+                    for (int spins = 0; (int) ARRAY.getVolatile(a.rtt, r * PAD) == freeEntry[s]; spins++) {
+                        backOff(spins);
+                    }
+                    v = (int) ARRAY.getVolatile(a.rtt, r * PAD);
+                }
+            }
+        }
+        if (deviceReads) {
+            for (int s = 0; s < size; s++) {
+                if (failure[s] == null) {
+                    waitForDeviceReads(arena[s], freeEntry[s]);
+                }
+            }
         }
     }
 

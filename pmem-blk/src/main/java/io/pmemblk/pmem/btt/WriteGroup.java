@@ -10,12 +10,8 @@ import java.lang.invoke.VarHandle;
 import static io.pmemblk.pmem.btt.Btt.GROUP_BLOCKS;
 import static io.pmemblk.pmem.btt.BttLayout.*;
 import static io.pmemblk.pmem.btt.BttState.ARRAY;
-import static io.pmemblk.pmem.btt.Lanes.PAD;
-import static io.pmemblk.pmem.btt.Lanes.backOff;
-import static io.pmemblk.pmem.btt.ReadTracking.RTT_EMPTY;
 import static io.pmemblk.pmem.btt.ReadTracking.lock;
 import static io.pmemblk.pmem.btt.ReadTracking.lockIndex;
-import static io.pmemblk.pmem.btt.ReadTracking.waitForDeviceReads;
 
 /**
  * A lane's group ({@link Btt.Group}, whose comment gives the stages and their order), made with the lane at open:
@@ -34,7 +30,6 @@ final class WriteGroup implements Btt.Group {
     private final Btt.Media media;
     private final boolean pmem;
     private final int blockSize;
-    private final int lanes;
     private final Arena[] arenas;
     private final int capacity;
     /** Per slot: the lane it writes through; slot 0's is the owner's lane, the next ones claimed by {@link #add}. */
@@ -69,9 +64,8 @@ final class WriteGroup implements Btt.Group {
         this.media = state.media();
         this.pmem = state.pmem();
         this.blockSize = state.blockSize();
-        this.lanes = state.lanes();
         this.arenas = state.arenas();
-        this.capacity = Math.min(GROUP_BLOCKS, lanes);
+        this.capacity = Math.min(GROUP_BLOCKS, state.lanes());
         this.lane = new int[capacity];
         this.lane[0] = ownerLane;
         this.lba = new long[capacity];
@@ -315,7 +309,7 @@ final class WriteGroup implements Btt.Group {
         if (live == 0) {
             return 0;
         }
-        waitForReaders(); // before the checks: clearing a bad block rewrites it
+        tracking.waitForReaders(n, failure, arena, freeEntry); // before the checks: clearing a bad block rewrites it
         for (int s = 0; s < n; s++) {
             if (failure[s] != null) {
                 continue;
@@ -447,57 +441,6 @@ final class WriteGroup implements Btt.Group {
         } finally {
             for (int i = 0; i < locked; i++) {
                 ARRAY.setRelease(arenas[(int) (lockKey[i] >>> 32)].mapLocks, (int) lockKey[i], 0);
-            }
-        }
-    }
-
-    /**
-     * Waits while a reader still copies one of the free blocks (the single write's waitForReaders for all of
-     * them): each lane's RTT slot is loaded once per arena and compared with every block. One look at a
-     * slot suffices, as in the single write: a reader that publishes a block after its map entry changed
-     * finds the map changed on its re-read and never copies it.
-     */
-    private void waitForReaders() {
-        Arena only = null; // the one arena of every live block, or null when they span arenas
-        for (int s = 0; s < size; s++) {
-            if (failure[s] == null) {
-                if (only == null) {
-                    only = arena[s];
-                } else if (only != arena[s]) {
-                    only = null;
-                    break;
-                }
-            }
-        }
-        for (int r = 0; r < lanes; r++) {
-            // The common case: all in one arena, and most lanes read nothing now: one load a lane.
-            if (only != null && (int) ARRAY.getVolatile(only.rtt, r * PAD) == RTT_EMPTY) {
-                continue;
-            }
-            Arena seen = null;
-            int v = RTT_EMPTY;
-            for (int s = 0; s < size; s++) {
-                if (failure[s] != null) {
-                    continue;
-                }
-                Arena a = arena[s];
-                if (a != seen) {
-                    seen = a;
-                    v = (int) ARRAY.getVolatile(a.rtt, r * PAD);
-                }
-                if (v == freeEntry[s]) {
-                    for (int spins = 0; (int) ARRAY.getVolatile(a.rtt, r * PAD) == freeEntry[s]; spins++) {
-                        backOff(spins);
-                    }
-                    v = (int) ARRAY.getVolatile(a.rtt, r * PAD);
-                }
-            }
-        }
-        if (tracking.deviceReads()) {
-            for (int s = 0; s < size; s++) {
-                if (failure[s] == null) {
-                    waitForDeviceReads(arena[s], freeEntry[s]);
-                }
             }
         }
     }
