@@ -31,7 +31,7 @@ final class BlkAnswers {
     private final EventFd wake;
     private final Thread thread;
     private final Supplier<GuestMemory> memory;
-    /** The queue's: runs its quiet action once detached and the last request is done. */
+    /** {@link QueueStop#quietIfDone}: runs the queue's quiet action once detached and the last request is done. */
     private final Runnable quietIfDone;
     /** Per head: where its status byte is and what used.len an OK answer reports. */
     private final MemorySegment[] statusMapping;

@@ -15,7 +15,6 @@ import io.pmemblk.vhost.virtq.VirtioFeatures;
 import io.pmemblk.vhost.virtq.Virtqueue;
 
 import java.lang.foreign.MemorySegment;
-import java.util.concurrent.TimeUnit;
 import java.util.function.Supplier;
 
 /**
@@ -100,8 +99,6 @@ public final class VhostBlkQueue {
     private final EdgeWait sleep;
     /** stop() signals it: the sleep needs no timeout to see the stop flag, and the kick is the front-end's. */
     private final EventFd wake;
-    /** The front-end's err eventfd, or null: signalled once when the ring breaks, never after {@link #detach}. */
-    private final EventFd err;
     private final FrontendQueue frontend;
     private final Supplier<GuestMemory> memory;
     private final RingPolling.Window polling;
@@ -112,22 +109,14 @@ public final class VhostBlkQueue {
     private final Thread thread;
     private final BlkRequests requests;
     private final BlkAnswers answers;
+    /** Broken, or halted and detached: the stop's bookkeeping and the thread's way out. */
+    private final QueueStop stopping;
 
     private volatile boolean running;
     /** The queue thread reaps its requests' DMA completions itself ({@link #startReaping}); its own field. */
     private boolean reaping;
     /** SET_VRING_ENABLE: while false the thread pops nothing ({@link #enable}). */
     private volatile boolean enabled = true;
-    /** When {@link #halt} was called (System.nanoTime), and whether {@link #awaitQuiet} interrupted the thread. */
-    private volatile long haltedAt;
-    private boolean interrupted;
-    /** Under this: whether the thread runs, {@link #detach} was called, its action ran (see {@link #quietIfDone}). */
-    private boolean threadLive;
-    private boolean detached;
-    private boolean quiet;
-    private Runnable quietAction;
-    private volatile boolean broken;
-    private volatile String brokenReason;
 
     /**
      * Maps the rings (QEMU's addresses of SET_VRING_ADDR, through the current memory table) and, with an inflight
@@ -146,7 +135,6 @@ public final class VhostBlkQueue {
         }
         this.index = index;
         this.frontend = wiring.frontend();
-        this.err = wiring.err();
         this.memory = wiring.memory();
         this.polling = wiring.polling().window();
         GuestMemory mem = memory.get();
@@ -173,24 +161,15 @@ public final class VhostBlkQueue {
             e.add(kick);
             e.add(w);
         } catch (NativeException x) {
-            closeQuietly(e);
-            closeQuietly(w);
+            QueueStop.closeQuietly(e);
+            QueueStop.closeQuietly(w);
             throw new IllegalStateException("virtqueue " + index + ": cannot wait for its kick " + kick + ": " + x.getMessage(), x);
         }
         this.wake = w;
         this.sleep = e;
-        this.answers = new BlkAnswers(index, size, vq, wiring.call(), wake, thread, memory, this::quietIfDone);
+        this.stopping = new QueueStop(index, vq, thread, sleep, wake, wiring.err());
+        this.answers = new BlkAnswers(index, size, vq, wiring.call(), wake, thread, memory, stopping::quietIfDone);
         this.requests = new BlkRequests(index, vq, frontend, wiring.device(), answers);
-    }
-
-    private static void closeQuietly(AutoCloseable c) {
-        if (c != null) {
-            try {
-                c.close();
-            } catch (Exception x) {
-                LOG.log(System.Logger.Level.DEBUG, "closing " + c + ": " + x);
-            }
-        }
     }
 
     private MemorySegment area(GuestMemory mem, String what, long userAddr, long bytes) {
@@ -213,16 +192,12 @@ public final class VhostBlkQueue {
      */
     public void start() {
         running = true;
-        synchronized (this) {
-            threadLive = true;
-        }
+        stopping.threadLive(true);
         try {
             thread.start();
         } catch (OutOfMemoryError e) {
             running = false;
-            synchronized (this) {
-                threadLive = false;
-            }
+            stopping.threadLive(false);
             detach(null);
             throw new IllegalStateException("virtqueue " + index + ": no thread could be made for it (" + e.getMessage()
                     + ")", e);
@@ -236,12 +211,12 @@ public final class VhostBlkQueue {
 
     /** Whether the guest broke the ring's rules: the queue then pops nothing more (logged once). */
     public boolean broken() {
-        return broken;
+        return stopping.broken();
     }
 
     /** What broke the queue (for the session's log or a metric), or null. */
     public String brokenReason() {
-        return brokenReason;
+        return stopping.brokenReason();
     }
 
     /**
@@ -273,14 +248,7 @@ public final class VhostBlkQueue {
      */
     public void halt() {
         running = false;
-        haltedAt = System.nanoTime();
-        if (thread.isAlive()) {
-            try {
-                wake.signal(); // ends its sleep
-            } catch (RuntimeException e) {
-                LOG.log(System.Logger.Level.DEBUG, "vhost-blk-q" + index + ": waking the queue thread: " + e);
-            }
-        }
+        stopping.halt();
     }
 
     /**
@@ -290,28 +258,7 @@ public final class VhostBlkQueue {
      * @return whether it is quiet: then {@link #detach} answers the ring's exact next avail index
      */
     public boolean awaitQuiet(long millis) throws InterruptedException {
-        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(millis);
-        if (thread.isAlive() && !interrupted) {
-            long interruptAt = haltedAt + TimeUnit.MILLISECONDS.toNanos(STOP_MILLIS);
-            join(Math.min(deadline, interruptAt));
-            if (thread.isAlive() && System.nanoTime() - interruptAt >= 0) {
-                interrupted = true;
-                thread.interrupt();
-            }
-        }
-        join(deadline);
-        if (thread.isAlive()) {
-            return false;
-        }
-        return vq.awaitIdle(Math.max(0, TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime())));
-    }
-
-    /** Joins the thread until {@code deadline} (System.nanoTime) at the latest. */
-    private void join(long deadline) throws InterruptedException {
-        long left = deadline - System.nanoTime();
-        if (left > 0 && thread.isAlive()) {
-            thread.join(Math.max(1, TimeUnit.NANOSECONDS.toMillis(left))); // join(0) would wait for ever
-        }
+        return stopping.awaitQuiet(millis);
     }
 
     /** The heads in flight now, for a log line (what the guest is still waiting for). */
@@ -336,30 +283,8 @@ public final class VhostBlkQueue {
         // After vq.stop() completions write nothing (nor wake the thread); what those before it left due goes now,
         // before the session closes the call fd (the thread has ended or no longer sends it).
         answers.sendDueCall();
-        synchronized (this) {
-            quietAction = whenQuiet;
-            detached = true;
-        }
-        quietIfDone();
+        stopping.detach(whenQuiet);
         return vq.lastAvail();
-    }
-
-    /** Runs the quiet action once detached, the thread ended and nothing in flight (any thread). */
-    private void quietIfDone() {
-        Runnable action;
-        synchronized (this) {
-            if (!detached || quiet || threadLive || vq.inFlight() > 0) {
-                return;
-            }
-            quiet = true;
-            action = quietAction;
-            quietAction = null;
-        }
-        closeQuietly(sleep); // the thread has ended and halt() has signalled: nobody uses them any more
-        closeQuietly(wake);
-        if (action != null) {
-            action.run();
-        }
     }
 
     /**
@@ -400,35 +325,23 @@ public final class VhostBlkQueue {
                 turn();
             }
         } catch (BrokenRingException e) {
-            breaks(e.getMessage(), null);
+            stopping.breaks(e.getMessage(), null);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt(); // stop() interrupted a wait for a tag
         } catch (Exception | Error e) {
             // A region unmapped under the ring, an eventfd gone: nothing the guest can be told through this queue.
-            breaks("stopped by " + e, e);
+            stopping.breaks("stopped by " + e, e);
         } finally {
             // Each step on its own: one that throws (a ring unmapped under publishHeld) must not skip the others,
             // nor leave threadLive set, or quietIfDone never closes the epoll and wake fds nor lets memory go.
             if (reaping) {
-                leaving("stop reaping", () -> frontend.queue().driver().stopReaping(frontend.queue().index()));
+                stopping.leaving("stop reaping", () -> frontend.queue().driver().stopReaping(frontend.queue().index()));
             }
-            leaving("dispatch what the batch holds", frontend::dispatch); // it still completes
-            leaving("publish what is held", this::publishHeld); // before stop() returns and QEMU unmaps the ring
-            leaving("send the call due", answers::sendDueCall);
-            leaving("release the undispatched request", frontend::releaseUndispatched); // being filled as it threw
-            synchronized (this) {
-                threadLive = false;
-            }
-            quietIfDone(); // a detached queue whose requests all completed while this thread was still busy
-        }
-    }
-
-    /** One step of the queue thread's way out: what it throws is logged, and the thread goes on leaving. */
-    private void leaving(String step, Runnable r) {
-        try {
-            r.run();
-        } catch (RuntimeException | Error e) {
-            LOG.log(System.Logger.Level.WARNING, "vhost-blk-q" + index + ": leaving, could not " + step + ": " + e, e);
+            stopping.leaving("dispatch what the batch holds", frontend::dispatch); // it still completes
+            stopping.leaving("publish what is held", this::publishHeld); // before stop() returns and QEMU unmaps the ring
+            stopping.leaving("send the call due", answers::sendDueCall);
+            stopping.leaving("release the undispatched request", frontend::releaseUndispatched); // being filled as it threw
+            stopping.threadEnded(); // a detached queue whose requests all completed while this thread was still busy
         }
     }
 
@@ -515,33 +428,6 @@ public final class VhostBlkQueue {
                 frontend.queue().driver().reapCompletions(frontend.queue().index());
             } finally {
                 answers.deferCalls(false);
-            }
-        }
-    }
-
-    private void breaks(String why, Throwable t) {
-        brokenReason = why;
-        broken = true;
-        LOG.log(System.Logger.Level.WARNING, "vhost-blk-q" + index + " broken, it serves no more requests until the"
-                + " front-end restarts it: " + why, t);
-        signalErr();
-    }
-
-    /**
-     * Tells the front-end through the ring's err eventfd (vhost-user.rst SET_VRING_ERR; QEMU logs it), as
-     * libvhost-user's vu_panic does. Under this, and not once detached: the session closes the fd after
-     * {@link #detach}, and a write then could reach whatever file reused its number.
-     */
-    private void signalErr() {
-        synchronized (this) {
-            if (err == null || detached) {
-                return;
-            }
-            try {
-                err.signal(); // the front-end's notifier, non-blocking (EventFd.adoptNotifier)
-            } catch (RuntimeException e) {
-                LOG.log(System.Logger.Level.WARNING, "vhost-blk-q" + index + ": signalling the err eventfd " + err
-                        + ": " + e);
             }
         }
     }
